@@ -1,0 +1,271 @@
+"""Checkpoints in the Hugging Face layout: `config.json` + `model.safetensors` (+ `vocab.txt`).
+
+Loading is strict where it matters and smooth where users expect it to be:
+  * encoder weights (`embeddings.*`, `encoder.*`) must all be there, with the right shapes;
+  * a head the checkpoint lacks (a classifier on top of a pre-trained encoder) is initialised and reported;
+  * head weights the model has no use for (MLM/NSP heads when fine-tuning) are reported and dropped;
+  * anything else -- a missing encoder weight, a key nobody knows, a shape that does not fit -- is a
+    `CheckpointError` listing the keys. There is never a silent partial load.
+Both bare `BertModel` keys and `bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta`
+LayerNorm names of early TensorFlow conversions. Weights are read only from safetensors or, for
+`pytorch_model.bin`, through `torch.load(weights_only=True)`, which cannot run code.
+
+Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
+so a crash mid-save leaves the previous checkpoint as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from .config import BertConfig
+from .errors import CheckpointError, ConfigError
+from .model import BertModel, BertPreTrainedModel
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+PYTORCH_WEIGHTS_NAME = "pytorch_model.bin"
+CONFIG_NAME = "config.json"
+VOCAB_NAME = "vocab.txt"
+
+BASE_PREFIX = "bert."
+ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
+# Heads of every BertFor* class: weights under these names are known, so unused ones are dropped, not errors.
+HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+# Buffers older `transformers` versions saved; they carry no learned value.
+IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
+
+
+@dataclass
+class LoadReport:
+    """What `from_pretrained` did beyond a one-to-one copy."""
+
+    initialized: list[str] = field(default_factory=list)  # in the model, not in the checkpoint: fresh init
+    unused: list[str] = field(default_factory=list)  # in the checkpoint, not in the model: dropped
+
+    def log(self, source: str) -> None:
+        if self.initialized:
+            log.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialized))
+        if self.unused:
+            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(self.unused))
+
+
+# ---------------------------------------------------------------------------------------------- key names
+def canonical_key(key: str) -> str:
+    """A checkpoint or model key in one spelling: encoder keys bare, head keys as they are."""
+    if key.startswith(BASE_PREFIX):
+        key = key[len(BASE_PREFIX):]
+    if key.endswith(".gamma"):
+        key = key[: -len(".gamma")] + ".weight"
+    elif key.endswith(".beta"):
+        key = key[: -len(".beta")] + ".bias"
+    return key
+
+
+def canonical_state_dict(state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        name = canonical_key(key)
+        if name in IGNORED_KEYS:
+            continue
+        if name == "cls.predictions.decoder.bias":  # an alias of cls.predictions.bias in Hugging Face's heads
+            if "cls.predictions.bias" in state:
+                continue
+            name = "cls.predictions.bias"
+        if name in out:
+            raise CheckpointError(f"{source}: key {key!r} appears twice (with and without the 'bert.' prefix)")
+        out[name] = tensor
+    return out
+
+
+def _model_keys(model: BertPreTrainedModel) -> dict[str, str]:
+    """canonical name -> the model's own state_dict name, without tied aliases."""
+    tied = set(model.tied_weight_keys)
+    return {canonical_key(k): k for k in model.state_dict() if k not in tied}
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _resolve_dir(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{p}: no such file or directory")
+    return p.parent if p.is_file() else p
+
+
+def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The raw tensors of a checkpoint folder (or of one weights file), on the CPU."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(f"{p}: no such file or directory")
+    if p.is_dir():
+        for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PYTORCH_WEIGHTS_NAME):
+            if (p / name).exists():
+                p = p / name
+                break
+        else:
+            raise CheckpointError(
+                f"{p}: no weights found (expected {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME} or {PYTORCH_WEIGHTS_NAME})"
+            )
+    if p.name.endswith(".index.json"):
+        try:
+            files = sorted(set(json.loads(p.read_text())["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError) as e:
+            raise CheckpointError(f"{p}: not a valid safetensors index ({e})") from None
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(read_state_dict(p.parent / name))
+        return state
+    if p.suffix == ".safetensors":
+        try:
+            return load_file(str(p), device="cpu")
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CheckpointError(f"{p}: not a readable safetensors file, truncated or corrupt ({e})") from None
+    try:
+        state = torch.load(str(p), map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle errors, truncation, unsafe objects refused by weights_only
+        raise CheckpointError(f"{p}: not a readable PyTorch weights file ({type(e).__name__}: {e})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{p}: expected a dict of tensor names to tensors")
+    return state
+
+
+def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str) -> LoadReport:
+    """Copy `state` into `model` under the rules in this module's docstring; raise before touching the model."""
+    checkpoint = canonical_state_dict(state, source)
+    wanted = _model_keys(model)
+    report = LoadReport()
+    missing, unexpected, mismatched = [], [], []
+    for name in wanted:
+        if name in checkpoint:
+            continue
+        if name.startswith(HEAD_PREFIXES) or name.startswith("pooler."):
+            report.initialized.append(name)
+        else:
+            missing.append(name)
+    for name in checkpoint:
+        if name in wanted:
+            continue
+        if name.startswith(HEAD_PREFIXES) or name.startswith("pooler."):
+            report.unused.append(name)
+        else:
+            unexpected.append(name)
+    own = model.state_dict()
+    for name, key in wanted.items():
+        if name in checkpoint and tuple(checkpoint[name].shape) != tuple(own[key].shape):
+            mismatched.append(f"{name} (checkpoint {tuple(checkpoint[name].shape)}, model {tuple(own[key].shape)})")
+    problems = []
+    if missing:
+        problems.append(f"missing encoder weights: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys: {', '.join(unexpected)}")
+    if mismatched:
+        problems.append(f"shape mismatch: {', '.join(mismatched)}")
+    if problems:
+        raise CheckpointError(f"{source}: " + "; ".join(problems))
+    with torch.no_grad():
+        for name, key in wanted.items():
+            if name in checkpoint:
+                own[key].copy_(checkpoint[name])
+    return report
+
+
+def load_pretrained(cls: type[BertPreTrainedModel], path: str | os.PathLike, config: BertConfig | None = None,
+                    return_report: bool = False, **config_overrides):
+    """`cls.from_pretrained(path)`: build `cls` from the folder's config (or `config`) and load its weights."""
+    folder = _resolve_dir(path)
+    if config is None:
+        config = BertConfig.from_json_file(folder)
+    if config_overrides:
+        try:
+            config = config.replace(**config_overrides)
+        except TypeError as e:
+            raise ConfigError(f"{folder}: {e}") from None
+    state = read_state_dict(path)
+    model = cls(config)
+    report = load_state_dict_into(model, state, str(folder))
+    report.log(str(folder))
+    model.eval()  # as Hugging Face: a loaded model starts in eval mode; train() before training
+    return (model, report) if return_report else model
+
+
+# ---------------------------------------------------------------------------------------------- writing
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Iterator[Path]:
+    """Yield a temporary folder next to `path`; on success it replaces `path` in two renames.
+
+    Until the first rename the old folder is untouched; between the two it sits under a `.old` name beside
+    the new one, so no moment exists at which neither a complete old nor a complete new folder is on disk.
+    With `keep_existing`, files of the old folder that the writer did not produce (a vocab, run state) are
+    carried over. On any exception the temporary folder is removed and `path` is left as it was.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        yield tmp
+        if keep_existing and target.is_dir():
+            for item in target.iterdir():
+                if not (tmp / item.name).exists():
+                    (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+        _fsync_dir(tmp)
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _fsync_dir(folder: Path) -> None:
+    for f in [*folder.iterdir(), folder] if folder.is_dir() else [folder]:
+        if f.is_file() or f == folder:
+            with contextlib.suppress(OSError):
+                fd = os.open(f, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
+def save_pretrained(model: BertPreTrainedModel, path: str | os.PathLike, vocab_file: str | os.PathLike | None = None,
+                    extra_files: dict[str, str] | None = None) -> Path:
+    """Write `config.json` + `model.safetensors` (+ `vocab.txt`) so that `transformers` loads them as they are."""
+    from safetensors.torch import save_file
+
+    tied = set(model.tied_weight_keys)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    config = model.config.to_dict()
+    config["architectures"] = [type(model).__name__]
+    with atomic_directory(path) as tmp:
+        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if vocab_file is not None:
+            shutil.copyfile(vocab_file, tmp / VOCAB_NAME)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def load_encoder(path: str | os.PathLike, **kwargs) -> BertModel:
+    """Convenience: the bare encoder of any BERT checkpoint folder (task and pre-training heads dropped)."""
+    return BertModel.from_pretrained(path, **kwargs)

@@ -1,0 +1,48 @@
+"""The `bertlab` command: a dict of subcommands, each a module under `bertlab.cli` with `add_arguments` and `run`.
+
+Subcommand modules are imported only when chosen, so `bertlab --help` and light commands start fast.
+A `BertlabError` (bad input) is printed as one line and exits with status 2; Ctrl-C exits with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# name -> (module under bertlab.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "params": ("params", "the paper's parameter arithmetic for presets or config files"),
+    "demo": ("demo", "sentence similarities from a real pre-trained BERT (all-MiniLM-L6-v2)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..errors import BertlabError
+
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((a for a in argv if a in COMMANDS), None)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name == chosen:
+            importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    try:
+        return int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
+    except BertlabError as e:
+        print(f"bertlab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"bertlab {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""`python -m bertlab.cli` = `bertlab`."""
+import sys
+
+from . import main
+
+sys.exit(main())
