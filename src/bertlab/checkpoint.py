@@ -147,6 +147,10 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str) -> LoadReport:
     """Copy `state` into `model` under the rules in this module's docstring; raise before touching the model."""
     checkpoint = canonical_state_dict(state, source)
+    # A checkpoint may carry a copy of a tied weight (Google's and older HF files store the MLM decoder
+    # beside the word embeddings); the model re-derives it from the embedding, so the copy is skipped.
+    for key in model.tied_weight_keys:
+        checkpoint.pop(canonical_key(key), None)
     wanted = _model_keys(model)
     report = LoadReport()
     missing, unexpected, mismatched = [], [], []
