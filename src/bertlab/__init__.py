@@ -14,11 +14,12 @@ from .heads import (
     BertForTokenClassification,
 )
 from .model import BertModel, BertModelOutput
+from .tokenizer import BertTokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError",
     "BertModel", "BertModelOutput", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
-    "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice",
+    "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice", "BertTokenizer",
 ]

@@ -15,6 +15,13 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("params", "the paper's parameter arithmetic for presets or config files"),
     "demo": ("demo", "sentence similarities from a real pre-trained BERT (all-MiniLM-L6-v2)"),
+    "pretrain": ("pretrain", "pre-train BERT (MLM + NSP) on a prepared data directory; exact resume, torchrun"),
+    "plot": ("plot", "draw a run's loss / accuracy / learning-rate curves to PNG"),
+    "prepare": ("prepare", "pre-training data: corpus -> token shards -> masked MLM/NSP instances"),
+    "convert": ("convert", "Google's TensorFlow BERT checkpoints to the Hugging Face layout, and back (--to tf)"),
+    "finetune": ("finetune", "fine-tune a BERT on a GLUE, SQuAD, CoNLL-2003 or SWAG task (one added layer)"),
+    "evaluate": ("evaluate", "re-score a fine-tuned model on a task's split and write its predictions"),
+    "tokenize": ("tokenize", "cut text into WordPiece tokens or ids, for inspection"),
 }
 
 
