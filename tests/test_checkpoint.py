@@ -93,6 +93,11 @@ def test_pretraining_checkpoint_into_task_model(tiny_config, tmp_path, caplog):
     enc.save_pretrained(tmp_path / "enc")
     pre2 = BertForPreTraining.from_pretrained(tmp_path / "enc")
     assert pre2.cls.predictions.decoder.weight is pre2.bert.embeddings.word_embeddings.weight
+    # the model is built on the meta device: every new weight must get Google's init, none left as raw memory
+    assert torch.all(pre2.cls.predictions.bias == 0)
+    assert torch.all(pre2.cls.predictions.transform.LayerNorm.weight == 1)
+    assert 0 < pre2.cls.seq_relationship.weight.abs().max() <= 0.04
+    torch.testing.assert_close(pre2.bert.embeddings.word_embeddings.weight, pre.bert.embeddings.word_embeddings.weight)
 
 
 def test_hugging_face_pretraining_checkpoint_with_legacy_keys(tiny_config, tmp_path):

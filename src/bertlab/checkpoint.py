@@ -8,7 +8,8 @@ Loading is strict where it matters and smooth where users expect it to be:
     `CheckpointError` listing the keys. There is never a silent partial load.
 Both bare `BertModel` keys and `bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta`
 LayerNorm names of early TensorFlow conversions. Weights are read only from safetensors or, for
-`pytorch_model.bin`, through `torch.load(weights_only=True)`, which cannot run code.
+`pytorch_model.bin`, through `torch.load(weights_only=True)`, which cannot run code; a folder holding Google's
+TensorFlow `bert_model.ckpt.index` (or that `.index` file) is read by `convert.py`, without TensorFlow.
 
 Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
 so a crash mid-save leaves the previous checkpoint as it was.
@@ -39,6 +40,7 @@ WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 PYTORCH_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
+TF_INDEX_NAME = "bert_model.ckpt.index"  # Google's TensorFlow release; read by convert.py, without TensorFlow
 
 BASE_PREFIX = "bert."
 ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
@@ -113,14 +115,19 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     if not p.exists():
         raise CheckpointError(f"{p}: no such file or directory")
     if p.is_dir():
-        for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PYTORCH_WEIGHTS_NAME):
+        for name in (WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME):
             if (p / name).exists():
                 p = p / name
                 break
         else:
             raise CheckpointError(
-                f"{p}: no weights found (expected {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME} or {PYTORCH_WEIGHTS_NAME})"
+                f"{p}: no weights found (expected {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME}, {PYTORCH_WEIGHTS_NAME} "
+                f"or {TF_INDEX_NAME})"
             )
+    if p.suffix == ".index":  # a TensorFlow checkpoint: Google's names mapped to these, kernels transposed
+        from .convert import read_tf_state_dict  # convert.py imports this module; defer the reverse edge
+
+        return read_tf_state_dict(p)
     if p.name.endswith(".index.json"):
         try:
             files = sorted(set(json.loads(p.read_text())["weight_map"].values()))
@@ -144,8 +151,12 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return state
 
 
-def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str) -> LoadReport:
-    """Copy `state` into `model` under the rules in this module's docstring; raise before touching the model."""
+def check_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str
+                     ) -> tuple[LoadReport, dict[str, str]]:
+    """Match `state` against `model` under the rules in this module's docstring, touching neither.
+
+    Returns the report and, for every weight to copy, canonical checkpoint name -> the model's key. Works on
+    a model built on the meta device, so a checkpoint that does not fit fails before anything is allocated."""
     checkpoint = canonical_state_dict(state, source)
     # A checkpoint may carry a copy of a tied weight (Google's and older HF files store the MLM decoder
     # beside the word embeddings); the model re-derives it from the embedding, so the copy is skipped.
@@ -181,11 +192,56 @@ def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tens
         problems.append(f"shape mismatch: {', '.join(mismatched)}")
     if problems:
         raise CheckpointError(f"{source}: " + "; ".join(problems))
+    return report, {name: key for name, key in wanted.items() if name in checkpoint}
+
+
+def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str) -> LoadReport:
+    """Copy `state` into `model` under the rules in this module's docstring; raise before touching the model."""
+    report, copies = check_state_dict(model, state, source)
+    checkpoint = canonical_state_dict(state, source)
+    own = model.state_dict()
     with torch.no_grad():
-        for name, key in wanted.items():
-            if name in checkpoint:
-                own[key].copy_(checkpoint[name])
+        for name, key in copies.items():
+            own[key].copy_(checkpoint[name])
     return report
+
+
+def materialize(model: BertPreTrainedModel, device: str | torch.device = "cpu") -> None:
+    """Give a meta-device model uninitialised storage, keeping tied parameters tied (`Module.to_empty`
+    would give each alias its own copy)."""
+    made: dict[int, torch.nn.Parameter] = {}
+    for module in model.modules():
+        for key, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in made:
+                made[id(param)] = torch.nn.Parameter(torch.empty_like(param, device=device), param.requires_grad)
+            setattr(module, key, made[id(param)])
+        for key, buffer in list(module.named_buffers(recurse=False)):
+            setattr(module, key, torch.empty_like(buffer, device=device))
+
+
+def initialize_missing(model: BertPreTrainedModel, report: LoadReport) -> None:
+    """Google's initialisation for the modules owning the weights the checkpoint lacked (new heads)."""
+    own = _model_keys(model)
+    for module_name in dict.fromkeys(own[name].rpartition(".")[0] for name in report.initialized):
+        model.init_weights(model.get_submodule(module_name))
+
+
+def build_and_load(cls: type[BertPreTrainedModel], config: BertConfig, state: dict[str, torch.Tensor],
+                   source: str) -> tuple[BertPreTrainedModel, LoadReport]:
+    """`cls(config)` filled from `state`, built on the meta device first: keys and shapes are checked before
+    any memory is allocated, and no time goes into randomly initialising weights about to be overwritten
+    (for BERT-base that initialisation costs more than reading the file)."""
+    with torch.device("meta"):
+        model = cls(config)
+    report, copies = check_state_dict(model, state, source)
+    materialize(model)
+    initialize_missing(model, report)
+    checkpoint = canonical_state_dict(state, source)
+    own = model.state_dict()
+    with torch.no_grad():
+        for name, key in copies.items():
+            own[key].copy_(checkpoint[name])
+    return model, report
 
 
 def load_pretrained(cls: type[BertPreTrainedModel], path: str | os.PathLike, config: BertConfig | None = None,
@@ -200,8 +256,7 @@ def load_pretrained(cls: type[BertPreTrainedModel], path: str | os.PathLike, con
         except TypeError as e:
             raise ConfigError(f"{folder}: {e}") from None
     state = read_state_dict(path)
-    model = cls(config)
-    report = load_state_dict_into(model, state, str(folder))
+    model, report = build_and_load(cls, config, state, str(folder))
     report.log(str(folder))
     model.eval()  # as Hugging Face: a loaded model starts in eval mode; train() before training
     return (model, report) if return_report else model

@@ -208,7 +208,10 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self, module: nn.Module | None = None) -> None:
-        """Google's initialisation: truncated normal(0, initializer_range) cut at 2σ; LayerNorm 1 and 0; biases 0."""
+        """Google's initialisation: truncated normal(0, initializer_range) cut at 2σ; LayerNorm 1 and 0; biases 0.
+
+        Also used on a model whose storage was just allocated (`checkpoint.materialize`), so it must set
+        every parameter of `module`, leaving none uninitialised."""
         std = self.config.initializer_range
         for m in (module or self).modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
@@ -217,6 +220,8 @@ class BertPreTrainedModel(nn.Module):
                     nn.init.zeros_(m.bias)
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+            elif isinstance(getattr(m, "bias", None), nn.Parameter):  # a free-standing bias (the MLM output bias)
                 nn.init.zeros_(m.bias)
 
     @classmethod
