@@ -1,0 +1,164 @@
+"""`bertlab prepare CORPUS... --vocab VOCAB --out DATA_DIR`: pre-training data, from raw text to instances.
+
+    bertlab prepare wiki/ books.txt --vocab vocab.txt --out data/          # BERT: segment pairs, static masks
+    bertlab prepare --out data/ --max-seq-length 512                       # phase 2 from the same shards
+    bertlab prepare corpus.jsonl --vocab vocab.txt --out d/ --mode full-sentences --dynamic --masking span
+    bertlab prepare --out data/ --show 3                                   # print instances, Google-style
+
+Without CORPUS, the shards already in DATA_DIR are used, and settings not given are those of its current
+instance set. Re-running with the same inputs and settings reuses everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..data.instances import MODES, InstanceConfig
+from ..data.masking import GRANULARITIES, MaskingConfig
+from ..data.readers import FORMATS, CleaningConfig, DataError, ReaderConfig
+
+# Instance flags and their defaults. Defaults are applied after parsing, so that "not given" can be told from
+# "given with the default value" (without CORPUS, flags not given keep the current instance set's values).
+INSTANCE_DEFAULTS = {"mode": "segment-pair", "max_seq_length": 128, "short_seq_prob": 0.1, "nsp_balance": True,
+                     "masking": "token", "masked_lm_prob": 0.15, "max_predictions_per_seq": None,
+                     "replace_probs": "0.8,0.1,0.1", "dupe_factor": 10, "dynamic": False, "seed": 12345}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = __doc__.split("\n\n", 1)[1]
+    p.add_argument("corpus", nargs="*", metavar="CORPUS", help="text files or directories of them")
+    p.add_argument("--vocab", metavar="VOCAB", help="vocab.txt or a tokenizer folder (needed with CORPUS)")
+    p.add_argument("--out", required=True, metavar="DATA_DIR", help="the data directory to write or update")
+    g = p.add_argument_group("reading")
+    g.add_argument("--format", choices=FORMATS, default="auto",
+                   help="google: sentence per line, blank line between documents; plain: prose, a document per "
+                        "file; jsonl: a document per line's 'text'; wikitext: ' = Title = ' starts documents "
+                        "(default: auto, by name and content)")
+    g.add_argument("--text-field", default="text", help="JSON Lines field holding the text (default: text)")
+    g.add_argument("--clean", choices=["none", "c4"], default="none",
+                   help="c4: terminal punctuation, no javascript / lorem ipsum / curly braces, de-duplicated "
+                        "three-sentence spans, >= 5 words per line, >= 3 sentences per document")
+    g.add_argument("--min-words", type=int, default=None, help="drop lines with fewer words (overrides --clean)")
+    g.add_argument("--strict", action="store_true", help="stop at the first bad line instead of counting it")
+    g.add_argument("--cased", action="store_true", help="keep case (for cased vocabularies; default lower-cases)")
+    g.add_argument("--heldout-fraction", type=float, default=0.01,
+                   help="fraction of documents held out for evaluation (default: 0.01)")
+    g = p.add_argument_group("instances")
+    g.add_argument("--mode", choices=MODES, default=None, help="default: segment-pair (BERT)")
+    g.add_argument("--max-seq-length", type=int, default=None, help="default: 128")
+    g.add_argument("--short-seq-prob", type=float, default=None, help="segment-pair (default: 0.1)")
+    g.add_argument("--no-nsp-balance", dest="nsp_balance", action="store_false", default=None,
+                   help="segment-pair labels exactly as Google's script (IsNext slightly under 50%%)")
+    g = p.add_argument_group("masking")
+    g.add_argument("--masking", choices=GRANULARITIES, default=None, help="default: token")
+    g.add_argument("--masked-lm-prob", type=float, default=None, help="default: 0.15")
+    g.add_argument("--max-predictions-per-seq", type=int, default=None,
+                   help="default: ceil(max_seq_length * masked_lm_prob), 20 for 128")
+    g.add_argument("--replace-probs", default=None, metavar="MASK,RANDOM,KEEP",
+                   help="what happens to a chosen token (default: 0.8,0.1,0.1)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--dupe-factor", type=int, default=None,
+                   help="static masking: this many differently masked copies (default: 10)")
+    x.add_argument("--dynamic", action="store_true", default=None, help="mask in the collator, anew every epoch")
+    g.add_argument("--seed", type=int, default=None, help="random seed for instances and masks (default: 12345)")
+    g = p.add_argument_group("running")
+    g.add_argument("--workers", type=int, default=0, help="processes (default: every core)")
+    g.add_argument("--show", type=int, default=0, metavar="N", help="print N instances, as Google's script does")
+    g.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+
+
+def _instance_settings(args: argparse.Namespace, base: dict | None):
+    """InstanceSettings from the flags given, on top of `base` (an existing set's settings) or the defaults."""
+    from ..data.pipeline import InstanceSettings
+
+    v = dict(INSTANCE_DEFAULTS)
+    if base is not None:
+        i, m = base["instances"], base["masking"]
+        v.update(mode=i["mode"], max_seq_length=i["max_seq_length"], short_seq_prob=i["short_seq_prob"],
+                 nsp_balance=i.get("nsp_balance", True), masking=m["granularity"], masked_lm_prob=m["masked_lm_prob"],
+                 replace_probs=f"{m['mask_token_prob']},{m['random_token_prob']},"
+                               f"{1 - m['mask_token_prob'] - m['random_token_prob']:.6g}",
+                 dupe_factor=base["dupe_factor"], dynamic=base["dynamic"], seed=base["seed"])
+        if args.max_seq_length in (None, i["max_seq_length"]) and args.masked_lm_prob is None:
+            v["max_predictions_per_seq"] = m["max_predictions_per_seq"]
+    for key in INSTANCE_DEFAULTS:
+        given = getattr(args, key, None)
+        if given is not None:
+            v[key] = given
+    if args.dupe_factor is not None:
+        v["dynamic"] = False
+    try:
+        mask_p, random_p, keep_p = (float(x) for x in v["replace_probs"].split(","))
+    except ValueError:
+        raise DataError(f"--replace-probs: expected three numbers MASK,RANDOM,KEEP, got {v['replace_probs']!r}") \
+            from None
+    if abs(mask_p + random_p + keep_p - 1.0) > 1e-6:
+        raise DataError(f"--replace-probs: {v['replace_probs']} does not sum to 1")
+    instances = InstanceConfig(v["mode"], v["max_seq_length"], v["short_seq_prob"], v["nsp_balance"])
+    masking = MaskingConfig.for_length(v["max_seq_length"], granularity=v["masking"],
+                                       masked_lm_prob=v["masked_lm_prob"],
+                                       max_predictions_per_seq=v["max_predictions_per_seq"],
+                                       mask_token_prob=mask_p, random_token_prob=random_p)
+    return InstanceSettings(instances, masking, dynamic=bool(v["dynamic"]), dupe_factor=v["dupe_factor"],
+                            seed=v["seed"])
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..data.pipeline import CorpusSettings, prepare
+    from ..data.shards import MANIFEST, load_manifest, select_instance_set
+
+    say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr))
+    instance_flags = any(getattr(args, k, None) is not None for k in INSTANCE_DEFAULTS)
+    if not args.corpus:
+        if not (args.out and (__import__("pathlib").Path(args.out) / MANIFEST).exists()):
+            raise DataError(f"{args.out}: no prepared data here; give CORPUS files and --vocab to make some")
+        if args.show and not instance_flags:
+            return show(args.out, args.show)
+        manifest = load_manifest(args.out)
+        base = select_instance_set(manifest, args.out)
+        settings = _instance_settings(args, base)
+        corpus_settings = None
+    else:
+        if not args.vocab:
+            raise DataError("--vocab is required with CORPUS (the vocab.txt to tokenize with)")
+        settings = _instance_settings(args, None)
+        cleaning = CleaningConfig.c4() if args.clean == "c4" else CleaningConfig()
+        if args.min_words is not None:
+            cleaning = CleaningConfig(**{**cleaning.__dict__, "min_words_per_line": args.min_words})
+        reader = ReaderConfig(format=args.format, text_field=args.text_field, cleaning=cleaning, strict=args.strict)
+        corpus_settings = CorpusSettings(reader=reader, heldout_fraction=args.heldout_fraction,
+                                         do_lower_case=False if args.cased else None)
+    result = prepare(args.corpus, args.vocab, args.out, corpus_settings, settings, workers=args.workers or None,
+                     progress=False if args.quiet else None, echo=say)
+    iset = next(s for s in result.manifest["instance_sets"] if s["name"] == result.instance_set)
+    say(f"{result.data_dir}: {result.tokens:,} tokens; instance set {iset['name']}: "
+        f"{iset['splits']['train']['instances']:,} train, {iset['splits']['heldout']['instances']:,} held-out")
+    if args.show:
+        show(args.out, args.show, iset["name"])
+    return 0
+
+
+def show(data_dir: str, n: int, instance_set: str | None = None) -> int:
+    """Print the first n training instances as the loader serves them (masks applied), in the layout of
+    Google's `TrainingInstance.__str__`."""
+    from ..data.loader import PretrainingDataset
+
+    ds = PretrainingDataset(data_dir, "train", seed=0, instance_set=instance_set, shuffle=False, epochs=1,
+                            batch_size=1)
+    vocab = ds.info.vocab_file.read_text(encoding="utf-8").splitlines()
+    collate = ds.collator(pad_to_multiple_of=1)
+    print(f"# {ds.info.instance_set}: {ds.num_instances:,} training instances")
+    for position in range(min(n, ds.num_instances)):
+        batch = collate([ds.example_at(position)])
+        ids, types, labels = (batch[k][0].tolist() for k in ("input_ids", "token_type_ids", "labels"))
+        masked = [i for i, label in enumerate(labels) if label != -100]
+        nsp = batch.get("next_sentence_label")
+        print(f"tokens: {' '.join(vocab[i] for i in ids)}")
+        print(f"segment_ids: {' '.join(str(t) for t in types)}")
+        print(f"is_random_next: {bool(nsp[0]) if nsp is not None else 'None (no next-sentence prediction)'}")
+        print(f"masked_lm_positions: {' '.join(str(i) for i in masked)}")
+        print(f"masked_lm_labels: {' '.join(vocab[labels[i]] for i in masked)}")
+        print()
+    return 0

@@ -1,0 +1,406 @@
+"""The on-disk store: memory-mapped token shards, instance sets, and the manifest that vouches for them.
+
+A data directory (`bertlab prepare --out DATA_DIR`) looks like this::
+
+    DATA_DIR/
+      manifest.json                 written last, atomically: no manifest, no data (see `load_manifest`)
+      corpus-<key>/                 the tokenized corpus, one set of files per split (train, heldout)
+        vocab.txt                   the vocabulary the ids refer to (a copy; its sha256 is in the manifest)
+        train.tokens.00000 ...      token ids, uint16 (uint32 for vocabularies over 65536), raw, in shards
+        train.sentence_ends         int64: token offset just past each sentence (offsets run across shards)
+        train.doc_sentence_ends     int64: sentence index just past each document
+        train.doc_token_ends        int64: token offset just past each document
+      instances-<key>/              one instance set (mode, max_seq_length, masking, seed ...); several may
+        train.plan                  int64 [N, 5]: a_start, a_len, b_start, b_len, next_sentence_label
+        train.mask_positions        uint16 [N, P]: static masking only; 0 marks an unused slot ([CLS] is
+        train.mask_ids              uint16/32 [N, P]  position 0 and is never masked); the id written there
+        heldout.plan ...
+
+Everything is raw little-endian arrays opened with `numpy.memmap`: nothing is parsed or loaded whole, so
+opening a store is instant and costs memory only for the pages a reader touches.
+
+The manifest records the inputs (path, size, sha256), the tokenizer (vocab sha256 and size, lower-casing,
+special-token ids), every setting, the reader's report of what it dropped, and each file with its size.
+Directories are written under a temporary name and renamed into place, then the manifest is replaced
+(`os.replace`); `load_manifest` refuses a directory without one and checks every file's size, so a run
+killed half-way can never leave something a loader would accept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from .instances import Corpus, Instance, instance_ids
+from .masking import MaskingConfig, VocabInfo
+from .readers import DataError
+
+FORMAT = "bertlab-pretraining-data"
+VERSION = 1
+MANIFEST = "manifest.json"
+VOCAB_NAME = "vocab.txt"
+SPLITS = ("train", "heldout")
+PLAN_COLUMNS = 5
+
+
+# ---------------------------------------------------------------------------------------------- hashing
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+class SplitWriter:
+    """Appends tokenized documents of one split to shard files, streaming (only counters stay in memory).
+
+    A document never straddles two shards, so a shard is a self-contained run of whole documents."""
+
+    def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int):
+        self.dir, self.split, self.dtype, self.shard_tokens = Path(directory), split, np.dtype(dtype), shard_tokens
+        self.shards: list[dict] = []
+        self._tokens_file = None
+        self._shard_len = 0
+        self.tokens = self.sentences = self.documents = 0
+        self._sent = open(self.dir / f"{split}.sentence_ends", "wb")
+        self._doc_sent = open(self.dir / f"{split}.doc_sentence_ends", "wb")
+        self._doc_tok = open(self.dir / f"{split}.doc_token_ends", "wb")
+
+    def add(self, ids: np.ndarray, sentence_lengths: np.ndarray, doc_sentence_counts: np.ndarray) -> None:
+        """Documents given flat: all their ids, each sentence's length, each document's sentence count."""
+        if not len(doc_sentence_counts):
+            return
+        sent_ends = self.tokens + np.cumsum(sentence_lengths, dtype=np.int64)
+        doc_sent_ends = self.sentences + np.cumsum(doc_sentence_counts, dtype=np.int64)
+        doc_tok_ends = sent_ends[doc_sent_ends - self.sentences - 1]
+        doc_tok_local = doc_tok_ends - self.tokens  # document ends relative to this batch
+        start_doc, start_tok = 0, 0
+        while start_doc < len(doc_sentence_counts):
+            if self._tokens_file is None:
+                self._new_shard()
+            room = self.shard_tokens - self._shard_len
+            end_doc = int(np.searchsorted(doc_tok_local, start_tok + room, side="right"))  # whole documents that fit
+            if end_doc <= start_doc:
+                if self._shard_len:  # the next document does not fit: start a new shard
+                    self._new_shard()
+                    continue
+                end_doc = start_doc + 1  # a document larger than a shard gets a shard of its own
+            end_tok = int(doc_tok_local[end_doc - 1])
+            self._tokens_file.write(np.ascontiguousarray(ids[start_tok:end_tok], dtype=self.dtype).tobytes())
+            self._shard_len += end_tok - start_tok
+            self.shards[-1]["tokens"] = self._shard_len
+            start_doc, start_tok = end_doc, end_tok
+        self._sent.write(sent_ends.tobytes())
+        self._doc_sent.write(doc_sent_ends.tobytes())
+        self._doc_tok.write(np.ascontiguousarray(doc_tok_ends, dtype=np.int64).tobytes())
+        self.tokens += int(len(ids))
+        self.sentences += int(len(sentence_lengths))
+        self.documents += int(len(doc_sentence_counts))
+
+    def _new_shard(self) -> None:
+        if self._tokens_file is not None:
+            self._tokens_file.close()
+        name = f"{self.split}.tokens.{len(self.shards):05d}"
+        self._tokens_file = open(self.dir / name, "wb")
+        self._shard_len = 0
+        self.shards.append({"file": name, "tokens": 0})
+
+    def close(self) -> dict:
+        for f in (self._tokens_file, self._sent, self._doc_sent, self._doc_tok):
+            if f is not None:
+                f.close()
+        for shard in self.shards:
+            shard["bytes"] = shard["tokens"] * self.dtype.itemsize
+        files = {name: f"{self.split}.{name}" for name in ("sentence_ends", "doc_sentence_ends", "doc_token_ends")}
+        return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens,
+                "shards": self.shards, "files": files,
+                "bytes": {f"{self.split}.sentence_ends": self.sentences * 8,
+                          f"{self.split}.doc_sentence_ends": self.documents * 8,
+                          f"{self.split}.doc_token_ends": self.documents * 8}}
+
+
+class InstanceWriter:
+    """Appends instance plans (and static masks) of one split."""
+
+    def __init__(self, directory: Path, split: str, max_predictions: int | None, id_dtype: np.dtype):
+        self.dir, self.split = Path(directory), split
+        self.max_predictions, self.id_dtype = max_predictions, np.dtype(id_dtype)
+        self.count = 0
+        self._plan = open(self.dir / f"{split}.plan", "wb")
+        self._pos = open(self.dir / f"{split}.mask_positions", "wb") if max_predictions else None
+        self._ids = open(self.dir / f"{split}.mask_ids", "wb") if max_predictions else None
+
+    def add(self, plan: np.ndarray, positions: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
+        self._plan.write(np.ascontiguousarray(plan, dtype=np.int64).tobytes())
+        if self._pos is not None:
+            self._pos.write(np.ascontiguousarray(positions, dtype=np.uint16).tobytes())
+            self._ids.write(np.ascontiguousarray(ids, dtype=self.id_dtype).tobytes())
+        self.count += len(plan)
+
+    def close(self) -> dict:
+        files = {"plan": f"{self.split}.plan"}
+        sizes = {f"{self.split}.plan": self.count * PLAN_COLUMNS * 8}
+        for f in (self._plan, self._pos, self._ids):
+            if f is not None:
+                f.close()
+        if self._pos is not None:
+            files.update(mask_positions=f"{self.split}.mask_positions", mask_ids=f"{self.split}.mask_ids")
+            sizes[f"{self.split}.mask_positions"] = self.count * self.max_predictions * 2
+            sizes[f"{self.split}.mask_ids"] = self.count * self.max_predictions * self.id_dtype.itemsize
+        return {"instances": self.count, "files": files, "bytes": sizes}
+
+
+# ---------------------------------------------------------------------------------------------- atomic directories
+def make_temp_dir(parent: Path, name: str) -> Path:
+    path = parent / f".{name}.tmp-{os.getpid()}"
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def publish_dir(temp: Path, final: Path) -> None:
+    """Rename a finished temporary directory into place (replacing a stale one of the same name)."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(temp, final)
+
+
+def write_manifest(data_dir: Path, manifest: dict) -> None:
+    tmp = data_dir / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, data_dir / MANIFEST)
+
+
+@contextlib.contextmanager
+def directory_lock(data_dir: Path) -> Iterator[None]:
+    """One `prepare` at a time per data directory."""
+    import fcntl
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with open(data_dir / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DataError(f"{data_dir}: another `bertlab prepare` is writing to this directory") from None
+        yield
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def load_manifest(data_dir: str | os.PathLike, verify: bool = True) -> dict:
+    """The manifest of a complete data directory; `DataError` for anything less (including any file whose
+    size is not what the manifest says)."""
+    data_dir = Path(data_dir)
+    path = data_dir / MANIFEST
+    if not data_dir.is_dir():
+        raise DataError(f"{data_dir}: no such data directory (create it with `bertlab prepare`)")
+    if not path.is_file():
+        raise DataError(f"{data_dir}: no {MANIFEST}: not a complete data directory (was `bertlab prepare` "
+                        "interrupted?)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a valid manifest ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise DataError(f"{path}: not a bertlab data manifest")
+    if manifest.get("version") != VERSION:
+        raise DataError(f"{path}: manifest version {manifest.get('version')} (this bertlab reads {VERSION})")
+    if verify:
+        for directory, sizes in _manifest_files(manifest):
+            for name, size in sizes.items():
+                f = data_dir / directory / name
+                if not f.is_file() or f.stat().st_size != size:
+                    raise DataError(f"{f}: missing or of the wrong size (manifest says {size} bytes); "
+                                    "re-run `bertlab prepare`")
+        vocab = data_dir / manifest["tokenizer"]["vocab_file"]
+        if not vocab.is_file() or vocab.stat().st_size != manifest["tokenizer"]["vocab_bytes"]:
+            raise DataError(f"{vocab}: missing or of the wrong size; re-run `bertlab prepare`")
+    return manifest
+
+
+def _manifest_files(manifest: dict) -> Iterator[tuple[str, dict]]:
+    corpus = manifest["corpus"]
+    for split in corpus["splits"].values():
+        yield corpus["dir"], dict(split["bytes"], **{s["file"]: s["bytes"] for s in split["shards"]})
+    for iset in manifest.get("instance_sets", []):
+        for split in iset["splits"].values():
+            yield iset["dir"], split["bytes"]
+
+
+def _memmap(path: Path, dtype, count: int, shape=None) -> np.ndarray:
+    if count == 0:
+        return np.zeros(shape or (0,), dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=shape or (count,))
+
+
+def open_corpus(data_dir: str | os.PathLike, manifest: dict, split: str) -> Corpus:
+    """The memory-mapped `Corpus` of one split."""
+    data_dir = Path(data_dir)
+    corpus = manifest["corpus"]
+    if split not in corpus["splits"]:
+        raise DataError(f"{data_dir}: no split {split!r} (have {', '.join(corpus['splits'])})")
+    info = corpus["splits"][split]
+    d = data_dir / corpus["dir"]
+    dtype = np.dtype(manifest["tokenizer"]["token_dtype"])
+    shards = [_memmap(d / s["file"], dtype, s["tokens"]) for s in info["shards"]]
+    files = info["files"]
+    return Corpus(shards,
+                  _memmap(d / files["sentence_ends"], np.int64, info["sentences"]),
+                  _memmap(d / files["doc_sentence_ends"], np.int64, info["documents"]),
+                  doc_token_ends=_memmap(d / files["doc_token_ends"], np.int64, info["documents"]))
+
+
+def vocab_info(data_dir: str | os.PathLike, manifest: dict) -> VocabInfo:
+    tokens = (Path(data_dir) / manifest["tokenizer"]["vocab_file"]).read_text(encoding="utf-8").splitlines()
+    # vocab.txt is one token per line; a trailing empty line is not a token (load_vocab's rule too)
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    return VocabInfo.from_tokens(tokens)
+
+
+def select_instance_set(manifest: dict, data_dir: Path, max_seq_length: int | None = None,
+                        name: str | None = None) -> dict:
+    sets = manifest.get("instance_sets", [])
+    if not sets:
+        raise DataError(f"{data_dir}: holds no instance set; run `bertlab prepare` with --out {data_dir}")
+    if name is not None:
+        for s in sets:
+            if s["name"] == name:
+                return s
+        raise DataError(f"{data_dir}: no instance set {name!r} (have {', '.join(s['name'] for s in sets)})")
+    candidates = [s for s in sets if max_seq_length is None or s["instances"]["max_seq_length"] == max_seq_length]
+    if not candidates:
+        have = sorted({s["instances"]["max_seq_length"] for s in sets})
+        raise DataError(f"{data_dir}: no instances of max_seq_length {max_seq_length} (have {have}); make them "
+                        f"from the same token shards with `bertlab prepare --out {data_dir} "
+                        f"--max-seq-length {max_seq_length}`")
+    default = manifest.get("default_instance_set")
+    for s in candidates:
+        if s["name"] == default:
+            return s
+    return candidates[-1]
+
+
+@dataclass(frozen=True)
+class DataInfo:
+    """What a data directory holds, for the code that trains on it (read from the manifest)."""
+
+    data_dir: Path
+    vocab_file: Path
+    vocab_size: int
+    vocab_sha256: str
+    do_lower_case: bool
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    mask_id: int
+    instance_set: str
+    mode: str
+    max_seq_length: int
+    has_nsp: bool
+    masking: MaskingConfig
+    dynamic: bool
+    dupe_factor: int
+    seed: int
+    num_instances: dict  # split -> count
+    num_tokens: dict  # split -> count
+
+    @classmethod
+    def load(cls, data_dir: str | os.PathLike, max_seq_length: int | None = None,
+             instance_set: str | None = None) -> "DataInfo":
+        data_dir = Path(data_dir)
+        manifest = load_manifest(data_dir)
+        return cls.from_manifest(data_dir, manifest, select_instance_set(manifest, data_dir, max_seq_length,
+                                                                         instance_set))
+
+    @classmethod
+    def from_manifest(cls, data_dir: Path, manifest: dict, iset: dict) -> "DataInfo":
+        tok = manifest["tokenizer"]
+        ids = tok["special_ids"]
+        return cls(data_dir=data_dir, vocab_file=data_dir / tok["vocab_file"], vocab_size=tok["vocab_size"],
+                   vocab_sha256=tok["vocab_sha256"], do_lower_case=tok["do_lower_case"], cls_id=ids["cls"],
+                   sep_id=ids["sep"], pad_id=ids["pad"], mask_id=ids["mask"], instance_set=iset["name"],
+                   mode=iset["instances"]["mode"], max_seq_length=iset["instances"]["max_seq_length"],
+                   has_nsp=iset["instances"]["mode"] in ("segment-pair", "sentence-pair"),
+                   masking=MaskingConfig(**iset["masking"]), dynamic=iset["dynamic"],
+                   dupe_factor=iset["dupe_factor"], seed=iset["seed"],
+                   num_instances={k: v["instances"] for k, v in iset["splits"].items()},
+                   num_tokens={k: v["tokens"] for k, v in manifest["corpus"]["splits"].items()})
+
+
+class InstanceStore:
+    """Random access to one split of an instance set: `example(i)` builds instance i's ids (torch-free).
+
+    Static sets carry their masks; for dynamic sets `example` returns the clean sequence and the collator
+    masks it."""
+
+    def __init__(self, data_dir: str | os.PathLike, split: str = "train", max_seq_length: int | None = None,
+                 instance_set: str | None = None):
+        self.data_dir = Path(data_dir)
+        manifest = load_manifest(self.data_dir)
+        iset = select_instance_set(manifest, self.data_dir, max_seq_length, instance_set)
+        self.info = DataInfo.from_manifest(self.data_dir, manifest, iset)
+        if split not in iset["splits"]:
+            raise DataError(f"{self.data_dir}: instance set {iset['name']} has no split {split!r}")
+        self.split = split
+        self.corpus = open_corpus(self.data_dir, manifest, split)
+        d = self.data_dir / iset["dir"]
+        s = iset["splits"][split]
+        n = s["instances"]
+        self.plan = _memmap(d / s["files"]["plan"], np.int64, n * PLAN_COLUMNS, shape=(n, PLAN_COLUMNS))
+        self.static = "mask_positions" in s["files"]
+        if self.static:
+            p = self.info.masking.max_predictions_per_seq
+            dtype = np.dtype(manifest["tokenizer"]["token_dtype"])
+            self.mask_positions = _memmap(d / s["files"]["mask_positions"], np.uint16, n * p, shape=(n, p))
+            self.mask_ids = _memmap(d / s["files"]["mask_ids"], dtype, n * p, shape=(n, p))
+        self.vocab = vocab_info(self.data_dir, manifest)
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def instance(self, i: int) -> Instance:
+        return Instance(*(int(x) for x in self.plan[i]))
+
+    def example(self, i: int) -> dict:
+        """input_ids, token_type_ids (int64 arrays), next_sentence_label (-1 when none), and for static sets
+        labels (original id at masked positions, -100 elsewhere) with the masks applied to input_ids."""
+        inst = self.instance(i)
+        ids, types = instance_ids(inst, self.corpus, self.info.cls_id, self.info.sep_id)
+        out = {"input_ids": ids, "token_type_ids": types, "next_sentence_label": inst.next_sentence_label}
+        if self.static:
+            pos = self.mask_positions[i]
+            used = pos > 0
+            pos = pos[used].astype(np.int64)
+            labels = np.full(len(ids), -100, dtype=np.int64)
+            labels[pos] = ids[pos]
+            ids[pos] = self.mask_ids[i][used]
+            out["labels"] = labels
+        return out
+
+
+def dataclass_dict(obj: Any) -> dict:
+    return dataclasses.asdict(obj)
