@@ -1,0 +1,102 @@
+"""`bertlab vocab train CORPUS... --vocab-size N [--cased] --out vocab.txt`: learn a WordPiece vocabulary.
+
+The corpus is read line by line (any UTF-8 text; one sentence or paragraph per line is typical) through the
+same basic tokenizer `BertTokenizer` uses, and the learned `vocab.txt` has Google's layout, so it loads in
+`bertlab.BertTokenizer` and Hugging Face's `BertTokenizer(Fast)` alike. See `bertlab.tokenizer.train`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+log = logging.getLogger("bertlab.vocab")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..tokenizer.train import DECODE_ERROR_POLICIES, SCORES, TrainDefaults
+
+    d = TrainDefaults()
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    t = actions.add_parser(
+        "train", help="learn a WordPiece vocabulary from text files",
+        description="Learn a WordPiece vocabulary (likelihood-based merges, Schuster & Nakajima 2012) from "
+                    "UTF-8 text files and write it in Google's vocab.txt layout: [PAD], [unused0..98], [UNK], "
+                    "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces.")
+    t.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files, read line by line")
+    t.add_argument("--vocab-size", type=_positive_int, required=True, help="tokens in the vocabulary, all included")
+    t.add_argument("--out", required=True, help="where to write vocab.txt")
+    t.add_argument("--cased", action="store_true",
+                   help="keep case and accents (the cased models' setting); default: lowercase and strip accents")
+    t.add_argument("--num-unused", type=_nonnegative_int, default=d.num_unused,
+                   help=f"[unused] slots (default {d.num_unused}: [UNK]/[CLS]/[SEP]/[MASK] keep Google's ids "
+                        "100-103; more go after [MASK])")
+    t.add_argument("--min-char-frequency", type=_positive_int, default=d.min_char_frequency,
+                   help=f"characters seen fewer times are left out and encode to [UNK] "
+                        f"(default {d.min_char_frequency}: every character seen)")
+    t.add_argument("--min-pair-frequency", type=_positive_int, default=d.min_pair_frequency,
+                   help="merge pairs seen fewer times only once no other pair is left "
+                        f"(default {d.min_pair_frequency}; pairs seen once are never merged)")
+    t.add_argument("--overgenerate", type=_factor, default=d.overgenerate,
+                   help=f"learn this many times the pieces that fit, then drop those the encoder uses least "
+                        f"(default {d.overgenerate}; 1 disables)")
+    t.add_argument("--score", choices=SCORES, default=d.score,
+                   help="merge criterion: likelihood gain (default) or count(ab)/(count(a)*count(b))")
+    t.add_argument("--on-decode-error", choices=DECODE_ERROR_POLICIES, default=d.on_decode_error,
+                   help="lines that are not valid UTF-8: skip them, replace bad bytes, or stop with an error "
+                        "(each is reported with file and line; default %(default)s)")
+    t.add_argument("--max-words", type=_positive_int, default=d.max_words,
+                   help="cap on distinct words held while counting; above it rare words are pruned. Memory "
+                        "is roughly 1.5 KB per distinct word while learning (default %(default)s)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tokenizer.train import train_vocab, write_vocab
+
+    if args.action != "train":  # argparse allows only the actions above; kept for clarity
+        raise SystemExit(f"unknown action {args.action}")
+    start = time.perf_counter()
+    vocab, counts = train_vocab(
+        args.corpus, args.vocab_size, lowercase=not args.cased, num_unused=args.num_unused,
+        min_char_frequency=args.min_char_frequency, min_pair_frequency=args.min_pair_frequency,
+        score=args.score, overgenerate=args.overgenerate, on_decode_error=args.on_decode_error,
+        max_words=args.max_words, progress=not args.no_progress and sys.stderr.isatty())
+    path = write_vocab(vocab, args.out)
+    chars = sum(1 for t in vocab if len(t) == 1 or (len(t) == 3 and t.startswith("##")))
+    print(f"wrote {path}: {len(vocab)} tokens ({chars} characters) from {counts.tokens:,} words "
+          f"({len(counts.words):,} distinct) in {counts.lines:,} lines, {time.perf_counter() - start:.1f}s"
+          + (f"; {counts.bad_lines} line(s) not UTF-8" if counts.bad_lines else ""))
+    return 0
