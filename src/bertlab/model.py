@@ -56,6 +56,25 @@ def additive_attention_mask(keep: torch.Tensor, dtype: torch.dtype) -> torch.Ten
     return (~keep).to(dtype) * torch.finfo(dtype).min
 
 
+def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout. On the CPU the keep-mask comes from 16-bit slices of 64-bit random integers, which
+    is ~10x faster than `F.dropout`'s per-element Bernoulli draws (dropout was a fifth of a BERT-Mini training
+    step on CPU); p is quantised to 1/65536. Elsewhere, and in eval mode, it is `F.dropout`."""
+    if not training or p == 0.0 or x.device.type != "cpu":
+        return F.dropout(x, p, training)
+    n = x.numel()
+    bits = torch.randint(-2**63, 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)[:n].view(x.shape)
+    keep = bits >= round(p * 65536) - 32768  # P(int16 < t) = (t + 32768) / 65536 = p
+    return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` through `dropout` above."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+
 class BertEmbeddings(nn.Module):
     """E = LayerNorm(word[input_ids] + position[0..T-1] + token_type[segment ids]), then dropout."""
 
@@ -65,7 +84,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -103,13 +122,14 @@ class BertSelfAttention(nn.Module):
                    for proj in (self.query, self.key, self.value))
         mask = additive_attention_mask(keep, q.dtype) if keep is not None else None  # (B, 1, 1, T)
         dropout_p = self.dropout_p if self.training else 0.0
-        if output_attentions:
-            # The explicit path, for callers who want the probabilities themselves.
+        if output_attentions or (dropout_p > 0 and x.device.type == "cpu"):
+            # The explicit path, for callers who want the probabilities themselves, and for CPU training,
+            # where SDPA would take this same math path but with the slow dropout.
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, nh, T, T)
             if mask is not None:
                 scores = scores + mask
             probs = scores.softmax(dim=-1)
-            y = F.dropout(probs, p=dropout_p, training=self.training) @ v  # (B, nh, T, hs)
+            y = dropout(probs, dropout_p, self.training) @ v  # (B, nh, T, hs)
         else:
             probs = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -124,7 +144,7 @@ class BertSelfOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(y)))
@@ -160,7 +180,7 @@ class BertOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return self.LayerNorm(residual + self.dropout(self.dense(h)))

@@ -22,6 +22,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune": ("finetune", "fine-tune a BERT on a GLUE, SQuAD, CoNLL-2003 or SWAG task (one added layer)"),
     "evaluate": ("evaluate", "re-score a fine-tuned model on a task's split and write its predictions"),
     "tokenize": ("tokenize", "cut text into WordPiece tokens or ids, for inspection"),
+    "vocab": ("vocab", "learn a WordPiece vocabulary (vocab.txt) from text files: vocab train"),
+    "distill": ("distill", "distil a teacher BERT into a smaller, faster student (general or --task; DistilBERT)"),
+    "features": ("features", "hidden states of chosen layers per token or word (Google's extract_features.py)"),
+    "embed": ("embed", "sentence embeddings (cls / mean / max pooling) to JSON Lines or .npy"),
+    "similarity": ("similarity", "cosine similarity of two texts' sentence embeddings"),
+    "fill-mask": ("fill_mask", "the masked LM's top-k words for each [MASK] in a text"),
+    "predict": ("predict", "run a fine-tuned model (classification, NER, QA, multiple choice) over a file"),
+    "serve": ("serve", "an HTTP JSON service: /embed /classify /fill-mask /qa /health, dynamic batching"),
 }
 
 

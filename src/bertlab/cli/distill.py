@@ -1,0 +1,87 @@
+"""`bertlab distill`: a smaller, faster BERT trained to match a teacher (DistilBERT's recipe).
+
+    bertlab distill --teacher RUN/final --student every-other-layer --data DATA_DIR --out RUN_DIR --steps 10000
+    bertlab distill --teacher RUN/final --student L4-H256 --data DATA_DIR --out RUN_DIR --time-budget 2h --bf16
+    bertlab distill --task sst2 --teacher FT/model --data glue/SST-2 --out OUT_DIR [--student every-other-layer]
+    bertlab distill --out RUN_DIR --resume                         # after Ctrl-C, a crash, or a SIGTERM
+    torchrun --nproc_per_node 8 -m bertlab.cli distill ...         # one process per GPU (NCCL) or CPU (gloo)
+
+General distillation (no --task): loss = α·T²·KL(teacher ‖ student MLM distributions, masked positions)
++ β·MLM + γ·cosine(last hidden states); DistilBERT's T=2, α=5, β=2, γ=1 by default. The student goes to
+RUN_DIR/final. Task-specific (--task): α·T²·KL to the fine-tuned teacher's soft labels + β·gold loss
+(T=2, α=1, β=1, γ=0); the student goes to OUT_DIR/model with OUT_DIR/metrics.json. Both are Hugging Face
+layout folders with vocab.txt. Settings: the dataclass `bertlab.train.distill.DistillConfig`, then a JSON
+file (`--config run.json`), then the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+HELP = {
+    "teacher": "Hugging Face-layout folder: pre-trained with its MLM head (general) or fine-tuned on --task",
+    "student": "every-other-layer, every-K-layers, layers:I,J,..., a preset (mini, L4-H256, ...), a config.json, "
+               "or a model folder",
+    "data": "DATA_DIR from `bertlab prepare` (general), or the task's folder/file (--task)",
+    "out": "RUN_DIR (general) / OUT_DIR (--task)",
+    "task": "task-specific distillation on this task (sst2, mrpc, squad, ...)",
+    "temperature": "softmax temperature T of the soft labels",
+    "alpha": "weight of the soft-label term T²·KL (default 5 general, 1 task)",
+    "beta": "weight of the hard-label term, MLM or gold (default 2 general, 1 task)",
+    "gamma": "weight of the hidden-state cosine term (default 1 general, 0 task)",
+    "kl_positions": "general: masked (the MLM head's rows) or all (every real token, as DistilBERT)",
+    "cosine_layers": "last hidden state only, or all layers against the teacher layers they map to",
+    "steps": "optimizer steps (general: this or --time-budget; task: default epochs x data)",
+    "epochs": "task: passes over the training set",
+    "time_budget": "general: wall-clock budget, e.g. 2h, 90m: the step count is fitted to it",
+    "batch_size": "examples per optimizer step over all processes (default 128 general, 32 task)",
+    "micro_batch_size": "examples per forward pass per process (the rest is gradient accumulation)",
+    "seq_len": "general: sequence length of the instance set",
+    "max_seq_length": "task: tokens per sequence (default: the task's)",
+    "train_limit": "task: train on a seeded random N examples",
+    "eval_limit": "task: score a seeded random N dev examples",
+    "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "
+                      "labels are their only target",
+    "lr": "peak learning rate (default 1e-4 general, 5e-5 task)",
+    "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
+    "precision": "auto, fp32, bf16 or fp16 (CUDA)",
+    "eval_every": "steps between evaluations (general default: 10 per run; task: the end only)",
+    "eval_batches": "general: held-out batches per evaluation",
+    "eval_teacher": "score the teacher too, for comparison",
+    "save_every": "steps between checkpoints (general default: 10 per run; task: none kept once finished)",
+    "keep_last": "checkpoints to keep",
+    "num_workers": "general: data loader workers per process",
+    "device": "auto, cpu or cuda",
+    "resume": "continue OUT from its last checkpoint, exactly",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..train.distill import DistillConfig
+    from ..train.runconfig import add_config_arguments
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = __doc__.split("\n\n", 1)[1]
+    add_config_arguments(p, DistillConfig, HELP)
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.distill import DistillConfig, run_distillation
+    from ..train.runconfig import config_from_args
+
+    cfg = config_from_args(DistillConfig, args)
+    result = run_distillation(cfg)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 reports
+        return 130 if result.train.interrupted else 0
+    if result.train.interrupted:
+        print(f"interrupted at step {result.train.step}; checkpoint {result.train.checkpoint}; continue with: "
+              f"bertlab distill --out {result.out_dir} --resume")
+        return 130
+    summary = {"student": str(result.model_dir) if result.model_dir else None,
+               "parameters": {"teacher": result.teacher_parameters, "student": result.student_parameters},
+               "teacher": result.teacher_eval, "student_eval": result.student_eval}
+    print(json.dumps(summary, indent=2, ensure_ascii=False))
+    return 0

@@ -1,0 +1,55 @@
+"""`bertlab embed --model DIR [--pooling cls|mean|max] [--normalize] [--input FILE] [--output FILE]`: sentence embeddings.
+
+One text per line in (a file, or stdin); out, one JSON array per line (stdout or FILE), or a single (N, H)
+float32 array when FILE ends in `.npy` or `.safetensors` (tensor "embeddings"). Inputs are read whole, then
+embedded and written chunk by chunk, each chunk sorted by length into batches (see `bertlab.infer`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+CHUNK = 8192  # lines embedded (and written) at a time
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..infer.embeddings import POOLINGS
+    from ..infer.runtime import add_inference_arguments
+
+    add_inference_arguments(p)
+    p.add_argument("--pooling", default="mean", choices=list(POOLINGS),
+                   help="cls: the [CLS] vector; mean (default): average of the tokens; max: per-dimension max")
+    p.add_argument("--normalize", action="store_true", help="L2-normalise each embedding (cosine = dot product)")
+    p.add_argument("--input", metavar="FILE", help="one text per line (default: stdin)")
+    p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..infer.embeddings import Embedder
+    from ..infer.inputs import read_lines
+    from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
+    from ..infer.runtime import InferenceOptions
+
+    lines = read_lines(args.input)
+    embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args))
+    chunks = ((s, embedder.embed(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))
+              for s in range(0, len(lines.items), CHUNK))
+    kind = output_kind(args.output)
+    if kind == "jsonl":
+        with text_output(args.output) as f:
+            for _, vectors in chunks:
+                f.writelines("[" + ",".join(f"{v:.8g}" for v in row) + "]\n" for row in vectors.tolist())
+        return 0
+    writer = (NpyWriter(args.output, (embedder.dim,)) if kind == "npy"
+              else SafetensorsWriter(args.output, "embeddings", (embedder.dim,)))
+    try:
+        for _, vectors in chunks:
+            writer.write(vectors)
+    except BaseException:
+        writer.abort()
+        raise
+    if kind == "npy":
+        writer.close()
+    else:
+        writer.close(metadata={"pooling": args.pooling, "normalize": str(args.normalize), "model": str(args.model)})
+    return 0

@@ -1,0 +1,88 @@
+"""`bertlab pretrain`: pre-train BERT on a directory from `bertlab prepare`.
+
+    bertlab pretrain --model mini --data DATA_DIR --out RUN_DIR --steps 10000 --batch-size 256
+    bertlab pretrain --model base --data DATA_DIR --out RUN_DIR --time-budget 2h --bf16
+    bertlab pretrain --out RUN_DIR --resume                        # after Ctrl-C, a crash, or a SIGTERM
+    torchrun --nproc_per_node 8 -m bertlab.cli pretrain ...        # one process per GPU (NCCL) or CPU (gloo)
+    bertlab pretrain --demo                                        # the whole story on the stdlib's docs, on CPU
+
+Settings come from the dataclass `bertlab.train.pretrain.PretrainConfig`: its defaults, then a JSON file
+(`--config run.json`; a run's own RUN_DIR/run_config.json works), then the flags. The model is exported in
+the Hugging Face layout to RUN_DIR/final/; metrics go to RUN_DIR/metrics.jsonl (`bertlab plot RUN_DIR`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = {
+    "model": "preset (tiny, mini, small, medium, base, large, L4-H256, ...) or config.json / model folder",
+    "data": "DATA_DIR from `bertlab prepare`",
+    "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
+    "init_from": "Hugging Face-layout folder to continue pre-training from",
+    "objective": "mlm+nsp (BERT) or mlm",
+    "steps": "optimizer steps",
+    "time_budget": "wall-clock budget, e.g. 2h, 90m, 1h30m: the schedule is fitted to it",
+    "batch_size": "sequences per optimizer step over all processes",
+    "micro_batch_size": "sequences per forward pass per process (the rest is gradient accumulation)",
+    "seq_len": "phase-1 sequence length",
+    "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
+    "phase2_fraction": "share of steps in phase 2",
+    "phase2_batch_size": "global batch in phase 2",
+    "optimizer": "adamw or lamb",
+    "lr": "peak learning rate",
+    "warmup": "warmup: a fraction of the steps (< 1) or a step count",
+    "precision": "auto, fp32, bf16 or fp16 (CUDA)",
+    "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
+    "num_evals": "held-out evaluations per run when --eval-every is not given",
+    "eval_batches": "held-out batches per evaluation",
+    "save_every": "steps between checkpoints (default: 10 per run)",
+    "keep_last": "checkpoints to keep",
+    "num_workers": "data loader workers per process",
+    "device": "auto, cpu or cuda",
+    "resume": "continue RUN_DIR from its last checkpoint, exactly",
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..train.pretrain import PretrainConfig
+    from ..train.runconfig import add_config_arguments
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = __doc__.split("\n\n", 1)[1]
+    add_config_arguments(p, PretrainConfig, HELP)
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    g = p.add_argument_group("demo")
+    g.add_argument("--demo", action="store_true",
+                   help="build a vocabulary and data from the Python docs (pydoc_data.topics) or --demo-corpus, "
+                        "pre-train a small BERT on CPU for a few minutes, show held-out accuracy before/after "
+                        "and fill-in-the-blank predictions, export to RUN_DIR/final (default RUN_DIR: "
+                        "runs/demo)")
+    g.add_argument("--demo-corpus", type=Path, nargs="+", default=None, metavar="PATH",
+                   help="text files to use instead of the Python docs")
+    g.add_argument("--demo-minutes", type=float, default=3.0, help="training time for --demo (default: 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.pretrain import PretrainConfig, run_pretraining
+    from ..train.runconfig import config_from_args
+
+    if args.demo:
+        from ..train.demo import run_demo
+
+        return run_demo(out=Path(args.out or "runs/demo"), corpus=args.demo_corpus, minutes=args.demo_minutes,
+                        resume=bool(args.resume), progress=args.progress is not False)
+    cfg = config_from_args(PretrainConfig, args)
+    result = run_pretraining(cfg)
+    train = result.train
+    if train.interrupted:
+        print(f"interrupted at step {train.step}; checkpoint {train.checkpoint}; continue with: "
+              f"bertlab pretrain --out {cfg.out} --resume")
+        return 130
+    for name, values in (("held-out before", result.eval_before), ("held-out after", result.eval_after)):
+        if values:
+            print(f"{name}: " + "  ".join(f"{k} {v:.4f}" for k, v in values.items()))
+    if result.final_dir is not None:
+        print(f"model: {result.final_dir} (load with BertForPreTraining.from_pretrained or transformers)")
+    return 0

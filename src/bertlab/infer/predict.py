@@ -1,0 +1,372 @@
+"""Batch prediction with any fine-tuned model: classification, NER, question answering, multiple choice.
+
+The task is read from the model folder (`config.json["architectures"]`, which `save_pretrained` -- ours and
+Hugging Face's -- writes) and looked up in `TASK_RUNNERS`; each runner says how to read an input record,
+featurize it, run its head and turn the head's output into a small JSON answer:
+
+    BertForSequenceClassification  "text" or {"text", "text_pair"?}     {"label", "score", "scores"}
+                                                                         regression: {"score"}
+    BertForTokenClassification     "text" or {"text"} or {"tokens"}      {"words", "labels", "scores",
+                                                                          "entities": [{type, text, start,
+                                                                          end, score}]}
+    BertForQuestionAnswering       {"question", "context"}               {"answer", "start", "end", "score"}
+    BertForMultipleChoice          {"context"?, "start"?, "choices"}     {"label", "choice", "scores"}
+
+Records are processed in chunks; within a chunk, features are sorted by length into buckets
+(`batching.py`), so the forward passes carry almost no padding, and answers come back in input order.
+Long question-answering contexts are cut into overlapping windows (`tasks.squad`), the best span over all
+windows wins; other long inputs follow the `on_long` policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import BertlabError
+from . import batching
+from .inputs import encode, parse_record
+from .runtime import InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+Feature = dict[str, Any]
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _text_field(record: dict, where: str, names: Sequence[str]) -> str:
+    for name in names:
+        if name in record:
+            value = record[name]
+            if not isinstance(value, str):
+                raise BertlabError(f"{where}: field {name!r} must be a string, got {type(value).__name__}")
+            return value
+    raise BertlabError(f"{where}: missing field {names[0]!r}")
+
+
+class TaskRunner:
+    """How one head is used for prediction; subclasses fill in the four steps."""
+
+    head_class: str = ""  # the BertFor* class name
+    head_prefix: str = ""  # its weights' prefix, checked before loading
+    task: str = ""  # a short name for messages and the service
+
+    def parse(self, item: Any, where: str) -> Any:
+        raise NotImplementedError
+
+    def featurize(self, examples: list, predictor: "Predictor", where) -> list[Feature]:
+        """Features with `input_ids`, `token_type_ids` (rows, or (C, T) rows for multiple choice) and
+        `example_index`; anything else is bookkeeping for `decode`."""
+        raise NotImplementedError
+
+    def outputs(self, model, inputs: dict[str, torch.Tensor]) -> list[Any]:
+        """The head's output per row of the batch, as small CPU arrays."""
+        raise NotImplementedError
+
+    def decode(self, example: Any, features: list[Feature], outputs: list[Any], predictor: "Predictor") -> dict:
+        raise NotImplementedError
+
+    def length(self, feature: Feature) -> int:
+        return len(feature["input_ids"])
+
+    def inputs(self, features: list[Feature], device) -> dict[str, torch.Tensor]:
+        return batching.model_inputs([f["input_ids"] for f in features], [f["token_type_ids"] for f in features],
+                                     device)
+
+
+# ---------------------------------------------------------------------------------------------- classification
+class SequenceClassification(TaskRunner):
+    head_class, head_prefix, task = "BertForSequenceClassification", "classifier.", "classify"
+
+    def parse(self, item, where):
+        record = parse_record(item, where) if isinstance(item, str) else item
+        if isinstance(record, str):
+            return record, None
+        if not isinstance(record, dict):
+            raise BertlabError(f"{where}: expected a text or a JSON object")
+        text = _text_field(record, where, ("text", "sentence", "text_a"))
+        pair = _text_field(record, where, ("text_pair", "text_b")) if any(
+            k in record for k in ("text_pair", "text_b")) else None
+        return text, pair
+
+    def featurize(self, examples, predictor, where):
+        enc = encode(predictor.tokenizer, [t for t, _ in examples], predictor.max_length, predictor.options.on_long,
+                     pairs=[p for _, p in examples], where=where)
+        return [{"input_ids": enc.input_ids[i], "token_type_ids": enc.token_type_ids[i], "example_index": i}
+                for i in range(len(enc))]
+
+    def outputs(self, model, inputs):
+        return list(model(**inputs).logits.float().cpu().numpy())
+
+    def decode(self, example, features, outputs, predictor):
+        logits = outputs[0]
+        labels = predictor.labels
+        if logits.shape[-1] == 1:  # regression (STS-B)
+            return {"score": float(logits[0])}
+        probs = _softmax(logits)
+        best = int(probs.argmax())
+        return {"label": labels[best], "score": float(probs[best]),
+                "scores": {labels[k]: float(p) for k, p in enumerate(probs)}}
+
+
+# ---------------------------------------------------------------------------------------------- NER
+class TokenClassification(TaskRunner):
+    head_class, head_prefix, task = "BertForTokenClassification", "classifier.", "ner"
+
+    def parse(self, item, where):
+        record = parse_record(item, where) if isinstance(item, str) else item
+        if isinstance(record, str):
+            return record
+        if not isinstance(record, dict):
+            raise BertlabError(f"{where}: expected a text or a JSON object")
+        if "tokens" in record:
+            words = record["tokens"]
+            if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+                raise BertlabError(f"{where}: field 'tokens' must be a list of strings")
+            return list(words)
+        return _text_field(record, where, ("text",))
+
+    def featurize(self, examples, predictor, where):
+        features: list[Feature] = [None] * len(examples)  # type: ignore[list-item]
+        # Raw texts and pre-split words tokenize differently; encode each kind in one call.
+        for split in (False, True):
+            idx = [i for i, e in enumerate(examples) if isinstance(e, list) == split]
+            if not idx:
+                continue
+            enc = encode(predictor.tokenizer, [examples[i] for i in idx], predictor.max_length,
+                         predictor.options.on_long, offsets=not split, words=True, split_into_words=split,
+                         where=lambda k: where(idx[k]))
+            for k, i in enumerate(idx):
+                features[i] = {"input_ids": enc.input_ids[k], "token_type_ids": enc.token_type_ids[k],
+                               "example_index": i, "word_ids": enc.word_ids[k],
+                               "offsets": enc.offsets[k] if enc.offsets is not None else None}
+        return features
+
+    def outputs(self, model, inputs):
+        return list(model(**inputs).logits.float().cpu().numpy())  # rows of (T, K)
+
+    def decode(self, example, features, outputs, predictor):
+        from ..tasks.metrics import chunks
+
+        f, logits = features[0], outputs[0]
+        probs = _softmax(logits[:len(f["input_ids"])])
+        first: dict[int, int] = {}
+        spans: dict[int, list[int]] = {}
+        for t, w in enumerate(f["word_ids"]):
+            if w is None:
+                continue
+            first.setdefault(w, t)
+            if f["offsets"] is not None:
+                spans.setdefault(w, [f["offsets"][t][0], 0])[1] = f["offsets"][t][1]
+        if isinstance(example, list):
+            words, n = list(example), len(example)
+        else:
+            n = 1 + max(first, default=-1)
+            words = [example[spans[w][0]:spans[w][1]] if w in spans else "" for w in range(n)]
+        labels, scores = [], []
+        for w in range(n):
+            if w in first:
+                k = int(probs[first[w]].argmax())
+                labels.append(predictor.labels[k])
+                scores.append(float(probs[first[w], k]))
+            else:  # truncated away, or no visible characters
+                labels.append("O")
+                scores.append(0.0)
+        entities = []
+        for kind, a, b in sorted(chunks(labels), key=lambda c: c[1]):
+            entity = {"type": kind, "score": float(np.mean(scores[a:b + 1]))}
+            if isinstance(example, list):
+                entity.update(text=" ".join(words[a:b + 1]), start=a, end=b + 1)  # word indices
+            else:
+                s, e = spans[a][0], spans[b][1]
+                entity.update(text=example[s:e], start=s, end=e)  # character offsets
+            entities.append(entity)
+        return {"words": words, "labels": labels, "scores": scores, "entities": entities}
+
+
+# ---------------------------------------------------------------------------------------------- QA
+class QuestionAnswering(TaskRunner):
+    head_class, head_prefix, task = "BertForQuestionAnswering", "qa_outputs.", "qa"
+    doc_stride, max_query_length, n_best, max_answer_length = 128, 64, 20, 30
+
+    def parse(self, item, where):
+        record = parse_record(item, where, ("question", "context")) if isinstance(item, str) else item
+        if not isinstance(record, dict):
+            raise BertlabError(f"{where}: expected a JSON object with 'question' and 'context'")
+        return _text_field(record, where, ("question",)), _text_field(record, where, ("context",))
+
+    def featurize(self, examples, predictor, where):
+        from ..tasks.squad import SquadExample, featurize_squad
+
+        squad = [SquadExample(str(i), q, c, None, False, "", where(i)) for i, (q, c) in enumerate(examples)]
+        max_query = min(self.max_query_length, predictor.max_length - 4 - 1)
+        return featurize_squad(squad, predictor.tokenizer, predictor.max_length, self.doc_stride, max_query,
+                               train=False)
+
+    def outputs(self, model, inputs):
+        out = model(**inputs)
+        return list(zip(out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()))
+
+    def decode(self, example, features, outputs, predictor):
+        from ..tasks.squad import CLS_INDEX, best_span_exhaustive, window_spans
+
+        spans, null = [], math.inf
+        for f, (start, end) in zip(features, outputs):
+            found = window_spans(start, end, f, self.n_best, self.max_answer_length) or \
+                [s for s in [best_span_exhaustive(start, end, f, self.max_answer_length)] if s is not None]
+            spans.extend(found)
+            null = min(null, float(start[CLS_INDEX] + end[CLS_INDEX]))
+        context = example[1]
+        spans.sort(key=lambda s: s[0], reverse=True)
+        top = spans[:self.n_best]
+        candidates = [s[0] for s in top] + ([null] if predictor.allow_null else [])
+        probs = _softmax(np.asarray(candidates, dtype=np.float64)) if candidates else np.zeros(0)
+        if not top or (predictor.allow_null and null > top[0][0]):
+            return {"answer": "", "start": None, "end": None, "score": float(probs[-1]) if len(probs) else 0.0}
+        _, _, _, a, b = top[0]
+        return {"answer": context[a:b], "start": a, "end": b, "score": float(probs[0])}
+
+
+# ---------------------------------------------------------------------------------------------- multiple choice
+class MultipleChoice(TaskRunner):
+    head_class, head_prefix, task = "BertForMultipleChoice", "classifier.", "choice"
+
+    def parse(self, item, where):
+        record = parse_record(item, where, ("choices",)) if isinstance(item, str) else item
+        if not isinstance(record, dict) or "choices" not in record:
+            raise BertlabError(f"{where}: expected a JSON object with 'choices'")
+        choices = record["choices"]
+        if not isinstance(choices, list) or len(choices) < 2 or not all(isinstance(c, str) for c in choices):
+            raise BertlabError(f"{where}: field 'choices' must be a list of at least 2 strings")
+        context = _text_field(record, where, ("context", "question")) if any(
+            k in record for k in ("context", "question")) else ""
+        start = _text_field(record, where, ("start",)) if "start" in record else ""
+        return context, start, list(choices)
+
+    def featurize(self, examples, predictor, where):
+        firsts = [c for c, _, choices in examples for _ in choices]
+        seconds = [f"{s} {ch}".strip() for _, s, choices in examples for ch in choices]
+        owner = [i for i, (_, _, choices) in enumerate(examples) for _ in choices]
+        enc = encode(predictor.tokenizer, firsts, predictor.max_length, predictor.options.on_long, pairs=seconds,
+                     where=lambda k: where(owner[k]))
+        features, k = [], 0
+        for i, (_, _, choices) in enumerate(examples):
+            n = len(choices)
+            features.append({"input_ids": enc.input_ids[k:k + n], "token_type_ids": enc.token_type_ids[k:k + n],
+                             "example_index": i})
+            k += n
+        return features
+
+    def length(self, feature):
+        return len(feature["input_ids"]) * max(len(r) for r in feature["input_ids"])
+
+    def inputs(self, features, device):
+        # (B, C, T): every choice of every example padded to the batch's longest; choice counts may differ,
+        # so missing choices are padding rows whose scores are dropped in `outputs`.
+        C = max(len(f["input_ids"]) for f in features)
+        rows = [r for f in features for r in f["input_ids"] + [[0]] * (C - len(f["input_ids"]))]
+        types = [r for f in features for r in f["token_type_ids"] + [[0]] * (C - len(f["input_ids"]))]
+        flat = batching.model_inputs(rows, types, device)
+        return {k: v.view(len(features), C, -1) for k, v in flat.items()}
+
+    def outputs(self, model, inputs):
+        return list(model(**inputs).logits.float().cpu().numpy())
+
+    def decode(self, example, features, outputs, predictor):
+        choices = example[2]
+        probs = _softmax(outputs[0][:len(choices)])
+        best = int(probs.argmax())
+        return {"label": best, "choice": choices[best], "scores": [float(p) for p in probs]}
+
+
+# Model class (config.json "architectures") -> how to predict with it.
+TASK_RUNNERS: dict[str, TaskRunner] = {r.head_class: r for r in (
+    SequenceClassification(), TokenClassification(), QuestionAnswering(), MultipleChoice())}
+
+
+@dataclass
+class Predictor:
+    """A loaded task model with its tokenizer and runner: `predict(items)` -> one answer dict per item."""
+
+    model: Any
+    tokenizer: Any
+    runner: TaskRunner
+    max_length: int
+    options: InferenceOptions
+    chunk_size: int = 2048
+    allow_null: bool = False  # QA: may answer "" (SQuAD 2.0 models)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None,
+                        architecture: str | None = None) -> "Predictor":
+        from .. import heads
+
+        options = options or InferenceOptions()
+        model_dir = check_model_dir(Path(model_dir))
+        arch = architecture or next((a for a in architectures(model_dir) if a in TASK_RUNNERS), None)
+        if arch is None:
+            found = ", ".join(architectures(model_dir)) or "none"
+            raise BertlabError(f"{model_dir}: not a fine-tuned task model (config.json architectures: {found}); "
+                               f"predict needs one of {', '.join(TASK_RUNNERS)}")
+        if arch not in TASK_RUNNERS:
+            raise BertlabError(f"unknown architecture {arch!r}; expected one of {', '.join(TASK_RUNNERS)}")
+        runner = TASK_RUNNERS[arch]
+        model = load_model(getattr(heads, arch), model_dir, options, head_prefix=runner.head_prefix,
+                           purpose=f"predict ({arch})")
+        tokenizer = load_tokenizer(model_dir)
+        task = model.config.extra.get("finetuning_task")
+        return cls(model, tokenizer, runner, length_limit(None, model.config, tokenizer, options.max_length),
+                   options, allow_null=task == "squad2" or bool(model.config.extra.get("version_2_with_negative")))
+
+    @property
+    def labels(self) -> list[str]:
+        config = self.model.config
+        n = getattr(self.model, "num_labels", config.num_labels)
+        id2label = config.id2label or {}
+        return [id2label.get(k, f"LABEL_{k}") for k in range(n)]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def parse(self, items: Sequence[Any], where=None) -> list[Any]:
+        where = where or (lambda i: f"input {i + 1}")
+        return [self.runner.parse(item, where(i)) for i, item in enumerate(items)]
+
+    def predict(self, items: Sequence[Any], where=None) -> list[dict]:
+        """Answers for raw items (lines of text / JSON, or already parsed dicts), in order."""
+        return list(self.iter_predict(items, where))
+
+    def iter_predict(self, items: Sequence[Any], where=None) -> Iterator[dict]:
+        where = where or (lambda i: f"input {i + 1}")
+        for start in range(0, len(items), self.chunk_size):
+            at = (lambda i, s=start: where(s + i))
+            chunk = [self.runner.parse(item, at(i)) for i, item in enumerate(items[start:start + self.chunk_size])]
+            yield from self.predict_parsed(chunk, at)
+
+    def predict_parsed(self, examples: list, where=None) -> list[dict]:
+        where = where or (lambda i: f"input {i + 1}")
+        features = self.runner.featurize(examples, self, where)
+        outputs: list[Any] = [None] * len(features)
+        lengths = [self.runner.length(f) for f in features]
+        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch):
+            with torch.inference_mode():
+                rows = self.runner.outputs(self.model, self.runner.inputs([features[i] for i in batch], self.device))
+            for i, out in zip(batch, rows):
+                outputs[i] = out
+        by_example: list[list[int]] = [[] for _ in examples]
+        for i, f in enumerate(features):
+            by_example[f["example_index"]].append(i)
+        return [self.runner.decode(ex, [features[i] for i in idx], [outputs[i] for i in idx], self)
+                for ex, idx in zip(examples, by_example)]

@@ -1,0 +1,180 @@
+"""Loading a model for inference: device, precision, threads, the head a command needs, the length limit.
+
+Every inference command (features, embed, similarity, fill-mask, predict, serve) shares these options and
+rules, so they are stated once here:
+
+  * the model runs in eval mode under `torch.inference_mode()` (no autograd bookkeeping at all);
+  * `--dtype bf16` casts the whole model to bfloat16 (on CPUs with AVX-512 BF16/AMX and on GPUs the
+    matmuls run at twice the fp32 rate); pooling and outputs are computed in fp32;
+  * a command that needs a head (fill-mask: the MLM head; predict: the task head) checks that the
+    checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
+    line instead of predictions from a randomly initialised layer;
+  * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import BertlabError
+
+log = logging.getLogger(__name__)
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ON_LONG = ("truncate", "reject")
+
+
+@dataclass
+class InferenceOptions:
+    """How to run: where, in which precision, how long a text may be, how big a batch."""
+
+    device: str = "cpu"
+    dtype: str = "fp32"
+    max_length: int | None = None  # tokens incl. [CLS]/[SEP]; None: the model's limit
+    on_long: str = "truncate"  # or "reject"
+    max_tokens: int = 8192  # padded tokens per forward pass (length bucketing budget)
+    max_batch: int = 256  # rows per forward pass
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.on_long not in ON_LONG:
+            raise BertlabError(f"--on-long must be one of {', '.join(ON_LONG)}, got {self.on_long!r}")
+        if self.max_length is not None and self.max_length < 3:
+            raise BertlabError(f"--max-length must be at least 3 (room for [CLS] x [SEP]), got {self.max_length}")
+        if self.max_tokens < 1 or self.max_batch < 1:
+            raise BertlabError("--max-tokens and --max-batch must be positive")
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise BertlabError(f"device {self.device!r} requested but no CUDA device is available")
+        if self.threads is not None:
+            if self.threads < 1:
+                raise BertlabError(f"--threads must be positive, got {self.threads}")
+            torch.set_num_threads(self.threads)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
+        return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_length", "on_long", "max_tokens",
+                                                    "max_batch", "threads") if getattr(args, k, None) is not None})
+
+
+def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """The options every inference command takes."""
+    p.add_argument("--model", type=Path, required=model_required, metavar="DIR",
+                   help="a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
+    p.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="precision of the model (default fp32)")
+    p.add_argument("--max-length", type=int, metavar="N",
+                   help="tokens per text including [CLS]/[SEP] (default: the model's limit)")
+    p.add_argument("--on-long", default="truncate", choices=ON_LONG,
+                   help="a text over --max-length: cut it and warn (default), or stop with an error")
+    p.add_argument("--max-tokens", type=int, default=8192, metavar="N",
+                   help="padded tokens per forward pass; inputs are sorted by length and bucketed under it")
+    p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def checkpoint_keys(model_dir: Path) -> set[str] | None:
+    """The weight names in a checkpoint folder, read from the safetensors header only (no tensor data);
+    None when the folder's format needs a full load to tell (a pytorch_model.bin)."""
+    from safetensors import safe_open
+
+    from ..checkpoint import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+
+    if (model_dir / WEIGHTS_NAME).is_file():
+        try:
+            with safe_open(str(model_dir / WEIGHTS_NAME), "pt") as f:
+                return set(f.keys())
+        except Exception:  # corrupt: the real load reports it properly
+            return None
+    if (model_dir / WEIGHTS_INDEX_NAME).is_file():
+        try:
+            return set(json.loads((model_dir / WEIGHTS_INDEX_NAME).read_text())["weight_map"])
+        except (OSError, ValueError, KeyError):
+            return None
+    return None
+
+
+def has_weights(keys: set[str], prefix: str) -> bool:
+    """Whether a checkpoint has weights under `prefix` (with or without the `bert.` model prefix)."""
+    return any(k.startswith(prefix) or k.startswith("bert." + prefix) for k in keys)
+
+
+def architectures(model_dir: Path) -> list[str]:
+    """`config.json["architectures"]`: the class the model was saved from (Hugging Face's convention)."""
+    from ..config import BertConfig
+
+    arch = BertConfig.from_json_file(model_dir).extra.get("architectures") or []
+    return [a for a in arch if isinstance(a, str)] if isinstance(arch, list) else []
+
+
+def check_model_dir(model_dir: Path) -> Path:
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise BertlabError(f"{model_dir}: no such model folder")
+    if not (model_dir / "config.json").is_file() and not (model_dir / "bert_config.json").is_file():
+        raise BertlabError(f"{model_dir}: not a model folder (no config.json)")
+    return model_dir
+
+
+def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefix: str | None = None,
+               purpose: str = "this command") -> Any:
+    """`cls.from_pretrained(model_dir)` on the chosen device and dtype, in eval mode. With `head_prefix`
+    (e.g. `cls.predictions.`), refuse a checkpoint without those weights instead of initialising them."""
+    model_dir = check_model_dir(model_dir)
+    if head_prefix is not None:
+        keys = checkpoint_keys(model_dir)
+        if keys is not None and not has_weights(keys, head_prefix):
+            arch = ", ".join(architectures(model_dir)) or "unknown"
+            raise BertlabError(f"{model_dir}: the checkpoint has no {head_prefix}* weights (architectures: {arch}); "
+                               f"{purpose} needs a model trained with that head")
+    model, report = cls.from_pretrained(model_dir, return_report=True)
+    if head_prefix is not None and any(k.startswith(head_prefix) for k in report.initialized):
+        raise BertlabError(f"{model_dir}: the checkpoint has no {head_prefix}* weights; {purpose} needs them")
+    return prepare(model, options)
+
+
+def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Module:
+    """Eval mode, device, dtype; parameters frozen (inference never needs their gradients)."""
+    model = model.to(device=options.device, dtype=options.torch_dtype).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def load_tokenizer(model_dir: Path):
+    from ..tokenizer import BertTokenizer
+
+    return BertTokenizer.from_pretrained(check_model_dir(model_dir))
+
+
+def length_limit(model_dir: Path | None, config, tokenizer, requested: int | None) -> int:
+    """Tokens per text: the requested limit, else a sentence-transformers `max_seq_length` saved beside the
+    model (so `embed` truncates where that library does), else the tokenizer's; never beyond the
+    model's position table."""
+    limit = requested
+    if limit is None and model_dir is not None and (Path(model_dir) / "sentence_bert_config.json").is_file():
+        try:
+            limit = int(json.loads((Path(model_dir) / "sentence_bert_config.json").read_text())["max_seq_length"])
+        except (OSError, ValueError, KeyError, TypeError):
+            limit = None
+    if limit is None:
+        limit = tokenizer.model_max_length
+    if limit > config.max_position_embeddings:
+        if requested is not None:
+            raise BertlabError(f"--max-length {requested} is over the model's limit "
+                               f"(max_position_embeddings = {config.max_position_embeddings})")
+        limit = config.max_position_embeddings
+    return limit

@@ -1,0 +1,369 @@
+"""Fine-tuning (BERT paper, section 4 and appendix A.3): one pre-trained model + one added layer, per task.
+
+The recipe configures the shared training loop (`loop.Trainer`) -- it has no loop of its own:
+
+    for each hyper-parameter setting (one, or the paper's grid: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4)
+      for each seed (`--seeds N`: small-data fine-tuning is unstable, so report mean ± sd)
+        head on the pre-trained encoder (seeded) -> AdamW (decay 0.01, not on biases/LayerNorm; optional
+        layer-wise LR decay) -> linear warmup over `warmup_proportion` of the steps, linear decay to 0
+        -> Trainer.fit (gradient accumulation, bf16, clipping at 1.0) -> score every dev split, streaming
+        predictions to disk
+    keep the setting with the best mean dev score (the first dev split's `main_metric`), and of its seeds
+    the best run: its model goes to OUT_DIR/model (Hugging Face layout, with vocab.txt), its dev predictions
+    to OUT_DIR, and it writes the test-set prediction files; everything lands in OUT_DIR/metrics.json.
+
+OUT_DIR/
+    metrics.json                 task, config, the selected setting, mean ± sd per dev metric, every run
+    model/                       config.json + model.safetensors + vocab.txt + tokenizer_config.json
+    {split}_predictions.*        dev predictions of the saved model (format chosen by the task)
+    {Task}.tsv, ...              test predictions (GLUE submission format, SQuAD JSON, ...)
+    runs/{name}/                 per run: the loop's metrics.jsonl, dev predictions, run.json
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+import json
+import logging
+import math
+import random
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import ConfigError
+from ..tasks import TASKS, DataError, TaskSpec, evaluate
+from ..tasks.base import Feature
+from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_per_epoch
+from .optim import adamw, linear_warmup_decay
+
+log = logging.getLogger(__name__)
+
+# The paper's fine-tuning grid (appendix A.3); the best setting on dev is kept.
+PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}
+GRIDS = {"paper": PAPER_GRID}
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything a fine-tuning run needs; `bertlab finetune` fills it from flags (or a JSON file)."""
+
+    task: str
+    model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
+    data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON)
+    out: str
+    epochs: float = 3.0
+    lr: float = 2e-5
+    batch_size: int = 32  # examples per optimizer step (micro-batch x grad_accum)
+    grad_accum: int = 1  # micro-batches per step: memory holds batch_size / grad_accum examples
+    max_seq_length: int | None = None  # None: the task's default (128; NER 256; SQuAD 384)
+    warmup_proportion: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    layer_lr_decay: float | None = None  # e.g. 0.9: layer l gets lr * 0.9^(L-l); None: one lr
+    seed: int = 42  # first seed; run k uses seed + k
+    seeds: int = 1
+    grid: str | None = None  # "paper"
+    bf16: bool = False
+    eval_batch_size: int = 64
+    eval_every: int | None = None  # also score dev every N steps (logged in metrics.jsonl)
+    train_limit: int | None = None  # use a seeded random subset of N training examples (quick runs, benchmarks)
+    eval_limit: int | None = None
+    device: str | None = None  # "cpu", "cuda"; None: CUDA when available
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            TASKS[self.task]  # raises the one-line "unknown task ... expected one of" error
+        for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.batch_size % self.grad_accum:
+            raise ConfigError(f"batch-size ({self.batch_size}) must be a multiple of grad-accum ({self.grad_accum})")
+        if not self.epochs > 0 or not self.lr > 0:
+            raise ConfigError(f"epochs and lr must be positive, got {self.epochs} and {self.lr}")
+        if not 0 <= self.warmup_proportion < 1:
+            raise ConfigError(f"warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
+        if self.layer_lr_decay is not None and not 0 < self.layer_lr_decay <= 1:
+            raise ConfigError(f"layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
+        if self.grid is not None and self.grid not in GRIDS:
+            raise ConfigError(f"unknown grid {self.grid!r}; expected one of {', '.join(GRIDS)}")
+        if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
+            raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
+
+    @classmethod
+    def from_json_file(cls, path: str | Path, **overrides: Any) -> "FinetuneConfig":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read run config ({e})") from None
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown field {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**data)
+
+    def settings(self) -> list[dict[str, Any]]:
+        """The hyper-parameter settings to try: the grid's product, or just this config's own."""
+        if self.grid is None:
+            return [{"batch_size": self.batch_size, "lr": self.lr, "epochs": self.epochs}]
+        grid = GRIDS[self.grid]
+        return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+@dataclass
+class TaskData:
+    """Examples and features of the training split and every dev split, featurized once for all runs."""
+
+    train_examples: list
+    train_features: list[Feature]
+    eval_examples: dict[str, list]
+    eval_features: dict[str, list[Feature]]
+
+
+@dataclass
+class RunResult:
+    setting: dict[str, Any]
+    seed: int
+    scores: dict[str, dict[str, float]]  # dev split -> metric -> value
+    steps: int
+    train_seconds: float
+    eval_seconds: float
+    train_loss: float | None
+    run_dir: str
+    state: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # weights, kept only while needed
+    config: Any = field(default=None, repr=False)  # the model's BertConfig, to rebuild it from `state`
+
+    def main_score(self, spec: TaskSpec) -> float:
+        value = self.scores[spec.eval_splits[0]].get(spec.main_metric, float("nan"))
+        return value if math.isfinite(value) else -math.inf
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.setting, "seed": self.seed, "steps": self.steps, "train_seconds": round(self.train_seconds, 2),
+                "eval_seconds": round(self.eval_seconds, 2), "train_loss": self.train_loss, "dev": self.scores,
+                "run_dir": self.run_dir}
+
+
+# ---------------------------------------------------------------------------------------------- building blocks
+class _FinetuneTrainer(Trainer):
+    """The shared loop without its resume checkpoints. A fine-tuning run lasts minutes and exports its model
+    itself (OUT_DIR/model); the loop's final training state -- weights plus two Adam moments, 3x the model
+    -- would cost a write of ~1.3 GB per BERT-base run, 90 times over for the paper's grid with 5 seeds.
+    Everything else (metrics.jsonl, accumulation, precision, clipping, signals) is the loop's."""
+
+    def save_checkpoint(self):
+        return None
+
+
+class PretrainedStart:
+    """The task model as loaded from the pre-trained folder, read once; `fresh(seed)` is a copy whose new
+    layers (the head, and a pooler the checkpoint lacked) are initialised from `seed`. Every run of a grid
+    then starts from the same encoder without re-reading and re-initialising the whole model from disk."""
+
+    def __init__(self, spec: TaskSpec, model_dir: str | Path):
+        self.model, report = spec.build_model(model_dir, return_report=True)
+        self.model.config.extra["finetuning_task"] = spec.name
+        self.new_modules = sorted({name.rsplit(".", 1)[0] for name in report.initialized})
+
+    def fresh(self, seed: int):
+        seed_everything(seed)  # the new head's initialisation is part of what a seed decides
+        model = copy.deepcopy(self.model)
+        for name in self.new_modules:
+            model.init_weights(model.get_submodule(name))
+        return model
+
+
+def subset(items: Sequence, limit: int | None, seed: int = 0) -> list:
+    """A seeded random `limit` of `items`, in their original order (all of them when `limit` is None)."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    keep = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in keep]
+
+
+def load_task_data(spec: TaskSpec, data: str | Path, tokenizer, max_length: int, train_limit: int | None = None,
+                   eval_limit: int | None = None) -> TaskData:
+    train = subset(spec.read(data, "train"), train_limit)
+    evals = {s: subset(spec.read(data, s), eval_limit) for s in spec.eval_splits}
+    return TaskData(train, spec.featurize(train, tokenizer, max_length, train=True), evals,
+                    {s: spec.featurize(ex, tokenizer, max_length, train=False) for s, ex in evals.items()})
+
+
+def resolve_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: "PretrainedStart",
+               setting: dict[str, Any], seed: int, run_dir: Path, tokenizer, max_length: int,
+               device: torch.device) -> tuple[Any, RunResult]:
+    """One fine-tuning run on the shared loop, then every dev split scored; returns (model, result)."""
+    batch_size, lr, epochs = setting["batch_size"], setting["lr"], setting["epochs"]
+    if batch_size % cfg.grad_accum:
+        raise ConfigError(f"batch size {batch_size} is not a multiple of grad-accum {cfg.grad_accum}")
+    micro = batch_size // cfg.grad_accum
+    model = pretrained.fresh(seed).to(device)
+    total = max(1, math.ceil(epochs * steps_per_epoch(len(data.train_features), micro, cfg.grad_accum)))
+    optimizer = adamw(model, lr=lr, weight_decay=cfg.weight_decay, layerwise_decay=cfg.layer_lr_decay)
+    scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
+    target_keys = spec.target_keys
+
+    def loss_fn(m, batch):
+        return m(**spec.model_inputs(batch, with_targets=True)).loss, {}
+
+    def batches(step: int):  # seekable: the loop asks for the data from optimizer step `step` on
+        return shuffled_batches(data.train_features, micro, collate_fn=spec.collate, seed=seed,
+                                start=step * cfg.grad_accum)
+
+    dev = spec.eval_splits[0]
+    periodic = None
+    if cfg.eval_every:
+        periodic = lambda m: evaluate(spec, m, tokenizer, data.eval_examples[dev], dev,  # noqa: E731
+                                      max_length=max_length, batch_size=cfg.eval_batch_size, device=device,
+                                      features=data.eval_features[dev])
+    loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=cfg.grad_accum,
+                      precision="bf16" if cfg.bf16 else "fp32", max_grad_norm=cfg.max_grad_norm,
+                      log_every=max(1, total // 50), eval_every=cfg.eval_every, seed=seed, progress=cfg.progress,
+                      tensorboard=False)
+    missing = [k for k in target_keys if k not in data.train_features[0]]
+    if missing:  # e.g. a test file given as the training split
+        raise DataError(f"{spec.name}: the training examples have no labels ({', '.join(missing)}); "
+                        f"is {cfg.data} a labelled training set?")
+    trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=periodic)
+    t0 = time.perf_counter()
+    result = trainer.fit()
+    train_seconds = time.perf_counter() - t0
+    if result.interrupted:  # the loop stopped cleanly on Ctrl-C/SIGTERM: stop the whole grid, not just this run
+        raise KeyboardInterrupt
+    t0 = time.perf_counter()
+    scores = {split: evaluate(spec, model, tokenizer, data.eval_examples[split], split, max_length=max_length,
+                              batch_size=cfg.eval_batch_size, out_dir=run_dir, device=device,
+                              autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+                              features=data.eval_features[split])
+              for split in spec.eval_splits}
+    eval_seconds = time.perf_counter() - t0
+    run = RunResult(setting, seed, scores, result.step, train_seconds, eval_seconds, result.metrics.get("loss"),
+                    str(run_dir))
+    (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
+    return model, run
+
+
+def mean_sd(values: Sequence[float]) -> dict[str, float]:
+    """Mean and sample standard deviation (0 for a single run)."""
+    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "runs": list(values)}
+
+
+def summarize(spec: TaskSpec, runs: Sequence[RunResult]) -> dict[str, dict[str, dict[str, float]]]:
+    """dev split -> metric -> mean ± sd over `runs` (the seeds of one setting)."""
+    return {split: {k: mean_sd([r.scores[split][k] for r in runs]) for k in runs[0].scores[split]}
+            for split in spec.eval_splits}
+
+
+def save_model(model, out: Path, tokenizer) -> Path:
+    """OUT_DIR/model in the Hugging Face layout, with the tokenizer's vocab.txt and tokenizer_config.json."""
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+    """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
+    from ..tokenizer import BertTokenizer
+
+    spec = TASKS[cfg.task]
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(cfg.device)
+    tokenizer = BertTokenizer.from_pretrained(cfg.model)
+    max_length = cfg.max_seq_length or spec.default_max_length
+    t_start = time.perf_counter()
+    data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
+    log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
+             len(data.train_features), {s: len(e) for s, e in data.eval_examples.items()})
+
+    pretrained = PretrainedStart(spec, cfg.model)
+    all_runs: list[RunResult] = []
+    best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
+    for setting in cfg.settings():
+        runs: list[RunResult] = []
+        for k in range(cfg.seeds):
+            seed = cfg.seed + k
+            name = f"bs{setting['batch_size']}-lr{setting['lr']:g}-ep{setting['epochs']:g}-seed{seed}"
+            model, run = train_once(spec, cfg, data, pretrained, setting, seed, out / "runs" / name, tokenizer,
+                                    max_length, device)
+            log.info("%s: %s", name, json.dumps(run.scores))
+            # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy).
+            if not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs):
+                for r in runs:
+                    r.state = None
+                run.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                run.config = model.config
+            runs.append(run)
+            del model
+        all_runs.extend(runs)
+        mean = statistics.fmean(r.main_score(spec) for r in runs)
+        if best is None or mean > best[0]:
+            chosen = max(runs, key=lambda r: r.main_score(spec))
+            best = (mean, setting, runs, chosen)
+            _export(spec, cfg, chosen, out, tokenizer, device)
+        for r in runs:
+            r.state = None
+
+    _, setting, runs, chosen = best
+    test_files = _predict_test(spec, cfg, out, tokenizer, max_length, device)
+    metrics = {
+        "task": spec.name,
+        "main_metric": spec.main_metric,
+        "selected": {**setting, "seed": chosen.seed},
+        "dev": summarize(spec, runs),  # the selected setting, mean ± sd over its seeds
+        "best_run": chosen.scores,  # the saved model's dev scores
+        "test_predictions": test_files,
+        "seconds": round(time.perf_counter() - t_start, 1),
+        "config": dataclasses.asdict(cfg),
+        "runs": [r.to_json() for r in all_runs],
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics
+
+
+def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
+    """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
+    model = spec.head(run.config)
+    model.load_state_dict(run.state)
+    save_model(model, out / "model", tokenizer)
+    for f in Path(run.run_dir).iterdir():
+        if f.is_file() and f.name not in ("run.json", "metrics.jsonl"):
+            shutil.copyfile(f, out / f.name)
+
+
+def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max_length: int,
+                  device: torch.device) -> list[str]:
+    """Prediction files for the test splits present in DATA_PATH, from the saved model."""
+    written = []
+    model = None
+    for split in spec.test_splits:
+        if not spec.has_split(cfg.data, split):  # a test file is optional: most users fine-tune without one
+            log.info("%s: no %s split in %s, no test predictions", spec.name, split, cfg.data)
+            continue
+        examples = spec.read(cfg.data, split)
+        if model is None:
+            model = spec.head.from_pretrained(out / "model").to(device)
+        writer_path = spec.prediction_writer(out, split).path
+        evaluate(spec, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
+                 batch_size=cfg.eval_batch_size, out_dir=out, device=device,
+                 autocast_dtype=torch.bfloat16 if cfg.bf16 else None)
+        written.append(writer_path.name)
+    return written

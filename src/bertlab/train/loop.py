@@ -1,0 +1,747 @@
+"""The one training loop. Pre-training, fine-tuning and distillation all run through `Trainer`.
+
+The trainer knows nothing about BERT. A recipe gives it
+
+  model                         any `nn.Module`, already on its device: the module the optimizer updates
+  optimizer, scheduler          any torch optimizer / LR scheduler (`bertlab.train.optim` builds BERT's)
+  loss_fn(model, batch)         -> (loss, metrics): the scalar loss of one micro-batch (a mean), and a dict
+                                   of numbers / 0-d tensors to log, averaged over micro-batches and ranks
+  batches(step)                 -> an iterable of this rank's micro-batches starting at optimizer step
+                                   `step` (it yields `grad_accum` micro-batches per step). Resume calls it
+                                   with the step to continue from, so it must seek there, not replay.
+                                   Endless (epoch after epoch) or ending at the same step on every rank;
+                                   when it ends, training ends (`stopped == "data_exhausted"`)
+  evaluate(model)               -> metrics, optional; run on rank 0, in eval mode, without gradients
+  LoopConfig                    steps, accumulation, precision, clipping, logging and checkpoint cadence
+
+and the trainer does the rest: gradient accumulation, bf16 autocast (CPU/CUDA) or fp16 with loss scaling
+(CUDA), clipping, DistributedDataParallel under `torchrun` (only rank 0 logs and writes), a tqdm bar,
+`metrics.jsonl` (+ TensorBoard when installed), atomic checkpoints every `save_every` steps and on
+SIGINT/SIGTERM, keep-last-K, exact resume, and a stop with a clear message when the loss turns NaN/inf.
+
+Example -- fine-tuning a classifier (distillation is the same with a teacher captured by `loss_fn`):
+
+    from bertlab.train import (LoopConfig, Trainer, adamw, init_distributed, linear_warmup_decay,
+                               shuffled_batches)
+
+    dist = init_distributed()                                   # rank/world size from torchrun, or 1 process
+    model = BertForSequenceClassification.from_pretrained(path).to(dist.device)
+    optimizer = adamw(model, lr=2e-5)                           # no decay on biases/LayerNorm, eps 1e-6
+    scheduler = linear_warmup_decay(optimizer, warmup_steps=100, total_steps=1000)
+
+    def loss_fn(model, batch):
+        out = model(**batch)
+        return out.loss, {"acc": (out.logits.argmax(-1) == batch["labels"]).float().mean()}
+
+    def batches(step):                                          # epoch after epoch, seekable to `step`
+        return shuffled_batches(train_set, batch_size=32, collate_fn=collate, seed=0,
+                                start=step * 1, rank=dist.rank, world_size=dist.world_size)
+
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, batches,
+                      LoopConfig(out_dir="runs/x", max_steps=1000, precision="bf16", eval_every=200),
+                      evaluate=lambda m: {"accuracy": accuracy(m, dev_set)})
+    result = trainer.fit(resume=False)                          # resume=True continues from the last checkpoint
+
+Checkpoints live in `out_dir/checkpoints/step-NNNNNNNN/` (`state.pt` + a readable `meta.json`): model,
+optimizer, scheduler, grad scaler, every random generator of every rank (python, numpy, torch, cuda) and
+the data position (the step: `batches(step)` seeks there). Resuming from one gives, on CPU, final weights
+bitwise equal to those of a run that was never interrupted. Exporting the final model in a published
+format is the recipe's job; the trainer only keeps the training state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+from ..checkpoint import atomic_directory
+from ..errors import BertlabError, CheckpointError, ConfigError
+
+log = logging.getLogger(__name__)
+
+Batch = Any  # whatever `batches` yields and `loss_fn` reads: usually a dict of tensors
+LossFn = Callable[[nn.Module, Batch], "tuple[torch.Tensor, Mapping[str, Any]]"]
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+CHECKPOINT_DIR = "checkpoints"
+STATE_FILE = "state.pt"
+META_FILE = "meta.json"
+METRICS_FILE = "metrics.jsonl"
+STATE_FORMAT = "bertlab-train-state/1"
+
+
+class NonFiniteLossError(BertlabError):
+    """The loss became NaN or infinite: the run stops instead of writing garbage weights."""
+
+
+# ---------------------------------------------------------------------------------------------- configuration
+@dataclass
+class LoopConfig:
+    """How to run the loop; what is being trained is the recipe's business."""
+
+    max_steps: int  # optimizer steps (each `grad_accum` micro-batches on every rank)
+    out_dir: str | os.PathLike | None = None  # checkpoints + metrics.jsonl; None: keep nothing on disk
+    grad_accum: int = 1  # micro-batches per optimizer step: global batch = micro x grad_accum x world size
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or CUDA) | fp16 (autocast + GradScaler, CUDA only)
+    max_grad_norm: float | None = 1.0  # clip the global gradient norm (BERT: 1.0); None: no clipping
+    log_every: int = 1  # metrics.jsonl / TensorBoard line every N steps
+    eval_every: int | None = None  # call `evaluate` every N steps (and after the last one)
+    save_every: int | None = None  # checkpoint every N steps (and after the last one, and on SIGINT/SIGTERM)
+    keep_last: int = 3  # checkpoints kept on disk; older ones are deleted once a newer one is complete
+    time_budget: float | None = None  # seconds of training (summed over resumes) after which the run stops
+    seed: int | None = None  # seeds python/numpy/torch (+ rank) at the start of a fresh run; None: leave as is
+    progress: bool = True  # tqdm bar on rank 0
+    tensorboard: bool = True  # event files in out_dir/tensorboard when `tensorboard` is installed
+    find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient (e.g. a frozen head)
+    handle_signals: bool = True  # SIGINT/SIGTERM -> checkpoint at the end of the current step, then stop
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        for name in ("max_steps", "grad_accum", "log_every", "keep_last"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < (0 if name == "max_steps" else 1):
+                raise ConfigError(f"loop config: {name} must be a positive integer, got {value!r}")
+        for name in ("eval_every", "save_every"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(f"loop config: {name} must be a positive integer or None, got {value!r}")
+
+
+@dataclass
+class TrainResult:
+    step: int  # optimizer steps done (over all sessions of this run)
+    stopped: str  # "max_steps" | "time_budget" | "signal" | "data_exhausted"
+    checkpoint: Path | None  # the last checkpoint written, if any
+    metrics: dict[str, float] = field(default_factory=dict)  # the last step's training metrics
+    eval_metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
+    tokens: int = 0  # tokens seen, all ranks, all sessions
+    elapsed: float = 0.0  # seconds of training, all sessions
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped == "signal"
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str | None = None) -> DistInfo:
+    """Join the process group `torchrun` describes in the environment (gloo on CPU, NCCL on GPU).
+
+    Without torchrun (no WORLD_SIZE) this is one process and no group. `device`: "cpu", "cuda" or None for
+    CUDA when available. Each rank uses the GPU of its LOCAL_RANK.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if use_cuda and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' requested but no CUDA device is available")
+    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(dev)
+    if world_size > 1 and not torch_dist.is_initialized():
+        torch_dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def _current_dist(device: torch.device) -> DistInfo:
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        return DistInfo(torch_dist.get_rank(), torch_dist.get_world_size(),
+                        int(os.environ.get("LOCAL_RANK", "0")), device)
+    return DistInfo(device=device)
+
+
+# ---------------------------------------------------------------------------------------------- random state
+def seed_everything(seed: int) -> None:
+    """Seed python's `random`, numpy's global generator and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Every global random generator, as plain values `torch.load(weights_only=True)` can read back."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block without it moving the global CPU random generators.
+
+    Used around data loading: a DataLoader draws worker seeds from the global torch generator when it
+    starts, which a resumed run does at a different step than an uninterrupted one. Isolated, the data
+    side cannot shift the dropout masks of training, so resume stays bitwise exact. (Data randomness
+    itself must come from seeds the data code derives -- see `bertlab.data`.)
+    """
+    py, npy, th = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_rng_state(th)
+
+
+# ---------------------------------------------------------------------------------------------- data helpers
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    """Move every tensor in a (nested) dict / list / tuple to `device`."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, Mapping):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+def count_tokens(batch: Batch) -> int:
+    """Real (non-padding) tokens of a batch, for tokens/s: the attention mask's sum, else input_ids' size."""
+    if isinstance(batch, Mapping):
+        if isinstance(batch.get("attention_mask"), torch.Tensor):
+            return int(batch["attention_mask"].sum())
+        if isinstance(batch.get("input_ids"), torch.Tensor):
+            return batch["input_ids"].numel()
+    return 0
+
+
+class _SeekableBatchSampler:
+    """Index lists for one rank, epoch after epoch, starting at global micro-batch `start` (see below)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, start: int, rank: int, world_size: int,
+                 shuffle: bool, drop_last: bool):
+        self.n, self.batch_size, self.seed, self.start = n, batch_size, seed, start
+        self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
+        block = batch_size * world_size
+        self.per_epoch = n // block if drop_last else math.ceil(n / block)
+        if self.per_epoch == 0:
+            raise BertlabError(f"{n} examples are fewer than one global batch ({batch_size} x {world_size} ranks)")
+
+    def __iter__(self) -> Iterator[list[int]]:
+        block = self.batch_size * self.world_size
+        epoch, offset = divmod(self.start, self.per_epoch)
+        while True:
+            if self.shuffle:  # the order of epoch e depends on (seed, e) only: any step can be reached at once
+                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+                order = torch.randperm(self.n, generator=g).tolist()
+            else:
+                order = list(range(self.n))
+            for b in range(offset, self.per_epoch):
+                chunk = order[b * block:(b + 1) * block]
+                if len(chunk) < block and self.world_size > 1:  # every rank needs a batch: wrap around
+                    chunk = (chunk + order)[:block]
+                yield chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size] if self.world_size > 1 \
+                    else chunk
+            epoch, offset = epoch + 1, 0
+
+
+def shuffled_batches(dataset, batch_size: int, collate_fn: Callable | None = None, *, seed: int = 0, start: int = 0,
+                     rank: int = 0, world_size: int = 1, shuffle: bool = True, drop_last: bool = False,
+                     num_workers: int = 0, pin_memory: bool = False) -> Iterable[Batch]:
+    """Micro-batches of a map-style dataset for this rank, epoch after epoch without end, from micro-batch `start`.
+
+    Epoch `e` is a permutation seeded by (seed, e); global micro-batch `i` is epoch i // per_epoch, position
+    i % per_epoch of it, split across ranks. So `start` is reached in O(1) -- the seek `Trainer` resume
+    needs: `batches = lambda step: shuffled_batches(..., start=step * grad_accum)`.
+    """
+    sampler = _SeekableBatchSampler(len(dataset), batch_size, seed, start, rank, world_size, shuffle, drop_last)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
+                                       num_workers=num_workers, pin_memory=pin_memory)
+
+
+def steps_per_epoch(num_examples: int, batch_size: int, grad_accum: int = 1, world_size: int = 1,
+                    drop_last: bool = False) -> int:
+    """Optimizer steps in one epoch of `shuffled_batches` (for `max_steps = epochs * steps_per_epoch(...)`)."""
+    block = batch_size * world_size
+    micro = num_examples // block if drop_last else math.ceil(num_examples / block)
+    return max(1, micro // grad_accum)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+def checkpoint_dirs(out_dir: str | os.PathLike) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (atomic writes mean a present folder is a complete one)."""
+    root = Path(out_dir) / CHECKPOINT_DIR
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    dirs = checkpoint_dirs(out_dir)
+    return dirs[-1] if dirs else None
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a training-state checkpoint (a `step-N` folder or its `state.pt`), or raise a one-line error."""
+    p = Path(path)
+    file = p / STATE_FILE if p.is_dir() else p
+    if not file.is_file():
+        raise CheckpointError(f"{file}: no such checkpoint file")
+    try:
+        # weights_only: a checkpoint is data, never code. Everything we write is tensors and plain values.
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, bad pickle, refused object
+        raise CheckpointError(f"{file}: corrupt or truncated checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}); delete it to resume from the one "
+                              "before") from None
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise CheckpointError(f"{file}: not a bertlab training checkpoint (format {state.get('format')!r} "
+                              f"expected {STATE_FORMAT!r})" if isinstance(state, dict)
+                              else f"{file}: not a bertlab training checkpoint")
+    return state
+
+
+def check_writable(out_dir: str | os.PathLike) -> Path:
+    """Create `out_dir` and prove we can write into it -- before any training step, not after an hour."""
+    path = Path(out_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise BertlabError(f"{path}: output directory is not writable ({e.strerror or e})") from None
+    return path
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.item() if value.numel() == 1 else value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN; keep it readable
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- the trainer
+class Trainer:
+    """See the module docstring. `fit()` runs the loop; `save_checkpoint` / `load_checkpoint` are public
+    for recipes that need them (e.g. to checkpoint before a risky phase change)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+                 loss_fn: LossFn, batches: Callable[[int], Iterable[Batch]], config: LoopConfig, *,
+                 evaluate: Callable[[nn.Module], Mapping[str, Any]] | None = None,
+                 token_counter: Callable[[Batch], int] = count_tokens,
+                 extra_state: dict[str, Any] | None = None):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.loss_fn, self.batches, self.config = loss_fn, batches, config
+        self.evaluate_fn, self.token_counter = evaluate, token_counter
+        self.extra_state = dict(extra_state or {})  # saved with every checkpoint (e.g. the run config)
+
+        self.device = next(model.parameters()).device
+        self.dist = _current_dist(self.device)
+        if config.precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError("precision fp16 needs a CUDA device (loss scaling); use bf16 on CPU")
+        if config.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise ConfigError("precision bf16 is not supported by this GPU; use fp16")
+        self.out_dir = Path(config.out_dir) if config.out_dir is not None else None
+        if self.out_dir is not None and self.dist.is_main:
+            check_writable(self.out_dir)
+
+        # DDP averages gradients across ranks in backward; one process trains the bare module.
+        self.wrapped: nn.Module = model
+        if self.dist.world_size > 1:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=config.find_unused_parameters)
+        self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+
+        # Progress, restored by load_checkpoint.
+        self.step = 0
+        self.tokens = 0
+        self.elapsed = 0.0
+        self.last_checkpoint: Path | None = None
+        self.last_eval: dict[str, float] = {}
+        self._resumed = False
+        self._stop_signal: int | None = None
+        self._metrics_file = None
+        self._tb = None
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "step": self.step,
+            "data_position": {"step": self.step, "micro_batches_per_rank": self.step * self.config.grad_accum},
+            "tokens": self.tokens,
+            "elapsed": self.elapsed,
+            "world_size": self.dist.world_size,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "loop_config": {k: _jsonable(v) for k, v in dataclasses.asdict(self.config).items()},
+            "last_eval": self.last_eval,
+            "extra": self.extra_state,
+        }
+
+    def save_checkpoint(self) -> Path | None:
+        """Write `out_dir/checkpoints/step-N` atomically (rank 0), then drop checkpoints beyond `keep_last`."""
+        rng = get_rng_state()
+        if self.dist.world_size > 1:  # every rank's generators, so each rank resumes its own dropout stream
+            all_rng: list[Any] = [None] * self.dist.world_size
+            torch_dist.all_gather_object(all_rng, rng)
+        else:
+            all_rng = [rng]
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / CHECKPOINT_DIR / f"step-{self.step:08d}"  # every rank knows the name
+        if self.dist.is_main:
+            state = self.state_dict()
+            state["rng"] = all_rng
+            meta = {"step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 3),
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "last_eval": self.last_eval}
+            try:
+                with atomic_directory(path, keep_existing=False) as tmp:
+                    torch.save(state, tmp / STATE_FILE)
+                    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+            except (OSError, RuntimeError) as e:  # a full disk (torch.save says RuntimeError): say where
+                raise BertlabError(f"{path}: cannot write the checkpoint ({getattr(e, 'strerror', None) or e}); "
+                                   "the previous checkpoints are intact") from None
+            for old in checkpoint_dirs(self.out_dir)[:-self.config.keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+        if self.dist.world_size > 1:
+            torch_dist.barrier()  # no rank runs ahead of a checkpoint that is still being written
+        self.last_checkpoint = path
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore everything `save_checkpoint` wrote; the next `fit()` continues from its step."""
+        state = read_checkpoint(path)
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state["scheduler"] is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler is not None and state["scaler"] is not None:
+                self.scaler.load_state_dict(state["scaler"])
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise CheckpointError(f"{path}: checkpoint does not fit this model/optimizer "
+                                  f"({str(e).splitlines()[0]})") from None
+        self.step, self.tokens, self.elapsed = state["step"], state["tokens"], state["elapsed"]
+        self.last_eval = state.get("last_eval") or {}
+        rngs = state["rng"]
+        if state["world_size"] == self.dist.world_size:
+            set_rng_state(rngs[self.dist.rank])
+        else:  # a different number of ranks: data stays exact (it seeks by step), dropout cannot
+            log.warning("%s: saved with %d ranks, resuming with %d: random state re-seeded, resume is not "
+                        "bitwise exact", path, state["world_size"], self.dist.world_size)
+            set_rng_state(rngs[0])
+            torch.manual_seed(int(torch.randint(0, 2**31, ())) + self.dist.rank)
+        self.last_checkpoint = Path(path)
+        self._resumed = True
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self, resume: bool | str | os.PathLike = False) -> TrainResult:
+        """Train until `max_steps`, the time budget, the end of the data or a signal; return what happened.
+
+        `resume=True` continues from the latest checkpoint in `out_dir` (an error when there is none);
+        a path continues from that checkpoint.
+        """
+        cfg = self.config
+        if resume:
+            path = latest_checkpoint(self.out_dir) if resume is True and self.out_dir is not None else None
+            if resume is not True:
+                path = Path(resume)
+            if path is None:
+                raise CheckpointError(f"{self.out_dir}: no checkpoint to resume from")
+            self.load_checkpoint(path)
+            log.info("resuming from %s (step %d)", path, self.step)
+        elif cfg.seed is not None and not self._resumed:
+            seed_everything(cfg.seed + self.dist.rank)  # ranks draw different dropout masks
+        self._open_logs()
+        previous_handlers = self._install_signal_handlers()
+        try:
+            return self._run()
+        finally:
+            self._restore_signal_handlers(previous_handlers)
+            self._close_logs()
+
+    def _run(self) -> TrainResult:
+        cfg, dist = self.config, self.dist
+        self.model.train()
+        with isolated_rng():
+            data = iter(self.batches(self.step))
+        bar = self._progress_bar()
+        metrics: dict[str, float] = {}
+        stopped = "max_steps"
+        tokens_per_s = None
+        session_start = time.perf_counter() - self.elapsed
+        step_start = time.perf_counter()
+        while self.step < cfg.max_steps:
+            # ---- one optimizer step: grad_accum micro-batches, gradients synchronised on the last one
+            sums: torch.Tensor | None = None
+            names: list[str] = []
+            micro_batches: list[Batch] = []
+            tokens = 0
+            exhausted = False
+            for micro in range(cfg.grad_accum):
+                try:
+                    with isolated_rng():
+                        batch = next(data)
+                except StopIteration:
+                    exhausted = True
+                    break
+                micro_batches.append(batch)
+                tokens += self.token_counter(batch)
+                batch = to_device(batch, self.device)
+                sync = micro == cfg.grad_accum - 1 or not isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
+                with (contextlib.nullcontext() if sync else self.wrapped.no_sync()):
+                    with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                        enabled=self.autocast_dtype is not None):
+                        loss, extra = self.loss_fn(self.wrapped, batch)
+                    scaled = loss / cfg.grad_accum  # the step's gradient is the mean over its micro-batches
+                    (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+                names = ["loss", *extra]
+                values = torch.stack([loss.detach().float(), *(torch.as_tensor(v, dtype=torch.float32,
+                                      device=self.device).detach().reshape(()) for v in extra.values())])
+                sums = values if sums is None else sums + values
+            if exhausted:
+                # A partial step would differ from every other; drop its gradients and end here.
+                self.optimizer.zero_grad(set_to_none=True)
+                stopped = "data_exhausted"
+                log.warning("the data ran out at step %d of %d", self.step, cfg.max_steps)
+                break
+
+            # ---- one small all-reduce carries loss, metrics, token count and the stop flag for all ranks
+            stop_flag = float(self._stop_signal is not None)
+            packed = torch.cat([sums, torch.tensor([float(tokens), stop_flag], device=self.device)])
+            if dist.world_size > 1:
+                torch_dist.all_reduce(packed)
+            values = packed.tolist()  # the one host sync per step
+            n = cfg.grad_accum * dist.world_size
+            metrics = {name: v / n for name, v in zip(names, values[:len(names)])}
+            step_tokens, stop_requested = int(values[-2]), values[-1] > 0
+            if not math.isfinite(metrics["loss"]):
+                self._fail_non_finite(metrics["loss"], micro_batches)
+
+            # ---- update
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
+            grad_norm = None
+            if cfg.max_grad_norm is not None:
+                grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm, foreach=True)
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)  # skipped when gradients overflowed; the scale then drops
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            lr = self.optimizer.param_groups[0]["lr"]
+            if self.scheduler is not None:
+                self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.step += 1
+            self.tokens += step_tokens
+
+            # ---- visibility
+            now = time.perf_counter()
+            step_time, step_start = now - step_start, now
+            self.elapsed = now - session_start
+            rate = step_tokens / max(step_time, 1e-9)
+            tokens_per_s = rate if tokens_per_s is None else 0.9 * tokens_per_s + 0.1 * rate
+            metrics.update(lr=lr, tokens_per_s=rate, step_time=step_time)
+            if grad_norm is not None and self.step % cfg.log_every == 0:
+                metrics["grad_norm"] = float(grad_norm)
+            if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
+                self._log({"step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 3), **metrics})
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{tokens_per_s:,.0f}", lr=f"{lr:.2e}",
+                                refresh=False)
+
+            # ---- evaluate, checkpoint, stop
+            out_of_time = cfg.time_budget is not None and self.elapsed >= cfg.time_budget
+            if dist.world_size > 1 and cfg.time_budget is not None:  # clocks differ: rank 0 decides
+                flag = torch.tensor([float(out_of_time)], device=self.device)
+                torch_dist.broadcast(flag, 0)
+                out_of_time = bool(flag.item())
+            last = self.step == cfg.max_steps or out_of_time or stop_requested
+            if self.evaluate_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0) or last):
+                self.run_evaluation()
+            if self.out_dir is not None and ((cfg.save_every and self.step % cfg.save_every == 0) or last):
+                self.save_checkpoint()
+            if stop_requested:
+                stopped = "signal"
+                break
+            if out_of_time:
+                stopped = "time_budget"
+                break
+            step_start = time.perf_counter()  # tokens/s measures training; evaluations and saves are apart
+        if bar is not None:
+            bar.close()
+        if stopped == "signal" and dist.is_main:
+            log.warning("stopped by signal at step %d; checkpoint %s; run again with --resume to continue",
+                        self.step, self.last_checkpoint)
+        return TrainResult(step=self.step, stopped=stopped, checkpoint=self.last_checkpoint, metrics=metrics,
+                           eval_metrics=self.last_eval, tokens=self.tokens, elapsed=self.elapsed)
+
+    # ------------------------------------------------------------------ evaluation
+    def run_evaluation(self) -> dict[str, float]:
+        """`evaluate(model)` on rank 0, in eval mode, without gradients and without moving any RNG."""
+        results: dict[str, float] = {}
+        if self.dist.is_main:
+            self._open_logs()  # an evaluation before `fit` (the untrained model) is logged too
+            self.model.eval()
+            # The evaluation must not shift training's random streams (dropout), or a run that evaluates
+            # at different moments -- e.g. once more after a resume -- would no longer be reproducible.
+            with isolated_rng(), torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), \
+                    torch.no_grad(), torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
+                                                    enabled=self.autocast_dtype is not None):
+                results = {k: float(_jsonable(v)) for k, v in self.evaluate_fn(self.model).items()}
+            self.model.train()
+            self.last_eval = results
+            self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
+            from tqdm import tqdm
+            tqdm.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
+        if self.dist.world_size > 1:
+            torch_dist.barrier()
+        return results
+
+    # ------------------------------------------------------------------ failures and signals
+    def _fail_non_finite(self, loss: float, micro_batches: list[Batch]) -> None:
+        first = self.step * self.config.grad_accum
+        where = f"micro-batches {first}..{first + len(micro_batches) - 1} of rank {self.dist.rank}"
+        dump = None
+        if self.out_dir is not None:
+            dump = self.out_dir / f"bad-batch-step{self.step + 1}-rank{self.dist.rank}.pt"
+            with contextlib.suppress(Exception):
+                torch.save(micro_batches, dump)
+        good = self.last_checkpoint or latest_checkpoint(self.out_dir) if self.out_dir else self.last_checkpoint
+        raise NonFiniteLossError(
+            f"loss is {loss} at step {self.step + 1} ({where}"
+            + (f", saved to {dump}" if dump is not None else "") + "); last good checkpoint: "
+            + (str(good) if good else "none") + " -- lower the learning rate or check the data, then resume")
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        import threading
+
+        if not self.config.handle_signals or threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # a second Ctrl-C: stop now, without the checkpoint
+            self._stop_signal = signum
+            if self.dist.is_main:
+                log.warning("%s received: finishing step %d, then saving a checkpoint (Ctrl-C again to abort)",
+                            signal.Signals(signum).name, self.step + 1)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    def _restore_signal_handlers(self, previous: dict[int, Any]) -> None:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
+        self._stop_signal = None
+
+    # ------------------------------------------------------------------ logs
+    def _progress_bar(self):
+        if not (self.config.progress and self.dist.is_main):
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self.config.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
+                    desc="train", smoothing=0.1)
+
+    def _open_logs(self) -> None:
+        if self._metrics_file is not None or not (self.dist.is_main and self.out_dir is not None):
+            return
+        path = self.out_dir / METRICS_FILE
+        if self.step > 0 and path.exists():
+            # Resuming: drop what the interrupted session logged after its checkpoint, so curves have no repeats.
+            kept = [line for line in path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= self.step]
+            path.write_text("".join(line + "\n" for line in kept))
+        elif self.step == 0 and path.exists():
+            path.unlink()
+        self._metrics_file = open(path, "a", encoding="utf-8")
+        if self.config.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # optional: `pip install tensorboard`
+                self._tb = None
+            else:
+                self._tb = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=self.step or None)
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+            self._metrics_file.flush()
+        if self._tb is not None:
+            for k, v in record.items():
+                if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(k if "/" in k else f"train/{k}", v, record["step"])
+
+    def _close_logs(self) -> None:
+        if self._metrics_file is not None:
+            self._metrics_file.close()
+            self._metrics_file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of `RUN_DIR/metrics.jsonl` (training steps and `eval/*` lines)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise BertlabError(f"{path}: no metrics file (is {run_dir} a training run directory?)")
+    records = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise BertlabError(f"{path}: line {i} is not JSON") from None
+    return records

@@ -1,0 +1,446 @@
+"""The pre-training recipe (section 3.1 and appendix A.2 of the paper) on top of the one training loop.
+
+    data      a directory from `bertlab prepare`: segment pairs with NSP labels (or packed sequences for
+              `--objective mlm`), a held-out split, and the vocabulary the ids come from
+    model     BertForPreTraining (mlm+nsp) or BertForMaskedLM (mlm) from a preset, a config.json, or a
+              Hugging Face-layout folder to continue from (`init_from`)
+    schedule  AdamW (or LAMB), linear warmup over `warmup` then linear decay to 0 at the last step;
+              steps given, or fitted to a wall-clock budget (`time_budget`, measured on this machine)
+    phases    the paper's 90% of steps at length 128, then 10% at 512 -- one LR schedule -- when the data
+              directory holds a 512 instance set (`bertlab prepare --out DATA --max-seq-length 512`)
+    eval      held-out MLM loss, accuracy and perplexity, and NSP accuracy, every `eval_every` steps
+    output    RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; `final/` is the Hugging
+              Face layout with vocab.txt and tokenizer_config.json, which `transformers` loads as is
+
+Everything the user can get wrong (a data directory from another tokenizer, a truncated shard, an
+unwritable RUN_DIR, a corrupt checkpoint on `resume`) is checked before the first training step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoint import save_pretrained
+from ..config import BertConfig
+from ..errors import BertlabError, ConfigError
+from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
+from .loop import (DistInfo, LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
+                   latest_checkpoint, seed_everything, to_device)
+from .optim import build_optimizer, linear_warmup_decay
+from .runconfig import config_from_dict, load_config_file, parse_duration
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("mlm+nsp", "mlm")
+RUN_CONFIG = "run_config.json"
+FINAL_DIR = "final"
+
+
+@dataclass
+class PretrainConfig:
+    # what to train, on what, where
+    model: str = "mini"  # preset (tiny, mini, small, ..., L4-H256) or a config.json / model folder
+    data: str = ""  # DATA_DIR from `bertlab prepare`
+    out: str = ""  # RUN_DIR
+    init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
+    objective: str = "mlm+nsp"  # mlm+nsp (BERT) | mlm (RoBERTa-style; packed data)
+    # how long: one of the two
+    steps: int | None = None
+    time_budget: str | None = None  # "2h", "90m", "1h30m": the schedule is fitted to it
+    # batches
+    batch_size: int = 128  # sequences per optimizer step, all ranks together (the paper: 256)
+    micro_batch_size: int | None = None  # per rank per forward pass; the rest is gradient accumulation
+    seq_len: int = 128  # phase 1 sequence length (an instance set of that length must exist)
+    phase2_seq_len: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
+    phase2_fraction: float = 0.1  # share of the steps at phase2_seq_len (the paper: the last 10%)
+    phase2_batch_size: int | None = None  # default: batch_size
+    # optimisation
+    optimizer: str = "adamw"  # adamw | lamb
+    lr: float = 1e-4
+    warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    precision: str = "auto"  # auto (bf16 where the hardware does it natively, else fp32) | fp32 | bf16 | fp16
+    # evaluation, logs, checkpoints
+    eval_every: int | None = None  # default: `num_evals` evaluations spread over the run
+    num_evals: int = 10
+    eval_batches: int | None = 50  # held-out batches per evaluation (None: the whole split)
+    eval_batch_size: int = 64
+    eval_at_start: bool = True  # held-out numbers of the untrained model, for comparison
+    save_every: int | None = None  # default: 10 checkpoints per run (plus the last one, and on signals)
+    keep_last: int = 3
+    log_every: int = 1
+    seed: int = 0
+    num_workers: int = 1  # DataLoader workers per rank
+    device: str = "auto"  # auto | cpu | cuda
+    resume: bool = False
+    progress: bool = True
+
+    def validate(self) -> None:
+        if not self.data:
+            raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
+        if not self.out:
+            raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
+        if self.objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.steps is None and self.time_budget is None:
+            raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
+            raise ConfigError(f"precision must be auto, fp32, bf16 or fp16, got {self.precision!r}")
+        if not 0 <= self.phase2_fraction < 1:
+            raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
+        for name in ("batch_size", "seq_len", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+
+
+# Settings a resumed run may change; everything else is taken from the run's own run_config.json, since
+# changing it (batch, schedule, data) would make the continuation a different run.
+RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers",
+                     "device", "progress", "resume", "eval_at_start")
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    final_dir: Path | None
+    train: TrainResult
+    eval_before: dict[str, float] = field(default_factory=dict)
+    eval_after: dict[str, float] = field(default_factory=dict)
+    config: PretrainConfig | None = None
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """`auto`: bf16 on GPUs that support it and on CPUs with native bf16 math (AVX512-BF16 / AMX), else fp32."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+def pretraining_loss(objective: str) -> Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict]]:
+    """loss = mean MLM cross-entropy over predicted positions (+ mean NSP cross-entropy)."""
+    nsp = objective == "mlm+nsp"
+
+    def loss_fn(model, batch):
+        if not nsp:
+            batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
+        out = model(**batch)
+        labels = batch["labels"]
+        targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same order
+        with torch.no_grad():
+            mlm_acc = (out.prediction_logits.argmax(-1) == targets).float().mean() if targets.numel() else \
+                torch.zeros((), device=labels.device)
+        metrics = {"mlm_loss": out.mlm_loss, "mlm_accuracy": mlm_acc}
+        if nsp:
+            metrics["nsp_loss"] = out.nsp_loss
+        return out.loss, metrics
+
+    return loss_fn
+
+
+@torch.no_grad()
+def evaluate_pretraining(model: torch.nn.Module, batches, device: torch.device, nsp: bool) -> dict[str, float]:
+    """Held-out MLM loss / accuracy / perplexity over all predicted tokens, and NSP accuracy over pairs."""
+    mlm_loss = mlm_correct = mlm_count = nsp_correct = nsp_count = 0.0
+    for batch in batches:
+        batch = to_device(batch, device)
+        inputs = {k: v for k, v in batch.items() if nsp or k != "next_sentence_label"}
+        out = model(**inputs)
+        labels = batch["labels"]
+        targets = labels[labels != IGNORE_INDEX]
+        if targets.numel():
+            logits = out.prediction_logits.float()
+            mlm_loss += float(F.cross_entropy(logits, targets, reduction="sum"))
+            mlm_correct += float((logits.argmax(-1) == targets).sum())
+            mlm_count += targets.numel()
+        if nsp and "next_sentence_label" in batch:
+            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            nsp_count += batch["next_sentence_label"].numel()
+    if not mlm_count:
+        raise BertlabError("the held-out split has no masked tokens to evaluate on")
+    results = {"mlm_loss": mlm_loss / mlm_count, "mlm_accuracy": mlm_correct / mlm_count,
+               "perplexity": math.exp(min(mlm_loss / mlm_count, 50.0))}
+    if nsp_count:
+        results["nsp_accuracy"] = nsp_correct / nsp_count
+    return results
+
+
+def _available_lengths(data_dir: str) -> list[int]:
+    from ..data.shards import load_manifest
+
+    manifest = load_manifest(data_dir)  # verifies every file's size: a truncated shard stops us here
+    return sorted({s["instances"]["max_seq_length"] for s in manifest.get("instance_sets", [])})
+
+
+def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
+    """The model's config, checked against the data: same vocabulary, long enough positions."""
+    from ..config import PRESETS, _SMALL_BERT
+
+    source = cfg.init_from or cfg.model
+    is_preset = cfg.init_from is None and (cfg.model in PRESETS or _SMALL_BERT.fullmatch(cfg.model))
+    config = BertConfig.from_name_or_path(source)
+    if is_preset:  # a preset takes its vocabulary from the data it is trained on
+        config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id)
+    elif config.vocab_size != info.vocab_size:
+        raise ConfigError(f"{source}: vocab_size {config.vocab_size} but {cfg.data} was tokenized with a "
+                          f"{info.vocab_size}-token vocabulary ({info.vocab_file}); prepare the data with "
+                          "this model's vocab.txt, or use a preset")
+    if cfg.init_from is not None:
+        vocab = Path(cfg.init_from) / "vocab.txt"
+        from ..data.shards import sha256_file
+
+        if vocab.is_file() and sha256_file(vocab) != info.vocab_sha256:
+            raise ConfigError(f"{vocab} differs from the vocabulary {cfg.data} was prepared with "
+                              f"({info.vocab_file}); the token ids would not match")
+    return config
+
+
+def _resolve_config(cfg: PretrainConfig) -> PretrainConfig:
+    """On resume, the run's saved config rules; only the runtime settings in RESUME_MAY_CHANGE follow the flags."""
+    run_file = Path(cfg.out) / RUN_CONFIG
+    if not cfg.resume:
+        return cfg
+    if not run_file.is_file():
+        raise BertlabError(f"{cfg.out}: nothing to resume (no {RUN_CONFIG}); start the run without --resume")
+    saved = load_config_file(run_file)
+    saved.pop("_resolved", None)
+    merged = {**saved, **{k: getattr(cfg, k) for k in RESUME_MAY_CHANGE}}
+    return config_from_dict(PretrainConfig, merged, str(run_file))
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) -> PretrainResult:
+    from ..data import DataInfo, PretrainingDataset
+
+    if cfg.resume and not cfg.out:
+        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
+    cfg = _resolve_config(cfg)
+    cfg.validate()
+    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
+    say = echo if dist.is_main else (lambda s: None)
+    run_dir = Path(cfg.out)
+    if dist.is_main:
+        check_writable(run_dir)
+
+    # ---- data: every file checked against the manifest, the vocabulary against the model
+    lengths = _available_lengths(cfg.data)
+    if cfg.seq_len not in lengths:
+        raise ConfigError(f"{cfg.data}: no instances of length {cfg.seq_len} (have {lengths}); make them with "
+                          f"`bertlab prepare --out {cfg.data} --max-seq-length {cfg.seq_len}`")
+    info = DataInfo.load(cfg.data, max_seq_length=cfg.seq_len)
+    phase2_len = cfg.phase2_seq_len
+    if phase2_len is None:
+        longer = [n for n in lengths if n > cfg.seq_len]
+        phase2_len = longer[-1] if longer and cfg.phase2_fraction > 0 else 0
+    elif phase2_len and phase2_len not in lengths:
+        raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
+    if cfg.objective == "mlm+nsp" and not info.has_nsp:
+        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels; use "
+                          "--objective mlm, or prepare segment pairs")
+    model_config = build_model_config(cfg, info)
+    if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
+        raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
+                          f"max_position_embeddings ({model_config.max_position_embeddings})")
+
+    # ---- batch arithmetic: global batch = micro x accumulation x ranks
+    def split_batch(global_batch: int) -> tuple[int, int]:
+        micro = cfg.micro_batch_size or max(1, global_batch // dist.world_size)
+        if global_batch % (micro * dist.world_size):
+            raise ConfigError(f"batch size {global_batch} is not a multiple of micro batch {micro} x "
+                              f"{dist.world_size} ranks")
+        return micro, global_batch // (micro * dist.world_size)
+
+    micro1, accum = split_batch(cfg.batch_size)
+    micro2, accum2 = split_batch(cfg.phase2_batch_size or cfg.batch_size)
+    if phase2_len and accum2 != accum:
+        # The loop has one accumulation count; phase 2 keeps the global batch by its micro-batch size.
+        if (cfg.phase2_batch_size or cfg.batch_size) % (accum * dist.world_size):
+            raise ConfigError("phase 2 batch size must be divisible by gradient accumulation x ranks")
+        micro2 = (cfg.phase2_batch_size or cfg.batch_size) // (accum * dist.world_size)
+
+    # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
+    seed_everything(cfg.seed)
+    model_cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
+    if cfg.init_from is not None:
+        model = model_cls.from_pretrained(cfg.init_from)
+    else:
+        model = model_cls(model_config)
+    model.to(dist.device).train()
+    loss_fn = pretraining_loss(cfg.objective)
+    resolved: dict[str, Any] = {}  # what the first session decided (steps from a time budget, precision)
+    if cfg.resume and (run_dir / RUN_CONFIG).is_file():
+        resolved = load_config_file(run_dir / RUN_CONFIG).get("_resolved", {})
+    precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
+
+    def stream(length: int, micro: int, start_sample: int):
+        ds = PretrainingDataset(cfg.data, "train", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
+                                start_index=start_sample, batch_size=micro, max_seq_length=length)
+        return ds.dataloader(num_workers=cfg.num_workers, pin_memory=dist.device.type == "cuda",
+                             persistent_workers=False)
+
+    # Open every split now: a bad data directory is reported before training, not at the first evaluation.
+    stream(cfg.seq_len, micro1, 0)
+    if phase2_len:
+        stream(phase2_len, micro2, 0)
+    PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size, max_seq_length=cfg.seq_len)
+
+    # ---- run length: given, or fitted to the time budget by timing real steps on this machine
+    steps = resolved.get("steps") or cfg.steps
+    if steps is None:
+        budget = parse_duration(cfg.time_budget)
+        t1 = time_step(model, loss_fn, stream(cfg.seq_len, micro1, 0), accum, precision, dist.device)
+        t2 = time_step(model, loss_fn, stream(phase2_len, micro2, 0), accum, precision, dist.device) \
+            if phase2_len else t1
+        f = cfg.phase2_fraction if phase2_len else 0.0
+        per_step = (1 - f) * t1 + f * t2
+        # Evaluations come out of the budget too: a forward pass is about a third of forward + backward.
+        heldout = DataInfo.load(cfg.data, max_seq_length=cfg.seq_len).num_instances.get("heldout", 0)
+        eval_seqs = min(heldout, cfg.eval_batches * cfg.eval_batch_size if cfg.eval_batches else heldout)
+        eval_s = eval_seqs / (micro1 * accum * dist.world_size) * t1 / 3
+        # 8% is kept for what is not timed: the optimizer step, checkpoints, logging.
+        steps = max(1, int((0.92 * budget - (cfg.num_evals + 1) * eval_s) / per_step))
+        if cfg.eval_every:
+            steps = max(1, int((0.92 * budget - (steps // cfg.eval_every + 1) * eval_s) / per_step))
+        if dist.world_size > 1:  # every rank must agree on the schedule: rank 0's estimate wins
+            t = torch.tensor([steps], device=dist.device)
+            torch.distributed.broadcast(t, 0)
+            steps = int(t.item())
+        say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.seq_len}"
+            + (f", {t2:.2f}s at {phase2_len}" if phase2_len else "") + f" -> {steps} steps")
+    phase2_start = steps - int(round(cfg.phase2_fraction * steps)) if phase2_len else steps
+    samples1 = micro1 * accum * dist.world_size
+    samples2 = micro2 * accum * dist.world_size
+
+    def batches(step: int) -> Iterator[dict]:
+        # Phase 1 then phase 2; each stream seeks to the sample the step starts at (no replay).
+        if step < phase2_start:
+            yield from islice(stream(cfg.seq_len, micro1, step * samples1), (phase2_start - step) * accum)
+            step = phase2_start
+        if phase2_len:
+            yield from stream(phase2_len, micro2, (step - phase2_start) * samples2)
+
+    # ---- optimisation
+    optimizer = build_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay)
+    warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
+    scheduler = linear_warmup_decay(optimizer, warmup, steps)
+
+    # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
+    nsp = cfg.objective == "mlm+nsp"
+
+    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        ds = PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size,
+                                max_seq_length=cfg.seq_len)
+        loader = ds.dataloader(num_workers=0)
+        return evaluate_pretraining(m, islice(loader, cfg.eval_batches) if cfg.eval_batches else loader,
+                                    dist.device, nsp)
+
+    eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
+    save_every = cfg.save_every or max(1, steps // 10)
+    loop = LoopConfig(max_steps=steps, out_dir=run_dir, grad_accum=accum, precision=precision,
+                      max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
+                      save_every=save_every, keep_last=cfg.keep_last,
+                      time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
+                      seed=cfg.seed, progress=cfg.progress)
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
+                      extra_state={"run_config": dataclasses.asdict(cfg)})
+
+    resume_from = None
+    if cfg.resume:
+        resume_from = latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
+        trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
+    elif dist.is_main and latest_checkpoint(run_dir) is not None:
+        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
+                           "another --out")
+    if dist.is_main:
+        record = dataclasses.asdict(cfg) | {"_resolved": {
+            "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision,
+            "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
+            "model_config": model_config.to_dict()}}
+        (run_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+
+    say(f"pre-training {model_cls.__name__} ({model.num_parameters() / 1e6:.1f}M parameters) on {cfg.data}: "
+        f"{steps} steps x {cfg.batch_size} sequences of {cfg.seq_len}"
+        + (f" (last {steps - phase2_start} at {phase2_len})" if phase2_len else "")
+        + f", {precision}, {dist.world_size} process(es), grad accumulation {accum}")
+
+    eval_before: dict[str, float] = {}
+    if cfg.eval_at_start and not cfg.resume:
+        eval_before = trainer.run_evaluation()
+    result = trainer.fit()  # continues from the loaded checkpoint, if any
+
+    final_dir = None
+    if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
+        if dist.is_main:
+            final_dir = export_final(model, run_dir / FINAL_DIR, info)
+            say(f"saved the model in Hugging Face layout to {final_dir}")
+    if dist.world_size > 1:
+        torch.distributed.barrier()
+    return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+def export_final(model: torch.nn.Module, path: Path, info) -> Path:
+    """config.json + model.safetensors + vocab.txt + tokenizer_config.json, in one atomic write."""
+    from ..tokenizer import BertTokenizer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        BertTokenizer(str(info.vocab_file), do_lower_case=info.do_lower_case).save_pretrained(tmp)
+        tokenizer_config = (Path(tmp) / "tokenizer_config.json").read_text(encoding="utf-8")
+    model.eval()
+    save_pretrained(model, path, vocab_file=info.vocab_file, extra_files={"tokenizer_config.json": tokenizer_config})
+    return path
+
+
+def time_step(model, loss_fn, loader, accum: int, precision: str, device: torch.device, repeats: int = 3) -> float:
+    """Seconds per optimizer step (forward + backward of `accum` micro-batches), measured on real batches.
+
+    Runs without moving the random generators and leaves no gradient behind, so a run with a time budget
+    trains exactly as one given the resulting step count would."""
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    times = []
+    with isolated_rng(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        it = iter(loader)
+        for r in range(repeats + 1):  # the first pass pays one-off costs (kernel selection, allocation)
+            start = time.perf_counter()
+            for _ in range(accum):
+                batch = to_device(next(it), device)
+                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                    loss, _ = loss_fn(model, batch)
+                loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if r:
+                times.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(times)

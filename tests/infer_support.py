@@ -1,0 +1,47 @@
+"""Helpers for the inference tests (not a test module): a tiny vocabulary and tiny models of every head,
+saved in the Hugging Face layout, so every command runs end to end in milliseconds."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+WORDS = ("the cat sat on mat a dog is good bad paris france capital of what who where city river big small "
+         "john lives in london works for acme corp . , ? !").split()
+
+
+def vocab_tokens() -> list[str]:
+    """Google's layout in miniature: [PAD], a few [unused], [UNK] [CLS] [SEP] [MASK], characters, words."""
+    chars = list(string.ascii_lowercase + string.digits)
+    return (["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + chars + [f"##{c}" for c in chars]
+            + [w for w in WORDS if w not in chars])
+
+
+def write_vocab(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "vocab.txt"
+    path.write_text("\n".join(vocab_tokens()) + "\n", encoding="utf-8")
+    return path
+
+
+def tiny_config(**overrides):
+    from bertlab import BertConfig
+
+    fields = dict(vocab_size=len(vocab_tokens()), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                  intermediate_size=37, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    fields.update(overrides)
+    return BertConfig(**fields)
+
+
+def tiny_model(folder: Path, cls_name: str = "BertModel", seed: int = 0, **config_overrides) -> Path:
+    """A randomly initialised `cls_name` (any bertlab model class) with the tiny vocabulary, saved to `folder`."""
+    import torch
+
+    import bertlab
+
+    torch.manual_seed(seed)
+    model = getattr(bertlab, cls_name)(tiny_config(**config_overrides))
+    vocab = write_vocab(folder.parent / f".{folder.name}-vocab")
+    model.save_pretrained(folder, vocab_file=vocab)
+    return folder
