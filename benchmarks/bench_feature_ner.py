@@ -1,7 +1,7 @@
 """The paper's Table 7 with all-MiniLM-L6-v2 on CoNLL-2003: six feature-based strategies vs full fine-tuning.
 
     python benchmarks/bench_feature_ner.py [--train-limit 2000] [--eval-limit N] [--epochs 4] [--lr 3e-3] [--lstm-hidden 128]
-        [--ft-epochs 2] [--ft-lr 5e-5] [--threads 1] [--work DIR] [--json FILE]
+        [--ft-epochs 3] [--ft-lr 1e-4] [--threads 1] [--work DIR] [--json FILE]
 
 Feature-based (`bertlab.infer.feature_ner`, what `bertlab finetune conll2003 --feature-based STRATEGY` runs):
 the encoder is frozen; every word's first-piece hidden states are computed once for all layers and cached
@@ -51,8 +51,8 @@ def main() -> int:
     ap.add_argument("--epochs", type=float, default=4, help="BiLSTM epochs (default 4)")
     ap.add_argument("--lr", type=float, default=3e-3, help="BiLSTM learning rate (Adam, default 3e-3)")
     ap.add_argument("--lstm-hidden", type=int, default=128, help="BiLSTM width per direction (paper: 768)")
-    ap.add_argument("--ft-epochs", type=float, default=2, help="fine-tuning epochs (default 2)")
-    ap.add_argument("--ft-lr", type=float, default=5e-5, help="fine-tuning learning rate (default 5e-5)")
+    ap.add_argument("--ft-epochs", type=float, default=3, help="fine-tuning epochs (default 3)")
+    ap.add_argument("--ft-lr", type=float, default=1e-4, help="fine-tuning learning rate (default 1e-4)")
     ap.add_argument("--max-seq-length", type=int, default=128, help="word pieces per sentence (default 128)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset to run")
     ap.add_argument("--no-finetune", action="store_true", help="skip the fine-tuning row")

@@ -1,6 +1,6 @@
 """Batch inference throughput and the HTTP service, side by side in one run, with all-MiniLM-L6-v2.
 
-    python benchmarks/bench_infer.py [--n 1024] [--batch-size 32] [--rounds 5] [--threads 1]
+    python benchmarks/bench_infer.py [--n 512] [--batch-size 32] [--rounds 3] [--threads 1]
         [--max-tokens 4096] [--clients 32] [--requests 640] [--no-onnx] [--no-service] [--json FILE]
 
 Inputs: `--n` sequences whose lengths are spread uniformly over 16-128 tokens ([CLS] and [SEP] included),
@@ -28,7 +28,8 @@ inputs above, decoded), and the script reports requests/s, p50/p99 latency, fail
 batching statistics (GET /health).
 
 `--threads` sets the intra-op threads of torch, ORT and the service (default 1: on a shared 2-core machine
-two threads mostly wait for each other). A 2-core CPU runs the defaults in about 10 minutes.
+two threads mostly wait for each other). The defaults took 17 minutes on a 2-core CPU shared with other jobs
+(most of it the six contenders x four passes; `--no-onnx` saves the export and two of them).
 """
 
 from __future__ import annotations
@@ -227,12 +228,12 @@ def bench_service(model_dir: Path, texts: list[str], clients: int, requests: int
 # ---------------------------------------------------------------------------------------------- main
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=1024, help="sequences (default 1024)")
+    ap.add_argument("--n", type=int, default=512, help="sequences (default 512)")
     ap.add_argument("--min-len", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32, help="HF / ORT batch size (default 32)")
     ap.add_argument("--max-tokens", type=int, default=4096, help="bertlab's bucket budget in padded tokens")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--requests", type=int, default=640, help="service requests in total (default 640)")

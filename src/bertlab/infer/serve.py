@@ -78,8 +78,10 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str =
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=str(model_dir))
     arch = next((a for a in architectures(model_dir) if a in ARCHITECTURE_ENDPOINTS), None)
+    own = None  # a model loaded from `model_dir` whose encoder can serve /embed
     if arch is not None:
-        setattr(models, ARCHITECTURE_ENDPOINTS[arch], Predictor.from_pretrained(model_dir, options, arch))
+        own = Predictor.from_pretrained(model_dir, options, arch)
+        setattr(models, ARCHITECTURE_ENDPOINTS[arch], own)
     keys = checkpoint_keys(model_dir) or set()
     if fill_mask_model is None and has_weights(keys, "cls.predictions."):
         fill_mask_model = model_dir
@@ -90,10 +92,10 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str =
             setattr(models, attr, Predictor.from_pretrained(folder, options, architecture))
     if fill_mask_model is not None:
         models.fill_masker = FillMasker.from_pretrained(fill_mask_model, options)
+        if own is None and fill_mask_model == model_dir:
+            own = models.fill_masker
     tokenizer = load_tokenizer(model_dir)
-    # The encoder of whatever was loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
-    own = next((m for m in (getattr(models, ARCHITECTURE_ENDPOINTS[arch]) if arch else None,
-                            models.fill_masker if fill_mask_model == model_dir else None) if m is not None), None)
+    # The encoder of a model loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
     encoder = own.model.bert if own is not None else load_model(BertModel, model_dir, options)
     models.embedder = Embedder(encoder, tokenizer, pooling, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options)

@@ -25,17 +25,16 @@ import torch
 
 from ..errors import BertlabError
 
-# Sentences about Python, for the default corpus: (text with one [MASK], the word the docs would use).
+# Sentences in the docs' own style (keywords in quotes), each with one [MASK] and the word the docs use there.
 PROBES = [
-    ("the [MASK] statement is used to define a function.", "def"),
-    ("an exception can be raised with the [MASK] statement.", "raise"),
-    ("the break statement terminates the nearest enclosing [MASK].", "loop"),
-    ("strings are immutable sequences of unicode code [MASK].", "points"),
-    ("a class definition defines a class [MASK].", "object"),
-    ("the return statement leaves the current function call with a [MASK].", "value"),
+    ('a python program can raise an exception with the "[MASK]" statement.', "raise"),
+    ('it terminates the nearest enclosing [MASK], skipping the optional "else" clause.', "loop"),
+    ("a function definition is an executable [MASK].", "statement"),
+    ("if the index is out of range, an [MASK] is raised.", "exception"),
+    ("the [MASK] of the expression is assigned to the target.", "value"),
+    ("names are bound to [MASK] in the local namespace.", "objects"),
 ]
 
-DEMO_DROPOUT = 0.1  # BERT's own; a run of minutes is too short to over-fit either way
 DEMO_SETTINGS = dict(model="tiny", seq_len=128, batch_size=8, lr=1e-3, warmup=0.05, phase2_seq_len=0,
                      eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0, num_evals=4)
 
@@ -116,17 +115,11 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
     echo(f"[3/5] data: {result.tokens:,} tokens -> {iset['splits']['train']['instances']:,} training / "
          f"{iset['splits']['heldout']['instances']:,} held-out segment pairs of up to {length} tokens -> {data_dir}")
 
-    # 4. pre-training. A small model and small batches: within minutes, the number of updates is what gets
+    # 4. pre-training. A small model and small batches: within minutes, the number of updates is what moves
     # a BERT off the plateau where it predicts only frequent words.
     from ..config import preset
 
-    settings = dict(DEMO_SETTINGS)
-    model_name = settings.pop("model")
-    info_vocab = len(vocab_file.read_text(encoding="utf-8").splitlines())
-    model_config = preset(model_name, vocab_size=info_vocab, hidden_dropout_prob=DEMO_DROPOUT,
-                          attention_probs_dropout_prob=DEMO_DROPOUT, max_position_embeddings=512)
-    (work / "model-config.json").write_text(model_config.to_json_string())
-    shape = model_config
+    shape = preset(DEMO_SETTINGS["model"])
     echo(f"[4/5] pre-training a BERT of {shape.num_hidden_layers} layers, {shape.hidden_size} wide, with MLM + NSP "
          f"for {minutes:g} minutes on {'the GPU' if torch.cuda.is_available() else 'the CPU'}:")
     run_dir = out / "run"
@@ -134,7 +127,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
         shutil.rmtree(run_dir)  # the demo's own previous run: start over (--resume continues it instead)
     cfg = PretrainConfig(data=str(data_dir), out=str(run_dir), time_budget=f"{minutes * 60:.0f}s",
                          resume=resume and (run_dir / "run_config.json").exists(), progress=progress,
-                         model=str(work / "model-config.json"), **settings)
+                         **DEMO_SETTINGS)
     run = run_pretraining(cfg, echo=lambda s: echo("      " + s))
     if run.train.interrupted:
         echo(f"interrupted; continue with: bertlab pretrain --demo --out {out} --resume")

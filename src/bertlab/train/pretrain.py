@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import statistics
 import tempfile
 import time
@@ -39,7 +38,7 @@ from ..checkpoint import save_pretrained
 from ..config import BertConfig
 from ..errors import BertlabError, ConfigError
 from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
-from .loop import (DistInfo, LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
+from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
                    latest_checkpoint, seed_everything, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import config_from_dict, load_config_file, parse_duration
