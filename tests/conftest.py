@@ -40,3 +40,15 @@ def tiny_config():
 
     return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy machine spinning OpenMP workers make
+    them many times slower; one thread for the module that asks (`pytestmark = usefixtures("one_thread")`)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

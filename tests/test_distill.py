@@ -42,14 +42,7 @@ def _run(*argv) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy shared CPU two threads spin-wait for each
-    other (5x slower here); restored afterwards for the other test modules."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

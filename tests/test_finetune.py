@@ -10,6 +10,7 @@ import torch
 
 from bertlab import BertForSequenceClassification, BertTokenizer
 from bertlab.cli import main
+from bertlab.errors import ConfigError
 from bertlab.tasks import TASKS, UnknownTaskError
 from bertlab.train import finetune as ft
 from tasks_support import tiny_model_dir
@@ -201,3 +202,13 @@ def test_training_matches_hf_trainer_step_for_step(task, folder, head, shared_da
     mine = dict(ours.named_parameters())
     for name, p in theirs.named_parameters():
         torch.testing.assert_close(mine[name], p, atol=2e-5, rtol=1e-3, msg=name)
+
+
+def test_run_config_file_with_flag_overrides(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"task": "cola", "model": "m", "data": "d", "out": "o", "lr": 3e-5, "seeds": 5}))
+    cfg = ft.FinetuneConfig.from_json_file(path, lr=5e-5, epochs=None)  # a flag given wins; an absent one doesn't
+    assert (cfg.task, cfg.lr, cfg.seeds, cfg.epochs, cfg.warmup_proportion) == ("cola", 5e-5, 5, 3.0, 0.1)
+    path.write_text(json.dumps({"task": "cola", "model": "m", "data": "d", "out": "o", "learning_rate": 1e-5}))
+    with pytest.raises(ConfigError, match=r"run\.json: unknown field 'learning_rate'"):
+        ft.FinetuneConfig.from_json_file(path)

@@ -22,14 +22,7 @@ from bertlab.train import (LoopConfig, NonFiniteLossError, Trainer, adamw, check
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy machine spinning OpenMP workers make
-    them many times slower; one thread for this module, restored after it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(dropout: float = 0.1) -> BertConfig:
