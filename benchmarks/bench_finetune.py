@@ -13,6 +13,9 @@ Fairness, run by run:
     the first piece of each word);
   * the same hyper-parameters: batch size, lr, epochs, AdamW (eps 1e-6, weight decay 0.01 except biases
     and LayerNorm, fused), warmup 10% then linear decay, clipping at 1.0, eval batch 64, fp32;
+  * each side's own defaults otherwise: bertlab draws length-grouped batches (`group_by_length`, its
+    default: little padding), Hugging Face random batches (`TrainingArguments.train_sampling_strategy="random"`,
+    its default; `--hf-group-by-length` switches it to "group_by_length", to compare like with like);
   * the same seeds (seed s for run s on both sides; the frameworks still draw different random numbers);
   * one process, the two sides interleaved (ours first on even seeds, theirs first on odd ones), so a
     busy machine slows both alike; wall-clock = training + scoring dev, model loading listed apart;
@@ -119,7 +122,8 @@ def run_hf(spec, model_dir, train_feats, dev_examples, dev_feats, tokenizer, arg
         learning_rate=args.lr, num_train_epochs=args.epochs, warmup_steps=0.1, weight_decay=0.01,
         adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=seed, use_cpu=True,
         save_strategy="no", eval_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True,
-        dataloader_pin_memory=False)
+        dataloader_pin_memory=False,
+        train_sampling_strategy="group_by_length" if args.hf_group_by_length else "random")
     trainer = Trainer(model=model, args=targs, train_dataset=train_feats, data_collator=collator)
     cpu = time.process_time()
     t0 = time.perf_counter()
@@ -222,6 +226,8 @@ def main() -> int:
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--hf-group-by-length", action="store_true",
+                   help="HF Trainer with train_sampling_strategy='group_by_length'")
     p.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -1,7 +1,7 @@
 """Batch inference throughput and the HTTP service, side by side in one run, with all-MiniLM-L6-v2.
 
     python benchmarks/bench_infer.py [--n 512] [--batch-size 32] [--rounds 3] [--threads 1]
-        [--max-tokens 4096] [--clients 32] [--requests 640] [--no-onnx] [--no-service] [--json FILE]
+        [--max-tokens N] [--clients 32] [--requests 640] [--no-onnx] [--no-service] [--json FILE]
 
 Inputs: `--n` sequences whose lengths are spread uniformly over 16-128 tokens ([CLS] and [SEP] included),
 cut from WikiText-2 validation text (`../shared/data`; random vocabulary words when absent), tokenized once;
@@ -14,11 +14,12 @@ Contenders, interleaved round by round (the order rotates, so a busy machine slo
                     usually written
   ORT fp32          ONNX Runtime on the same padded batches; the model is the HF one exported here with
                     torch.onnx (dynamo exporter, checked against HF)
-  bertlab fp32      `Embedder.embed_ids`: inputs sorted by length into buckets of at most `--max-tokens`
-                    padded tokens (bertlab.infer.batching), inference_mode
+  bertlab fp32      `Embedder.embed_ids` with the CLI's defaults: inputs sorted by length into buckets of at
+                    most `--max-tokens` padded tokens (bertlab.infer.batching), inference_mode, linear
+                    layers from oneDNN-packed weights (bertlab.infer.onednn)
   bertlab bf16      the same, the model cast to bfloat16 (pooling in fp32)
-and, to show where the speed comes from, two rows that change one thing each: bertlab fp32 on the HF
-batches (no bucketing), and ORT on bertlab's buckets.
+and, to show where the speed comes from, rows that change one thing each: bertlab fp32 on the HF batches
+(no bucketing), bertlab fp32 without oneDNN packing, and ORT on bertlab's buckets.
 
 Accuracy: cosine of bertlab's fp32 embeddings to HF's, and of bf16 to fp32 (minimum over all sequences).
 
@@ -29,7 +30,7 @@ batching statistics (GET /health).
 
 `--threads` sets the intra-op threads of torch, ORT and the service (default 1: on a shared 2-core machine
 two threads mostly wait for each other). The defaults took 17 minutes on a 2-core CPU shared with other jobs
-(most of it the six contenders x four passes; `--no-onnx` saves the export and two of them).
+(most of it the seven contenders x four passes; `--no-onnx` saves the export and two of them).
 """
 
 from __future__ import annotations
@@ -232,7 +233,8 @@ def main() -> int:
     ap.add_argument("--min-len", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=128)
     ap.add_argument("--batch-size", type=int, default=32, help="HF / ORT batch size (default 32)")
-    ap.add_argument("--max-tokens", type=int, default=4096, help="bertlab's bucket budget in padded tokens")
+    ap.add_argument("--max-tokens", type=int, default=None,
+                    help="bertlab's bucket budget in padded tokens (default: the CLI's, 2048 on CPU)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clients", type=int, default=32)
@@ -253,11 +255,13 @@ def main() -> int:
     ours = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens))
     ours16 = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens,
                                                                                   dtype="bf16"))
+    plain = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens,
+                                                                                 onednn=False))
     hf = transformers.BertModel.from_pretrained(str(model_dir), attn_implementation="sdpa").eval()
     rows = make_inputs(ours.tokenizer, args.n, args.min_len, args.max_len, args.seed)
     lengths = [len(r) for r in rows]
     naive = [list(range(i, min(i + args.batch_size, len(rows)))) for i in range(0, len(rows), args.batch_size)]
-    buckets = batching.plan_batches(lengths, args.max_tokens)
+    buckets = batching.plan_batches(lengths, ours.options.max_tokens)
     hf_batches = [padded([rows[i] for i in b]) for b in naive]
     bucket_batches = [padded([rows[i] for i in b]) for b in buckets]
     bucket_order = [i for b in buckets for i in b]
@@ -279,6 +283,7 @@ def main() -> int:
         "bertlab fp32": lambda: ours.embed_ids(rows),
         "bertlab bf16": lambda: ours16.embed_ids(rows),
         "bertlab fp32, HF batches (no bucketing)": lambda: run_hf(ours.model, hf_batches),
+        "bertlab fp32, plain nn.Linear (no oneDNN)": lambda: plain.embed_ids(rows),
     }
     onnx_note = "skipped (--no-onnx)"
     if not args.no_onnx:
@@ -324,7 +329,7 @@ def main() -> int:
         print(f"          min cosine ORT fp32 vs HF fp32 {float(cosine(outputs['ORT fp32'], outputs['HF fp32 (sdpa)']).min()):.7f}")
 
     results = {"n": len(rows), "tokens": tokens, "threads": args.threads, "batch_size": args.batch_size,
-               "max_tokens": args.max_tokens, "seconds": med, "ratios": ratios, "onnx": onnx_note,
+               "max_tokens": ours.options.max_tokens, "seconds": med, "ratios": ratios, "onnx": onnx_note,
                "min_cosine_fp32_vs_hf": cos_hf, "min_cosine_bf16_vs_fp32": cos_bf16}
     if not args.no_service:
         texts = [ours.tokenizer.decode(r[1:-1]) for r in rows]

@@ -12,10 +12,12 @@ questions) is hours on a small CPU.
 
 Each side runs its own pipeline end to end, as a user of it would:
 - bertlab   `bertlab.train.finetune.finetune(FinetuneConfig(task="squad", ...))`: our tokenizer, Google's
-            windows (stride 128 = step), dynamic padding, the shared loop, streaming n-best decoding.
+            windows (stride 128 = step), dynamic padding over length-grouped batches (its default), the
+            shared loop, streaming n-best decoding.
 - hf        `BertTokenizerFast` with run_qa.py's `prepare_train_features`/`prepare_validation_features`
             (`stride=128` there means an overlap of 128), `DataCollatorWithPadding` (dynamic padding, the
-            fastest choice on CPU; run_qa's default pads to 384), `Trainer.train`/`Trainer.predict`, and
+            fastest choice on CPU; run_qa's default pads to 384), random batches (Trainer's default
+            sampler), `Trainer.train`/`Trainer.predict`, and
             utils_qa's `postprocess_qa_predictions` (n-best 20, max answer 30).
 Shared: max length 384, doc stride 128, AdamW (eps 1e-6, weight decay 0.01 off biases/LayerNorm), linear
 warmup 10% then decay, clipping 1.0, fp32, `--threads` intra-op threads, seed per run. Sides alternate

@@ -37,3 +37,17 @@ def test_demo_on_minilm(minilm_dir, capsys):
 def test_demo_without_model_is_one_line(tmp_path, capsys):
     assert main(["demo", "--model", str(tmp_path / "missing")]) == 2
     assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_light_commands_do_not_import_torch():
+    """`import bertlab`, `bertlab --help` and the tokenizer start without torch; the model classes load on use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, bertlab\n"
+            "from bertlab.cli import main\n"
+            "from bertlab import BertTokenizer, BertConfig\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "from bertlab import BertModel\n"
+            "assert 'torch' in sys.modules and BertModel.__module__ == 'bertlab.model'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -103,6 +103,25 @@ def test_padding_does_not_change_real_tokens(tiny_config):
     torch.testing.assert_close(padded[:, :9], alone, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu", "tanh"])
+def test_inference_in_place_activation_equals_autograd_path(tiny_config, act):
+    """Without autograd the FFN activation overwrites its input; with it, it must not (and gradients flow)."""
+    import dataclasses
+
+    torch.manual_seed(0)
+    model = BertModel(dataclasses.replace(tiny_config, hidden_act=act)).eval()
+    ids = torch.randint(1, 99, (2, 9))
+    with torch.inference_mode():
+        fast = model(ids).last_hidden_state
+    with torch.no_grad():
+        no_grad = model(ids).last_hidden_state
+    graph = model(ids).last_hidden_state
+    graph.sum().backward()
+    assert model.encoder.layer[0].intermediate.dense.weight.grad.abs().sum() > 0
+    torch.testing.assert_close(fast, graph.detach(), atol=0, rtol=0)
+    torch.testing.assert_close(no_grad, graph.detach(), atol=0, rtol=0)
+
+
 def test_all_padding_row_is_finite(tiny_config):
     model = BertModel(tiny_config).eval()
     out = model(torch.ones(2, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]))
@@ -132,6 +151,20 @@ def test_google_initialisation(tiny_config):
     assert 0.012 < w.std() < 0.02  # the std of N(0, 0.02) truncated at 2σ is ~0.0176
     assert torch.all(model.encoder.layer[0].output.LayerNorm.weight == 1)
     assert torch.all(model.encoder.layer[0].attention.self.query.bias == 0)
+
+
+def test_task_output_layers_start_untruncated(tiny_config):
+    """A task's added layer is N(0, σ) (HF's rule, measured better for fine-tuning); the encoder stays Google's."""
+    from bertlab import BertForSequenceClassification, BertForTokenClassification
+    from bertlab.model import TaskOutputLayer
+
+    torch.manual_seed(0)
+    config = tiny_config.replace(hidden_size=256, num_attention_heads=4, id2label={i: str(i) for i in range(64)})
+    for cls in (BertForSequenceClassification, BertForTokenClassification):
+        w = cls(config).classifier
+        assert isinstance(w, TaskOutputLayer) and torch.all(w.bias == 0)
+        assert w.weight.abs().max() > 2 * 0.02  # not truncated: 16k draws reach past 2σ
+        assert 0.019 < w.weight.std() < 0.021
 
 
 def test_output_indexing_and_sequence_limit(tiny_config):

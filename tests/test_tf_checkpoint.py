@@ -354,11 +354,12 @@ def test_streaming_load_keeps_ties_and_initialises_missing_heads(expected, confi
     model, report, skipped = load_tf_weights(BertForPreTraining, config, BERT)
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert not report.initialized and len(skipped) == 7
-    # a classifier on top of the pre-trained encoder: the new layer gets Google's init, not leftover memory
+    # a classifier on top of the pre-trained encoder: the new layer is initialised N(0, σ) (TaskOutputLayer),
+    # not left with whatever memory the meta-device load allocated
     clf, report, _ = load_tf_weights(BertForSequenceClassification, config, BERT)
     assert sorted(report.initialized) == ["classifier.bias", "classifier.weight"]
-    assert torch.all(clf.classifier.bias == 0) and clf.classifier.weight.abs().max() <= 2 * config.initializer_range
-    assert clf.classifier.weight.std() > config.initializer_range / 2
+    assert torch.all(clf.classifier.bias == 0) and clf.classifier.weight.abs().max() <= 6 * config.initializer_range
+    assert config.initializer_range / 2 < clf.classifier.weight.std() < 2 * config.initializer_range
     np.testing.assert_array_equal(clf.bert.pooler.dense.weight.detach().numpy(),
                                   expected["bert/pooler/dense/kernel"].T)
 

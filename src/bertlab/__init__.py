@@ -3,23 +3,33 @@
 The public API is importable from here: `from bertlab import BertConfig, BertModel, BertTokenizer`.
 """
 
+import importlib
+
 from .config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
-from .heads import (
-    BertForMaskedLM,
-    BertForMultipleChoice,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-)
-from .model import BertModel, BertModelOutput
 from .tokenizer import BertTokenizer
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError",
-    "BertModel", "BertModelOutput", "BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
-    "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice", "BertTokenizer",
-]
+# The model classes need torch, ~1.5 s to import; they are loaded on first use (PEP 562), so the tokenizer,
+# `bertlab --help` and the commands that never run a model start without it.
+_LAZY = {
+    "BertModel": "model", "BertModelOutput": "model",
+    "BertForPreTraining": "heads", "BertForMaskedLM": "heads", "BertForSequenceClassification": "heads",
+    "BertForTokenClassification": "heads", "BertForQuestionAnswering": "heads", "BertForMultipleChoice": "heads",
+}
+
+__all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",
+           *_LAZY]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import BertConfig
-from .model import ACTIVATIONS, BertModel, BertModelOutput, BertPreTrainedModel
+from .model import ACTIVATIONS, BertModel, BertModelOutput, BertPreTrainedModel, TaskOutputLayer
 
 IGNORE_INDEX = -100  # label value meaning "no prediction here" (Hugging Face's and PyTorch's convention)
 
@@ -72,7 +72,9 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(h)) + self.bias
+        # One addmm with the bias, not decoder(...) + bias: the (N, V) logits are the largest tensor of
+        # pre-training, and a separate add would allocate and sweep them a second time.
+        return F.linear(self.transform(h), self.decoder.weight, self.bias)
 
 
 class BertPreTrainingHeads(nn.Module):
@@ -158,7 +160,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = BertModel(config)
         self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = TaskOutputLayer(config.hidden_size, config.num_labels)
         self.init_weights(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
@@ -184,7 +186,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         self.num_labels = config.num_labels
         self.bert = BertModel(config, add_pooling_layer=False)
         self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.classifier = TaskOutputLayer(config.hidden_size, config.num_labels)
         self.init_weights(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
@@ -208,7 +210,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
     def __init__(self, config: BertConfig):
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
-        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.qa_outputs = TaskOutputLayer(config.hidden_size, 2)
         self.init_weights(self.qa_outputs)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
@@ -233,7 +235,7 @@ class BertForMultipleChoice(BertPreTrainedModel):
         super().__init__(config)
         self.bert = BertModel(config)
         self.dropout = _classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.classifier = TaskOutputLayer(config.hidden_size, 1)
         self.init_weights(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:

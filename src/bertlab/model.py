@@ -33,6 +33,19 @@ ACTIVATIONS = {
     "tanh": nn.Tanh(),
 }
 
+# The same functions overwriting their input. Without autograd (inference) the FFN's widest tensor, (B, T, 4H),
+# then needs one buffer instead of two: on a CPU a fresh buffer that size costs page faults, and the extra
+# allocation was ~10% of a MiniLM forward pass.
+INPLACE_ACTIVATIONS = {
+    "gelu": torch.ops.aten.gelu_,
+    "gelu_new": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: torch.ops.aten.gelu_(x, approximate="tanh"),
+    "relu": torch.relu_,
+    "silu": lambda x: F.silu(x, inplace=True),
+    "swish": lambda x: F.silu(x, inplace=True),
+    "tanh": torch.tanh_,
+}
+
 
 @dataclass
 class BertModelOutput:
@@ -66,6 +79,15 @@ def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     bits = torch.randint(-2**63, 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)[:n].view(x.shape)
     keep = bits >= round(p * 65536) - 32768  # P(int16 < t) = (t + 32768) / 65536 = p
     return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))
+
+
+def add_residual(y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """y + residual, written into y: neither a linear layer's nor dropout's backward needs its own output, so
+    the sum can take y's buffer instead of a new (B, T, H) one. (Under autocast y may be bf16 and the residual
+    fp32; the sum then needs the wider type and a new tensor.)"""
+    if y.dtype != torch.promote_types(y.dtype, residual.dtype):
+        return y + residual
+    return y.add_(residual)
 
 
 class Dropout(nn.Dropout):
@@ -125,9 +147,11 @@ class BertSelfAttention(nn.Module):
         if output_attentions or (dropout_p > 0 and x.device.type == "cpu"):
             # The explicit path, for callers who want the probabilities themselves, and for CPU training,
             # where SDPA would take this same math path but with the slow dropout.
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)  # (B, nh, T, T)
+            # In place: the matmul's backward needs q and k, not its output, so scaling and masking may
+            # overwrite it instead of allocating two more (B, nh, T, T) tensors.
+            scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(self.head_size))  # (B, nh, T, T)
             if mask is not None:
-                scores = scores + mask
+                scores.add_(mask)
             probs = scores.softmax(dim=-1)
             y = dropout(probs, dropout_p, self.training) @ v  # (B, nh, T, hs)
         else:
@@ -147,7 +171,7 @@ class BertSelfOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(residual + self.dropout(self.dense(y)))
+        return self.LayerNorm(add_residual(self.dropout(self.dense(y)), residual))
 
 
 class BertAttention(nn.Module):
@@ -168,9 +192,13 @@ class BertIntermediate(nn.Module):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
         self.act = ACTIVATIONS[config.hidden_act]
+        self.act_ = INPLACE_ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
+        h = self.dense(x)  # (B, T, 4H)
+        if torch.is_grad_enabled() and h.requires_grad:
+            return self.act(h)  # autograd keeps h for the backward pass
+        return self.act_(h)
 
 
 class BertOutput(nn.Module):
@@ -183,7 +211,7 @@ class BertOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(residual + self.dropout(self.dense(h)))
+        return self.LayerNorm(add_residual(self.dropout(self.dense(h)), residual))
 
 
 class BertLayer(nn.Module):
@@ -217,6 +245,13 @@ class BertPooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
+class TaskOutputLayer(nn.Linear):
+    """The one layer a fine-tuning task adds on the encoder (classifier, QA start/end scores). An `nn.Linear`
+    (same parameter names), told apart only so `init_weights` can initialise it N(0, σ²) untruncated, as
+    Hugging Face's heads do, where Google's code truncates at 2σ: on CoNLL-2003 (MiniLM-L6, 800 sentences,
+    6 seeds) the untruncated start gave dev F1 0.525 against 0.481, better in 5 of 6 seed pairs."""
+
+
 class BertPreTrainedModel(nn.Module):
     """What every bertlab model shares: the config, Google's initialisation, and the HF-layout checkpoints."""
 
@@ -228,13 +263,17 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self, module: nn.Module | None = None) -> None:
-        """Google's initialisation: truncated normal(0, initializer_range) cut at 2σ; LayerNorm 1 and 0; biases 0.
+        """Google's initialisation: truncated normal(0, initializer_range) cut at 2σ; LayerNorm 1 and 0; biases 0
+        (a task's added output layer: untruncated normal, see `TaskOutputLayer`).
 
         Also used on a model whose storage was just allocated (`checkpoint.materialize`), so it must set
         every parameter of `module`, leaving none uninitialised."""
         std = self.config.initializer_range
         for m in (module or self).modules():
-            if isinstance(m, (nn.Linear, nn.Embedding)):
+            if isinstance(m, TaskOutputLayer):
+                nn.init.normal_(m.weight, mean=0.0, std=std)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.trunc_normal_(m.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
                 if getattr(m, "bias", None) is not None:
                     nn.init.zeros_(m.bias)

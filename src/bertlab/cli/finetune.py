@@ -14,8 +14,8 @@ from ..tasks import TASKS
 
 # flag -> FinetuneConfig field, for the flags that are plain values
 _FIELDS = ("model", "data", "out", "epochs", "lr", "batch_size", "grad_accum", "max_seq_length", "warmup_proportion",
-           "weight_decay", "layer_lr_decay", "seed", "seeds", "grid", "bf16", "eval_batch_size", "eval_every",
-           "train_limit", "eval_limit", "device")
+           "weight_decay", "group_by_length", "layer_lr_decay", "seed", "seeds", "grid", "bf16", "eval_batch_size",
+           "eval_every", "train_limit", "eval_limit", "device")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: the task's, 128 for GLUE)")
     p.add_argument("--warmup-proportion", type=float, help="share of steps with linear warmup (default 0.1)")
     p.add_argument("--weight-decay", type=float, help="AdamW weight decay, not on biases/LayerNorm (default 0.01)")
+    p.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", default=None,
+                   help="draw training batches without regard to length (default: length-grouped batches, "
+                        "little padding)")
     p.add_argument("--layer-lr-decay", type=float, metavar="F",
                    help="layer-wise LR decay: layer l gets lr * F^(L-l), embeddings the lowest (default off)")
     p.add_argument("--seed", type=int, help="first seed (default 42; run k uses seed + k)")

@@ -265,7 +265,8 @@ def _pad(seqs: list, value: int) -> list:
     return [s + [value] * (width - len(s)) for s in seqs]
 
 
-def _length(feature: Feature) -> int:
+def feature_length(feature: Feature) -> int:
+    """Tokens of a feature (multiple choice: its longest choice): what dynamic padding pads to."""
     ids = feature["input_ids"]
     return max(len(c) for c in ids) if ids and isinstance(ids[0], list) else len(ids)
 
@@ -318,7 +319,7 @@ def evaluate(spec: TaskSpec, model, tokenizer, examples: Sequence[Any], split: s
             # restores example order itself; a task that overrides it (QA) gets its features in order.
             order = None
             if type(spec).predictions is TaskSpec.predictions:
-                order = sorted(range(len(features)), key=lambda i: _length(features[i]))
+                order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))
             for example, prediction in spec.predictions(model, batches(spec, features, batch_size, device, order),
                                                         examples, features):
                 if writer is not None:

@@ -622,22 +622,18 @@ def soft_labels(spec, teacher: nn.Module, features: list[dict], batch_size: int,
     """The teacher's logits for every feature, computed once, in batches of similar length (little padding):
     (K,) per example for classification, (T_i, K) per token, (T_i, 2) start/end for QA; float32, on the CPU."""
     from ..tasks.base import batches as task_batches
+    from ..tasks.base import feature_length
 
-    order = sorted(range(len(features)), key=lambda i: _length(features[i]))
+    order = sorted(range(len(features)), key=lambda i: feature_length(features[i]))
     out: list[torch.Tensor | None] = [None] * len(features)
     teacher.eval()
     with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
         for batch in task_batches(spec, features, batch_size, device, order):
             logits = head_logits(teacher(**spec.model_inputs(batch))).float().cpu()
             for row, i in enumerate(batch["feature_index"].tolist()):
-                n = _length(features[i])
+                n = feature_length(features[i])
                 out[i] = logits[row] if logits.dim() == 2 else logits[row, :n].clone()
     return out  # type: ignore[return-value]
-
-
-def _length(feature: dict) -> int:
-    ids = feature["input_ids"]
-    return len(ids[0]) if ids and isinstance(ids[0], list) else len(ids)
 
 
 def _with_soft_labels(collate):

@@ -61,7 +61,7 @@ import random
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -255,23 +255,45 @@ class _SeekableBatchSampler:
     """Index lists for one rank, epoch after epoch, starting at global micro-batch `start` (see below)."""
 
     def __init__(self, n: int, batch_size: int, seed: int, start: int, rank: int, world_size: int,
-                 shuffle: bool, drop_last: bool):
+                 shuffle: bool, drop_last: bool, lengths: Sequence[int] | None = None, group: int = 50):
         self.n, self.batch_size, self.seed, self.start = n, batch_size, seed, start
         self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
+        self.lengths, self.group = lengths, group
+        if lengths is not None and len(lengths) != n:
+            raise ValueError(f"lengths has {len(lengths)} entries for {n} examples")
+        if group < 1:
+            raise ValueError(f"group must be at least 1, got {group}")
         block = batch_size * world_size
         self.per_epoch = n // block if drop_last else math.ceil(n / block)
         if self.per_epoch == 0:
             raise BertlabError(f"{n} examples are fewer than one global batch ({batch_size} x {world_size} ranks)")
 
+    def epoch_order(self, epoch: int) -> list[int]:
+        """Every example index once, in epoch `epoch`'s order; a function of (seed, epoch) only, so any step
+        can be reached at once."""
+        if not self.shuffle:
+            return list(range(self.n))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(self.n, generator=g).tolist()
+        if self.lengths is None:
+            return order
+        # Length grouping: cut the shuffled order into runs of `group` global batches, sort each run by
+        # length and shuffle the batches it makes. Every batch is still a random draw, but of rows of
+        # similar length, so dynamic padding costs little (a random batch of CoNLL or SST-2 sentences is
+        # mostly padding). Same idea as Hugging Face's `group_by_length` and fairseq's length buckets.
+        block = self.batch_size * self.world_size
+        run = block * self.group
+        order = [i for r in range(0, self.n, run) for i in sorted(order[r:r + run], key=self.lengths.__getitem__)]
+        blocks = [order[b:b + block] for b in range(0, self.n, block)]
+        tail = blocks.pop() if len(blocks[-1]) < block else None  # a short last batch stays last
+        blocks = [blocks[i] for i in torch.randperm(len(blocks), generator=g).tolist()]
+        return [i for b in blocks + ([tail] if tail else []) for i in b]
+
     def __iter__(self) -> Iterator[list[int]]:
         block = self.batch_size * self.world_size
         epoch, offset = divmod(self.start, self.per_epoch)
         while True:
-            if self.shuffle:  # the order of epoch e depends on (seed, e) only: any step can be reached at once
-                g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-                order = torch.randperm(self.n, generator=g).tolist()
-            else:
-                order = list(range(self.n))
+            order = self.epoch_order(epoch)
             for b in range(offset, self.per_epoch):
                 chunk = order[b * block:(b + 1) * block]
                 if len(chunk) < block and self.world_size > 1:  # every rank needs a batch: wrap around
@@ -283,14 +305,19 @@ class _SeekableBatchSampler:
 
 def shuffled_batches(dataset, batch_size: int, collate_fn: Callable | None = None, *, seed: int = 0, start: int = 0,
                      rank: int = 0, world_size: int = 1, shuffle: bool = True, drop_last: bool = False,
+                     lengths: Sequence[int] | None = None, group: int = 50,
                      num_workers: int = 0, pin_memory: bool = False) -> Iterable[Batch]:
     """Micro-batches of a map-style dataset for this rank, epoch after epoch without end, from micro-batch `start`.
 
     Epoch `e` is a permutation seeded by (seed, e); global micro-batch `i` is epoch i // per_epoch, position
     i % per_epoch of it, split across ranks. So `start` is reached in O(1) -- the seek `Trainer` resume
     needs: `batches = lambda step: shuffled_batches(..., start=step * grad_accum)`.
+
+    With `lengths` (one per example), batches are length-grouped: each run of `group` consecutive global
+    batches of the permutation is sorted by length before it is cut, then the batches are shuffled.
     """
-    sampler = _SeekableBatchSampler(len(dataset), batch_size, seed, start, rank, world_size, shuffle, drop_last)
+    sampler = _SeekableBatchSampler(len(dataset), batch_size, seed, start, rank, world_size, shuffle, drop_last,
+                                    lengths, group)
     return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
                                        num_workers=num_workers, pin_memory=pin_memory)
 

@@ -1,0 +1,60 @@
+"""oneDNN-packed linear layers for CPU inference (fp32, bf16): same numbers as `nn.Linear`, same state_dict, the
+plain path whenever gradients are needed, and used by default by the inference loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from bertlab.infer import onednn
+from bertlab.infer.runtime import InferenceOptions, load_model
+
+from infer_support import tiny_model
+
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear operators")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (1, 1, 48), (0, 48)])
+def test_packed_linear_equals_nn_linear(shape, dtype):
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80).to(dtype)
+    x = torch.randn(shape).to(dtype)
+    packed = onednn.PackedLinear(linear)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(x), linear(x), atol=tol, rtol=tol)
+    assert packed(x).shape == (*shape[:-1], 80)
+
+
+def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert onednn.pack_linear_layers(model) == 2
+    assert all(isinstance(model[i], onednn.PackedLinear) for i in (0, 2))
+    assert model.state_dict().keys() == before.keys()
+    x = torch.randn(3, 16, requires_grad=True)
+    model(x).sum().backward()  # the plain path: oneDNN's operator has no backward
+    assert x.grad is not None and model[0].weight.grad is not None
+
+
+def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path):
+    folder = tiny_model(tmp_path / "m", "BertForMaskedLM")
+    from bertlab import BertForMaskedLM
+
+    packed = load_model(BertForMaskedLM, folder, InferenceOptions())
+    plain = load_model(BertForMaskedLM, folder, InferenceOptions(onednn=False))
+    bf16 = load_model(BertForMaskedLM, folder, InferenceOptions(dtype="bf16"))
+    bf16_plain = load_model(BertForMaskedLM, folder, InferenceOptions(dtype="bf16", onednn=False))
+    assert any(isinstance(m, onednn.PackedLinear) for m in packed.modules())
+    assert not any(isinstance(m, onednn.PackedLinear) for m in plain.modules())
+    assert any(isinstance(m, onednn.PackedLinear) for m in bf16.modules())
+    # The tied MLM decoder still shares the word embeddings.
+    assert packed.cls.predictions.decoder.weight is packed.bert.embeddings.word_embeddings.weight
+    ids = torch.randint(5, 40, (2, 9))
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(ids).prediction_logits, plain(ids).prediction_logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(bf16(ids).prediction_logits.float(), bf16_plain(ids).prediction_logits.float(),
+                                   atol=3e-2, rtol=3e-2)
