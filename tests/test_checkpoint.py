@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import bertlab
-from bertlab import (BertConfig, BertForMaskedLM, BertForMultipleChoice, BertForPreTraining,
+from bertlab import (BertForMaskedLM, BertForMultipleChoice, BertForPreTraining,
                      BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
                      BertModel, CheckpointError, ConfigError)
 from bertlab.checkpoint import atomic_directory, read_state_dict

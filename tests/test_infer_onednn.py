@@ -31,10 +31,10 @@ def test_packed_linear_equals_nn_linear(shape, dtype):
 def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+    keys = model.state_dict().keys()
     assert onednn.pack_linear_layers(model) == 2
     assert all(isinstance(model[i], onednn.PackedLinear) for i in (0, 2))
-    assert model.state_dict().keys() == before.keys()
+    assert model.state_dict().keys() == keys
     x = torch.randn(3, 16, requires_grad=True)
     model(x).sum().backward()  # the plain path: oneDNN's operator has no backward
     assert x.grad is not None and model[0].weight.grad is not None

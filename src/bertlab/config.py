@@ -22,6 +22,23 @@ from .errors import ConfigError
 KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 
 
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object from a file (model configs, run configs); every failure is one ConfigError line
+    naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of settings, got {type(data).__name__}")
+    return data
+
+
 @dataclass
 class BertConfig:
     vocab_size: int = 30522
@@ -147,15 +164,7 @@ class BertConfig:
         path = Path(path)
         if path.is_dir():
             path = path / "config.json" if (path / "config.json").exists() else path / "bert_config.json"
-        if not path.exists():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{path}: not UTF-8 text") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json_object(path), source=str(path))
 
     @classmethod
     def from_name_or_path(cls, name: str) -> "BertConfig":

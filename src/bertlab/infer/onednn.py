@@ -19,6 +19,7 @@ with `F.linear` on a probe, nothing is swapped.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import torch
@@ -63,6 +64,7 @@ class PackedLinear(nn.Module):
 PACKABLE = (torch.float32, torch.bfloat16)
 
 
+@functools.cache  # once per dtype and process: every model load asks
 def _probe(dtype: torch.dtype) -> bool:
     """One small layer through both paths: the operators exist here and give F.linear's numbers."""
     try:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
+from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,6 @@ class InferenceOptions:
         if self.max_length is not None and self.max_length < 3:
             raise BertlabError(f"--max-length must be at least 3 (room for [CLS] x [SEP]), got {self.max_length}")
         if self.max_tokens is None:
-            from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
-
             self.max_tokens = DEFAULT_MAX_TOKENS if self.device == "cpu" else DEFAULT_MAX_TOKENS_GPU
         if self.max_tokens < 1 or self.max_batch < 1:
             raise BertlabError("--max-tokens and --max-batch must be positive")
@@ -165,7 +164,8 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
     if options.onednn and torch.device(options.device).type == "cpu":
         from .onednn import pack_linear_layers
 
-        log.debug("%d linear layers packed for oneDNN", pack_linear_layers(model))
+        packed = pack_linear_layers(model)
+        log.debug("%d linear layers packed for oneDNN", packed)
     return model
 
 

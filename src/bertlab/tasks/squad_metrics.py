@@ -48,8 +48,11 @@ def exact_v1(prediction: str, gold: str) -> bool:
 def f1_v1(prediction: str, gold: str) -> float:
     """Token-overlap F1 of the normalised strings; 0 (an int, as in the script) when nothing is shared --
     including when both are empty."""
-    pred_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
+    return _overlap_f1(normalize_answer(prediction).split(), normalize_answer(gold).split())
+
+
+def _overlap_f1(pred_tokens: list[str], gold_tokens: list[str]) -> float:
+    """Both scripts' F1 of two token lists: 0 (an int) when they share nothing."""
     num_same = sum((collections.Counter(pred_tokens) & collections.Counter(gold_tokens)).values())
     if num_same == 0:
         return 0
@@ -93,12 +96,7 @@ def f1_v2(gold: str, prediction: str) -> float:
     gold_tokens, pred_tokens = _tokens_v2(gold), _tokens_v2(prediction)
     if len(gold_tokens) == 0 or len(pred_tokens) == 0:
         return int(gold_tokens == pred_tokens)
-    num_same = sum((collections.Counter(gold_tokens) & collections.Counter(pred_tokens)).values())
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(pred_tokens)
-    recall = 1.0 * num_same / len(gold_tokens)
-    return (2 * precision * recall) / (precision + recall)
+    return _overlap_f1(pred_tokens, gold_tokens)
 
 
 def gold_answers_v2(texts: Iterable[str]) -> list[str]:

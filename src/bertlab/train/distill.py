@@ -81,7 +81,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
-from ..config import BertConfig
+from ..config import BertConfig, read_json_object
 from ..distill_init import build_student, hidden_layer_map
 from ..errors import BertlabError, ConfigError
 from ..heads import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
@@ -90,7 +90,7 @@ from ..model import BertPreTrainedModel
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
                    latest_checkpoint, seed_everything, shuffled_batches, steps_per_epoch)
 from .optim import adamw, linear_warmup_decay
-from .runconfig import config_from_dict, load_config_file, parse_duration
+from .runconfig import config_from_dict, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -458,7 +458,7 @@ def _resolve_config(cfg: DistillConfig) -> DistillConfig:
     run_file = Path(cfg.out) / RUN_CONFIG
     if not run_file.is_file():
         raise BertlabError(f"{cfg.out}: nothing to resume (no {RUN_CONFIG}); start the run without --resume")
-    saved = load_config_file(run_file)
+    saved = read_json_object(run_file)
     saved.pop("_resolved", None)
     # A runtime setting left at its default keeps the run's saved value; one set to something else wins.
     defaults = DistillConfig()
@@ -571,7 +571,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     # ---- run length: given, or fitted to the time budget by timing real steps
     resolved: dict[str, Any] = {}
     if cfg.resume:
-        resolved = load_config_file(Path(cfg.out) / RUN_CONFIG).get("_resolved", {})
+        resolved = read_json_object(Path(cfg.out) / RUN_CONFIG).get("_resolved", {})
     steps = resolved.get("steps") or cfg.steps
     if steps is None:
         per_step = time_step(distiller, lambda m, b: m(b), stream(0), accum, precision, dist.device)

@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..config import read_json_object
 from ..errors import ConfigError
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
@@ -101,10 +102,7 @@ class FinetuneConfig:
 
     @classmethod
     def from_json_file(cls, path: str | Path, **overrides: Any) -> "FinetuneConfig":
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigError(f"{path}: cannot read run config ({e})") from None
+        data = read_json_object(path)
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -35,13 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import save_pretrained
-from ..config import BertConfig
+from ..config import BertConfig, read_json_object
 from ..errors import BertlabError, ConfigError
 from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
                    latest_checkpoint, seed_everything, to_device)
 from .optim import build_optimizer, linear_warmup_decay
-from .runconfig import config_from_dict, load_config_file, parse_duration
+from .runconfig import config_from_dict, parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def _resolve_config(cfg: PretrainConfig) -> PretrainConfig:
         return cfg
     if not run_file.is_file():
         raise BertlabError(f"{cfg.out}: nothing to resume (no {RUN_CONFIG}); start the run without --resume")
-    saved = load_config_file(run_file)
+    saved = read_json_object(run_file)
     saved.pop("_resolved", None)
     merged = {**saved, **{k: getattr(cfg, k) for k in RESUME_MAY_CHANGE}}
     return config_from_dict(PretrainConfig, merged, str(run_file))
@@ -298,7 +298,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     loss_fn = pretraining_loss(cfg.objective)
     resolved: dict[str, Any] = {}  # what the first session decided (steps from a time budget, precision)
     if cfg.resume and (run_dir / RUN_CONFIG).is_file():
-        resolved = load_config_file(run_dir / RUN_CONFIG).get("_resolved", {})
+        resolved = read_json_object(run_dir / RUN_CONFIG).get("_resolved", {})
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):

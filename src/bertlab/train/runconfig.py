@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import re
 import types
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..config import read_json_object
 from ..errors import ConfigError
 
 T = TypeVar("T")
@@ -75,19 +74,6 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
     return cls(**{k: _coerce(k, v, hints[k], source) for k, v in data.items()})
 
 
-def load_config_file(path: str | os.PathLike) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{p}: no such config file")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a JSON object of settings")
-    return data
-
-
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[str, str] | None = None,
                          skip: tuple[str, ...] = ()) -> None:
     """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`. Every default
@@ -114,7 +100,7 @@ def config_from_args(cls: type[T], args: argparse.Namespace, base: dict[str, Any
     data = dict(base or {})
     source = "command line"
     if getattr(args, "config", None) is not None:
-        data.update(load_config_file(args.config))
+        data.update(read_json_object(args.config))
         source = str(args.config)
     names = {f.name for f in dataclasses.fields(cls)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
