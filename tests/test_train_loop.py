@@ -17,6 +17,7 @@ import torch
 
 from bertlab import BertConfig, BertForPreTraining
 from bertlab.errors import BertlabError, CheckpointError
+from bertlab.train import loop
 from bertlab.train import (LoopConfig, NonFiniteLossError, Trainer, adamw, checkpoint_dirs, linear_warmup_decay,
                            read_metrics, shuffled_batches)
 
@@ -192,6 +193,74 @@ def test_resume_without_checkpoint_and_unwritable_dir(tmp_path):
     blocker.write_text("")
     with pytest.raises(BertlabError, match="not writable"):
         make_trainer(blocker / "run")
+
+
+class _InfGradient(torch.autograd.Function):
+    """Identity forward; an infinite gradient backward: a gradient overflow, with the loss itself finite."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.full_like(grad, float("inf"))
+
+
+def overflowing_at(step: int, grad_accum: int = 2):
+    """A loss_fn whose gradients overflow during optimizer step `step` (1-based); its loss stays finite."""
+    calls = {"n": 0}
+
+    def loss_fn(model, batch):
+        calls["n"] += 1
+        loss, metrics = pretraining_loss(model, batch)
+        if calls["n"] == (step - 1) * grad_accum + 1:
+            weight = model.bert.embeddings.LayerNorm.weight
+            loss = loss + 0.0 * _InfGradient.apply(weight).sum()
+        return loss, metrics
+    return loss_fn
+
+
+def test_fp16_loss_scaling_skips_an_overflowing_step_and_resumes_exactly(tmp_path):
+    """fp16 (here on the CPU, where the tests run): an overflow skips that step's update and halves the loss
+    scale; the scale is part of the checkpoint, so a resumed fp16 run is bitwise the uninterrupted one."""
+    weights = {}
+
+    trainer = make_trainer(tmp_path / "probe", max_steps=3, precision="fp16", loss_fn=overflowing_at(3),
+                           eval_every=1)
+    trainer.evaluate_fn = lambda model: weights.update(
+        {trainer.step: {k: v.clone() for k, v in model.state_dict().items()}}) or {}
+    scale = trainer.scaler.get_scale()
+    trainer.fit()
+    assert trainer.scaler.get_scale() == scale / 2  # the overflow lowered the scale
+    for k, v in weights[2].items():  # ... and step 3 changed nothing
+        assert torch.equal(v, weights[3][k]), k
+    assert not all(torch.equal(v, weights[1][k]) for k, v in weights[2].items())  # while step 2 did train
+
+    reference = make_trainer(tmp_path / "ref", precision="fp16", loss_fn=overflowing_at(2))
+    reference.fit()
+    overflow, calls = overflowing_at(2), {"n": 0}
+
+    def overflow_then_interrupt(model, batch):
+        calls["n"] += 1
+        if calls["n"] == 7:  # the first micro-batch of step 4
+            os.kill(os.getpid(), signal.SIGINT)
+        return overflow(model, batch)
+
+    run = tmp_path / "run"
+    assert make_trainer(run, precision="fp16", loss_fn=overflow_then_interrupt).fit().step == 4
+    resumed = make_trainer(run, init_seed=123, precision="fp16")
+    resumed.fit(resume=True)
+    assert resumed.scaler.get_scale() == reference.scaler.get_scale() == scale / 2
+    assert_bitwise_equal(reference.model, resumed.model)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_retain_freed_memory_only_when_configured(tmp_path, monkeypatch, enabled):
+    calls = []
+    monkeypatch.setattr(loop, "retain_freed_memory", lambda: calls.append(1) or True)
+    make_trainer(tmp_path / "run", max_steps=2, grad_accum=1, retain_freed_memory=enabled).fit()
+    assert calls == ([1] if enabled else [])
 
 
 def test_shuffled_batches_seek_without_replay():

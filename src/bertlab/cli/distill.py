@@ -46,7 +46,7 @@ HELP = {
                       "labels are their only target",
     "lr": "peak learning rate (default 1e-4 general, 5e-5 task)",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
-    "precision": "auto, fp32, bf16 or fp16 (CUDA)",
+    "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
     "eval_every": "steps between evaluations (general default: 10 per run; task: the end only)",
     "eval_batches": "general: held-out batches per evaluation",
     "eval_teacher": "score the teacher too, for comparison",
@@ -55,6 +55,7 @@ HELP = {
     "num_workers": "general: data loader workers per process",
     "device": "auto, cpu or cuda",
     "resume": "continue OUT from its last checkpoint, exactly",
+    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
 
 

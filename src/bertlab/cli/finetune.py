@@ -15,7 +15,7 @@ from ..tasks import TASKS
 # flag -> FinetuneConfig field, for the flags that are plain values
 _FIELDS = ("model", "data", "out", "epochs", "lr", "batch_size", "grad_accum", "max_seq_length", "warmup_proportion",
            "weight_decay", "group_by_length", "layer_lr_decay", "seed", "seeds", "grid", "bf16", "eval_batch_size",
-           "eval_every", "train_limit", "eval_limit", "device")
+           "eval_every", "train_limit", "eval_limit", "device", "retain_freed_memory")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-limit", type=int, metavar="N", help="score a seeded random N dev/test examples")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-retain-freed-memory", dest="retain_freed_memory", action="store_false", default=None,
+                   help="CPU: let glibc return freed tensor memory to the OS (default: kept for reuse, faster)")
     from ..infer.feature_ner import STRATEGIES
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")

@@ -33,7 +33,7 @@ HELP = {
     "optimizer": "adamw or lamb",
     "lr": "peak learning rate",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count",
-    "precision": "auto, fp32, bf16 or fp16 (CUDA)",
+    "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
     "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
     "num_evals": "held-out evaluations per run when --eval-every is not given",
     "eval_batches": "held-out batches per evaluation",
@@ -42,6 +42,7 @@ HELP = {
     "num_workers": "data loader workers per process",
     "device": "auto, cpu or cuda",
     "resume": "continue RUN_DIR from its last checkpoint, exactly",
+    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
 
 

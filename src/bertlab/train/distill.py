@@ -153,6 +153,7 @@ class DistillConfig:
     device: str = "auto"  # auto | cpu | cuda
     resume: bool = False
     progress: bool = True
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
 
     def resolved(self, name: str) -> Any:
         """A field's value, or the recipe's default for it when it is None."""
@@ -492,7 +493,8 @@ def _make_trainer(cfg: DistillConfig, distiller: _Distiller, batches, steps: int
                       max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
                       save_every=save_every, keep_last=cfg.keep_last,
                       time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
-                      seed=cfg.seed, progress=cfg.progress, tensorboard=False)
+                      seed=cfg.seed, progress=cfg.progress,
+                      retain_freed_memory=cfg.retain_freed_memory, tensorboard=False)
     trainer = Trainer(distiller, optimizer, scheduler, lambda model, batch: model(batch), batches, loop,
                       evaluate=evaluate, extra_state={"run_config": run_record})
     if cfg.resume:

@@ -80,6 +80,7 @@ class FinetuneConfig:
     eval_limit: int | None = None
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -238,6 +239,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=cfg.grad_accum,
                       precision="bf16" if cfg.bf16 else "fp32", max_grad_norm=cfg.max_grad_norm,
                       log_every=max(1, total // 50), eval_every=cfg.eval_every, seed=seed, progress=cfg.progress,
+                      retain_freed_memory=cfg.retain_freed_memory,
                       tensorboard=False)
     missing = [k for k in target_keys if k not in data.train_features[0]]
     if missing:  # e.g. a test file given as the training split

@@ -15,7 +15,7 @@ The trainer knows nothing about BERT. A recipe gives it
   LoopConfig                    steps, accumulation, precision, clipping, logging and checkpoint cadence
 
 and the trainer does the rest: gradient accumulation, bf16 autocast (CPU/CUDA) or fp16 with loss scaling
-(CUDA), clipping, DistributedDataParallel under `torchrun` (only rank 0 logs and writes), a tqdm bar,
+(meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel under `torchrun` (only rank 0 logs and writes), a tqdm bar,
 `metrics.jsonl` (+ TensorBoard when installed), atomic checkpoints every `save_every` steps and on
 SIGINT/SIGTERM, keep-last-K, exact resume, and a stop with a clear message when the loss turns NaN/inf.
 
@@ -73,6 +73,7 @@ from torch import nn
 
 from ..checkpoint import atomic_directory
 from ..errors import BertlabError, CheckpointError, ConfigError
+from .host_memory import retain_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class LoopConfig:
     max_steps: int  # optimizer steps (each `grad_accum` micro-batches on every rank)
     out_dir: str | os.PathLike | None = None  # checkpoints + metrics.jsonl; None: keep nothing on disk
     grad_accum: int = 1  # micro-batches per optimizer step: global batch = micro x grad_accum x world size
-    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or CUDA) | fp16 (autocast + GradScaler, CUDA only)
+    precision: str = "fp32"  # fp32 | bf16 (autocast, CPU or CUDA) | fp16 (autocast + GradScaler; for CUDA)
     max_grad_norm: float | None = 1.0  # clip the global gradient norm (BERT: 1.0); None: no clipping
     log_every: int = 1  # metrics.jsonl / TensorBoard line every N steps
     eval_every: int | None = None  # call `evaluate` every N steps (and after the last one)
@@ -111,6 +112,7 @@ class LoopConfig:
     tensorboard: bool = True  # event files in out_dir/tensorboard when `tensorboard` is installed
     find_unused_parameters: bool = False  # DDP: set when some parameters get no gradient (e.g. a frozen head)
     handle_signals: bool = True  # SIGINT/SIGTERM -> checkpoint at the end of the current step, then stop
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (see `host_memory`)
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -406,7 +408,12 @@ class Trainer:
         self.device = next(model.parameters()).device
         self.dist = _current_dist(self.device)
         if config.precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError("precision fp16 needs a CUDA device (loss scaling); use bf16 on CPU")
+            # fp16 is a GPU format; on a CPU it is slow except with AMX-FP16, and bf16 needs no scaling. It is
+            # allowed (torch >= 2.3 scales losses on CPU) so the loss-scaling path runs where the tests run.
+            if not hasattr(torch.amp, "GradScaler"):
+                raise ConfigError("precision fp16 on CPU needs torch >= 2.3 (loss scaling); use bf16 on CPU")
+            log.warning("precision fp16 on %s: loss scaling works, but bf16 is the faster choice here",
+                        self.device.type)
         if config.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise ConfigError("precision bf16 is not supported by this GPU; use fp16")
         self.out_dir = Path(config.out_dir) if config.out_dir is not None else None
@@ -419,7 +426,9 @@ class Trainer:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=config.find_unused_parameters)
-        self.scaler = torch.amp.GradScaler("cuda") if config.precision == "fp16" else None
+        # fp16's narrow range underflows small gradients: scale the loss up, unscale before clipping, skip a
+        # step whose gradients overflowed and lower the scale (Micikevicius et al., 2018).
+        self.scaler = torch.amp.GradScaler(self.device.type) if config.precision == "fp16" else None
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
 
         # Progress, restored by load_checkpoint.
@@ -525,6 +534,8 @@ class Trainer:
             log.info("resuming from %s (step %d)", path, self.step)
         elif cfg.seed is not None and not self._resumed:
             seed_everything(cfg.seed + self.dist.rank)  # ranks draw different dropout masks
+        if cfg.retain_freed_memory and self.device.type == "cpu":
+            retain_freed_memory()  # process-wide, once: big per-step buffers are reused, not paged in anew
         self._open_logs()
         previous_handlers = self._install_signal_handlers()
         try:

@@ -89,6 +89,7 @@ class PretrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     resume: bool = False
     progress: bool = True
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
 
     def validate(self) -> None:
         if not self.data:
@@ -369,7 +370,8 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
                       max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
                       save_every=save_every, keep_last=cfg.keep_last,
                       time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
-                      seed=cfg.seed, progress=cfg.progress)
+                      seed=cfg.seed, progress=cfg.progress,
+                      retain_freed_memory=cfg.retain_freed_memory)
     trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
                       extra_state={"run_config": dataclasses.asdict(cfg)})
 
