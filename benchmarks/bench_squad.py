@@ -3,7 +3,7 @@
 `evaluate-v1.1.py`.
 
     python benchmarks/bench_squad.py [--train-limit N] [--eval-limit M] [--epochs 2] [--lr 5e-5]
-                                     [--batch-size 16] [--seeds 1] [--threads 2] [--model DIR]
+                                     [--batch-size 16] [--seeds 1] [--threads 2] [--bf16] [--model DIR]
 
 Data: there is no SQuAD train file in ../shared/data, so the first 36 articles of dev-v1.1.json train and
 the other 12 are scored (the issue's split). `--train-limit/--eval-limit` take a seeded random subset of the
@@ -20,7 +20,8 @@ Each side runs its own pipeline end to end, as a user of it would:
             sampler), `Trainer.train`/`Trainer.predict`, and
             utils_qa's `postprocess_qa_predictions` (n-best 20, max answer 30).
 Shared: max length 384, doc stride 128, AdamW (eps 1e-6, weight decay 0.01 off biases/LayerNorm), linear
-warmup 10% then decay, clipping 1.0, fp32, `--threads` intra-op threads, seed per run, and the allocator:
+warmup 10% then decay, clipping 1.0, fp32 (or bf16 autocast on both sides with `--bf16`: bertlab's `--bf16`,
+`TrainingArguments(bf16=True)`), `--threads` intra-op threads, seed per run, and the allocator:
 freed CPU memory kept in the process (bertlab's default, process-wide, so set once for both). Sides alternate
 order between seeds. Wall-clock and process CPU time are reported for training, evaluation, and the whole
 pipeline (tokenization, features, post-processing, scoring included).
@@ -80,7 +81,7 @@ def run_bertlab(args, seed: int, out_dir: Path, data_file: Path) -> dict:
                          f"dev={dev}#{TRAIN_ARTICLES}:", out=str(out_dir), epochs=args.epochs, lr=args.lr,
                          batch_size=args.batch_size, max_seq_length=384, train_limit=args.train_limit,
                          eval_limit=args.eval_limit, seed=seed, eval_batch_size=args.eval_batch_size,
-                         device="cpu", progress=False)
+                         bf16=args.bf16, device="cpu", progress=False)
     with Clock() as total:
         metrics = finetune(cfg)
         run = metrics["runs"][0]
@@ -179,6 +180,7 @@ def run_hf(args, seed: int, out_dir: Path, data_file: Path, train_examples, dev_
                                   num_train_epochs=args.epochs, warmup_steps=0.1, weight_decay=0.01,
                                   adam_epsilon=1e-6, max_grad_norm=1.0, lr_scheduler_type="linear", seed=seed,
                                   save_strategy="no", report_to="none", logging_strategy="no", use_cpu=True,
+                                  bf16=args.bf16,
                                   dataloader_num_workers=0, disable_tqdm=True)
         trainer = Trainer(model=model, args=targs, train_dataset=train_features,
                           data_collator=DataCollatorWithPadding(tok))
@@ -209,6 +211,8 @@ def main() -> int:
     ap.add_argument("--eval-batch-size", type=int, default=32)
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast on both sides (default fp32)")
+    ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--only", choices=["bertlab", "hf"], default=None)
     args = ap.parse_args()
     if args.model is None:
@@ -239,7 +243,8 @@ def main() -> int:
     data_file.write_text(json.dumps(data))
     print(f"model {args.model}: train {len(train_examples)} questions (articles 0-{TRAIN_ARTICLES - 1}), "
           f"eval {len(dev_examples)} questions (articles {TRAIN_ARTICLES}-47); epochs {args.epochs:g}, lr "
-          f"{args.lr:g}, batch {args.batch_size}, max length 384, stride 128, threads {args.threads}, "
+          f"{args.lr:g}, batch {args.batch_size}, max length 384, stride 128, {'bf16' if args.bf16 else 'fp32'}, "
+          f"threads {args.threads}, "
           f"seeds {args.seeds}", flush=True)
 
     sides = ["bertlab", "hf"] if args.only is None else [args.only]
@@ -272,6 +277,10 @@ def main() -> int:
         ratio = statistics.fmean(r["total_s"] for r in results["hf"]) / \
             statistics.fmean(r["total_s"] for r in results["bertlab"])
         print(f"\nwall-clock, whole pipeline: hf / bertlab = {ratio:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                         "train_questions": len(train_examples), "eval_questions": len(dev_examples),
+                                         "results": results}, indent=2))
     print(f"(work files in {work})")
     return 0
 

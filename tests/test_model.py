@@ -122,6 +122,38 @@ def test_inference_in_place_activation_equals_autograd_path(tiny_config, act):
     torch.testing.assert_close(no_grad, graph.detach(), atol=0, rtol=0)
 
 
+def test_training_on_real_tokens_only_matches_hf_and_the_padded_computation(tiny_config):
+    """In training the layers run on the real tokens only (TokenLayout) and Q, K, V as one matmul: the same
+    outputs at real tokens and the same gradients as Hugging Face's padded computation (dropout off)."""
+    import dataclasses
+
+    config = dataclasses.replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    ours = BertModel(config).train()
+    theirs = transformers.BertModel(hf_config(config)).train()
+    theirs.load_state_dict(ours.state_dict(), strict=False)
+    padded = BertModel(config).train()
+    padded.load_state_dict(ours.state_dict())
+    padded.unpad_in_training = False
+    input_ids, attention_mask, token_type_ids = padded_batch(config.vocab_size)
+    keep = attention_mask.bool()
+    target = torch.randn(int(keep.sum()), config.hidden_size, generator=torch.Generator().manual_seed(1))
+
+    def run(model):
+        out = model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        loss = (out.last_hidden_state[keep] * target).sum() + out.pooler_output.sum()
+        loss.backward()
+        return out, {n: p.grad for n, p in model.named_parameters()}
+
+    (a, grads_a), (b, grads_b), (c, grads_c) = run(ours), run(theirs), run(padded)
+    for other, other_grads in ((b, grads_b), (c, grads_c)):
+        torch.testing.assert_close(a.last_hidden_state[keep], other.last_hidden_state[keep], atol=TOL, rtol=0)
+        torch.testing.assert_close(a.pooler_output, other.pooler_output, atol=TOL, rtol=0)
+        for name, grad in grads_a.items():
+            torch.testing.assert_close(grad, other_grads[name], atol=1e-4, rtol=1e-4, msg=name)
+    assert (a.last_hidden_state[~keep] == 0).all()  # the padded positions nothing reads
+
+
 def test_all_padding_row_is_finite(tiny_config):
     model = BertModel(tiny_config).eval()
     out = model(torch.ones(2, 4, dtype=torch.long), attention_mask=torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]]))

@@ -90,6 +90,34 @@ def add_residual(y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     return y.add_(residual)
 
 
+@dataclass(frozen=True)
+class TokenLayout:
+    """Where the N real tokens of a padded (B, T) batch sit: rows of the flattened (B*T, ...) batch.
+
+    In training the encoder runs every position-wise part of a layer -- projections, FFN, dropout, residual,
+    LayerNorm, ~90% of its work -- on the (N, H) real tokens only, and pads to (B, T) just for attention,
+    which needs the rectangle. Padding is dead weight there: on WikiText-2 segment pairs 7% of the positions
+    of a batch are padding. (The outputs at padded positions, which nothing reads, are then zeros.)"""
+
+    index: torch.Tensor  # (N,) flat positions b * T + t of the real tokens, ascending
+    batch_size: int
+    seq_len: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> TokenLayout:
+        B, T = attention_mask.shape
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, T)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (N, D)."""
+        return x.reshape(-1, x.size(-1)).index_select(0, self.index)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, D) -> (B, T, D), zeros at the padded positions."""
+        full = x.new_zeros(self.batch_size * self.seq_len, x.size(-1)).index_copy(0, self.index, x)
+        return full.view(self.batch_size, self.seq_len, x.size(-1))
+
+
 class Dropout(nn.Dropout):
     """`nn.Dropout` through `dropout` above."""
 
@@ -136,12 +164,26 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor | None,
-                output_attentions: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        B, T, H = x.shape
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, output_attentions: bool = False,
+                layout: TokenLayout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H); or (N, H), the real tokens only, when `layout` says where they sit in (B, T).
+        Returns the heads' output in the same shape as x, and the probabilities if asked for."""
+        if torch.is_grad_enabled() and self.query.weight.requires_grad:
+            # Training: the three projections as one matmul against the stacked (3H, H) weight -- one pass
+            # over x instead of three, forward and backward, ~10% faster than three matmuls on a CPU. The
+            # parameters stay three (Hugging Face's names), concatenated per step (3H² floats, cheap).
+            w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+            b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            qkv = F.linear(x, w, b)  # (..., 3H)
+            q, k, v = (layout.pad(qkv) if layout is not None else qkv).chunk(3, dim=-1)
+        else:  # inference: each projection may be a pre-packed layer (infer/onednn.py)
+            q, k, v = self.query(x), self.key(x), self.value(x)
+            if layout is not None:
+                q, k, v = (layout.pad(t) for t in (q, k, v))
+        # attention needs the (B, T) rectangle: padded above, the padding dropped again at the end
+        B, T, H = q.shape
         # (B, T, H) -> (B, nh, T, hs)
-        q, k, v = (proj(x).view(B, T, self.num_heads, self.head_size).transpose(1, 2)
-                   for proj in (self.query, self.key, self.value))
+        q, k, v = (t.view(B, T, self.num_heads, self.head_size).transpose(1, 2) for t in (q, k, v))
         mask = additive_attention_mask(keep, q.dtype) if keep is not None else None  # (B, 1, 1, T)
         dropout_p = self.dropout_p if self.training else 0.0
         if output_attentions or (dropout_p > 0 and x.device.type == "cpu"):
@@ -158,7 +200,7 @@ class BertSelfAttention(nn.Module):
             probs = None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(B, T, H)  # re-assemble the heads side by side
-        return y, probs
+        return (layout.unpad(y) if layout is not None else y), probs
 
 
 class BertSelfOutput(nn.Module):
@@ -180,8 +222,8 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)  # the name Hugging Face's checkpoints use
         self.output = BertSelfOutput(config)
 
-    def forward(self, x, keep, output_attentions=False):
-        y, probs = self.self(x, keep, output_attentions)
+    def forward(self, x, keep, output_attentions=False, layout=None):
+        y, probs = self.self(x, keep, output_attentions, layout)
         return self.output(y, x), probs
 
 
@@ -223,8 +265,8 @@ class BertLayer(nn.Module):
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
 
-    def forward(self, x, keep, output_attentions=False):
-        x, probs = self.attention(x, keep, output_attentions)
+    def forward(self, x, keep, output_attentions=False, layout=None):
+        x, probs = self.attention(x, keep, output_attentions, layout)  # x: (B, T, H), or (N, H) with a layout
         return self.output(self.intermediate(x), x), probs
 
 
@@ -309,6 +351,10 @@ class BertModel(BertPreTrainedModel):
     embeddings and every layer's output, `output_attentions=True` every layer's attention probabilities.
     """
 
+    # Training on padded batches computes the position-wise layers on the real tokens only (`TokenLayout`);
+    # the same numbers as computing everywhere. False: compute on every position (for comparisons).
+    unpad_in_training: bool = True
+
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
@@ -332,12 +378,19 @@ class BertModel(BertPreTrainedModel):
             keep = attention_mask[:, None, None, :].bool()  # (B, 1, 1, T): which keys each query may see
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        layout = None
+        if keep is not None and self.unpad_in_training and self.training and torch.is_grad_enabled() \
+                and not (output_hidden_states or output_attentions):
+            layout = TokenLayout.of(attention_mask)
+            x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
         for layer in self.encoder.layer:
-            x, probs = layer(x, keep, output_attentions)
+            x, probs = layer(x, keep, output_attentions, layout)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
                 attentions.append(probs)
+        if layout is not None:
+            x = layout.pad(x)  # (B, T, H) again, zeros at padding
         return BertModelOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,
