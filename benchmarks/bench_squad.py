@@ -171,6 +171,7 @@ def run_hf(args, seed: int, out_dir: Path, data_file: Path, train_examples, dev_
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # its "Loading weights" bar, once per seed
     with Clock() as total:
         tok = BertTokenizerFast.from_pretrained(args.model)
         train_features = hf_train_features(tok, train_examples, 384, 128)
