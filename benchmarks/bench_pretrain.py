@@ -44,8 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from itertools import islice
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import torch
@@ -88,12 +88,6 @@ def batches(data: Path, split: str, batch_size: int, seed: int = 0, start: int =
 
 
 # ---------------------------------------------------------------------------------------------- models
-def hf_config(config):
-    import transformers
-
-    return transformers.BertConfig(**{k: v for k, v in config.to_dict().items() if k != "extra"})
-
-
 def twin_models(name: str, vocab_size: int, seed: int = 0):
     """Our BertForPreTraining and HF's, with identical initial weights."""
     import transformers

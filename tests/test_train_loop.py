@@ -79,8 +79,8 @@ def assert_bitwise_equal(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert torch.equal(sa[k], sb[k]), f"{k} differs"
 
 
-def interrupting(at_step: int, action):
-    """A loss_fn that calls `action(trainer_step)` once, during the first micro-batch of step `at_step`."""
+def interrupting(at_step: int, action, inner=pretraining_loss):
+    """A loss_fn (`inner`) that calls `action()` once, during the first micro-batch of step `at_step`."""
     state = {"calls": 0, "done": False}
 
     def loss_fn(model, batch):
@@ -88,7 +88,7 @@ def interrupting(at_step: int, action):
         if not state["done"] and state["calls"] == (at_step - 1) * 2 + 1:
             state["done"] = True
             action()
-        return pretraining_loss(model, batch)
+        return inner(model, batch)
     return loss_fn
 
 
@@ -239,15 +239,8 @@ def test_fp16_loss_scaling_skips_an_overflowing_step_and_resumes_exactly(tmp_pat
 
     reference = make_trainer(tmp_path / "ref", precision="fp16", loss_fn=overflowing_at(2))
     reference.fit()
-    overflow, calls = overflowing_at(2), {"n": 0}
-
-    def overflow_then_interrupt(model, batch):
-        calls["n"] += 1
-        if calls["n"] == 7:  # the first micro-batch of step 4
-            os.kill(os.getpid(), signal.SIGINT)
-        return overflow(model, batch)
-
     run = tmp_path / "run"
+    overflow_then_interrupt = interrupting(4, lambda: os.kill(os.getpid(), signal.SIGINT), overflowing_at(2))
     assert make_trainer(run, precision="fp16", loss_fn=overflow_then_interrupt).fit().step == 4
     resumed = make_trainer(run, init_seed=123, precision="fp16")
     resumed.fit(resume=True)

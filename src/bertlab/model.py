@@ -95,7 +95,7 @@ class TokenLayout:
     """Where the N real tokens of a padded (B, T) batch sit: rows of the flattened (B*T, ...) batch.
 
     In training the encoder runs every position-wise part of a layer -- projections, FFN, dropout, residual,
-    LayerNorm, ~90% of its work -- on the (N, H) real tokens only, and pads to (B, T) just for attention,
+    LayerNorm; 12H² of a token's 12H² + 4TH multiply-adds, ~92% at H 512, T 128 -- on the (N, H) real tokens only, and pads to (B, T) just for attention,
     which needs the rectangle. Padding is dead weight there: on WikiText-2 segment pairs 7% of the positions
     of a batch are padding. (The outputs at padded positions, which nothing reads, are then zeros.)"""
 

@@ -6,8 +6,9 @@ from the kernel and hands them back when it is freed; it also trims the top of i
 M_TRIM_THRESHOLD is free there. A training step allocates and frees the same big tensors every step (the FFN's
 (B, T, 4H) activations, the MLM logits, the (V, H) embedding gradient), so every step pays one page fault per
 4 KiB page plus the kernel zeroing it, again and again. Measured on this project's 2-core VM, one thread:
-a fresh 62 MB `torch.zeros` takes 28 ms, filling an existing 62 MB tensor 2.7 ms; a BERT-Small fp32
-pre-training step went from 692 to 792 tokens/s with the two thresholds raised.
+a fresh 62 MB `torch.zeros` takes 25 ms, filling an existing 62 MB tensor 2.2 ms, and a fresh one 3.2 ms
+once the thresholds are raised. bertlab's BERT-Mini/Small fp32 pre-training step gained 10-13% from it, 0-5%
+since training skips padding; Hugging Face's `BertForPreTraining` step gains 35-68% (benchmarks/bench_pretrain.py).
 
 Raising them makes freed blocks stay in the heap for the next step to reuse. The price is that the
 process's resident memory stays at the step's peak instead of breathing -- which a training loop reaches

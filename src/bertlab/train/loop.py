@@ -15,7 +15,8 @@ The trainer knows nothing about BERT. A recipe gives it
   LoopConfig                    steps, accumulation, precision, clipping, logging and checkpoint cadence
 
 and the trainer does the rest: gradient accumulation, bf16 autocast (CPU/CUDA) or fp16 with loss scaling
-(meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel under `torchrun` (only rank 0 logs and writes), a tqdm bar,
+(meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel under `torchrun` (only rank 0
+logs and writes), a tqdm bar,
 `metrics.jsonl` (+ TensorBoard when installed), atomic checkpoints every `save_every` steps and on
 SIGINT/SIGTERM, keep-last-K, exact resume, and a stop with a clear message when the loss turns NaN/inf.
 
@@ -407,11 +408,11 @@ class Trainer:
 
         self.device = next(model.parameters()).device
         self.dist = _current_dist(self.device)
+        if config.precision == "fp16" and not hasattr(torch.amp, "GradScaler"):
+            raise ConfigError("precision fp16 needs torch >= 2.3 (its device-generic loss scaler); use bf16")
         if config.precision == "fp16" and self.device.type != "cuda":
             # fp16 is a GPU format; on a CPU it is slow except with AMX-FP16, and bf16 needs no scaling. It is
-            # allowed (torch >= 2.3 scales losses on CPU) so the loss-scaling path runs where the tests run.
-            if not hasattr(torch.amp, "GradScaler"):
-                raise ConfigError("precision fp16 on CPU needs torch >= 2.3 (loss scaling); use bf16 on CPU")
+            # allowed so the loss-scaling path runs where the tests run.
             log.warning("precision fp16 on %s: loss scaling works, but bf16 is the faster choice here",
                         self.device.type)
         if config.precision == "bf16" and self.device.type == "cuda" and not torch.cuda.is_bf16_supported():
