@@ -16,7 +16,7 @@ Contenders, interleaved round by round (the order rotates, so a busy machine slo
                     torch.onnx (dynamo exporter, checked against HF)
   bertlab fp32      `Embedder.embed_ids` with the CLI's defaults: inputs sorted by length into buckets of at
                     most `--max-tokens` padded tokens (bertlab.infer.batching), inference_mode, linear
-                    layers from oneDNN-packed weights (bertlab.infer.onednn)
+                    layers from oneDNN-packed weights (bertlab.nn.packed_linear)
   bertlab bf16      the same, the model cast to bfloat16 (pooling in fp32)
 and, to show where the speed comes from, rows that change one thing each: bertlab fp32 on the HF batches
 (no bucketing), bertlab fp32 without oneDNN packing, and ORT on bertlab's buckets.

@@ -134,7 +134,7 @@ def test_training_on_real_tokens_only_matches_hf_and_the_padded_computation(tiny
     theirs.load_state_dict(ours.state_dict(), strict=False)
     padded = BertModel(config).train()
     padded.load_state_dict(ours.state_dict())
-    padded.unpad_in_training = False
+    padded.encoder.unpad_in_training = False
     input_ids, attention_mask, token_type_ids = padded_batch(config.vocab_size)
     keep = attention_mask.bool()
     target = torch.randn(int(keep.sum()), config.hidden_size, generator=torch.Generator().manual_seed(1))
@@ -188,7 +188,7 @@ def test_google_initialisation(tiny_config):
 def test_task_output_layers_start_untruncated(tiny_config):
     """A task's added layer is N(0, σ) (HF's rule, measured better for fine-tuning); the encoder stays Google's."""
     from bertlab import BertForSequenceClassification, BertForTokenClassification
-    from bertlab.model import TaskOutputLayer
+    from bertlab.heads import TaskOutputLayer
 
     torch.manual_seed(0)
     config = tiny_config.replace(hidden_size=256, num_attention_heads=4, id2label={i: str(i) for i in range(64)})

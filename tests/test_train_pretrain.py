@@ -20,7 +20,7 @@ from bertlab.cli import main
 from bertlab.data.instances import InstanceConfig
 from bertlab.data.masking import MaskingConfig
 from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
-from bertlab.model import dropout
+from bertlab.nn import dropout
 from bertlab.train import Lamb, adamw, layerwise_lr_scale, linear_warmup_decay, param_groups, read_metrics
 from bertlab.train import pretrain as pt
 from bertlab.train.runconfig import parse_duration

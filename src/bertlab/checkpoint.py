@@ -1,15 +1,21 @@
 """Checkpoints in the Hugging Face layout: `config.json` + `model.safetensors` (+ `vocab.txt`).
 
 Loading is strict where it matters and smooth where users expect it to be:
-  * encoder weights (`embeddings.*`, `encoder.*`) must all be there, with the right shapes;
+  * the encoder's weights (under the model family's `base_model_parts`: `embeddings.*`, `encoder.*`) must all
+    be there, with the right shapes;
   * a head the checkpoint lacks (a classifier on top of a pre-trained encoder) is initialised and reported;
-  * head weights the model has no use for (MLM/NSP heads when fine-tuning) are reported and dropped;
-  * anything else -- a missing encoder weight, a key nobody knows, a shape that does not fit -- is a
-    `CheckpointError` listing the keys. There is never a silent partial load.
-Both bare `BertModel` keys and `bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta`
-LayerNorm names of early TensorFlow conversions. Weights are read only from safetensors or, for
-`pytorch_model.bin`, through `torch.load(weights_only=True)`, which cannot run code; a folder holding Google's
-TensorFlow `bert_model.ckpt.index` (or that `.index` file) is read by `convert.py`, without TensorFlow.
+  * head weights -- any module weight outside the encoder -- the model has no use for (MLM/NSP heads when
+    fine-tuning) are reported and dropped;
+  * anything else -- a missing encoder weight, an unknown key inside the encoder or one that is no module
+    path (an unmapped TensorFlow name), a shape that does not fit -- is a `CheckpointError` listing the keys.
+    There is never a silent partial load.
+This module knows files and these rules, not models: what is the encoder, its prefix in `BertFor*`
+checkpoints (`bert.`), its config class and tied weights are attributes of the model class it is given, so
+every model family and every head loads through the same code. Both bare `BertModel` keys and
+`bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta` LayerNorm names of early TensorFlow
+conversions. Weights are read only from safetensors or, for `pytorch_model.bin`, through
+`torch.load(weights_only=True)`, which cannot run code; a folder holding Google's TensorFlow
+`bert_model.ckpt.index` (or that `.index` file) is read through `tf_names.py`, without TensorFlow.
 
 Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
 so a crash mid-save leaves the previous checkpoint as it was.
@@ -21,17 +27,16 @@ import contextlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
-from .config import BertConfig
 from .errors import CheckpointError, ConfigError
-from .model import BertModel, BertPreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +47,14 @@ CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
 TF_INDEX_NAME = "bert_model.ckpt.index"  # Google's TensorFlow release; read by convert.py, without TensorFlow
 
-BASE_PREFIX = "bert."
-ENCODER_PREFIXES = ("embeddings.", "encoder.", "pooler.")
-# Heads of every BertFor* class: weights under these names are known, so unused ones are dropped, not errors.
-HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
-# Buffers older `transformers` versions saved; they carry no learned value.
-IGNORED_KEYS = ("embeddings.position_ids", "embeddings.token_type_ids")
+# A model this module loads and saves: an nn.Module with `config` (having `to_dict`), and on its class
+# `config_class` (with `from_json_file`), `base_model_prefix`, `base_model_parts`, `optional_base_parts`,
+# `ignored_checkpoint_keys`, `tied_weight_keys` and `init_weights(module)` -- see `model.BertPreTrainedModel`.
+Model = Any
+DEFAULT_BASE_PREFIX = "bert"
+# A module path: dotted identifiers (`classifier.weight`). A key that is not one -- a TensorFlow name left
+# unmapped, `bert/foo/kernel` -- belongs to no head.
+_MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.\w+)*")
 
 
 @dataclass
@@ -65,10 +72,10 @@ class LoadReport:
 
 
 # ---------------------------------------------------------------------------------------------- key names
-def canonical_key(key: str) -> str:
+def canonical_key(key: str, base_prefix: str = DEFAULT_BASE_PREFIX) -> str:
     """A checkpoint or model key in one spelling: encoder keys bare, head keys as they are."""
-    if key.startswith(BASE_PREFIX):
-        key = key[len(BASE_PREFIX):]
+    if key.startswith(base_prefix + "."):
+        key = key[len(base_prefix) + 1:]
     if key.endswith(".gamma"):
         key = key[: -len(".gamma")] + ".weight"
     elif key.endswith(".beta"):
@@ -76,26 +83,42 @@ def canonical_key(key: str) -> str:
     return key
 
 
-def canonical_state_dict(state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+def canonical_state_dict(state: dict[str, torch.Tensor], source: str, base_prefix: str = DEFAULT_BASE_PREFIX,
+                         ignored: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
-        name = canonical_key(key)
-        if name in IGNORED_KEYS:
+        name = canonical_key(key, base_prefix)
+        if name in ignored:
             continue
         if name == "cls.predictions.decoder.bias":  # an alias of cls.predictions.bias in Hugging Face's heads
             if "cls.predictions.bias" in state:
                 continue
             name = "cls.predictions.bias"
         if name in out:
-            raise CheckpointError(f"{source}: key {key!r} appears twice (with and without the 'bert.' prefix)")
+            raise CheckpointError(f"{source}: key {key!r} appears twice (with and without the "
+                                  f"'{base_prefix}.' prefix)")
         out[name] = tensor
     return out
 
 
-def _model_keys(model: BertPreTrainedModel) -> dict[str, str]:
+def model_state_dict(model: Model, state: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """`state` in the canonical spelling of `model`'s family (its base prefix, its ignored buffers)."""
+    return canonical_state_dict(state, source, model.base_model_prefix, model.ignored_checkpoint_keys)
+
+
+def _model_keys(model: Model) -> dict[str, str]:
     """canonical name -> the model's own state_dict name, without tied aliases."""
     tied = set(model.tied_weight_keys)
-    return {canonical_key(k): k for k in model.state_dict() if k not in tied}
+    return {canonical_key(k, model.base_model_prefix): k for k in model.state_dict() if k not in tied}
+
+
+def _is_head_key(model: Model, name: str) -> bool:
+    """A weight that belongs to a head (or to an optional part of the encoder): missing ones are initialised,
+    unused ones dropped. Everything else -- the encoder's own weights, keys that are no module path -- must
+    match exactly."""
+    if name.startswith(model.optional_base_parts):
+        return True
+    return not name.startswith(model.base_model_parts) and _MODULE_PATH.fullmatch(name) is not None
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -125,7 +148,7 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                 f"or {TF_INDEX_NAME})"
             )
     if p.suffix == ".index":  # a TensorFlow checkpoint: Google's names mapped to these, kernels transposed
-        from .convert import read_tf_state_dict  # convert.py imports this module; defer the reverse edge
+        from .tf_names import read_tf_state_dict  # TensorFlow's reader is loaded only for these files
 
         return read_tf_state_dict(p)
     if p.name.endswith(".index.json"):
@@ -151,31 +174,31 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     return state
 
 
-def check_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str
+def check_state_dict(model: Model, state: dict[str, torch.Tensor], source: str
                      ) -> tuple[LoadReport, dict[str, str]]:
     """Match `state` against `model` under the rules in this module's docstring, touching neither.
 
     Returns the report and, for every weight to copy, canonical checkpoint name -> the model's key. Works on
     a model built on the meta device, so a checkpoint that does not fit fails before anything is allocated."""
-    checkpoint = canonical_state_dict(state, source)
+    checkpoint = model_state_dict(model, state, source)
     # A checkpoint may carry a copy of a tied weight (Google's and older HF files store the MLM decoder
     # beside the word embeddings); the model re-derives it from the embedding, so the copy is skipped.
     for key in model.tied_weight_keys:
-        checkpoint.pop(canonical_key(key), None)
+        checkpoint.pop(canonical_key(key, model.base_model_prefix), None)
     wanted = _model_keys(model)
     report = LoadReport()
     missing, unexpected, mismatched = [], [], []
     for name in wanted:
         if name in checkpoint:
             continue
-        if name.startswith(HEAD_PREFIXES) or name.startswith("pooler."):
+        if _is_head_key(model, name):
             report.initialized.append(name)
         else:
             missing.append(name)
     for name in checkpoint:
         if name in wanted:
             continue
-        if name.startswith(HEAD_PREFIXES) or name.startswith("pooler."):
+        if _is_head_key(model, name):
             report.unused.append(name)
         else:
             unexpected.append(name)
@@ -195,18 +218,21 @@ def check_state_dict(model: BertPreTrainedModel, state: dict[str, torch.Tensor],
     return report, {name: key for name, key in wanted.items() if name in checkpoint}
 
 
-def load_state_dict_into(model: BertPreTrainedModel, state: dict[str, torch.Tensor], source: str) -> LoadReport:
+def load_state_dict_into(model: Model, state: dict[str, torch.Tensor], source: str) -> LoadReport:
     """Copy `state` into `model` under the rules in this module's docstring; raise before touching the model."""
     report, copies = check_state_dict(model, state, source)
-    checkpoint = canonical_state_dict(state, source)
+    _copy_weights(model, model_state_dict(model, state, source), copies)
+    return report
+
+
+def _copy_weights(model: Model, checkpoint: dict[str, torch.Tensor], copies: dict[str, str]) -> None:
     own = model.state_dict()
     with torch.no_grad():
         for name, key in copies.items():
             own[key].copy_(checkpoint[name])
-    return report
 
 
-def materialize(model: BertPreTrainedModel, device: str | torch.device = "cpu") -> None:
+def materialize(model: Model, device: str | torch.device = "cpu") -> None:
     """Give a meta-device model uninitialised storage, keeping tied parameters tied (`Module.to_empty`
     would give each alias its own copy)."""
     made: dict[int, torch.nn.Parameter] = {}
@@ -219,15 +245,14 @@ def materialize(model: BertPreTrainedModel, device: str | torch.device = "cpu") 
             setattr(module, key, torch.empty_like(buffer, device=device))
 
 
-def initialize_missing(model: BertPreTrainedModel, report: LoadReport) -> None:
+def initialize_missing(model: Model, report: LoadReport) -> None:
     """Google's initialisation for the modules owning the weights the checkpoint lacked (new heads)."""
     own = _model_keys(model)
     for module_name in dict.fromkeys(own[name].rpartition(".")[0] for name in report.initialized):
         model.init_weights(model.get_submodule(module_name))
 
 
-def build_and_load(cls: type[BertPreTrainedModel], config: BertConfig, state: dict[str, torch.Tensor],
-                   source: str) -> tuple[BertPreTrainedModel, LoadReport]:
+def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], source: str) -> tuple[Model, LoadReport]:
     """`cls(config)` filled from `state`, built on the meta device first: keys and shapes are checked before
     any memory is allocated, and no time goes into randomly initialising weights about to be overwritten
     (for BERT-base that initialisation costs more than reading the file)."""
@@ -236,20 +261,16 @@ def build_and_load(cls: type[BertPreTrainedModel], config: BertConfig, state: di
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)
-    checkpoint = canonical_state_dict(state, source)
-    own = model.state_dict()
-    with torch.no_grad():
-        for name, key in copies.items():
-            own[key].copy_(checkpoint[name])
+    _copy_weights(model, model_state_dict(model, state, source), copies)
     return model, report
 
 
-def load_pretrained(cls: type[BertPreTrainedModel], path: str | os.PathLike, config: BertConfig | None = None,
-                    return_report: bool = False, **config_overrides):
+def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, return_report: bool = False,
+                    **config_overrides):
     """`cls.from_pretrained(path)`: build `cls` from the folder's config (or `config`) and load its weights."""
     folder = _resolve_dir(path)
     if config is None:
-        config = BertConfig.from_json_file(folder)
+        config = cls.config_class.from_json_file(folder)
     if config_overrides:
         try:
             config = config.replace(**config_overrides)
@@ -306,7 +327,7 @@ def _fsync_dir(folder: Path) -> None:
                     os.close(fd)
 
 
-def save_pretrained(model: BertPreTrainedModel, path: str | os.PathLike, vocab_file: str | os.PathLike | None = None,
+def save_pretrained(model: Model, path: str | os.PathLike, vocab_file: str | os.PathLike | None = None,
                     extra_files: dict[str, str] | None = None) -> Path:
     """Write `config.json` + `model.safetensors` (+ `vocab.txt`) so that `transformers` loads them as they are."""
     from safetensors.torch import save_file
@@ -323,8 +344,3 @@ def save_pretrained(model: BertPreTrainedModel, path: str | os.PathLike, vocab_f
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return Path(path)
-
-
-def load_encoder(path: str | os.PathLike, **kwargs) -> BertModel:
-    """Convenience: the bare encoder of any BERT checkpoint folder (task and pre-training heads dropped)."""
-    return BertModel.from_pretrained(path, **kwargs)

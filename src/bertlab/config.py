@@ -57,6 +57,9 @@ class BertConfig:
     # Task heads: label names (Hugging Face's fields) and an optional head-specific dropout.
     id2label: dict[int, str] | None = None
     classifier_dropout: float | None = None
+    # Which attention kernel runs the formula (`bertlab.nn.attention`): sdpa (PyTorch's fused attention,
+    # the default) or eager (as written; the one that can return the probabilities). Hugging Face's name.
+    attn_implementation: str = "sdpa"
     # Everything else found in the file, kept verbatim for the round trip.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -186,6 +189,8 @@ class BertConfig:
             data.pop("id2label")
         if self.classifier_dropout is None:
             data.pop("classifier_dropout")
+        if self.attn_implementation == "sdpa":  # the default is not written: config.json stays Google's + HF's
+            data.pop("attn_implementation")
         data.setdefault("model_type", "bert")
         return data
 

@@ -1,25 +1,7 @@
-"""Google's BERT checkpoints <-> bertlab: the variable-name map, and conversion both ways.
-
-Google's `modeling.py` names variables by TensorFlow scope; Hugging Face (and so bertlab) by module path:
-
-    bert/embeddings/word_embeddings                     bert.embeddings.word_embeddings.weight
-    bert/embeddings/LayerNorm/gamma | beta              bert.embeddings.LayerNorm.weight | bias
-    bert/encoder/layer_3/attention/self/query/kernel    bert.encoder.layer.3.attention.self.query.weight   (T)
-    bert/encoder/layer_3/output/dense/bias              bert.encoder.layer.3.output.dense.bias
-    bert/pooler/dense/kernel                            bert.pooler.dense.weight                            (T)
-    cls/predictions/transform/dense/kernel              cls.predictions.transform.dense.weight              (T)
-    cls/predictions/output_bias                         cls.predictions.bias
-    cls/seq_relationship/output_weights | output_bias   cls.seq_relationship.weight | bias
-    output_weights | output_bias        (run_classifier) classifier.weight | bias
-    cls/squad/output_weights | output_bias  (run_squad)  qa_outputs.weight | bias
-
-(T): `tf.layers.dense` stores its kernel as [in, out]; `nn.Linear.weight` is [out, in], so dense kernels are
-transposed. The `output_weights` variables were created by hand in Google's code already as [out, in] and are
-not. The MLM decoder has no variable of its own: it is the word-embedding matrix (tied) in both worlds.
-
-Optimizer state is skipped: the AdamWeightDecay slots (`<var>/adam_m`, `<var>/adam_v`), `global_step`, and the
-slots of TF's stock optimizers and of mixed-precision training. Any other name is passed through as it is, so
-`checkpoint.load_state_dict_into` reports it as an unexpected key, by its TensorFlow name.
+"""Google's BERT checkpoints <-> bertlab: conversion both ways, on the variable-name map of `tf_names.py`
+(TensorFlow scopes such as `bert/encoder/layer_3/attention/self/query/kernel` <-> Hugging Face's module paths,
+dense kernels transposed, optimizer state skipped). The MLM decoder has no variable of its own: it is the
+word-embedding matrix (tied) in both worlds. Which head a checkpoint holds is asked of the head registry.
 
 Two ways in: `read_tf_state_dict` (what `from_pretrained` uses for a folder holding `bert_model.ckpt.index`:
 every tensor in memory, like any state dict) and `convert_tf_to_hf` (the `bertlab convert` command: keys and
@@ -40,77 +22,27 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .checkpoint import (CONFIG_NAME, VOCAB_NAME, LoadReport, atomic_directory, canonical_key, canonical_state_dict,
+from .checkpoint import (CONFIG_NAME, VOCAB_NAME, LoadReport, atomic_directory, canonical_key, model_state_dict,
                          initialize_missing, load_state_dict_into, materialize, read_state_dict, save_pretrained)
 from .config import BertConfig
 from .errors import CheckpointError
-from .heads import MODEL_CLASSES
+from .heads import HEADS, model_classes
 from .model import BertModel, BertPreTrainedModel
 from .tf_checkpoint import DEFAULT_PREFIX, TFCheckpointReader, resolve_prefix, write_tf_checkpoint
+from .tf_names import (TF_HEAD_NAMES_BACK, is_optimizer_state, read_tf_state_dict, tf_meta_state, tf_plan,
+                       tf_to_hf_name, tf_to_torch)
 
 log = logging.getLogger(__name__)
 
 TF_CONFIG_NAME = "bert_config.json"
-
-# ---------------------------------------------------------------------------------------------- the name map
-# Optimizer state: Google's AdamWeightDecayOptimizer / LAMB slots (`<var>/adam_m`, `<var>/adam_v`), tf.train
-# optimizers' slots (`<var>/Adam`, `<var>/Adam_1`, `<var>/Momentum`) and accumulators (`beta1_power`), the step
-# counter, and the loss-scale state of mixed-precision (fp16) training.
-_OPTIMIZER_STATE = re.compile(
-    r"(?:.*/)?(?:global_step|beta[12]_power(?:_\d+)?|loss_scale|good_steps|current_loss_scale)"
-    r"|.*/(?:adam_[^/]*|lamb_[^/]*|Adam(?:_\d+)?|Momentum|AdamWeightDecayOptimizer(?:_\d+)?)"
-)
-_DENSE = (r"bert/encoder/layer_\d+/(?:attention/self/(?:query|key|value)|attention/output/dense|intermediate/dense"
-          r"|output/dense)|bert/pooler/dense|cls/predictions/transform/dense")
-_NORM = r"bert/embeddings/LayerNorm|bert/encoder/layer_\d+/(?:attention/output|output)/LayerNorm" \
-        r"|cls/predictions/transform/LayerNorm"
-_EMBEDDINGS = r"bert/embeddings/(?:word|position|token_type)_embeddings"
-_HEADS = {  # hand-made variables, already [out, in]
-    "cls/predictions/output_bias": "cls.predictions.bias",
-    "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
-    "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
-    "output_weights": "classifier.weight",
-    "output_bias": "classifier.bias",
-    "cls/squad/output_weights": "qa_outputs.weight",
-    "cls/squad/output_bias": "qa_outputs.bias",
-}
-_HEADS_BACK = {v: k for k, v in _HEADS.items()}
-
-
-def is_optimizer_state(tf_name: str) -> bool:
-    return _OPTIMIZER_STATE.fullmatch(tf_name) is not None
-
-
-def _module_path(scope: str) -> str:
-    """`bert/encoder/layer_3/attention/self/query` -> `bert.encoder.layer.3.attention.self.query`."""
-    return re.sub(r"(?<=/)layer_(\d+)(?=/)", r"layer/\1", scope).replace("/", ".")
-
-
-def tf_to_hf_name(tf_name: str) -> tuple[str, bool] | None:
-    """(Hugging Face name, transpose?) for a TensorFlow variable; None for optimizer state (skipped).
-
-    Names that are neither come back unchanged, to be reported as unexpected keys by the loader."""
-    if is_optimizer_state(tf_name):
-        return None
-    if tf_name in _HEADS:
-        return _HEADS[tf_name], False
-    if re.fullmatch(_EMBEDDINGS, tf_name):
-        return _module_path(tf_name) + ".weight", False
-    m = re.fullmatch(rf"({_DENSE})/(kernel|bias)", tf_name)
-    if m:
-        return _module_path(m[1]) + (".weight" if m[2] == "kernel" else ".bias"), m[2] == "kernel"
-    m = re.fullmatch(rf"({_NORM})/(gamma|beta)", tf_name)
-    if m:
-        return _module_path(m[1]) + (".weight" if m[2] == "gamma" else ".bias"), False
-    return tf_name, False
 
 
 def hf_to_tf_name(key: str) -> tuple[str, bool]:
     """(TensorFlow variable name, transpose?) for a bertlab / Hugging Face parameter name; the inverse of
     `tf_to_hf_name`. Raises CheckpointError for a name Google's layout has no place for."""
     name = canonical_key(key)  # encoder keys bare, gamma/beta spelled weight/bias
-    if name in _HEADS_BACK:
-        return _HEADS_BACK[name], False
+    if name in TF_HEAD_NAMES_BACK:
+        return TF_HEAD_NAMES_BACK[name], False
     if name.startswith(("embeddings.", "encoder.", "pooler.")):
         name = "bert." + name
     module, _, leaf = name.rpartition(".")
@@ -128,59 +60,13 @@ def hf_to_tf_name(key: str) -> tuple[str, bool]:
 
 
 def infer_model_class(names) -> type[BertPreTrainedModel]:
-    """The bertlab class whose heads a checkpoint holds (Hugging Face-style names, `bert.` prefix or not)."""
+    """The bertlab class whose heads a checkpoint holds (Hugging Face-style names, `bert.` prefix or not): the
+    first registered head whose weights are there and tell it apart, else the bare encoder."""
     names = {canonical_key(n) for n in names}
-    if any(n.startswith("cls.seq_relationship.") for n in names):
-        return MODEL_CLASSES["BertForPreTraining"]
-    if any(n.startswith("cls.predictions.") for n in names):
-        return MODEL_CLASSES["BertForMaskedLM"]
-    if any(n.startswith("qa_outputs.") for n in names):
-        return MODEL_CLASSES["BertForQuestionAnswering"]
-    if any(n.startswith("classifier.") for n in names):
-        return MODEL_CLASSES["BertForSequenceClassification"]
+    for head in HEADS.values():
+        if head.detectable and any(n.startswith(head.prefix) for n in names):
+            return head.model_class
     return BertModel
-
-
-# ---------------------------------------------------------------------------------------------- TF -> bertlab
-def _plan(reader: TFCheckpointReader) -> tuple[dict[str, tuple[str, bool]], list[str]]:
-    """{Hugging Face name: (TF name, transpose?)} for the checkpoint's model variables, and the skipped names."""
-    plan: dict[str, tuple[str, bool]] = {}
-    skipped = []
-    for tf_name in reader.names():
-        mapped = tf_to_hf_name(tf_name)
-        if mapped is None:
-            skipped.append(tf_name)
-        else:
-            plan[mapped[0]] = (tf_name, mapped[1])
-    if skipped:
-        log.info("%s: skipped %d optimizer-state tensors (%s, ...)", reader.prefix, len(skipped), skipped[0])
-    return plan, skipped
-
-
-def _to_torch(array: np.ndarray, tf_name: str, source) -> torch.Tensor:
-    if array.dtype == object:
-        raise CheckpointError(f"{source}: tensor {tf_name!r} holds strings, not weights")
-    return torch.from_numpy(np.ascontiguousarray(array))
-
-
-def read_tf_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """Every model tensor of a TensorFlow BERT checkpoint, under Hugging Face names, kernels transposed."""
-    with TFCheckpointReader(path) as reader:
-        plan, _ = _plan(reader)
-        state = {}
-        for hf_name, (tf_name, transpose) in plan.items():
-            tensor = _to_torch(reader.read(tf_name), tf_name, reader.prefix)
-            state[hf_name] = tensor.T.contiguous() if transpose else tensor
-        return state
-
-
-def _meta_state(reader: TFCheckpointReader, plan: dict[str, tuple[str, bool]]) -> dict[str, torch.Tensor]:
-    """Shape-only stand-ins (no storage) for checking a plan against a model before reading any data."""
-    out = {}
-    for hf_name, (tf_name, transpose) in plan.items():
-        shape = reader.entries[tf_name].shape
-        out[hf_name] = torch.empty(shape[::-1] if transpose else shape, device="meta")
-    return out
 
 
 def load_tf_weights(model_class: type[BertPreTrainedModel], config: BertConfig, path: str | os.PathLike,
@@ -195,10 +81,10 @@ def load_tf_weights(model_class: type[BertPreTrainedModel], config: BertConfig, 
     the rest of the conversion. Returns the model, the load report and the skipped optimizer tensors' names."""
     with TFCheckpointReader(path) as reader:
         source = str(reader.prefix)
-        plan, skipped = _plan(reader)
+        plan, skipped = tf_plan(reader)
         with torch.device("meta"):
             model = model_class(config)
-        report = load_state_dict_into(model, _meta_state(reader, plan), source)
+        report = load_state_dict_into(model, tf_meta_state(reader, plan), source)
         materialize(model)
         initialize_missing(model, report)
         tied = set(model.tied_weight_keys)
@@ -209,7 +95,7 @@ def load_tf_weights(model_class: type[BertPreTrainedModel], config: BertConfig, 
                 key = own.get(canonical_key(hf_name))
                 if key is None:  # reported as unused above
                     continue
-                tensor = _to_torch(reader.read(tf_name), tf_name, source)
+                tensor = tf_to_torch(reader.read(tf_name), tf_name, source)
                 state[key].copy_(tensor.T if transpose else tensor)
                 del tensor  # only one checkpoint tensor alive at a time
     report.log(source)
@@ -243,12 +129,13 @@ def convert_tf_to_hf(tf_path: str | os.PathLike, out: str | os.PathLike, config:
             n = reader.entries["output_weights"].shape[0]
             cfg = cfg.replace(id2label={i: f"LABEL_{i}" for i in range(n)})
         data_bytes = reader.data_bytes
+    classes = model_classes()
     if model_class is None:
         cls = infer_model_class(names)
-    elif model_class in MODEL_CLASSES:
-        cls = MODEL_CLASSES[model_class]
+    elif model_class in classes:
+        cls = classes[model_class]
     else:
-        raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(MODEL_CLASSES)}")
+        raise CheckpointError(f"unknown model class {model_class!r}; expected one of {', '.join(classes)}")
     model, report, skipped = load_tf_weights(cls, cfg, prefix)
     save_pretrained(model, out, vocab_file=vocab_path)
     return {"source": str(prefix), "out": str(out), "model_class": cls.__name__,
@@ -272,10 +159,10 @@ def export_tf_checkpoint(hf_path: str | os.PathLike, out: str | os.PathLike, voc
     (+ vocab.txt): what Google's `modeling.py` / `run_classifier.py --init_checkpoint` read."""
     src = Path(hf_path)
     cfg = BertConfig.from_json_file(config or src)
-    state = canonical_state_dict(read_state_dict(src), str(src))
+    state = model_state_dict(BertPreTrainedModel, read_state_dict(src), str(src))
     state.pop("cls.predictions.decoder.weight", None)  # tied to the word embeddings; Google stores it once
     architectures = cfg.extra.get("architectures") or []
-    cls = MODEL_CLASSES.get(architectures[0]) if architectures else None
+    cls = model_classes().get(architectures[0]) if architectures else None
     cls = cls or infer_model_class(state)
     with torch.device("meta"):
         probe = cls(cfg)

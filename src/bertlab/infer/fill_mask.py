@@ -33,11 +33,11 @@ class FillMasker:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None) -> "FillMasker":
-        from ..heads import BertForMaskedLM
+        from ..heads import HEADS
 
         options = options or InferenceOptions()
-        model = load_model(BertForMaskedLM, Path(model_dir), options, head_prefix="cls.predictions.",
-                           purpose="fill-mask")
+        head = HEADS["masked-lm"]
+        model = load_model(head.model_class, Path(model_dir), options, head_prefix=head.prefix, purpose="fill-mask")
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, length_limit(None, model.config, tokenizer, options.max_length), options)
 

@@ -1,16 +1,19 @@
 """Batch prediction with any fine-tuned model: classification, NER, question answering, multiple choice.
 
-The task is read from the model folder (`config.json["architectures"]`, which `save_pretrained` -- ours and
-Hugging Face's -- writes) and looked up in `TASK_RUNNERS`; each runner says how to read an input record,
-featurize it, run its head and turn the head's output into a small JSON answer:
+The head is read from the model folder (`config.json["architectures"]`, which `save_pretrained` -- ours and
+Hugging Face's -- writes) and looked up in the head registry (`heads.HEADS`), whose entry names the kind of
+prediction it serves; `TASK_RUNNERS` holds one runner per kind, saying how to read an input record, featurize
+it, run the head and turn its output into a small JSON answer:
 
-    BertForSequenceClassification  "text" or {"text", "text_pair"?}     {"label", "score", "scores"}
-                                                                         regression: {"score"}
-    BertForTokenClassification     "text" or {"text"} or {"tokens"}      {"words", "labels", "scores",
-                                                                          "entities": [{type, text, start,
-                                                                          end, score}]}
-    BertForQuestionAnswering       {"question", "context"}               {"answer", "start", "end", "score"}
-    BertForMultipleChoice          {"context"?, "start"?, "choices"}     {"label", "choice", "scores"}
+    classify  (sequence classification)  "text" or {"text", "text_pair"?}   {"label", "score", "scores"}
+                                                                           regression: {"score"}
+    ner       (token classification)     "text" or {"text"} or {"tokens"}    {"words", "labels", "scores",
+                                                                            "entities": [{type, text, start,
+                                                                            end, score}]}
+    qa        (span question answering)  {"question", "context"}             {"answer", "start", "end", "score"}
+    choice    (multiple choice)          {"context"?, "start"?, "choices"}   {"label", "choice", "scores"}
+
+A new head of one of these kinds needs only its registry entry to be predicted with and served.
 
 Records are processed in chunks; within a chunk, features are sorted by length into buckets
 (`batching.py`), so the forward passes carry almost no padding, and answers come back in input order.
@@ -31,6 +34,7 @@ import numpy as np
 import torch
 
 from ..errors import BertlabError
+from ..heads import HEADS, HeadSpec, head_for_architecture
 from . import batching
 from .inputs import encode, parse_record
 from .runtime import InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer
@@ -56,11 +60,9 @@ def _text_field(record: dict, where: str, names: Sequence[str]) -> str:
 
 
 class TaskRunner:
-    """How one head is used for prediction; subclasses fill in the four steps."""
+    """How one kind of head is used for prediction; subclasses fill in the four steps."""
 
-    head_class: str = ""  # the BertFor* class name
-    head_prefix: str = ""  # its weights' prefix, checked before loading
-    task: str = ""  # a short name for messages and the service
+    task: str = ""  # the kind (`HeadSpec.task`), also a short name for messages and the service
 
     def parse(self, item: Any, where: str) -> Any:
         raise NotImplementedError
@@ -87,7 +89,7 @@ class TaskRunner:
 
 # ---------------------------------------------------------------------------------------------- classification
 class SequenceClassification(TaskRunner):
-    head_class, head_prefix, task = "BertForSequenceClassification", "classifier.", "classify"
+    task = "classify"
 
     def parse(self, item, where):
         record = parse_record(item, where) if isinstance(item, str) else item
@@ -122,7 +124,7 @@ class SequenceClassification(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- NER
 class TokenClassification(TaskRunner):
-    head_class, head_prefix, task = "BertForTokenClassification", "classifier.", "ner"
+    task = "ner"
 
     def parse(self, item, where):
         record = parse_record(item, where) if isinstance(item, str) else item
@@ -197,7 +199,7 @@ class TokenClassification(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- QA
 class QuestionAnswering(TaskRunner):
-    head_class, head_prefix, task = "BertForQuestionAnswering", "qa_outputs.", "qa"
+    task = "qa"
     doc_stride, max_query_length, n_best, max_answer_length = 128, 64, 20, 30
 
     def parse(self, item, where):
@@ -240,7 +242,7 @@ class QuestionAnswering(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- multiple choice
 class MultipleChoice(TaskRunner):
-    head_class, head_prefix, task = "BertForMultipleChoice", "classifier.", "choice"
+    task = "choice"
 
     def parse(self, item, where):
         record = parse_record(item, where, ("choices",)) if isinstance(item, str) else item
@@ -290,9 +292,21 @@ class MultipleChoice(TaskRunner):
         return {"label": best, "choice": choices[best], "scores": [float(p) for p in probs]}
 
 
-# Model class (config.json "architectures") -> how to predict with it.
-TASK_RUNNERS: dict[str, TaskRunner] = {r.head_class: r for r in (
+# Kind of prediction (`HeadSpec.task`) -> how to predict with a head of that kind.
+TASK_RUNNERS: dict[str, TaskRunner] = {r.task: r for r in (
     SequenceClassification(), TokenClassification(), QuestionAnswering(), MultipleChoice())}
+
+
+def predictable_heads(task: str | None = None) -> list[HeadSpec]:
+    """The registered heads a runner can predict with (of kind `task` only, when given)."""
+    return [h for h in HEADS.values() if h.task in TASK_RUNNERS and task in (None, h.task)]
+
+
+def find_head(model_dir: Path, architecture: str | None = None, task: str | None = None) -> HeadSpec | None:
+    """The predictable head of a model folder: its config.json architecture (or `architecture`)."""
+    names = [architecture] if architecture else architectures(model_dir)
+    wanted = predictable_heads(task)
+    return next((h for h in map(head_for_architecture, names) if h in wanted), None)
 
 
 @dataclass
@@ -309,25 +323,26 @@ class Predictor:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None,
-                        architecture: str | None = None) -> "Predictor":
-        from .. import heads
-
+                        architecture: str | None = None, task: str | None = None) -> "Predictor":
+        """The task model in `model_dir`; `architecture` overrides its config.json, `task` (classify, ner, qa,
+        choice) accepts only a head of that kind."""
         options = options or InferenceOptions()
         model_dir = check_model_dir(Path(model_dir))
-        arch = architecture or next((a for a in architectures(model_dir) if a in TASK_RUNNERS), None)
-        if arch is None:
+        head = find_head(model_dir, architecture, task)
+        if head is None:
+            wanted = ", ".join(h.architecture for h in predictable_heads(task))
+            if architecture is not None:
+                raise BertlabError(f"unknown architecture {architecture!r}; expected one of {wanted}")
             found = ", ".join(architectures(model_dir)) or "none"
             raise BertlabError(f"{model_dir}: not a fine-tuned task model (config.json architectures: {found}); "
-                               f"predict needs one of {', '.join(TASK_RUNNERS)}")
-        if arch not in TASK_RUNNERS:
-            raise BertlabError(f"unknown architecture {arch!r}; expected one of {', '.join(TASK_RUNNERS)}")
-        runner = TASK_RUNNERS[arch]
-        model = load_model(getattr(heads, arch), model_dir, options, head_prefix=runner.head_prefix,
-                           purpose=f"predict ({arch})")
+                               f"predict needs one of {wanted}")
+        model = load_model(head.model_class, model_dir, options, head_prefix=head.prefix,
+                           purpose=f"predict ({head.architecture})")
         tokenizer = load_tokenizer(model_dir)
-        task = model.config.extra.get("finetuning_task")
-        return cls(model, tokenizer, runner, length_limit(None, model.config, tokenizer, options.max_length),
-                   options, allow_null=task == "squad2" or bool(model.config.extra.get("version_2_with_negative")))
+        finetuned_on = model.config.extra.get("finetuning_task")
+        return cls(model, tokenizer, TASK_RUNNERS[head.task],
+                   length_limit(None, model.config, tokenizer, options.max_length), options,
+                   allow_null=finetuned_on == "squad2" or bool(model.config.extra.get("version_2_with_negative")))
 
     @property
     def labels(self) -> list[str]:

@@ -10,7 +10,7 @@ rules, so they are stated once here:
     checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
     line instead of predictions from a randomly initialised layer;
   * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`);
-  * on a CPU (fp32, bf16) the linear layers run from oneDNN-packed weights (`onednn.py`, ~10% faster,
+  * on a CPU (fp32, bf16) the linear layers run from oneDNN-packed weights (`nn/packed_linear.py`, ~10% faster,
     same numbers to ~1e-6); `--no-onednn` keeps plain `nn.Linear`.
 """
 
@@ -45,7 +45,7 @@ class InferenceOptions:
     max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 2048 CPU, 16384 GPU
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
-    onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see onednn.py)
+    onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -162,7 +162,7 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
     for p in model.parameters():
         p.requires_grad_(False)
     if options.onednn and torch.device(options.device).type == "cpu":
-        from .onednn import pack_linear_layers
+        from ..nn.packed_linear import pack_linear_layers
 
         packed = pack_linear_layers(model)
         log.debug("%d linear layers packed for oneDNN", packed)

@@ -39,7 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import __version__
 from ..errors import BertlabError
 from .batcher import DynamicBatcher, Limits
-from .runtime import InferenceOptions, architectures, check_model_dir, checkpoint_keys, has_weights
+from .runtime import InferenceOptions, check_model_dir, checkpoint_keys, has_weights
 
 log = logging.getLogger(__name__)
 
@@ -61,42 +61,42 @@ class ServiceModels:
         return [name for name, model in have.items() if model is not None]
 
 
-# Endpoint a task architecture in `--model` enables, and the ServiceModels field that holds it.
-ARCHITECTURE_ENDPOINTS = {"BertForSequenceClassification": "classifier", "BertForQuestionAnswering": "qa"}
+# The kind of prediction a head serves (`HeadSpec.task`) -> the ServiceModels field (and endpoint) it fills.
+TASK_ENDPOINTS = {"classify": "classifier", "qa": "qa"}
 
 
 def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str = "mean", normalize: bool = True,
                 classify_model: str | Path | None = None, qa_model: str | Path | None = None,
                 fill_mask_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed."""
+    from ..heads import HEADS
     from ..model import BertModel
     from .embeddings import Embedder
     from .fill_mask import FillMasker
-    from .predict import Predictor
+    from .predict import Predictor, find_head
     from .runtime import length_limit, load_model, load_tokenizer
 
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=str(model_dir))
-    arch = next((a for a in architectures(model_dir) if a in ARCHITECTURE_ENDPOINTS), None)
+    head = next((h for h in map(lambda t: find_head(model_dir, task=t), TASK_ENDPOINTS) if h is not None), None)
     own = None  # a model loaded from `model_dir` whose encoder can serve /embed
-    if arch is not None:
-        own = Predictor.from_pretrained(model_dir, options, arch)
-        setattr(models, ARCHITECTURE_ENDPOINTS[arch], own)
+    if head is not None:
+        own = Predictor.from_pretrained(model_dir, options, head.architecture)
+        setattr(models, TASK_ENDPOINTS[head.task], own)
     keys = checkpoint_keys(model_dir) or set()
-    if fill_mask_model is None and has_weights(keys, "cls.predictions."):
+    if fill_mask_model is None and has_weights(keys, HEADS["masked-lm"].prefix):
         fill_mask_model = model_dir
-    extra = {"classifier": (classify_model, "BertForSequenceClassification"),
-             "qa": (qa_model, "BertForQuestionAnswering")}
-    for attr, (folder, architecture) in extra.items():
+    for task, folder in (("classify", classify_model), ("qa", qa_model)):
         if folder is not None:
-            setattr(models, attr, Predictor.from_pretrained(folder, options, architecture))
+            setattr(models, TASK_ENDPOINTS[task], Predictor.from_pretrained(folder, options, task=task))
     if fill_mask_model is not None:
         models.fill_masker = FillMasker.from_pretrained(fill_mask_model, options)
         if own is None and fill_mask_model == model_dir:
             own = models.fill_masker
     tokenizer = load_tokenizer(model_dir)
     # The encoder of a model loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
-    encoder = own.model.bert if own is not None else load_model(BertModel, model_dir, options)
+    encoder = getattr(own.model, own.model.base_model_prefix) if own is not None else \
+        load_model(BertModel, model_dir, options)
     models.embedder = Embedder(encoder, tokenizer, pooling, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options)
     return models

@@ -84,8 +84,7 @@ from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
 from ..config import BertConfig, read_json_object
 from ..distill_init import build_student, hidden_layer_map
 from ..errors import BertlabError, ConfigError
-from ..heads import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
-                     BertForTokenClassification)
+from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from ..model import BertPreTrainedModel
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
                    latest_checkpoint, seed_everything, shuffled_batches, steps_per_epoch)
@@ -331,19 +330,13 @@ def layer_outputs(model: nn.Module | None, wanted: set[int]) -> Iterator[dict[in
             h.remove()
 
 
-def head_logits(output: Any) -> torch.Tensor:
-    """One logits tensor per head: (B, K) classes / choices, (B, T, K) tokens, (B, T, 2) QA start and end."""
-    if hasattr(output, "start_logits"):
-        return torch.stack([output.start_logits, output.end_logits], dim=-1)
-    return output.logits
-
-
-def head_kind(spec) -> str:
-    if issubclass(spec.head, BertForQuestionAnswering):
-        return "qa"
-    if issubclass(spec.head, BertForTokenClassification):
-        return "token"
-    return "regression" if spec.is_regression else "classification"
+def soft_target(spec) -> str:
+    """How the teacher's logits teach the student's head (the head registry's `soft_target`): classes,
+    tokens or spans -- and regression, for a class head with one output (STS-B), which has no distribution."""
+    kind = spec.head.head_spec.soft_target
+    if kind is None:
+        raise ConfigError(f"task {spec.name}: its head ({spec.head.__name__}) cannot be distilled (no soft target)")
+    return "regression" if kind == "classes" and spec.is_regression else kind
 
 
 class TaskDistiller(_Distiller):
@@ -354,7 +347,8 @@ class TaskDistiller(_Distiller):
 
     def __init__(self, *args, spec, **kwargs):
         super().__init__(*args, **kwargs)
-        self.spec, self.kind = spec, head_kind(spec)
+        self.spec, self.kind = spec, soft_target(spec)
+        self.logits = spec.head.head_spec.logits  # one logits tensor per output: (B, K), (B, T, K), (B, T, 2)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         spec = self.spec
@@ -362,7 +356,7 @@ class TaskDistiller(_Distiller):
         has_mask = "gold" in batch  # a batch that mixes labelled examples with unlabelled transfer examples
         with layer_outputs(self.student, wanted_s) as s_states:
             out = self.student(**spec.model_inputs(batch, with_targets=not has_mask))
-        s_logits = head_logits(out)
+        s_logits = self.logits(out)
         # the head's own loss on the gold labels, or its mean over the labelled rows of a mixed batch
         gold = self.labelled_loss(s_logits, batch) if has_mask else out.loss
         zero = s_logits.new_zeros((), dtype=torch.float32)  # an unused term (gold's graph carries backward)
@@ -371,7 +365,7 @@ class TaskDistiller(_Distiller):
         if self.gamma > 0 or (self.alpha > 0 and t_logits is None):
             with torch.no_grad(), layer_outputs(self.teacher, {t for _, t in self.layer_map} if self.gamma > 0
                                                 else set()) as t_states:
-                t_logits = head_logits(self.teacher(**spec.model_inputs(batch)))
+                t_logits = self.logits(self.teacher(**spec.model_inputs(batch)))
         soft = self.soft_loss(s_logits, t_logits, batch) if self.alpha > 0 else zero
         cos = zero
         if self.gamma > 0:
@@ -395,10 +389,10 @@ class TaskDistiller(_Distiller):
         T = self.temperature
         if self.kind == "regression":
             return F.mse_loss(s_logits.float().view(-1), t_logits.float().view(-1))  # the teacher's score as target
-        if self.kind == "token":
+        if self.kind == "tokens":
             keep = batch["labels"] != IGNORE_INDEX  # (B, T): the tokens the head predicts (first pieces)
             return distillation_kl(s_logits[keep], t_logits[keep], T)
-        if self.kind == "qa":
+        if self.kind == "spans":
             # (B, T, 2) -> rows (2B, T): a start and an end distribution over the window's real tokens
             pad = ~batch["attention_mask"].bool()[:, :, None]
             s = s_logits.float().masked_fill(pad, MASKED_LOGIT).transpose(1, 2).reshape(-1, s_logits.size(1))
@@ -631,7 +625,7 @@ def soft_labels(spec, teacher: nn.Module, features: list[dict], batch_size: int,
     teacher.eval()
     with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
         for batch in task_batches(spec, features, batch_size, device, order):
-            logits = head_logits(teacher(**spec.model_inputs(batch))).float().cpu()
+            logits = spec.head.head_spec.logits(teacher(**spec.model_inputs(batch))).float().cpu()
             for row, i in enumerate(batch["feature_index"].tolist()):
                 n = feature_length(features[i])
                 out[i] = logits[row] if logits.dim() == 2 else logits[row, :n].clone()
@@ -656,7 +650,7 @@ def transfer_examples(spec, cfg: DistillConfig, labelled_examples) -> list:
     """`cfg.transfer_limit` training examples outside the labelled subset, a seeded random choice."""
     from .finetune import subset
 
-    if head_kind(spec) not in ("classification", "regression"):
+    if soft_target(spec) not in ("classes", "regression"):
         raise ConfigError(f"transfer_limit: available for sentence-level tasks (GLUE, SWAG), not {spec.name}")
     labelled = {e.guid for e in labelled_examples}
     rest = [e for e in spec.read(cfg.data, "train") if e.guid not in labelled]

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertlab.infer import onednn
+from bertlab.nn import packed_linear as onednn
 from bertlab.infer.runtime import InferenceOptions, load_model
 
 from infer_support import tiny_model

@@ -1,0 +1,19 @@
+"""Building blocks shared by the model families, with no knowledge of any model.
+
+    attention.py      one attention function with an explicit seam: mask kind (bidirectional with padding,
+                      causal, prefix-LM), an optional additive bias (relative positions), the unpadded token
+                      layout, and a kernel chosen by name (eager, sdpa; room for a variable-length kernel)
+    token_layout.py   where the real tokens of a padded batch sit: compute position-wise layers on them only
+    elementwise.py    activations (also in place), a fast CPU dropout mask, residual adds into a free buffer
+    packed_linear.py  CPU inference: linear layers from weights pre-packed for oneDNN
+
+The model files (`model.py`, and the families beside it) read like their papers; the performance machinery
+they use lives here, each piece named for what it does.
+"""
+
+from .attention import ATTENTION_KERNELS, AttentionMask, attention, register_attention_kernel
+from .elementwise import ACTIVATIONS, INPLACE_ACTIVATIONS, Dropout, add_residual, dropout
+from .token_layout import TokenLayout
+
+__all__ = ["ATTENTION_KERNELS", "AttentionMask", "attention", "register_attention_kernel", "ACTIVATIONS",
+           "INPLACE_ACTIVATIONS", "Dropout", "add_residual", "dropout", "TokenLayout"]

@@ -1,0 +1,73 @@
+"""The architecture holds: the layers contract in pyproject.toml (import-linter) is kept, and no module of
+bertlab imports itself back through others (no import cycle, function-level imports included)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+grimp = pytest.importorskip("grimp", reason="import-linter (the test extra) is not installed")
+
+
+def test_layers_contract_is_kept():
+    """`lint-imports` against pyproject.toml's contract, as a user would run it (exit status 0 = kept)."""
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "1 kept, 0 broken" in run.stdout
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one module: each is an import cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(10_000, sys.getrecursionlimit()))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_strongly_connected_finds_a_cycle():
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    sys.path.insert(0, str(ROOT / "src"))
+    graph = grimp.build_graph("bertlab", include_external_packages=False)
+    # A package's __init__ re-exporting its own modules is not a cycle of ideas; leave packages out.
+    packages = {m for m in graph.modules if (ROOT / "src" / m.replace(".", "/") / "__init__.py").is_file()}
+    edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i not in packages}
+             for m in graph.modules if m not in packages}
+    assert strongly_connected(edges) == []
