@@ -1,0 +1,205 @@
+"""The seams hold: a new head is one registry entry (it fine-tunes, saves, reloads, predicts and distills
+with nothing else changed), and the attention seam computes each mask kind and bias as the formula says."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertlab import BertConfig, BertModel
+from bertlab.heads import HEADS, HeadOutput, TaskOutputLayer, head_for_architecture, register_head
+from bertlab.model import BertPreTrainedModel
+from bertlab.nn import AttentionMask, TokenLayout, attention
+
+WORDS = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad", "movie", "the", "was", "a", "plot"]
+
+
+@pytest.fixture
+def toy_head():
+    """A head bertlab does not have -- mean pooling over the real tokens, then one linear layer -- added with
+    one `register_head` entry, removed again afterwards."""
+
+    @register_head("toy-mean-pool", output=HeadOutput, prefix="mean_pool_classifier.", task="classify",
+                   soft_target="classes")
+    class BertForMeanPoolClassification(BertPreTrainedModel):
+        """logits = W · mean of the real tokens' last hidden states + b."""
+
+        def __init__(self, config: BertConfig):
+            super().__init__(config)
+            self.num_labels = config.num_labels
+            self.bert = BertModel(config, add_pooling_layer=False)
+            self.mean_pool_classifier = TaskOutputLayer(config.hidden_size, config.num_labels)
+            self.init_weights(self.mean_pool_classifier)
+
+        def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
+            h = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
+            keep = (attention_mask if attention_mask is not None else torch.ones_like(input_ids))[..., None].float()
+            logits = self.mean_pool_classifier((h * keep).sum(1) / keep.sum(1))  # (B, num_labels)
+            loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+            return HeadOutput(logits, loss)
+
+    yield BertForMeanPoolClassification
+    del HEADS["toy-mean-pool"]
+
+
+def _sentiment_data(folder, rows: int, seed: int) -> None:
+    """SST-2's layout (`sentence<TAB>label`, header line): label 1 for a sentence with a good word."""
+    import random
+
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", rows), ("dev", rows // 2)):
+        lines = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randrange(2)
+            word = rng.choice(WORDS[:4] if label else WORDS[4:8])
+            lines.append(f"the movie was {word} {rng.choice(['', 'a plot'])}".strip() + f"\t{label}")
+        (folder / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _tiny_encoder(folder) -> None:
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *(c for c in "bcdefghijklmnopqrstuvwxyz")]
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+
+
+def test_a_toy_head_is_one_registry_entry(toy_head, tmp_path, monkeypatch):
+    from bertlab.infer.predict import Predictor
+    from bertlab.tasks import TASKS
+    from bertlab.train import finetune as ft
+
+    assert head_for_architecture("BertForMeanPoolClassification").model_class is toy_head
+    _tiny_encoder(tmp_path / "encoder")
+    _sentiment_data(tmp_path / "data", rows=128, seed=0)
+    # the task is SST-2's reader, metric and writer with the toy head on top
+    monkeypatch.setitem(TASKS, "toy-sst2", dataclasses.replace(TASKS["sst2"], name="toy-sst2", head=toy_head))
+    result = ft.finetune(ft.FinetuneConfig(task="toy-sst2", model=str(tmp_path / "encoder"), data=str(tmp_path / "data"),
+                                           out=str(tmp_path / "out"), epochs=10, lr=3e-3, batch_size=16,
+                                           progress=False, device="cpu"))
+    accuracy = json.loads((tmp_path / "out" / "metrics.json").read_text())["best_run"]["dev"]["accuracy"]
+    assert accuracy >= 0.9, result  # one word decides the label: the head learns it
+    saved = tmp_path / "out" / "model"
+    config = json.loads((saved / "config.json").read_text())
+    assert config["architectures"] == ["BertForMeanPoolClassification"]
+    # the checkpoint rules need no list of heads: the new head's weights load back, the MLM-less encoder too
+    model, report = toy_head.from_pretrained(saved, return_report=True)
+    assert not report.initialized and not report.unused
+    encoder, report = BertModel.from_pretrained(saved, return_report=True)
+    assert sorted(report.unused) == ["mean_pool_classifier.bias", "mean_pool_classifier.weight"]
+    # predict finds the head by its architecture and serves it as the registry entry says (classify)
+    predictor = Predictor.from_pretrained(saved)
+    assert predictor.runner.task == "classify" and isinstance(predictor.model, toy_head)
+    good, bad = predictor.predict(["the movie was great", "the movie was awful"])
+    assert (good["label"], bad["label"]) == ("1", "0")
+    with torch.no_grad():
+        logits = model(**{k: torch.tensor([v]) for k, v in predictor.tokenizer("the movie was great").items()
+                          if k in ("input_ids", "attention_mask", "token_type_ids")}).logits
+    assert good["score"] == pytest.approx(float(logits.softmax(-1).max()), abs=1e-5)
+
+
+def test_a_toy_head_distills_through_its_registry_entry(toy_head):
+    """Task distillation reads how logits teach (soft_target) and the logits accessor from the entry."""
+    from bertlab.tasks import TASKS
+    from bertlab.train.distill import TaskDistiller
+
+    spec = dataclasses.replace(TASKS["sst2"], name="toy-sst2", head=toy_head)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, id2label={0: "0", 1: "1"})
+    torch.manual_seed(0)
+    student, teacher = toy_head(config).train(), toy_head(config).eval()
+    distiller = TaskDistiller(student, teacher, 2.0, 1.0, 1.0, 0.0, [], spec=spec)
+    assert distiller.kind == "classes"
+    batch = {"input_ids": torch.randint(5, 50, (4, 7)), "attention_mask": torch.ones(4, 7, dtype=torch.long),
+             "token_type_ids": torch.zeros(4, 7, dtype=torch.long), "labels": torch.tensor([0, 1, 1, 0])}
+    loss, metrics = distiller(batch)
+    loss.backward()
+    assert torch.isfinite(loss) and metrics["soft_loss"] > 0
+    assert student.mean_pool_classifier.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------------------- attention seam
+def _reference(q, k, v, allowed, bias=None, scale=None):
+    """softmax(scale · Q Kᵀ + bias, masked) V in float64, one (batch, head) at a time."""
+    scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = (q.double() @ k.double().transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias.double()
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    return (scores.softmax(-1) @ v.double()).float()
+
+
+@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+@pytest.mark.parametrize("kind", ["bidirectional", "causal", "prefix"])
+def test_attention_mask_kinds_and_bias_match_the_formula(kernel, kind):
+    g = torch.Generator().manual_seed(0)
+    B, T, nh, hs = 3, 6, 2, 4
+    q, k, v = (torch.randn(B, T, nh * hs, generator=g) for _ in range(3))
+    lengths = torch.tensor([6, 4, 5])
+    attention_mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    prefix = torch.tensor([2, 3, 1]) if kind == "prefix" else None
+    mask = AttentionMask.padding(attention_mask, kind, prefix)
+    bias = torch.randn(1, nh, T, T, generator=g)
+    got, _ = attention(q, k, v, nh, mask, bias, kernel=kernel, scale=1.0)
+    # what each query may see, written out: real keys; then not after the query (causal) unless in the prefix
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None]
+    allowed = (j[None] < lengths[:, None, None]).expand(B, T, T).clone()
+    if kind != "bidirectional":
+        order = (j <= i)[None].expand(B, T, T)
+        if kind == "prefix":
+            order = order | (j[None] < prefix[:, None, None])
+        allowed &= order
+    split = lambda t: t.view(B, T, nh, hs).transpose(1, 2)  # noqa: E731
+    want = _reference(split(q), split(k), split(v), allowed[:, None], bias, scale=1.0)
+    want = want.transpose(1, 2).reshape(B, T, nh * hs)
+    for b in range(B):  # rows of real queries (padded queries attend to something, but nothing reads them)
+        torch.testing.assert_close(got[b, :lengths[b]], want[b, :lengths[b]], atol=1e-5, rtol=1e-5)
+
+
+def test_attention_on_unpadded_rows_equals_the_padded_rectangle():
+    g = torch.Generator().manual_seed(1)
+    B, T, nh, H = 2, 5, 2, 8
+    attention_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    q, k, v = (torch.randn(B, T, H, generator=g) for _ in range(3))
+    layout = TokenLayout.of(attention_mask)
+    mask = AttentionMask.padding(attention_mask)
+    rows, _ = attention(layout.unpad(q), layout.unpad(k), layout.unpad(v), nh, mask, layout=layout)
+    full, _ = attention(q, k, v, nh, mask)
+    torch.testing.assert_close(layout.pad(rows)[attention_mask.bool()], full[attention_mask.bool()])
+    assert layout.cu_seqlens.tolist() == [0, 3, 8]
+
+
+def test_eager_returns_probabilities_and_bad_names_are_clear():
+    q = k = v = torch.randn(1, 3, 4)
+    y, probs = attention(q, k, v, 2, AttentionMask("causal"), need_weights=True)
+    assert probs.shape == (1, 2, 3, 3) and torch.all(probs.triu(1) == 0)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(1, 2, 3))
+    with pytest.raises(ValueError, match="unknown attention kernel 'flash9'; expected one of eager, sdpa"):
+        attention(q, k, v, 2, kernel="flash9")
+    with pytest.raises(ValueError, match="mask kind 'sideways'"):
+        AttentionMask("sideways")
+    with pytest.raises(ValueError, match="prefix mask needs prefix_lengths"):
+        AttentionMask("prefix")
+
+
+def test_the_model_runs_the_configured_kernel():
+    config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, attn_implementation="eager")
+    assert BertModel(config).encoder.layer[0].attention.self.attn_implementation == "eager"
+    assert "attn_implementation" in config.to_dict() and "attn_implementation" not in \
+        config.replace(attn_implementation="sdpa").to_dict()
+    torch.manual_seed(0)
+    eager = BertModel(config).eval()
+    sdpa = BertModel(config.replace(attn_implementation="sdpa")).eval()
+    sdpa.load_state_dict(eager.state_dict())
+    ids = torch.randint(0, 30, (2, 5))
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    torch.testing.assert_close(eager(ids, mask).last_hidden_state, sdpa(ids, mask).last_hidden_state,
+                               atol=1e-5, rtol=1e-5)
