@@ -3,7 +3,7 @@
     python benchmarks/bench_feature_ner.py [--train-limit 2000] [--eval-limit N] [--epochs 4] [--lr 3e-3] [--lstm-hidden 128]
         [--ft-epochs 3] [--ft-lr 1e-4] [--threads 1] [--work DIR] [--json FILE]
 
-Feature-based (`bertlab.infer.feature_ner`, what `bertlab finetune conll2003 --feature-based STRATEGY` runs):
+Feature-based (`bertlab.train.feature_ner`, what `bertlab finetune conll2003 --feature-based STRATEGY` runs):
 the encoder is frozen; every word's first-piece hidden states are computed once for all layers and cached
 (one encoder pass over train + dev), then for each strategy -- embeddings, second-to-last, last, sum-last-4,
 concat-last-4, sum-all -- a two-layer BiLSTM + linear tagger is trained on the same sentences with the same
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab.cli.demo import installed_minilm  # noqa: E402
-from bertlab.infer.feature_ner import STRATEGIES, FeatureNerConfig, prepare_data, train_feature_ner  # noqa: E402
+from bertlab.train.feature_ner import STRATEGIES, FeatureNerConfig, prepare_data, train_feature_ner  # noqa: E402
 
 CONLL = ROOT.parent / "shared" / "data" / "conll2003" / "iob2"
 # The paper's Table 7 (BERT-base, CoNLL-2003 dev F1), for reference beside ours.

@@ -1,4 +1,4 @@
-"""Distillation (`bertlab.distill_init`, `bertlab.train.distill`, `bertlab distill`): layer selection copies the
+"""Distillation (`bertlab.train.students`, `bertlab.train.distill`, `bertlab distill`): layer selection copies the
 right tensors; the KL term is zero for a student equal to its teacher and matches PyTorch's KLDivLoss; a
 general run resumes bitwise after SIGINT; students save in the Hugging Face layout, load in `transformers`
 and work with `bertlab evaluate`; SST-2 and SQuAD task distillation end to end on tiny models; bad input
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from bertlab import BertConfig
 from bertlab.cli import main
-from bertlab.distill_init import build_student, cut_layers, every_kth_layer, hidden_layer_map, parse_layers
+from bertlab.train.students import build_student, cut_layers, every_kth_layer, hidden_layer_map, parse_layers
 from bertlab.errors import ConfigError
 from bertlab.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                            BertForSequenceClassification)

@@ -172,7 +172,7 @@ class BertConfig:
     @classmethod
     def from_name_or_path(cls, name: str) -> "BertConfig":
         """A preset name (`base`, `L4-H256`) or a path to a config file or a model folder."""
-        if name in PRESETS or _SMALL_BERT.fullmatch(name):
+        if is_preset(name):
             return preset(name)
         if os.path.exists(name):
             return cls.from_json_file(name)
@@ -233,6 +233,12 @@ PRESETS: dict[str, tuple[int, int, int]] = {  # name -> (layers, hidden, heads)
     "base": (12, 768, 12),
     "large": (24, 1024, 16),
 }
+
+
+def is_preset(name: str) -> bool:
+    """Whether `name` names a preset (`base`, `L4-H256`) rather than a file; `preset` reports a size that
+    Google's release lacks (`L3-H100`)."""
+    return name in PRESETS or _SMALL_BERT.fullmatch(name) is not None
 
 
 def preset_names() -> list[str]:

@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--no-retain-freed-memory", dest="retain_freed_memory", action="store_false", default=None,
                    help="CPU: let glibc return freed tensor memory to the OS (default: kept for reuse, faster)")
-    from ..infer.feature_ner import STRATEGIES
+    from ..train.feature_ner import STRATEGIES
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
@@ -58,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..train.finetune import FinetuneConfig, finetune
 
-    if args.feature_based:  # the paper's feature-based approach: see bertlab.infer.feature_ner
-        from ..infer.feature_ner import run_from_finetune_args
+    if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
+        from ..train.feature_ner import run_from_finetune_args
         return run_from_finetune_args(args)
     values = {f: getattr(args, f) for f in _FIELDS if getattr(args, f) is not None}
     values.update(task=args.task, progress=not args.no_progress and sys.stderr.isatty())

@@ -5,7 +5,6 @@
     batching.py     length bucketing: similar lengths batched together, so compute goes to real tokens
     outputs.py      JSON Lines, .npy and safetensors writers that stream (bounded memory for large jobs)
     features.py     per-token / per-word hidden states of chosen layers (Google's extract_features.py)
-    feature_ner.py  the paper's feature-based NER: a BiLSTM over frozen, cached features (Table 7)
     embeddings.py   sentence embeddings: cls / mean / max pooling, L2 normalisation
     fill_mask.py    top-k tokens for each [MASK]
     predict.py      any fine-tuned model (classification, NER, QA, multiple choice) over JSON Lines

@@ -1,5 +1,13 @@
-"""Training: the one loop (`loop.py`), BERT's optimisation (`optim.py`) and the recipes that configure them
-(`pretrain.py`; fine-tuning and distillation live beside it). See `loop.py`'s docstring for an example."""
+"""Training: the one loop (`loop.py`), BERT's optimisation (`optim.py`) and the recipes that configure them.
+
+    pretrain.py     pre-training (MLM + NSP, or another objective of `bertlab.objectives`)
+    finetune.py     fine-tuning on a task, with seeds and the paper's grid
+    distill.py      general and task-specific distillation; `students.py` builds the student
+    feature_ner.py  the paper's feature-based NER: a BiLSTM over frozen, cached features (Table 7)
+    setup.py        what every recipe sets up alike: resume config, precision, batch split, time budget
+    runconfig.py    typed run configs: dataclass defaults < --config FILE < flags
+
+See `loop.py`'s docstring for an example."""
 
 from .loop import (
     DistInfo,

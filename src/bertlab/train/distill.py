@@ -52,7 +52,7 @@ the teacher fine-tuned on TASK (its head is needed), the data the task's as for 
   has none); the soft term covers every example. This is where distillation helps most: the teacher turns
   unlabelled text into training signal a gold-only student cannot use.
 
-Students (`--student`, see `bertlab.distill_init`): every-other-layer (default), every-K-layers,
+Students (`--student`, see `bertlab.train.students`): every-other-layer (default), every-K-layers,
 layers:I,J,..., a preset or config (fresh), or a model folder. The student is the teacher's class.
 
 Outputs
@@ -82,7 +82,6 @@ from torch import nn
 
 from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
 from ..config import BertConfig, read_json_object
-from ..distill_init import build_student, hidden_layer_map
 from ..errors import BertlabError, ConfigError
 from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from ..model import BertPreTrainedModel
@@ -90,6 +89,7 @@ from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writa
                    latest_checkpoint, seed_everything, shuffled_batches, steps_per_epoch)
 from .optim import adamw, linear_warmup_decay
 from .runconfig import config_from_dict, parse_duration
+from .students import build_student, hidden_layer_map
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import save_pretrained
-from ..config import BertConfig, read_json_object
+from ..config import BertConfig, is_preset, read_json_object
 from ..errors import BertlabError, ConfigError
 from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
@@ -204,12 +204,9 @@ def _available_lengths(data_dir: str) -> list[int]:
 
 def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     """The model's config, checked against the data: same vocabulary, long enough positions."""
-    from ..config import PRESETS, _SMALL_BERT
-
     source = cfg.init_from or cfg.model
-    is_preset = cfg.init_from is None and (cfg.model in PRESETS or _SMALL_BERT.fullmatch(cfg.model))
     config = BertConfig.from_name_or_path(source)
-    if is_preset:  # a preset takes its vocabulary from the data it is trained on
+    if cfg.init_from is None and is_preset(cfg.model):  # a preset takes its vocabulary from the data
         config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id)
     elif config.vocab_size != info.vocab_size:
         raise ConfigError(f"{source}: vocab_size {config.vocab_size} but {cfg.data} was tokenized with a "

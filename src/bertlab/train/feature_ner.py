@@ -1,7 +1,7 @@
 """Feature-based NER (the paper's section 5.3 and Table 7): a BiLSTM tagger over frozen BERT features.
 
 No BERT parameter is trained. Each CoNLL word is represented by its first word piece's hidden states
-(`features.py`, `align="first"`), combined by a strategy -- the rows of Table 7:
+(`infer/features.py`, `align="first"`), combined by a strategy -- the rows of Table 7:
 
     embeddings       the embedding layer's output (layer 0)
     second-to-last   layer L-1
@@ -11,7 +11,7 @@ No BERT parameter is trained. Each CoNLL word is represented by its first word p
     sum-all          sum of layers 1..L (the paper: "weighted sum all 12 layers"; here equal weights)
 
 then fed to a two-layer bidirectional LSTM and a linear classifier over the nine IOB tags, trained with
-cross-entropy on the shared training loop (`train/loop.py`). The paper's LSTM is 768 wide; the default
+cross-entropy on the shared training loop (`loop.py`). The paper's LSTM is 768 wide; the default
 here is narrower for CPUs (`lstm_hidden`).
 
 Features are computed once per (model, sentences) and cached on disk, one float16 file per layer
@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from ..errors import BertlabError, ConfigError
+from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_per_epoch
 
 log = logging.getLogger(__name__)
 
@@ -217,9 +218,9 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
     """Read the task's train and dev splits (subsets seeded as `bertlab finetune` takes them) and set up the
     feature cache over the frozen encoder."""
     from ..tasks import TASKS
-    from ..train.finetune import subset
-    from .features import FeatureExtractor
-    from .runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+    from ..infer.features import FeatureExtractor
+    from ..infer.runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+    from .finetune import subset
 
     spec = TASKS[cfg.task]
     if getattr(spec, "head", None).__name__ != "BertForTokenClassification":
@@ -251,8 +252,6 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
 
 def train_feature_ner(cfg: FeatureNerConfig, data: NerData | None = None) -> dict:
     """Train the BiLSTM tagger on frozen features with `cfg.strategy`; score dev; write OUT_DIR (when set)."""
-    from ..train.loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_per_epoch
-
     t_start = time.perf_counter()
     data = data or prepare_data(cfg)
     spec = data.spec

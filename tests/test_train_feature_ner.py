@@ -10,7 +10,7 @@ import pytest
 
 from bertlab.cli import main
 from bertlab.errors import ConfigError
-from bertlab.infer.feature_ner import (STRATEGIES, FeatureNerConfig, WordFeatures, prepare_data,
+from bertlab.train.feature_ner import (STRATEGIES, FeatureNerConfig, WordFeatures, prepare_data,
                                        strategy_layers, train_feature_ner)
 from bertlab.infer.features import FeatureExtractor
 

@@ -29,11 +29,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, VOCAB_NAME, WEIGHTS_INDEX_NAME,
+from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, VOCAB_NAME, WEIGHTS_INDEX_NAME,
                          WEIGHTS_NAME)
-from .config import PRESETS, _SMALL_BERT, BertConfig, preset
-from .errors import ConfigError
-from .model import BertPreTrainedModel
+from ..config import BertConfig, is_preset, preset
+from ..errors import ConfigError
+from ..model import BertPreTrainedModel
 
 _EVERY_K = re.compile(r"every-(\d+)-layers?")
 _LAYER_KEY = re.compile(r"^(.*?encoder\.layer\.)(\d+)(\..*)$")
@@ -100,7 +100,7 @@ def cut_layers(teacher: BertPreTrainedModel, layers: list[int]) -> BertPreTraine
 
 def fresh_config(spec: str, teacher_config: BertConfig) -> BertConfig:
     """The config of a fresh student from a preset or a config file, with the teacher's input fields."""
-    if spec in PRESETS or _SMALL_BERT.fullmatch(spec):
+    if is_preset(spec):
         inputs = {name: getattr(teacher_config, name) for name in INPUT_FIELDS}
         return preset(spec, **inputs, hidden_act=teacher_config.hidden_act,
                       layer_norm_eps=teacher_config.layer_norm_eps)
@@ -135,9 +135,8 @@ def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Pa
             raise ConfigError(f"--student {spec}: a student cut from the teacher has the teacher's heads "
                               f"({type(teacher).__name__}), not {model_cls.__name__}")
         return cut_layers(teacher, layers), StudentInit("layers", spec, tuple(layers))
-    is_preset = spec in PRESETS or _SMALL_BERT.fullmatch(spec)
     path = Path(spec)
-    if not is_preset and not path.exists():
+    if not is_preset(spec) and not path.exists():
         raise ConfigError(f"--student {spec!r}: expected every-other-layer, every-K-layers, layers:I,J,..., a "
                           "preset (tiny, mini, small, medium, base, large, L4-H256, ...), a config.json or a "
                           "model folder")
@@ -152,7 +151,7 @@ def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Pa
         check_same_vocab_file(path, teacher_dir)
     if config_overrides:
         config = config.replace(**config_overrides)
-    return model_cls(config), StudentInit("preset" if is_preset else "config", spec)
+    return model_cls(config), StudentInit("preset" if is_preset(spec) else "config", spec)
 
 
 def _has_weights(folder: Path) -> bool:
