@@ -203,3 +203,24 @@ def test_the_model_runs_the_configured_kernel():
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     torch.testing.assert_close(eager(ids, mask).last_hidden_state, sdpa(ids, mask).last_hidden_state,
                                atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(HEADS))
+def test_every_registered_head_is_what_its_entry_says(name, tiny_config):
+    """Its class builds; its weights sit under its prefix; its forward returns its output type, whose logits
+    the accessor finds; a detectable head is what `convert` infers from its own weights."""
+    from bertlab.convert import infer_model_class
+
+    head = HEADS[name]
+    config = tiny_config.replace(id2label={0: "a", 1: "b", 2: "c"})
+    model = head.model_class(config).eval()
+    keys = list(model.state_dict())
+    assert any(k.startswith(head.prefix) for k in keys), keys
+    ids = torch.randint(5, config.vocab_size, (2, 6))
+    if name == "multiple-choice":
+        ids = ids[:, None].expand(2, 3, 6)
+    with torch.no_grad():
+        out = model(ids)
+    assert isinstance(out, head.output_type) and isinstance(head.logits(out), torch.Tensor)
+    if head.detectable:
+        assert infer_model_class(keys) is head.model_class
