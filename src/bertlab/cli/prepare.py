@@ -144,10 +144,11 @@ def show(data_dir: str, n: int, instance_set: str | None = None) -> int:
     """Print the first n training instances as the loader serves them (masks applied), in the layout of
     Google's `TrainingInstance.__str__`."""
     from ..data.loader import PretrainingDataset
+    from ..tokenizer import read_vocab
 
     ds = PretrainingDataset(data_dir, "train", seed=0, instance_set=instance_set, shuffle=False, epochs=1,
                             batch_size=1)
-    vocab = ds.info.vocab_file.read_text(encoding="utf-8").splitlines()
+    vocab = read_vocab(ds.info.vocab_file)
     collate = ds.collator(pad_to_multiple_of=1)
     print(f"# {ds.info.instance_set}: {ds.num_instances:,} training instances")
     for position in range(min(n, ds.num_instances)):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
@@ -115,6 +116,13 @@ class VocabInfo:
             raise DataError(f"vocabulary has no {missing[0]} token")
         cont = np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=len(tokens))
         return cls(len(tokens), index["[MASK]"], frozenset(index[t] for t in special_tokens), cont)
+
+    @classmethod
+    def from_file(cls, vocab_file: str | os.PathLike) -> "VocabInfo":
+        """From a vocab.txt, read by the tokenizer's own reader (lines end at "\\n" only)."""
+        from ..tokenizer.wordpiece import read_vocab
+
+        return cls.from_tokens(read_vocab(vocab_file))
 
 
 class MaskedTokens(NamedTuple):

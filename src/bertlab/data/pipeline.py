@@ -290,10 +290,7 @@ def document_chunks(corpus: Corpus, chunk_tokens: int) -> list[tuple[int, int]]:
 def _vocab_info(vocab_file: str) -> VocabInfo:
     info = _WORKER.get("vocab_info")
     if info is None or _WORKER.get("vocab_file") != vocab_file:
-        tokens = Path(vocab_file).read_text(encoding="utf-8").splitlines()
-        while tokens and tokens[-1] == "":
-            tokens.pop()
-        info = _WORKER["vocab_info"] = VocabInfo.from_tokens(tokens)
+        info = _WORKER["vocab_info"] = VocabInfo.from_file(vocab_file)
         _WORKER["vocab_file"] = vocab_file
     return info
 

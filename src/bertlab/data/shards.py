@@ -274,11 +274,7 @@ def open_corpus(data_dir: str | os.PathLike, manifest: dict, split: str) -> Corp
 
 
 def vocab_info(data_dir: str | os.PathLike, manifest: dict) -> VocabInfo:
-    tokens = (Path(data_dir) / manifest["tokenizer"]["vocab_file"]).read_text(encoding="utf-8").splitlines()
-    # vocab.txt is one token per line; a trailing empty line is not a token (load_vocab's rule too)
-    while tokens and tokens[-1] == "":
-        tokens.pop()
-    return VocabInfo.from_tokens(tokens)
+    return VocabInfo.from_file(Path(data_dir) / manifest["tokenizer"]["vocab_file"])
 
 
 def select_instance_set(manifest: dict, data_dir: Path, max_seq_length: int | None = None,
