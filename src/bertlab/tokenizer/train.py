@@ -678,8 +678,7 @@ def train_vocab(
 def write_vocab(vocab: list[str], path: str | os.PathLike) -> Path:
     """Write one token per line (UTF-8, "\\n"), atomically: a crash never leaves a half-written file."""
     path = Path(path)
-    # The reader's rule (`read_vocab`): a line ends at "\\n" and a "\\r" before it is dropped.
-    bad = [t for t in vocab if not t or "\n" in t or t.endswith("\r")]
+    bad = [t for t in vocab if not t or t != t.strip() or len(t.splitlines()) != 1]
     if bad:
         raise VocabTrainingError(f"token {bad[0]!r} cannot be written one per line")
     if len(set(vocab)) != len(vocab):
