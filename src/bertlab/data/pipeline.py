@@ -36,9 +36,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import shards as store
-from .instances import Corpus, InstanceConfig, generate_instances, instance_ids
+from .instances import Corpus, InstanceConfig, generate_instances, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo, mask_tokens
 from .readers import DataError, ReaderConfig, ReadReport, expand_inputs, read_documents
+from .segment import NONE, get_segmenter, segmenter_id, word_continues
 
 log = logging.getLogger("bertlab.data")
 
@@ -54,6 +55,9 @@ class CorpusSettings:
     heldout_fraction: float = 0.01
     shard_tokens: int = 1 << 27  # tokens per shard file (256 MiB of uint16)
     do_lower_case: bool | None = None  # None: the tokenizer's own setting (tokenizer_config.json, else True)
+    # A word segmenter (`segment.py`: "jieba", or a registered name) whose words group CJK characters for
+    # whole-word and span masking; its per-token word flags are stored beside the shards. "none": `##` only.
+    segmenter: str = "none"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.heldout_fraction < 1.0:
@@ -117,8 +121,9 @@ def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(vocab: str, do_lower_case: bool | None) -> None:
+def _init_worker(vocab: str, do_lower_case: bool | None, segmenter: str = "none") -> None:
     _WORKER["tokenizer"] = load_tokenizer(vocab, do_lower_case)
+    _WORKER["segment"] = get_segmenter(segmenter)
     _WORKER.pop("vocab_info", None)
 
 
@@ -130,18 +135,35 @@ def _escape_specials(text: str) -> str:
     return text
 
 
+def segment_sentence(tok, segment, text: str) -> tuple[list[int], list[bool]]:
+    """One sentence -> (ids, word flags): per token, whether it continues the previous token's word, CJK
+    characters grouped by `segment`'s words (see `segment.word_continues`)."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True, return_word_ids=True,
+              return_token_type_ids=False, return_attention_mask=False)
+    words = enc["word_ids"]
+    same = [i > 0 and words[i] == words[i - 1] for i in range(len(words))]
+    return enc["input_ids"], word_continues(text, enc["offset_mapping"], same, segment(text) if words else [])
+
+
 def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
     """Documents (lists of sentences) -> (ids, sentence lengths, sentences per document, empty sentences,
-    empty documents). Sentences with no tokens are dropped (Google: `if tokens:`), then empty documents."""
-    tok = _WORKER["tokenizer"]
+    empty documents, word flags or None). Sentences with no tokens are dropped (Google: `if tokens:`), then
+    empty documents. Word flags are made when the worker has a segmenter."""
+    tok, segment = _WORKER["tokenizer"], _WORKER.get("segment")
     ids: list[int] = []
+    flags: list[bool] = []
     sent_lens: list[int] = []
     doc_counts: list[int] = []
     empty_sentences = empty_documents = 0
     for doc in documents:
         n = 0
         for sentence in doc:
-            piece = tok.encode(_escape_specials(sentence), add_special_tokens=False)
+            text = _escape_specials(sentence)
+            if segment is None:
+                piece = tok.encode(text, add_special_tokens=False)
+            else:
+                piece, continues = segment_sentence(tok, segment, text)
+                flags.extend(continues)
             if piece:
                 ids.extend(piece)
                 sent_lens.append(len(piece))
@@ -153,7 +175,8 @@ def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
         else:
             empty_documents += 1
     return (np.asarray(ids, dtype=dtype), np.asarray(sent_lens, dtype=np.int64),
-            np.asarray(doc_counts, dtype=np.int64), empty_sentences, empty_documents)
+            np.asarray(doc_counts, dtype=np.int64), empty_sentences, empty_documents,
+            None if segment is None else np.asarray(flags, dtype=np.uint8))
 
 
 def ordered_map(pool, fn: Callable, tasks, max_in_flight: int):
@@ -213,14 +236,16 @@ def _pool(workers: int, initializer=None, initargs=()):
 
 def _tokenize_corpus(files: list[Path], settings: CorpusSettings, vocab: str, dtype: np.dtype, directory: Path,
                      workers: int, progress: bool | None, report: ReadReport) -> dict:
-    writers = {split: store.SplitWriter(directory, split, dtype, settings.shard_tokens) for split in store.SPLITS}
+    words = settings.segmenter != NONE
+    writers = {split: store.SplitWriter(directory, split, dtype, settings.shard_tokens, words)
+               for split in store.SPLITS}
     total_bytes = sum(f.stat().st_size for f in files)
     pending: dict[str, list] = {split: [] for split in store.SPLITS}
     pending_chars = {split: 0 for split in store.SPLITS}
     in_flight: deque = deque()
-    pool = _pool(workers, _init_worker, (vocab, settings.do_lower_case))
+    pool = _pool(workers, _init_worker, (vocab, settings.do_lower_case, settings.segmenter))
     if pool is None:
-        _init_worker(vocab, settings.do_lower_case)
+        _init_worker(vocab, settings.do_lower_case, settings.segmenter)
     bar = _progress(total_bytes, "tokenizing", "B", progress)
     tokens = 0
     dropped = {"sentence: no tokens": 0, "document: no tokens": 0}
@@ -228,8 +253,8 @@ def _tokenize_corpus(files: list[Path], settings: CorpusSettings, vocab: str, dt
     def drain_one() -> None:
         nonlocal tokens
         split, chars, result = in_flight.popleft()
-        ids, sent_lens, doc_counts, empty_s, empty_d = result.get()
-        writers[split].add(ids, sent_lens, doc_counts)
+        ids, sent_lens, doc_counts, empty_s, empty_d, continues = result.get()
+        writers[split].add(ids, sent_lens, doc_counts, continues)
         dropped["sentence: no tokens"] += empty_s
         dropped["document: no tokens"] += empty_d
         tokens += len(ids)
@@ -312,7 +337,7 @@ def build_chunk(task: dict) -> tuple:
         if mcfg is not None:
             # Masked right away with the same generator, as Google's script does.
             ids, _ = instance_ids(inst, corpus, cls_id, sep_id)
-            m = mask_tokens(ids.tolist(), mcfg, vocab, rng)
+            m = mask_tokens(ids.tolist(), mcfg, vocab, rng, instance_word_continues(inst, corpus))
             positions.append(m.positions)
             replaced.append([m.input_ids[p] for p in m.positions])
     plan = np.asarray(rows, dtype=np.int64).reshape(-1, store.PLAN_COLUMNS)
@@ -379,11 +404,14 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
 
 
 # ---------------------------------------------------------------------------------------------- prepare
-def _corpus_key(inputs: list[dict], tokenizer: dict, settings: CorpusSettings) -> str:
-    return store.sha256_json({"format": store.VERSION, "inputs": [(i["sha256"], i["bytes"]) for i in inputs],
-                              "vocab": tokenizer["vocab_sha256"], "lower": tokenizer["do_lower_case"],
-                              "reader": settings.reader.to_dict(), "heldout": settings.heldout_fraction,
-                              "shard_tokens": settings.shard_tokens})
+def _corpus_key(inputs: list[dict], tokenizer: dict, settings: CorpusSettings, segmenter: dict) -> str:
+    key = {"format": store.VERSION, "inputs": [(i["sha256"], i["bytes"]) for i in inputs],
+           "vocab": tokenizer["vocab_sha256"], "lower": tokenizer["do_lower_case"],
+           "reader": settings.reader.to_dict(), "heldout": settings.heldout_fraction,
+           "shard_tokens": settings.shard_tokens}
+    if segmenter["name"] != NONE:  # (without one, keys stay those of earlier versions: shards are reused)
+        key["segmenter"] = segmenter
+    return store.sha256_json(key)
 
 
 def _our_entry(name: str) -> bool:
@@ -435,9 +463,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
             vocab_file = vocab_path / store.VOCAB_NAME if vocab_path.is_dir() else vocab_path
             tok_info = _tokenizer_info(tokenizer, vocab_file)
+            segmenter = segmenter_id(corpus.segmenter)  # an unknown name or missing package: fail before reading
             files = expand_inputs(inputs)
             input_info = [{"path": str(f), "bytes": f.stat().st_size, "sha256": store.sha256_file(f)} for f in files]
-            key = _corpus_key(input_info, tok_info, corpus)
+            key = _corpus_key(input_info, tok_info, corpus, segmenter)
         elif old is not None:
             key, tok_info, vocab_file = old["corpus"]["key"], old["tokenizer"], out / old["tokenizer"]["vocab_file"]
         else:
@@ -472,7 +501,7 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                     "corpus": {"key": key, "dir": cdir, "inputs": input_info,
                                "settings": {"reader": corpus.reader.to_dict(),
                                             "heldout_fraction": corpus.heldout_fraction,
-                                            "shard_tokens": corpus.shard_tokens},
+                                            "shard_tokens": corpus.shard_tokens, "segmenter": segmenter},
                                "report": report.to_dict(), "splits": splits,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "seconds": round(time.perf_counter() - t0, 3)},
