@@ -362,10 +362,12 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
     # What a worker needs to open the memory maps (not the whole manifest, which is pickled per task).
     slim = {"corpus": {"dir": manifest["corpus"]["dir"], "splits": manifest["corpus"]["splits"]},
             "tokenizer": {"token_dtype": tok["token_dtype"]}}
+    single: dict[str, int] = {}
     for split in store.SPLITS:
         corpus = store.open_corpus(root, manifest, split)
         copies = settings.copies if split == "train" else 1  # evaluation needs one copy
         chunks = document_chunks(corpus, settings.chunk_tokens) if corpus.num_documents else []
+        single[split] = int(np.count_nonzero(np.diff(np.asarray(corpus.document_ends), prepend=0) == 1))
         for copy in range(copies):
             for k, (b, e) in enumerate(chunks):
                 tasks.append(dict(data_dir=str(root), manifest=slim, split=split, copy=copy, chunk=k,
@@ -399,6 +401,7 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
         info.update(splits[split])
         if settings.instances.has_nsp:
             info["next_sentence_labels"] = {"is_next": int(counts[1]), "random_next": int(counts[2])}
+            info["single_sentence_documents"] = single[split]
         out[split] = info
     return out
 
@@ -539,6 +542,11 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 seconds["instances"] = time.perf_counter() - t0
                 echo(f"made {isplits['train']['instances']:,} train / {isplits['heldout']['instances']:,} held-out "
                      f"instances ({iset['name']}) in {seconds['instances']:.1f}s")
+            report_line, warning = nsp_balance_report(iset, manifest["corpus"]["splits"]["train"]["documents"])
+            if report_line:
+                echo(report_line)
+            if warning:
+                log.warning("%s", warning)
             manifest["instance_sets"] = sets + [iset]
             manifest["default_instance_set"] = iset["name"]
             store.write_manifest(out, manifest)
@@ -549,6 +557,42 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         _remove_unreferenced(out, manifest)
     tokens = sum(s["tokens"] for s in manifest["corpus"]["splits"].values())
     return PrepareResult(out, manifest, iset["name"], corpus_reused, instances_reused, report, seconds, tokens)
+
+
+NSP_BALANCE_LIMITS = (0.4, 0.6)  # is-next share of the training pairs outside these: warn
+
+
+def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | None]:
+    """(the NSP label counts of an instance set's training split as a line, a warning or None).
+
+    A segment-pair chunk of one sentence (a one-sentence document above all) can only get a random next, and
+    `nsp_balance` pays those back only from chunks of two or more sentences; on corpora of one- or
+    two-sentence documents (notes, tweets, Q&A) the labels then tilt towards random-next, and NSP training
+    learns "always random". The warning names that cause and the remedies."""
+    train = iset["splits"]["train"]
+    labels = train.get("next_sentence_labels")
+    if not labels:
+        return None, None
+    is_next, random_next = labels["is_next"], labels["random_next"]
+    total = is_next + random_next
+    if not total:
+        return None, None
+    share = is_next / total
+    line = (f"next-sentence labels (train): {is_next:,} is-next / {random_next:,} random-next "
+            f"({share:.0%} / {1 - share:.0%})")
+    lo, hi = NSP_BALANCE_LIMITS
+    if lo <= share <= hi:
+        return line, None
+    single = train.get("single_sentence_documents", 0)
+    cause = (f"{single:,} of {documents:,} training documents ({single / max(documents, 1):.0%}) have a single "
+             "sentence, and a single-segment document can only be paired with a random next"
+             if share < lo else "the documents are long and rarely need a forced random next")
+    warning = (f"NSP labels are unbalanced: {is_next:,} is-next against {random_next:,} random-next pairs "
+               f"({share:.0%} is-next, outside {lo:.0%}-{hi:.0%}): {cause}. Remedy: keep several sentences per "
+               "document (a blank line only between documents), or --mode sentence-pair (skips one-sentence "
+               "documents, 50/50 labels), or --mode full-sentences / doc-sentences with `pretrain --objective "
+               "mlm` (no NSP)")
+    return line, warning
 
 
 def _tokenizer_info(tokenizer, vocab_file: Path) -> dict:
