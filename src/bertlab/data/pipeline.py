@@ -7,7 +7,8 @@ Two stages, each reusable on its own:
    shard files in submission order, so the output does not depend on the number of processes. At most
    two batches per process are in flight, so memory stays flat however large the corpus. Every
    1/`heldout_fraction`-th document (by ordinal, from the second on; not by the seed) is held out. The key is a hash of the inputs' contents, the vocabulary and the reader settings: a
-   second run with the same ones reuses the shards.
+   second run with the same ones reuses the shards. With a word segmenter (`CorpusSettings.segmenter`,
+   `segment.py`), each token's word flag is written beside its id, for whole-word and span masking.
 2. **Instances** (`instances-<key>/`): the corpus is cut into chunks of whole documents of about
    `chunk_tokens` tokens; each (copy, chunk) is built by a worker from the memory-mapped shards with its own
    `random.Random(f"{seed}:{split}:{copy}:{chunk}")`, so results are the same on 1 core or 64. Static
@@ -15,7 +16,8 @@ Two stages, each reusable on its own:
    the clean instances once and leaves masking to the collator.
 
 A different `--max-seq-length`, mode or masking makes a new instance set from the same shards (phase 2
-of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest.
+of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest. For the NSP modes
+`prepare` reports the training split's label balance and warns outside 40/60 (`nsp_balance_report`).
 """
 
 from __future__ import annotations
