@@ -4,6 +4,7 @@
     bertlab prepare --out data/ --max-seq-length 512                       # phase 2 from the same shards
     bertlab prepare corpus.jsonl --vocab vocab.txt --out d/ --mode full-sentences --dynamic --masking span
     bertlab prepare --out data/ --show 3                                   # print instances, Google-style
+    bertlab prepare zh.txt --vocab vocab.txt --out d/ --masking whole-word --segmenter jieba   # Chinese WWM
 
 Without CORPUS, the shards already in DATA_DIR are used, and settings not given are those of its current
 instance set. Re-running with the same inputs and settings reuses everything.
@@ -45,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cased", action="store_true", help="keep case (for cased vocabularies; default lower-cases)")
     g.add_argument("--heldout-fraction", type=float, default=0.01,
                    help="fraction of documents held out for evaluation (default: 0.01)")
+    g.add_argument("--segmenter", default=None, metavar="NAME",
+                   help="word segmenter whose words group CJK characters for whole-word and span masking: "
+                        "none (default; words are ## pieces only) or jieba (pip install 'bertlab[zh]')")
     g = p.add_argument_group("instances")
     g.add_argument("--mode", choices=MODES, default=None, help="default: segment-pair (BERT)")
     g.add_argument("--max-seq-length", type=int, default=None, help="default: 128")
@@ -117,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         if args.show and not instance_flags:
             return show(args.out, args.show)
         manifest = load_manifest(args.out)
+        have = manifest["corpus"]["settings"].get("segmenter", {}).get("name", "none")
+        if args.segmenter is not None and args.segmenter != have:
+            raise DataError(f"{args.out}: the token shards were made with --segmenter {have}; give CORPUS "
+                            f"again to tokenize it with --segmenter {args.segmenter}")
         base = select_instance_set(manifest, args.out)
         settings = _instance_settings(args, base)
         corpus_settings = None
@@ -129,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
             cleaning = CleaningConfig(**{**cleaning.__dict__, "min_words_per_line": args.min_words})
         reader = ReaderConfig(format=args.format, text_field=args.text_field, cleaning=cleaning, strict=args.strict)
         corpus_settings = CorpusSettings(reader=reader, heldout_fraction=args.heldout_fraction,
-                                         do_lower_case=False if args.cased else None)
+                                         do_lower_case=False if args.cased else None,
+                                         segmenter=args.segmenter or "none")
     result = prepare(args.corpus, args.vocab, args.out, corpus_settings, settings, workers=args.workers or None,
                      progress=False if args.quiet else None, echo=say)
     iset = next(s for s in result.manifest["instance_sets"] if s["name"] == result.instance_set)
@@ -144,10 +153,11 @@ def show(data_dir: str, n: int, instance_set: str | None = None) -> int:
     """Print the first n training instances as the loader serves them (masks applied), in the layout of
     Google's `TrainingInstance.__str__`."""
     from ..data.loader import PretrainingDataset
+    from ..tokenizer import read_vocab
 
     ds = PretrainingDataset(data_dir, "train", seed=0, instance_set=instance_set, shuffle=False, epochs=1,
                             batch_size=1)
-    vocab = ds.info.vocab_file.read_text(encoding="utf-8").splitlines()
+    vocab = read_vocab(ds.info.vocab_file)
     collate = ds.collator(pad_to_multiple_of=1)
     print(f"# {ds.info.instance_set}: {ds.num_instances:,} training instances")
     for position in range(min(n, ds.num_instances)):

@@ -10,6 +10,8 @@ Modules, in the order data flows through them:
 - `instances`: BERT's segment pairs (Google's algorithm, draw for draw), sentence pairs, and RoBERTa's
   full-sentences / doc-sentences packing -- pure functions with an injected `random.Random`.
 - `masking`: token, whole-word and SpanBERT span masking, 80/10/10, static or dynamic.
+- `segment`: word segmenters (jieba, or a user's function) whose words group CJK characters for whole-word
+  and span masking (`prepare --segmenter jieba`); their per-token word flags are stored with the shards.
 - `loader`: `PretrainingDataset` + `PretrainingCollator` for PyTorch (imports torch; the rest does not).
 
 Using a prepared directory for pre-training::

@@ -85,11 +85,14 @@ class Corpus:
     """One split of the tokenized corpus: token ids (in one or more shards) plus boundaries.
 
     `sentence_ends[s]` is the token offset just past sentence s; `document_ends[d]` is the sentence index just
-    past document d. Arrays may be in memory or memory-mapped; nothing here reads more than it needs."""
+    past document d. `word_shards` (optional, parallel to `shards`): per token, 1 when it continues the
+    previous token's word (a word segmenter's words; see `segment.py`). Arrays may be in memory or
+    memory-mapped; nothing here reads more than it needs."""
 
     def __init__(self, shards: Sequence[np.ndarray], sentence_ends: np.ndarray, document_ends: np.ndarray,
-                 doc_token_ends: np.ndarray | None = None):
+                 doc_token_ends: np.ndarray | None = None, word_shards: Sequence[np.ndarray] | None = None):
         self.shards = list(shards)
+        self.word_shards = None if word_shards is None else list(word_shards)
         self.shard_starts = np.concatenate([[0], np.cumsum([len(s) for s in self.shards])]).astype(np.int64)
         self.sentence_ends = sentence_ends
         self.document_ends = document_ends
@@ -99,22 +102,26 @@ class Corpus:
         self.doc_token_ends = doc_token_ends  # token offset just past each document
 
     @classmethod
-    def from_documents(cls, documents: Sequence[Sequence[Sequence[int]]], dtype=np.int32) -> "Corpus":
+    def from_documents(cls, documents: Sequence[Sequence[Sequence[int]]], dtype=np.int32,
+                       word_continues: Sequence[Sequence[Sequence[bool]]] | None = None) -> "Corpus":
         """An in-memory corpus from token-id documents (lists of sentences); empty sentences and documents
-        are skipped, as the shard store skips them."""
-        tokens, sent_ends, doc_ends = [], [], []
+        are skipped, as the shard store skips them. `word_continues`: word flags of the same shape."""
+        tokens, flags, sent_ends, doc_ends = [], [], [], []
         n = 0
-        for doc in documents:
-            sents = [s for s in doc if len(s)]
+        for d, doc in enumerate(documents):
+            sents = [(j, s) for j, s in enumerate(doc) if len(s)]
             if not sents:
                 continue
-            for s in sents:
+            for j, s in sents:
                 tokens.extend(s)
+                if word_continues is not None:
+                    flags.extend(word_continues[d][j])
                 n += len(s)
                 sent_ends.append(n)
             doc_ends.append(len(sent_ends))
+        words = None if word_continues is None else [np.asarray(flags, dtype=np.uint8)]
         return cls([np.asarray(tokens, dtype=dtype)], np.asarray(sent_ends, dtype=np.int64),
-                   np.asarray(doc_ends, dtype=np.int64))
+                   np.asarray(doc_ends, dtype=np.int64), word_shards=words)
 
     @property
     def num_documents(self) -> int:
@@ -138,14 +145,21 @@ class Corpus:
 
     def tokens(self, start: int, end: int) -> np.ndarray:
         """Token ids [start, end) (a copy when the range spans shards)."""
+        return self._range(self.shards, start, end)
+
+    def word_continues(self, start: int, end: int) -> np.ndarray | None:
+        """The word flags of tokens [start, end) (see the class docstring); None when the corpus has none."""
+        return None if self.word_shards is None else self._range(self.word_shards, start, end)
+
+    def _range(self, shards: list[np.ndarray], start: int, end: int) -> np.ndarray:
         k = int(np.searchsorted(self.shard_starts, start, side="right")) - 1
         base = int(self.shard_starts[k])
         if end <= int(self.shard_starts[k + 1]):
-            return self.shards[k][start - base:end - base]
+            return shards[k][start - base:end - base]
         parts = []
         while start < end:
             stop = min(end, int(self.shard_starts[k + 1]))
-            parts.append(np.asarray(self.shards[k][start - int(self.shard_starts[k]):stop - int(self.shard_starts[k])]))
+            parts.append(np.asarray(shards[k][start - int(self.shard_starts[k]):stop - int(self.shard_starts[k])]))
             start, k = stop, k + 1
         return np.concatenate(parts)
 
@@ -314,29 +328,43 @@ def generate_instances(corpus: Corpus, doc_begin: int, doc_end: int, config: Ins
 # ---------------------------------------------------------------------------------------------- materialise
 def instance_ids(inst: Instance, corpus: Corpus, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.ndarray]:
     """(input ids, token type ids) of an instance, as int64 arrays without padding."""
-    a = corpus.tokens(inst.a_start, inst.a_start + inst.a_len)
+    ids = _layout(inst, corpus, corpus.tokens, cls_id, sep_id, np.int64)
+    types = np.zeros(len(ids), dtype=np.int64)
     if inst.b_start >= 0:
-        b = corpus.tokens(inst.b_start, inst.b_start + inst.b_len)
-        ids = np.empty(len(a) + len(b) + 3, dtype=np.int64)
-        ids[0], ids[len(a) + 1], ids[-1] = cls_id, sep_id, sep_id
+        types[inst.a_len + 2:] = 1
+    return ids, types
+
+
+def instance_word_continues(inst: Instance, corpus: Corpus) -> np.ndarray | None:
+    """The word flags aligned with `instance_ids` (False at [CLS]/[SEP]); None when the corpus has none."""
+    if corpus.word_shards is None:
+        return None
+    return _layout(inst, corpus, corpus.word_continues, 0, 0, np.bool_)
+
+
+def _layout(inst: Instance, corpus: Corpus, fetch, cls_value, sep_value, dtype) -> np.ndarray:
+    """An instance's per-token values from `fetch(start, end)`, with `cls_value` / `sep_value` where [CLS]
+    and [SEP] go: `[CLS] A [SEP] B [SEP]`, or packed `[CLS] doc [SEP] doc ... [SEP]`."""
+    a = fetch(inst.a_start, inst.a_start + inst.a_len)
+    if inst.b_start >= 0:
+        b = fetch(inst.b_start, inst.b_start + inst.b_len)
+        ids = np.empty(len(a) + len(b) + 3, dtype=dtype)
+        ids[0], ids[len(a) + 1], ids[-1] = cls_value, sep_value, sep_value
         ids[1:len(a) + 1] = a
         ids[len(a) + 2:-1] = b
-        types = np.zeros(len(ids), dtype=np.int64)
-        types[len(a) + 2:] = 1
-        return ids, types
+        return ids
     # Packed: a [SEP] after every document that ends strictly inside the range.
     end = inst.a_start + inst.a_len
     dte = corpus.doc_token_ends
     lo = int(np.searchsorted(dte, inst.a_start, side="right"))
     hi = int(np.searchsorted(dte, end, side="left"))
     cuts = dte[lo:hi] - inst.a_start
-    pieces: list = [[cls_id]]
+    pieces: list = [[cls_value]]
     prev = 0
     for c in cuts:
         pieces.append(a[prev:c])
-        pieces.append([sep_id])
+        pieces.append([sep_value])
         prev = int(c)
     pieces.append(a[prev:])
-    pieces.append([sep_id])
-    ids = np.concatenate([np.asarray(p, dtype=np.int64) for p in pieces])
-    return ids, np.zeros(len(ids), dtype=np.int64)
+    pieces.append([sep_value])
+    return np.concatenate([np.asarray(p, dtype=dtype) for p in pieces])

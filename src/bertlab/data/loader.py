@@ -83,7 +83,8 @@ class PretrainingDataset(IterableDataset):
     """Examples of one split of a prepared data directory, in a deterministic order (see the module docstring).
 
     Each example is a dict of numpy arrays: input_ids, token_type_ids, next_sentence_label (-1 in modes
-    without NSP), labels (static sets), mask_seed (dynamic sets), and index/position for inspection.
+    without NSP), labels (static sets), mask_seed (dynamic sets), word_continues (dynamic sets of a corpus
+    prepared with a word segmenter), and index/position for inspection.
     `epochs=None` streams forever (training); the held-out split defaults to one unshuffled pass.
     """
 
@@ -201,7 +202,8 @@ class PretrainingCollator:
             ids = ex["input_ids"]
             k = len(ids)
             if info.dynamic:
-                m = mask_tokens(ids.tolist(), info.masking, self.vocab, random.Random(ex["mask_seed"]))
+                m = mask_tokens(ids.tolist(), info.masking, self.vocab, random.Random(ex["mask_seed"]),
+                                ex.get("word_continues"))
                 input_ids[row, :k] = m.input_ids
                 labels[row, m.positions] = m.labels
             else:

@@ -14,7 +14,10 @@ Granularities:
   produces the very masks Google's script does.
 - ``whole-word``: Google's `--do_whole_word_mask`: a word and its ``##`` continuation pieces are one
   candidate, masked together or not at all (a word that would overflow `num_to_predict` is skipped).
-  The 80/10/10 decision is still made per token, as Google does.
+  The 80/10/10 decision is still made per token, as Google does. With per-token word flags (`continues`,
+  from a word segmenter at `prepare` time: see `segment.py`), the flags decide what a word is instead of
+  the vocabulary's ``##``: a Chinese word of several characters is then one candidate, treated exactly as
+  Google treats a ``##``-joined word.
 - ``span``: SpanBERT (Joshi et al. 2020): span lengths in *words* drawn from Geometric(p=0.2) restricted
   to 1..10 (mean 3.8), each placed at a random word where it fits whole, until the budget is reached;
   80/10/10 is decided once per span. Spans never overlap and never cross a special token, so a span never
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
@@ -116,6 +120,13 @@ class VocabInfo:
         cont = np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=len(tokens))
         return cls(len(tokens), index["[MASK]"], frozenset(index[t] for t in special_tokens), cont)
 
+    @classmethod
+    def from_file(cls, vocab_file: str | os.PathLike) -> "VocabInfo":
+        """From a vocab.txt, read by the tokenizer's own reader (lines end at "\\n" only)."""
+        from ..tokenizer.wordpiece import read_vocab
+
+        return cls.from_tokens(read_vocab(vocab_file))
+
 
 class MaskedTokens(NamedTuple):
     input_ids: list[int]  # the corrupted sequence
@@ -124,27 +135,35 @@ class MaskedTokens(NamedTuple):
     span_words: list[int] | None = None  # span masking: the length in words of each span placed
 
 
-def mask_tokens(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random) -> MaskedTokens:
-    """Choose and corrupt the masked-LM positions of one sequence (which includes its [CLS]/[SEP])."""
+def mask_tokens(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random,
+                continues: Sequence[bool] | None = None) -> MaskedTokens:
+    """Choose and corrupt the masked-LM positions of one sequence (which includes its [CLS]/[SEP]).
+
+    `continues[i]` (optional, aligned with `ids`): token i continues token i - 1's word; for whole-word and
+    span masking it replaces the vocabulary's ``##`` rule (a word segmenter's words, `segment.py`)."""
+    if continues is not None and len(continues) != len(ids):
+        raise ValueError(f"continues has {len(continues)} flags for {len(ids)} tokens")
     if config.granularity == "span":
-        return _mask_spans(ids, config, vocab, rng)
-    return _mask_google(ids, config, vocab, rng)
+        return _mask_spans(ids, config, vocab, rng, continues)
+    return _mask_google(ids, config, vocab, rng, continues)
 
 
-def _word_groups(ids: Sequence[int], vocab: VocabInfo, whole_word: bool) -> list[list[int]]:
-    """Candidate positions, grouped: one group per token, or per word (a word and its ## pieces).
+def _word_groups(ids: Sequence[int], vocab: VocabInfo, whole_word: bool,
+                 continues: Sequence[bool] | None = None) -> list[list[int]]:
+    """Candidate positions, grouped: one group per token, or per word (a word and its ## pieces, or the
+    tokens `continues` joins).
 
     A ## piece joins the group only if it directly follows it; one that opens a segment (left there when
     `truncate_seq_pair` trimmed the front of a word) stands alone rather than reaching across [SEP]."""
     special = vocab.special_ids
     if not whole_word:
         return [[i] for i, t in enumerate(ids) if t not in special]
-    cont = vocab.is_continuation
+    cont = vocab.is_continuation[np.asarray(ids, dtype=np.int64)] if continues is None else continues
     groups: list[list[int]] = []
     for i, t in enumerate(ids):
         if t in special:
             continue
-        if whole_word and groups and cont[t] and groups[-1][-1] == i - 1:
+        if groups and cont[i] and groups[-1][-1] == i - 1:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -160,8 +179,9 @@ def _replacement(original: int, config: MaskingConfig, vocab: VocabInfo, rng: ra
     return rng.randint(0, vocab.vocab_size - 1)
 
 
-def _mask_google(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random) -> MaskedTokens:
-    cand = _word_groups(ids, vocab, whole_word=config.granularity == "whole-word")
+def _mask_google(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random,
+                 continues: Sequence[bool] | None) -> MaskedTokens:
+    cand = _word_groups(ids, vocab, config.granularity == "whole-word", continues)
     rng.shuffle(cand)
     output = list(ids)
     num_to_predict = config.num_to_predict(len(ids))
@@ -185,8 +205,9 @@ def sample_span_length(config: MaskingConfig, rng: random.Random, cdf: list[floa
     return min(bisect.bisect_left(cdf, rng.random()) + 1, len(cdf))
 
 
-def _mask_spans(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random) -> MaskedTokens:
-    words = _word_groups(ids, vocab, whole_word=True)
+def _mask_spans(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random,
+                continues: Sequence[bool] | None) -> MaskedTokens:
+    words = _word_groups(ids, vocab, True, continues)
     output = list(ids)
     budget = config.num_to_predict(len(ids))
     cdf = config.span_length_cdf()

@@ -7,7 +7,8 @@ Two stages, each reusable on its own:
    shard files in submission order, so the output does not depend on the number of processes. At most
    two batches per process are in flight, so memory stays flat however large the corpus. Every
    1/`heldout_fraction`-th document (by ordinal, from the second on; not by the seed) is held out. The key is a hash of the inputs' contents, the vocabulary and the reader settings: a
-   second run with the same ones reuses the shards.
+   second run with the same ones reuses the shards. With a word segmenter (`CorpusSettings.segmenter`,
+   `segment.py`), each token's word flag is written beside its id, for whole-word and span masking.
 2. **Instances** (`instances-<key>/`): the corpus is cut into chunks of whole documents of about
    `chunk_tokens` tokens; each (copy, chunk) is built by a worker from the memory-mapped shards with its own
    `random.Random(f"{seed}:{split}:{copy}:{chunk}")`, so results are the same on 1 core or 64. Static
@@ -15,7 +16,8 @@ Two stages, each reusable on its own:
    the clean instances once and leaves masking to the collator.
 
 A different `--max-seq-length`, mode or masking makes a new instance set from the same shards (phase 2
-of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest.
+of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest. For the NSP modes
+`prepare` reports the training split's label balance and warns outside 40/60 (`nsp_balance_report`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import shards as store
-from .instances import Corpus, InstanceConfig, generate_instances, instance_ids
+from .instances import Corpus, InstanceConfig, generate_instances, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo, mask_tokens
 from .readers import DataError, ReaderConfig, ReadReport, expand_inputs, read_documents
+from .segment import NONE, get_segmenter, segmenter_id, word_continues
 
 log = logging.getLogger("bertlab.data")
 
@@ -54,6 +57,9 @@ class CorpusSettings:
     heldout_fraction: float = 0.01
     shard_tokens: int = 1 << 27  # tokens per shard file (256 MiB of uint16)
     do_lower_case: bool | None = None  # None: the tokenizer's own setting (tokenizer_config.json, else True)
+    # A word segmenter (`segment.py`: "jieba", or a registered name) whose words group CJK characters for
+    # whole-word and span masking; its per-token word flags are stored beside the shards. "none": `##` only.
+    segmenter: str = "none"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.heldout_fraction < 1.0:
@@ -117,8 +123,9 @@ def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(vocab: str, do_lower_case: bool | None) -> None:
+def _init_worker(vocab: str, do_lower_case: bool | None, segmenter: str = "none") -> None:
     _WORKER["tokenizer"] = load_tokenizer(vocab, do_lower_case)
+    _WORKER["segment"] = get_segmenter(segmenter)
     _WORKER.pop("vocab_info", None)
 
 
@@ -130,18 +137,35 @@ def _escape_specials(text: str) -> str:
     return text
 
 
+def segment_sentence(tok, segment, text: str) -> tuple[list[int], list[bool]]:
+    """One sentence -> (ids, word flags): per token, whether it continues the previous token's word, CJK
+    characters grouped by `segment`'s words (see `segment.word_continues`)."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True, return_word_ids=True,
+              return_token_type_ids=False, return_attention_mask=False)
+    words = enc["word_ids"]
+    same = [i > 0 and words[i] == words[i - 1] for i in range(len(words))]
+    return enc["input_ids"], word_continues(text, enc["offset_mapping"], same, segment(text) if words else [])
+
+
 def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
     """Documents (lists of sentences) -> (ids, sentence lengths, sentences per document, empty sentences,
-    empty documents). Sentences with no tokens are dropped (Google: `if tokens:`), then empty documents."""
-    tok = _WORKER["tokenizer"]
+    empty documents, word flags or None). Sentences with no tokens are dropped (Google: `if tokens:`), then
+    empty documents. Word flags are made when the worker has a segmenter."""
+    tok, segment = _WORKER["tokenizer"], _WORKER.get("segment")
     ids: list[int] = []
+    flags: list[bool] = []
     sent_lens: list[int] = []
     doc_counts: list[int] = []
     empty_sentences = empty_documents = 0
     for doc in documents:
         n = 0
         for sentence in doc:
-            piece = tok.encode(_escape_specials(sentence), add_special_tokens=False)
+            text = _escape_specials(sentence)
+            if segment is None:
+                piece = tok.encode(text, add_special_tokens=False)
+            else:
+                piece, continues = segment_sentence(tok, segment, text)
+                flags.extend(continues)
             if piece:
                 ids.extend(piece)
                 sent_lens.append(len(piece))
@@ -153,7 +177,8 @@ def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
         else:
             empty_documents += 1
     return (np.asarray(ids, dtype=dtype), np.asarray(sent_lens, dtype=np.int64),
-            np.asarray(doc_counts, dtype=np.int64), empty_sentences, empty_documents)
+            np.asarray(doc_counts, dtype=np.int64), empty_sentences, empty_documents,
+            None if segment is None else np.asarray(flags, dtype=np.uint8))
 
 
 def ordered_map(pool, fn: Callable, tasks, max_in_flight: int):
@@ -213,14 +238,16 @@ def _pool(workers: int, initializer=None, initargs=()):
 
 def _tokenize_corpus(files: list[Path], settings: CorpusSettings, vocab: str, dtype: np.dtype, directory: Path,
                      workers: int, progress: bool | None, report: ReadReport) -> dict:
-    writers = {split: store.SplitWriter(directory, split, dtype, settings.shard_tokens) for split in store.SPLITS}
+    words = settings.segmenter != NONE
+    writers = {split: store.SplitWriter(directory, split, dtype, settings.shard_tokens, words)
+               for split in store.SPLITS}
     total_bytes = sum(f.stat().st_size for f in files)
     pending: dict[str, list] = {split: [] for split in store.SPLITS}
     pending_chars = {split: 0 for split in store.SPLITS}
     in_flight: deque = deque()
-    pool = _pool(workers, _init_worker, (vocab, settings.do_lower_case))
+    pool = _pool(workers, _init_worker, (vocab, settings.do_lower_case, settings.segmenter))
     if pool is None:
-        _init_worker(vocab, settings.do_lower_case)
+        _init_worker(vocab, settings.do_lower_case, settings.segmenter)
     bar = _progress(total_bytes, "tokenizing", "B", progress)
     tokens = 0
     dropped = {"sentence: no tokens": 0, "document: no tokens": 0}
@@ -228,8 +255,8 @@ def _tokenize_corpus(files: list[Path], settings: CorpusSettings, vocab: str, dt
     def drain_one() -> None:
         nonlocal tokens
         split, chars, result = in_flight.popleft()
-        ids, sent_lens, doc_counts, empty_s, empty_d = result.get()
-        writers[split].add(ids, sent_lens, doc_counts)
+        ids, sent_lens, doc_counts, empty_s, empty_d, continues = result.get()
+        writers[split].add(ids, sent_lens, doc_counts, continues)
         dropped["sentence: no tokens"] += empty_s
         dropped["document: no tokens"] += empty_d
         tokens += len(ids)
@@ -290,10 +317,7 @@ def document_chunks(corpus: Corpus, chunk_tokens: int) -> list[tuple[int, int]]:
 def _vocab_info(vocab_file: str) -> VocabInfo:
     info = _WORKER.get("vocab_info")
     if info is None or _WORKER.get("vocab_file") != vocab_file:
-        tokens = Path(vocab_file).read_text(encoding="utf-8").splitlines()
-        while tokens and tokens[-1] == "":
-            tokens.pop()
-        info = _WORKER["vocab_info"] = VocabInfo.from_tokens(tokens)
+        info = _WORKER["vocab_info"] = VocabInfo.from_file(vocab_file)
         _WORKER["vocab_file"] = vocab_file
     return info
 
@@ -315,7 +339,7 @@ def build_chunk(task: dict) -> tuple:
         if mcfg is not None:
             # Masked right away with the same generator, as Google's script does.
             ids, _ = instance_ids(inst, corpus, cls_id, sep_id)
-            m = mask_tokens(ids.tolist(), mcfg, vocab, rng)
+            m = mask_tokens(ids.tolist(), mcfg, vocab, rng, instance_word_continues(inst, corpus))
             positions.append(m.positions)
             replaced.append([m.input_ids[p] for p in m.positions])
     plan = np.asarray(rows, dtype=np.int64).reshape(-1, store.PLAN_COLUMNS)
@@ -340,10 +364,12 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
     # What a worker needs to open the memory maps (not the whole manifest, which is pickled per task).
     slim = {"corpus": {"dir": manifest["corpus"]["dir"], "splits": manifest["corpus"]["splits"]},
             "tokenizer": {"token_dtype": tok["token_dtype"]}}
+    single: dict[str, int] = {}
     for split in store.SPLITS:
         corpus = store.open_corpus(root, manifest, split)
         copies = settings.copies if split == "train" else 1  # evaluation needs one copy
         chunks = document_chunks(corpus, settings.chunk_tokens) if corpus.num_documents else []
+        single[split] = int(np.count_nonzero(np.diff(np.asarray(corpus.document_ends), prepend=0) == 1))
         for copy in range(copies):
             for k, (b, e) in enumerate(chunks):
                 tasks.append(dict(data_dir=str(root), manifest=slim, split=split, copy=copy, chunk=k,
@@ -377,16 +403,20 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
         info.update(splits[split])
         if settings.instances.has_nsp:
             info["next_sentence_labels"] = {"is_next": int(counts[1]), "random_next": int(counts[2])}
+            info["single_sentence_documents"] = single[split]
         out[split] = info
     return out
 
 
 # ---------------------------------------------------------------------------------------------- prepare
-def _corpus_key(inputs: list[dict], tokenizer: dict, settings: CorpusSettings) -> str:
-    return store.sha256_json({"format": store.VERSION, "inputs": [(i["sha256"], i["bytes"]) for i in inputs],
-                              "vocab": tokenizer["vocab_sha256"], "lower": tokenizer["do_lower_case"],
-                              "reader": settings.reader.to_dict(), "heldout": settings.heldout_fraction,
-                              "shard_tokens": settings.shard_tokens})
+def _corpus_key(inputs: list[dict], tokenizer: dict, settings: CorpusSettings, segmenter: dict) -> str:
+    key = {"format": store.VERSION, "inputs": [(i["sha256"], i["bytes"]) for i in inputs],
+           "vocab": tokenizer["vocab_sha256"], "lower": tokenizer["do_lower_case"],
+           "reader": settings.reader.to_dict(), "heldout": settings.heldout_fraction,
+           "shard_tokens": settings.shard_tokens}
+    if segmenter["name"] != NONE:  # (without one, keys stay those of earlier versions: shards are reused)
+        key["segmenter"] = segmenter
+    return store.sha256_json(key)
 
 
 def _our_entry(name: str) -> bool:
@@ -438,9 +468,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
             vocab_file = vocab_path / store.VOCAB_NAME if vocab_path.is_dir() else vocab_path
             tok_info = _tokenizer_info(tokenizer, vocab_file)
+            segmenter = segmenter_id(corpus.segmenter)  # an unknown name or missing package: fail before reading
             files = expand_inputs(inputs)
             input_info = [{"path": str(f), "bytes": f.stat().st_size, "sha256": store.sha256_file(f)} for f in files]
-            key = _corpus_key(input_info, tok_info, corpus)
+            key = _corpus_key(input_info, tok_info, corpus, segmenter)
         elif old is not None:
             key, tok_info, vocab_file = old["corpus"]["key"], old["tokenizer"], out / old["tokenizer"]["vocab_file"]
         else:
@@ -475,7 +506,7 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                     "corpus": {"key": key, "dir": cdir, "inputs": input_info,
                                "settings": {"reader": corpus.reader.to_dict(),
                                             "heldout_fraction": corpus.heldout_fraction,
-                                            "shard_tokens": corpus.shard_tokens},
+                                            "shard_tokens": corpus.shard_tokens, "segmenter": segmenter},
                                "report": report.to_dict(), "splits": splits,
                                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                                "seconds": round(time.perf_counter() - t0, 3)},
@@ -513,6 +544,11 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 seconds["instances"] = time.perf_counter() - t0
                 echo(f"made {isplits['train']['instances']:,} train / {isplits['heldout']['instances']:,} held-out "
                      f"instances ({iset['name']}) in {seconds['instances']:.1f}s")
+            report_line, warning = nsp_balance_report(iset, manifest["corpus"]["splits"]["train"]["documents"])
+            if report_line:
+                echo(report_line)
+            if warning:
+                log.warning("%s", warning)
             manifest["instance_sets"] = sets + [iset]
             manifest["default_instance_set"] = iset["name"]
             store.write_manifest(out, manifest)
@@ -523,6 +559,42 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         _remove_unreferenced(out, manifest)
     tokens = sum(s["tokens"] for s in manifest["corpus"]["splits"].values())
     return PrepareResult(out, manifest, iset["name"], corpus_reused, instances_reused, report, seconds, tokens)
+
+
+NSP_BALANCE_LIMITS = (0.4, 0.6)  # is-next share of the training pairs outside these: warn
+
+
+def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | None]:
+    """(the NSP label counts of an instance set's training split as a line, a warning or None).
+
+    A segment-pair chunk of one sentence (a one-sentence document above all) can only get a random next, and
+    `nsp_balance` pays those back only from chunks of two or more sentences; on corpora of one- or
+    two-sentence documents (notes, tweets, Q&A) the labels then tilt towards random-next, and NSP training
+    learns "always random". The warning names that cause and the remedies."""
+    train = iset["splits"]["train"]
+    labels = train.get("next_sentence_labels")
+    if not labels:
+        return None, None
+    is_next, random_next = labels["is_next"], labels["random_next"]
+    total = is_next + random_next
+    if not total:
+        return None, None
+    share = is_next / total
+    line = (f"next-sentence labels (train): {is_next:,} is-next / {random_next:,} random-next "
+            f"({share:.0%} / {1 - share:.0%})")
+    lo, hi = NSP_BALANCE_LIMITS
+    if lo <= share <= hi:
+        return line, None
+    single = train.get("single_sentence_documents", 0)
+    cause = (f"{single:,} of {documents:,} training documents ({single / max(documents, 1):.0%}) have a single "
+             "sentence, and a single-segment document can only be paired with a random next"
+             if share < lo else "the documents are long and rarely need a forced random next")
+    warning = (f"NSP labels are unbalanced: {is_next:,} is-next against {random_next:,} random-next pairs "
+               f"({share:.0%} is-next, outside {lo:.0%}-{hi:.0%}): {cause}. Remedy: keep several sentences per "
+               "document (a blank line only between documents), or --mode sentence-pair (skips one-sentence "
+               "documents, 50/50 labels), or --mode full-sentences / doc-sentences with `pretrain --objective "
+               "mlm` (no NSP)")
+    return line, warning
 
 
 def _tokenizer_info(tokenizer, vocab_file: Path) -> dict:

@@ -10,6 +10,8 @@ A data directory (`bertlab prepare --out DATA_DIR`) looks like this::
         train.sentence_ends         int64: token offset just past each sentence (offsets run across shards)
         train.doc_sentence_ends     int64: sentence index just past each document
         train.doc_token_ends        int64: token offset just past each document
+        train.words.00000 ...       uint8, one per token, parallel to the token shards (only with a word
+                                    segmenter): 1 = the token continues the previous token's word
       instances-<key>/              one instance set (mode, max_seq_length, masking, seed ...); several may
         train.plan                  int64 [N, 5]: a_start, a_len, b_start, b_len, next_sentence_label
         train.mask_positions        uint16 [N, P]: static masking only; 0 marks an unused slot ([CLS] is
@@ -40,7 +42,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .instances import Corpus, Instance, instance_ids
+from .instances import Corpus, Instance, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo
 from .readers import DataError
 
@@ -75,18 +77,24 @@ class SplitWriter:
 
     A document never straddles two shards, so a shard is a self-contained run of whole documents."""
 
-    def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int):
+    def __init__(self, directory: Path, split: str, dtype: np.dtype, shard_tokens: int, words: bool = False):
         self.dir, self.split, self.dtype, self.shard_tokens = Path(directory), split, np.dtype(dtype), shard_tokens
+        self.words = words  # write word flags (`add(..., word_continues=...)`) beside each token shard
         self.shards: list[dict] = []
         self._tokens_file = None
+        self._words_file = None
         self._shard_len = 0
         self.tokens = self.sentences = self.documents = 0
         self._sent = open(self.dir / f"{split}.sentence_ends", "wb")
         self._doc_sent = open(self.dir / f"{split}.doc_sentence_ends", "wb")
         self._doc_tok = open(self.dir / f"{split}.doc_token_ends", "wb")
 
-    def add(self, ids: np.ndarray, sentence_lengths: np.ndarray, doc_sentence_counts: np.ndarray) -> None:
-        """Documents given flat: all their ids, each sentence's length, each document's sentence count."""
+    def add(self, ids: np.ndarray, sentence_lengths: np.ndarray, doc_sentence_counts: np.ndarray,
+            word_continues: np.ndarray | None = None) -> None:
+        """Documents given flat: all their ids, each sentence's length, each document's sentence count (and,
+        for a writer with `words`, one word flag per id)."""
+        if self.words != (word_continues is not None):
+            raise ValueError("word flags must be given exactly when the writer was made with words=True")
         if not len(doc_sentence_counts):
             return
         sent_ends = self.tokens + np.cumsum(sentence_lengths, dtype=np.int64)
@@ -106,6 +114,8 @@ class SplitWriter:
                 end_doc = start_doc + 1  # a document larger than a shard gets a shard of its own
             end_tok = int(doc_tok_local[end_doc - 1])
             self._tokens_file.write(np.ascontiguousarray(ids[start_tok:end_tok], dtype=self.dtype).tobytes())
+            if self._words_file is not None:
+                self._words_file.write(np.ascontiguousarray(word_continues[start_tok:end_tok], dtype=np.uint8).tobytes())
             self._shard_len += end_tok - start_tok
             self.shards[-1]["tokens"] = self._shard_len
             start_doc, start_tok = end_doc, end_tok
@@ -119,17 +129,24 @@ class SplitWriter:
     def _new_shard(self) -> None:
         if self._tokens_file is not None:
             self._tokens_file.close()
+        if self._words_file is not None:
+            self._words_file.close()
         name = f"{self.split}.tokens.{len(self.shards):05d}"
         self._tokens_file = open(self.dir / name, "wb")
         self._shard_len = 0
         self.shards.append({"file": name, "tokens": 0})
+        if self.words:
+            self.shards[-1]["words_file"] = f"{self.split}.words.{len(self.shards) - 1:05d}"
+            self._words_file = open(self.dir / self.shards[-1]["words_file"], "wb")
 
     def close(self) -> dict:
-        for f in (self._tokens_file, self._sent, self._doc_sent, self._doc_tok):
+        for f in (self._tokens_file, self._words_file, self._sent, self._doc_sent, self._doc_tok):
             if f is not None:
                 f.close()
         for shard in self.shards:
             shard["bytes"] = shard["tokens"] * self.dtype.itemsize
+            if "words_file" in shard:
+                shard["words_bytes"] = shard["tokens"]
         files = {name: f"{self.split}.{name}" for name in ("sentence_ends", "doc_sentence_ends", "doc_token_ends")}
         return {"documents": self.documents, "sentences": self.sentences, "tokens": self.tokens,
                 "shards": self.shards, "files": files,
@@ -244,7 +261,8 @@ def load_manifest(data_dir: str | os.PathLike, verify: bool = True) -> dict:
 def _manifest_files(manifest: dict) -> Iterator[tuple[str, dict]]:
     corpus = manifest["corpus"]
     for split in corpus["splits"].values():
-        yield corpus["dir"], dict(split["bytes"], **{s["file"]: s["bytes"] for s in split["shards"]})
+        yield corpus["dir"], dict(split["bytes"], **{s["file"]: s["bytes"] for s in split["shards"]},
+                                  **{s["words_file"]: s["words_bytes"] for s in split["shards"] if "words_file" in s})
     for iset in manifest.get("instance_sets", []):
         for split in iset["splits"].values():
             yield iset["dir"], split["bytes"]
@@ -266,19 +284,19 @@ def open_corpus(data_dir: str | os.PathLike, manifest: dict, split: str) -> Corp
     d = data_dir / corpus["dir"]
     dtype = np.dtype(manifest["tokenizer"]["token_dtype"])
     shards = [_memmap(d / s["file"], dtype, s["tokens"]) for s in info["shards"]]
+    # Word flags exist when the corpus was tokenized with a word segmenter (`prepare --segmenter`).
+    words = ([_memmap(d / s["words_file"], np.uint8, s["tokens"]) for s in info["shards"]]
+             if info["shards"] and all("words_file" in s for s in info["shards"]) else None)
     files = info["files"]
     return Corpus(shards,
                   _memmap(d / files["sentence_ends"], np.int64, info["sentences"]),
                   _memmap(d / files["doc_sentence_ends"], np.int64, info["documents"]),
-                  doc_token_ends=_memmap(d / files["doc_token_ends"], np.int64, info["documents"]))
+                  doc_token_ends=_memmap(d / files["doc_token_ends"], np.int64, info["documents"]),
+                  word_shards=words)
 
 
 def vocab_info(data_dir: str | os.PathLike, manifest: dict) -> VocabInfo:
-    tokens = (Path(data_dir) / manifest["tokenizer"]["vocab_file"]).read_text(encoding="utf-8").splitlines()
-    # vocab.txt is one token per line; a trailing empty line is not a token (load_vocab's rule too)
-    while tokens and tokens[-1] == "":
-        tokens.pop()
-    return VocabInfo.from_tokens(tokens)
+    return VocabInfo.from_file(Path(data_dir) / manifest["tokenizer"]["vocab_file"])
 
 
 def select_instance_set(manifest: dict, data_dir: Path, max_seq_length: int | None = None,
@@ -391,6 +409,8 @@ class InstanceStore:
         inst = self.instance(i)
         ids, types = instance_ids(inst, self.corpus, self.info.cls_id, self.info.sep_id)
         out = {"input_ids": ids, "token_type_ids": types, "next_sentence_label": inst.next_sentence_label}
+        if not self.static and self.corpus.word_shards is not None:
+            out["word_continues"] = instance_word_continues(inst, self.corpus)  # for the collator's masking
         if self.static:
             pos = self.mask_positions[i]
             used = pos > 0

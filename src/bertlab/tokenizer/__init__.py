@@ -5,7 +5,7 @@ vocab.txt I/O), `tokenizer` (`BertTokenizer`: model inputs with offsets, and dec
 
 from .basic import SPECIAL_TOKENS, BasicTokenizer
 from .tokenizer import BatchEncoding, BertTokenizer, TokenizerError
-from .wordpiece import VocabError, WordPiece, load_vocab, save_vocab
+from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 __all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "SPECIAL_TOKENS", "TokenizerError", "VocabError",
-           "WordPiece", "load_vocab", "save_vocab"]
+           "WordPiece", "load_vocab", "read_vocab", "save_vocab"]

@@ -22,8 +22,13 @@ class VocabError(BertlabError, ValueError):
     """A vocabulary file is unreadable, has a duplicate or empty line, or lacks a required token."""
 
 
-def load_vocab(path: str | os.PathLike, required: Iterable[str] = ("[UNK]",)) -> dict[str, int]:
-    """Read a vocab.txt: token -> id (its line number from 0). Raises `VocabError` naming file and line."""
+def read_vocab(path: str | os.PathLike) -> list[str]:
+    """Read a vocab.txt: the tokens in id order. The project's one vocabulary reader.
+
+    Lines end at "\\n" only (a "\\r" before it is dropped): never `str.splitlines()`, which also breaks on
+    U+2028, U+2029, U+0085, U+000B, U+000C and U+001C..U+001E -- and Google's Chinese vocabulary has U+2028
+    as a token (id 343), which would shift every later id by one. Raises `VocabError` naming file and line
+    for unreadable or non-UTF-8 files, empty lines and duplicates."""
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -37,19 +42,29 @@ def load_vocab(path: str | os.PathLike, required: Iterable[str] = ("[UNK]",)) ->
     lines = text.split("\n")
     if lines and lines[-1] == "":  # the final newline ends the last line; it does not start an empty one
         lines.pop()
-    vocab: dict[str, int] = {}
+    tokens: list[str] = []
+    first: dict[str, int] = {}
     for i, line in enumerate(lines):
         token = line[:-1] if line.endswith("\r") else line  # tolerate Windows line ends
         if not token:
             raise VocabError(f"{path}:{i + 1}: empty line in vocabulary file (every line must hold one token)")
-        first = vocab.setdefault(token, i)
-        if first != i:
-            raise VocabError(f"{path}:{i + 1}: duplicate token {token!r} (first on line {first + 1})")
-    if not vocab:
+        seen = first.setdefault(token, i)
+        if seen != i:
+            raise VocabError(f"{path}:{i + 1}: duplicate token {token!r} (first on line {seen + 1})")
+        tokens.append(token)
+    if not tokens:
         raise VocabError(f"{path}: vocabulary file is empty")
+    return tokens
+
+
+def load_vocab(path: str | os.PathLike, required: Iterable[str] = ("[UNK]",)) -> dict[str, int]:
+    """Read a vocab.txt: token -> id (its line number from 0), by `read_vocab`'s rules; `required` tokens
+    must be present. Raises `VocabError` naming file and line."""
+    tokens = read_vocab(path)
+    vocab = {t: i for i, t in enumerate(tokens)}
     for tok in required:
         if tok not in vocab:
-            raise VocabError(f"{path}:{len(lines)}: no line holds the {tok} token, which is required")
+            raise VocabError(f"{path}:{len(tokens)}: no line holds the {tok} token, which is required")
     return vocab
 
 

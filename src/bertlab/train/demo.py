@@ -158,10 +158,11 @@ def probes(corpus: list[Path] | None, data_dir: Path) -> list[tuple[str, str]]:
         return PROBES
     from ..data import DataInfo
     from ..data.shards import load_manifest, open_corpus
+    from ..tokenizer import read_vocab
 
     info = DataInfo.load(data_dir)
     held = open_corpus(data_dir, load_manifest(data_dir), "heldout")
-    vocab = info.vocab_file.read_text(encoding="utf-8").splitlines()
+    vocab = read_vocab(info.vocab_file)
     rng = random.Random(0)
     out = []
     n_sentences = len(held.sentence_ends)
