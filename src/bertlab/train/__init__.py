@@ -45,5 +45,6 @@ __all__ = [
     "DistInfo", "LoopConfig", "NonFiniteLossError", "Trainer", "TrainResult", "checkpoint_dirs", "count_tokens",
     "init_distributed", "isolated_rng", "latest_checkpoint", "read_checkpoint", "read_metrics", "seed_everything",
     "shuffled_batches", "steps_for_epochs", "steps_per_epoch", "time_step", "to_device", "Lamb",
-    "WarmupLinearDecay", "adamw", "build_optimizer", "lamb", "layerwise_lr_scale", "linear_warmup_decay", "no_weight_decay", "param_groups",
+    "WarmupLinearDecay", "adamw", "build_optimizer", "lamb", "layerwise_lr_scale", "linear_warmup_decay",
+    "no_weight_decay", "param_groups",
 ]

@@ -84,6 +84,7 @@ from ..errors import BertlabError, ConfigError
 from ..heads import (IGNORE_INDEX, BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                      BertForTokenClassification)
 from ..model import BertPreTrainedModel
+from ..objectives import get_objective
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
                    latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
 from .optim import adamw, linear_warmup_decay
@@ -100,6 +101,9 @@ KL_POSITIONS = ("masked", "all")
 COSINE_LAYERS = ("last", "all")
 MASKED_LOGIT = -1e4  # a padding position's logit in a softmax over tokens: probability 0, log finite
 
+# General distillation's hard-label term is masked LM: its held-out metrics are that objective's, whatever
+# heads the teacher has (NSP is not distilled; the student keeps the teacher's NSP head, frozen).
+GENERAL_OBJECTIVE = "mlm"
 # Defaults that differ between the two recipes (None in DistillConfig means "the recipe's default").
 GENERAL_DEFAULTS = dict(alpha=5.0, beta=2.0, gamma=1.0, batch_size=128, lr=1e-4, warmup=0.05)
 TASK_DEFAULTS = dict(alpha=1.0, beta=1.0, gamma=0.0, batch_size=32, lr=5e-5, warmup=0.1)
@@ -488,7 +492,9 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     """General distillation on `bertlab prepare` data (see the module docstring)."""
     from ..data import DataInfo, PretrainingDataset
     from ..data.shards import sha256_file
-    from .pretrain import evaluate_pretraining, export_final
+    from .pretrain import evaluate_pretraining, export_final, heldout_batches
+
+    objective = get_objective(GENERAL_OBJECTIVE)
 
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
@@ -540,13 +546,8 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     has_heldout = info.num_instances.get("heldout", 0) > 0
 
     def held_out(model: nn.Module) -> dict[str, float]:
-        ds = PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size,
-                                max_seq_length=cfg.seq_len)
-        loader = ds.dataloader(num_workers=0)
-        from itertools import islice
-
-        return evaluate_pretraining(model, islice(loader, cfg.eval_batches) if cfg.eval_batches else loader,
-                                    dist.device, nsp=False)
+        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        return evaluate_pretraining(model, batches, dist.device, objective)
 
     # ---- run length: given, or fitted to the time budget by timing real steps
     steps = (resolved_settings(cfg.out) if cfg.resume else {}).get("steps") or cfg.steps

@@ -1,14 +1,17 @@
 """The pre-training recipe (section 3.1 and appendix A.2 of the paper) on top of the one training loop.
 
+    objective a registered `bertlab.objectives.Objective` (`--objective`): mlm+nsp (BERT's, the default)
+              or mlm; it names the head, the loss and the held-out metrics
     data      a directory from `bertlab prepare`: segment pairs with NSP labels (or packed sequences for
-              `--objective mlm`), a held-out split, and the vocabulary the ids come from
-    model     BertForPreTraining (mlm+nsp) or BertForMaskedLM (mlm) from a preset, a config.json, or a
+              an objective without NSP), a held-out split, and the vocabulary the ids come from
+    model     the objective's head (BertForPreTraining for mlm+nsp) from a preset, a config.json, or a
               Hugging Face-layout folder to continue from (`init_from`)
     schedule  AdamW (or LAMB), linear warmup over `warmup` then linear decay to 0 at the last step;
               steps given, or fitted to a wall-clock budget (`time_budget`, measured on this machine)
     phases    the paper's 90% of steps at length 128, then 10% at 512 -- one LR schedule -- when the data
               directory holds a 512 instance set (`bertlab prepare --out DATA --max-seq-length 512`)
-    eval      held-out MLM loss, accuracy and perplexity, and NSP accuracy, every `eval_every` steps
+    eval      the objective's held-out metrics (MLM loss, accuracy, perplexity; NSP accuracy), every
+              `eval_every` steps
     output    RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; `final/` is the Hugging
               Face layout with vocab.txt and tokenizer_config.json, which `transformers` loads as is
 
@@ -20,20 +23,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
-from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
+from ..objectives import OBJECTIVES, Objective, get_objective
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
@@ -43,7 +44,6 @@ from .setup import (PRECISIONS, RUN_CONFIG, eval_seconds, fit_steps_to_budget, r
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("mlm+nsp", "mlm")
 FINAL_DIR = "final"
 
 
@@ -54,7 +54,7 @@ class PretrainConfig:
     data: str = ""  # DATA_DIR from `bertlab prepare`
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
-    objective: str = "mlm+nsp"  # mlm+nsp (BERT) | mlm (RoBERTa-style; packed data)
+    objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
     # how long: one of the two
     steps: int | None = None
     time_budget: str | None = None  # "2h", "90m", "1h30m": the schedule is fitted to it
@@ -93,8 +93,7 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
         if not self.out:
             raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        get_objective(self.objective)  # the one-line "unknown ...; expected one of" error
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
@@ -127,52 +126,25 @@ class PretrainResult:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def pretraining_loss(objective: str) -> Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict]]:
-    """loss = mean MLM cross-entropy over predicted positions (+ mean NSP cross-entropy)."""
-    nsp = objective == "mlm+nsp"
-
-    def loss_fn(model, batch):
-        if not nsp:
-            batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-        out = model(**batch)
-        labels = batch["labels"]
-        targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same order
-        with torch.no_grad():
-            mlm_acc = (out.prediction_logits.argmax(-1) == targets).float().mean() if targets.numel() else \
-                torch.zeros((), device=labels.device)
-        metrics = {"mlm_loss": out.mlm_loss, "mlm_accuracy": mlm_acc}
-        if nsp:
-            metrics["nsp_loss"] = out.nsp_loss
-        return out.loss, metrics
-
-    return loss_fn
-
-
 @torch.no_grad()
-def evaluate_pretraining(model: torch.nn.Module, batches, device: torch.device, nsp: bool) -> dict[str, float]:
-    """Held-out MLM loss / accuracy / perplexity over all predicted tokens, and NSP accuracy over pairs."""
-    mlm_loss = mlm_correct = mlm_count = nsp_correct = nsp_count = 0.0
+def evaluate_pretraining(model: torch.nn.Module, batches: Iterable[dict], device: torch.device,
+                         objective: Objective) -> dict[str, float]:
+    """`objective`'s held-out metrics of `model` over `batches` (its streaming evaluation)."""
+    evaluation = objective.new_eval()
     for batch in batches:
         batch = to_device(batch, device)
-        inputs = {k: v for k, v in batch.items() if nsp or k != "next_sentence_label"}
-        out = model(**inputs)
-        labels = batch["labels"]
-        targets = labels[labels != IGNORE_INDEX]
-        if targets.numel():
-            logits = out.prediction_logits.float()
-            mlm_loss += float(F.cross_entropy(logits, targets, reduction="sum"))
-            mlm_correct += float((logits.argmax(-1) == targets).sum())
-            mlm_count += targets.numel()
-        if nsp and "next_sentence_label" in batch:
-            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-            nsp_count += batch["next_sentence_label"].numel()
-    if not mlm_count:
-        raise BertlabError("the held-out split has no masked tokens to evaluate on")
-    results = {"mlm_loss": mlm_loss / mlm_count, "mlm_accuracy": mlm_correct / mlm_count,
-               "perplexity": math.exp(min(mlm_loss / mlm_count, 50.0))}
-    if nsp_count:
-        results["nsp_accuracy"] = nsp_correct / nsp_count
-    return results
+        evaluation.update(model(**objective.model_inputs(batch)), batch)
+    return evaluation.compute()
+
+
+def heldout_batches(data_dir: str, seq_len: int, seed: int, batch_size: int,
+                    max_batches: int | None) -> Iterable[dict]:
+    """The held-out split of `data_dir` at `seq_len`: its first `max_batches` batches (None: all of them)."""
+    from ..data import PretrainingDataset
+
+    loader = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size,
+                                max_seq_length=seq_len).dataloader(num_workers=0)
+    return islice(loader, max_batches) if max_batches else loader
 
 
 def _available_lengths(data_dir: str) -> list[int]:
@@ -228,9 +200,11 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         phase2_len = longer[-1] if longer and cfg.phase2_fraction > 0 else 0
     elif phase2_len and phase2_len not in lengths:
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
-    if cfg.objective == "mlm+nsp" and not info.has_nsp:
-        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels; use "
-                          "--objective mlm, or prepare segment pairs")
+    objective = get_objective(cfg.objective)
+    if objective.needs_next_sentence_labels and not info.has_nsp:
+        others = [f"--objective {name}" for name, o in OBJECTIVES.items() if not o.needs_next_sentence_labels]
+        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
+                          f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
     model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
@@ -247,13 +221,13 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
 
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
-    model_cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
+    model_cls = objective.model_class
     if cfg.init_from is not None:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
-    loss_fn = pretraining_loss(cfg.objective)
+    loss_fn = objective.loss
     resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
@@ -267,7 +241,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     stream(cfg.seq_len, micro1, 0)
     if phase2_len:
         stream(phase2_len, micro2, 0)
-    PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size, max_seq_length=cfg.seq_len)
+    heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
 
     # ---- run length: given, or fitted to the time budget by timing real steps on this machine
     steps = resolved.get("steps") or cfg.steps
@@ -302,14 +276,9 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     scheduler = linear_warmup_decay(optimizer, warmup, steps)
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
-    nsp = cfg.objective == "mlm+nsp"
-
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        ds = PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size,
-                                max_seq_length=cfg.seq_len)
-        loader = ds.dataloader(num_workers=0)
-        return evaluate_pretraining(m, islice(loader, cfg.eval_batches) if cfg.eval_batches else loader,
-                                    dist.device, nsp)
+        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        return evaluate_pretraining(m, batches, dist.device, objective)
 
     eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
     save_every = cfg.save_every or max(1, steps // 10)
