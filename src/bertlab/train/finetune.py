@@ -38,13 +38,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import read_json_object
 from ..errors import ConfigError
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
 from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
 from .optim import adamw, linear_warmup_decay
-from .setup import autocast_dtype, resolve_device, split_batch
+from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +54,8 @@ GRIDS = {"paper": PAPER_GRID}
 
 @dataclass
 class FinetuneConfig:
-    """Everything a fine-tuning run needs; `bertlab finetune` fills it from flags (or a JSON file)."""
+    """Everything a fine-tuning run needs: defaults < a JSON file (`--config`) < flags, as for pre-training
+    (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json."""
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
@@ -100,16 +100,6 @@ class FinetuneConfig:
             raise ConfigError(f"unknown grid {self.grid!r}; expected one of {', '.join(GRIDS)}")
         if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
             raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
-
-    @classmethod
-    def from_json_file(cls, path: str | Path, **overrides: Any) -> "FinetuneConfig":
-        data = read_json_object(path)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{path}: unknown field {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
 
     @property
     def precision(self) -> str:
@@ -288,6 +278,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
     max_length = cfg.max_seq_length or spec.default_max_length
+    write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
+                                           "settings": cfg.settings()}))
     t_start = time.perf_counter()
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),

@@ -71,6 +71,11 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known: {', '.join(sorted(names))})")
+    missing = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+               if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing {', '.join('--' + n.replace('_', '-') for n in missing)} (or give them in "
+                          "--config FILE)")
     return cls(**{k: _coerce(k, v, hints[k], source) for k, v in data.items()})
 
 
