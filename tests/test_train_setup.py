@@ -3,6 +3,7 @@ the time-budget fitter; and `config.is_preset`."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -14,6 +15,7 @@ from bertlab.errors import BertlabError, ConfigError
 from bertlab.train.distill import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
 from bertlab.train.distill import DistillConfig
 from bertlab.train.pretrain import RESUME_MAY_CHANGE, PretrainConfig
+from bertlab.train.runconfig import add_config_arguments, config_from_args
 from bertlab.train.setup import (BUDGET_RESERVE, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget,
                                  resolve_precision, resolve_resume_config, resolved_settings, run_record,
                                  split_batch, write_run_config)
@@ -69,6 +71,10 @@ def test_run_record_is_a_valid_config_file(tmp_path):
     record.pop("_resolved")
     assert PretrainConfig(**record) == cfg
     assert dataclasses.asdict(cfg) == record
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser, PretrainConfig)
+    again = config_from_args(PretrainConfig, parser.parse_args(["--config", str(tmp_path / RUN_CONFIG)]))
+    assert again == cfg  # `--config RUN_DIR/run_config.json` starts the same run elsewhere
 
 
 def test_split_batch():
