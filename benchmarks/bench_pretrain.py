@@ -55,7 +55,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab import BertForPreTraining, preset  # noqa: E402
 from bertlab.train import LoopConfig, Trainer, adamw, linear_warmup_decay  # noqa: E402
-from bertlab.train.pretrain import evaluate_pretraining, pretraining_loss, resolve_precision  # noqa: E402
+from bertlab.objectives import get_objective  # noqa: E402
+from bertlab.train.pretrain import evaluate_pretraining  # noqa: E402
+from bertlab.train.setup import resolve_precision  # noqa: E402
 
 SHARED = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
 WIKITEXT = ["wiki.train.raw.first1018lines", "wiki.valid.raw", "wiki.test.raw"]
@@ -264,7 +266,7 @@ def learning_check(data: Path, batch_size: int, steps: int, lr: float, vocab_siz
 
     # Ours: the real engine.
     opt = adamw(ours, lr)
-    trainer = Trainer(ours, opt, linear_warmup_decay(opt, warmup, steps), pretraining_loss("mlm+nsp"),
+    trainer = Trainer(ours, opt, linear_warmup_decay(opt, warmup, steps), get_objective("mlm+nsp").loss,
                       lambda step: islice(batches(data, "train", batch_size, start=step * batch_size), None),
                       LoopConfig(max_steps=steps, precision=precision, progress=False, seed=1, handle_signals=False,
                                  retain_freed_memory=False))  # process-wide: HF's loop below runs here too
@@ -284,7 +286,7 @@ def learning_check(data: Path, batch_size: int, steps: int, lr: float, vocab_siz
     ours.eval()
     theirs.eval()
     held = list(islice(batches(data, "heldout", 32), eval_batches))
-    ours_eval = evaluate_pretraining(ours, held, torch.device("cpu"), nsp=True)
+    ours_eval = evaluate_pretraining(ours, held, torch.device("cpu"), get_objective("mlm+nsp"))
     theirs_eval = hf_evaluate(theirs, held)
     return {"steps": steps, "batch_size": batch_size, "tokens": trainer.tokens, "precision_ours": precision,
             "ours": ours_eval, "hf": theirs_eval, "ours_train_s": ours_s, "hf_train_s": theirs_s,

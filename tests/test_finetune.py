@@ -33,6 +33,8 @@ def test_cli_finetune_then_evaluate_sst2(tiny_model, shared_data, tmp_path, caps
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["task"] == "sst2" and metrics["main_metric"] == "accuracy"
     assert metrics["selected"] == {"batch_size": 16, "lr": 1e-3, "epochs": 1.0, "seed": 42}
+    run_config = json.loads((out / "run_config.json").read_text())  # a valid --config file, as pretrain's
+    assert (run_config["task"], run_config["lr"], run_config["train_limit"]) == ("sst2", 1e-3, 48)
     (run,) = metrics["runs"]
     assert run["steps"] == 3  # ceil(48 / 16) steps in one epoch
     accuracy = metrics["best_run"]["dev"]["accuracy"]
@@ -205,10 +207,22 @@ def test_training_matches_hf_trainer_step_for_step(task, folder, head, shared_da
 
 
 def test_run_config_file_with_flag_overrides(tmp_path):
+    """The scheme of pretrain and distill: defaults < --config FILE < flags given, types checked."""
+    import argparse
+
+    from bertlab.cli.finetune import add_arguments
+    from bertlab.train.runconfig import config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
     path = tmp_path / "run.json"
     path.write_text(json.dumps({"task": "cola", "model": "m", "data": "d", "out": "o", "lr": 3e-5, "seeds": 5}))
-    cfg = ft.FinetuneConfig.from_json_file(path, lr=5e-5, epochs=None)  # a flag given wins; an absent one doesn't
+    args = parser.parse_args(["cola", "--config", str(path), "--lr", "5e-5"])  # a flag given wins
+    cfg = config_from_args(ft.FinetuneConfig, args)
     assert (cfg.task, cfg.lr, cfg.seeds, cfg.epochs, cfg.warmup_proportion) == ("cola", 5e-5, 5, 3.0, 0.1)
     path.write_text(json.dumps({"task": "cola", "model": "m", "data": "d", "out": "o", "learning_rate": 1e-5}))
-    with pytest.raises(ConfigError, match=r"run\.json: unknown field 'learning_rate'"):
-        ft.FinetuneConfig.from_json_file(path)
+    with pytest.raises(ConfigError, match=r"run\.json: unknown key 'learning_rate'"):
+        config_from_args(ft.FinetuneConfig, parser.parse_args(["cola", "--config", str(path)]))
+    path.write_text(json.dumps({"model": "m", "data": "d"}))
+    with pytest.raises(ConfigError, match="missing --out"):
+        config_from_args(ft.FinetuneConfig, parser.parse_args(["cola", "--config", str(path)]))

@@ -21,6 +21,7 @@ from bertlab.data.instances import InstanceConfig
 from bertlab.data.masking import MaskingConfig
 from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
 from bertlab.nn import dropout
+from bertlab.objectives import get_objective
 from bertlab.train import Lamb, adamw, layerwise_lr_scale, linear_warmup_decay, param_groups, read_metrics
 from bertlab.train import pretrain as pt
 from bertlab.train.runconfig import parse_duration
@@ -211,23 +212,20 @@ def test_resume_after_interrupt_is_bitwise_exact(data_dir, tmp_path, monkeypatch
     reference = tmp_path / "reference"
     assert main(pretrain_args(data_dir, reference, "--steps", 6, "--save-every", 2)) == 0
 
-    original = pt.pretraining_loss
+    objective = type(get_objective("mlm+nsp"))
+    original, calls = objective.loss, {"n": 0}
 
-    def interrupting(objective):  # SIGINT during step 4, as Ctrl-C would
-        inner, calls = original(objective), {"n": 0}
-
-        def loss_fn(model, batch):
-            calls["n"] += 1
-            if calls["n"] == 4:
-                os.kill(os.getpid(), signal.SIGINT)
-            return inner(model, batch)
-        return loss_fn
+    def interrupting(self, model, batch):  # SIGINT during step 4, as Ctrl-C would
+        calls["n"] += 1
+        if calls["n"] == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, model, batch)
 
     run = tmp_path / "run"
-    monkeypatch.setattr(pt, "pretraining_loss", interrupting)
-    assert main(pretrain_args(data_dir, run, "--steps", 6, "--save-every", 2)) == 130
+    with monkeypatch.context() as patched:
+        patched.setattr(objective, "loss", interrupting)
+        assert main(pretrain_args(data_dir, run, "--steps", 6, "--save-every", 2)) == 130
     assert not (run / "final").exists()
-    monkeypatch.setattr(pt, "pretraining_loss", original)
     assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress",
                  "--num-workers", "0"]) == 0
     a, b = read_weights(reference / "final"), read_weights(run / "final")

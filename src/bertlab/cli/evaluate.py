@@ -26,11 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from ..tasks import evaluate
     from ..tokenizer import BertTokenizer
-    from ..train.finetune import resolve_device, subset
+    from ..train.finetune import subset
+    from ..train.setup import autocast_dtype, resolve_device
 
     spec = TASKS[args.task]
     split = args.split or spec.eval_splits[0]
@@ -40,6 +39,6 @@ def run(args: argparse.Namespace) -> int:
     examples = subset(spec.read(args.data, split), args.limit)
     scores = evaluate(spec, model, tokenizer, examples, split,
                       max_length=args.max_seq_length or spec.default_max_length, batch_size=args.batch_size,
-                      out_dir=args.out, device=device, autocast_dtype=torch.bfloat16 if args.bf16 else None)
+                      out_dir=args.out, device=device, autocast_dtype=autocast_dtype("bf16" if args.bf16 else "fp32"))
     print(json.dumps({"task": spec.name, "split": split, "examples": len(examples), **scores}, indent=2))
     return 0

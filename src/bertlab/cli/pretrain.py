@@ -21,7 +21,7 @@ HELP = {
     "data": "DATA_DIR from `bertlab prepare`",
     "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
     "init_from": "Hugging Face-layout folder to continue pre-training from",
-    "objective": "mlm+nsp (BERT) or mlm",
+    "objective": "a registered objective (bertlab.objectives): mlm+nsp (BERT) or mlm",
     "steps": "optimizer steps",
     "time_budget": "wall-clock budget, e.g. 2h, 90m, 1h30m: the schedule is fitted to it",
     "batch_size": "sequences per optimizer step over all processes",

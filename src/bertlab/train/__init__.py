@@ -24,7 +24,9 @@ from .loop import (
     read_metrics,
     seed_everything,
     shuffled_batches,
+    steps_for_epochs,
     steps_per_epoch,
+    time_step,
     to_device,
 )
 from .optim import (
@@ -42,6 +44,7 @@ from .optim import (
 __all__ = [
     "DistInfo", "LoopConfig", "NonFiniteLossError", "Trainer", "TrainResult", "checkpoint_dirs", "count_tokens",
     "init_distributed", "isolated_rng", "latest_checkpoint", "read_checkpoint", "read_metrics", "seed_everything",
-    "shuffled_batches", "steps_per_epoch", "to_device", "Lamb", "WarmupLinearDecay", "adamw", "build_optimizer",
-    "lamb", "layerwise_lr_scale", "linear_warmup_decay", "no_weight_decay", "param_groups",
+    "shuffled_batches", "steps_for_epochs", "steps_per_epoch", "time_step", "to_device", "Lamb",
+    "WarmupLinearDecay", "adamw", "build_optimizer", "lamb", "layerwise_lr_scale", "linear_warmup_decay",
+    "no_weight_decay", "param_groups",
 ]

@@ -66,10 +66,8 @@ works with every other command (finetune, evaluate, features, ...) and loads in 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
-import math
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -81,25 +79,30 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
-from ..config import BertConfig, read_json_object
+from ..config import BertConfig
 from ..errors import BertlabError, ConfigError
 from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from ..model import BertPreTrainedModel
+from ..objectives import get_objective
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
-                   latest_checkpoint, seed_everything, shuffled_batches, steps_per_epoch)
+                   latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
 from .optim import adamw, linear_warmup_decay
-from .runconfig import config_from_dict, parse_duration
+from .runconfig import parse_duration
+from .setup import (PRECISIONS, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget, resolve_precision,
+                    resolve_resume_config, resolved_settings, run_record, split_batch, write_run_config)
 from .students import build_student, hidden_layer_map
 
 log = logging.getLogger(__name__)
 
-RUN_CONFIG = "run_config.json"
 FINAL_DIR = "final"  # general distillation: RUN_DIR/final, as pre-training
 MODEL_DIR = "model"  # task distillation: OUT_DIR/model, as fine-tuning
 KL_POSITIONS = ("masked", "all")
 COSINE_LAYERS = ("last", "all")
 MASKED_LOGIT = -1e4  # a padding position's logit in a softmax over tokens: probability 0, log finite
 
+# General distillation's hard-label term is masked LM: its held-out metrics are that objective's, whatever
+# heads the teacher has (NSP is not distilled; the student keeps the teacher's NSP head, frozen).
+GENERAL_OBJECTIVE = "mlm"
 # Defaults that differ between the two recipes (None in DistillConfig means "the recipe's default").
 GENERAL_DEFAULTS = dict(alpha=5.0, beta=2.0, gamma=1.0, batch_size=128, lr=1e-4, warmup=0.05)
 TASK_DEFAULTS = dict(alpha=1.0, beta=1.0, gamma=0.0, batch_size=32, lr=5e-5, warmup=0.1)
@@ -181,8 +184,8 @@ class DistillConfig:
             raise ConfigError(f"kl_positions must be one of {', '.join(KL_POSITIONS)}, got {self.kl_positions!r}")
         if self.cosine_layers not in COSINE_LAYERS:
             raise ConfigError(f"cosine_layers must be one of {', '.join(COSINE_LAYERS)}, got {self.cosine_layers!r}")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ConfigError(f"precision must be auto, fp32, bf16 or fp16, got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         if not self.epochs > 0 or not self.resolved("lr") > 0:
@@ -443,32 +446,6 @@ def load_task_teacher(spec, path: str | Path) -> BertPreTrainedModel:
 
 
 # ---------------------------------------------------------------------------------------------- shared steps
-def _resolve_config(cfg: DistillConfig) -> DistillConfig:
-    """On resume the run's own run_config.json rules; only the runtime settings of RESUME_MAY_CHANGE follow
-    the flags (changing the loss, the data or the schedule would make the continuation another run)."""
-    if not cfg.resume:
-        return cfg
-    if not cfg.out:
-        raise ConfigError("distill: --resume needs the run directory (--out DIR)")
-    run_file = Path(cfg.out) / RUN_CONFIG
-    if not run_file.is_file():
-        raise BertlabError(f"{cfg.out}: nothing to resume (no {RUN_CONFIG}); start the run without --resume")
-    saved = read_json_object(run_file)
-    saved.pop("_resolved", None)
-    # A runtime setting left at its default keeps the run's saved value; one set to something else wins.
-    defaults = DistillConfig()
-    changed = {k: getattr(cfg, k) for k in RESUME_MAY_CHANGE if getattr(cfg, k) != getattr(defaults, k)}
-    return config_from_dict(DistillConfig, {**saved, **changed, "resume": True}, str(run_file))
-
-
-def _split_batch(global_batch: int, micro: int | None, world_size: int) -> tuple[int, int]:
-    """(micro-batch per rank, accumulation steps) for a global batch: global = micro x accumulation x ranks."""
-    micro = micro or max(1, global_batch // world_size)
-    if global_batch % (micro * world_size):
-        raise ConfigError(f"batch size {global_batch} is not a multiple of micro batch {micro} x {world_size} ranks")
-    return micro, global_batch // (micro * world_size)
-
-
 def _freeze_unused(student: nn.Module, prefixes: tuple[str, ...]) -> None:
     """Parameters the objective gives no gradient (the pooler and NSP head in MLM distillation) are frozen:
     kept as they are (copied from the teacher when the student was cut from it), out of the optimizer, and
@@ -479,7 +456,10 @@ def _freeze_unused(student: nn.Module, prefixes: tuple[str, ...]) -> None:
 
 
 def _make_trainer(cfg: DistillConfig, distiller: _Distiller, batches, steps: int, accum: int, precision: str,
-                  evaluate, eval_every: int | None, save_every: int | None, run_record: dict) -> Trainer:
+                  evaluate, eval_every: int | None, save_every: int | None, resolved: dict[str, Any]) -> Trainer:
+    """The loop configured for `cfg`, resumed from the last checkpoint on `cfg.resume`; rank 0 writes
+    OUT/run_config.json (the config plus `resolved`), and checkpoints carry the same record."""
+    record = run_record(cfg, resolved)
     optimizer = adamw(distiller, lr=cfg.resolved("lr"), weight_decay=cfg.weight_decay)
     warmup = cfg.resolved("warmup")
     scheduler = linear_warmup_decay(optimizer, warmup if warmup < 1 else int(warmup), steps)
@@ -490,12 +470,14 @@ def _make_trainer(cfg: DistillConfig, distiller: _Distiller, batches, steps: int
                       seed=cfg.seed, progress=cfg.progress,
                       retain_freed_memory=cfg.retain_freed_memory, tensorboard=False)
     trainer = Trainer(distiller, optimizer, scheduler, lambda model, batch: model(batch), batches, loop,
-                      evaluate=evaluate, extra_state={"run_config": run_record})
+                      evaluate=evaluate, extra_state={"run_config": record})
     if cfg.resume:
         resume_from = latest_checkpoint(cfg.out)
         if resume_from is None:
             raise BertlabError(f"{cfg.out}: no checkpoint to resume from")
         trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
+    if trainer.dist.is_main:
+        write_run_config(cfg.out, record)
     return trainer
 
 
@@ -504,7 +486,9 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     """General distillation on `bertlab prepare` data (see the module docstring)."""
     from ..data import DataInfo, PretrainingDataset
     from ..data.shards import sha256_file
-    from .pretrain import evaluate_pretraining, export_final, resolve_precision, time_step
+    from .pretrain import evaluate_pretraining, export_final, heldout_batches
+
+    objective = get_objective(GENERAL_OBJECTIVE)
 
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
@@ -541,7 +525,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     teacher.to(dist.device)
     precision = resolve_precision(cfg.precision, dist.device)
 
-    micro, accum = _split_batch(cfg.resolved("batch_size"), cfg.micro_batch_size, dist.world_size)
+    micro, accum = split_batch(cfg.resolved("batch_size"), cfg.micro_batch_size, dist.world_size)
     samples_per_step = micro * accum * dist.world_size
 
     def stream(start_sample: int):
@@ -556,26 +540,18 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     has_heldout = info.num_instances.get("heldout", 0) > 0
 
     def held_out(model: nn.Module) -> dict[str, float]:
-        ds = PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size,
-                                max_seq_length=cfg.seq_len)
-        loader = ds.dataloader(num_workers=0)
-        from itertools import islice
-
-        return evaluate_pretraining(model, islice(loader, cfg.eval_batches) if cfg.eval_batches else loader,
-                                    dist.device, nsp=False)
+        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        return evaluate_pretraining(model, batches, dist.device, objective)
 
     # ---- run length: given, or fitted to the time budget by timing real steps
-    resolved: dict[str, Any] = {}
-    if cfg.resume:
-        resolved = read_json_object(Path(cfg.out) / RUN_CONFIG).get("_resolved", {})
-    steps = resolved.get("steps") or cfg.steps
+    steps = (resolved_settings(cfg.out) if cfg.resume else {}).get("steps") or cfg.steps
     if steps is None:
         per_step = time_step(distiller, lambda m, b: m(b), stream(0), accum, precision, dist.device)
-        steps = max(1, int(0.9 * parse_duration(cfg.time_budget) / per_step))  # 10% for evaluations and saves
-        if dist.world_size > 1:  # every rank must agree on the schedule: rank 0's estimate wins
-            t = torch.tensor([steps], device=dist.device)
-            torch.distributed.broadcast(t, 0)
-            steps = int(t.item())
+        # Held-out evaluations (10 by default, and the teacher's once) come out of the budget too.
+        heldout = info.num_instances.get("heldout", 0)
+        eval_seqs = min(heldout, cfg.eval_batches * cfg.eval_batch_size if cfg.eval_batches else heldout)
+        eval_s = eval_seconds(eval_seqs, samples_per_step, per_step)
+        steps = fit_steps_to_budget(parse_duration(cfg.time_budget), per_step, eval_s, 10, cfg.eval_every, dist)
         say(f"time budget {cfg.time_budget}: {per_step:.2f}s per step -> {steps} steps")
     eval_every = cfg.eval_every or max(1, steps // 10)
     save_every = cfg.save_every or max(1, steps // 10)
@@ -584,11 +560,8 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
                 "gamma": distiller.gamma, "lr": cfg.resolved("lr"), "warmup": cfg.resolved("warmup"),
                 "student_init": init.to_json(), "layer_map": layer_map,
                 "student_config": student.config.to_dict()}
-    record = dataclasses.asdict(cfg) | {"_resolved": resolved}
     trainer = _make_trainer(cfg, distiller, batches, steps, accum, precision,
-                            (lambda m: held_out(m.student)) if has_heldout else None, eval_every, save_every, record)
-    if dist.is_main:
-        (Path(cfg.out) / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+                            (lambda m: held_out(m.student)) if has_heldout else None, eval_every, save_every, resolved)
     n_t, n_s = teacher.num_parameters(), student.num_parameters()
     say(f"distilling {cfg.teacher} ({L_t} layers, {n_t / 1e6:.1f}M parameters) into {type(student).__name__} "
         f"from {cfg.student} ({L_s} layers, {n_s / 1e6:.1f}M): {steps} steps x {cfg.resolved('batch_size')} "
@@ -672,7 +645,6 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
     from ..tasks import TASKS, evaluate
     from ..tokenizer import BertTokenizer
     from .finetune import load_task_data, save_model
-    from .pretrain import resolve_precision
 
     spec = TASKS[cfg.task]
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
@@ -702,14 +674,14 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
                               f"({model.config.max_position_embeddings})")
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
     precision = resolve_precision(cfg.precision, dist.device)
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    amp_dtype = autocast_dtype(precision)
     teacher.to(dist.device)
 
     teacher_eval: dict[str, dict[str, float]] = {}
     if cfg.eval_teacher and dist.is_main and not cfg.resume:
         teacher_eval = {split: evaluate(spec, teacher, tokenizer, data.eval_examples[split], split,
                                         max_length=max_length, batch_size=cfg.eval_batch_size, device=dist.device,
-                                        autocast_dtype=autocast_dtype, features=data.eval_features[split])
+                                        autocast_dtype=amp_dtype, features=data.eval_features[split])
                         for split in spec.eval_splits}
         say(f"teacher dev: {json.dumps(teacher_eval)}")
     features = data.train_features
@@ -718,14 +690,14 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
         transfer = unlabelled_features(spec, transfer_examples(spec, cfg, data.train_examples), tokenizer, max_length)
         features = [{**f, "gold": 1.0} for f in features] + transfer
     if alpha > 0 and gamma == 0:  # soft labels once (see the module docstring); with γ > 0 the teacher runs live
-        logits = soft_labels(spec, teacher, features, cfg.eval_batch_size, dist.device, autocast_dtype)
+        logits = soft_labels(spec, teacher, features, cfg.eval_batch_size, dist.device, amp_dtype)
         features = [{**f, "teacher_logits": t} for f, t in zip(features, logits)]
     distiller = TaskDistiller(student, teacher if needs_teacher else None, cfg.temperature, alpha, beta, gamma,
                               layer_map, spec=spec)
     distiller.to(dist.device).train()
 
-    micro, accum = _split_batch(cfg.resolved("batch_size"), cfg.micro_batch_size, dist.world_size)
-    steps = cfg.steps or max(1, math.ceil(cfg.epochs * steps_per_epoch(len(features), micro, accum, dist.world_size)))
+    micro, accum = split_batch(cfg.resolved("batch_size"), cfg.micro_batch_size, dist.world_size)
+    steps = cfg.steps or steps_for_epochs(cfg.epochs, len(features), micro, accum, dist.world_size)
     collate = _with_soft_labels(spec.collate)
 
     def batches(step: int):  # seekable: epoch e's order depends on (seed, e) only
@@ -743,11 +715,9 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
                 "lr": cfg.resolved("lr"), "warmup": cfg.resolved("warmup"), "student_init": init.to_json(),
                 "layer_map": layer_map, "train_examples": len(data.train_examples), "transfer_examples": len(transfer),
                 "train_features": len(features)}
-    record = dataclasses.asdict(cfg) | {"_resolved": resolved}
     trainer = _make_trainer(cfg, distiller, batches, steps, accum, precision, score_dev if cfg.eval_every else None,
-                            cfg.eval_every, cfg.save_every, record)
-    if dist.is_main:
-        (out / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+                            cfg.eval_every, cfg.save_every, resolved)
+    record = run_record(cfg, resolved)
     n_t, n_s = teacher.num_parameters(), student.num_parameters()
     say(f"distilling {spec.name}: teacher {cfg.teacher} ({L_t} layers, {n_t / 1e6:.1f}M parameters) -> student "
         f"{cfg.student} ({L_s} layers, {n_s / 1e6:.1f}M); {len(data.train_examples)} examples"
@@ -761,7 +731,7 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
         student.eval()
         scores = {split: evaluate(spec, student, tokenizer, data.eval_examples[split], split, max_length=max_length,
                                   batch_size=cfg.eval_batch_size, out_dir=out, device=dist.device,
-                                  autocast_dtype=autocast_dtype, features=data.eval_features[split])
+                                  autocast_dtype=amp_dtype, features=data.eval_features[split])
                   for split in spec.eval_splits}
         model_dir = save_model(student, out / MODEL_DIR, tokenizer)
         metrics = {"task": spec.name, "main_metric": spec.main_metric, "dev": scores, "teacher_dev": teacher_eval,
@@ -785,7 +755,9 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
 # ---------------------------------------------------------------------------------------------- entry point
 def run_distillation(cfg: DistillConfig, echo: Callable[[str], None] = print) -> DistillResult:
     """General distillation, or task-specific when `cfg.task` is set."""
-    cfg = _resolve_config(cfg)
+    if cfg.resume and not cfg.out:
+        raise ConfigError("distill: --resume needs the run directory (--out DIR)")
+    cfg = resolve_resume_config(DistillConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE)
     cfg.validate()
     if not cfg.resume and latest_checkpoint(cfg.out) is not None:  # before loading anything
         raise BertlabError(f"{cfg.out}: already holds checkpoints; pass --resume to continue it, or choose "

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -38,7 +37,8 @@ import torch
 from torch import nn
 
 from ..errors import BertlabError, ConfigError
-from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_per_epoch
+from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
+from .setup import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -268,9 +268,9 @@ def train_feature_ner(cfg: FeatureNerConfig, data: NerData | None = None) -> dic
     input_dim = train_set[0][0].shape[-1]
 
     seed_everything(cfg.seed)
-    device = torch.device(cfg.device)
+    device = resolve_device(cfg.device)
     tagger = BiLSTMTagger(input_dim, len(spec.labels), cfg.lstm_hidden, cfg.dropout).to(device)
-    total = max(1, math.ceil(cfg.epochs * steps_per_epoch(len(train_set), cfg.batch_size)))
+    total = steps_for_epochs(cfg.epochs, len(train_set), cfg.batch_size)
     optimizer = torch.optim.Adam(tagger.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 - 0.9 * step / total)
 

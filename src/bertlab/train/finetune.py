@@ -38,12 +38,12 @@ from typing import Any, Sequence
 
 import torch
 
-from ..config import read_json_object
 from ..errors import ConfigError
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
-from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_per_epoch
+from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
 from .optim import adamw, linear_warmup_decay
+from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,8 @@ GRIDS = {"paper": PAPER_GRID}
 
 @dataclass
 class FinetuneConfig:
-    """Everything a fine-tuning run needs; `bertlab finetune` fills it from flags (or a JSON file)."""
+    """Everything a fine-tuning run needs: defaults < a JSON file (`--config`) < flags, as for pre-training
+    (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json."""
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
@@ -88,8 +89,7 @@ class FinetuneConfig:
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.batch_size % self.grad_accum:
-            raise ConfigError(f"batch-size ({self.batch_size}) must be a multiple of grad-accum ({self.grad_accum})")
+        split_batch(self.batch_size, grad_accum=self.grad_accum)
         if not self.epochs > 0 or not self.lr > 0:
             raise ConfigError(f"epochs and lr must be positive, got {self.epochs} and {self.lr}")
         if not 0 <= self.warmup_proportion < 1:
@@ -101,15 +101,9 @@ class FinetuneConfig:
         if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
             raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
 
-    @classmethod
-    def from_json_file(cls, path: str | Path, **overrides: Any) -> "FinetuneConfig":
-        data = read_json_object(path)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{path}: unknown field {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**data)
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.bf16 else "fp32"
 
     def settings(self) -> list[dict[str, Any]]:
         """The hyper-parameter settings to try: the grid's product, or just this config's own."""
@@ -197,24 +191,14 @@ def load_task_data(spec: TaskSpec, data: str | Path, tokenizer, max_length: int,
                     {s: spec.featurize(ex, tokenizer, max_length, train=False) for s, ex in evals.items()})
 
 
-def resolve_device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' requested but no CUDA device is available")
-    return torch.device(name)
-
-
 def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: "PretrainedStart",
                setting: dict[str, Any], seed: int, run_dir: Path, tokenizer, max_length: int,
                device: torch.device) -> tuple[Any, RunResult]:
     """One fine-tuning run on the shared loop, then every dev split scored; returns (model, result)."""
     batch_size, lr, epochs = setting["batch_size"], setting["lr"], setting["epochs"]
-    if batch_size % cfg.grad_accum:
-        raise ConfigError(f"batch size {batch_size} is not a multiple of grad-accum {cfg.grad_accum}")
-    micro = batch_size // cfg.grad_accum
+    micro, _ = split_batch(batch_size, grad_accum=cfg.grad_accum)  # a grid's batch sizes are checked here
     model = pretrained.fresh(seed).to(device)
-    total = max(1, math.ceil(epochs * steps_per_epoch(len(data.train_features), micro, cfg.grad_accum)))
+    total = steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum)
     optimizer = adamw(model, lr=lr, weight_decay=cfg.weight_decay, layerwise_decay=cfg.layer_lr_decay)
     scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
     target_keys = spec.target_keys
@@ -237,7 +221,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
                                       max_length=max_length, batch_size=cfg.eval_batch_size, device=device,
                                       features=data.eval_features[dev])
     loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=cfg.grad_accum,
-                      precision="bf16" if cfg.bf16 else "fp32", max_grad_norm=cfg.max_grad_norm,
+                      precision=cfg.precision, max_grad_norm=cfg.max_grad_norm,
                       log_every=max(1, total // 50), eval_every=cfg.eval_every, seed=seed, progress=cfg.progress,
                       retain_freed_memory=cfg.retain_freed_memory,
                       tensorboard=False)
@@ -254,7 +238,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     t0 = time.perf_counter()
     scores = {split: evaluate(spec, model, tokenizer, data.eval_examples[split], split, max_length=max_length,
                               batch_size=cfg.eval_batch_size, out_dir=run_dir, device=device,
-                              autocast_dtype=torch.bfloat16 if cfg.bf16 else None,
+                              autocast_dtype=autocast_dtype(cfg.precision),
                               features=data.eval_features[split])
               for split in spec.eval_splits}
     eval_seconds = time.perf_counter() - t0
@@ -294,6 +278,8 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
     max_length = cfg.max_seq_length or spec.default_max_length
+    write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
+                                           "settings": cfg.settings()}))
     t_start = time.perf_counter()
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
@@ -369,6 +355,6 @@ def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max
         writer_path = spec.prediction_writer(out, split).path
         evaluate(spec, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
                  batch_size=cfg.eval_batch_size, out_dir=out, device=device,
-                 autocast_dtype=torch.bfloat16 if cfg.bf16 else None)
+                 autocast_dtype=autocast_dtype(cfg.precision))
         written.append(writer_path.name)
     return written

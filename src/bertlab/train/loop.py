@@ -61,6 +61,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ from torch import nn
 from ..checkpoint import atomic_directory
 from ..errors import BertlabError, CheckpointError, ConfigError
 from .host_memory import retain_freed_memory
+from .setup import autocast_dtype
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +335,37 @@ def steps_per_epoch(num_examples: int, batch_size: int, grad_accum: int = 1, wor
     return max(1, micro // grad_accum)
 
 
+def steps_for_epochs(epochs: float, num_examples: int, batch_size: int, grad_accum: int = 1,
+                     world_size: int = 1) -> int:
+    """Optimizer steps for `epochs` (fractional allowed) passes of `shuffled_batches`, at least 1."""
+    return max(1, math.ceil(epochs * steps_per_epoch(num_examples, batch_size, grad_accum, world_size)))
+
+
+def time_step(model: nn.Module, loss_fn: Callable, loader: Iterable[Batch], accum: int, precision: str,
+              device: torch.device, repeats: int = 3) -> float:
+    """Seconds per optimizer step (forward + backward of `accum` micro-batches), measured on real batches.
+
+    Runs without moving the random generators and leaves no gradient behind, so a run with a time budget
+    trains exactly as one given the resulting step count would."""
+    dtype = autocast_dtype(precision)
+    times = []
+    with isolated_rng(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        it = iter(loader)
+        for r in range(repeats + 1):  # the first pass pays one-off costs (kernel selection, allocation)
+            start = time.perf_counter()
+            for _ in range(accum):
+                batch = to_device(next(it), device)
+                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                    loss, _ = loss_fn(model, batch)
+                loss.backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if r:
+                times.append(time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(times)
+
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 def checkpoint_dirs(out_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoints of a run, oldest first (atomic writes mean a present folder is a complete one)."""
@@ -430,7 +463,7 @@ class Trainer:
         # fp16's narrow range underflows small gradients: scale the loss up, unscale before clipping, skip a
         # step whose gradients overflowed and lower the scale (Micikevicius et al., 2018).
         self.scaler = torch.amp.GradScaler(self.device.type) if config.precision == "fp16" else None
-        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+        self.autocast_dtype = autocast_dtype(config.precision)
 
         # Progress, restored by load_checkpoint.
         self.step = 0

@@ -1,14 +1,17 @@
 """The pre-training recipe (section 3.1 and appendix A.2 of the paper) on top of the one training loop.
 
+    objective a registered `bertlab.objectives.Objective` (`--objective`): mlm+nsp (BERT's, the default)
+              or mlm; it names the head, the loss and the held-out metrics
     data      a directory from `bertlab prepare`: segment pairs with NSP labels (or packed sequences for
-              `--objective mlm`), a held-out split, and the vocabulary the ids come from
-    model     BertForPreTraining (mlm+nsp) or BertForMaskedLM (mlm) from a preset, a config.json, or a
+              an objective without NSP), a held-out split, and the vocabulary the ids come from
+    model     the objective's head (BertForPreTraining for mlm+nsp) from a preset, a config.json, or a
               Hugging Face-layout folder to continue from (`init_from`)
     schedule  AdamW (or LAMB), linear warmup over `warmup` then linear decay to 0 at the last step;
               steps given, or fitted to a wall-clock budget (`time_budget`, measured on this machine)
     phases    the paper's 90% of steps at length 128, then 10% at 512 -- one LR schedule -- when the data
               directory holds a 512 instance set (`bertlab prepare --out DATA --max-seq-length 512`)
-    eval      held-out MLM loss, accuracy and perplexity, and NSP accuracy, every `eval_every` steps
+    eval      the objective's held-out metrics (MLM loss, accuracy, perplexity; NSP accuracy), every
+              `eval_every` steps
     output    RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; `final/` is the Hugging
               Face layout with vocab.txt and tokenizer_config.json, which `transformers` loads as is
 
@@ -19,34 +22,28 @@ unwritable RUN_DIR, a corrupt checkpoint on `resume`) is checked before the firs
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
-import statistics
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from ..checkpoint import save_pretrained
-from ..config import BertConfig, is_preset, read_json_object
+from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
-from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
-from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, isolated_rng,
-                   latest_checkpoint, seed_everything, to_device)
+from ..objectives import OBJECTIVES, Objective, get_objective
+from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
+                   seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
-from .runconfig import config_from_dict, parse_duration
+from .runconfig import parse_duration
+from .setup import (PRECISIONS, RUN_CONFIG, eval_seconds, fit_steps_to_budget, resolve_precision,
+                    resolve_resume_config, resolved_settings, run_record, split_batch, write_run_config)
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("mlm+nsp", "mlm")
-RUN_CONFIG = "run_config.json"
 FINAL_DIR = "final"
 
 
@@ -57,7 +54,7 @@ class PretrainConfig:
     data: str = ""  # DATA_DIR from `bertlab prepare`
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
-    objective: str = "mlm+nsp"  # mlm+nsp (BERT) | mlm (RoBERTa-style; packed data)
+    objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
     # how long: one of the two
     steps: int | None = None
     time_budget: str | None = None  # "2h", "90m", "1h30m": the schedule is fitted to it
@@ -96,14 +93,13 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
         if not self.out:
             raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        get_objective(self.objective)  # the one-line "unknown ...; expected one of" error
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ConfigError(f"precision must be auto, fp32, bf16 or fp16, got {self.precision!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -130,69 +126,25 @@ class PretrainResult:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """`auto`: bf16 on GPUs that support it and on CPUs with native bf16 math (AVX512-BF16 / AMX), else fp32."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
-
-
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
-
-
-def pretraining_loss(objective: str) -> Callable[[torch.nn.Module, dict], tuple[torch.Tensor, dict]]:
-    """loss = mean MLM cross-entropy over predicted positions (+ mean NSP cross-entropy)."""
-    nsp = objective == "mlm+nsp"
-
-    def loss_fn(model, batch):
-        if not nsp:
-            batch = {k: v for k, v in batch.items() if k != "next_sentence_label"}
-        out = model(**batch)
-        labels = batch["labels"]
-        targets = labels[labels != IGNORE_INDEX]  # the rows of prediction_logits, in the same order
-        with torch.no_grad():
-            mlm_acc = (out.prediction_logits.argmax(-1) == targets).float().mean() if targets.numel() else \
-                torch.zeros((), device=labels.device)
-        metrics = {"mlm_loss": out.mlm_loss, "mlm_accuracy": mlm_acc}
-        if nsp:
-            metrics["nsp_loss"] = out.nsp_loss
-        return out.loss, metrics
-
-    return loss_fn
-
-
 @torch.no_grad()
-def evaluate_pretraining(model: torch.nn.Module, batches, device: torch.device, nsp: bool) -> dict[str, float]:
-    """Held-out MLM loss / accuracy / perplexity over all predicted tokens, and NSP accuracy over pairs."""
-    mlm_loss = mlm_correct = mlm_count = nsp_correct = nsp_count = 0.0
+def evaluate_pretraining(model: torch.nn.Module, batches: Iterable[dict], device: torch.device,
+                         objective: Objective) -> dict[str, float]:
+    """`objective`'s held-out metrics of `model` over `batches` (its streaming evaluation)."""
+    evaluation = objective.new_eval()
     for batch in batches:
         batch = to_device(batch, device)
-        inputs = {k: v for k, v in batch.items() if nsp or k != "next_sentence_label"}
-        out = model(**inputs)
-        labels = batch["labels"]
-        targets = labels[labels != IGNORE_INDEX]
-        if targets.numel():
-            logits = out.prediction_logits.float()
-            mlm_loss += float(F.cross_entropy(logits, targets, reduction="sum"))
-            mlm_correct += float((logits.argmax(-1) == targets).sum())
-            mlm_count += targets.numel()
-        if nsp and "next_sentence_label" in batch:
-            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
-            nsp_count += batch["next_sentence_label"].numel()
-    if not mlm_count:
-        raise BertlabError("the held-out split has no masked tokens to evaluate on")
-    results = {"mlm_loss": mlm_loss / mlm_count, "mlm_accuracy": mlm_correct / mlm_count,
-               "perplexity": math.exp(min(mlm_loss / mlm_count, 50.0))}
-    if nsp_count:
-        results["nsp_accuracy"] = nsp_correct / nsp_count
-    return results
+        evaluation.update(model(**objective.model_inputs(batch)), batch)
+    return evaluation.compute()
+
+
+def heldout_batches(data_dir: str, seq_len: int, seed: int, batch_size: int,
+                    max_batches: int | None) -> Iterable[dict]:
+    """The held-out split of `data_dir` at `seq_len`: its first `max_batches` batches (None: all of them)."""
+    from ..data import PretrainingDataset
+
+    loader = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size,
+                                max_seq_length=seq_len).dataloader(num_workers=0)
+    return islice(loader, max_batches) if max_batches else loader
 
 
 def _available_lengths(data_dir: str) -> list[int]:
@@ -222,26 +174,13 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     return config
 
 
-def _resolve_config(cfg: PretrainConfig) -> PretrainConfig:
-    """On resume, the run's saved config rules; only the runtime settings in RESUME_MAY_CHANGE follow the flags."""
-    run_file = Path(cfg.out) / RUN_CONFIG
-    if not cfg.resume:
-        return cfg
-    if not run_file.is_file():
-        raise BertlabError(f"{cfg.out}: nothing to resume (no {RUN_CONFIG}); start the run without --resume")
-    saved = read_json_object(run_file)
-    saved.pop("_resolved", None)
-    merged = {**saved, **{k: getattr(cfg, k) for k in RESUME_MAY_CHANGE}}
-    return config_from_dict(PretrainConfig, merged, str(run_file))
-
-
 # ---------------------------------------------------------------------------------------------- the recipe
 def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) -> PretrainResult:
     from ..data import DataInfo, PretrainingDataset
 
     if cfg.resume and not cfg.out:
         raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = _resolve_config(cfg)
+    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE)
     cfg.validate()
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
@@ -261,24 +200,19 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         phase2_len = longer[-1] if longer and cfg.phase2_fraction > 0 else 0
     elif phase2_len and phase2_len not in lengths:
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
-    if cfg.objective == "mlm+nsp" and not info.has_nsp:
-        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels; use "
-                          "--objective mlm, or prepare segment pairs")
+    objective = get_objective(cfg.objective)
+    if objective.needs_next_sentence_labels and not info.has_nsp:
+        others = [f"--objective {name}" for name, o in OBJECTIVES.items() if not o.needs_next_sentence_labels]
+        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
+                          f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
     model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"max_position_embeddings ({model_config.max_position_embeddings})")
 
     # ---- batch arithmetic: global batch = micro x accumulation x ranks
-    def split_batch(global_batch: int) -> tuple[int, int]:
-        micro = cfg.micro_batch_size or max(1, global_batch // dist.world_size)
-        if global_batch % (micro * dist.world_size):
-            raise ConfigError(f"batch size {global_batch} is not a multiple of micro batch {micro} x "
-                              f"{dist.world_size} ranks")
-        return micro, global_batch // (micro * dist.world_size)
-
-    micro1, accum = split_batch(cfg.batch_size)
-    micro2, accum2 = split_batch(cfg.phase2_batch_size or cfg.batch_size)
+    micro1, accum = split_batch(cfg.batch_size, cfg.micro_batch_size, dist.world_size)
+    micro2, accum2 = split_batch(cfg.phase2_batch_size or cfg.batch_size, cfg.micro_batch_size, dist.world_size)
     if phase2_len and accum2 != accum:
         # The loop has one accumulation count; phase 2 keeps the global batch by its micro-batch size.
         if (cfg.phase2_batch_size or cfg.batch_size) % (accum * dist.world_size):
@@ -287,16 +221,14 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
 
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
-    model_cls = BertForPreTraining if cfg.objective == "mlm+nsp" else BertForMaskedLM
+    model_cls = objective.model_class
     if cfg.init_from is not None:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
-    loss_fn = pretraining_loss(cfg.objective)
-    resolved: dict[str, Any] = {}  # what the first session decided (steps from a time budget, precision)
-    if cfg.resume and (run_dir / RUN_CONFIG).is_file():
-        resolved = read_json_object(run_dir / RUN_CONFIG).get("_resolved", {})
+    loss_fn = objective.loss
+    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):
@@ -309,7 +241,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     stream(cfg.seq_len, micro1, 0)
     if phase2_len:
         stream(phase2_len, micro2, 0)
-    PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size, max_seq_length=cfg.seq_len)
+    heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
 
     # ---- run length: given, or fitted to the time budget by timing real steps on this machine
     steps = resolved.get("steps") or cfg.steps
@@ -320,18 +252,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
             if phase2_len else t1
         f = cfg.phase2_fraction if phase2_len else 0.0
         per_step = (1 - f) * t1 + f * t2
-        # Evaluations come out of the budget too: a forward pass is about a third of forward + backward.
-        heldout = DataInfo.load(cfg.data, max_seq_length=cfg.seq_len).num_instances.get("heldout", 0)
+        heldout = info.num_instances.get("heldout", 0)
         eval_seqs = min(heldout, cfg.eval_batches * cfg.eval_batch_size if cfg.eval_batches else heldout)
-        eval_s = eval_seqs / (micro1 * accum * dist.world_size) * t1 / 3
-        # 8% is kept for what is not timed: the optimizer step, checkpoints, logging.
-        steps = max(1, int((0.92 * budget - (cfg.num_evals + 1) * eval_s) / per_step))
-        if cfg.eval_every:
-            steps = max(1, int((0.92 * budget - (steps // cfg.eval_every + 1) * eval_s) / per_step))
-        if dist.world_size > 1:  # every rank must agree on the schedule: rank 0's estimate wins
-            t = torch.tensor([steps], device=dist.device)
-            torch.distributed.broadcast(t, 0)
-            steps = int(t.item())
+        eval_s = eval_seconds(eval_seqs, micro1 * accum * dist.world_size, t1)
+        steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
         say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.seq_len}"
             + (f", {t2:.2f}s at {phase2_len}" if phase2_len else "") + f" -> {steps} steps")
     phase2_start = steps - int(round(cfg.phase2_fraction * steps)) if phase2_len else steps
@@ -352,14 +276,9 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     scheduler = linear_warmup_decay(optimizer, warmup, steps)
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
-    nsp = cfg.objective == "mlm+nsp"
-
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        ds = PretrainingDataset(cfg.data, "heldout", seed=cfg.seed, batch_size=cfg.eval_batch_size,
-                                max_seq_length=cfg.seq_len)
-        loader = ds.dataloader(num_workers=0)
-        return evaluate_pretraining(m, islice(loader, cfg.eval_batches) if cfg.eval_batches else loader,
-                                    dist.device, nsp)
+        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        return evaluate_pretraining(m, batches, dist.device, objective)
 
     eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
     save_every = cfg.save_every or max(1, steps // 10)
@@ -382,11 +301,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")
     if dist.is_main:
-        record = dataclasses.asdict(cfg) | {"_resolved": {
+        write_run_config(run_dir, run_record(cfg, {
             "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision,
             "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
-            "model_config": model_config.to_dict()}}
-        (run_dir / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+            "model_config": model_config.to_dict()}))
 
     say(f"pre-training {model_cls.__name__} ({model.num_parameters() / 1e6:.1f}M parameters) on {cfg.data}: "
         f"{steps} steps x {cfg.batch_size} sequences of {cfg.seq_len}"
@@ -418,27 +336,3 @@ def export_final(model: torch.nn.Module, path: Path, info) -> Path:
     model.eval()
     save_pretrained(model, path, vocab_file=info.vocab_file, extra_files={"tokenizer_config.json": tokenizer_config})
     return path
-
-
-def time_step(model, loss_fn, loader, accum: int, precision: str, device: torch.device, repeats: int = 3) -> float:
-    """Seconds per optimizer step (forward + backward of `accum` micro-batches), measured on real batches.
-
-    Runs without moving the random generators and leaves no gradient behind, so a run with a time budget
-    trains exactly as one given the resulting step count would."""
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    times = []
-    with isolated_rng(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        it = iter(loader)
-        for r in range(repeats + 1):  # the first pass pays one-off costs (kernel selection, allocation)
-            start = time.perf_counter()
-            for _ in range(accum):
-                batch = to_device(next(it), device)
-                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                    loss, _ = loss_fn(model, batch)
-                loss.backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if r:
-                times.append(time.perf_counter() - start)
-    model.zero_grad(set_to_none=True)
-    return statistics.median(times)

@@ -71,6 +71,11 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{source}: unknown key '{unknown[0]}' (known: {', '.join(sorted(names))})")
+    missing = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+               if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"missing {', '.join('--' + n.replace('_', '-') for n in missing)} (or give them in "
+                          "--config FILE)")
     return cls(**{k: _coerce(k, v, hints[k], source) for k, v in data.items()})
 
 
@@ -100,7 +105,8 @@ def config_from_args(cls: type[T], args: argparse.Namespace, base: dict[str, Any
     data = dict(base or {})
     source = "command line"
     if getattr(args, "config", None) is not None:
-        data.update(read_json_object(args.config))
+        # A run's own run_config.json is a valid file: what that run decided (`_resolved`) is not a setting.
+        data.update({k: v for k, v in read_json_object(args.config).items() if k != "_resolved"})
         source = str(args.config)
     names = {f.name for f in dataclasses.fields(cls)}
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}

@@ -1,0 +1,44 @@
+"""BERT's objective (paper, section 3.1): masked LM + next-sentence prediction, `--objective mlm+nsp`.
+
+loss = mean MLM cross-entropy over the masked positions + mean NSP cross-entropy over the pairs (both
+computed by `heads.BertForPreTraining`). The data must be segment or sentence pairs with NSP labels.
+Held out: the MLM metrics of `mlm.py`, and NSP accuracy over the pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..heads import BertForPreTraining
+from .base import Batch, Evaluation, Evaluations
+from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics
+
+
+class NextSentenceEval:
+    """Held-out NSP accuracy over every pair of the batches that carry NSP labels; {} when none did."""
+
+    def __init__(self) -> None:
+        self.correct = self.count = 0.0
+
+    def update(self, output: Any, batch: Batch) -> None:
+        if "next_sentence_label" in batch:
+            labels = batch["next_sentence_label"]
+            self.correct += float((output.seq_relationship_logits.argmax(-1) == labels).sum())
+            self.count += labels.numel()
+
+    def compute(self) -> dict[str, float]:
+        return {"nsp_accuracy": self.correct / self.count} if self.count else {}
+
+
+class MaskedLMAndNextSentence(MaskedLM):
+    name = "mlm+nsp"
+    model_class = BertForPreTraining
+    label_keys = ("labels", "next_sentence_label")
+    needs_next_sentence_labels = True
+
+    def loss(self, model, batch):
+        out = model(**self.model_inputs(batch))
+        return out.loss, {**masked_lm_metrics(out, batch), "nsp_loss": out.nsp_loss}
+
+    def new_eval(self) -> Evaluation:
+        return Evaluations(MaskedLMEval(), NextSentenceEval())

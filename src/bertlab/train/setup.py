@@ -1,0 +1,153 @@
+"""What every training recipe (pre-training, distillation, fine-tuning, feature-based NER) sets up alike.
+
+    run_record, write_run_config   OUT/run_config.json: the run's settings plus what the run decided
+                                   (`_resolved`: steps fitted to a budget, precision, ...); it is itself a
+                                   valid `--config` file
+    resolve_resume_config          on `--resume`, the saved run config rules; flags change only the
+                                   runtime settings a recipe lists as may-change
+    resolved_settings              what the first session of a resumed run decided
+    resolve_precision              `auto` -> bf16 where the hardware does it natively, else fp32
+    autocast_dtype                 the one precision -> autocast dtype map
+    resolve_device                 `cuda` / `cpu` / None (CUDA when available), for one-process recipes
+    split_batch                    a global batch -> (micro-batch per rank, accumulation steps)
+    fit_steps_to_budget            a wall-clock budget -> optimizer steps, from step times measured with
+                                   `loop.time_step` (epochs -> steps is `loop.steps_for_epochs`)
+
+The recipes keep what is theirs (data, model, loss); this module keeps them from each deciding these
+things a little differently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from ..config import read_json_object
+from ..errors import BertlabError, ConfigError
+from .runconfig import config_from_dict
+
+C = TypeVar("C")
+
+RUN_CONFIG = "run_config.json"
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+_AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# Share of a time budget kept back for what timing a training step does not see: the optimizer step,
+# checkpoints, logging, data loader start-up. Evaluations are estimated and subtracted on top of it
+# (`eval_seconds`), so this covers only the untimed rest; 8% kept runs inside their budget in the tests
+# and benchmarks of this repository (the loop also stops at the budget, so an overrun costs steps, not time).
+BUDGET_RESERVE = 0.08
+
+
+# ---------------------------------------------------------------------------------------------- run config
+def run_record(cfg: Any, resolved: dict[str, Any]) -> dict[str, Any]:
+    """What OUT/run_config.json holds: the config's fields, and under `_resolved` what the run decided."""
+    return dataclasses.asdict(cfg) | {"_resolved": resolved}
+
+
+def write_run_config(out_dir: str | Path, record: dict[str, Any]) -> None:
+    (Path(out_dir) / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str]) -> C:
+    """On resume (`cfg.resume`), the config saved in `run_file` rules: changing the data, the loss or the
+    schedule would make the continuation another run. Of the `may_change` fields (runtime settings: logging,
+    evaluation and checkpoint cadence, workers, device), those whose value in `cfg` differs from the
+    dataclass default follow `cfg` -- a flag given again wins -- and the others keep the saved value, so a
+    resumed run remembers its `--save-every` without being told twice. Without `resume`, `cfg` as it is."""
+    if not getattr(cfg, "resume", False):
+        return cfg
+    run_file = Path(run_file)
+    if not run_file.is_file():
+        raise BertlabError(f"{run_file.parent}: nothing to resume (no {run_file.name}); start the run without "
+                           "--resume")
+    saved = read_json_object(run_file)
+    saved.pop("_resolved", None)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    changed = {k: getattr(cfg, k) for k in may_change if getattr(cfg, k) != defaults[k]}
+    return config_from_dict(cls, {**saved, **changed, "resume": True}, str(run_file))
+
+
+def resolved_settings(out_dir: str | Path) -> dict[str, Any]:
+    """The `_resolved` part of OUT/run_config.json (steps, precision, ...), {} when there is none."""
+    run_file = Path(out_dir) / RUN_CONFIG
+    return read_json_object(run_file).get("_resolved", {}) if run_file.is_file() else {}
+
+
+# ---------------------------------------------------------------------------------------------- hardware
+def cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """`auto`: bf16 on GPUs that support it and on CPUs with native bf16 math (AVX512-BF16 / AMX), else fp32."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if cpu_has_native_bf16() else "fp32"
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """The dtype `torch.autocast` runs in for a resolved precision (fp32, bf16, fp16); None: no autocast."""
+    if precision not in _AUTOCAST_DTYPES:
+        raise ConfigError(f"precision must be one of {', '.join(_AUTOCAST_DTYPES)}, got {precision!r}")
+    return _AUTOCAST_DTYPES[precision]
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """A recipe's device for one process: `name` ("cpu", "cuda", "cuda:1"), or CUDA when available."""
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' requested but no CUDA device is available")
+    return torch.device(name)
+
+
+# ---------------------------------------------------------------------------------------------- run length
+def split_batch(global_batch: int, micro: int | None = None, world_size: int = 1,
+                grad_accum: int | None = None) -> tuple[int, int]:
+    """(micro-batch per rank, accumulation steps), global batch = micro x accumulation x ranks. Given is the
+    micro-batch (pre-training, distillation: `micro_batch_size`) or the accumulation (fine-tuning:
+    `grad_accum`); neither: each rank's whole share in one pass."""
+    if grad_accum is not None:
+        if global_batch % (grad_accum * world_size):
+            ranks = f" x {world_size} ranks" if world_size > 1 else ""
+            raise ConfigError(f"batch-size ({global_batch}) must be a multiple of grad-accum ({grad_accum}){ranks}")
+        return global_batch // (grad_accum * world_size), grad_accum
+    micro = micro or max(1, global_batch // world_size)
+    if global_batch % (micro * world_size):
+        raise ConfigError(f"batch size {global_batch} is not a multiple of micro batch {micro} x {world_size} ranks")
+    return micro, global_batch // (micro * world_size)
+
+
+def eval_seconds(eval_sequences: int, sequences_per_step: int, step_seconds: float) -> float:
+    """One evaluation's estimated seconds: a forward pass costs about a third of forward + backward."""
+    return eval_sequences / sequences_per_step * step_seconds / 3
+
+
+def fit_steps_to_budget(budget_s: float, step_s: float, eval_s: float = 0.0, num_evals: int = 0,
+                        eval_every: int | None = None, dist: Any = None) -> int:
+    """Optimizer steps that fit in `budget_s` seconds at `step_s` per step, after `BUDGET_RESERVE` and the
+    evaluations: `num_evals` over the run (or one per `eval_every` steps) plus one at the start, `eval_s`
+    each. Under torchrun every rank must agree on the schedule: rank 0's estimate is broadcast (`dist`)."""
+    usable = (1 - BUDGET_RESERVE) * budget_s
+    steps = max(1, int((usable - (num_evals + 1) * eval_s) / step_s))
+    if eval_every:
+        steps = max(1, int((usable - (steps // eval_every + 1) * eval_s) / step_s))
+    if dist is not None and dist.world_size > 1:
+        t = torch.tensor([steps], device=dist.device)
+        torch.distributed.broadcast(t, 0)
+        steps = int(t.item())
+    return steps

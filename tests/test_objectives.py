@@ -1,0 +1,166 @@
+"""Pre-training objectives (`bertlab.objectives`): every registered one builds its head and trains a step on a
+tiny batch, its held-out numbers are the formulas pre-training always reported, an unknown name is one clear
+line, and a new objective is one object plus one registry call -- it then pre-trains end to end."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertlab import BertConfig
+from bertlab.cli import main
+from bertlab.data.instances import InstanceConfig
+from bertlab.data.masking import MaskingConfig
+from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
+from bertlab.errors import ConfigError
+from bertlab.objectives import OBJECTIVES, MaskedLM, get_objective, register_objective
+from bertlab.objectives.mlm import MaskedLMEval, masked_targets
+from bertlab.train import read_metrics
+from bertlab.train.pretrain import PretrainConfig, run_pretraining
+from test_data_prepare import make_corpus, write_vocab
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+VOCAB = 99
+
+
+def tiny_config() -> BertConfig:
+    return BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, max_position_embeddings=64)
+
+
+def tiny_batch(seed: int = 0, B: int = 4, T: int = 16) -> dict[str, torch.Tensor]:
+    """A pre-training batch as `bertlab.data` makes them: ids, segments, padding, MLM labels, NSP labels."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[0, 11:] = 0
+    labels = torch.full((B, T), -100)
+    chosen = (torch.rand(B, T, generator=g) < 0.25) & mask.bool()
+    chosen[:, 2] = True
+    labels[chosen] = ids[chosen]
+    return {"input_ids": ids, "token_type_ids": (torch.arange(T) >= T // 2).long().expand(B, T).clone(),
+            "attention_mask": mask, "labels": labels,
+            "next_sentence_label": torch.randint(0, 2, (B,), generator=g)}
+
+
+@pytest.mark.parametrize("name", list(OBJECTIVES))
+def test_every_registered_objective_trains_a_step_and_evaluates(name):
+    objective = get_objective(name)
+    assert objective.name == name and OBJECTIVES[name] is objective
+    torch.manual_seed(0)
+    model = objective.model_class(tiny_config())
+    batch = tiny_batch()
+    loss, metrics = objective.loss(model, batch)
+    assert loss.dim() == 0 and math.isfinite(loss.item())
+    loss.backward()
+    assert model.bert.embeddings.word_embeddings.weight.grad is not None
+    assert {"mlm_loss", "mlm_accuracy"} <= set(metrics)
+    assert ("nsp_loss" in metrics) == objective.needs_next_sentence_labels
+    evaluation = objective.new_eval()
+    model.eval()
+    with torch.no_grad():
+        for seed in range(2):
+            b = tiny_batch(seed)
+            evaluation.update(model(**objective.model_inputs(b)), b)
+    results = evaluation.compute()
+    assert {"mlm_loss", "mlm_accuracy", "perplexity"} <= set(results)
+    assert ("nsp_accuracy" in results) == objective.needs_next_sentence_labels
+
+
+def test_held_out_metrics_are_the_pretraining_formulas():
+    """Sums over every masked token / every pair of the split, as `evaluate_pretraining` always computed them."""
+    objective = get_objective("mlm+nsp")
+    torch.manual_seed(0)
+    model = objective.model_class(tiny_config()).eval()
+    batches = [tiny_batch(seed, B=3 + seed) for seed in range(3)]
+    evaluation = objective.new_eval()
+    loss_sum = correct = count = nsp_correct = pairs = 0.0
+    with torch.no_grad():
+        for batch in batches:
+            out = model(**batch)
+            evaluation.update(out, batch)
+            targets = masked_targets(batch)
+            logits = out.prediction_logits.float()
+            loss_sum += float(F.cross_entropy(logits, targets, reduction="sum"))
+            correct += float((logits.argmax(-1) == targets).sum())
+            count += targets.numel()
+            nsp_correct += float((out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum())
+            pairs += len(batch["next_sentence_label"])
+    assert evaluation.compute() == {"mlm_loss": loss_sum / count, "mlm_accuracy": correct / count,
+                                    "perplexity": math.exp(min(loss_sum / count, 50.0)),
+                                    "nsp_accuracy": nsp_correct / pairs}
+    # the training metrics: the head's own losses, accuracy over the masked tokens
+    loss, metrics = objective.loss(model, batches[0])
+    out = model(**batches[0])
+    assert torch.equal(loss, out.loss) and torch.equal(metrics["nsp_loss"], out.nsp_loss)
+    assert metrics["mlm_accuracy"] == (out.prediction_logits.argmax(-1) == masked_targets(batches[0])).float().mean()
+
+
+def test_unknown_objective_is_one_clear_line(tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"objective: unknown 'nope'; expected one of mlm\+nsp, mlm"):
+        get_objective("nope")
+    with pytest.raises(ConfigError, match="unknown 'nope'"):
+        PretrainConfig(data="d", out="o", steps=1, objective="nope").validate()
+    assert main(["pretrain", "--data", str(tmp_path), "--out", str(tmp_path / "run"), "--steps", "1",
+                 "--objective", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "unknown 'nope'" in err and "mlm+nsp" in err
+    with pytest.raises(ConfigError, match="already registered"):
+        register_objective(MaskedLM())
+
+
+# ---------------------------------------------------------------------------------------------- a new objective
+class CountedMaskedLM(MaskedLM):
+    """MLM that also reports how many tokens it predicted: per micro-batch in training, in total held out."""
+
+    name = "mlm+count"
+
+    def loss(self, model, batch):
+        loss, metrics = super().loss(model, batch)
+        return loss, {**metrics, "masked_tokens": float(masked_targets(batch).numel())}
+
+    def new_eval(self):
+        return TokenCount()
+
+
+class TokenCount(MaskedLMEval):
+    def compute(self):
+        return {**super().compute(), "masked_tokens": self.count}
+
+
+@pytest.fixture
+def counted_objective():
+    objective = register_objective(CountedMaskedLM())  # the one registry call a new objective needs
+    yield objective
+    del OBJECTIVES[objective.name]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Segment pairs of 64 tokens from a small synthetic corpus, 10% held out."""
+    root = tmp_path_factory.mktemp("objective-data")
+    vocab = write_vocab(root / "vocab.txt")
+    corpus = make_corpus(root / "corpus.txt", 40, seed=3)
+    prepare([corpus], vocab, root / "data", CorpusSettings(heldout_fraction=0.1),
+            InstanceSettings(InstanceConfig("segment-pair", 64), MaskingConfig.for_length(64), dupe_factor=1,
+                             seed=1), workers=1, progress=False, echo=lambda s: None)
+    return root / "data"
+
+
+def test_a_new_objective_pretrains_end_to_end(counted_objective, data_dir, tmp_path):
+    cfg = PretrainConfig(model="tiny", data=str(data_dir), out=str(tmp_path / "run"), objective="mlm+count",
+                         steps=3, batch_size=8, seq_len=64, phase2_seq_len=0, eval_batches=2, num_workers=0,
+                         lr=1e-3, precision="fp32", progress=False)
+    result = run_pretraining(cfg, echo=lambda s: None)
+    assert result.final_dir is not None and result.eval_after["masked_tokens"] > 0
+    records = read_metrics(tmp_path / "run")
+    train = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3] and all(r["masked_tokens"] > 0 for r in train)
+    assert "nsp_loss" not in train[0]  # the data has NSP labels; this objective leaves them alone
+    evals = [r for r in records if "eval/masked_tokens" in r]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == 3 and "eval/nsp_accuracy" not in evals[-1]
+    assert OBJECTIVES["mlm+count"] is counted_objective
