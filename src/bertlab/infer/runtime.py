@@ -26,11 +26,11 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
+from ..nn.precision import DTYPES
 from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 
 log = logging.getLogger(__name__)
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ON_LONG = ("truncate", "reject")
 
 

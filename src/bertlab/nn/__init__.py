@@ -6,6 +6,7 @@
     token_layout.py   where the real tokens of a padded batch sit: compute position-wise layers on them only
     elementwise.py    activations (also in place), a fast CPU dropout mask, residual adds into a free buffer
     packed_linear.py  CPU inference: linear layers from weights pre-packed for oneDNN
+    precision.py      precision names (fp32, bf16, fp16) -> torch dtypes, for training and inference alike
 
 The model files (`model.py`, and the families beside it) read like their papers; the performance machinery
 they use lives here, each piece named for what it does.

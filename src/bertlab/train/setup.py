@@ -29,13 +29,13 @@ import torch
 
 from ..config import read_json_object
 from ..errors import BertlabError, ConfigError
+from ..nn.precision import DTYPES
 from .runconfig import config_from_dict
 
 C = TypeVar("C")
 
 RUN_CONFIG = "run_config.json"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-_AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # Share of a time budget kept back for what timing a training step does not see: the optimizer step,
 # checkpoints, logging, data loader start-up. Evaluations are estimated and subtracted on top of it
@@ -101,9 +101,9 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The dtype `torch.autocast` runs in for a resolved precision (fp32, bf16, fp16); None: no autocast."""
-    if precision not in _AUTOCAST_DTYPES:
-        raise ConfigError(f"precision must be one of {', '.join(_AUTOCAST_DTYPES)}, got {precision!r}")
-    return _AUTOCAST_DTYPES[precision]
+    if precision not in DTYPES:
+        raise ConfigError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+    return None if precision == "fp32" else DTYPES[precision]
 
 
 def resolve_device(name: str | None) -> torch.device:
