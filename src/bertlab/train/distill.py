@@ -88,8 +88,9 @@ from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writa
                    latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
 from .optim import adamw, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (PRECISIONS, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget, resolve_precision,
-                    resolve_resume_config, resolved_settings, run_record, split_batch, write_run_config)
+from .setup import (RUN_CONFIG, autocast_dtype, check_precision, eval_seconds, fit_steps_to_budget,
+                    resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
+                    write_run_config)
 from .students import build_student, hidden_layer_map
 
 log = logging.getLogger(__name__)
@@ -184,8 +185,7 @@ class DistillConfig:
             raise ConfigError(f"kl_positions must be one of {', '.join(KL_POSITIONS)}, got {self.kl_positions!r}")
         if self.cosine_layers not in COSINE_LAYERS:
             raise ConfigError(f"cosine_layers must be one of {', '.join(COSINE_LAYERS)}, got {self.cosine_layers!r}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision)
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         if not self.epochs > 0 or not self.resolved("lr") > 0:

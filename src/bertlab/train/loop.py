@@ -75,15 +75,15 @@ from torch import nn
 
 from ..checkpoint import atomic_directory
 from ..errors import BertlabError, CheckpointError, ConfigError
+from ..nn.precision import DTYPES
 from .host_memory import retain_freed_memory
-from .setup import autocast_dtype
+from .setup import autocast_dtype, check_precision
 
 log = logging.getLogger(__name__)
 
 Batch = Any  # whatever `batches` yields and `loss_fn` reads: usually a dict of tensors
 LossFn = Callable[[nn.Module, Batch], "tuple[torch.Tensor, Mapping[str, Any]]"]
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -118,8 +118,7 @@ class LoopConfig:
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (see `host_memory`)
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision, DTYPES)  # resolved: `auto` was decided by the recipe
         for name in ("max_steps", "grad_accum", "log_every", "keep_last"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < (0 if name == "max_steps" else 1):

@@ -39,7 +39,7 @@ from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distri
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (PRECISIONS, RUN_CONFIG, eval_seconds, fit_steps_to_budget, resolve_precision,
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, resolve_precision,
                     resolve_resume_config, resolved_settings, run_record, split_batch, write_run_config)
 
 log = logging.getLogger(__name__)
@@ -98,8 +98,7 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision)
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):

@@ -35,7 +35,7 @@ from .runconfig import config_from_dict
 C = TypeVar("C")
 
 RUN_CONFIG = "run_config.json"
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS = ("auto", *DTYPES)  # what a run config may say; `auto` resolves to one of DTYPES
 
 # Share of a time budget kept back for what timing a training step does not see: the optimizer step,
 # checkpoints, logging, data loader start-up. Evaluations are estimated and subtracted on top of it
@@ -88,10 +88,15 @@ def cpu_has_native_bf16() -> bool:
     return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
 
 
+def check_precision(precision: str, allowed: Iterable[str] = PRECISIONS) -> None:
+    """A one-line `ConfigError` unless `precision` is one of `allowed` (the run-config names, `auto` too)."""
+    if precision not in allowed:
+        raise ConfigError(f"precision must be one of {', '.join(allowed)}, got {precision!r}")
+
+
 def resolve_precision(precision: str, device: torch.device) -> str:
     """`auto`: bf16 on GPUs that support it and on CPUs with native bf16 math (AVX512-BF16 / AMX), else fp32."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    check_precision(precision)
     if precision != "auto":
         return precision
     if device.type == "cuda":
@@ -101,8 +106,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def autocast_dtype(precision: str) -> torch.dtype | None:
     """The dtype `torch.autocast` runs in for a resolved precision (fp32, bf16, fp16); None: no autocast."""
-    if precision not in DTYPES:
-        raise ConfigError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+    check_precision(precision, DTYPES)
     return None if precision == "fp32" else DTYPES[precision]
 
 
