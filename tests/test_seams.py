@@ -224,3 +224,48 @@ def test_every_registered_head_is_what_its_entry_says(name, tiny_config):
     assert isinstance(out, head.output_type) and isinstance(head.logits(out), torch.Tensor)
     if head.detectable:
         assert infer_model_class(keys) is head.model_class
+
+
+def test_an_unpadded_kernel_gets_the_rows_and_their_boundaries():
+    """A kernel registered `unpadded=True` is handed the (N, H) rows and the layout (a varlen kernel's
+    inputs) instead of a padded rectangle; the output goes back as rows."""
+    from bertlab.nn.attention import ATTENTION_KERNELS, eager_attention, register_attention_kernel
+
+    seen = {}
+
+    def rows_kernel(q, k, v, mask, bias, dropout_p, scale, need_weights, *, layout):
+        seen.update(shape=tuple(q.shape), cu_seqlens=layout.cu_seqlens.tolist())
+        B, T, H = layout.batch_size, layout.seq_len, q.size(-1)
+        split = lambda t: layout.pad(t).view(B, T, 2, H // 2).transpose(1, 2)  # noqa: E731
+        y, _ = eager_attention(split(q), split(k), split(v), mask, bias, dropout_p, scale, need_weights)
+        return layout.unpad(y.transpose(1, 2).reshape(B, T, H)), None
+
+    register_attention_kernel("test-rows", rows_kernel, unpadded=True)
+    try:
+        g = torch.Generator().manual_seed(2)
+        attention_mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+        q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))
+        layout, mask = TokenLayout.of(attention_mask), AttentionMask.padding(attention_mask)
+        got, _ = attention(layout.unpad(q), layout.unpad(k), layout.unpad(v), 2, mask, layout=layout,
+                           kernel="test-rows")
+        want, _ = attention(q, k, v, 2, mask, kernel="sdpa")
+        assert seen == {"shape": (6, 8), "cu_seqlens": [0, 2, 6]}
+        torch.testing.assert_close(got, want[attention_mask.bool()])
+    finally:
+        del ATTENTION_KERNELS["test-rows"]
+
+
+@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+def test_a_learned_bias_gets_the_formulas_gradient(kernel):
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 5, 8, generator=g) for _ in range(3))
+    bias = torch.randn(1, 2, 5, 5, generator=g, requires_grad=True)
+    y, _ = attention(q, k, v, 2, AttentionMask("causal"), bias, kernel=kernel)
+    (grad,) = torch.autograd.grad(y.square().sum(), bias)
+    ref_bias = bias.detach().double().requires_grad_()
+    split = lambda t: t.view(2, 5, 2, 4).transpose(1, 2)  # noqa: E731
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    scores = (split(q).double() @ split(k).double().transpose(-2, -1)) / 2.0 + ref_bias
+    ref = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ split(v).double()
+    (want,) = torch.autograd.grad(ref.square().sum(), ref_bias)
+    torch.testing.assert_close(grad.double(), want, atol=1e-5, rtol=1e-4)

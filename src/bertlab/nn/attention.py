@@ -56,11 +56,6 @@ class AttentionMask:
             keep = attention_mask.bool()
         return cls(kind, keep, prefix_lengths)
 
-    @property
-    def is_trivial(self) -> bool:
-        """Every query sees every key: no mask tensor is needed."""
-        return self.kind == "bidirectional" and self.keep is None
-
     def visible(self, T_q: int, T_k: int, device: torch.device) -> torch.Tensor | None:
         """(B | 1, 1, T_q, T_k) bool, True where query i may attend to key j; None when all may."""
         allowed = self.keep[:, None, None, :] if self.keep is not None else None  # (B, 1, 1, T_k)
@@ -99,7 +94,7 @@ def eager_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | No
     T_q, T_k = q.size(-2), k.size(-2)
     scores = (q @ k.transpose(-2, -1)).mul_(scale if scale is not None else 1.0 / math.sqrt(q.size(-1)))
     if bias is not None:
-        scores = scores + bias if bias.requires_grad else scores.add_(bias)
+        scores.add_(bias)  # broadcast over the batch; a learned bias gets its gradient through add_ too
     if mask is not None and (m := mask.additive(T_q, T_k, scores.dtype, scores.device)) is not None:
         scores.add_(m)
     probs = scores.softmax(dim=-1)  # (B, nh, T_q, T_k)
@@ -108,10 +103,10 @@ def eager_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | No
 
 def sdpa_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
                    scale: float | None, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """PyTorch's fused attention. Two cases go to the eager formula instead: a caller who wants the
-    probabilities (SDPA does not return them), and CPU training with dropout, where SDPA takes that same
-    math path but with the slow per-element dropout (see `elementwise.dropout`)."""
-    if need_weights or (dropout_p > 0 and q.device.type == "cpu"):
+    """PyTorch's fused attention. CPU training with dropout goes to the eager formula instead: SDPA takes that
+    same math path there, but with the slow per-element dropout (see `elementwise.dropout`). (A caller who
+    wants the probabilities never gets here: `attention` runs eager for them.)"""
+    if dropout_p > 0 and q.device.type == "cpu":
         return eager_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
     T_q, T_k = q.size(-2), k.size(-2)
     if mask is not None and mask.kind == "causal" and mask.keep is None and bias is None and T_q == T_k:

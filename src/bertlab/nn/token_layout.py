@@ -21,18 +21,20 @@ class TokenLayout:
     index: torch.Tensor  # (N,) flat positions b * T + t of the real tokens, ascending
     batch_size: int
     seq_len: int
-    lengths: torch.Tensor  # (B,) real tokens per row
 
     @classmethod
     def of(cls, attention_mask: torch.Tensor) -> TokenLayout:
-        """From a (B, T) 1/0 mask whose real tokens come first in every row (right padding)."""
+        """From a (B, T) 1/0 mask."""
         B, T = attention_mask.shape
-        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, T, attention_mask.sum(1))
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, T)
 
     @property
     def cu_seqlens(self) -> torch.Tensor:
-        """(B + 1,) int32 row boundaries in the (N, ...) tensor: 0, len_0, len_0 + len_1, ..."""
-        return torch.nn.functional.pad(self.lengths.cumsum(0, dtype=torch.int32), (1, 0))
+        """(B + 1,) int32 row boundaries in the (N, ...) tensor: 0, len_0, len_0 + len_1, ... -- a row's real
+        tokens are contiguous there whatever their positions in the row. Derived on demand: only a
+        variable-length kernel asks, so the padded path pays nothing for it."""
+        lengths = torch.bincount(self.index // self.seq_len, minlength=self.batch_size)  # (B,)
+        return torch.nn.functional.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (N, D)."""
