@@ -30,21 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 ZH = ROOT / "tests" / "data" / "zh"
 
 
-def words_of(ids, flags, special) -> list[list[int]]:
-    out: list[list[int]] = []
-    for i, t in enumerate(ids):
-        if t in special:
-            continue
-        if out and flags[i] and out[-1][-1] == i - 1:
-            out[-1].append(i)
-        else:
-            out.append([i])
-    return out
-
-
 def measure(store, variant: str, copies: int, seq_len: int) -> dict:
     from bertlab.data.instances import instance_word_continues
-    from bertlab.data.masking import MaskingConfig, mask_tokens
+    from bertlab.data.masking import MaskingConfig, join_words, mask_tokens
     from bertlab.tokenizer import read_vocab
     from bertlab.tokenizer.basic import is_cjk
 
@@ -56,7 +44,7 @@ def measure(store, variant: str, copies: int, seq_len: int) -> dict:
         ex = store.example(i)
         ids = ex["input_ids"].tolist()
         flags = instance_word_continues(store.instance(i), store.corpus)
-        words = [w for w in words_of(ids, flags, store.vocab.special_ids) if all(cjk[ids[p]] for p in w)]
+        words = [w for w in join_words(ids, flags, store.vocab.special_ids) if all(cjk[ids[p]] for p in w)]
         in_multi = {p for w in words if len(w) > 1 for p in w}
         for copy in range(copies):
             rng = random.Random(f"{i}:{copy}")

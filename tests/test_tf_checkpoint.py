@@ -21,7 +21,7 @@ from bertlab.cli import main as cli_main
 from bertlab.convert import (convert_tf_to_hf, export_tf_checkpoint, hf_to_tf_name, is_optimizer_state,
                              read_tf_state_dict, tf_to_hf_name)
 from bertlab.errors import CheckpointError
-from bertlab.heads import MODEL_CLASSES
+from bertlab.heads import model_classes
 from bertlab.tf_checkpoint import (TFCheckpointReader, _crc_bytes, _read_table, _write_table, crc32c, mask_crc,
                                    resolve_prefix, unmask_crc, write_tf_checkpoint)
 
@@ -262,7 +262,7 @@ def test_name_map_covers_google_layout(expected, config):
 
 
 def test_name_map_inverts_for_every_model_class(config):
-    for cls in MODEL_CLASSES.values():
+    for cls in model_classes().values():
         model = cls(config)
         for key in model.state_dict():
             if key in model.tied_weight_keys:

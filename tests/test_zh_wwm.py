@@ -67,7 +67,9 @@ def prepare_zh(vocab, out, instance_settings, segmenter="jieba", inputs=(CORPUS,
 
 
 def groups(ids, continues, special) -> list[list[int]]:
-    """Words of one instance: runs of positions joined by the word flags (never across a special token)."""
+    """Words of one instance: runs of positions joined by the word flags (never across a special token).
+    Written out here rather than calling `masking.join_words`: the whole-word assertions check the masking
+    code, so their idea of a word must not come from it."""
     out: list[list[int]] = []
     for i, t in enumerate(ids):
         if t in special:

@@ -321,10 +321,6 @@ class BertForMultipleChoice(BertPreTrainedModel):
         return HeadOutput(logits, loss)
 
 
-# Model classes by the name Hugging Face writes in `config.json["architectures"]` (the built-in ones; heads
-# registered later are in `model_classes()`).
-MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = model_classes()
-
 __all__ = ["IGNORE_INDEX", "HEADS", "HeadSpec", "register_head", "head_for_architecture", "model_classes",
-           "MODEL_CLASSES", "TaskOutputLayer", "BertModelOutput", *MODEL_CLASSES, "HeadOutput", "PreTrainingOutput",
-           "QuestionAnsweringOutput"]
+           "TaskOutputLayer", "BertModel", "BertModelOutput", *(h.architecture for h in HEADS.values()), "HeadOutput",
+           "PreTrainingOutput", "QuestionAnsweringOutput"]

@@ -35,7 +35,7 @@ import math
 import os
 import random
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Container, NamedTuple, Sequence
 
 import numpy as np
 
@@ -159,11 +159,17 @@ def _word_groups(ids: Sequence[int], vocab: VocabInfo, whole_word: bool,
     if not whole_word:
         return [[i] for i, t in enumerate(ids) if t not in special]
     cont = vocab.is_continuation[np.asarray(ids, dtype=np.int64)] if continues is None else continues
+    return join_words(ids, cont, special)
+
+
+def join_words(ids: Sequence[int], continues: Sequence[bool], special: Container[int]) -> list[list[int]]:
+    """Positions of `ids` grouped into words: a position whose `continues` flag is set joins the word of the
+    position right before it; special tokens belong to no word."""
     groups: list[list[int]] = []
     for i, t in enumerate(ids):
         if t in special:
             continue
-        if groups and cont[i] and groups[-1][-1] == i - 1:
+        if groups and continues[i] and groups[-1][-1] == i - 1:
             groups[-1].append(i)
         else:
             groups.append([i])

@@ -78,9 +78,9 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str =
 
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=str(model_dir))
-    head = next((h for h in map(lambda t: find_head(model_dir, task=t), TASK_ENDPOINTS) if h is not None), None)
+    head = find_head(model_dir)  # config.json read once; a head serving no endpoint here enables none
     own = None  # a model loaded from `model_dir` whose encoder can serve /embed
-    if head is not None:
+    if head is not None and head.task in TASK_ENDPOINTS:
         own = Predictor.from_pretrained(model_dir, options, head.architecture)
         setattr(models, TASK_ENDPOINTS[head.task], own)
     keys = checkpoint_keys(model_dir) or set()
