@@ -89,8 +89,8 @@ from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writa
 from .optim import adamw, linear_warmup_decay
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, autocast_dtype, check_precision, eval_seconds, fit_steps_to_budget,
-                    resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
-                    write_run_config)
+                    heldout_sequences, resolve_precision, resolve_resume_config, resolved_settings, run_record,
+                    split_batch, write_run_config)
 from .students import build_student, hidden_layer_map
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,7 @@ MASKED_LOGIT = -1e4  # a padding position's logit in a softmax over tokens: prob
 # General distillation's hard-label term is masked LM: its held-out metrics are that objective's, whatever
 # heads the teacher has (NSP is not distilled; the student keeps the teacher's NSP head, frozen).
 GENERAL_OBJECTIVE = "mlm"
+GENERAL_EVALS = 10  # held-out evaluations over a general distillation run unless --eval-every says otherwise
 # Defaults that differ between the two recipes (None in DistillConfig means "the recipe's default").
 GENERAL_DEFAULTS = dict(alpha=5.0, beta=2.0, gamma=1.0, batch_size=128, lr=1e-4, warmup=0.05)
 TASK_DEFAULTS = dict(alpha=1.0, beta=1.0, gamma=0.0, batch_size=32, lr=5e-5, warmup=0.1)
@@ -547,13 +548,13 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     steps = (resolved_settings(cfg.out) if cfg.resume else {}).get("steps") or cfg.steps
     if steps is None:
         per_step = time_step(distiller, lambda m, b: m(b), stream(0), accum, precision, dist.device)
-        # Held-out evaluations (10 by default, and the teacher's once) come out of the budget too.
-        heldout = info.num_instances.get("heldout", 0)
-        eval_seqs = min(heldout, cfg.eval_batches * cfg.eval_batch_size if cfg.eval_batches else heldout)
+        # Held-out evaluations (GENERAL_EVALS by default, and the teacher's once) come out of the budget too.
+        eval_seqs = heldout_sequences(info.num_instances.get("heldout", 0), cfg.eval_batches, cfg.eval_batch_size)
         eval_s = eval_seconds(eval_seqs, samples_per_step, per_step)
-        steps = fit_steps_to_budget(parse_duration(cfg.time_budget), per_step, eval_s, 10, cfg.eval_every, dist)
+        steps = fit_steps_to_budget(parse_duration(cfg.time_budget), per_step, eval_s, GENERAL_EVALS, cfg.eval_every,
+                                    dist)
         say(f"time budget {cfg.time_budget}: {per_step:.2f}s per step -> {steps} steps")
-    eval_every = cfg.eval_every or max(1, steps // 10)
+    eval_every = cfg.eval_every or max(1, steps // GENERAL_EVALS)
     save_every = cfg.save_every or max(1, steps // 10)
     resolved = {"steps": steps, "precision": precision, "grad_accum": accum, "micro_batch_size": micro,
                 "world_size": dist.world_size, "alpha": distiller.alpha, "beta": distiller.beta,

@@ -39,8 +39,9 @@ from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distri
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, resolve_precision,
-                    resolve_resume_config, resolved_settings, run_record, split_batch, write_run_config)
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+                    resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
+                    write_run_config)
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +252,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
             if phase2_len else t1
         f = cfg.phase2_fraction if phase2_len else 0.0
         per_step = (1 - f) * t1 + f * t2
-        heldout = info.num_instances.get("heldout", 0)
-        eval_seqs = min(heldout, cfg.eval_batches * cfg.eval_batch_size if cfg.eval_batches else heldout)
+        eval_seqs = heldout_sequences(info.num_instances.get("heldout", 0), cfg.eval_batches, cfg.eval_batch_size)
         eval_s = eval_seconds(eval_seqs, micro1 * accum * dist.world_size, t1)
         steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
         say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.seq_len}"

@@ -136,6 +136,11 @@ def split_batch(global_batch: int, micro: int | None = None, world_size: int = 1
     return micro, global_batch // (micro * world_size)
 
 
+def heldout_sequences(heldout: int, eval_batches: int | None, eval_batch_size: int) -> int:
+    """Sequences one held-out evaluation reads: `eval_batches` batches (None: the whole split) of the split."""
+    return min(heldout, eval_batches * eval_batch_size) if eval_batches else heldout
+
+
 def eval_seconds(eval_sequences: int, sequences_per_step: int, step_seconds: float) -> float:
     """One evaluation's estimated seconds: a forward pass costs about a third of forward + backward."""
     return eval_sequences / sequences_per_step * step_seconds / 3
