@@ -106,7 +106,7 @@ def model_state_dict(model: Model, state: dict[str, torch.Tensor], source: str) 
     return canonical_state_dict(state, source, model.base_model_prefix, model.ignored_checkpoint_keys)
 
 
-def _model_keys(model: Model) -> dict[str, str]:
+def model_keys(model: Model) -> dict[str, str]:
     """canonical name -> the model's own state_dict name, without tied aliases."""
     tied = set(model.tied_weight_keys)
     return {canonical_key(k, model.base_model_prefix): k for k in model.state_dict() if k not in tied}
@@ -185,7 +185,7 @@ def check_state_dict(model: Model, state: dict[str, torch.Tensor], source: str
     # beside the word embeddings); the model re-derives it from the embedding, so the copy is skipped.
     for key in model.tied_weight_keys:
         checkpoint.pop(canonical_key(key, model.base_model_prefix), None)
-    wanted = _model_keys(model)
+    wanted = model_keys(model)
     report = LoadReport()
     missing, unexpected, mismatched = [], [], []
     for name in wanted:
@@ -247,7 +247,7 @@ def materialize(model: Model, device: str | torch.device = "cpu") -> None:
 
 def initialize_missing(model: Model, report: LoadReport) -> None:
     """Google's initialisation for the modules owning the weights the checkpoint lacked (new heads)."""
-    own = _model_keys(model)
+    own = model_keys(model)
     for module_name in dict.fromkeys(own[name].rpartition(".")[0] for name in report.initialized):
         model.init_weights(model.get_submodule(module_name))
 

@@ -22,8 +22,9 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .checkpoint import (CONFIG_NAME, VOCAB_NAME, LoadReport, atomic_directory, canonical_key, model_state_dict,
-                         initialize_missing, load_state_dict_into, materialize, read_state_dict, save_pretrained)
+from .checkpoint import (CONFIG_NAME, VOCAB_NAME, LoadReport, atomic_directory, canonical_key, initialize_missing,
+                         load_state_dict_into, materialize, model_keys, model_state_dict, read_state_dict,
+                         save_pretrained)
 from .config import BertConfig
 from .errors import CheckpointError
 from .heads import HEADS, model_classes
@@ -87,8 +88,7 @@ def load_tf_weights(model_class: type[BertPreTrainedModel], config: BertConfig, 
         report = load_state_dict_into(model, tf_meta_state(reader, plan), source)
         materialize(model)
         initialize_missing(model, report)
-        tied = set(model.tied_weight_keys)
-        own = {canonical_key(k): k for k in model.state_dict() if k not in tied}
+        own = model_keys(model)
         state = model.state_dict()
         with torch.no_grad():
             for hf_name, (tf_name, transpose) in plan.items():
