@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from ..tasks import TASKS
 
 HELP = {
-    "model": "a Hugging Face-layout BERT folder (ours or theirs)",
+    "model": "a Hugging Face-layout BERT folder (ours or theirs), or a model's name in the local Hugging Face cache",
     "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
@@ -37,7 +36,8 @@ HELP = {
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",
     "device": "cpu or cuda (default: cuda when available)",
-    "progress": "progress bar (default: when stderr is a terminal)",
+    "progress": "progress: a bar on a terminal, a line every 30 s in a log file",
+    "overwrite": "replace the results of an earlier run in OUT_DIR (without it, such an OUT_DIR is refused)",
     "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
 
@@ -53,17 +53,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
 
+def mean_sd_text(score: dict) -> str:
+    """`0.8012 ± 0.0041` over several seeds; one run's score alone (its spread is unknown, not zero)."""
+    if len(score.get("runs", ())) > 1:
+        return f"{score['mean']:.4f} ± {score['sd']:.4f}"
+    return f"{score['mean']:.4f}"
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..model_names import resolve_model
     from ..train.finetune import FinetuneConfig, finetune
     from ..train.runconfig import config_from_args
 
     if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
         from ..train.feature_ner import run_from_finetune_args
         return run_from_finetune_args(args)
-    cfg = config_from_args(FinetuneConfig, args, base={"progress": sys.stderr.isatty()})
+    cfg = config_from_args(FinetuneConfig, args)
+    if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
+        cfg.model = str(resolve_model(cfg.model))
     metrics = finetune(cfg)
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
-                      "dev": {split: {k: f"{v['mean']:.4f} ± {v['sd']:.4f}" for k, v in scores.items()}
+                      "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()}
                               for split, scores in metrics["dev"].items()},
                       "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0

@@ -43,7 +43,7 @@ from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
 from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
 from .optim import adamw, linear_warmup_decay
-from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .setup import RUN_CONFIG, autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class FinetuneConfig:
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -274,7 +275,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 
     spec = TASKS[cfg.task]
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    claim_output_dir(out, cfg.overwrite)
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
     max_length = cfg.max_seq_length or spec.default_max_length
@@ -328,6 +329,46 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+RESULT_NAMES = (RUN_CONFIG, "metrics.json", "model", "runs")  # what a fine-tuning run writes to OUT_DIR by name
+FINISHED_MARKS = ("metrics.json", "model")  # results worth protecting: a run that got as far as saving a model
+
+
+def previous_results(out: Path) -> list[Path]:
+    """What an earlier fine-tuning run wrote to `out`: run_config.json, metrics.json, model/, runs/, and the
+    dev / test prediction files copied beside them (named by its runs' folders and its metrics.json)."""
+    found = [out / name for name in RESULT_NAMES if (out / name).exists()]
+    names: set[str] = set()
+    for run_dir in (out / "runs").glob("*/") if (out / "runs").is_dir() else ():
+        names |= {f.name for f in run_dir.iterdir() if f.is_file()}
+    if (out / "metrics.json").is_file():
+        try:
+            names |= set(json.loads((out / "metrics.json").read_text()).get("test_predictions") or [])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return found + sorted(out / n for n in names if (out / n).is_file() and n not in RESULT_NAMES)
+
+
+def claim_output_dir(out: Path, overwrite: bool) -> None:
+    """Make `out` ready for a run. An earlier run's results (a saved model, metrics.json) are never replaced
+    silently: refused (one line) unless `overwrite`, which deletes exactly what that run wrote (other files in
+    `out` stay). A run that failed before saving anything is simply started again."""
+    previous = previous_results(out) if any((out / name).exists() for name in FINISHED_MARKS) else []
+    if previous and not overwrite:
+        raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
+                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
+                          "to replace it")
+    for path in previous:
+        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{out}: cannot create the output folder ({e.strerror or e})") from None
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
