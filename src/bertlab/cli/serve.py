@@ -1,7 +1,7 @@
 """`bertlab serve --model DIR [--host 127.0.0.1] [--port 8000]`: the HTTP JSON service (see `bertlab.infer.serve`).
 
 /embed always; /classify, /qa and /fill-mask when the model has that head or a folder is given for it;
-/health; the OpenAPI description at /openapi.json. Needs the `serve` extra: `pip install 'bertlab[serve]'`.
+/health; the OpenAPI description at /openapi.json. Needs the `serve` extra: `pip install 'bertlab-paper[serve]'`.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        raise BertlabError(f"`bertlab serve` needs {' and '.join(missing)}: pip install 'bertlab[serve]'")
+        raise BertlabError(f"`bertlab serve` needs {' and '.join(missing)}: pip install 'bertlab-paper[serve]'")
     from ..infer.runtime import InferenceOptions
     from ..infer.serve import Limits, create_app, load_models, serve
 
