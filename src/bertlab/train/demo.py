@@ -64,8 +64,9 @@ class DemoSettings:
     short_seq_prob: float = 0.0  # Google's short targets are drawn per document: with 8 held-out documents one
     # draw can tilt the held-out next-sentence labels to 80% random-next; full-length pairs keep them 50/50
     batch_size: int = 64
-    lr: float = 1e-3
-    warmup: float = 0.05
+    lr: float = 2e-3  # without dropout and with NSP kept honest, 2e-3 beat 1e-3 and 3e-3 (800 steps: held-out MLM
+    # accuracy 0.184 / 0.161 / 0.183, NSP 0.594 / 0.579 / 0.476)
+    warmup: float = 0.1
     heldout_fraction: float = 0.1  # of the documents
     num_evals: int = 6  # held-out points on the curves
 
