@@ -216,6 +216,18 @@ def test_refitted_decay_continues_from_the_present_rate():
     assert early.segments == [[10, 1.0, 50]] and early(30) == pytest.approx(0.5)
 
 
+def test_a_held_peak_lets_early_refits_move_the_end_without_lowering_the_rate():
+    plan = RefittedLinearDecay(warmup_steps=10, total_steps=110, decay_fraction=0.5)
+    assert plan.segments == [[60, 1.0, 110]]
+    assert [plan(s) for s in (5, 10, 40, 60, 85, 110)] == [0.5, 1.0, 1.0, 1.0, 0.5, 0.0]
+    plan.refit(30, 60)  # a pessimistic plan during the stable phase: re-made, the rate still at its peak
+    assert plan.segments == [[35, 1.0, 60]] and plan(30) == 1.0
+    plan.refit(33, 210)  # then the real speed: the peak is held longer
+    assert plan.segments == [[110, 1.0, 210]] and plan(100) == 1.0 and plan(160) == pytest.approx(0.5)
+    plan.refit(160, 180)  # during the decay: continued from the present rate
+    assert plan(160) == pytest.approx(0.5) and plan(170) == pytest.approx(0.25) and plan(180) == 0.0
+
+
 def budget_run(out_dir, budget_s, seconds_per_step, interrupt_at=None, seed=0):
     """A tiny run whose clock is the step count times a speed that changes mid-run (a busier machine)."""
     holder = {}

@@ -33,6 +33,8 @@ HELP = {
     "optimizer": "adamw or lamb",
     "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up)",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count",
+    "decay_fraction": "share of the steps after warmup over which the learning rate decays linearly to 0 (1: the "
+                      "paper's; below 1 the peak is held first, warmup-stable-decay)",
     "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
     "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
     "num_evals": "held-out evaluations per run when --eval-every is not given",

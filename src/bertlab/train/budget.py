@@ -38,20 +38,34 @@ REFIT_RESERVE = 0.03
 
 
 class RefittedLinearDecay:
-    """LR multiplier: linear warmup over `warmup_steps`, then linear decay along `segments`.
+    """LR multiplier: linear warmup over `warmup_steps`, the peak held, then linear decay along `segments`.
 
-    `segments` is a list of [start_step, multiplier_at_start, end_step]: from `start_step` on, the
-    multiplier falls linearly from `multiplier_at_start` to 0 at `end_step`. The first segment is the
-    plan made at the start, [warmup, 1.0, total]; every refit appends one beginning at the step it was
-    made, at the multiplier the curve had there, so the learning rate never jumps. A plain attribute
-    object: `LambdaLR.state_dict` saves its `__dict__` (lists of numbers, `weights_only`-loadable)."""
+    `decay_fraction` is the share of the post-warmup steps over which the rate decays: 1.0 is the paper's
+    warmup-then-linear-decay; below 1 the peak is held first (warmup-stable-decay), so re-fits of a budgeted
+    run that come while the rate is still at its peak move the end without lowering the rate early -- a
+    pessimistic first plan would otherwise decay it from the start, and BERT-Tiny then stays on the
+    frequent-word plateau (README: the demo).
 
-    def __init__(self, warmup_steps: int, total_steps: int):
+    `segments` is a list of [start_step, multiplier_at_start, end_step]: from `start_step` on, the multiplier
+    falls linearly from `multiplier_at_start` to 0 at `end_step`. The first segment is the current plan,
+    [decay_start, 1.0, total]; a refit made before the decay started re-makes it; one made during the decay
+    appends a segment beginning at that step, at the multiplier the curve had there, so the learning rate never
+    jumps. A plain attribute object: `LambdaLR.state_dict` saves its `__dict__` (numbers, lists of numbers:
+    `weights_only`-loadable)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, decay_fraction: float = 1.0):
         if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
             raise ConfigError(f"schedule: need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), "
                               "total_steps >= 1")
+        if not 0 < decay_fraction <= 1:
+            raise ConfigError(f"schedule: decay fraction must be in (0, 1], got {decay_fraction}")
         self.warmup_steps = int(warmup_steps)
-        self.segments: list[list[float]] = [[self.warmup_steps, 1.0, int(total_steps)]]
+        self.decay_fraction = float(decay_fraction)
+        self.segments: list[list[float]] = [self._first_segment(int(total_steps))]
+
+    def _first_segment(self, total_steps: int) -> list[float]:
+        decay_start = total_steps - int(round(self.decay_fraction * (total_steps - self.warmup_steps)))
+        return [max(self.warmup_steps, decay_start), 1.0, total_steps]
 
     @property
     def total_steps(self) -> int:
@@ -60,6 +74,8 @@ class RefittedLinearDecay:
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
             return step / self.warmup_steps
+        if step < self.segments[0][0]:
+            return 1.0  # the stable phase before the decay
         start, mult, end = self.segments[0]
         for segment in reversed(self.segments):  # the latest decision made at or before `step`
             if step >= segment[0]:
@@ -68,11 +84,12 @@ class RefittedLinearDecay:
         return max(0.0, mult * (end - step) / max(1, end - start))
 
     def refit(self, step: int, total_steps: int) -> None:
-        """From `step` on, end at `total_steps` (`step` itself: end now). Before warmup ends, the first plan is
-        re-made."""
+        """From `step` on, end at `total_steps` (`step` itself: end now). While the rate is still at its peak
+        (warmup, or the stable phase) the plan is re-made; during the decay the decay continues from here."""
         total_steps = max(int(total_steps), int(step), self.warmup_steps)
-        if step <= self.warmup_steps:
-            self.segments = [[self.warmup_steps, 1.0, total_steps]]
+        first = self._first_segment(total_steps)
+        if len(self.segments) == 1 and step <= max(self.warmup_steps, min(self.segments[0][0], first[0])):
+            self.segments = [first]
         else:
             self.segments.append([int(step), self(step), total_steps])
 
@@ -85,8 +102,8 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
     rate reaches 0. `on_refit(old_total, new_total, step)` is told about each change (progress, logs)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, budget_s: float,
-                 interval_s: float | None = None, reserve: float = REFIT_RESERVE):
-        self.plan = RefittedLinearDecay(warmup_steps, total_steps)
+                 interval_s: float | None = None, reserve: float = REFIT_RESERVE, decay_fraction: float = 1.0):
+        self.plan = RefittedLinearDecay(warmup_steps, total_steps, decay_fraction)
         self.budget_s = float(budget_s)
         self.reserve = float(reserve)
         # About 20 refits per run: often enough to follow a changing load, each from a window long enough

@@ -36,7 +36,7 @@ from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective
-from .budget import BudgetScheduler
+from .budget import BudgetScheduler, RefittedLinearDecay
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
@@ -72,6 +72,7 @@ class PretrainConfig:
     optimizer: str = "adamw"  # adamw | lamb
     lr: float | None = None  # None: the model width's default (DEFAULT_LR_BY_WIDTH)
     warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
+    decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     precision: str = "auto"  # auto (bf16 where the hardware does it natively, else fp32) | fp32 | bf16 | fp16
@@ -102,6 +103,8 @@ class PretrainConfig:
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         check_precision(self.precision)
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -299,7 +302,11 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     budget_s = parse_duration(cfg.time_budget) if cfg.time_budget and cfg.steps is None else None
     refitting = budget_s is not None and not phase2_len and dist.world_size == 1
     if refitting:
-        scheduler = BudgetScheduler(optimizer, warmup_steps(warmup, steps), steps, budget_s)
+        scheduler = BudgetScheduler(optimizer, warmup_steps(warmup, steps), steps, budget_s,
+                                    decay_fraction=cfg.decay_fraction)
+    elif cfg.decay_fraction < 1:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, RefittedLinearDecay(warmup_steps(warmup, steps), steps, cfg.decay_fraction))
     else:
         scheduler = linear_warmup_decay(optimizer, warmup, steps)
 
