@@ -17,6 +17,7 @@ _LAZY = {
     "BertModel": "model", "BertModelOutput": "model",
     "BertForPreTraining": "heads", "BertForMaskedLM": "heads", "BertForSequenceClassification": "heads",
     "BertForTokenClassification": "heads", "BertForQuestionAnswering": "heads", "BertForMultipleChoice": "heads",
+    "T5Config": "t5.config", "T5ForConditionalGeneration": "t5.model",  # T5, the second model family
 }
 
 __all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",
