@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from ..nn.precision import DTYPES
 from .runconfig import config_from_dict
 
 C = TypeVar("C")
+log = logging.getLogger(__name__)
 
 RUN_CONFIG = "run_config.json"
 PRECISIONS = ("auto", *DTYPES)  # what a run config may say; `auto` resolves to one of DTYPES
@@ -54,23 +56,37 @@ def write_run_config(out_dir: str | Path, record: dict[str, Any]) -> None:
     (Path(out_dir) / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
 
 
-def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str]) -> C:
-    """On resume (`cfg.resume`), the config saved in `run_file` rules: changing the data, the loss or the
-    schedule would make the continuation another run. Of the `may_change` fields (runtime settings: logging,
-    evaluation and checkpoint cadence, workers, device), those whose value in `cfg` differs from the
-    dataclass default follow `cfg` -- a flag given again wins -- and the others keep the saved value, so a
-    resumed run remembers its `--save-every` without being told twice. Without `resume`, `cfg` as it is."""
+def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str],
+                          given: Collection[str] | None = None,
+                          say: Callable[[str], None] | None = None) -> C:
+    """On resume (`cfg.resume`), the config saved in `run_file` rules: every setting not stated again is the
+    run's own, never a default. Of the settings stated again (`given`: the flags and `--config` keys the user
+    passed; None, for a config built in Python: the fields that differ from the dataclass defaults), those in
+    `may_change` (runtime settings -- logging, evaluation and checkpoint cadence, workers, device -- and the
+    optimiser's lr / weight decay / clipping) follow `cfg`; others (data, batch, schedule: changing them
+    would make the continuation another run) keep the saved value, with a line saying so. The run directory
+    is `cfg.out` -- wherever the run is now, so a moved or copied run resumes in place. Without `resume`,
+    `cfg` as it is."""
     if not getattr(cfg, "resume", False):
         return cfg
+    say = say or log.warning
     run_file = Path(run_file)
     if not run_file.is_file():
         raise BertlabError(f"{run_file.parent}: nothing to resume (no {run_file.name}); start the run without "
                            "--resume")
     saved = read_json_object(run_file)
     saved.pop("_resolved", None)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    changed = {k: getattr(cfg, k) for k in may_change if getattr(cfg, k) != defaults[k]}
-    return config_from_dict(cls, {**saved, **changed, "resume": True}, str(run_file))
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if given is None:
+        given = [k for k in fields if getattr(cfg, k) != fields[k]]
+    may_change = set(may_change)
+    stated = {k: getattr(cfg, k) for k in given if k in fields and k not in ("out", "resume")}
+    ignored = [k for k, v in stated.items() if k not in may_change and k in saved and v != saved[k]]
+    if ignored:
+        say("resume keeps the run's own " + ", ".join(f"{k} ({saved[k]!r}; {stated[k]!r} ignored)" for k in ignored)
+            + ": changing it would make the continuation another run")
+    changed = {k: v for k, v in stated.items() if k in may_change}
+    return config_from_dict(cls, {**saved, **changed, "out": getattr(cfg, "out"), "resume": True}, str(run_file))
 
 
 def resolved_settings(out_dir: str | Path) -> dict[str, Any]:
