@@ -26,7 +26,6 @@ the umask, like any other tool's output. A failed write (disk full, read-only) i
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .errors import CheckpointError, ConfigError, OutputError, os_error_of, output_error
+from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
 
 log = logging.getLogger(__name__)
 
@@ -362,23 +361,9 @@ def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Ite
         _fsync_dir(target.parent)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and not isinstance(e, OutputError) and _is_write_failure(e, target.parent):
+        if isinstance(e, Exception) and not isinstance(e, OutputError) and is_write_failure(e, target.parent):
             raise output_error(target, e) from None
         raise
-
-
-# Failures that can only come from writing; other OSErrors count as ours only when they name a path we write.
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
-
-
-def _is_write_failure(error: BaseException, parent: Path) -> bool:
-    os_error = os_error_of(error)
-    if os_error is None:
-        return False
-    if os_error.errno in _WRITE_ERRNOS:
-        return True
-    name = os_error.filename
-    return name is not None and Path(os.fspath(name)).resolve().is_relative_to(parent.resolve())
 
 
 def remove_stale_temporaries(parent: str | os.PathLike, name: str | None = None) -> list[Path]:
@@ -442,6 +427,25 @@ def apply_umask(folder: Path) -> None:
         for f in files:
             os.chmod(os.path.join(root, f), 0o666 & ~mask)
     os.chmod(folder, 0o777 & ~mask)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write a small text file (a run config, metrics.json) under a temporary name, then rename it into
+    place: a reader sees the old file or the new one, never half of one. A failed write is one
+    `OutputError` line naming `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise output_error(path, e) from None
+    return path
 
 
 def _fsync_dir(folder: Path) -> None:

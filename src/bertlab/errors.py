@@ -63,6 +63,24 @@ def os_error_of(error: BaseException | None) -> OSError | None:
     return None
 
 
+# Failures that can only come from writing; other OSErrors count as a write failure only when they name a
+# path under the output being written.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def is_write_failure(error: BaseException, under: str | os.PathLike) -> bool:
+    """Whether `error` is a failure to write the output at `under` (a folder or file)."""
+    os_error = os_error_of(error)
+    if os_error is None:
+        return False
+    if os_error.errno in WRITE_ERRNOS:
+        return True
+    if os_error.filename is None:
+        return False
+    name, root = os.path.realpath(os.fspath(os_error.filename)), os.path.realpath(os.fspath(under))
+    return name == root or name.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def describe_os_error(error: OSError) -> str:
     """The cause of an OSError in a few words: 'disk full', 'read-only file system', ..."""
     return _OS_CAUSES.get(error.errno, error.strerror or str(error)) if error.errno else (error.strerror or str(error))

@@ -4,7 +4,8 @@
                                    (`_resolved`: steps fitted to a budget, precision, ...); it is itself a
                                    valid `--config` file
     resolve_resume_config          on `--resume`, the saved run config rules; flags change only the
-                                   runtime settings a recipe lists as may-change
+                                   runtime (and optimiser) settings a recipe lists as may-change
+    resume_base                    the saved settings, as the base of a resumed command's flags
     resolved_settings              what the first session of a resumed run decided
     resolve_precision              `auto` -> bf16 where the hardware does it natively, else fp32
     autocast_dtype                 the one precision -> autocast dtype map
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from ..checkpoint import atomic_write_text
 from ..config import read_json_object
 from ..errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES
@@ -53,7 +55,7 @@ def run_record(cfg: Any, resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_run_config(out_dir: str | Path, record: dict[str, Any]) -> None:
-    (Path(out_dir) / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_text(Path(out_dir) / RUN_CONFIG, json.dumps(record, indent=2) + "\n")
 
 
 def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str],
@@ -74,7 +76,7 @@ def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change
     if not run_file.is_file():
         raise BertlabError(f"{run_file.parent}: nothing to resume (no {run_file.name}); start the run without "
                            "--resume")
-    saved = read_json_object(run_file)
+    saved = resume_base(run_file.parent) if run_file.name == RUN_CONFIG else read_json_object(run_file)
     saved.pop("_resolved", None)
     fields = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     if given is None:
@@ -87,6 +89,18 @@ def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change
             + ": changing it would make the continuation another run")
     changed = {k: v for k, v in stated.items() if k in may_change}
     return config_from_dict(cls, {**saved, **changed, "out": getattr(cfg, "out"), "resume": True}, str(run_file))
+
+
+def resume_base(out_dir: str | Path) -> dict[str, Any]:
+    """The settings saved in OUT/run_config.json (without `_resolved`), as the base a resumed command's flags
+    go on top of -- so `--resume` needs only `--out` even where a fresh start requires --model and --data.
+    {} when there is no file (the resume then reports that)."""
+    run_file = Path(out_dir) / RUN_CONFIG
+    if not run_file.is_file():
+        return {}
+    saved = read_json_object(run_file)
+    saved.pop("_resolved", None)
+    return saved
 
 
 def resolved_settings(out_dir: str | Path) -> dict[str, Any]:
