@@ -41,6 +41,7 @@ import torch
 from ..errors import ConfigError
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
+from ..tasks.own_data import InputOptions
 from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
 from .optim import adamw, linear_warmup_decay
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
@@ -59,7 +60,7 @@ class FinetuneConfig:
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
-    data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON)
+    data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
     epochs: float = 3.0
     lr: float = 2e-5
@@ -82,6 +83,7 @@ class FinetuneConfig:
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -204,7 +206,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     target_keys = spec.target_keys
 
     def loss_fn(m, batch):
-        return m(**spec.model_inputs(batch, with_targets=True)).loss, {}
+        return spec.loss(m, batch), {}
 
     # Length-grouped batches: with dynamic padding a random batch is padded to its longest row, and on
     # GLUE/CoNLL sentences that is most of the compute; grouped, the padding nearly vanishes.
@@ -260,6 +262,13 @@ def summarize(spec: TaskSpec, runs: Sequence[RunResult]) -> dict[str, dict[str, 
             for split in spec.eval_splits}
 
 
+def truncation_report(data: TaskData) -> dict[str, int]:
+    """Inputs cut to max-seq-length per split (features flagged `truncated` by their task), so nothing is
+    cut silently."""
+    splits = {"train": data.train_features, **data.eval_features}
+    return {split: sum(bool(f.get("truncated")) for f in features) for split, features in splits.items()}
+
+
 def save_model(model, out: Path, tokenizer) -> Path:
     """OUT_DIR/model in the Hugging Face layout, with the tokenizer's vocab.txt and tokenizer_config.json."""
     model.save_pretrained(out)
@@ -272,7 +281,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
     from ..tokenizer import BertTokenizer
 
-    spec = TASKS[cfg.task]
+    spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
@@ -322,6 +331,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "dev": summarize(spec, runs),  # the selected setting, mean ± sd over its seeds
         "best_run": chosen.scores,  # the saved model's dev scores
         "test_predictions": test_files,
+        **({"data": {**spec.describe(), "truncated": truncation_report(data)}} if spec.describe() else {}),
         "seconds": round(time.perf_counter() - t_start, 1),
         "config": dataclasses.asdict(cfg),
         "runs": [r.to_json() for r in all_runs],
@@ -333,6 +343,7 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
     model = spec.head(run.config)
+    model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
     model.load_state_dict(run.state)
     save_model(model, out / "model", tokenizer)
     for f in Path(run.run_dir).iterdir():
@@ -352,8 +363,9 @@ def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max
         examples = spec.read(cfg.data, split)
         if model is None:
             model = spec.head.from_pretrained(out / "model").to(device)
-        writer_path = spec.prediction_writer(out, split).path
-        evaluate(spec, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
+        scoring = spec.with_model_config(model.config)  # as saved: e.g. the tuned multi-label threshold
+        writer_path = scoring.prediction_writer(out, split).path
+        evaluate(scoring, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
                  batch_size=cfg.eval_batch_size, out_dir=out, device=device,
                  autocast_dtype=autocast_dtype(cfg.precision))
         written.append(writer_path.name)
