@@ -74,3 +74,15 @@ def write_csv(rows: list[dict], path: Path, delimiter: str = ",") -> Path:
 def write_jsonl(rows: list[dict], path: Path) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def long_document_rows(n: int, seed: int, lead_words: int = 40) -> list[dict]:
+    """Two topics; each text is `lead_words` filler words, then one sentence with the topic's keywords: the
+    label is only readable past the first `lead_words` tokens."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        topic = ("sport", "business")[i % 2]
+        lead = " ".join(rng.choice(FILLER) for _ in range(lead_words))
+        rows.append({"text": f"{lead} . {' '.join(rng.sample(TOPICS[topic], 3))} .", "label": topic})
+    return rows

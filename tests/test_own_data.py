@@ -19,7 +19,8 @@ from bertlab.tasks.files import read_table
 from bertlab.tasks.metrics import LabelCounts, multi_label_sets, tune_threshold
 from bertlab.tasks.own_data import InputOptions, held_out_split
 from bertlab.train import finetune as ft
-from own_data_support import TOPICS, multi_label_rows, news_rows, tiny_news_model, write_csv, write_jsonl
+from own_data_support import (TOPICS, long_document_rows, multi_label_rows, news_rows, tiny_news_model, write_csv,
+                              write_jsonl)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -205,6 +206,47 @@ def test_class_weights_weight_the_loss(tiny, tmp_path):
         logits = model(**spec.model_inputs(batch)).logits
         expected = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=torch.tensor(spec.class_weights))
         torch.testing.assert_close(spec.loss(model, batch), expected)
+
+
+# ---------------------------------------------------------------------------------------------- long documents
+def test_windows_read_what_truncation_cuts_off(tiny, tmp_path, capsys):
+    """The label-bearing sentence sits past the first 32 tokens: truncated to 32, the model sees filler only
+    (chance, and every input reported as truncated); in windows of 32 it learns the task, and the saved
+    model predicts long texts in windows too (config.json `long_documents`)."""
+    train = write_csv(long_document_rows(120, 1), tmp_path / "train.csv")
+    dev = write_csv(long_document_rows(40, 2), tmp_path / "dev.csv")
+    scores = {}
+    for mode in ("truncate", "window"):
+        metrics = ft.finetune(ft.FinetuneConfig(
+            task="text-classification", model=str(tiny), data=str(train), out=str(tmp_path / mode), epochs=10,
+            lr=1e-2, batch_size=16, max_seq_length=32, progress=False,
+            inputs=InputOptions(validation=str(dev), long_documents=mode, window_stride=8)))
+        scores[mode] = metrics["best_run"]["dev"]["accuracy"]
+        assert metrics["data"]["truncated"] == ({"train": 120, "dev": 40} if mode == "truncate" else
+                                               {"train": 0, "dev": 0})
+    assert scores["truncate"] <= 0.65 and scores["window"] >= 0.8, scores
+    config = json.loads((tmp_path / "window" / "model" / "config.json").read_text())
+    assert config["long_documents"] == {"mode": "window", "length": 32, "stride": 8}
+    capsys.readouterr()
+    assert _run("evaluate", "text-classification", "--model", tmp_path / "window" / "model", "--data", dev) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(scores["window"])
+    (tmp_path / "new.jsonl").write_text("".join(json.dumps({"text": r["text"]}) + "\n"
+                                                for r in long_document_rows(40, 2)))
+    assert _run("predict", "--model", tmp_path / "window" / "model", "--input", tmp_path / "new.jsonl") == 0
+    predicted = [json.loads(line)["label"] for line in capsys.readouterr().out.splitlines()]
+    gold = [r["label"] for r in long_document_rows(40, 2)]
+    assert sum(p == g for p, g in zip(predicted, gold)) / 40 == pytest.approx(scores["window"])
+
+
+def test_window_logits_aggregate_by_mean_or_max():
+    from bertlab.tasks.text_classification import aggregate_windows
+
+    logits = torch.tensor([[1.0, 0.0], [3.0, -2.0], [0.5, 0.5]], requires_grad=True)
+    owner = torch.tensor([0, 0, 1])
+    torch.testing.assert_close(aggregate_windows(logits, owner, 2, "mean"), torch.tensor([[2.0, -1.0], [0.5, 0.5]]))
+    torch.testing.assert_close(aggregate_windows(logits, owner, 2, "max"), torch.tensor([[3.0, 0.0], [0.5, 0.5]]))
+    aggregate_windows(logits, owner, 2, "mean").sum().backward()  # the loss trains through the aggregation
+    torch.testing.assert_close(logits.grad, torch.tensor([[0.5, 0.5], [0.5, 0.5], [1.0, 1.0]]))
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -377,8 +377,11 @@ class TextClassificationTask(TaskSpec):
         weights = class_weights(train, labels, problem_type) if options.class_weights else None
         if weights is not None:
             report["class_weights"] = dict(zip(labels, weights))
-        windows = Windows(options.window_length, options.window_stride) \
-            if options.long_documents == "window" else None
+        windows = None
+        if options.long_documents == "window":  # resolved now: config.json keeps the numbers trained with
+            length, stride = Windows(options.window_length, options.window_stride).resolve(
+                cfg.max_seq_length or self.default_max_length)
+            windows = Windows(length, stride)
         report.update(examples={"train": len(train), "dev": len(dev), **({"test": len(test)} if test else {})},
                       long_documents=options.long_documents)
         if labels is not None:
