@@ -86,3 +86,49 @@ def long_document_rows(n: int, seed: int, lead_words: int = 40) -> list[dict]:
         lead = " ".join(rng.choice(FILLER) for _ in range(lead_words))
         rows.append({"text": f"{lead} . {' '.join(rng.sample(TOPICS[topic], 3))} .", "label": topic})
     return rows
+
+
+def tagged_rows(n: int, seed: int) -> list[dict]:
+    """Sentences whose topic keywords are tagged B-<TOPIC> (the others O): token classification."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        topic = rng.choice(list(TOPICS))
+        words = [rng.choice(FILLER) for _ in range(8)]
+        tags = ["O"] * len(words)
+        for keyword in rng.sample(TOPICS[topic], 2):
+            at = rng.randrange(len(words) + 1)
+            words.insert(at, keyword)
+            tags.insert(at, f"B-{topic.upper()}")
+        rows.append({"tokens": words, "tags": tags})
+    return rows
+
+
+def squad_file(path: Path, n_paragraphs: int, seed: int) -> Path:
+    """SQuAD v1.1-format JSON: each paragraph names its topic's keywords; the question asks for one."""
+    rng = random.Random(seed)
+    paragraphs = []
+    for p in range(n_paragraphs):
+        topic = rng.choice(list(TOPICS))
+        keyword = rng.choice(TOPICS[topic])
+        lead = " ".join(rng.choice(FILLER) for _ in range(6))
+        context = f"{lead} {keyword} {' '.join(rng.choice(FILLER) for _ in range(4))}"
+        start = len(lead) + 1
+        paragraphs.append({"context": context, "qas": [
+            {"id": f"q{seed}-{p}-{k}", "question": f"{topic} {k}",
+             "answers": [{"text": keyword, "answer_start": start}]} for k in range(2)]})
+    path.write_text(json.dumps({"version": "1.1", "data": [{"title": "news", "paragraphs": paragraphs}]}))
+    return path
+
+
+def choice_rows(n: int, seed: int) -> list[dict]:
+    """A context with a topic's keywords; four endings, the right one of the same topic."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        topics = rng.sample(list(TOPICS), 4)
+        answer = rng.randrange(4)
+        endings = [" ".join(rng.sample(TOPICS[t], 2)) for t in topics]
+        context = news_text(rng, [topics[answer]], words=4)
+        rows.append({"context": context, **{f"ending{k}": e for k, e in enumerate(endings)}, "label": answer})
+    return rows

@@ -19,8 +19,8 @@ from bertlab.tasks.files import read_table
 from bertlab.tasks.metrics import LabelCounts, multi_label_sets, tune_threshold
 from bertlab.tasks.own_data import InputOptions, held_out_split
 from bertlab.train import finetune as ft
-from own_data_support import (TOPICS, long_document_rows, multi_label_rows, news_rows, tiny_news_model, write_csv,
-                              write_jsonl)
+from own_data_support import (TOPICS, choice_rows, long_document_rows, multi_label_rows, news_rows, squad_file,
+                              tagged_rows, tiny_news_model, write_csv, write_jsonl)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -206,6 +206,67 @@ def test_class_weights_weight_the_loss(tiny, tmp_path):
         logits = model(**spec.model_inputs(batch)).logits
         expected = torch.nn.functional.cross_entropy(logits, batch["labels"], weight=torch.tensor(spec.class_weights))
         torch.testing.assert_close(spec.loss(model, batch), expected)
+
+
+# ---------------------------------------------------------------------------------------------- other task families
+def _conll(rows, path):
+    path.write_text("".join("".join(f"{w} {t}\n" for w, t in zip(r["tokens"], r["tags"])) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "conll"])
+def test_token_classification_from_jsonl_or_conll(tiny, tmp_path, capsys, fmt):
+    """Tags discovered and sorted into id2label; entity F1; evaluate and predict on the saved model."""
+    write = write_jsonl if fmt == "jsonl" else _conll
+    train, dev = write(tagged_rows(150, 1), tmp_path / f"train.{fmt}"), write(tagged_rows(30, 2), tmp_path / f"dev.{fmt}")
+    out = tmp_path / "out"
+    assert _run("finetune", "token-classification", "--model", tiny, "--train", train, "--validation", dev,
+                "--out", out, "--max-seq-length", 48, *FAST) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    tags = sorted({"O", *(f"B-{t.upper()}" for t in TOPICS)})
+    assert metrics["data"]["labels"] == tags and metrics["best_run"]["dev"]["f1"] > 0.8
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["id2label"] == {str(i): t for i, t in enumerate(tags)}
+    capsys.readouterr()
+    assert _run("evaluate", "token-classification", "--model", out / "model", "--data", dev) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(metrics["best_run"]["dev"]["f1"])
+    (tmp_path / "new.jsonl").write_text(json.dumps({"tokens": ["the", "goal", "and", "the", "coach"]}) + "\n")
+    assert _run("predict", "--model", out / "model", "--input", tmp_path / "new.jsonl") == 0
+    assert json.loads(capsys.readouterr().out)["labels"] == ["O", "B-SPORT", "O", "O", "B-SPORT"]
+
+
+def test_question_answering_from_any_squad_file_name(tiny, tmp_path):
+    """SQuAD JSON under any name; held-out dev by whole paragraphs; v1.1 detected."""
+    data = squad_file(tmp_path / "my_questions.json", 60, 1)
+    metrics = ft.finetune(ft.FinetuneConfig(task="question-answering", model=str(tiny), data=str(data),
+                                            out=str(tmp_path / "out"), epochs=2, batch_size=16, lr=1e-2,
+                                            max_seq_length=96, progress=False))
+    assert metrics["data"]["squad_version"] == "1.1" and metrics["data"]["held_out"]["dev"] == 12  # 6 paragraphs
+    spec = TASKS["question-answering"].for_run(ft.FinetuneConfig(task="question-answering", model="-",
+                                                                 data=str(data), out="-"))
+    assert not {e.context for e in spec.read(data, "train")} & {e.context for e in spec.read(data, "dev")}
+    assert (tmp_path / "out" / "predictions.json").is_file() and 0 <= metrics["best_run"]["dev"]["f1"] <= 1
+
+
+def test_multiple_choice_from_csv_with_guessed_columns(tiny, tmp_path, capsys):
+    rows = choice_rows(60, 1)
+    for r in rows[:20]:  # the answer may also be given as the choice's column name or its text
+        r["label"] = f"ending{r['label']}"
+    train = write_csv(rows, tmp_path / "train.csv")
+    dev = write_csv(choice_rows(20, 2), tmp_path / "dev.csv")
+    out = tmp_path / "out"
+    assert _run("finetune", "multiple-choice", "--model", tiny, "--train", train, "--validation", dev, "--out", out,
+                "--epochs", 1, "--batch-size", 16, "--no-progress") == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["data"]["columns"] == {"context": "context", "start": None, "label": "label",
+                                          "choices": ["ending0", "ending1", "ending2", "ending3"]}
+    capsys.readouterr()
+    assert _run("evaluate", "multiple-choice", "--model", out / "model", "--data", dev) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["best_run"]["dev"]["accuracy"])
+    bad = write_csv([{**choice_rows(1, 3)[0], "label": "ending9"}], tmp_path / "bad.csv")
+    err = _error(capsys, "finetune", "multiple-choice", "--model", tiny, "--train", train, "--validation", bad,
+                 "--out", out)
+    assert "bad.csv:2: label 'ending9' is not a choice index (0-3)" in err
 
 
 # ---------------------------------------------------------------------------------------------- long documents
