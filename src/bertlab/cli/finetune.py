@@ -38,7 +38,16 @@ HELP = {
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
     "bf16": "bf16 autocast (CPU or GPU)",
     "eval_batch_size": "examples per prediction batch",
-    "eval_every": "also score dev every N steps (logged per run)",
+    "eval_every": "also score dev every N steps (logged per run; --eval-steps)",
+    "max_steps": "optimizer steps per run instead of --epochs",
+    "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
+                      "score; the best weights are kept",
+    "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save)",
+    "adapter_size": "adapters: bottleneck width",
+    "lora_rank": "lora: rank r of the update B A",
+    "lora_alpha": "lora: scale alpha (the update is multiplied by alpha / r)",
+    "lora_targets": "lora: comma-separated names of the linear layers to adapt",
+    "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",
     "device": "cpu or cuda (default: cuda when available)",
@@ -78,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.runconfig import add_config_arguments
 
     p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",)})
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
