@@ -39,6 +39,7 @@ from typing import Any, Iterator
 import torch
 
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
+from .nn.adapters import add_saved_adapters
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,7 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     (for BERT-base that initialisation costs more than reading the file)."""
     with torch.device("meta"):
         model = cls(config)
+        add_saved_adapters(model)  # a model fine-tuned with adapters: config.json says where they sit
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)

@@ -1,5 +1,9 @@
 """`bertlab finetune TASK --model DIR --data PATH --out DIR`: one added layer, trained on a task (paper, section 4).
 
+Tasks on the user's own files take `--train FILE` (the same setting as `--data`) with optional
+`--validation FILE` and `--test FILE`, e.g. `bertlab finetune text-classification --model DIR --train news.csv
+--text-column text --label-column category --out runs/news` (see `bertlab.tasks.own_data`).
+
 Writes OUT_DIR/metrics.json (the selected setting, mean ± sd over seeds, every run), the dev and test
 predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/run_config.json. Settings
 come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, then a JSON file (`--config
@@ -16,7 +20,8 @@ from ..tasks import TASKS
 
 HELP = {
     "model": "a Hugging Face-layout BERT folder (ours or theirs)",
-    "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD)",
+    "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD); own-data tasks: the training file "
+            "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
     "lr": "peak learning rate",
@@ -33,7 +38,16 @@ HELP = {
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
     "bf16": "bf16 autocast (CPU or GPU)",
     "eval_batch_size": "examples per prediction batch",
-    "eval_every": "also score dev every N steps (logged per run)",
+    "eval_every": "also score dev every N steps (logged per run; --eval-steps)",
+    "max_steps": "optimizer steps per run instead of --epochs",
+    "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
+                      "score; the best weights are kept",
+    "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save)",
+    "adapter_size": "adapters: bottleneck width",
+    "lora_rank": "lora: rank r of the update B A",
+    "lora_alpha": "lora: scale alpha (the update is multiplied by alpha / r)",
+    "lora_targets": "lora: comma-separated names of the linear layers to adapt",
+    "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",
     "device": "cpu or cuda (default: cuda when available)",
@@ -41,7 +55,32 @@ HELP = {
     "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
     "save_every": "also checkpoint a run's training state every N steps (it is always saved on Ctrl-C/SIGTERM)",
     "resume": "continue an interrupted fine-tuning in OUT_DIR (a grid or seed sweep at the run it was in)",
+    # tasks on the user's own files (text-classification, ...)
+    "validation": "own data: the dev file (default: a stratified share of --train held out)",
+    "test": "own data: a file to predict (labels optional)",
+    "validation_share": "own data: share of --train held out as dev when there is no --validation",
+    "format": "own data: csv, tsv, jsonl, json or parquet (default: from the file name)",
+    "delimiter": "own data: the CSV/TSV field separator, when not the format's own",
+    "text_column": "own data: the text column (default: guessed: text, sentence, content, ...)",
+    "text_pair_column": "own data: the second text of sentence pairs",
+    "label_column": "own data: the label column (default: guessed: label, category, class, ...)",
+    "multi_label": "own data: several labels per row (a JSON list, or split on --label-separator)",
+    "label_separator": "own data: separator of multi-label labels in a CSV/TSV field",
+    "problem_type": "own data: single_label_classification, multi_label_classification or regression "
+                    "(default: from the labels)",
+    "class_weights": "own data: weight the loss by inverse class frequency",
+    "long_documents": "own data: truncate (cut at max-seq-length, counted) or window (overlapping windows, "
+                      "logits averaged; max for multi-label)",
+    "window_length": "own data: tokens per window (default: max-seq-length)",
+    "window_stride": "own data: tokens shared by consecutive windows (default: a quarter of the window)",
+    "tokens_column": "token-classification: the word-list column (default: tokens / words)",
+    "tags_column": "token-classification: the tag-list column (default: tags / ner_tags)",
+    "context_column": "multiple-choice: the context column (default: context / sent1)",
+    "choice_columns": "multiple-choice: comma-separated choice columns (default: ending0,ending1,...)",
 }
+
+
+PER_CLASS_DETAIL = ("precision_", "recall_", "support_")  # per-class scores printed as F1 only
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -50,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.runconfig import add_config_arguments
 
     p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",))
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
@@ -76,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
                  if where is not None else "no checkpoint was written"), file=sys.stderr)
         return stop.result.exit_status
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
-                      "dev": {split: {k: f"{v['mean']:.4f} ± {v['sd']:.4f}" for k, v in scores.items()}
+                      "dev": {split: {k: f"{v['mean']:.4f} ± {v['sd']:.4f}" for k, v in scores.items()
+                                      if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},
                       "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0
