@@ -159,7 +159,8 @@ def test_sentinels_are_the_last_ids_in_reverse(pair):
     for i in (0, 1, 57, 99):
         token = f"<extra_id_{i}>"
         assert ours.convert_tokens_to_ids(token) == theirs.convert_tokens_to_ids(token) == ours.sentinel_id(i)
-        assert ours.convert_ids_to_tokens(ours.sentinel_id(i)) == token == theirs.convert_ids_to_tokens(ours.sentinel_id(i))
+        sid = ours.sentinel_id(i)
+        assert ours.convert_ids_to_tokens(sid) == token == theirs.convert_ids_to_tokens(sid)
         assert ours.sentinel_index(ours.sentinel_id(i)) == i
     assert ours.sentinel_index(5) is None
     assert ours.encode("<extra_id_0> a <extra_id_1>")[0] == ours.sentinel_id(0)
@@ -194,7 +195,7 @@ def test_training_is_deterministic(trained, tmp_path):
     assert (tok.base_size, tok.sp.pad_id(), tok.sp.eos_id(), tok.sp.unk_id(), tok.sp.bos_id()) == (300, 0, 1, 2, -1)
 
 
-def test_a_file_that_is_not_a_model_is_one_clear_line(tmp_path, trained, capsys):
+def test_a_file_that_is_not_a_model_is_one_clear_line(tmp_path, capsys):
     bad = tmp_path / "spiece.model"
     bad.write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
     with pytest.raises(SentencePieceError, match=rf"^{bad}: not a SentencePiece model") as info:
@@ -206,8 +207,9 @@ def test_a_file_that_is_not_a_model_is_one_clear_line(tmp_path, trained, capsys)
         T5Tokenizer.from_pretrained(tmp_path / "missing.model")
     # a SentencePiece model without T5's special pieces (the library's defaults: <unk> <s> </s>, no <pad>)
     plain = tmp_path / "plain"
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(trained[1].read_text(encoding="utf-8").splitlines()[:300]),
-                                   model_prefix=str(plain), vocab_size=200, minloglevel=2, num_threads=1)
+    words = [" ".join(f"w{(i * 7 + j) % 97}" for j in range(12)) for i in range(300)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(words), model_prefix=str(plain), vocab_size=60,
+                                   minloglevel=2, num_threads=1)
     with pytest.raises(SentencePieceError, match=r"plain.model: a T5 SentencePiece model needs a <pad> piece"):
         T5Tokenizer(f"{plain}.model")
     # and through the command line: one line, exit status 2
@@ -217,10 +219,11 @@ def test_a_file_that_is_not_a_model_is_one_clear_line(tmp_path, trained, capsys)
     assert len(err) == 1 and "corpus file not found" in err[0]
 
 
-def test_missing_library_is_one_clear_line(monkeypatch, trained):
+def test_missing_library_is_one_clear_line(monkeypatch, tmp_path):
+    (tmp_path / "spiece.model").write_bytes(b"")
     monkeypatch.setitem(sys.modules, "sentencepiece", None)
     with pytest.raises(SentencePieceError, match=r"need the sentencepiece package: pip install sentencepiece"):
-        T5Tokenizer.from_pretrained(trained[0])
+        T5Tokenizer.from_pretrained(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- WordPiece

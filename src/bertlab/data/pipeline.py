@@ -455,7 +455,7 @@ def _existing_manifest(out: Path) -> dict | None:
 
 
 def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: str | os.PathLike,
-            corpus: CorpusSettings | None = None, instances: InstanceSettings | None = None,
+            corpus: CorpusSettings | None = None, instances: InstanceSettings | TextToTextSettings | None = None,
             workers: int | None = None, progress: bool | None = None,
             echo: Callable[[str], None] | None = None) -> PrepareResult:
     """Tokenize `inputs` into shards under `out` and build an instance set there (reusing what exists).
