@@ -42,7 +42,7 @@ def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", s
         out = model(torch.randint(2, 99, (8, 12), generator=g), labels=torch.randint(2, 99, (8, 16), generator=g))
         h = out.last_hidden_state.reshape(-1, config.d_model)
         h = h * config.d_model ** -0.5 if config.scales_decoder_output else h
-        head = model.lm_head.weight if model.lm_head is not None else model.shared.weight
+        head = model.lm_head.weight
         gap = out.logits.reshape(h.size(0), -1).max(-1).values - out.logits.reshape(h.size(0), -1)[:, 1]
         mean = h.mean(0)
         along = h @ mean

@@ -240,7 +240,7 @@ def _init_ffn(m: nn.Module, c: T5Config) -> None:
 
 def _init_model(m: T5ForConditionalGeneration, c: T5Config) -> None:
     nn.init.normal_(m.shared.weight, std=c.initializer_factor)
-    if m.lm_head is not None:
+    if not c.tie_word_embeddings:
         nn.init.normal_(m.lm_head.weight, std=c.initializer_factor)
 
 
@@ -264,19 +264,20 @@ class T5PreTrainedModel(nn.Module):
     # Every weight is the model's own: a checkpoint must have them all.
     base_model_parts: tuple[str, ...] = ("shared.", "encoder.", "decoder.", "lm_head.")
     optional_base_parts: tuple[str, ...] = ()
-    tied_weight_keys: tuple[str, ...] = ()
 
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
 
     @property
-    def ignored_checkpoint_keys(self) -> tuple[str, ...]:
-        """Keys files may hold that carry nothing of ours: the stacks' aliases of `shared`, a tied LM head's copy,
-        and a cross-attention position table that old `transformers` versions saved and never used."""
-        keys = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
-                "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight")
-        return keys + (("lm_head.weight",) if self.config.tie_word_embeddings else ())
+    def tied_weight_keys(self) -> tuple[str, ...]:
+        """v1.0's LM head is the embedding matrix: saved once (as `shared.weight`), re-tied on load."""
+        return ("lm_head.weight",) if self.config.tie_word_embeddings else ()
+
+    # Keys files may hold that carry nothing of ours: the stacks' aliases of `shared`, and a cross-attention
+    # position table that old `transformers` versions saved and never used.
+    ignored_checkpoint_keys = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+                               "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight")
 
     def init_weights(self, module: nn.Module | None = None) -> None:
         """Sets every parameter of `module` (also on storage just allocated by `checkpoint.materialize`)."""
@@ -315,7 +316,9 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             self.encoder = None
             self.decoder = T5Stack(config, config.num_decoder_layers, cross_attention=False,
                                    bidirectional_positions=config.architecture == "prefix-lm")
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:  # one matrix for the input embedding and the output projection
+            self.lm_head.weight = self.shared.weight
         self.init_weights()
 
     # -------------------------------------------------------------------------------- pieces
@@ -334,7 +337,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
         rescaled by d_model^-0.5 (Mesh TensorFlow's; the embeddings are N(0, 1)); untied (v1.1): lm_head."""
         if self.config.scales_decoder_output:
             hidden = hidden * self.config.d_model ** -0.5
-        return F.linear(hidden, self.shared.weight if self.lm_head is None else self.lm_head.weight)
+        return self.lm_head(hidden)
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Teacher forcing's decoder input: [start, y_1, ..., y_{n-1}], ignored labels (-100) as padding."""
