@@ -1,8 +1,11 @@
 """T5 generation against `transformers`' `generate`: same model, same inputs, same settings -> the same ids, for
 greedy decoding and beam search (several beam counts, length penalties and early-stopping modes) on padded
-batches; and the key/value cache against recomputing the decoder over the whole output every step."""
+batches; the key/value cache against recomputing the decoder over the whole output every step; then
+`bertlab generate`, span filling and the /generate route."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -168,3 +171,116 @@ def test_generation_stops_when_every_row_has_ended():
     first = model.generate(ids, mask, max_new_tokens=1)[:, 1]
     out = model.generate(ids, mask, max_new_tokens=MAX_NEW, eos_token_id=sorted(set(first.tolist())))
     assert out.shape == (6, 2) and torch.equal(out[:, 1], first)
+
+
+# ---------------------------------------------------------------------------------------------- the command
+WORDS = ["the", "dog", "cat", "walks", "in", "park", "cute", "a", "runs", "big", "##s", "small", "tree", "sees"]
+SPECIALS = ["[PAD]", "</s>", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def t5_folder(tmp_path, architecture="encoder-decoder"):
+    """A lively tiny T5 on a WordPiece vocabulary with sentinels: pad 0, </s> 1 (T5's ids), <extra_id_0..4>."""
+    vocab = SPECIALS + [f"<extra_id_{i}>" for i in range(5)] + WORDS
+    vocab += [f"w{i}" for i in range(99 - len(vocab))]
+    model = lively_model("v1.0", architecture)
+    folder = tmp_path / "t5"
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    model.save_pretrained(folder, vocab_file=tmp_path / "vocab.txt")
+    return folder, model, {t: i for i, t in enumerate(vocab)}
+
+
+def run_cli(capsys, *argv):
+    from bertlab.cli import main
+
+    code = main(list(map(str, argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_command_writes_json_lines(tmp_path, capsys):
+    folder, model, vocab = t5_folder(tmp_path)
+    texts = ["the dog walks in the park", "a cat", "big trees see the small dog", "the <extra_id_0> walks in "
+             "<extra_id_1> park"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "in.txt",
+                             "--max-new-tokens", 8, "--num-beams", 2)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["text"] for r in rows] == texts
+    # the ids are the model's own beam search on the tokenized inputs, cut after </s>
+    from bertlab.infer.generate import load_text_tokenizer
+
+    tok = load_text_tokenizer(folder, model.config)
+    ids = tok.encode(texts[3])
+    assert ids == [vocab[t] for t in ["the", "<extra_id_0>", "walks", "in", "<extra_id_1>", "park", "</s>"]]
+    for text, row in zip(texts, rows):
+        expected = model.generate(torch.tensor([tok.encode(text)]), max_new_tokens=8, num_beams=2)[0, 1:].tolist()
+        if 1 in expected:
+            expected = expected[:expected.index(1) + 1]
+        assert row["token_ids"] == expected
+        assert row["generated"] == tok.decode(expected)
+    assert set(rows[3]["spans"]) == {"<extra_id_0>", "<extra_id_1>"} and "filled" in rows[3]
+    assert "spans" not in rows[0]
+
+
+def test_span_filling_reads_t5_targets(tmp_path):
+    from bertlab.infer.generate import fill_spans, load_text_tokenizer
+
+    folder, model, vocab = t5_folder(tmp_path)
+    tok = load_text_tokenizer(folder, model.config)
+    target = [vocab[t] for t in ["<extra_id_0>", "cute", "dog", "<extra_id_1>", "the", "<extra_id_2>", "</s>"]]
+    out = fill_spans("The <extra_id_0> walks in <extra_id_1> park", target, tok)
+    assert out == {"spans": {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"},
+                   "filled": "The cute dog walks in the park"}
+    # a sentinel the model did not produce is filled with nothing
+    assert fill_spans("a <extra_id_3> b", target, tok) == {"spans": {"<extra_id_3>": ""}, "filled": "a b"}
+
+
+def test_generate_command_bad_input_is_one_line(tmp_path, capsys):
+    folder, model, _ = t5_folder(tmp_path)
+    (tmp_path / "long.txt").write_text("a cat\n" + " ".join(["dog"] * 30) + "\n")
+    config = json.loads((folder / "config.json").read_text())
+    config["n_positions"] = 16
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "long.txt")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("long.txt:2: 31 tokens, longer than the model allows (16; --on-long truncate cuts it)")
+    assert len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "long.txt",
+                             "--on-long", "truncate", "--max-new-tokens", 3)
+    assert code == 0 and len(out.splitlines()) == 2
+
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 32}))
+    code, out, err = run_cli(capsys, "generate", "--model", bert, "a text")
+    assert code == 2 and "field 'model_type' is 'bert'; expected 't5'" in err and len(err.strip().splitlines()) == 1
+
+    (folder / "vocab.txt").unlink()
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
+    assert code == 2 and "no tokenizer in the model folder (expected one of vocab.txt)" in err
+
+
+def test_generate_route(tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import http.client
+
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    from infer_support import tiny_model
+
+    folder, _, _ = t5_folder(tmp_path)
+    bert = tiny_model(tmp_path / "bert")
+    running = start_in_thread(create_app(load_models(bert, InferenceOptions(), generate_model=folder)))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        conn.request("POST", "/generate", body=json.dumps({"texts": ["the <extra_id_0> walks", "a dog"]}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        out = json.loads(resp.read())
+    finally:
+        running.stop()
+    assert resp.status == 200 and len(out["predictions"]) == 2
+    assert "spans" in out["predictions"][0] and "generated" in out["predictions"][1]

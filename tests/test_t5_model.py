@@ -291,3 +291,19 @@ def test_presets_param_counts(name):
     expected = {"t5-small": 60.5e6, "t5-base": 222.9e6, "t5-large": 737.7e6}  # the paper: 60M, 220M, 770M
     if name in expected:
         assert abs(t5_count(config) - expected[name]) < 0.1e6
+
+
+def test_params_command_counts_t5(tmp_path, capsys):
+    from bertlab.cli import main
+    from bertlab.params import t5_count
+
+    assert main(["params", "t5-small", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["t5-small"]
+    assert rows["total (T5ForConditionalGeneration)"] == t5_count(preset("t5-small")) == 60_506_624
+    config = tiny("v1.1", architecture="prefix-lm")
+    model = T5ForConditionalGeneration(config)
+    model.save_pretrained(tmp_path)
+    assert main(["params", str(tmp_path), "--format", "json"]) == 0  # a model folder: counted by its model_type
+    rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
+    assert rows["total (T5ForConditionalGeneration)"] == model.num_parameters()
+    assert "decoder.layer.cross_attention" not in rows and "encoder.layer.ffn" not in rows
