@@ -7,7 +7,7 @@ import importlib
 
 from .config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
-from .tokenizer import BertTokenizer
+from .tokenizer import BertTokenizer, T5Tokenizer, WordPieceT5Tokenizer
 
 __version__ = "0.1.0"
 
@@ -21,7 +21,7 @@ _LAZY = {
 }
 
 __all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",
-           *_LAZY]
+           "T5Tokenizer", "WordPieceT5Tokenizer", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -55,6 +56,8 @@ def _coerce(name: str, value: Any, annotation: Any, source: str) -> Any:
             return int(value)
     elif base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # nan / inf reach the optimizer and fail deep inside it
+                raise ConfigError(f"{source}: '{name}' must be a finite number, got {value!r}")
             return float(value)
     elif base is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -112,6 +115,16 @@ def config_from_args(cls: type[T], args: argparse.Namespace, base: dict[str, Any
     given = {k: v for k, v in vars(args).items() if k in names and v is not None}
     data.update(given)
     return config_from_dict(cls, data, source)
+
+
+def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
+    """The settings the user stated: the flags given on the command line and the keys of the `--config`
+    file -- what a resumed run takes from the user rather than from its own run_config.json."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = {k for k, v in vars(args).items() if k in names and v is not None}
+    if getattr(args, "config", None) is not None:
+        given |= set(read_json_object(args.config)) & names
+    return given
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s|sec)?", re.I)
