@@ -180,11 +180,10 @@ def test_prefix_is_fully_visible_only_in_prefix_lm():
     """Changing the last input token changes the first input position's hidden state in the prefix LM (it sees
     the whole prefix) but no earlier position's in the causal LM; in both it reaches every target."""
     from bertlab.nn import AttentionMask
-    from bertlab.t5.model import DECODER_ONLY_MASKS
 
     for architecture in ("prefix-lm", "decoder-only"):
         model = lm(architecture)
-        kind = DECODER_ONLY_MASKS[architecture]
+        kind = model.config.decoder_mask_kind
         ids, _, labels = padded_inputs(B=2, T=9, T_dec=5)
         changed = ids.clone()
         changed[:, -1] = (changed[:, -1] + 5) % 99

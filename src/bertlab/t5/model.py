@@ -100,18 +100,6 @@ class T5LayerFF(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- attention
-@dataclass
-class LayerCache:
-    """One decoder block's keys and values while generating: self-attention buffers preallocated to the longest
-    sequence (filled up to the cache's `length`), and the cross-attention keys and values of the encoder output,
-    computed once."""
-
-    self_k: torch.Tensor  # (B, T_max, inner)
-    self_v: torch.Tensor
-    cross_k: torch.Tensor | None = None  # (B, T_enc, inner)
-    cross_v: torch.Tensor | None = None
-
-
 class T5Attention(nn.Module):
     """softmax(Q Kᵀ + b_rel + mask) V in `num_heads` heads of size d_kv -- no 1/sqrt(d_kv): T5 folds it into the
     initialisation of q. The formula is `nn.attention` with scale 1.0 and the bias."""
@@ -143,7 +131,8 @@ class T5LayerSelfAttention(nn.Module):
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, mask, bias, cache: LayerCache | None = None, start: int = 0):
+    def forward(self, x, mask, bias, cache=None, start: int = 0):
+        """`cache`: while generating, this block's `generate.LayerCache`; `start` positions are already in it."""
         h = self.layer_norm(x)
         attn = self.SelfAttention
         k, v = attn.k(h), attn.v(h)  # (B, T, inner)
@@ -162,7 +151,7 @@ class T5LayerCrossAttention(nn.Module):
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, encoder_states, encoder_mask, cache: LayerCache | None = None):
+    def forward(self, x, encoder_states, encoder_mask, cache=None):
         attn = self.EncDecAttention
         if cache is not None:  # the encoder's keys and values do not change while decoding
             k, v = cache.cross_k, cache.cross_v
@@ -182,8 +171,7 @@ class T5Block(nn.Module):
             self.layer.append(T5LayerCrossAttention(config))
         self.layer.append(T5LayerFF(config))
 
-    def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache: LayerCache | None = None,
-                start: int = 0):
+    def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache=None, start: int = 0):
         x = self.layer[0](x, mask, bias, cache, start)
         if len(self.layer) == 3:
             x = self.layer[1](x, encoder_states, encoder_mask, cache)
@@ -211,8 +199,10 @@ class T5Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, bias: torch.Tensor | None = None,
                 encoder_states: torch.Tensor | None = None, encoder_mask: AttentionMask | None = None,
-                cache: list[LayerCache] | None = None, start: int = 0) -> torch.Tensor:
-        """x: (B, T, d_model) embeddings of the new positions (which follow `start` cached ones) -> (B, T, d_model)."""
+                cache: list | None = None, start: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model) embeddings of the new positions (which follow `start` cached ones) -> (B, T, d_model).
+        `cache`: while generating, one `generate.LayerCache` per block (generate.py owns the cache: the model
+        only writes the new keys and values into it and reads the rest)."""
         if bias is None:
             bias = self.position_bias(x.size(1), start + x.size(1), start)
         x = self.dropout(x)
@@ -251,9 +241,6 @@ INITIALIZERS = {
     T5DenseActDense: _init_ffn,
     T5DenseGatedActDense: _init_ffn,
 }
-
-# The decoder-only architectures: which attention mask the one stack uses.
-DECODER_ONLY_MASKS = {"decoder-only": "causal", "prefix-lm": "prefix"}
 
 
 class T5PreTrainedModel(nn.Module):
@@ -388,7 +375,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             ids, keep, prefix = self.decoder_only_inputs(input_ids, attention_mask, decoder_input_ids,
                                                          decoder_attention_mask)
             self.check_length(ids.size(1), "input + target")
-            kind = DECODER_ONLY_MASKS[self.config.architecture]
+            kind = self.config.decoder_mask_kind
             mask = AttentionMask.padding(keep, kind, prefix if kind == "prefix" else None)
             hidden = self.decoder(self.shared(ids), mask)[:, -decoder_input_ids.size(1):]  # the target positions
         logits = self.lm_logits(hidden)  # (B, T_dec, V)
