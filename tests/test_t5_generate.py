@@ -28,21 +28,22 @@ EOS_QUANTILE = {"v1.0": 0.1, "v1.1": 0.4}
 BEAM_SETTINGS = [(3, 1.0, False), (4, 0.6, True), (2, 2.0, "never"), (3, -0.5, False)]
 
 
-def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0):
+def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0, vocab_size: int = 99):
     """A random tiny T5 whose outputs are not degenerate: at initializer_factor 1 a random T5 repeats one token
     forever, so weights are drawn 3x larger and the decoder's position bias is sharpened (outputs change along
     the sequence); and `</s>` is made the best token at some positions (some rows end early, exercising the stop on
     eos): its output row is moved along the mean decoder output (EOS_QUANTILE says how far). Equal encoder and decoder depth:
     transformers' own cache breaks on unequal ones (it sizes the cache from num_layers)."""
     torch.manual_seed(seed)
-    config = T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+    config = T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                       relative_attention_num_buckets=8, relative_attention_max_distance=20, initializer_factor=3.0,
                       architecture=architecture, **VARIANTS[variant])
     model = T5ForConditionalGeneration(config).eval()
     g = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():
         model.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(10)
-        out = model(torch.randint(2, 99, (8, 12), generator=g), labels=torch.randint(2, 99, (8, 16), generator=g))
+        out = model(torch.randint(2, vocab_size, (8, 12), generator=g),
+                    labels=torch.randint(2, vocab_size, (8, 16), generator=g))
         h = out.last_hidden_state.reshape(-1, config.d_model)
         h = h * config.d_model ** -0.5 if config.scales_decoder_output else h
         head = model.lm_head.weight
@@ -175,18 +176,25 @@ def test_generation_stops_when_every_row_has_ended():
 
 # ---------------------------------------------------------------------------------------------- the command
 WORDS = ["the", "dog", "cat", "walks", "in", "park", "cute", "a", "runs", "big", "##s", "small", "tree", "sees"]
-SPECIALS = ["[PAD]", "</s>", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+SENTINELS = 5
 
 
 def t5_folder(tmp_path, architecture="encoder-decoder"):
-    """A lively tiny T5 on a WordPiece vocabulary with sentinels: pad 0, </s> 1 (T5's ids), <extra_id_0..4>."""
-    vocab = SPECIALS + [f"<extra_id_{i}>" for i in range(5)] + WORDS
-    vocab += [f"w{i}" for i in range(99 - len(vocab))]
+    """A lively tiny T5 with T5 on WordPiece's tokenizer (`WordPieceT5Tokenizer`): [PAD] 0 and [SEP] 1 (the
+    model's pad and </s> ids), words, and 5 sentinels at the end of the 99 ids."""
+    from bertlab.tokenizer import BertTokenizer
+    from bertlab.tokenizer.text_to_text import WordPieceT5Tokenizer
+
+    base = ["[PAD]", "[SEP]", "[UNK]", "[CLS]", "[MASK]"] + WORDS
+    base += [f"w{i}" for i in range(99 - SENTINELS - len(base))]
+    tokenizer = WordPieceT5Tokenizer(BertTokenizer({t: i for i, t in enumerate(base)}), extra_ids=SENTINELS)
     model = lively_model("v1.0", architecture)
     folder = tmp_path / "t5"
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    model.save_pretrained(folder, vocab_file=tmp_path / "vocab.txt")
-    return folder, model, {t: i for i, t in enumerate(vocab)}
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    vocab = {t: i for i, t in enumerate(base)}
+    vocab.update({f"<extra_id_{i}>": tokenizer.sentinel_id(i) for i in range(SENTINELS)})
+    return folder, model, vocab
 
 
 def run_cli(capsys, *argv):
@@ -208,27 +216,53 @@ def test_generate_command_writes_json_lines(tmp_path, capsys):
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["text"] for r in rows] == texts
     # the ids are the model's own beam search on the tokenized inputs, cut after </s>
-    from bertlab.infer.generate import load_text_tokenizer
+    from bertlab.infer.generate import decode, load_generation_tokenizer
 
-    tok = load_text_tokenizer(folder, model.config)
+    tok = load_generation_tokenizer(folder, model.config)
     ids = tok.encode(texts[3])
-    assert ids == [vocab[t] for t in ["the", "<extra_id_0>", "walks", "in", "<extra_id_1>", "park", "</s>"]]
+    assert ids == [vocab[t] for t in ["the", "<extra_id_0>", "walks", "in", "<extra_id_1>", "park", "[SEP]"]]
     for text, row in zip(texts, rows):
         expected = model.generate(torch.tensor([tok.encode(text)]), max_new_tokens=8, num_beams=2)[0, 1:].tolist()
         if 1 in expected:
             expected = expected[:expected.index(1) + 1]
         assert row["token_ids"] == expected
-        assert row["generated"] == tok.decode(expected)
+        assert row["generated"] == decode(expected, tok)
     assert set(rows[3]["spans"]) == {"<extra_id_0>", "<extra_id_1>"} and "filled" in rows[3]
     assert "spans" not in rows[0]
 
 
+def test_generate_command_with_a_sentencepiece_model(tmp_path, capsys):
+    """T5's own tokenizer: a SentencePiece model trained here (spiece.model + 100 sentinels), the model's
+    vocabulary sized to it; `bertlab generate` tokenizes, generates and decodes through it."""
+    import random
+
+    from bertlab.tokenizer.sentencepiece import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+
+    rng = random.Random(0)
+    (tmp_path / "corpus.txt").write_text("\n".join(" ".join(rng.choice(WORDS[:10] + ["trees", "parks", "dogs"])
+                                                            for _ in range(8)) for _ in range(300)) + "\n")
+    folder = tmp_path / "t5"
+    train_sentencepiece([tmp_path / "corpus.txt"], SentencePieceTrainConfig(30, threads=1), folder)
+    tok = T5Tokenizer.from_pretrained(folder)
+    model = lively_model("v1.1", vocab_size=tok.vocab_size)
+    model.save_pretrained(folder)
+    text = "the <extra_id_0> walks in <extra_id_1> park"
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--max-new-tokens", 6, text)
+    assert code == 0, err
+    row = json.loads(out)
+    ids = tok.encode(text)
+    assert ids[-1] == 1 and tok.sentinel_id(0) in ids and tok.sentinel_id(1) in ids
+    expected = model.generate(torch.tensor([ids]), max_new_tokens=6)[0, 1:].tolist()
+    assert row["token_ids"] == (expected[:expected.index(1) + 1] if 1 in expected else expected)
+    assert set(row["spans"]) == {"<extra_id_0>", "<extra_id_1>"}
+
+
 def test_span_filling_reads_t5_targets(tmp_path):
-    from bertlab.infer.generate import fill_spans, load_text_tokenizer
+    from bertlab.infer.generate import fill_spans, load_generation_tokenizer
 
     folder, model, vocab = t5_folder(tmp_path)
-    tok = load_text_tokenizer(folder, model.config)
-    target = [vocab[t] for t in ["<extra_id_0>", "cute", "dog", "<extra_id_1>", "the", "<extra_id_2>", "</s>"]]
+    tok = load_generation_tokenizer(folder, model.config)
+    target = [vocab[t] for t in ["<extra_id_0>", "cute", "dog", "<extra_id_1>", "the", "<extra_id_2>", "[SEP]"]]
     out = fill_spans("The <extra_id_0> walks in <extra_id_1> park", target, tok)
     assert out == {"spans": {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"},
                    "filled": "The cute dog walks in the park"}
@@ -256,9 +290,14 @@ def test_generate_command_bad_input_is_one_line(tmp_path, capsys):
     code, out, err = run_cli(capsys, "generate", "--model", bert, "a text")
     assert code == 2 and "field 'model_type' is 'bert'; expected 't5'" in err and len(err.strip().splitlines()) == 1
 
+    config["eos_token_id"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
+    assert code == 2 and "the tokenizer's eos_token_id is 1 but config.json says 2; they must agree" in err
+
     (folder / "vocab.txt").unlink()
     code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
-    assert code == 2 and "no tokenizer in the model folder (expected one of vocab.txt)" in err
+    assert code == 2 and "no vocab.txt in this folder" in err and len(err.strip().splitlines()) == 1
 
 
 def test_generate_route(tmp_path):

@@ -4,12 +4,8 @@
                                                  --spans-->  {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"}
                                                  --filled->  "The cute dog walks in the park"
 
-The tokenizer comes from the model folder through `TOKENIZER_LOADERS` (file name -> loader), tried in order:
-`spiece.model` (SentencePiece, as Google's T5 ships) once a loader for it is registered, and `vocab.txt`
-(WordPiece plus `<extra_id_N>` sentinel entries: T5 on BERT's vocabulary). A loader returns a `TextTokenizer`:
-`encode(text)` -> ids ending with the model's `</s>`, `decode(ids)` -> text without pad/`</s>`,
-`sentinel_ids` (id -> sentinel token) and `model_max_length`. `register_tokenizer_loader` adds one.
-
+The tokenizer is the folder's T5 tokenizer (`tokenizer.text_to_text.load_text_to_text_tokenizer`): SentencePiece
+from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`; its end and pad ids must be the model's.
 Inputs are sorted by length and generated in buckets (`batching.run_bucketed`), so short texts do not wait
 for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-length`) is
 refused in one line naming it (`--on-long truncate` cuts it, keeping `</s>`, with a warning).
@@ -21,89 +17,36 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from ..errors import BertlabError
+from ..tokenizer.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
 from . import batching
 from .runtime import InferenceOptions, check_model_dir, load_model
 
 log = logging.getLogger(__name__)
 
-SENTINEL = re.compile(r"<extra_id_(\d+)>")
 
+def load_generation_tokenizer(model_dir: str | Path, config) -> TextToTextTokenizer:
+    """The model folder's T5 tokenizer, checked against the model: the ids it ends and pads sequences with are
+    the ones generation stops on and pads with."""
+    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
 
-class TextTokenizer(Protocol):
-    """What generation needs of a tokenizer."""
-
-    model_max_length: int
-    sentinel_ids: dict[int, str]  # id -> "<extra_id_N>"
-
-    def encode(self, text: str) -> list[int]: ...  # ids of the text, then </s>
-
-    def decode(self, ids: Sequence[int]) -> str: ...  # without pad and </s>
-
-
-class WordPieceTextTokenizer:
-    """A `vocab.txt` as a T5 tokenizer: WordPiece for the text, each `<extra_id_N>` written in it as its own
-    vocabulary entry (they must be in vocab.txt), and the model's `</s>` id appended."""
-
-    def __init__(self, tokenizer, eos_id: int, pad_id: int):
-        self.tokenizer = tokenizer
-        self.eos_id, self.pad_id = eos_id, pad_id
-        self.sentinel_ids = {i: t for t, i in tokenizer.vocab.items() if SENTINEL.fullmatch(t)}
-        self.sentinel_by_token = {t: i for i, t in self.sentinel_ids.items()}
-        self.model_max_length = tokenizer.model_max_length
-
-    def encode(self, text: str) -> list[int]:
-        ids: list[int] = []
-        pos = 0
-        for m in SENTINEL.finditer(text):
-            ids += self.tokenizer.encode(text[pos:m.start()], add_special_tokens=False)
-            if m.group(0) not in self.sentinel_by_token:
-                raise BertlabError(f"{m.group(0)} is not in the vocabulary ({self.tokenizer.vocab_file})")
-            ids.append(self.sentinel_by_token[m.group(0)])
-            pos = m.end()
-        return ids + self.tokenizer.encode(text[pos:], add_special_tokens=False) + [self.eos_id]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode([i for i in ids if i not in (self.eos_id, self.pad_id)])
-
-
-def _wordpiece(model_dir: Path, config) -> WordPieceTextTokenizer:
-    from ..tokenizer import BertTokenizer
-
-    return WordPieceTextTokenizer(BertTokenizer.from_pretrained(model_dir), config.eos_token_id, config.pad_token_id)
-
-
-# file in the model folder -> loader(model_dir, model config) -> TextTokenizer; the first file present wins.
-# SentencePiece (`spiece.model`) is registered by its module once it is part of bertlab.
-TOKENIZER_LOADERS: dict[str, Callable[[Path, Any], TextTokenizer]] = {"vocab.txt": _wordpiece}
-
-
-def register_tokenizer_loader(filename: str, loader: Callable[[Path, Any], TextTokenizer], first: bool = True) -> None:
-    """Make model folders holding `filename` load their tokenizer with `loader` (tried before the others when
-    `first`)."""
-    rest = {k: v for k, v in TOKENIZER_LOADERS.items() if k != filename}
-    TOKENIZER_LOADERS.clear()
-    TOKENIZER_LOADERS.update({filename: loader, **rest} if first else {**rest, filename: loader})
-
-
-def load_text_tokenizer(model_dir: str | Path, config) -> TextTokenizer:
-    model_dir = Path(model_dir)
-    for filename, loader in TOKENIZER_LOADERS.items():
-        if (model_dir / filename).is_file():
-            return loader(model_dir, config)
-    raise BertlabError(f"{model_dir}: no tokenizer in the model folder (expected one of "
-                       f"{', '.join(TOKENIZER_LOADERS)})")
+    tokenizer = load_text_to_text_tokenizer(model_dir)
+    for name in ("eos_token_id", "pad_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise BertlabError(f"{model_dir}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json "
+                               f"says {getattr(config, name)}; they must agree")
+    return tokenizer
 
 
 # ---------------------------------------------------------------------------------------------- generation
 class Generator:
     """A T5 model folder as a text-to-text function: `generate(texts)` and `fill_spans(texts)`."""
 
-    def __init__(self, model, tokenizer: TextTokenizer, options: InferenceOptions | None = None,
+    def __init__(self, model, tokenizer: TextToTextTokenizer, options: InferenceOptions | None = None,
                  max_new_tokens: int = 20, num_beams: int = 1, length_penalty: float = 1.0,
                  early_stopping: bool | str = False):
         self.model, self.tokenizer = model, tokenizer
@@ -127,7 +70,7 @@ class Generator:
         options = options or InferenceOptions()
         model_dir = check_model_dir(Path(model_dir))
         model = load_model(T5ForConditionalGeneration, model_dir, options)  # another model_type: one line
-        return cls(model, load_text_tokenizer(model_dir, model.config), options, **settings)
+        return cls(model, load_generation_tokenizer(model_dir, model.config), options, **settings)
 
     def encode(self, texts: Sequence[str], where: Callable[[int], str] | None = None) -> list[list[int]]:
         where = where or (lambda i: f"text {i + 1}")
@@ -161,8 +104,8 @@ class Generator:
         {"spans": {sentinel: span}, "filled": the text with each sentinel replaced by its span}."""
         results = []
         for text, ids in zip(texts, self.generate_ids(self.encode(texts, where))):
-            result: dict[str, Any] = {"generated": self.tokenizer.decode(ids), "token_ids": ids}
-            if SENTINEL.search(text):
+            result: dict[str, Any] = {"generated": decode(ids, self.tokenizer), "token_ids": ids}
+            if SENTINEL_PATTERN.search(text):
                 result.update(fill_spans(text, ids, self.tokenizer))
             results.append(result)
         return results
@@ -171,18 +114,27 @@ class Generator:
         """`generate` for texts that must hold a sentinel (fill-mask's rule for [MASK])."""
         where = where or (lambda i: f"text {i + 1}")
         for i, text in enumerate(texts):
-            if not SENTINEL.search(text):
+            if not SENTINEL_PATTERN.search(text):
                 raise BertlabError(f"{where(i)}: no <extra_id_N> sentinel in the text; put <extra_id_0> where a span "
                                    "should be filled")
         return self.generate(texts, where)
 
 
-def fill_spans(text: str, ids: Sequence[int], tokenizer: TextTokenizer) -> dict[str, Any]:
+def decode(ids: Sequence[int], tokenizer: TextToTextTokenizer, spans: bool = False) -> str:
+    """Generated ids -> text without pad and </s> (sentinels written out, unless decoding a span). Ids past the
+    tokenizer's vocabulary (T5 checkpoints pad the embedding to a multiple of 128: never produced once trained)
+    are left out."""
+    drop = {tokenizer.pad_token_id, tokenizer.eos_token_id}
+    return tokenizer.decode([i for i in ids if i not in drop and 0 <= i < tokenizer.vocab_size],
+                            skip_special_tokens=spans)
+
+
+def fill_spans(text: str, ids: Sequence[int], tokenizer: TextToTextTokenizer) -> dict[str, Any]:
     """The text's sentinels filled from the model's output: {"spans": {sentinel: span}, "filled": text}. A sentinel
     the model left out gets an empty span."""
     found = spans_by_sentinel(ids, tokenizer)
-    spans = {m.group(0): found.get(m.group(0), "") for m in SENTINEL.finditer(text)}
-    filled = SENTINEL.sub(lambda m: spans[m.group(0)], text)
+    spans = {m.group(0): found.get(m.group(0), "") for m in SENTINEL_PATTERN.finditer(text)}
+    filled = SENTINEL_PATTERN.sub(lambda m: spans[m.group(0)], text)
     return {"spans": spans, "filled": re.sub(r" {2,}", " ", filled).strip()}
 
 
@@ -190,14 +142,15 @@ def _until_eos(ids: list[int], eos: int) -> list[int]:
     return ids[:ids.index(eos) + 1] if eos in ids else ids
 
 
-def spans_by_sentinel(ids: Sequence[int], tokenizer: TextTokenizer) -> dict[str, str]:
+def spans_by_sentinel(ids: Sequence[int], tokenizer: TextToTextTokenizer) -> dict[str, str]:
     """T5's target format, `<extra_id_0> span <extra_id_1> span ...`, as {sentinel: decoded span}; tokens before
     the first sentinel belong to none and are dropped."""
     spans: dict[str, list[int]] = {}
     current: list[int] | None = None
     for i in ids:
-        if i in tokenizer.sentinel_ids:
-            current = spans.setdefault(tokenizer.sentinel_ids[i], [])
+        index = tokenizer.sentinel_index(i)
+        if index is not None:
+            current = spans.setdefault(sentinel_token(index), [])
         elif current is not None:
             current.append(i)
-    return {s: tokenizer.decode(span).strip() for s, span in spans.items()}
+    return {s: decode(span, tokenizer, spans=True).strip() for s, span in spans.items()}
