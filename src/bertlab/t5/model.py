@@ -192,7 +192,8 @@ class T5Stack(nn.Module):
         self.max_distance = config.relative_attention_max_distance
 
     def position_bias(self, query_length: int, key_length: int, query_offset: int = 0) -> torch.Tensor:
-        """(1, nh, T_q, T_k): the relative position bias of queries at `query_offset`... over keys 0..T_k-1."""
+        """(1, nh, T_q, T_k): the relative position bias of T_q queries from position `query_offset` on, over
+        keys 0..T_k-1."""
         table = self.block[0].layer[0].SelfAttention.relative_attention_bias
         return relative_position_bias(table, query_length, key_length, self.bidirectional_positions,
                                       self.max_distance, query_offset)
