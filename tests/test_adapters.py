@@ -190,3 +190,23 @@ def test_parameter_counts_count_shared_tensors_once():
     model = nn.Sequential(shared, shared, nn.Linear(3, 1))
     model[2].weight.requires_grad_(False)
     assert parameter_counts(model) == (12 + 1, 12 + 4)
+
+
+# ---------------------------------------------------------------------------------------------- multi-task mixing
+def test_mixing_rates_follow_t5s_rules():
+    from bertlab.data.mixing import mixing_rates, task_schedule
+
+    sizes = [1000, 100, 10]
+    assert mixing_rates(sizes) == pytest.approx([1000 / 1110, 100 / 1110, 10 / 1110])
+    assert mixing_rates(sizes, limit=100) == pytest.approx([100 / 210, 100 / 210, 10 / 210])  # capped at K
+    assert mixing_rates(sizes, "equal") == pytest.approx([1 / 3] * 3)
+    hot = mixing_rates(sizes, "temperature", temperature=2.0)
+    root = [(s / 1110) ** 0.5 for s in sizes]
+    assert hot == pytest.approx([r / sum(root) for r in root])
+    assert mixing_rates(sizes, "temperature", temperature=1.0) == pytest.approx(mixing_rates(sizes))
+    assert mixing_rates(sizes, "temperature", temperature=1e6) == pytest.approx([1 / 3] * 3, abs=1e-4)
+    schedule = task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert schedule == task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert [schedule.count(t) / 21000 for t in range(3)] == pytest.approx([100 / 210, 100 / 210, 10 / 210], abs=0.01)
+    with pytest.raises(ValueError, match="mixing rule"):
+        mixing_rates(sizes, "uniform")
