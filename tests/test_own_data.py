@@ -133,6 +133,24 @@ def test_multi_label_scores_equal_scikit_learn(tiny, tmp_path, capsys):
     assert _run("evaluate", "text-classification", "--model", out / "model", "--data", dev) == 0
     rescored = json.loads(capsys.readouterr().out)
     assert rescored["micro_f1"] == pytest.approx(scores["micro_f1"]) and rescored["threshold"] == scores["threshold"]
+    # `bertlab serve`: /classify answers the labels over the threshold too
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import http.client
+
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    running = start_in_thread(create_app(load_models(out / "model", InferenceOptions())))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        text = "the market and the shares after the election vote"
+        conn.request("POST", "/classify", body=json.dumps({"texts": [text]}),
+                     headers={"Content-Type": "application/json"})
+        served = json.loads(conn.getresponse().read())["predictions"][0]
+    finally:
+        running.stop()
+    assert served["labels"] == answer["labels"] and served["scores"] == pytest.approx(answer["scores"])
 
 
 def test_label_counts_equal_scikit_learn_on_random_sets():

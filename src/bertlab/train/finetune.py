@@ -44,6 +44,7 @@ from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
 from ..tasks.own_data import InputOptions
 from . import methods
+from .multitask import MULTI_TASK, MultiTaskOptions
 from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
 from .optim import adamw, linear_warmup_decay
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
@@ -89,9 +90,10 @@ class FinetuneConfig:
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
+    multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
+        if self.task not in TASKS and self.task != MULTI_TASK:
             TASKS[self.task]  # raises the one-line "unknown task ... expected one of" error
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size"):
             if getattr(self, name) < 1:
