@@ -113,7 +113,7 @@ def run_hf(model_dir, train, dev, task, args, seed, out) -> dict:
                                                           id2label=dict(enumerate(labels)), label2id=label2id)
     targs = TrainingArguments(
         output_dir=str(out), per_device_train_batch_size=args.batch_size, per_device_eval_batch_size=64,
-        learning_rate=args.lr, num_train_epochs=args.epochs, warmup_ratio=0.1, weight_decay=0.01, adam_epsilon=1e-6,
+        learning_rate=args.lr, num_train_epochs=args.epochs, warmup_steps=0.1, weight_decay=0.01, adam_epsilon=1e-6,
         max_grad_norm=1.0, lr_scheduler_type="linear", seed=seed, use_cpu=True, save_strategy="no",
         eval_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True, dataloader_pin_memory=False)
     trainer = Trainer(model=model, args=targs, train_dataset=features(train_rows),

@@ -399,3 +399,20 @@ def test_input_options_group_from_file_and_flags(tmp_path):
     (tmp_path / "typo.json").write_text(json.dumps({"inputs": {"text_colum": "x"}}))
     with pytest.raises(ConfigError, match="inputs: unknown key 'text_colum'"):
         config_from_args(ft.FinetuneConfig, parser.parse_args(["--config", str(tmp_path / "typo.json")]))
+
+
+def test_parquet_and_tsv_read_like_csv(tmp_path):
+    rows = news_rows(6, 1)
+    write_csv(rows, tmp_path / "t.tsv", delimiter="\t")
+    tsv = read_table(tmp_path / "t.tsv")
+    assert [r.values for r in tsv.rows] == rows and tsv.where(tsv.rows[0]).endswith("t.tsv:2")
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pyarrow.Table.from_pylist(rows), tmp_path / "t.parquet")
+    table = read_table(tmp_path / "t.parquet")
+    assert table.columns == ["id", "text", "category"] and [r.values for r in table.rows] == rows
+    assert table.where(table.rows[2]).endswith("t.parquet: record 3")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(Exception, match="bad.parquet: not a readable Parquet file"):
+        read_table(tmp_path / "bad.parquet")
