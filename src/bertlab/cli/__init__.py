@@ -1,7 +1,8 @@
 """The `bertlab` command: a dict of subcommands, each a module under `bertlab.cli` with `add_arguments` and `run`.
 
 Subcommand modules are imported only when chosen, so `bertlab --help` and light commands start fast.
-A `BertlabError` (bad input) is printed as one line and exits with status 2; Ctrl-C exits with 130.
+A `BertlabError` (bad input) is printed as one line and exits with status 2, as is a file-system error (disk
+full, read-only file system) no command translated itself; Ctrl-C exits with 130.
 """
 
 from __future__ import annotations
@@ -61,6 +62,27 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `bertlab ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:
+        # The last resort for a file-system failure no write site translated: one line naming the file and
+        # the cause (disk full, read-only file system) instead of a traceback. Only I/O errors that name a
+        # file or can only come from writing; anything else is a bug and keeps its traceback.
+        line = io_error_line(e)
+        if line is None:
+            raise
+        print(f"bertlab {args.command}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def io_error_line(error: BaseException) -> str | None:
+    """`PATH: disk full` for an OSError (or one behind a torch/safetensors error) that names a file or is a
+    write failure; None for anything else."""
+    from ..errors import WRITE_ERRNOS, describe_os_error, os_error_of
+
+    os_error = os_error_of(error)
+    if os_error is None or (os_error.filename is None and os_error.errno not in WRITE_ERRNOS):
+        return None
+    where = os_error.filename if os_error.filename is not None else "writing the output"
+    return f"{os.fsdecode(where)}: {describe_os_error(os_error)}"
 
 
 if __name__ == "__main__":

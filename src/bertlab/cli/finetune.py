@@ -53,6 +53,8 @@ HELP = {
     "device": "cpu or cuda (default: cuda when available)",
     "progress": "progress bar (default: when stderr is a terminal)",
     "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
+    "save_every": "also checkpoint a run's training state every N steps (it is always saved on Ctrl-C/SIGTERM)",
+    "resume": "continue an interrupted fine-tuning in OUT_DIR (a grid or seed sweep at the run it was in)",
     # tasks on the user's own files (text-classification, ...)
     "validation": "own data: the dev file (default: a stratified share of --train held out)",
     "test": "own data: a file to predict (labels optional)",
@@ -99,21 +101,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig, finetune
-    from ..train.runconfig import config_from_args
+    from ..train.finetune import FinetuneConfig, FinetuneInterrupted, finetune
+    from ..train.runconfig import config_from_args, given_fields
+    from ..train.setup import resume_base
 
     if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
         from ..train.feature_ner import run_from_finetune_args
         return run_from_finetune_args(args)
-    cfg = config_from_args(FinetuneConfig, args, base={"progress": sys.stderr.isatty()})
-    if cfg.task == "multi":
+    base = {"progress": sys.stderr.isatty()}
+    if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
+        base.update(resume_base(args.out))
+    cfg = config_from_args(FinetuneConfig, args, base=base)
+    if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
         from ..train.multitask import finetune_multi
 
         metrics = finetune_multi(cfg)
         print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
                          | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
         return 0
-    metrics = finetune(cfg)
+    try:
+        metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
+    except FinetuneInterrupted as stop:  # tell the truth: --resume continues only from a saved checkpoint
+        where = stop.result.checkpoint
+        print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
+              + (f"checkpoint {where}; continue with: bertlab finetune {cfg.task} --out {cfg.out} --resume"
+                 if where is not None else "no checkpoint was written"), file=sys.stderr)
+        return stop.result.exit_status
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
                       "dev": {split: {k: f"{v['mean']:.4f} ± {v['sd']:.4f}" for k, v in scores.items()
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..train.pretrain import PretrainConfig, run_pretraining
-    from ..train.runconfig import config_from_args
+    from ..train.runconfig import config_from_args, given_fields
 
     if args.demo:
         from ..train.demo import run_demo
@@ -75,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
         return run_demo(out=Path(args.out or "runs/demo"), corpus=args.demo_corpus, minutes=args.demo_minutes,
                         resume=bool(args.resume), progress=args.progress is not False)
     cfg = config_from_args(PretrainConfig, args)
-    result = run_pretraining(cfg)
+    result = run_pretraining(cfg, given=given_fields(PretrainConfig, args))
     train = result.train
-    if train.interrupted:
+    if train.interrupted:  # exit 130 after Ctrl-C, 143 after SIGTERM, as the shell's convention has it
         print(f"interrupted at step {train.step}; checkpoint {train.checkpoint}; continue with: "
               f"bertlab pretrain --out {cfg.out} --resume")
-        return 130
+        return train.exit_status
     for name, values in (("held-out before", result.eval_before), ("held-out after", result.eval_after)):
         if values:
             print(f"{name}: " + "  ".join(f"{k} {v:.4f}" for k, v in values.items()))

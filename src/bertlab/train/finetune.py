@@ -18,6 +18,14 @@ OUT_DIR/
     {split}_predictions.*        dev predictions of the saved model (format chosen by the task)
     {Task}.tsv, ...              test predictions (GLUE submission format, SQuAD JSON, ...)
     runs/{name}/                 per run: the loop's metrics.jsonl, dev predictions, run.json
+    sweep.json                   which settings of a grid are done and which run was exported (for --resume)
+
+Resume (`--resume`, after Ctrl-C, SIGTERM or a crash): a run's training state is checkpointed on a signal
+and every `--save-every` steps (`runs/{name}/checkpoints/`, dropped once the run is done); a run is done
+when its run.json exists, and the best run of the setting in progress keeps its weights in
+`runs/{name}/model/` until the setting is decided. `bertlab finetune TASK --out OUT --resume` skips the
+runs that are done, continues the one that was interrupted from its checkpoint -- bitwise as if never
+stopped, through the same loop and the same checkpoints as pre-training -- and goes on with the sweep.
 """
 
 from __future__ import annotations
@@ -38,22 +46,49 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ConfigError
+from ..checkpoint import atomic_write_text
+from ..data.mixing import MIXING_RULES
+from ..errors import BertlabError, ConfigError
 from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
 from ..tasks.own_data import InputOptions
 from . import methods
-from .multitask import MULTI_TASK, MultiTaskOptions
-from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
+from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, latest_checkpoint,
+                   seed_everything, shuffled_batches, steps_for_epochs)
 from .optim import adamw, linear_warmup_decay
-from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
+                    write_run_config)
 
 log = logging.getLogger(__name__)
 
 # The paper's fine-tuning grid (appendix A.3); the best setting on dev is kept.
 PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}
 GRIDS = {"paper": PAPER_GRID}
+
+
+MULTI_TASK = "multi"  # `bertlab finetune multi`: multi-task fine-tuning (train/multitask.py)
+
+
+@dataclass
+class MultiTaskOptions:
+    """`bertlab finetune multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
+
+    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
+    mixing: str = "proportional"  # proportional | temperature | equal
+    mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
+    mixing_temperature: float = 2.0
+    per_task_epochs: float | None = None  # then fine-tune each task alone from the multi-task model
+
+    def __post_init__(self) -> None:
+        if self.mixing not in MIXING_RULES:
+            raise ConfigError(f"mixing must be one of {', '.join(MIXING_RULES)}, got {self.mixing!r}")
+        if not self.mixing_temperature > 0 or (self.mixing_limit is not None and self.mixing_limit < 1):
+            raise ConfigError("mixing-temperature must be positive and mixing-limit at least 1")
+
+    @property
+    def names(self) -> list[str]:
+        return [t.strip() for t in (self.tasks or "").split(",") if t.strip()]
 
 
 @dataclass
@@ -88,6 +123,10 @@ class FinetuneConfig:
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    # checkpoints and resume (see the module docstring): a run's training state is saved on Ctrl-C/SIGTERM,
+    # and every `save_every` steps when given (then also at a run's last step)
+    save_every: int | None = None
+    resume: bool = False
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
@@ -111,6 +150,11 @@ class FinetuneConfig:
             raise ConfigError("max-steps and early-stopping must be at least 1")
         if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
             raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
+        if self.save_every is not None and self.save_every < 1:
+            raise ConfigError(f"save-every must be at least 1, got {self.save_every}")
+        if not self.weight_decay >= 0 or not self.max_grad_norm > 0:
+            raise ConfigError(f"weight-decay must not be negative and max-grad-norm must be positive, got "
+                              f"{self.weight_decay} and {self.max_grad_norm}")
 
     @property
     def precision(self) -> str:
@@ -160,13 +204,25 @@ class RunResult:
 
 # ---------------------------------------------------------------------------------------------- building blocks
 class _FinetuneTrainer(Trainer):
-    """The shared loop without its resume checkpoints. A fine-tuning run lasts minutes and exports its model
-    itself (OUT_DIR/model); the loop's final training state -- weights plus two Adam moments, 3x the model
-    -- would cost a write of ~1.3 GB per BERT-base run, 90 times over for the paper's grid with 5 seeds.
-    Everything else (metrics.jsonl, accumulation, precision, clipping, signals) is the loop's."""
+    """The shared loop, checkpointing only when asked: on a signal (Ctrl-C, SIGTERM), and every `save_every`
+    steps when the user gave it. A fine-tuning run exports its model itself (OUT_DIR/model); the loop's
+    training state -- weights plus two Adam moments, 3x the model -- would otherwise cost a write of ~1.3 GB
+    per BERT-base run at its end, 90 times over for the paper's grid with 5 seeds. Everything else
+    (metrics.jsonl, accumulation, precision, clipping, signals, exact resume) is the loop's."""
 
     def save_checkpoint(self):
-        return None
+        if self._stop_signal is None and not self.config.save_every:
+            return None
+        return super().save_checkpoint()
+
+
+class FinetuneInterrupted(KeyboardInterrupt):
+    """A signal stopped a run of the sweep; `result.checkpoint` is what `--resume` continues from (None:
+    nothing was saved, and the run starts again)."""
+
+    def __init__(self, run_dir: Path, result: TrainResult):
+        super().__init__(f"{run_dir}: interrupted at step {result.step}")
+        self.run_dir, self.result = run_dir, result
 
 
 class PretrainedStart:
@@ -245,7 +301,8 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
                 stopper.update(m, scores)
             return scores
     loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=cfg.grad_accum,
-                      precision=cfg.precision, max_grad_norm=cfg.max_grad_norm,
+                      precision=cfg.precision, max_grad_norm=cfg.max_grad_norm, save_every=cfg.save_every,
+                      keep_last=1,
                       log_every=max(1, total // 50), eval_every=eval_every, seed=seed, progress=cfg.progress,
                       retain_freed_memory=cfg.retain_freed_memory,
                       tensorboard=False)
@@ -255,10 +312,10 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
                         f"is {cfg.data} a labelled training set?")
     trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=periodic)
     t0 = time.perf_counter()
-    result = trainer.fit()
+    result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))  # an interrupted run goes on
     train_seconds = time.perf_counter() - t0
     if result.interrupted:  # the loop stopped cleanly on Ctrl-C/SIGTERM: stop the whole grid, not just this run
-        raise KeyboardInterrupt
+        raise FinetuneInterrupted(run_dir, result)
     details = dict(tuning.report)
     if stopper is not None:
         details["early_stopping"] = stopper.restore_best(model, result.step)
@@ -272,8 +329,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     eval_seconds = time.perf_counter() - t0
     run = RunResult(setting, seed, scores, result.step, train_seconds, eval_seconds, result.metrics.get("loss"),
                     str(run_dir), details=details)
-    (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
-    return model, run
+    return model, run  # run.json, which marks the run done, is the sweep's to write (`SweepState.finish_run`)
 
 
 class StepCallback:
@@ -349,14 +405,98 @@ def save_model(model, out: Path, tokenizer) -> Path:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- resume
+RUN_FILE = "run.json"
+SWEEP_FILE = "sweep.json"
+RUN_MODEL_DIR = "model"  # runs/{name}/model: the weights of the best run of the setting in progress
+# Settings a resumed fine-tuning may change when stated again; the rest (task, data, grid, seeds, the
+# schedule) is the run's own.
+RESUME_MAY_CHANGE = ("eval_batch_size", "eval_every", "save_every", "device", "progress", "retain_freed_memory",
+                     "resume")
+
+
+def run_name(setting: dict[str, Any], seed: int) -> str:
+    return f"bs{setting['batch_size']}-lr{setting['lr']:g}-ep{setting['epochs']:g}-seed{seed}"
+
+
+class SweepState:
+    """What a sweep (settings x seeds) has done, on disk, so that `--resume` continues it where it stopped:
+
+      runs/{name}/run.json     the run is done (its scores); written after the weights it may still need
+      runs/{name}/model/       the weights of the best run so far of the setting in progress
+      sweep.json               the settings decided, and the run exported to OUT/model (the best setting's
+                               best run); written after the export
+
+    A fresh sweep reads none of it; a resumed one trusts it."""
+
+    def __init__(self, out: Path, spec: TaskSpec, resume: bool):
+        self.out, self.spec, self.resume = out, spec, resume
+        self.state = {"decided": [], "best": None}
+        if resume and (out / SWEEP_FILE).is_file():
+            self.state = json.loads((out / SWEEP_FILE).read_text(encoding="utf-8"))
+        elif not resume:
+            interrupted = sorted(p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*"))
+            if interrupted:
+                raise BertlabError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to "
+                                   "continue it, or choose another --out")
+
+    def done_run(self, run_dir: Path, setting: dict[str, Any], seed: int) -> RunResult | None:
+        """The result of a run an earlier session finished (resume only), else None."""
+        if not self.resume or not (run_dir / RUN_FILE).is_file():
+            return None
+        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        standard = {*setting, "seed", "steps", "train_seconds", "eval_seconds", "train_loss", "dev", "run_dir"}
+        return RunResult(setting, seed, saved["dev"], saved["steps"], saved["train_seconds"], saved["eval_seconds"],
+                         saved["train_loss"], str(run_dir),
+                         details={k: v for k, v in saved.items() if k not in standard})
+
+    def finish_run(self, run: RunResult, model, best_of_setting: bool, others: list[RunResult]) -> None:
+        """A run is done: the best of its setting so far keeps its weights on disk (the setting may be decided
+        in a later session), the others' are dropped; then run.json; then its training state goes."""
+        run_dir = Path(run.run_dir)
+        if best_of_setting:
+            model.save_pretrained(run_dir / RUN_MODEL_DIR)
+            for other in others:
+                shutil.rmtree(Path(other.run_dir) / RUN_MODEL_DIR, ignore_errors=True)
+        atomic_write_text(run_dir / RUN_FILE, json.dumps(run.to_json(), indent=2) + "\n")
+        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+
+    def decided(self, index: int) -> bool:
+        return self.resume and index in self.state["decided"]
+
+    def best(self, settings: list[dict[str, Any]], runs_of: dict[int, list[RunResult]]):
+        """(mean, setting, runs, chosen run) of the best setting decided so far, or None."""
+        best = self.state["best"]
+        if best is None or best["setting"] not in runs_of:
+            return None
+        runs = runs_of[best["setting"]]
+        chosen = next(r for r in runs if Path(r.run_dir).name == best["run"])
+        return best["mean"], settings[best["setting"]], runs, chosen
+
+    def decide(self, index: int, runs: list[RunResult], best: tuple | None, best_index: int | None) -> None:
+        """Setting `index` is decided (its export, if it won, is done): record it, then drop its runs' weights."""
+        self.state["decided"] = sorted({*self.state["decided"], index})
+        if best is not None:
+            self.state["best"] = {"mean": best[0], "setting": best_index, "run": Path(best[3].run_dir).name}
+        atomic_write_text(self.out / SWEEP_FILE, json.dumps(self.state, indent=2) + "\n")
+        for r in runs:
+            shutil.rmtree(Path(r.run_dir) / RUN_MODEL_DIR, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------- the recipe
-def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
     from ..tokenizer import BertTokenizer
 
-    spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if cfg.resume:  # the run's own settings rule; `given`: what the user stated again (see setup.py)
+        task = cfg.task
+        cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
+        if cfg.task != task:
+            raise ConfigError(f"{out}: is a fine-tuning of {cfg.task}, not {task}")
+    check_writable(out)
+    spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
+    sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
     max_length = cfg.max_seq_length or spec.default_max_length
@@ -370,28 +510,42 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     pretrained = PretrainedStart(spec, cfg.model)
     all_runs: list[RunResult] = []
     best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
-    for setting in cfg.settings():
-        runs: list[RunResult] = []
+    settings = cfg.settings()
+    runs_of: dict[int, list[RunResult]] = {}
+    for index, setting in enumerate(settings):
+        runs: list[RunResult] = runs_of.setdefault(index, [])
         for k in range(cfg.seeds):
             seed = cfg.seed + k
-            name = f"bs{setting['batch_size']}-lr{setting['lr']:g}-ep{setting['epochs']:g}-seed{seed}"
+            name = run_name(setting, seed)
+            done = sweep.done_run(out / "runs" / name, setting, seed)
+            if done is not None:  # finished in an earlier session (resume)
+                runs.append(done)
+                continue
             model, run = train_once(spec, cfg, data, pretrained, setting, seed, out / "runs" / name, tokenizer,
                                     max_length, device)
             log.info("%s: %s", name, json.dumps(run.scores))
-            # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy).
-            if not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs):
+            # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy; and on disk
+            # until the setting is decided, for a resume).
+            best_of_setting = not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs)
+            if best_of_setting:
                 for r in runs:
                     r.state = None
                 run.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                 run.config = model.config
+            sweep.finish_run(run, model, best_of_setting, runs)
             runs.append(run)
             del model
         all_runs.extend(runs)
+        if sweep.decided(index):  # decided (and exported, if it won) in an earlier session
+            best = sweep.best(settings, runs_of) or best
+            continue
         mean = statistics.fmean(r.main_score(spec) for r in runs)
+        best_index = None
         if best is None or mean > best[0]:
             chosen = max(runs, key=lambda r: r.main_score(spec))
-            best = (mean, setting, runs, chosen)
+            best, best_index = (mean, setting, runs, chosen), index
             _export(spec, cfg, chosen, out, tokenizer, device)
+        sweep.decide(index, runs, best if best_index is not None else None, best_index)
         for r in runs:
             r.state = None
 
@@ -409,16 +563,20 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "config": dataclasses.asdict(cfg),
         "runs": [r.to_json() for r in all_runs],
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
-    model = spec.head(run.config)
-    add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights load
-    model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
-    model.load_state_dict(run.state)
+    if run.state is not None:
+        model = spec.head(run.config)
+        add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights load
+        model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
+        model.load_state_dict(run.state)
+    else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
+        model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
+        model.config.extra.update(spec.export_config(run.scores))
     save_model(model, out / "model", tokenizer)
     for f in Path(run.run_dir).iterdir():
         if f.is_file() and f.name not in ("run.json", "metrics.jsonl"):

@@ -25,44 +25,23 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..data.mixing import MIXING_RULES, mixing_rates, task_schedule
+from ..data.mixing import mixing_rates, task_schedule
 from ..errors import ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_length
+from .finetune import (MULTI_TASK, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
+                       save_model)
 from .loop import LoopConfig, Trainer, shuffled_batches, steps_per_epoch
 from .optim import adamw, linear_warmup_decay
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 
 log = logging.getLogger(__name__)
-
-MULTI_TASK = "multi"  # the `bertlab finetune` task name of this recipe
-
-
-@dataclass
-class MultiTaskOptions:
-    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
-    mixing: str = "proportional"  # proportional | temperature | equal
-    mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
-    mixing_temperature: float = 2.0
-    per_task_epochs: float | None = None  # then fine-tune each task alone from the multi-task model
-
-    def __post_init__(self) -> None:
-        if self.mixing not in MIXING_RULES:
-            raise ConfigError(f"mixing must be one of {', '.join(MIXING_RULES)}, got {self.mixing!r}")
-        if not self.mixing_temperature > 0 or (self.mixing_limit is not None and self.mixing_limit < 1):
-            raise ConfigError("mixing-temperature must be positive and mixing-limit at least 1")
-
-    @property
-    def names(self) -> list[str]:
-        return [t.strip() for t in (self.tasks or "").split(",") if t.strip()]
-
 
 class MultiTaskModel(nn.Module):
     """The task models, sharing one encoder: `models[name]` is a complete BertFor* whose `.bert` is shared."""
@@ -89,10 +68,9 @@ def task_data_paths(data: str, names: list[str]) -> dict[str, str]:
     return paths
 
 
-def finetune_multi(cfg) -> dict[str, Any]:
+def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
     """The recipe above, from a `FinetuneConfig` whose `task` is "multi" and `multi` holds the options."""
     from ..tokenizer import BertTokenizer
-    from .finetune import FinetuneConfig, PretrainedStart, finetune, load_task_data, save_model
 
     options: MultiTaskOptions = cfg.multi
     names = options.names
@@ -101,6 +79,8 @@ def finetune_multi(cfg) -> dict[str, Any]:
     unknown = [n for n in names if n not in TASKS or n == MULTI_TASK]
     if unknown:
         raise ConfigError(f"unknown task {unknown[0]!r} in --tasks; expected names from: {', '.join(TASKS)}")
+    if cfg.resume:
+        raise ConfigError("finetune multi has no --resume (its runs keep no checkpoints); run it again without it")
     paths = task_data_paths(cfg.data, names)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

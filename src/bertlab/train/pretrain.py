@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -100,6 +100,12 @@ class PretrainConfig:
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         check_precision(self.precision)
+        for name in ("lr", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
+        if not self.weight_decay >= 0 or not self.warmup >= 0:
+            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
+                              f"{self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -109,10 +115,12 @@ class PretrainConfig:
             parse_duration(self.time_budget)
 
 
-# Settings a resumed run may change; everything else is taken from the run's own run_config.json, since
-# changing it (batch, schedule, data) would make the continuation a different run.
+# Settings a resumed run may change when stated again: runtime settings, and the optimiser's (a run that
+# diverged continues from its last good checkpoint at a lower --lr; the change is printed). Everything else
+# is taken from the run's own run_config.json, since changing it (batch, schedule, data) would make the
+# continuation a different run.
 RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers",
-                     "device", "progress", "resume", "eval_at_start")
+                     "device", "progress", "resume", "eval_at_start", "lr", "weight_decay", "max_grad_norm")
 
 
 @dataclass
@@ -175,12 +183,15 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
-def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) -> PretrainResult:
+def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
+                    given: Collection[str] | None = None) -> PretrainResult:
+    """`given`: the settings the user stated (`runconfig.given_fields`); on resume the others are the run's
+    own (see `setup.resolve_resume_config`)."""
     from ..data import DataInfo, PretrainingDataset
 
     if cfg.resume and not cfg.out:
         raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE)
+    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     cfg.validate()
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
@@ -296,6 +307,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         if resume_from is None:
             raise BertlabError(f"{run_dir}: no checkpoint to resume from")
         trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
+        changes = trainer.change_optimization(lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                              max_grad_norm=cfg.max_grad_norm)
+        if changes:
+            say(f"resuming {resume_from.name} with " + ", ".join(changes))
     elif dist.is_main and latest_checkpoint(run_dir) is not None:
         raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -57,6 +58,8 @@ def _coerce(name: str, value: Any, annotation: Any, source: str) -> Any:
             return int(value)
     elif base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # nan / inf reach the optimizer and fail deep inside it
+                raise ConfigError(f"{source}: '{name}' must be a finite number, got {value!r}")
             return float(value)
     elif base is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -144,6 +147,16 @@ def _given(cls: type, args: argparse.Namespace, data: dict[str, Any]) -> dict[st
                 given[f.name] = {**(data.get(f.name) or {}), **inner}
         elif getattr(args, f.name, None) is not None:
             given[f.name] = getattr(args, f.name)
+    return given
+
+
+def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
+    """The settings the user stated: the flags given on the command line and the keys of the `--config`
+    file -- what a resumed run takes from the user rather than from its own run_config.json."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = set(_given(cls, args, {}))  # a group counts as given when one of its flags is
+    if getattr(args, "config", None) is not None:
+        given |= set(read_json_object(args.config)) & names
     return given
 
 

@@ -1,0 +1,170 @@
+"""T5 generation against `transformers`' `generate`: same model, same inputs, same settings -> the same ids, for
+greedy decoding and beam search (several beam counts, length penalties and early-stopping modes) on padded
+batches; and the key/value cache against recomputing the decoder over the whole output every step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertlab import T5Config, T5ForConditionalGeneration
+from bertlab.errors import BertlabError
+from bertlab.t5.generate import CachedDecoder
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+MAX_NEW = 20
+VARIANTS = {
+    "v1.0": dict(feed_forward_proj="relu", tie_word_embeddings=True),
+    "v1.1": dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+}
+# Where </s> is made the best token: the share of teacher-forced positions (free generation sees fewer); tuned so
+# that some rows of `inputs()` end early and others run to the limit, for both variants.
+EOS_QUANTILE = {"v1.0": 0.1, "v1.1": 0.4}
+BEAM_SETTINGS = [(3, 1.0, False), (4, 0.6, True), (2, 2.0, "never"), (3, -0.5, False)]
+
+
+def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0):
+    """A random tiny T5 whose outputs are not degenerate: at initializer_factor 1 a random T5 repeats one token
+    forever, so weights are drawn 3x larger and the decoder's position bias is sharpened (outputs change along
+    the sequence); and `</s>` is made the best token at some positions (some rows end early, exercising the stop on
+    eos): its output row is moved along the mean decoder output (EOS_QUANTILE says how far). Equal encoder and decoder depth:
+    transformers' own cache breaks on unequal ones (it sizes the cache from num_layers)."""
+    torch.manual_seed(seed)
+    config = T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                      relative_attention_num_buckets=8, relative_attention_max_distance=20, initializer_factor=3.0,
+                      architecture=architecture, **VARIANTS[variant])
+    model = T5ForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        model.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(10)
+        out = model(torch.randint(2, 99, (8, 12), generator=g), labels=torch.randint(2, 99, (8, 16), generator=g))
+        h = out.last_hidden_state.reshape(-1, config.d_model)
+        h = h * config.d_model ** -0.5 if config.scales_decoder_output else h
+        head = model.lm_head.weight if model.lm_head is not None else model.shared.weight
+        gap = out.logits.reshape(h.size(0), -1).max(-1).values - out.logits.reshape(h.size(0), -1)[:, 1]
+        mean = h.mean(0)
+        along = h @ mean
+        head[1] += torch.quantile((gap / along)[along > 0], EOS_QUANTILE[variant]) * mean
+    return model
+
+
+def inputs(B=6, T=12, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, 99, (B, T), generator=g)
+    mask = torch.ones_like(ids)
+    for row, n in enumerate((T, 7, 3, 12, 9, 1)[:B]):
+        mask[row, n:] = 0
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def hf_twin(model, tmp_path):
+    model.save_pretrained(tmp_path / "model")
+    return transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "model").eval()
+
+
+def after_eos_as_pad(ids: torch.Tensor, eos: int = 1, pad: int = 0) -> torch.Tensor:
+    """transformers fills a finished beam's tail with `pad_token_id or eos_token_id`, i.e. with </s> when pad is 0;
+    we pad with the pad id (as its greedy search does). Positions after a row's first </s> are compared as pad."""
+    ended = (ids == eos).int().cumsum(1) - (ids == eos).int() > 0
+    return ids.masked_fill(ended, pad)
+
+
+def assert_lively(out: torch.Tensor) -> None:
+    """The comparison means something only if the outputs vary and some rows stop early."""
+    assert max(len(set(row.tolist())) for row in out) >= 4
+    assert bool((out[:, 1:-1] == 1).any())
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_greedy_matches_transformers(variant, tmp_path):
+    model = lively_model(variant)
+    theirs = hf_twin(model, tmp_path)
+    ids, mask = inputs()
+    ours = model.generate(ids, attention_mask=mask, max_new_tokens=MAX_NEW)
+    ref = theirs.generate(input_ids=ids, attention_mask=mask, max_new_tokens=MAX_NEW, do_sample=False, num_beams=1)
+    assert_lively(ours)
+    assert torch.equal(ours, ref)
+    assert (ours[:, 0] == model.config.decoder_start_token_id).all()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("num_beams,length_penalty,early_stopping", BEAM_SETTINGS)
+def test_beam_search_matches_transformers(variant, num_beams, length_penalty, early_stopping, tmp_path):
+    model = lively_model(variant)
+    theirs = hf_twin(model, tmp_path)
+    ids, mask = inputs()
+    settings = dict(max_new_tokens=MAX_NEW, num_beams=num_beams, length_penalty=length_penalty,
+                    early_stopping=early_stopping)
+    ours = model.generate(ids, attention_mask=mask, **settings)
+    ref = theirs.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
+    assert ours.shape == ref.shape
+    assert torch.equal(ours, after_eos_as_pad(ref))
+    assert max(len(set(row.tolist())) for row in ours) >= 4
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only", "prefix-lm"])
+def test_cached_step_logits_equal_full_recomputation(architecture):
+    """Teacher-forced: the cached decoder's logits at every step equal the full forward pass's at that position
+    (on a plain random model: the lively one's large weights amplify fp32 rounding along the layers)."""
+    torch.manual_seed(0)
+    model = T5ForConditionalGeneration(T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                                num_heads=4, relative_attention_num_buckets=8,
+                                                relative_attention_max_distance=20, architecture=architecture,
+                                                **VARIANTS["v1.1"])).eval()
+    ids, mask = inputs()
+    target = torch.randint(2, 99, (6, 10), generator=torch.Generator().manual_seed(5))
+    dec = model.shift_right(target)
+    with torch.no_grad():
+        full = model(ids, mask, decoder_input_ids=dec).logits  # (B, 10, V)
+        decoder = CachedDecoder(model, ids, mask, expand=1, max_new_tokens=10)
+        for t in range(10):
+            step = decoder(dec[:, t:t + 1])
+            torch.testing.assert_close(step, full[:, t], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only", "prefix-lm"])
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_cached_generation_equals_uncached(architecture, num_beams):
+    model = lively_model("v1.0", architecture)
+    ids, mask = inputs()
+    cached = model.generate(ids, mask, max_new_tokens=12, num_beams=num_beams)
+    recomputed = model.generate(ids, mask, max_new_tokens=12, num_beams=num_beams, use_cache=False)
+    assert torch.equal(cached, recomputed)
+    assert max(len(set(row.tolist())) for row in cached) >= 3
+
+
+@pytest.mark.parametrize("architecture", ["decoder-only", "prefix-lm"])
+def test_decoder_only_padded_batch_equals_rows_alone(architecture):
+    model = lively_model("v1.0", architecture)
+    ids, mask = inputs()
+    batch = model.generate(ids, mask, max_new_tokens=8)
+    for row in range(ids.size(0)):
+        alone = model.generate(ids[row:row + 1, :int(mask[row].sum())], max_new_tokens=8)
+        assert torch.equal(batch[row, :alone.size(1)], alone[0])
+
+
+def test_bad_settings_and_too_long_input():
+    model = lively_model()
+    ids, mask = inputs()
+    with pytest.raises(BertlabError, match="max_new_tokens must be at least 1"):
+        model.generate(ids, mask, max_new_tokens=0)
+    with pytest.raises(BertlabError, match="num_beams"):
+        model.generate(ids, mask, num_beams=0)
+    with pytest.raises(BertlabError, match="early_stopping"):
+        model.generate(ids, mask, num_beams=2, early_stopping="sometimes")
+    model.config.n_positions = 10
+    with pytest.raises(BertlabError, match=r"input of 12 tokens is longer than the model allows \(n_positions = 10\)"):
+        model.generate(ids, mask)
+    assert not model.training
+
+
+def test_generation_stops_when_every_row_has_ended():
+    """Every row's first token made an end token (a list of eos ids): one step, then the loop stops."""
+    model = lively_model()
+    ids, mask = inputs()
+    first = model.generate(ids, mask, max_new_tokens=1)[:, 1]
+    out = model.generate(ids, mask, max_new_tokens=MAX_NEW, eos_token_id=sorted(set(first.tolist())))
+    assert out.shape == (6, 2) and torch.equal(out[:, 1], first)
