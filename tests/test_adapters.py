@@ -190,3 +190,52 @@ def test_parameter_counts_count_shared_tensors_once():
     model = nn.Sequential(shared, shared, nn.Linear(3, 1))
     model[2].weight.requires_grad_(False)
     assert parameter_counts(model) == (12 + 1, 12 + 4)
+
+
+# ---------------------------------------------------------------------------------------------- multi-task mixing
+def test_mixing_rates_follow_t5s_rules():
+    from bertlab.data.mixing import mixing_rates, task_schedule
+
+    sizes = [1000, 100, 10]
+    assert mixing_rates(sizes) == pytest.approx([1000 / 1110, 100 / 1110, 10 / 1110])
+    assert mixing_rates(sizes, limit=100) == pytest.approx([100 / 210, 100 / 210, 10 / 210])  # capped at K
+    assert mixing_rates(sizes, "equal") == pytest.approx([1 / 3] * 3)
+    hot = mixing_rates(sizes, "temperature", temperature=2.0)
+    root = [(s / 1110) ** 0.5 for s in sizes]
+    assert hot == pytest.approx([r / sum(root) for r in root])
+    assert mixing_rates(sizes, "temperature", temperature=1.0) == pytest.approx(mixing_rates(sizes))
+    assert mixing_rates(sizes, "temperature", temperature=1e6) == pytest.approx([1 / 3] * 3, abs=1e-4)
+    schedule = task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert schedule == task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert [schedule.count(t) / 21000 for t in range(3)] == pytest.approx([100 / 210, 100 / 210, 10 / 210], abs=0.01)
+    with pytest.raises(ValueError, match="mixing rule"):
+        mixing_rates(sizes, "uniform")
+
+
+def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
+    """`bertlab finetune multi`: two tasks, one encoder, a head each; batches mixed by the rule; each task's
+    model saved (the same encoder weights in both) and scored; then per-task fine-tuning from it."""
+    from bertlab.cli import main
+    from own_data_support import tagged_rows, write_jsonl
+
+    news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
+    tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
+    out = tmp_path / "out"
+    assert main(["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+                 "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
+                 "--out", str(out), "--mixing", "equal", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
+                 "--per-task-epochs", "1", "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["mixing_rates"] == {"text-classification": 0.5, "token-classification": 0.5}
+    assert metrics["steps"] == 8  # one epoch over both tasks' batches: 4 + 4
+    assert set(metrics["multi_task"]["text-classification"]) >= {"accuracy"}
+    assert "f1" in metrics["multi_task"]["token-classification"] and set(metrics["per_task"]) == {
+        "text-classification", "token-classification"}
+    a = BertForSequenceClassification.from_pretrained(out / "text-classification" / "model")
+    from bertlab import BertForTokenClassification
+    b = BertForTokenClassification.from_pretrained(out / "token-classification" / "model")
+    for (name, p), q in zip(a.bert.encoder.named_parameters(), b.bert.encoder.parameters()):
+        assert torch.equal(p, q), name
+    start = BertForSequenceClassification.from_pretrained(tiny)
+    assert not torch.equal(a.bert.encoder.layer[0].output.dense.weight, start.bert.encoder.layer[0].output.dense.weight)
+    assert (out / "text-classification" / "finetuned" / "model" / "config.json").is_file()

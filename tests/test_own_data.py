@@ -133,6 +133,24 @@ def test_multi_label_scores_equal_scikit_learn(tiny, tmp_path, capsys):
     assert _run("evaluate", "text-classification", "--model", out / "model", "--data", dev) == 0
     rescored = json.loads(capsys.readouterr().out)
     assert rescored["micro_f1"] == pytest.approx(scores["micro_f1"]) and rescored["threshold"] == scores["threshold"]
+    # `bertlab serve`: /classify answers the labels over the threshold too
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import http.client
+
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    running = start_in_thread(create_app(load_models(out / "model", InferenceOptions())))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        text = "the market and the shares after the election vote"
+        conn.request("POST", "/classify", body=json.dumps({"texts": [text]}),
+                     headers={"Content-Type": "application/json"})
+        served = json.loads(conn.getresponse().read())["predictions"][0]
+    finally:
+        running.stop()
+    assert served["labels"] == answer["labels"] and served["scores"] == pytest.approx(answer["scores"])
 
 
 def test_label_counts_equal_scikit_learn_on_random_sets():
@@ -381,3 +399,20 @@ def test_input_options_group_from_file_and_flags(tmp_path):
     (tmp_path / "typo.json").write_text(json.dumps({"inputs": {"text_colum": "x"}}))
     with pytest.raises(ConfigError, match="inputs: unknown key 'text_colum'"):
         config_from_args(ft.FinetuneConfig, parser.parse_args(["--config", str(tmp_path / "typo.json")]))
+
+
+def test_parquet_and_tsv_read_like_csv(tmp_path):
+    rows = news_rows(6, 1)
+    write_csv(rows, tmp_path / "t.tsv", delimiter="\t")
+    tsv = read_table(tmp_path / "t.tsv")
+    assert [r.values for r in tsv.rows] == rows and tsv.where(tsv.rows[0]).endswith("t.tsv:2")
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pyarrow.Table.from_pylist(rows), tmp_path / "t.parquet")
+    table = read_table(tmp_path / "t.parquet")
+    assert table.columns == ["id", "text", "category"] and [r.values for r in table.rows] == rows
+    assert table.where(table.rows[2]).endswith("t.parquet: record 3")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(Exception, match="bad.parquet: not a readable Parquet file"):
+        read_table(tmp_path / "bad.parquet")

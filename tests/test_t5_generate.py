@@ -1,8 +1,11 @@
 """T5 generation against `transformers`' `generate`: same model, same inputs, same settings -> the same ids, for
 greedy decoding and beam search (several beam counts, length penalties and early-stopping modes) on padded
-batches; and the key/value cache against recomputing the decoder over the whole output every step."""
+batches; the key/value cache against recomputing the decoder over the whole output every step; then
+`bertlab generate`, span filling and the /generate route."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -25,24 +28,25 @@ EOS_QUANTILE = {"v1.0": 0.1, "v1.1": 0.4}
 BEAM_SETTINGS = [(3, 1.0, False), (4, 0.6, True), (2, 2.0, "never"), (3, -0.5, False)]
 
 
-def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0):
+def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0, vocab_size: int = 99):
     """A random tiny T5 whose outputs are not degenerate: at initializer_factor 1 a random T5 repeats one token
     forever, so weights are drawn 3x larger and the decoder's position bias is sharpened (outputs change along
     the sequence); and `</s>` is made the best token at some positions (some rows end early, exercising the stop on
     eos): its output row is moved along the mean decoder output (EOS_QUANTILE says how far). Equal encoder and decoder depth:
     transformers' own cache breaks on unequal ones (it sizes the cache from num_layers)."""
     torch.manual_seed(seed)
-    config = T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+    config = T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
                       relative_attention_num_buckets=8, relative_attention_max_distance=20, initializer_factor=3.0,
                       architecture=architecture, **VARIANTS[variant])
     model = T5ForConditionalGeneration(config).eval()
     g = torch.Generator().manual_seed(seed + 100)
     with torch.no_grad():
         model.decoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.mul_(10)
-        out = model(torch.randint(2, 99, (8, 12), generator=g), labels=torch.randint(2, 99, (8, 16), generator=g))
+        out = model(torch.randint(2, vocab_size, (8, 12), generator=g),
+                    labels=torch.randint(2, vocab_size, (8, 16), generator=g))
         h = out.last_hidden_state.reshape(-1, config.d_model)
         h = h * config.d_model ** -0.5 if config.scales_decoder_output else h
-        head = model.lm_head.weight if model.lm_head is not None else model.shared.weight
+        head = model.lm_head.weight
         gap = out.logits.reshape(h.size(0), -1).max(-1).values - out.logits.reshape(h.size(0), -1)[:, 1]
         mean = h.mean(0)
         along = h @ mean
@@ -168,3 +172,154 @@ def test_generation_stops_when_every_row_has_ended():
     first = model.generate(ids, mask, max_new_tokens=1)[:, 1]
     out = model.generate(ids, mask, max_new_tokens=MAX_NEW, eos_token_id=sorted(set(first.tolist())))
     assert out.shape == (6, 2) and torch.equal(out[:, 1], first)
+
+
+# ---------------------------------------------------------------------------------------------- the command
+WORDS = ["the", "dog", "cat", "walks", "in", "park", "cute", "a", "runs", "big", "##s", "small", "tree", "sees"]
+SENTINELS = 5
+
+
+def t5_folder(tmp_path, architecture="encoder-decoder"):
+    """A lively tiny T5 with T5 on WordPiece's tokenizer (`WordPieceT5Tokenizer`): [PAD] 0 and [SEP] 1 (the
+    model's pad and </s> ids), words, and 5 sentinels at the end of the 99 ids."""
+    from bertlab.tokenizer import BertTokenizer
+    from bertlab.tokenizer.text_to_text import WordPieceT5Tokenizer
+
+    base = ["[PAD]", "[SEP]", "[UNK]", "[CLS]", "[MASK]"] + WORDS
+    base += [f"w{i}" for i in range(99 - SENTINELS - len(base))]
+    tokenizer = WordPieceT5Tokenizer(BertTokenizer({t: i for i, t in enumerate(base)}), extra_ids=SENTINELS)
+    model = lively_model("v1.0", architecture)
+    folder = tmp_path / "t5"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    vocab = {t: i for i, t in enumerate(base)}
+    vocab.update({f"<extra_id_{i}>": tokenizer.sentinel_id(i) for i in range(SENTINELS)})
+    return folder, model, vocab
+
+
+def run_cli(capsys, *argv):
+    from bertlab.cli import main
+
+    code = main(list(map(str, argv)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_generate_command_writes_json_lines(tmp_path, capsys):
+    folder, model, vocab = t5_folder(tmp_path)
+    texts = ["the dog walks in the park", "a cat", "big trees see the small dog", "the <extra_id_0> walks in "
+             "<extra_id_1> park"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "in.txt",
+                             "--max-new-tokens", 8, "--num-beams", 2)
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["text"] for r in rows] == texts
+    # the ids are the model's own beam search on the tokenized inputs, cut after </s>
+    from bertlab.infer.generate import decode, load_generation_tokenizer
+
+    tok = load_generation_tokenizer(folder, model.config)
+    ids = tok.encode(texts[3])
+    assert ids == [vocab[t] for t in ["the", "<extra_id_0>", "walks", "in", "<extra_id_1>", "park", "[SEP]"]]
+    for text, row in zip(texts, rows):
+        expected = model.generate(torch.tensor([tok.encode(text)]), max_new_tokens=8, num_beams=2)[0, 1:].tolist()
+        if 1 in expected:
+            expected = expected[:expected.index(1) + 1]
+        assert row["token_ids"] == expected
+        assert row["generated"] == decode(expected, tok)
+    assert set(rows[3]["spans"]) == {"<extra_id_0>", "<extra_id_1>"} and "filled" in rows[3]
+    assert "spans" not in rows[0]
+
+
+def test_generate_command_with_a_sentencepiece_model(tmp_path, capsys):
+    """T5's own tokenizer: a SentencePiece model trained here (spiece.model + 100 sentinels), the model's
+    vocabulary sized to it; `bertlab generate` tokenizes, generates and decodes through it."""
+    import random
+
+    from bertlab.tokenizer.sentencepiece import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+
+    rng = random.Random(0)
+    (tmp_path / "corpus.txt").write_text("\n".join(" ".join(rng.choice(WORDS[:10] + ["trees", "parks", "dogs"])
+                                                            for _ in range(8)) for _ in range(300)) + "\n")
+    folder = tmp_path / "t5"
+    train_sentencepiece([tmp_path / "corpus.txt"], SentencePieceTrainConfig(30, threads=1), folder)
+    tok = T5Tokenizer.from_pretrained(folder)
+    model = lively_model("v1.1", vocab_size=tok.vocab_size)
+    model.save_pretrained(folder)
+    text = "the <extra_id_0> walks in <extra_id_1> park"
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--max-new-tokens", 6, text)
+    assert code == 0, err
+    row = json.loads(out)
+    ids = tok.encode(text)
+    assert ids[-1] == 1 and tok.sentinel_id(0) in ids and tok.sentinel_id(1) in ids
+    expected = model.generate(torch.tensor([ids]), max_new_tokens=6)[0, 1:].tolist()
+    assert row["token_ids"] == (expected[:expected.index(1) + 1] if 1 in expected else expected)
+    assert set(row["spans"]) == {"<extra_id_0>", "<extra_id_1>"}
+
+
+def test_span_filling_reads_t5_targets(tmp_path):
+    from bertlab.infer.generate import fill_spans, load_generation_tokenizer
+
+    folder, model, vocab = t5_folder(tmp_path)
+    tok = load_generation_tokenizer(folder, model.config)
+    target = [vocab[t] for t in ["<extra_id_0>", "cute", "dog", "<extra_id_1>", "the", "<extra_id_2>", "[SEP]"]]
+    out = fill_spans("The <extra_id_0> walks in <extra_id_1> park", target, tok)
+    assert out == {"spans": {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"},
+                   "filled": "The cute dog walks in the park"}
+    # a sentinel the model did not produce is filled with nothing
+    assert fill_spans("a <extra_id_3> b", target, tok) == {"spans": {"<extra_id_3>": ""}, "filled": "a b"}
+
+
+def test_generate_command_bad_input_is_one_line(tmp_path, capsys):
+    folder, model, _ = t5_folder(tmp_path)
+    (tmp_path / "long.txt").write_text("a cat\n" + " ".join(["dog"] * 30) + "\n")
+    config = json.loads((folder / "config.json").read_text())
+    config["n_positions"] = 16
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "long.txt")
+    assert code == 2 and out == ""
+    assert err.strip().endswith("long.txt:2: 31 tokens, longer than the model allows (16; --on-long truncate cuts it)")
+    assert len(err.strip().splitlines()) == 1
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "long.txt",
+                             "--on-long", "truncate", "--max-new-tokens", 3)
+    assert code == 0 and len(out.splitlines()) == 2
+
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 32}))
+    code, out, err = run_cli(capsys, "generate", "--model", bert, "a text")
+    assert code == 2 and "field 'model_type' is 'bert'; expected 't5'" in err and len(err.strip().splitlines()) == 1
+
+    config["eos_token_id"] = 2
+    (folder / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
+    assert code == 2 and "the tokenizer's eos_token_id is 1 but config.json says 2; they must agree" in err
+
+    (folder / "vocab.txt").unlink()
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
+    assert code == 2 and "no vocab.txt in this folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_generate_route(tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    import http.client
+
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    from infer_support import tiny_model
+
+    folder, _, _ = t5_folder(tmp_path)
+    bert = tiny_model(tmp_path / "bert")
+    running = start_in_thread(create_app(load_models(bert, InferenceOptions(), generate_model=folder)))
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        conn.request("POST", "/generate", body=json.dumps({"texts": ["the <extra_id_0> walks", "a dog"]}),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        out = json.loads(resp.read())
+    finally:
+        running.stop()
+    assert resp.status == 200 and len(out["predictions"]) == 2
+    assert "spans" in out["predictions"][0] and "generated" in out["predictions"][1]

@@ -108,7 +108,7 @@ def test_we_load_theirs(variant, untie, tmp_path):
     ours, report = T5ForConditionalGeneration.from_pretrained(tmp_path / "theirs", return_report=True)
     assert not report.initialized and not report.unused
     assert not ours.training
-    assert (ours.lm_head is None) == (not untie)
+    assert (ours.lm_head.weight is ours.shared.weight) == (not untie)
     ids, mask, labels = padded_inputs(seed=3)
     with torch.no_grad():
         a = ours(ids, attention_mask=mask, labels=labels)
@@ -180,11 +180,10 @@ def test_prefix_is_fully_visible_only_in_prefix_lm():
     """Changing the last input token changes the first input position's hidden state in the prefix LM (it sees
     the whole prefix) but no earlier position's in the causal LM; in both it reaches every target."""
     from bertlab.nn import AttentionMask
-    from bertlab.t5.model import DECODER_ONLY_MASKS
 
     for architecture in ("prefix-lm", "decoder-only"):
         model = lm(architecture)
-        kind = DECODER_ONLY_MASKS[architecture]
+        kind = model.config.decoder_mask_kind
         ids, _, labels = padded_inputs(B=2, T=9, T_dec=5)
         changed = ids.clone()
         changed[:, -1] = (changed[:, -1] + 5) % 99
@@ -291,3 +290,19 @@ def test_presets_param_counts(name):
     expected = {"t5-small": 60.5e6, "t5-base": 222.9e6, "t5-large": 737.7e6}  # the paper: 60M, 220M, 770M
     if name in expected:
         assert abs(t5_count(config) - expected[name]) < 0.1e6
+
+
+def test_params_command_counts_t5(tmp_path, capsys):
+    from bertlab.cli import main
+    from bertlab.params import t5_count
+
+    assert main(["params", "t5-small", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["t5-small"]
+    assert rows["total (T5ForConditionalGeneration)"] == t5_count(preset("t5-small")) == 60_506_624
+    config = tiny("v1.1", architecture="prefix-lm")
+    model = T5ForConditionalGeneration(config)
+    model.save_pretrained(tmp_path)
+    assert main(["params", str(tmp_path), "--format", "json"]) == 0  # a model folder: counted by its model_type
+    rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
+    assert rows["total (T5ForConditionalGeneration)"] == model.num_parameters()
+    assert "decoder.layer.cross_attention" not in rows and "encoder.layer.ffn" not in rows

@@ -200,16 +200,25 @@ def index_shards(index: Path) -> list[Path]:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_UNSUPPORTED_OPERAND = re.compile(r"Unsupported operand (\d+)")
+# Binary pickle opcodes that build or import Python objects (or open a protocol 2+ stream of them): the safe
+# unpickler stopping at one of these read a real pickle, not random bytes.
+_OBJECT_OPCODES = {0x80, 0x81, 0x92, 0x93, 0x95}  # PROTO, NEWOBJ, NEWOBJ_EX, STACK_GLOBAL, FRAME
 
 
 def torch_load_failure(error: Exception) -> str:
     """Why `torch.load(weights_only=True)` failed, in a few words (torch's own message is a page long,
     coloured, and suggests `weights_only=False`, which would run whatever code the file carries)."""
     text = _ANSI.sub("", str(error))
-    if "Weights only load failed" in text or "weights_only" in text:
-        refused = _REFUSED_GLOBAL.search(text)
+    refused = _REFUSED_GLOBAL.search(text)
+    operand = _UNSUPPORTED_OPERAND.search(text)
+    if refused or "Unsupported global" in text or (operand and int(operand[1]) in _OBJECT_OPCODES):
+        # a real pickle of Python objects, refused by design
         return ("refused: the file holds pickled Python objects, not only tensors"
                 + (f" ({refused[1]})" if refused else "") + "; only tensor data is loaded")
+    if "WeightsUnpickler error:" in text:  # garbage bytes fail inside the safe unpickler: say what it read
+        detail = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
+        return f"corrupt or truncated checkpoint, not a readable PyTorch file ({detail})"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     first = first.split(". ")[0].rstrip(".")  # torch's sentences after the first are advice, not the cause
     return f"corrupt or truncated checkpoint, not a readable PyTorch file ({type(error).__name__}: {first})"

@@ -75,6 +75,11 @@ HELP = {
     "window_stride": "own data: tokens shared by consecutive windows (default: a quarter of the window)",
     "tokens_column": "token-classification: the word-list column (default: tokens / words)",
     "tags_column": "token-classification: the tag-list column (default: tags / ner_tags)",
+    "tasks": "multi: comma-separated task names sharing one encoder, e.g. mrpc,stsb,rte (--data mrpc=PATH,...)",
+    "mixing": "multi: how batches are drawn: proportional (to task size), temperature, equal",
+    "mixing_limit": "multi: cap each task's size at K examples in proportional/temperature mixing",
+    "mixing_temperature": "multi: temperature T (rates ∝ size^(1/T))",
+    "per_task_epochs": "multi: then fine-tune each task alone from the multi-task model for E epochs",
     "context_column": "multiple-choice: the context column (default: context / sent1)",
     "choice_columns": "multiple-choice: comma-separated choice columns (default: ending0,ending1,...)",
 }
@@ -88,7 +93,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
 
-    p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
+    p.add_argument("task", metavar="TASK", choices=[*TASKS, "multi"],
+                   help=f"one of: {' '.join(TASKS)}; or multi (--tasks a,b,c: one shared encoder, a head per task)")
     add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
@@ -106,6 +112,13 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
         base.update(resume_base(args.out))
     cfg = config_from_args(FinetuneConfig, args, base=base)
+    if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
+        from ..train.multitask import finetune_multi
+
+        metrics = finetune_multi(cfg)
+        print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
+                         | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
+        return 0
     try:
         metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
     except FinetuneInterrupted as stop:  # tell the truth: --resume continues only from a saved checkpoint

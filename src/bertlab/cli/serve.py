@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--classify-model", metavar="DIR", help="a sequence-classification model for /classify")
     p.add_argument("--qa-model", metavar="DIR", help="a question-answering model for /qa")
     p.add_argument("--fill-mask-model", metavar="DIR", help="a masked-LM model for /fill-mask")
+    p.add_argument("--generate-model", metavar="DIR", help="a T5 model for /generate")
     p.add_argument("--pooling", default="mean", choices=list(POOLINGS), help="/embed pooling (default mean)")
     p.add_argument("--no-normalize", action="store_true", help="/embed: do not L2-normalise the embeddings")
     d = Limits()
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     limits = Limits(args.max_body_bytes, args.max_items, args.max_text_chars, args.max_batch_items, args.max_wait_ms)
     models = load_models(args.model, InferenceOptions.from_args(args), args.pooling, not args.no_normalize,
-                         args.classify_model, args.qa_model, args.fill_mask_model)
+                         args.classify_model, args.qa_model, args.fill_mask_model, args.generate_model)
     print(f"bertlab serve: {', '.join('/' + e for e in models.endpoints)} on http://{args.host}:{args.port} "
           f"(OpenAPI: /openapi.json)", flush=True)
     serve(create_app(models, limits), args.host, args.port, log_level="warning")

@@ -7,6 +7,7 @@ Endpoints (OpenAPI description at /openapi.json, interactive at /docs):
     POST /classify    {"texts": [str], "text_pairs": [str]?}          -> {"predictions": [{label, score, scores}]}
     POST /fill-mask   {"texts": [str with [MASK]], "top_k": int?}     -> {"predictions": [[[{token, score, ...}]]]}
     POST /qa          {"questions": [{"question": str, "context": str}]} -> {"answers": [{answer, start, end, score}]}
+    POST /generate    {"texts": [str]}   (a T5 model: --generate-model)  -> {"predictions": [{generated, ...}]}
 
 Which endpoints answer depends on the models loaded: /embed always (any BERT); /classify, /qa, /fill-mask
 when `--model` has that head (config.json "architectures", or MLM weights for fill-mask) or a model is
@@ -53,11 +54,13 @@ class ServiceModels:
     classifier: Any = None  # Predictor (BertForSequenceClassification)
     qa: Any = None  # Predictor (BertForQuestionAnswering)
     fill_masker: Any = None  # FillMasker
+    generator: Any = None  # infer.generate.Generator (a T5 model, --generate-model)
     name: str = ""
 
     @property
     def endpoints(self) -> list[str]:
-        have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker}
+        have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker,
+                "generate": self.generator}
         return [name for name, model in have.items() if model is not None]
 
 
@@ -67,7 +70,7 @@ TASK_ENDPOINTS = {"classify": "classifier", "qa": "qa"}
 
 def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str = "mean", normalize: bool = True,
                 classify_model: str | Path | None = None, qa_model: str | Path | None = None,
-                fill_mask_model: str | Path | None = None) -> ServiceModels:
+                fill_mask_model: str | Path | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed."""
     from ..heads import HEADS
     from ..model import BertModel
@@ -99,6 +102,10 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str =
         load_model(BertModel, model_dir, options)
     models.embedder = Embedder(encoder, tokenizer, pooling, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options)
+    if generate_model is not None:
+        from .generate import Generator
+
+        models.generator = Generator.from_pretrained(generate_model, options)
     return models
 
 
@@ -142,6 +149,15 @@ class QARequest(BaseModel):
 
 class QAResponse(BaseModel):
     answers: list[dict[str, Any]] = Field(..., description="{answer, start, end, score}; start/end in characters")
+
+
+class GenerateRequest(BaseModel):
+    texts: list[str] = Field(..., min_length=1, description="input texts; <extra_id_N> sentinels mark spans to fill")
+
+
+class GenerateResponse(BaseModel):
+    predictions: list[dict[str, Any]] = Field(
+        ..., description="{generated, token_ids}, plus {spans, filled} for a text with sentinels")
 
 
 class ErrorResponse(BaseModel):
@@ -319,6 +335,16 @@ def create_app(models: ServiceModels, limits: Limits | None = None):
         check_texts([q.question for q in body.questions], "questions")
         check_texts([q.context for q in body.questions], "contexts")
         return _json({"answers": await submit("qa", [(q.question, q.context) for q in body.questions])})
+
+    if models.generator is not None:
+        batcher("generate", models.generator.generate)
+
+    @app.post("/generate", response_model=GenerateResponse, responses={404: {"model": ErrorResponse}},
+              summary="text-to-text generation with a T5 model (and span filling)")
+    async def generate(body: GenerateRequest):
+        need(models.generator, "generate", "--generate-model", "T5 generator")
+        check_texts(body.texts)
+        return _json({"predictions": await submit("generate", body.texts)})
 
     return BodyLimit(app, limits.max_body_bytes)
 

@@ -28,6 +28,8 @@ from ..errors import ConfigError
 
 MODEL_TYPE = "t5"
 ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")
+# The attention mask of the decoder stack's self-attention (`nn.AttentionMask` kinds), by architecture.
+DECODER_MASK_KINDS = {"encoder-decoder": "causal", "decoder-only": "causal", "prefix-lm": "prefix"}
 # Derived by Hugging Face from feed_forward_proj (and tie_word_embeddings); never kept, so they cannot go stale.
 _DERIVED = ("dense_act_fn", "is_gated_act", "is_encoder_decoder", "model_type")
 
@@ -88,6 +90,10 @@ class T5Config:
     @property
     def is_encoder_decoder(self) -> bool:
         return self.architecture == "encoder-decoder"
+
+    @property
+    def decoder_mask_kind(self) -> str:
+        return DECODER_MASK_KINDS[self.architecture]
 
     @property
     def inner_dim(self) -> int:

@@ -22,14 +22,29 @@ token (the same sequence they train on), and what they return is the part after 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from ..errors import BertlabError
 from ..nn import AttentionMask
-from .model import DECODER_ONLY_MASKS, LayerCache, T5ForConditionalGeneration
 
+# The model (`model.T5ForConditionalGeneration`) is passed in, not imported: its `generate` method calls this
+# module, which then needs nothing from model.py but the model object.
 NEG_INF = -1.0e9  # transformers' "impossible" score in beam search; kept so that ties and sums behave the same
+
+
+@dataclass
+class LayerCache:
+    """One decoder block's keys and values while generating: self-attention buffers preallocated to the longest
+    sequence (filled up to the cache's `length`; the block writes each step's new positions), and the
+    cross-attention keys and values of the encoder output, computed once."""
+
+    self_k: torch.Tensor  # (B, T_max, inner)
+    self_v: torch.Tensor
+    cross_k: torch.Tensor | None = None  # (B, T_enc, inner)
+    cross_v: torch.Tensor | None = None
 
 
 # ---------------------------------------------------------------------------------------------- decoders
@@ -39,7 +54,7 @@ class CachedDecoder:
     The encoder runs once on the B inputs; its output's cross-attention keys and values are computed once per
     layer and repeated for the K beams of each input (beams of one input never exchange them)."""
 
-    def __init__(self, model: T5ForConditionalGeneration, input_ids: torch.Tensor,
+    def __init__(self, model, input_ids: torch.Tensor,
                  attention_mask: torch.Tensor | None, expand: int, max_new_tokens: int):
         config = model.config
         self.model = model
@@ -60,7 +75,7 @@ class CachedDecoder:
             start = input_ids.new_full((B, 1), config.decoder_start_token_id)
             ids, keep, prefix = model.decoder_only_inputs(input_ids, attention_mask, start, None)
             self.prompt = ids.repeat_interleave(expand, 0)  # fed by the first step instead of the start token
-            self.kind = DECODER_ONLY_MASKS[config.architecture]
+            self.kind = config.decoder_mask_kind
             self.prefix = prefix.repeat_interleave(expand, 0) if self.kind == "prefix" else None
             T_max = T_in + 1 + max_new_tokens
             model.check_length(T_max, "input + generated tokens")
@@ -110,7 +125,7 @@ class CachedDecoder:
 class RecomputingDecoder:
     """The quadratic reference: every step runs the whole model's forward over all tokens so far."""
 
-    def __init__(self, model: T5ForConditionalGeneration, input_ids: torch.Tensor,
+    def __init__(self, model, input_ids: torch.Tensor,
                  attention_mask: torch.Tensor | None, expand: int, max_new_tokens: int):
         self.model = model
         self.input_ids = input_ids.repeat_interleave(expand, 0)
@@ -217,7 +232,7 @@ DECODERS = {True: CachedDecoder, False: RecomputingDecoder}  # by use_cache
 
 
 @torch.inference_mode()
-def generate(model: T5ForConditionalGeneration, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+def generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
              max_new_tokens: int = 20, num_beams: int = 1, length_penalty: float = 1.0,
              early_stopping: bool | str = False, eos_token_id: int | list[int] | None = None,
              use_cache: bool = True) -> torch.Tensor:

@@ -100,18 +100,6 @@ class T5LayerFF(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------- attention
-@dataclass
-class LayerCache:
-    """One decoder block's keys and values while generating: self-attention buffers preallocated to the longest
-    sequence (filled up to the cache's `length`), and the cross-attention keys and values of the encoder output,
-    computed once."""
-
-    self_k: torch.Tensor  # (B, T_max, inner)
-    self_v: torch.Tensor
-    cross_k: torch.Tensor | None = None  # (B, T_enc, inner)
-    cross_v: torch.Tensor | None = None
-
-
 class T5Attention(nn.Module):
     """softmax(Q Kᵀ + b_rel + mask) V in `num_heads` heads of size d_kv -- no 1/sqrt(d_kv): T5 folds it into the
     initialisation of q. The formula is `nn.attention` with scale 1.0 and the bias."""
@@ -143,7 +131,8 @@ class T5LayerSelfAttention(nn.Module):
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, mask, bias, cache: LayerCache | None = None, start: int = 0):
+    def forward(self, x, mask, bias, cache=None, start: int = 0):
+        """`cache`: while generating, this block's `generate.LayerCache`; `start` positions are already in it."""
         h = self.layer_norm(x)
         attn = self.SelfAttention
         k, v = attn.k(h), attn.v(h)  # (B, T, inner)
@@ -162,7 +151,7 @@ class T5LayerCrossAttention(nn.Module):
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout_rate)
 
-    def forward(self, x, encoder_states, encoder_mask, cache: LayerCache | None = None):
+    def forward(self, x, encoder_states, encoder_mask, cache=None):
         attn = self.EncDecAttention
         if cache is not None:  # the encoder's keys and values do not change while decoding
             k, v = cache.cross_k, cache.cross_v
@@ -182,8 +171,7 @@ class T5Block(nn.Module):
             self.layer.append(T5LayerCrossAttention(config))
         self.layer.append(T5LayerFF(config))
 
-    def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache: LayerCache | None = None,
-                start: int = 0):
+    def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache=None, start: int = 0):
         x = self.layer[0](x, mask, bias, cache, start)
         if len(self.layer) == 3:
             x = self.layer[1](x, encoder_states, encoder_mask, cache)
@@ -204,15 +192,18 @@ class T5Stack(nn.Module):
         self.max_distance = config.relative_attention_max_distance
 
     def position_bias(self, query_length: int, key_length: int, query_offset: int = 0) -> torch.Tensor:
-        """(1, nh, T_q, T_k): the relative position bias of queries at `query_offset`... over keys 0..T_k-1."""
+        """(1, nh, T_q, T_k): the relative position bias of T_q queries from position `query_offset` on, over
+        keys 0..T_k-1."""
         table = self.block[0].layer[0].SelfAttention.relative_attention_bias
         return relative_position_bias(table, query_length, key_length, self.bidirectional_positions,
                                       self.max_distance, query_offset)
 
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, bias: torch.Tensor | None = None,
                 encoder_states: torch.Tensor | None = None, encoder_mask: AttentionMask | None = None,
-                cache: list[LayerCache] | None = None, start: int = 0) -> torch.Tensor:
-        """x: (B, T, d_model) embeddings of the new positions (which follow `start` cached ones) -> (B, T, d_model)."""
+                cache: list | None = None, start: int = 0) -> torch.Tensor:
+        """x: (B, T, d_model) embeddings of the new positions (which follow `start` cached ones) -> (B, T, d_model).
+        `cache`: while generating, one `generate.LayerCache` per block (generate.py owns the cache: the model
+        only writes the new keys and values into it and reads the rest)."""
         if bias is None:
             bias = self.position_bias(x.size(1), start + x.size(1), start)
         x = self.dropout(x)
@@ -240,7 +231,7 @@ def _init_ffn(m: nn.Module, c: T5Config) -> None:
 
 def _init_model(m: T5ForConditionalGeneration, c: T5Config) -> None:
     nn.init.normal_(m.shared.weight, std=c.initializer_factor)
-    if m.lm_head is not None:
+    if not c.tie_word_embeddings:
         nn.init.normal_(m.lm_head.weight, std=c.initializer_factor)
 
 
@@ -252,9 +243,6 @@ INITIALIZERS = {
     T5DenseGatedActDense: _init_ffn,
 }
 
-# The decoder-only architectures: which attention mask the one stack uses.
-DECODER_ONLY_MASKS = {"decoder-only": "causal", "prefix-lm": "prefix"}
-
 
 class T5PreTrainedModel(nn.Module):
     """The config, the initialisation and Hugging Face–layout checkpoints (the rules in `checkpoint.py`)."""
@@ -264,19 +252,20 @@ class T5PreTrainedModel(nn.Module):
     # Every weight is the model's own: a checkpoint must have them all.
     base_model_parts: tuple[str, ...] = ("shared.", "encoder.", "decoder.", "lm_head.")
     optional_base_parts: tuple[str, ...] = ()
-    tied_weight_keys: tuple[str, ...] = ()
 
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
 
     @property
-    def ignored_checkpoint_keys(self) -> tuple[str, ...]:
-        """Keys files may hold that carry nothing of ours: the stacks' aliases of `shared`, a tied LM head's copy,
-        and a cross-attention position table that old `transformers` versions saved and never used."""
-        keys = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
-                "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight")
-        return keys + (("lm_head.weight",) if self.config.tie_word_embeddings else ())
+    def tied_weight_keys(self) -> tuple[str, ...]:
+        """v1.0's LM head is the embedding matrix: saved once (as `shared.weight`), re-tied on load."""
+        return ("lm_head.weight",) if self.config.tie_word_embeddings else ()
+
+    # Keys files may hold that carry nothing of ours: the stacks' aliases of `shared`, and a cross-attention
+    # position table that old `transformers` versions saved and never used.
+    ignored_checkpoint_keys = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+                               "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight")
 
     def init_weights(self, module: nn.Module | None = None) -> None:
         """Sets every parameter of `module` (also on storage just allocated by `checkpoint.materialize`)."""
@@ -315,7 +304,9 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             self.encoder = None
             self.decoder = T5Stack(config, config.num_decoder_layers, cross_attention=False,
                                    bidirectional_positions=config.architecture == "prefix-lm")
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:  # one matrix for the input embedding and the output projection
+            self.lm_head.weight = self.shared.weight
         self.init_weights()
 
     # -------------------------------------------------------------------------------- pieces
@@ -334,7 +325,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
         rescaled by d_model^-0.5 (Mesh TensorFlow's; the embeddings are N(0, 1)); untied (v1.1): lm_head."""
         if self.config.scales_decoder_output:
             hidden = hidden * self.config.d_model ** -0.5
-        return F.linear(hidden, self.shared.weight if self.lm_head is None else self.lm_head.weight)
+        return self.lm_head(hidden)
 
     def shift_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Teacher forcing's decoder input: [start, y_1, ..., y_{n-1}], ignored labels (-100) as padding."""
@@ -385,7 +376,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             ids, keep, prefix = self.decoder_only_inputs(input_ids, attention_mask, decoder_input_ids,
                                                          decoder_attention_mask)
             self.check_length(ids.size(1), "input + target")
-            kind = DECODER_ONLY_MASKS[self.config.architecture]
+            kind = self.config.decoder_mask_kind
             mask = AttentionMask.padding(keep, kind, prefix if kind == "prefix" else None)
             hidden = self.decoder(self.shared(ids), mask)[:, -decoder_input_ids.size(1):]  # the target positions
         logits = self.lm_logits(hidden)  # (B, T_dec, V)

@@ -52,6 +52,7 @@ for the benchmark tasks these hooks are the identity / the defaults:
                                                labels discovered in the training file)
     spec.with_model_config(config)          -> the spec as a saved model was trained on it (its config.json)
     spec.loss(model, batch)                 -> the training loss (default: the head's own `.loss`)
+    spec.saved_config()                     -> config.json keys of a model trained on the task (columns, ...)
     spec.export_config(scores)              -> config.json keys decided by the saved run's dev scores
     spec.describe()                         -> what the run read (columns, labels, split sizes), for metrics.json
 
@@ -187,10 +188,17 @@ class TaskSpec:
         return dict(enumerate(self.labels)) if self.labels else None
 
     def build_model(self, model_dir: str | Path, **config_overrides):
-        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised."""
+        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised, and
+        `saved_config()` goes into its config (so config.json keeps it)."""
         if self.id2label is not None:
             config_overrides.setdefault("id2label", self.id2label)
-        return self.head.from_pretrained(model_dir, **config_overrides)
+        built = self.head.from_pretrained(model_dir, **config_overrides)
+        (built[0] if isinstance(built, tuple) else built).config.extra.update(self.saved_config())
+        return built
+
+    def saved_config(self) -> dict[str, Any]:
+        """config.json keys a model trained on this task keeps (columns, problem type, ...); none by default."""
+        return {}
 
     # -------------------------------------------------------------------------------------- configuring
     def for_run(self, cfg: Any) -> "TaskSpec":

@@ -137,12 +137,10 @@ class TokenClassificationTask(OwnFiles, NerTask):
         return dataclasses.replace(self, labels=tuple(config.id2label[i] for i in sorted(config.id2label)),
                                    tokens_column=columns.get("tokens"), tags_column=columns.get("tags"), splits=None)
 
-    def build_model(self, model_dir, **config_overrides):
-        built = super().build_model(model_dir, **config_overrides)
-        model = built[0] if isinstance(built, tuple) else built
+    def saved_config(self) -> dict[str, Any]:
         if self.tokens_column or self.tags_column:
-            model.config.extra["input_columns"] = {"tokens": self.tokens_column, "tags": self.tags_column}
-        return built
+            return {"input_columns": {"tokens": self.tokens_column, "tags": self.tags_column}}
+        return {}
 
     def read_file(self, path: Path, split: str, labels: Sequence[str] | None) -> list[TaggedSentence]:
         if SUFFIXES.get(path.suffix.lower()) not in ("jsonl", "json", "parquet"):
@@ -196,11 +194,8 @@ class QuestionAnsweringTask(OwnFiles, SquadTask):
     def with_model_config(self, config) -> "QuestionAnsweringTask":
         return dataclasses.replace(self, version2=bool(config.extra.get("version_2_with_negative")), splits=None)
 
-    def build_model(self, model_dir, **config_overrides):
-        built = super().build_model(model_dir, **config_overrides)
-        model = built[0] if isinstance(built, tuple) else built
-        model.config.extra["version_2_with_negative"] = self.version2  # predict / serve may then answer ""
-        return built
+    def saved_config(self) -> dict[str, Any]:
+        return {"version_2_with_negative": self.version2}  # predict / serve may then answer ""
 
     def read_file(self, path: Path, split: str, labels) -> list[SquadExample]:
         return read_squad(path, None, version2=True, skip_bad_answers=self.skip_bad_answers)
@@ -240,12 +235,8 @@ class MultipleChoiceFilesTask(OwnFiles, MultipleChoiceTask):
         columns = ChoiceColumns(**{**saved, "choices": tuple(saved["choices"])}) if isinstance(saved, dict) else None
         return dataclasses.replace(self, columns=columns, splits=None)
 
-    def build_model(self, model_dir, **config_overrides):
-        built = super().build_model(model_dir, **config_overrides)
-        model = built[0] if isinstance(built, tuple) else built
-        if self.columns is not None:
-            model.config.extra["input_columns"] = dataclasses.asdict(self.columns)
-        return built
+    def saved_config(self) -> dict[str, Any]:
+        return {"input_columns": dataclasses.asdict(self.columns)} if self.columns is not None else {}
 
     def resolve_columns(self, table: Table) -> ChoiceColumns:
         options = self.options or InputOptions()

@@ -409,12 +409,6 @@ class TextClassificationTask(TaskSpec):
                                    windows=windows, threshold=float(extra.get("multi_label_threshold", 0.5)),
                                    tune_threshold=False, splits=None)
 
-    def build_model(self, model_dir, **config_overrides):
-        built = super().build_model(model_dir, **config_overrides)
-        model = built[0] if isinstance(built, tuple) else built
-        model.config.extra.update(self.saved_config())
-        return built
-
     def saved_config(self) -> dict[str, Any]:
         """What config.json keeps of the task, so evaluate / predict / serve use the model as trained."""
         saved: dict[str, Any] = {"problem_type": self.problem_type}

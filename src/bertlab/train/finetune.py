@@ -47,6 +47,7 @@ from typing import Any, Sequence
 import torch
 
 from ..checkpoint import atomic_write_text
+from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
@@ -64,6 +65,30 @@ log = logging.getLogger(__name__)
 # The paper's fine-tuning grid (appendix A.3); the best setting on dev is kept.
 PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}
 GRIDS = {"paper": PAPER_GRID}
+
+
+MULTI_TASK = "multi"  # `bertlab finetune multi`: multi-task fine-tuning (train/multitask.py)
+
+
+@dataclass
+class MultiTaskOptions:
+    """`bertlab finetune multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
+
+    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
+    mixing: str = "proportional"  # proportional | temperature | equal
+    mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
+    mixing_temperature: float = 2.0
+    per_task_epochs: float | None = None  # then fine-tune each task alone from the multi-task model
+
+    def __post_init__(self) -> None:
+        if self.mixing not in MIXING_RULES:
+            raise ConfigError(f"mixing must be one of {', '.join(MIXING_RULES)}, got {self.mixing!r}")
+        if not self.mixing_temperature > 0 or (self.mixing_limit is not None and self.mixing_limit < 1):
+            raise ConfigError("mixing-temperature must be positive and mixing-limit at least 1")
+
+    @property
+    def names(self) -> list[str]:
+        return [t.strip() for t in (self.tasks or "").split(",") if t.strip()]
 
 
 @dataclass
@@ -104,9 +129,10 @@ class FinetuneConfig:
     resume: bool = False
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
+    multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
+        if self.task not in TASKS and self.task != MULTI_TASK:
             TASKS[self.task]  # raises the one-line "unknown task ... expected one of" error
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size"):
             if getattr(self, name) < 1:
