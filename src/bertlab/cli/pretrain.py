@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..train.pretrain import PretrainConfig, run_pretraining
-    from ..train.runconfig import config_from_args, given_fields
+    from ..train.runconfig import config_from_args, given_fields, refuse_foreign_settings
     from ..train.t5_pretrain import T5PretrainConfig, is_t5_request, run_t5_pretraining
 
     if args.demo:
@@ -86,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
         return run_demo(out=Path(args.out or "runs/demo"), corpus=args.demo_corpus, minutes=args.demo_minutes,
                         resume=bool(args.resume), progress=args.progress is not False)
     if is_t5_request(_stated(args)):
-        _refuse_settings_of(PretrainConfig, T5PretrainConfig, args, "T5")
+        refuse_foreign_settings(args, T5PretrainConfig, PretrainConfig, "T5 pre-training")
         cfg = config_from_args(T5PretrainConfig, args)
         result = run_t5_pretraining(cfg, given=given_fields(T5PretrainConfig, args))
     else:
-        _refuse_settings_of(T5PretrainConfig, PretrainConfig, args, "BERT")
+        refuse_foreign_settings(args, PretrainConfig, T5PretrainConfig, "BERT pre-training")
         cfg = config_from_args(PretrainConfig, args)
         result = run_pretraining(cfg, given=given_fields(PretrainConfig, args))
     train = result.train
@@ -120,13 +120,3 @@ def _stated(args: argparse.Namespace) -> dict:
     stated = dict(read_json_object(args.config)) if args.config is not None else {}
     stated.update({k: v for k, v in vars(args).items() if v is not None and not k.startswith("_")})
     return stated
-
-
-def _refuse_settings_of(other, this, args: argparse.Namespace, family: str) -> None:
-    """A flag only the other family's recipe (`other`) has is one line, never silently ignored."""
-    from ..errors import ConfigError
-
-    foreign = [n for n in _field_names(other) if n not in _field_names(this) and getattr(args, n, None) is not None]
-    if foreign:
-        raise ConfigError(f"--{foreign[0].replace('_', '-')} is not a setting of {family} pre-training (this run "
-                          f"is {family}'s: see bertlab pretrain --help)")
