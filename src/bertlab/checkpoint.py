@@ -205,10 +205,15 @@ def torch_load_failure(error: Exception) -> str:
     """Why `torch.load(weights_only=True)` failed, in a few words (torch's own message is a page long,
     coloured, and suggests `weights_only=False`, which would run whatever code the file carries)."""
     text = _ANSI.sub("", str(error))
-    if "Weights only load failed" in text or "weights_only" in text:
-        refused = _REFUSED_GLOBAL.search(text)
-        return ("refused: the file holds pickled Python objects, not only tensors"
-                + (f" ({refused[1]})" if refused else "") + "; only tensor data is loaded")
+    refused = _REFUSED_GLOBAL.search(text)
+    if refused:
+        return (f"refused: the file holds pickled Python objects, not only tensors ({refused[1]}); only tensor "
+                "data is loaded")
+    if "Weights only load failed" in text:
+        detail = next((line.strip() for line in text.partition("WeightsUnpickler error:")[2].splitlines()
+                       if line.strip()), "")
+        return ("corrupt or truncated checkpoint, or pickled data other than tensors (refused"
+                + (f": {detail}" if detail else "") + ")")
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     first = first.split(". ")[0].rstrip(".")  # torch's sentences after the first are advice, not the cause
     return f"corrupt or truncated checkpoint, not a readable PyTorch file ({type(error).__name__}: {first})"
