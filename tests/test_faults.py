@@ -231,6 +231,7 @@ KILL_DURING_SAVE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a real process, killed: a few seconds of interpreter and torch start-up
 def test_kill_during_save_keeps_the_previous_checkpoint_and_cleans_up(tmp_path):
     """kill -9 in the middle of writing a checkpoint: the previous checkpoint is intact and is what
     resume loads; the temporary folder is removed when the next trainer starts."""
@@ -314,8 +315,8 @@ def test_disk_full_at_final_export_is_one_line_and_leaves_no_half_model(data_dir
     from safetensors import SafetensorError
 
     def full(*args, **kwargs):
-        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
-                              '"No space left on device" })')
+        # (what safetensors says on a real full file system, a 64 KiB tmpfs)
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
 
     monkeypatch.setattr("safetensors.torch.save_file", full)
     run = tmp_path / "run"
