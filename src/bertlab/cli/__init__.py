@@ -31,8 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "similarity": ("similarity", "cosine similarity of two texts' sentence embeddings"),
     "fill-mask": ("fill_mask", "the masked LM's top-k words for each [MASK] in a text"),
     "predict": ("predict", "run a fine-tuned model (classification, NER, QA, multiple choice) over a file"),
-    "serve": ("serve", "an HTTP JSON service: /embed /classify /fill-mask /qa /health, dynamic batching"),
     "generate": ("generate", "text-to-text generation with a T5 model (greedy or beam search; span filling)"),
+    "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
+    "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
 
 
