@@ -13,6 +13,7 @@ run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -80,6 +81,12 @@ HELP = {
     "mixing_limit": "multi: cap each task's size at K examples in proportional/temperature mixing",
     "mixing_temperature": "multi: temperature T (rates ∝ size^(1/T))",
     "per_task_epochs": "multi: then fine-tune each task alone from the multi-task model for E epochs",
+    "squad": "t2t: SQuAD DATA_PATH for task squad/squad2 (train=FILE,dev=FILE; FILE#A:B takes articles A..B-1)",
+    "optimizer": "t2t: adafactor (T5's, default) or adamw",
+    "schedule": "t2t: constant (T5's fine-tuning, default) or inverse-sqrt",
+    "warmup": "t2t: inverse-sqrt's constant-rate steps",
+    "max_target_length": "t2t: longest target in tokens (training)",
+    "max_new_tokens": "t2t: generation limit (default: the longest label + 2 tokens)",
     "context_column": "multiple-choice: the context column (default: context / sent1)",
     "choice_columns": "multiple-choice: comma-separated choice columns (default: ending0,ending1,...)",
 }
@@ -92,10 +99,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.feature_ner import STRATEGIES
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
+    from ..train.text_to_text import TEXT_TO_TEXT, TextToTextConfig
 
-    p.add_argument("task", metavar="TASK", choices=[*TASKS, "multi"],
-                   help=f"one of: {' '.join(TASKS)}; or multi (--tasks a,b,c: one shared encoder, a head per task)")
+    p.add_argument("task", metavar="TASK", choices=[*TASKS, "multi", TEXT_TO_TEXT],
+                   help=f"one of: {' '.join(TASKS)}; or multi (--tasks a,b,c: one shared encoder, a head per task); "
+                        f"or t2t (T5 text-to-text: --tasks a,b,c --model T5_DIR --data GLUE_DIR)")
     add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
+    # t2t's own settings; those it shares with FinetuneConfig (and its groups) are the flags above
+    add_config_arguments(p, TextToTextConfig, HELP, skip=tuple(f.name for f in dataclasses.fields(FinetuneConfig)))
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
@@ -108,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
         from ..train.feature_ner import run_from_finetune_args
         return run_from_finetune_args(args)
+    if args.task == "t2t":  # T5 text-to-text (train/text_to_text.py)
+        return run_text_to_text(args)
     base = {"progress": sys.stderr.isatty()}
     if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
         base.update(resume_base(args.out))
@@ -132,4 +145,19 @@ def run(args: argparse.Namespace) -> int:
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},
                       "out": str(cfg.out)}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def run_text_to_text(args: argparse.Namespace) -> int:
+    from ..train.finetune import FinetuneConfig
+    from ..train.runconfig import config_from_args, refuse_foreign_settings
+    from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
+
+    refuse_foreign_settings(args, TextToTextConfig, FinetuneConfig, "finetune t2t", ignore=("task",))
+    cfg = config_from_args(TextToTextConfig, args, base={"progress": sys.stderr.isatty()})
+    metrics = finetune_text_to_text(cfg)
+    print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
+                      "dev": {task: {k: f"{v['mean']:.4f} ± {v['sd']:.4f}" for k, v in scores.items()}
+                              for task, scores in metrics["dev"].items()},
+                      "per_task": metrics["per_task"], "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0

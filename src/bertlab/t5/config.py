@@ -227,6 +227,9 @@ _PRESET_SHAPES: dict[str, tuple[int, int, int, int, bool]] = {
     "t5-v1_1-small": (512, 1024, 8, 6, True),
     "t5-v1_1-base": (768, 2048, 12, 12, True),
     "t5-v1_1-large": (1024, 2816, 24, 16, True),
+    # Not the paper's: small shapes for CPU runs, tests and bench_objectives.py (the objective comparison).
+    "t5-tiny": (128, 512, 2, 2, False),
+    "t5-mini": (256, 1024, 4, 4, False),
 }
 PRESETS = tuple(_PRESET_SHAPES)
 

@@ -34,7 +34,7 @@ import torch
 from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
-from ..objectives import OBJECTIVES, Objective, get_objective
+from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
@@ -94,7 +94,9 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
         if not self.out:
             raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
-        get_objective(self.objective)  # the one-line "unknown ...; expected one of" error
+        if is_text_to_text(get_objective(self.objective)):  # unknown: the one-line "expected one of" error
+            raise ConfigError(f"objective {self.objective} trains T5 (bertlab.train.t5_pretrain): give a T5 "
+                              "--model (t5-small, t5-tiny, a T5 config.json) and text-to-text data")
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
@@ -213,7 +215,8 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
     objective = get_objective(cfg.objective)
     if objective.needs_next_sentence_labels and not info.has_nsp:
-        others = [f"--objective {name}" for name, o in OBJECTIVES.items() if not o.needs_next_sentence_labels]
+        others = [f"--objective {name}" for name, o in OBJECTIVES.items()
+                  if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
     model_config = build_model_config(cfg, info)
@@ -301,19 +304,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
                       extra_state={"run_config": dataclasses.asdict(cfg)})
 
-    resume_from = None
-    if cfg.resume:
-        resume_from = latest_checkpoint(run_dir)
-        if resume_from is None:
-            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
-        trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
-        changes = trainer.change_optimization(lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                              max_grad_norm=cfg.max_grad_norm)
-        if changes:
-            say(f"resuming {resume_from.name} with " + ", ".join(changes))
-    elif dist.is_main and latest_checkpoint(run_dir) is not None:
-        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
-                           "another --out")
+    resume_or_refuse(trainer, cfg, run_dir, dist, say)
     if dist.is_main:
         write_run_config(run_dir, run_record(cfg, {
             "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision,
@@ -338,6 +329,24 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     if dist.world_size > 1:
         torch.distributed.barrier()
     return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+def resume_or_refuse(trainer: Trainer, cfg, run_dir: Path, dist, say: Callable[[str], None]) -> None:
+    """`cfg.resume`: load the run's latest checkpoint into `trainer` (a corrupt one is reported here, before any
+    step) and apply a new lr / weight decay / clipping stated again; otherwise refuse a RUN_DIR that already
+    holds checkpoints. Shared by the pre-training recipes (BERT's here, T5's in `t5_pretrain.py`)."""
+    if cfg.resume:
+        resume_from = latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
+        trainer.load_checkpoint(resume_from)
+        changes = trainer.change_optimization(lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                              max_grad_norm=cfg.max_grad_norm)
+        if changes:
+            say(f"resuming {resume_from.name} with " + ", ".join(changes))
+    elif dist.is_main and latest_checkpoint(run_dir) is not None:
+        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
+                           "another --out")
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:
