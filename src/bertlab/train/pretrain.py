@@ -219,7 +219,16 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                   if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
-    model_config = build_model_config(cfg, info)
+    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision, model
+    if resolved.get("model_config"):
+        # A resumed run's model is the one it started with (its weights come from the checkpoint): the
+        # --init-from folder is not read again, so it may have moved or changed since.
+        model_config = BertConfig.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
+        if model_config.vocab_size != info.vocab_size:
+            raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
+                              f"but {cfg.data} was tokenized with a {info.vocab_size}-token vocabulary")
+    else:
+        model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"max_position_embeddings ({model_config.max_position_embeddings})")
@@ -236,13 +245,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
     model_cls = objective.model_class
-    if cfg.init_from is not None:
+    if cfg.init_from is not None and not resolved:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
     loss_fn = objective.loss
-    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):
