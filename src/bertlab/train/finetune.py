@@ -130,6 +130,7 @@ class FinetuneConfig:
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
+    overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
 
     def __post_init__(self) -> None:
         if self.task not in TASKS and self.task != MULTI_TASK:
@@ -494,7 +495,9 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
         if cfg.task != task:
             raise ConfigError(f"{out}: is a fine-tuning of {cfg.task}, not {task}")
-    check_writable(out)
+        check_writable(out)
+    else:  # an earlier run's results are replaced only when asked (--overwrite)
+        claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
     spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
@@ -565,6 +568,44 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     }
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+RESULT_NAMES = (RUN_CONFIG, "metrics.json", "model", "runs")  # what a fine-tuning run writes to OUT_DIR by name
+FINISHED_MARKS = ("metrics.json", "model")  # results worth protecting: a run that got as far as saving a model
+
+
+def previous_results(out: Path) -> list[Path]:
+    """What an earlier fine-tuning run wrote to `out`: run_config.json, metrics.json, model/, runs/, and the
+    dev / test prediction files copied beside them (named by its runs' folders and its metrics.json)."""
+    found = [out / name for name in RESULT_NAMES if (out / name).exists()]
+    names: set[str] = set()
+    for run_dir in (out / "runs").glob("*/") if (out / "runs").is_dir() else ():
+        names |= {f.name for f in run_dir.iterdir() if f.is_file()}
+    if (out / "metrics.json").is_file():
+        try:
+            names |= set(json.loads((out / "metrics.json").read_text()).get("test_predictions") or [])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return found + sorted(out / n for n in names if (out / n).is_file() and n not in RESULT_NAMES)
+
+
+def claim_output_dir(out: Path, overwrite: bool) -> None:
+    """Make `out` ready for a run. An earlier run's results (a saved model, metrics.json) are never replaced
+    silently: refused (one line) unless `overwrite`, which deletes exactly what that run wrote (other files in
+    `out` stay). A run that failed before saving anything is simply started again."""
+    # --overwrite also clears an interrupted sweep (runs/ with checkpoints), which would otherwise need --resume
+    previous = previous_results(out) if overwrite or any((out / name).exists() for name in FINISHED_MARKS) else []
+    if previous and not overwrite:
+        raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
+                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
+                          "to replace it")
+    for path in previous:
+        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    check_writable(out)
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
