@@ -39,6 +39,7 @@ from typing import Any, Iterator
 import torch
 
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
+from .nn.adapters import add_saved_adapters
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,18 @@ class LoadReport:
     initialized: list[str] = field(default_factory=list)  # in the model, not in the checkpoint: fresh init
     unused: list[str] = field(default_factory=list)  # in the checkpoint, not in the model: dropped
 
-    def log(self, source: str) -> None:
+    def log(self, source: str, expected_unused: tuple[str, ...] = ()) -> None:
+        """Warn about fresh and dropped weights; drops under an `expected_unused` prefix are only a debug
+        line (a masked LM loaded from a pre-training checkpoint leaves its pooler and NSP head behind every
+        time: a warning on each `fill-mask` would teach users to ignore warnings)."""
         if self.initialized:
             log.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialized))
-        if self.unused:
-            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(self.unused))
+        expected = [k for k in self.unused if k.startswith(expected_unused)] if expected_unused else []
+        unexpected = [k for k in self.unused if k not in expected]
+        if unexpected:
+            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(unexpected))
+        if expected:
+            log.debug("%s: weights this model does not use, dropped as expected: %s", source, ", ".join(expected))
 
 
 # ---------------------------------------------------------------------------------------------- key names
@@ -199,6 +207,10 @@ def index_shards(index: Path) -> list[Path]:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_UNSUPPORTED_OPERAND = re.compile(r"Unsupported operand (\d+)")
+# Binary pickle opcodes that build or import Python objects (or open a protocol 2+ stream of them): the safe
+# unpickler stopping at one of these read a real pickle, not random bytes.
+_OBJECT_OPCODES = {0x80, 0x81, 0x92, 0x93, 0x95}  # PROTO, NEWOBJ, NEWOBJ_EX, STACK_GLOBAL, FRAME
 
 
 def torch_load_failure(error: Exception) -> str:
@@ -206,14 +218,14 @@ def torch_load_failure(error: Exception) -> str:
     coloured, and suggests `weights_only=False`, which would run whatever code the file carries)."""
     text = _ANSI.sub("", str(error))
     refused = _REFUSED_GLOBAL.search(text)
-    if refused:
-        return (f"refused: the file holds pickled Python objects, not only tensors ({refused[1]}); only tensor "
-                "data is loaded")
-    if "Weights only load failed" in text:
-        detail = next((line.strip() for line in text.partition("WeightsUnpickler error:")[2].splitlines()
-                       if line.strip()), "")
-        return ("corrupt or truncated checkpoint, or pickled data other than tensors (refused"
-                + (f": {detail}" if detail else "") + ")")
+    operand = _UNSUPPORTED_OPERAND.search(text)
+    if refused or "Unsupported global" in text or (operand and int(operand[1]) in _OBJECT_OPCODES):
+        # a real pickle of Python objects, refused by design
+        return ("refused: the file holds pickled Python objects, not only tensors"
+                + (f" ({refused[1]})" if refused else "") + "; only tensor data is loaded")
+    if "WeightsUnpickler error:" in text:  # garbage bytes fail inside the safe unpickler: say what it read
+        detail = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
+        return f"corrupt or truncated checkpoint, not a readable PyTorch file ({detail})"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     first = first.split(". ")[0].rstrip(".")  # torch's sentences after the first are advice, not the cause
     return f"corrupt or truncated checkpoint, not a readable PyTorch file ({type(error).__name__}: {first})"
@@ -303,6 +315,7 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     (for BERT-base that initialisation costs more than reading the file)."""
     with torch.device("meta"):
         model = cls(config)
+        add_saved_adapters(model)  # a model fine-tuned with adapters: config.json says where they sit
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)
@@ -323,7 +336,7 @@ def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, retu
             raise ConfigError(f"{folder}: {e}") from None
     state = read_state_dict(path)
     model, report = build_and_load(cls, config, state, str(folder))
-    report.log(str(folder))
+    report.log(str(folder), getattr(cls, "expected_unused_keys", ()))
     model.eval()  # as Hugging Face: a loaded model starts in eval mode; train() before training
     return (model, report) if return_report else model
 

@@ -70,10 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model_names import resolve_model
     from ..train.distill import DistillConfig, run_distillation
     from ..train.runconfig import config_from_args
 
     cfg = config_from_args(DistillConfig, args)
+    if cfg.teacher:  # a folder, or a model's name in the local Hugging Face cache
+        cfg.teacher = str(resolve_model(cfg.teacher))
     result = run_distillation(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 reports
         return result.train.exit_status

@@ -386,6 +386,10 @@ class DataInfo:
 
     @classmethod
     def from_manifest(cls, data_dir: Path, manifest: dict, iset: dict) -> "DataInfo":
+        if "objective" in iset:  # a T5 text-to-text set (t5_data.py): read with TextToTextDataset
+            raise DataError(f"{data_dir}: instance set {iset['name']} holds text-to-text examples (objective "
+                            f"{iset['objective']['name']}), not BERT instances; make those with `bertlab prepare "
+                            f"--out {data_dir}` and a WordPiece vocabulary")
         tok = manifest["tokenizer"]
         ids = tok["special_ids"]
         return cls(data_dir=data_dir, vocab_file=data_dir / tok["vocab_file"], vocab_size=tok["vocab_size"],
