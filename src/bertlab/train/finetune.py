@@ -436,10 +436,15 @@ class SweepState:
         if resume and (out / SWEEP_FILE).is_file():
             self.state = json.loads((out / SWEEP_FILE).read_text(encoding="utf-8"))
         elif not resume:
-            interrupted = sorted(p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*"))
+            interrupted = self.interrupted_runs(out)
             if interrupted:
                 raise BertlabError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to "
                                    "continue it, or choose another --out")
+
+    @staticmethod
+    def interrupted_runs(out: Path) -> list[Path]:
+        """The run folders of `out` holding a training checkpoint: a sweep stopped in the middle of a run."""
+        return sorted({p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*")})
 
     def done_run(self, run_dir: Path, setting: dict[str, Any], seed: int) -> RunResult | None:
         """The result of a run an earlier session finished (resume only), else None."""
@@ -595,6 +600,10 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
     `out` stay). A run that failed before saving anything is simply started again."""
     # --overwrite also clears an interrupted sweep (runs/ with checkpoints), which would otherwise need --resume
     previous = previous_results(out) if overwrite or any((out / name).exists() for name in FINISHED_MARKS) else []
+    interrupted = SweepState.interrupted_runs(out)
+    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
+        raise ConfigError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to continue "
+                          "it, --overwrite to replace it, or choose another --out")
     if previous and not overwrite:
         raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
                           f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
