@@ -18,6 +18,16 @@ from typing import Any
 
 from .errors import ConfigError
 
+# Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
+# make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
+# with a message). Each is far above any published BERT (BERT-large: hidden 1024, 24 layers, 512
+# positions; the largest vocabularies ~250k); a single weight matrix is held under 2^32 elements (16 GiB fp32).
+SIZE_LIMITS = {"vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1 << 10,
+               "num_attention_heads": 1 << 10, "intermediate_size": 1 << 18, "max_position_embeddings": 1 << 20,
+               "type_vocab_size": 1 << 16}
+MAX_MATRIX_ELEMENTS = 1 << 32
+MAX_LABELS = 1 << 20
+
 # Activations the model knows, by the names Google's and Hugging Face's configs use.
 KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 
@@ -94,10 +104,14 @@ class BertConfig:
                 )
         if self.classifier_dropout is not None and not _is_type(self.classifier_dropout, float):
             raise ConfigError(f"{source}: field 'classifier_dropout' must be a number or null")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{source}: field '{name}' must be at least 1, got {getattr(self, name)}")
+        for name, limit in SIZE_LIMITS.items():
+            if not 1 <= getattr(self, name) <= limit:
+                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
+                                  f"{getattr(self, name):,}")
+        for rows in ("vocab_size", "max_position_embeddings", "intermediate_size"):
+            if getattr(self, rows) * self.hidden_size > MAX_MATRIX_ELEMENTS:
+                raise ConfigError(f"{source}: '{rows}' x 'hidden_size' ({getattr(self, rows):,} x "
+                                  f"{self.hidden_size:,}) is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{source}: field '{name}' must be in [0, 1), got {getattr(self, name)}")
@@ -134,6 +148,8 @@ class BertConfig:
             if key == "label2id":  # derived from id2label
                 continue
             if key == "num_labels" and "id2label" not in data and isinstance(value, int) and value > 0:
+                if value > MAX_LABELS:  # a dict of that many names would be built before any check
+                    raise ConfigError(f"{source}: field 'num_labels' must be at most {MAX_LABELS:,}, got {value:,}")
                 kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(value)}
                 continue
             if key in known:

@@ -43,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.inputs import read_lines
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
     from ..infer.runtime import InferenceOptions
+    from ..progress import track
 
     lines = read_lines(args.input)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),
                                         args.window_overlap)
     chunks = ((s, embedder.embed(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))
-              for s in range(0, len(lines.items), CHUNK))
+              for s in track(range(0, len(lines.items), CHUNK), -(-len(lines.items) // CHUNK), "embed",
+                             f"chunk of {CHUNK} lines"))
     kind = output_kind(args.output)
     if kind == "jsonl":
         with text_output(args.output) as f:

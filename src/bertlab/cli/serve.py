@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="a sequence-classification model for /classify and /predict (one output: /rerank)")
     p.add_argument("--qa-model", metavar="DIR", help="a question-answering model for /qa")
     p.add_argument("--fill-mask-model", metavar="DIR", help="a masked-LM model for /fill-mask")
+    p.add_argument("--generate-model", metavar="DIR", help="a T5 model for /generate")
     add_embedding_arguments(p, POOLINGS)
     d = Limits()
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens, metavar="N",
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                     request_timeout_s=args.request_timeout)
     spec = ServeSpec(check_model_dir(args.model), InferenceOptions.from_args(args), limits, args.pooling,
                      args.normalize, args.window_overlap, args.classify_model, args.qa_model, args.fill_mask_model,
-                     args.api_key, args.served_model_name)
+                     args.api_key, args.served_model_name, args.generate_model)
     sock = bind(args.host, args.port)  # before loading: a busy port fails in a second, in one line
     port = sock.getsockname()[1]
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         if models is not None and models.classifier is not None:
             routes += " /predict /rerank /classify"
         if models is not None:
-            routes += "".join(f" /{e}" for e in models.endpoints if e in ("qa", "fill-mask"))
+            routes += "".join(f" /{e}" for e in models.endpoints if e in ("qa", "fill-mask", "generate"))
         workers = f", {args.workers} workers" if args.workers > 1 else ""
         key = ", API key required" if args.api_key else ""
         print(f"bertlab serve: listening on http://{args.host}:{port}{workers}{key} -- {routes} "

@@ -8,6 +8,7 @@ The routes come in groups, each a function registered with `@register_routes(nam
                       /predict, /rerank, /tokenize, /info
     serve_openai.py   OpenAI's POST /v1/embeddings and GET /v1/models
     serve_metrics.py  /metrics in the Prometheus text format
+    serve_generate.py /generate: text-to-text generation and span filling with a T5 model (--generate-model)
 
 `Service` is what every route shares: the models, the limits, one dynamic batcher per kind of model call
 (batcher.py: concurrent requests merged under a token budget), tokenization off the event loop, the length
@@ -70,11 +71,13 @@ class ServiceModels:
     classifier: Any = None  # Predictor (BertForSequenceClassification): /classify, /predict, /rerank
     qa: Any = None  # Predictor (BertForQuestionAnswering)
     fill_masker: Any = None  # FillMasker
+    generator: Any = None  # infer.generate.Generator (a T5 model, --generate-model)
     name: str = ""  # the model's id in /info and /v1/models
 
     @property
     def endpoints(self) -> list[str]:
-        have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker}
+        have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker,
+                "generate": self.generator}
         return [name for name, model in have.items() if model is not None]
 
 
@@ -94,7 +97,7 @@ TASK_ENDPOINTS = {"classify": "classifier", "qa": "qa"}
 def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str | None = None, normalize: bool = True,
                 classify_model: str | Path | None = None, qa_model: str | Path | None = None,
                 fill_mask_model: str | Path | None = None, window_overlap: int | None = None,
-                name: str | None = None) -> ServiceModels:
+                name: str | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed.
     `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
     from ..heads import HEADS
@@ -128,6 +131,10 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options,
                                window_overlap)
+    if generate_model is not None:
+        from .generate import Generator
+
+        models.generator = Generator.from_pretrained(generate_model, options)
     return models
 
 
@@ -355,7 +362,7 @@ class Service:
 RouteGroup = Callable[[FastAPI, Service], None]
 ROUTE_GROUPS: dict[str, RouteGroup] = {}
 # The modules whose import registers route groups, in the order their routes are added.
-ROUTE_MODULES = ("serve_native", "serve_tei", "serve_openai", "serve_metrics")
+ROUTE_MODULES = ("serve_native", "serve_tei", "serve_openai", "serve_metrics", "serve_generate")
 
 
 def register_routes(name: str) -> Callable[[RouteGroup], RouteGroup]:
@@ -515,10 +522,11 @@ class ServeSpec:
     fill_mask_model: Path | None = None
     api_key: str | None = None
     name: str | None = None
+    generate_model: Path | None = None
 
     def load(self) -> ServiceModels:
         return load_models(self.model, self.options, self.pooling, self.normalize, self.classify_model,
-                           self.qa_model, self.fill_mask_model, self.window_overlap, self.name)
+                           self.qa_model, self.fill_mask_model, self.window_overlap, self.name, self.generate_model)
 
     def app(self, models: ServiceModels | None = None):
         return create_app(models or self.load(), self.limits, self.api_key)

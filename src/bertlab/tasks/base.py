@@ -46,6 +46,16 @@ A task is a `TaskSpec` subclass instance registered by name in `bertlab.tasks.TA
         `write(example, prediction)` per example, streaming to a file it names (`.path`); default JSON
         lines {"id": guid, "prediction": ...}; GLUE test splits use the submission TSV, SQuAD its JSON.
 
+Tasks on the user's own files (`text_classification.py`, `own_data.py`) are templates until configured;
+for the benchmark tasks these hooks are the identity / the defaults:
+    spec.for_run(cfg)                       -> the spec configured by a fine-tuning config (files, columns,
+                                               labels discovered in the training file)
+    spec.with_model_config(config)          -> the spec as a saved model was trained on it (its config.json)
+    spec.loss(model, batch)                 -> the training loss (default: the head's own `.loss`)
+    spec.saved_config()                     -> config.json keys of a model trained on the task (columns, ...)
+    spec.export_config(scores)              -> config.json keys decided by the saved run's dev scores
+    spec.describe()                         -> what the run read (columns, labels, split sizes), for metrics.json
+
 `evaluate(spec, model, tokenizer, examples, ...)` below runs the whole chain: featurize -> batches ->
 predictions -> (metric, writer), streaming, and is what the recipe and `bertlab evaluate` call.
 
@@ -58,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Protocol, Sequence
@@ -178,10 +189,34 @@ class TaskSpec:
         return dict(enumerate(self.labels)) if self.labels else None
 
     def build_model(self, model_dir: str | Path, **config_overrides):
-        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised."""
+        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised, and
+        `saved_config()` goes into its config (so config.json keeps it)."""
         if self.id2label is not None:
             config_overrides.setdefault("id2label", self.id2label)
-        return self.head.from_pretrained(model_dir, **config_overrides)
+        built = self.head.from_pretrained(model_dir, **config_overrides)
+        (built[0] if isinstance(built, tuple) else built).config.extra.update(self.saved_config())
+        return built
+
+    def saved_config(self) -> dict[str, Any]:
+        """config.json keys a model trained on this task keeps (columns, problem type, ...); none by default."""
+        return {}
+
+    # -------------------------------------------------------------------------------------- configuring
+    def for_run(self, cfg: Any) -> "TaskSpec":
+        """The spec for a fine-tuning run of `cfg` (a `FinetuneConfig`); a benchmark task is fixed."""
+        return self
+
+    def with_model_config(self, config: Any) -> "TaskSpec":
+        """The spec as the saved model with `config` (its BertConfig) was trained on it."""
+        return self
+
+    def export_config(self, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
+        """config.json keys the saved run's dev `scores` decide (a tuned threshold); none by default."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """What a configured task read, for metrics.json; nothing for a benchmark task."""
+        return {}
 
     # -------------------------------------------------------------------------------------- data
     def read(self, data_path: str | Path, split: str) -> list[Any]:
@@ -201,6 +236,10 @@ class TaskSpec:
     def model_inputs(self, batch: Batch, with_targets: bool = False) -> dict[str, torch.Tensor]:
         keys = self.input_keys + (self.target_keys if with_targets else ())
         return {k: batch[k] for k in keys if k in batch}
+
+    def loss(self, model, batch: Batch) -> torch.Tensor:
+        """The training loss of one batch: the head's own loss on the targets."""
+        return model(**self.model_inputs(batch, with_targets=True)).loss
 
     def decode(self, outputs: Any, batch: Batch, features: Sequence[Feature]) -> list[Any]:
         """One prediction per row of `batch` from the head's outputs (default `predictions` only)."""
@@ -310,6 +349,7 @@ def evaluate(spec: TaskSpec, model, tokenizer, examples: Sequence[Any], split: s
         features = spec.featurize(examples, tokenizer, max_length, train=False)
     metric = spec.metric()
     scored = 0
+    classes: Counter = Counter()  # class predictions (labels, choice indices), to catch a collapsed model
     device_type = torch.device(device).type
     try:
         with contextlib.ExitStack() as stack:
@@ -324,9 +364,25 @@ def evaluate(spec: TaskSpec, model, tokenizer, examples: Sequence[Any], split: s
                                                         examples, features):
                 if writer is not None:
                     writer.write(example, prediction)
+                if isinstance(prediction, (str, int)) and not isinstance(prediction, bool):
+                    classes[prediction] += 1
                 if spec.has_gold(example):
                     metric.update(example, prediction)
                     scored += 1
     finally:
         model.train(was_training)
+    warn_if_one_class(spec.name, split, classes)
     return metric.compute() if scored else {}
+
+
+def warn_if_one_class(task: str, split: str, classes: Counter, at_least: int = 20) -> bool:
+    """Warn when every one of (at least `at_least`) predictions is the same class: the model learned only the
+    majority class (too few steps, or a learning rate too low or too high), whatever its accuracy says."""
+    total = sum(classes.values())
+    if len(classes) != 1 or total < at_least:
+        return False
+    (only, _), = classes.items()
+    log.warning("%s %s: the model predicted %r for all %d examples -- it has learned no more than one class; "
+                "train longer (--epochs), try another --lr (README: Fine-tuning), or use more training data",
+                task, split, only, total)
+    return True

@@ -194,7 +194,10 @@ class BertTokenizer:
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         kwargs.update(overrides)
-        return cls(vocab_path, **kwargs)
+        tokenizer = cls(vocab_path, **kwargs)
+        if path.is_dir():
+            _check_fits_model(tokenizer, vocab_path, path / "config.json")
+        return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write vocab.txt and tokenizer_config.json (Hugging Face's layout; `transformers` loads it too)."""
@@ -610,6 +613,19 @@ def _worker_init(tok: BertTokenizer) -> None:
 
 def _worker_flat(texts: list[str]) -> tuple[bytes, bytes]:
     return _WORKER_TOKENIZER._flat_many(texts)
+
+
+def _check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config: Path) -> None:
+    """A vocabulary with more entries than the model's embedding table would hand the model ids it has no
+    row for: an IndexError deep in the embedding at the first such word (a device-side assert on a GPU).
+    Refused here, naming both files. (A smaller vocabulary is fine: tables are often padded.)"""
+    try:
+        vocab_size = json.loads(model_config.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return  # no or unreadable config.json: the model loader reports it
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and len(tokenizer) > vocab_size > 0:
+        raise TokenizerError(f"{vocab_path}: {len(tokenizer):,} entries but {model_config} says vocab_size "
+                             f"{vocab_size:,}; ids from {vocab_size:,} on have no embedding")
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -34,7 +35,8 @@ import torch
 from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
-from ..objectives import OBJECTIVES, Objective, get_objective
+from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
+from .budget import BudgetScheduler
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
@@ -94,12 +96,20 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
         if not self.out:
             raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
-        get_objective(self.objective)  # the one-line "unknown ...; expected one of" error
+        if is_text_to_text(get_objective(self.objective)):  # unknown: the one-line "expected one of" error
+            raise ConfigError(f"objective {self.objective} trains T5 (bertlab.train.t5_pretrain): give a T5 "
+                              "--model (t5-small, t5-tiny, a T5 config.json) and text-to-text data")
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         check_precision(self.precision)
+        for name in ("lr", "max_grad_norm"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
+        if not self.weight_decay >= 0 or not self.warmup >= 0:
+            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
+                              f"{self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -109,10 +119,12 @@ class PretrainConfig:
             parse_duration(self.time_budget)
 
 
-# Settings a resumed run may change; everything else is taken from the run's own run_config.json, since
-# changing it (batch, schedule, data) would make the continuation a different run.
+# Settings a resumed run may change when stated again: runtime settings, and the optimiser's (a run that
+# diverged continues from its last good checkpoint at a lower --lr; the change is printed). Everything else
+# is taken from the run's own run_config.json, since changing it (batch, schedule, data) would make the
+# continuation a different run.
 RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers",
-                     "device", "progress", "resume", "eval_at_start")
+                     "device", "progress", "resume", "eval_at_start", "lr", "weight_decay", "max_grad_norm")
 
 
 @dataclass
@@ -175,12 +187,15 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
-def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) -> PretrainResult:
+def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
+                    given: Collection[str] | None = None) -> PretrainResult:
+    """`given`: the settings the user stated (`runconfig.given_fields`); on resume the others are the run's
+    own (see `setup.resolve_resume_config`)."""
     from ..data import DataInfo, PretrainingDataset
 
     if cfg.resume and not cfg.out:
         raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE)
+    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     cfg.validate()
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
@@ -202,10 +217,20 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
     objective = get_objective(cfg.objective)
     if objective.needs_next_sentence_labels and not info.has_nsp:
-        others = [f"--objective {name}" for name, o in OBJECTIVES.items() if not o.needs_next_sentence_labels]
+        others = [f"--objective {name}" for name, o in OBJECTIVES.items()
+                  if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
-    model_config = build_model_config(cfg, info)
+    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision, model
+    if resolved.get("model_config"):
+        # A resumed run's model is the one it started with (its weights come from the checkpoint): the
+        # --init-from folder is not read again, so it may have moved or changed since.
+        model_config = BertConfig.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
+        if model_config.vocab_size != info.vocab_size:
+            raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
+                              f"but {cfg.data} was tokenized with a {info.vocab_size}-token vocabulary")
+    else:
+        model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"max_position_embeddings ({model_config.max_position_embeddings})")
@@ -222,13 +247,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
     model_cls = objective.model_class
-    if cfg.init_from is not None:
+    if cfg.init_from is not None and not resolved:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
     loss_fn = objective.loss
-    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):
@@ -272,7 +296,14 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     # ---- optimisation
     optimizer = build_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay)
     warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
-    scheduler = linear_warmup_decay(optimizer, warmup, steps)
+    # A budgeted run re-fits its plan as it goes (train/budget.py), so the decay ends at the budget
+    # whatever the machine's speed does; with a phase 2 the switch step is fixed, so the first fit rules.
+    budget_s = parse_duration(cfg.time_budget) if cfg.time_budget and cfg.steps is None else None
+    refitting = budget_s is not None and not phase2_len and dist.world_size == 1
+    if refitting:
+        scheduler = BudgetScheduler(optimizer, warmup_steps(warmup, steps), steps, budget_s)
+    else:
+        scheduler = linear_warmup_decay(optimizer, warmup, steps)
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
@@ -289,16 +320,11 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
                       retain_freed_memory=cfg.retain_freed_memory)
     trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
                       extra_state={"run_config": dataclasses.asdict(cfg)})
+    if refitting:
+        scheduler.attach(clock=lambda: trainer.elapsed, loop_config=loop,
+                         on_refit=lambda old, new, at: log.debug("step %d: plan refitted, %d -> %d steps", at, old, new))
 
-    resume_from = None
-    if cfg.resume:
-        resume_from = latest_checkpoint(run_dir)
-        if resume_from is None:
-            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
-        trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
-    elif dist.is_main and latest_checkpoint(run_dir) is not None:
-        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
-                           "another --out")
+    resume_or_refuse(trainer, cfg, run_dir, dist, say)
     if dist.is_main:
         write_run_config(run_dir, run_record(cfg, {
             "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision,
@@ -314,6 +340,8 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     if cfg.eval_at_start and not cfg.resume:
         eval_before = trainer.run_evaluation()
     result = trainer.fit()  # continues from the loaded checkpoint, if any
+    if dist.is_main and budget_s is not None:
+        say(budget_outcome(result, cfg.time_budget, budget_s, steps, scheduler))
 
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
@@ -323,6 +351,48 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     if dist.world_size > 1:
         torch.distributed.barrier()
     return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+def resume_or_refuse(trainer: Trainer, cfg, run_dir: Path, dist, say: Callable[[str], None]) -> None:
+    """`cfg.resume`: load the run's latest checkpoint into `trainer` (a corrupt one is reported here, before any
+    step) and apply a new lr / weight decay / clipping stated again; otherwise refuse a RUN_DIR that already
+    holds checkpoints. Shared by the pre-training recipes (BERT's here, T5's in `t5_pretrain.py`)."""
+    if cfg.resume:
+        resume_from = latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
+        trainer.load_checkpoint(resume_from)
+        changes = trainer.change_optimization(lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                              max_grad_norm=cfg.max_grad_norm)
+        if changes:
+            say(f"resuming {resume_from.name} with " + ", ".join(changes))
+    elif dist.is_main and latest_checkpoint(run_dir) is not None:
+        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
+                           "another --out")
+
+
+def warmup_steps(warmup: float | int, total: int) -> int:
+    """`warmup` as `linear_warmup_decay` reads it: < 1 a fraction of `total` (rounded up), else a count."""
+    return int(math.ceil(warmup * total)) if isinstance(warmup, float) and warmup < 1 else int(warmup)
+
+
+def budget_outcome(result: TrainResult, budget_text: str, budget_s: float, first_plan: int, scheduler) -> str:
+    """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
+    learning rate was then."""
+    from ..progress import format_duration
+
+    planned = getattr(scheduler, "total_steps", first_plan)
+    refits = getattr(scheduler, "refits", 0)
+    refitted = f"; plan refitted {refits} times, {first_plan} -> {planned} steps" if refits else ""
+    if result.stopped == "time_budget":
+        lr_left = scheduler.lr_lambdas[0](result.step)
+        return (f"the time budget ({budget_text}) ended the run at step {result.step} of {planned} planned, with "
+                f"the learning rate at {lr_left:.0%} of its peak{refitted}")
+    if result.stopped == "max_steps":
+        return (f"the step plan ended the run: {result.step} steps in {format_duration(result.elapsed)} of the "
+                f"{budget_text} budget, learning rate decayed to 0{refitted}")
+    return f"the run stopped ({result.stopped}) at step {result.step} of {planned}, {format_duration(result.elapsed)} " \
+           f"into the {budget_text} budget"
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:
