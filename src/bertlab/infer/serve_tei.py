@@ -91,8 +91,8 @@ def tei_routes(app: FastAPI, service: Service) -> None:
     async def embed(body: EmbedRequest):
         if (body.inputs is None) == (body.texts is None):
             raise ServiceError(422, "inputs: give the texts as \"inputs\" (or bertlab's \"texts\"), one of them")
-        texts = [body.inputs] if isinstance(body.inputs, str) else (body.inputs or body.texts)
         what = "inputs" if body.inputs is not None else "texts"
+        texts = [body.inputs] if isinstance(body.inputs, str) else (body.inputs if body.inputs is not None else body.texts)
         service.check_texts(texts, what)
         normalize = embedder.normalize if body.normalize is None else body.normalize
         enc = await service.off_loop(service.encode_texts, texts, service.truncating(body.truncate), what,
@@ -119,6 +119,7 @@ def tei_routes(app: FastAPI, service: Service) -> None:
                 raise ServiceError(422, f"inputs[{i}]: expected a text or [text, text_pair], got {len(seq)} texts")
             pairs.append((seq[0], seq[1] if len(seq) == 2 else None))
         service.check_texts([a for a, _ in pairs], "inputs")
+        service.check_texts([b for _, b in pairs if b is not None] or [""], "text pairs")
         predictor = models.classifier
         enc = await service.off_loop(service.encode_pairs, predictor.tokenizer, classifier_limit(),
                                      [a for a, _ in pairs], [b for _, b in pairs],
