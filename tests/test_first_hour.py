@@ -394,3 +394,38 @@ def test_evaluate_batch_size_has_help(capsys):
         main(["evaluate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--batch-size BATCH_SIZE examples per prediction batch (default 64)" in help_text
+
+
+# ---------------------------------------------------------------------------------------------- pre-training
+@pytest.fixture(scope="module")
+def pretrain_data(tmp_path_factory) -> Path:
+    from bertlab.data.instances import InstanceConfig
+    from bertlab.data.masking import MaskingConfig
+    from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
+    from test_data_prepare import make_corpus, write_vocab
+
+    root = tmp_path_factory.mktemp("pretrain-data")
+    prepare([make_corpus(root / "corpus.txt", 40, seed=5)], write_vocab(root / "vocab.txt"), root / "data",
+            CorpusSettings(heldout_fraction=0.1),
+            InstanceSettings(InstanceConfig("segment-pair", 64), MaskingConfig.for_length(64), dupe_factor=2, seed=1),
+            workers=1, progress=False, echo=lambda s: None)
+    return root / "data"
+
+
+def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_default_lr(pretrain_data, tmp_path,
+                                                                                      capsys):
+    from bertlab.train.pretrain import default_lr
+
+    assert [default_lr(h) for h in (128, 256, 512, 768, 1024)] == [1e-3, 5e-4, 2e-4, 1e-4, 1e-4]
+    out = tmp_path / "run"
+    assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
+                 str(out), "--batch-size", "8", "--seq-len", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+                 "--no-progress", "--num-workers", "0", "--precision", "fp32", "--time-budget", "3s",
+                 "--no-eval-at-start"]) == 0
+    text = capsys.readouterr().out
+    resolved = json.loads((out / "run_config.json").read_text())["_resolved"]
+    assert resolved["lr"] == 1e-3 and "peak lr 0.001 (the default for its width)" in text
+    ended = [line for line in text.splitlines() if "ended the run" in line]
+    assert len(ended) == 1 and ("the step plan ended the run" in ended[0] or "the time budget (3s)" in ended[0])
+    if "the step plan" in ended[0]:  # the last logged step had the schedule's last learning rate
+        assert "learning rate decayed to 0" in ended[0]

@@ -2,7 +2,7 @@
 
     onnx                   model.onnx (dynamic batch and length) checked against PyTorch in ONNX Runtime (within
                            1e-4); `--quantize int8` adds model_int8.onnx and prints its cosine to fp32. Needs the
-                           `export` extra: pip install 'bertlab[export]'.
+                           `export` extra: pip install 'bertlab-paper[export]'.
     sentence-transformers  the folder `SentenceTransformer(DIR)` loads, with the pooling the model was used with
                            (its sentence-transformers config; `--pooling` to choose) and L2 normalisation
                            (`--no-normalize` to leave it out).

@@ -3,7 +3,7 @@
 
 OpenAI's /v1/embeddings and /v1/models; text-embeddings-inference's /embed, /predict, /rerank, /tokenize,
 /info; /classify, /qa and /fill-mask when the model has that head or a folder is given for it; /health,
-/metrics; the OpenAPI description at /openapi.json. Needs the `serve` extra: `pip install 'bertlab[serve]'`.
+/metrics; the OpenAPI description at /openapi.json. Needs the `serve` extra: `pip install 'bertlab-paper[serve]'`.
 The port is taken before the model loads: a busy port is one line and exit status 2.
 """
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
-        raise BertlabError(f"`bertlab serve` needs {' and '.join(missing)}: pip install 'bertlab[serve]'")
+        raise BertlabError(f"`bertlab serve` needs {' and '.join(missing)}: pip install 'bertlab-paper[serve]'")
     if args.workers < 1:
         raise BertlabError(f"--workers must be at least 1, got {args.workers}")
     from ..infer.runtime import InferenceOptions, check_model_dir

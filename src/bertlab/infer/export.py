@@ -20,7 +20,7 @@ The ONNX graph is traced (torch.onnx's TorchScript exporter) from the plain fp32
 a padded example batch, so the attention-mask path is the one recorded: it is correct for unpadded batches
 too, and the parity check runs one. (The dynamo exporter stops at the encoder's "no padding, no mask" branch,
 which depends on the data.) onnx and onnxruntime are imported only here, with a one-line error when missing
-(`pip install 'bertlab[export]'`). Outputs are built in a temporary folder and renamed into place, so a failed
+(`pip install 'bertlab-paper[export]'`). Outputs are built in a temporary folder and renamed into place, so a failed
 export leaves nothing behind.
 """
 
@@ -83,7 +83,7 @@ class ExportReport:
 def require(modules: tuple[str, ...], what: str, extra: str = "export") -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise BertlabError(f"{what} needs {' and '.join(missing)}: pip install 'bertlab[{extra}]'")
+        raise BertlabError(f"{what} needs {' and '.join(missing)}: pip install 'bertlab-paper[{extra}]'")
 
 
 def _new_folder(out: Path) -> Path:
