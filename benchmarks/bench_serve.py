@@ -36,7 +36,6 @@ import os
 import random
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -283,7 +282,7 @@ def main() -> int:
     results["burst"] = burst(model_dir, texts, args.burst, args.threads, workdir)
     print(f"  {results['burst']}")
 
-    print(f"\n| server | requests | failed | requests/s | p50 ms | p99 ms | RSS MB |\n|---|---|---|---|---|---|---|")
+    print("\n| server | requests | failed | requests/s | p50 ms | p99 ms | RSS MB |\n|---|---|---|---|---|---|---|")
     for name, r in results.items():
         if name != "burst" and "error" not in r:
             print(f"| {name} | {r['requests']} | {r['failed']} | {r['requests_per_s']} | {r['p50_ms']} | {r['p99_ms']} "

@@ -122,7 +122,7 @@ def _train_sentencepiece(args: argparse.Namespace) -> int:
     log.info("training a SentencePiece unigram model of %d pieces (T5's settings, %d threads)", args.vocab_size,
              args.threads)
     path, report = train_sentencepiece(args.corpus, config, args.out, on_decode_error=args.on_decode_error,
-                                       progress=not args.no_progress and sys.stderr.isatty(),
+                                       progress=not args.no_progress,
                                        verbose=log.isEnabledFor(logging.DEBUG))
     tok = T5Tokenizer(path)
     print(f"wrote {path}: {tok.base_size} pieces + {tok.num_sentinels} sentinels = {tok.vocab_size} ids, from "
