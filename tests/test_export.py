@@ -78,7 +78,7 @@ def test_export_refuses_a_used_folder_and_names_missing_packages(dirs, tmp_path,
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
     assert main(["export", "onnx", "--model", str(dirs["enc"]), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "bertlab export: error: bertlab export onnx needs onnxruntime: pip install 'bertlab[export]'"
+    assert err == "bertlab export: error: bertlab export onnx needs onnxruntime: pip install 'bertlab-paper[export]'"
     assert not (tmp_path / "o").exists()
 
 
