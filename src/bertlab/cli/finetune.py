@@ -25,7 +25,7 @@ HELP = {
             "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
-    "lr": "peak learning rate",
+    "lr": "peak learning rate (default: by model width, 1e-4 up to 512 wide, 5e-5 for 768, 3e-5 above)",
     "batch_size": "examples per optimizer step",
     "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",

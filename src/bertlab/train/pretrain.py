@@ -41,7 +41,7 @@ from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distri
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
 
@@ -129,10 +129,7 @@ DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
 
 def default_lr(hidden_size: int) -> float:
     """The peak learning rate for a model `hidden_size` wide: the table's nearest width at or above it."""
-    for width in sorted(DEFAULT_LR_BY_WIDTH):
-        if hidden_size <= width:
-            return DEFAULT_LR_BY_WIDTH[width]
-    return DEFAULT_LR_BY_WIDTH[max(DEFAULT_LR_BY_WIDTH)]
+    return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
 
 # Settings a resumed run may change when stated again: runtime settings, and the optimiser's (a run that
