@@ -120,7 +120,8 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
     run_config = json.loads((out / "run_config.json").read_text())
     assert run_config["objective"] == "span-corruption" and run_config["optimizer"] == "adafactor"  # the data's
     final = out / "final"
-    assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= {p.name for p in final.iterdir()}
+    files = {p.name for p in final.iterdir()}
+    assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files
     ours = T5ForConditionalGeneration.from_pretrained(final)
     theirs = transformers.T5ForConditionalGeneration.from_pretrained(final).eval()
     from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
@@ -157,7 +158,8 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
     assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress"]) == 0
     a, b = read_weights(reference / "final"), read_weights(run / "final")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert json.loads((run / "final" / "config.json").read_text()).get("architecture", "encoder-decoder") == architecture
+    config = json.loads((run / "final" / "config.json").read_text())
+    assert config.get("architecture", "encoder-decoder") == architecture
     assert [r["step"] for r in read_metrics(run) if "loss" in r] == list(range(1, 7))
 
 
@@ -199,8 +201,8 @@ def test_kill_9_then_resume_is_bitwise_exact(t5_data, tmp_path, architecture):
 
 def test_prefix_lm_objective_time_budget_and_bf16(t5_data, tmp_path, capsys):
     out = tmp_path / "run"
-    args = t5_args(t5_data / "prefix-lm", out, "--time-budget", "3s", "--architecture", "prefix-lm", "--no-eval-at-start",
-                   "--optimizer", "adamw", "--warmup", 3)
+    args = t5_args(t5_data / "prefix-lm", out, "--time-budget", "3s", "--architecture", "prefix-lm",
+                   "--no-eval-at-start", "--optimizer", "adamw", "--warmup", 3)
     args[args.index("--precision") + 1] = "bf16"
     assert main(args) == 0
     assert "time budget 3s" in capsys.readouterr().out

@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write_text
+from ..checkpoint import atomic_write_text, model_keys
 from ..config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
@@ -257,7 +257,9 @@ class PretrainedStart:
     def __init__(self, spec: TaskSpec, model_dir: str | Path):
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
-        self.new_modules = sorted({name.rsplit(".", 1)[0] for name in report.initialized})
+        own = model_keys(self.model)  # the report names weights canonically (`pooler.dense.weight`), not as
+        # the task model does (`bert.pooler.dense.weight`): a checkpoint without a pooler (MLM-only) needs this
+        self.new_modules = sorted({own.get(name, name).rsplit(".", 1)[0] for name in report.initialized})
 
     def fresh(self, seed: int):
         seed_everything(seed)  # the new head's initialisation is part of what a seed decides
