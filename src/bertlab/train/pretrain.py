@@ -199,6 +199,23 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     return config
 
 
+def start_run(config_class: type, cfg, may_change: Collection[str], given: Collection[str] | None,
+              echo: Callable[[str], None]):
+    """What every pre-training recipe does first (BERT's here, T5's in `t5_pretrain.py`): on resume take the
+    run's own settings for what the user did not state again, validate, join the process group and prove the
+    run directory writable. Returns (cfg, dist, say, run_dir); `say` prints on the main process only."""
+    if cfg.resume and not cfg.out:
+        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
+    cfg = resolve_resume_config(config_class, cfg, Path(cfg.out) / RUN_CONFIG, may_change, given)
+    cfg.validate()
+    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
+    say = echo if dist.is_main else (lambda s: None)
+    run_dir = Path(cfg.out)
+    if dist.is_main:
+        check_writable(run_dir)
+    return cfg, dist, say, run_dir
+
+
 # ---------------------------------------------------------------------------------------------- the recipe
 def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                     given: Collection[str] | None = None) -> PretrainResult:
@@ -206,15 +223,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     own (see `setup.resolve_resume_config`)."""
     from ..data import DataInfo, PretrainingDataset
 
-    if cfg.resume and not cfg.out:
-        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE, given)
-    cfg.validate()
-    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
-    say = echo if dist.is_main else (lambda s: None)
-    run_dir = Path(cfg.out)
-    if dist.is_main:
-        check_writable(run_dir)
+    cfg, dist, say, run_dir = start_run(PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 
     # ---- data: every file checked against the manifest, the vocabulary against the model
     lengths = _available_lengths(cfg.data)
