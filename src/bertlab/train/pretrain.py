@@ -104,8 +104,8 @@ class PretrainConfig:
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         check_precision(self.precision)
-        for name in ("lr", "max_grad_norm"):
-            if not getattr(self, name) > 0:
+        for name in ("lr", "max_grad_norm"):  # (lr None: the default for the model's width, decided later)
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
         if not self.weight_decay >= 0 or not self.warmup >= 0:
             raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
