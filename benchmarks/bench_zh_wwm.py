@@ -14,7 +14,7 @@ times per variant with the same generators:
 Words are jieba's throughout (the stored word flags). Columns: the share of all tokens masked (15% is the
 target); the share of masked CJK characters that lie in a multi-character word; of the multi-character words
 with at least one masked character, the share masked entirely; the mean length of a run of adjacent masked
-tokens. Needs jieba (`pip install 'bertlab[zh]'`).
+tokens. Needs jieba (`pip install 'bertlab-paper[zh]'`).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def main() -> int:
     try:
         import jieba  # noqa: F401
     except ImportError:
-        print("needs jieba: pip install 'bertlab[zh]'", file=sys.stderr)
+        print("needs jieba: pip install 'bertlab-paper[zh]'", file=sys.stderr)
         return 2
     from bertlab.data.instances import InstanceConfig
     from bertlab.data.masking import MaskingConfig

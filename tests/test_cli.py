@@ -36,7 +36,7 @@ def test_demo_on_minilm(minilm_dir, capsys):
 
 def test_demo_without_model_is_one_line(tmp_path, capsys):
     assert main(["demo", "--model", str(tmp_path / "missing")]) == 2
-    assert "no such file or directory" in capsys.readouterr().err
+    assert "missing: no such model folder" in capsys.readouterr().err
 
 
 def test_light_commands_do_not_import_torch():

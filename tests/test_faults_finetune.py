@@ -45,7 +45,7 @@ def interrupt_at_batch(monkeypatch, n: int, sig=signal.SIGINT) -> dict[str, int]
     return count
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_sweep_interrupted_then_resumed_equals_the_uninterrupted_sweep(tiny_model, shared_data, tmp_path,
                                                                        monkeypatch, capsys, sig):
     monkeypatch.setitem(ft.GRIDS, "small", {"batch_size": (16,), "lr": (1e-4, 2e-3), "epochs": (2,)})

@@ -283,7 +283,7 @@ def test_multiple_choice_from_csv_with_guessed_columns(tiny, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["best_run"]["dev"]["accuracy"])
     bad = write_csv([{**choice_rows(1, 3)[0], "label": "ending9"}], tmp_path / "bad.csv")
     err = _error(capsys, "finetune", "multiple-choice", "--model", tiny, "--train", train, "--validation", bad,
-                 "--out", out)
+                 "--out", tmp_path / "out-bad")
     assert "bad.csv:2: label 'ending9' is not a choice index (0-3)" in err
 
 

@@ -378,5 +378,5 @@ def test_plot_writes_png_or_says_what_is_missing(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     assert main(["plot", str(tmp_path)]) == 2
-    assert "pip install 'bertlab[plot]'" in capsys.readouterr().err
+    assert "pip install 'bertlab-paper[plot]'" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "nowhere")]) == 2

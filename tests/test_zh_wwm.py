@@ -196,7 +196,7 @@ def test_cli_bad_segmenter_and_missing_jieba_are_one_line(zh_vocab, tmp_path, ca
     monkeypatch.setitem(sys.modules, "jieba", None)  # as if not installed
     assert main([*args, "--masking", "whole-word", "--segmenter", "jieba"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["bertlab prepare: error: the jieba segmenter needs the jieba package: pip install 'bertlab[zh]'"]
+    assert err == ["bertlab prepare: error: the jieba segmenter needs the jieba package: pip install 'bertlab-paper[zh]'"]
     assert not (tmp_path / "o" / "manifest.json").exists()
 
 

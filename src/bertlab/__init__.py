@@ -9,7 +9,7 @@ from .config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
 from .tokenizer import BertTokenizer, T5Tokenizer, WordPieceT5Tokenizer
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one place: pyproject.toml reads it for the package (`bertlab --version` prints it)
 
 # The model classes need torch, ~1.5 s to import; they are loaded on first use (PEP 562), so the tokenizer,
 # `bertlab --help` and the commands that never run a model start without it.

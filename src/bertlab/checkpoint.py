@@ -70,11 +70,18 @@ class LoadReport:
     initialized: list[str] = field(default_factory=list)  # in the model, not in the checkpoint: fresh init
     unused: list[str] = field(default_factory=list)  # in the checkpoint, not in the model: dropped
 
-    def log(self, source: str) -> None:
+    def log(self, source: str, expected_unused: tuple[str, ...] = ()) -> None:
+        """Warn about fresh and dropped weights; drops under an `expected_unused` prefix are only a debug
+        line (a masked LM loaded from a pre-training checkpoint leaves its pooler and NSP head behind every
+        time: a warning on each `fill-mask` would teach users to ignore warnings)."""
         if self.initialized:
             log.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialized))
-        if self.unused:
-            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(self.unused))
+        expected = [k for k in self.unused if k.startswith(expected_unused)] if expected_unused else []
+        unexpected = [k for k in self.unused if k not in expected]
+        if unexpected:
+            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(unexpected))
+        if expected:
+            log.debug("%s: weights this model does not use, dropped as expected: %s", source, ", ".join(expected))
 
 
 # ---------------------------------------------------------------------------------------------- key names
@@ -329,7 +336,7 @@ def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, retu
             raise ConfigError(f"{folder}: {e}") from None
     state = read_state_dict(path)
     model, report = build_and_load(cls, config, state, str(folder))
-    report.log(str(folder))
+    report.log(str(folder), getattr(cls, "expected_unused_keys", ()))
     model.eval()  # as Hugging Face: a loaded model starts in eval mode; train() before training
     return (model, report) if return_report else model
 

@@ -45,7 +45,7 @@ _OS_CAUSES = {
     errno.EFBIG: "file too large",
 }
 # What torch.save / safetensors say instead of an errno, and how to find the errno in it.
-_RUST_IO_CODE = re.compile(r"code: (\d+)")
+_RUST_IO_CODE = re.compile(r"(?:os error |code: )(\d+)")  # "I/O error: ... (os error 28)"
 
 
 def os_error_of(error: BaseException | None) -> OSError | None:

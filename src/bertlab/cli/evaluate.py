@@ -13,13 +13,16 @@ from ..tasks import TASKS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..model_names import model_path
+
     p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
-    p.add_argument("--model", metavar="MODEL_DIR", required=True, help="a fine-tuned model folder (OUT_DIR/model)")
+    p.add_argument("--model", metavar="MODEL_DIR", required=True, type=model_path,
+                   help="a fine-tuned model folder (OUT_DIR/model), or its name in the local Hugging Face cache")
     p.add_argument("--data", metavar="DATA_PATH", required=True, help="the task's folder or file(s)")
     p.add_argument("--split", default=None, help="which split (default: the task's first dev split)")
     p.add_argument("--out", metavar="DIR", help="write the predictions here")
     p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: the task's)")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=64, help="examples per prediction batch (default 64)")
     p.add_argument("--limit", type=int, metavar="N", help="score a seeded random N examples")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")

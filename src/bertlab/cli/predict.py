@@ -2,13 +2,19 @@
 
 The task comes from the model's config.json ("architectures"): sequence classification, token
 classification (NER), question answering or multiple choice. Input: one item per line, a plain text or a
-JSON object ({"text", "text_pair"}, {"tokens"}, {"question", "context"}, {"context", "choices"}); an "id"
-field is echoed back. Output: one JSON object per line, in input order (see `bertlab.infer.predict`).
+JSON object ({"text", "text_pair"}, {"tokens"}, {"question", "context"}, {"context", "choices"}). Output:
+one JSON object per input line, in input order (see `bertlab.infer.predict`), each starting with
+  "id"    the record's own "id" field, else the input's line number (1, 2, ...)
+  "text"  the text the prediction is for (and "text_pair" / "question" when the input has them)
+then the prediction. A blank line is not sent to the model: its row is {"id": N, "text": "", "skipped":
+"blank line"}, so output row i still answers input line i.
 """
 
 from __future__ import annotations
 
 import argparse
+
+ECHOED = ("text", "text_pair", "question")  # input fields repeated in the output row (not long contexts)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,18 +25,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout)")
 
 
+def row_head(record: dict | str, line_number: int) -> dict:
+    """The id and text fields that start an output row."""
+    if isinstance(record, str):
+        return {"id": line_number, "text": record}
+    return {"id": record.get("id", line_number), **{k: record[k] for k in ECHOED if k in record}}
+
+
 def run(args: argparse.Namespace) -> int:
+    from ..errors import BertlabError
     from ..infer.inputs import parse_record, read_lines
     from ..infer.outputs import json_line, text_output
     from ..infer.predict import Predictor
     from ..infer.runtime import InferenceOptions
+    from ..progress import track
 
     lines = read_lines(args.input)
+    kept = [i for i, line in enumerate(lines.items) if line.strip()]
+    if not kept:
+        raise BertlabError(f"{lines.source}: only blank lines; expected one text or JSON object per line")
     predictor = Predictor.from_pretrained(args.model, InferenceOptions.from_args(args))
-    records = [parse_record(line, lines.where(i)) for i, line in enumerate(lines.items)]
+    records = {i: parse_record(lines.items[i], lines.where(i)) for i in kept}
+    answers = predictor.iter_predict([records[i] for i in kept], where=lambda k: lines.where(kept[k]))
     with text_output(args.output) as f:
-        for record, answer in zip(records, predictor.iter_predict(records, where=lines.where)):
-            if isinstance(record, dict) and "id" in record:
-                answer = {"id": record["id"], **answer}
-            f.write(json_line(answer))
+        for i, line in track(enumerate(lines.items), len(lines.items), "predict", "line"):
+            if i not in records:
+                f.write(json_line({"id": i + 1, "text": line, "skipped": "blank line"}))
+                continue
+            f.write(json_line({**row_head(records[i], i + 1), **next(answers)}))
     return 0

@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fraction of documents held out for evaluation (default: 0.01)")
     g.add_argument("--segmenter", default=None, metavar="NAME",
                    help="word segmenter whose words group CJK characters for whole-word and span masking: "
-                        "none (default; words are ## pieces only) or jieba (pip install 'bertlab[zh]')")
+                        "none (default; words are ## pieces only) or jieba (pip install 'bertlab-paper[zh]')")
     g = p.add_argument_group("instances")
     g.add_argument("--mode", choices=MODES, default=None, help="default: segment-pair (BERT)")
     g.add_argument("--max-seq-length", type=int, default=None, help="default: 128")

@@ -39,7 +39,8 @@ HELP = {
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
     "optimizer": "adamw or lamb (T5: adafactor, the default, or adamw)",
-    "lr": "peak learning rate (T5 default: adafactor 1/sqrt(warmup) = 0.01, adamw 1e-3)",
+    "lr": "peak learning rate (default: BERT by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up; T5: "
+          "adafactor 1/sqrt(warmup) = 0.01, adamw 1e-3)",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count (T5: constant-rate steps, default 10000)",
     "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
     "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
@@ -68,11 +69,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--demo", action="store_true",
                    help="build a vocabulary and data from the Python docs (pydoc_data.topics) or --demo-corpus, "
                         "pre-train a small BERT on CPU for a few minutes, show held-out accuracy before/after "
-                        "and fill-in-the-blank predictions, export to RUN_DIR/final (default RUN_DIR: "
-                        "runs/demo)")
+                        "and fill-in-the-blank predictions, draw the curves, export to RUN_DIR/run/final "
+                        "(default RUN_DIR: runs/demo)")
     g.add_argument("--demo-corpus", type=Path, nargs="+", default=None, metavar="PATH",
                    help="text files to use instead of the Python docs")
-    g.add_argument("--demo-minutes", type=float, default=3.0, help="training time for --demo (default: 3)")
+    g.add_argument("--demo-minutes", type=float, default=None,
+                   help="the whole --demo, end to end; training gets what the other stages leave (default: 4.5)")
 
 
 def run(args: argparse.Namespace) -> int:

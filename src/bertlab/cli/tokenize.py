@@ -1,21 +1,33 @@
-"""`bertlab tokenize --vocab DIR_OR_VOCAB [FILE ...]`: show how text is cut into word pieces.
+"""`bertlab tokenize --vocab DIR_OR_VOCAB TEXT ...`: show how text is cut into word pieces.
 
-Reads each input line (from the files, or stdin) and prints one output line per input line: the pieces
-separated by spaces (default), their ids, or a JSON object with tokens, ids, offsets and word ids.
+Like `fill-mask` and `similarity`, the texts are the arguments; `--input FILE` (also spelled `--file`,
+repeatable; `-` is stdin) reads one text per line instead, and with neither, piped stdin is read. One
+output line per text: the pieces separated by spaces (default), their ids, or a JSON object with tokens,
+ids, offsets and word ids. (Before, the arguments were file names; arguments that all name existing files
+are still read as files, with a warning.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="*", help="UTF-8 text files, one text per line (default: stdin)")
-    p.add_argument("--vocab", required=True,
-                   help="a vocab.txt, or a tokenizer folder (vocab.txt + tokenizer_config.json)")
+    from ..model_names import resolve_model
+
+    p.add_argument("texts", nargs="*", metavar="TEXT", help="text(s) to tokenize")
+    p.add_argument("--input", "--file", dest="inputs", action="append", metavar="FILE",
+                   help="UTF-8 text file, one text per line; '-' reads stdin; repeatable")
+    p.add_argument("--vocab", required=True, type=lambda v: resolve_model(v, "vocabulary file or tokenizer folder"),
+                   help="a vocab.txt, a tokenizer folder (vocab.txt + tokenizer_config.json), or a model's name "
+                        "in the local Hugging Face cache")
     case = p.add_mutually_exclusive_group()
     case.add_argument("--cased", action="store_true", help="keep case and accents (cased models)")
     case.add_argument("--uncased", action="store_true", help="lowercase and strip accents (uncased models)")
@@ -24,22 +36,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
 
 
-def _lines(files: list[str]) -> Iterator[str]:
+def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[str]:
+    """The arguments, else the --input files (or stdin) line by line; old-style file arguments still work."""
     from ..errors import BertlabError
+    from ..infer.inputs import read_lines
 
-    if not files:
-        for line in sys.stdin:
-            yield line.rstrip("\n")
+    if texts and inputs:
+        raise BertlabError("give texts as arguments or with --input FILE, not both")
+    if texts and all(Path(t).is_file() for t in texts):
+        log.warning("reading %s as file%s: file arguments are deprecated, use --input FILE (arguments are texts)",
+                    ", ".join(texts), "s" if len(texts) > 1 else "")
+        inputs = texts
+    elif texts:
+        yield from texts
         return
-    for f in files:
-        try:
-            with open(f, encoding="utf-8") as fh:
-                for line in fh:
-                    yield line.rstrip("\n")
-        except OSError as e:
-            raise BertlabError(f"{f}: cannot read ({e.strerror or e})") from None
-        except UnicodeDecodeError:
-            raise BertlabError(f"{f}: not valid UTF-8 text") from None
+    if not inputs:
+        if sys.stdin.isatty():
+            raise BertlabError("no text given; pass TEXT arguments, --input FILE, or pipe text in")
+        inputs = ["-"]
+    for name in inputs:
+        if name == "-":  # streamed, line by line, as a pipe delivers it
+            yield from (line.rstrip("\n").removesuffix("\r") for line in sys.stdin)
+        else:
+            yield from read_lines(name).items
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["do_lower_case"] = bool(args.uncased)
     tok = BertTokenizer.from_pretrained(args.vocab, **overrides)
     out = sys.stdout
-    for line in _lines(args.files):
+    for line in texts_to_tokenize(args.texts, args.inputs):
         enc = tok(line, add_special_tokens=args.special, max_length=args.max_length,
                   truncation=args.max_length is not None, return_offsets_mapping=True,
                   return_token_type_ids=False, return_attention_mask=False)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 
 log = logging.getLogger("bertlab.vocab")
@@ -105,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         args.corpus, args.vocab_size, lowercase=not args.cased, num_unused=args.num_unused,
         min_char_frequency=args.min_char_frequency, min_pair_frequency=args.min_pair_frequency,
         score=args.score, overgenerate=args.overgenerate, on_decode_error=args.on_decode_error,
-        max_words=args.max_words, progress=not args.no_progress and sys.stderr.isatty())
+        max_words=args.max_words, progress=False if args.no_progress else None)
     path = write_vocab(vocab, args.out)
     chars = sum(1 for t in vocab if len(t) == 1 or (len(t) == 3 and t.startswith("##")))
     print(f"wrote {path}: {len(vocab)} tokens ({chars} characters) from {counts.tokens:,} words "
@@ -123,7 +122,7 @@ def _train_sentencepiece(args: argparse.Namespace) -> int:
     log.info("training a SentencePiece unigram model of %d pieces (T5's settings, %d threads)", args.vocab_size,
              args.threads)
     path, report = train_sentencepiece(args.corpus, config, args.out, on_decode_error=args.on_decode_error,
-                                       progress=not args.no_progress and sys.stderr.isatty(),
+                                       progress=not args.no_progress,
                                        verbose=log.isEnabledFor(logging.DEBUG))
     tok = T5Tokenizer(path)
     print(f"wrote {path}: {tok.base_size} pieces + {tok.num_sentinels} sentinels = {tok.vocab_size} ids, from "

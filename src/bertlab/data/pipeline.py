@@ -229,10 +229,9 @@ def _is_heldout(ordinal: int, fraction: float) -> bool:
 
 
 def _progress(total: int | None, desc: str, unit: str, enabled: bool | None):
-    from tqdm import tqdm
+    from ..progress import progress
 
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=(None if enabled is None else not enabled),
-                dynamic_ncols=True, leave=False)
+    return progress(total=total, desc=desc, unit=unit, unit_scale=True, enabled=enabled, leave=False)
 
 
 def _pool(workers: int, initializer=None, initargs=()):

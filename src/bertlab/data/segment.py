@@ -13,7 +13,7 @@ segmenter only to decide which characters are masked together. This module suppl
   segmenter's words; every other token keeps the tokenizer's rule (a ``##`` piece continues its word).
 
 `prepare` stores these flags beside the token shards, and masking reads them instead of the vocabulary's
-``##`` flags. jieba is an optional dependency (``pip install 'bertlab[zh]'``); it is imported only when the
+``##`` flags. jieba is an optional dependency (``pip install 'bertlab-paper[zh]'``); it is imported only when the
 ``jieba`` segmenter is asked for.
 """
 
@@ -79,7 +79,7 @@ def _jieba() -> Segmenter:
     try:
         import jieba
     except ImportError:
-        raise SegmenterError("the jieba segmenter needs the jieba package: pip install 'bertlab[zh]'") from None
+        raise SegmenterError("the jieba segmenter needs the jieba package: pip install 'bertlab-paper[zh]'") from None
     jieba.setLogLevel(logging.WARNING)  # not "Building prefix dict ..." once per worker process
 
     def segment(text: str) -> list[str]:

@@ -162,8 +162,10 @@ class FeatureExtractor:
 def write_features(extractor: FeatureExtractor, inputs: Sequence, output: str | Path | None,
                    split_into_words: bool = False, where=None, model_name: str = "") -> int:
     """Run `extractor` over `inputs` and write the result by the output's suffix; returns the rows written."""
+    from ..progress import track
+
     kind = output_kind(output)
-    items = extractor.extract(inputs, split_into_words, where)
+    items = track(extractor.extract(inputs, split_into_words, where), len(inputs), "features", "input")
     unit_key = "token" if extractor.align == "token" else "word"
     if kind == "jsonl":
         with text_output(output) as f:

@@ -17,13 +17,10 @@ back; the ones Hugging Face derives from others (`dense_act_fn`, `is_gated_act`)
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..config import KNOWN_ACTIVATIONS, _is_type, read_json_object
+from ..config import KNOWN_ACTIVATIONS, JsonConfig, _is_type
 from ..errors import ConfigError
 
 MODEL_TYPE = "t5"
@@ -35,7 +32,7 @@ _DERIVED = ("dense_act_fn", "is_gated_act", "is_encoder_decoder", "model_type")
 
 
 @dataclass
-class T5Config:
+class T5Config(JsonConfig):
     vocab_size: int = 32128
     d_model: int = 512
     d_kv: int = 64  # size of one attention head; num_heads * d_kv need not equal d_model
@@ -151,39 +148,16 @@ class T5Config:
         eos = kwargs.get("eos_token_id")
         if isinstance(eos, list) and len(eos) == 1:  # some exports write a one-element list
             kwargs["eos_token_id"] = eos[0]
-        for name, value in list(kwargs.items()):  # integral floats written by some tools are accepted
-            if _TYPES[name] is int and isinstance(value, float) and value.is_integer():
-                kwargs[name] = int(value)
         # Validate field by field before construction, so the error names the file.
-        config = cls.__new__(cls)
-        for f in dataclasses.fields(cls):
-            if f.name in kwargs:
-                setattr(config, f.name, kwargs[f.name])
-            elif f.default is not dataclasses.MISSING:
-                setattr(config, f.name, f.default)
-            else:
-                setattr(config, f.name, f.default_factory())  # type: ignore[misc]
-        config.extra = extra
+        config = cls.build(kwargs, extra, {n for n, t in _TYPES.items() if t is int})
         if config.num_decoder_layers is None:
             config.num_decoder_layers = config.num_layers
         config.validate(source)
         return config
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "T5Config":
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json"
-        return cls.from_dict(read_json_object(path), source=str(path))
-
-    @classmethod
-    def from_name_or_path(cls, name: str) -> "T5Config":
-        """A preset name (`t5-small`, `t5-v1_1-base`) or a path to a config file or a model folder."""
-        if name in PRESETS:
-            return preset(name)
-        if os.path.exists(name):
-            return cls.from_json_file(name)
-        raise ConfigError(f"{name!r} is neither a T5 preset ({', '.join(PRESETS)}) nor an existing file")
+    def preset_lookup(cls):
+        return (lambda name: name in PRESETS), preset, (lambda: list(PRESETS))
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = dict(self.extra)
@@ -201,11 +175,6 @@ class T5Config:
         data["model_type"] = MODEL_TYPE
         return data
 
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def replace(self, **changes: Any) -> "T5Config":
-        return dataclasses.replace(self, **changes)
 
 
 _FIELDS = [f for f in dataclasses.fields(T5Config) if f.name != "extra"]

@@ -68,6 +68,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Protocol, Sequence
@@ -348,6 +349,7 @@ def evaluate(spec: TaskSpec, model, tokenizer, examples: Sequence[Any], split: s
         features = spec.featurize(examples, tokenizer, max_length, train=False)
     metric = spec.metric()
     scored = 0
+    classes: Counter = Counter()  # class predictions (labels, choice indices), to catch a collapsed model
     device_type = torch.device(device).type
     try:
         with contextlib.ExitStack() as stack:
@@ -362,9 +364,25 @@ def evaluate(spec: TaskSpec, model, tokenizer, examples: Sequence[Any], split: s
                                                         examples, features):
                 if writer is not None:
                     writer.write(example, prediction)
+                if isinstance(prediction, (str, int)) and not isinstance(prediction, bool):
+                    classes[prediction] += 1
                 if spec.has_gold(example):
                     metric.update(example, prediction)
                     scored += 1
     finally:
         model.train(was_training)
+    warn_if_one_class(spec.name, split, classes)
     return metric.compute() if scored else {}
+
+
+def warn_if_one_class(task: str, split: str, classes: Counter, at_least: int = 20) -> bool:
+    """Warn when every one of (at least `at_least`) predictions is the same class: the model learned only the
+    majority class (too few steps, or a learning rate too low or too high), whatever its accuracy says."""
+    total = sum(classes.values())
+    if len(classes) != 1 or total < at_least:
+        return False
+    (only, _), = classes.items()
+    log.warning("%s %s: the model predicted %r for all %d examples -- it has learned no more than one class; "
+                "train longer (--epochs), try another --lr (README: Fine-tuning), or use more training data",
+                task, split, only, total)
+    return True

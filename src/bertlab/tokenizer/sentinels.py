@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .tokenizer import (BatchEncoding, TokenizerError, _as_int_list, _as_rows, _longest_first, _padding_mode,
-                        _to_tensors, _truncation_strategy)
+                        _to_tensors, _truncation_strategy, padded_length)
 
 NUM_SENTINELS = 100  # T5's extra_ids
 SENTINEL_PATTERN = re.compile(r"<extra_id_(\d+)>")
@@ -240,15 +240,7 @@ class SentinelTokenizer:
     def _finalize(self, rows, batched, pad_mode, max_length, pad_to_multiple_of, return_tensors,
                   return_attention_mask, return_special_tokens_mask, return_length) -> BatchEncoding:
         lengths = [len(ids) for ids, _ in rows]
-        target = None
-        if pad_mode == "longest":
-            target = max(lengths, default=0)
-        elif pad_mode == "max_length":
-            target = max_length
-        if target is not None and pad_to_multiple_of:
-            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        if return_tensors is not None and target is None and len(set(lengths)) > 1:
-            raise TokenizerError("rows have different lengths; use padding=True to return tensors")
+        target = padded_length(lengths, pad_mode, max_length, pad_to_multiple_of, return_tensors)
         out: dict[str, list] = {"input_ids": []}
         if return_attention_mask:
             out["attention_mask"] = []

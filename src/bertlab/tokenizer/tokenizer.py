@@ -95,6 +95,22 @@ def _fast_module():
     return _fast
 
 
+def padded_length(lengths: list[int], pad_mode: str | None, max_length: int | None, pad_to_multiple_of: int | None,
+                  return_tensors: str | None) -> int | None:
+    """The length every row is padded to (None: rows keep their lengths), as `transformers` decides it:
+    the longest row or `max_length`, rounded up to `pad_to_multiple_of`. Tensors need one length."""
+    target = None
+    if pad_mode == "longest":
+        target = max(lengths, default=0)
+    elif pad_mode == "max_length":
+        target = max_length
+    if target is not None and pad_to_multiple_of:
+        target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+    if return_tensors is not None and target is None and len(set(lengths)) > 1:
+        raise TokenizerError("rows have different lengths; use padding=True to return tensors")
+    return target
+
+
 class BertTokenizer:
     """BERT's WordPiece tokenizer (Google's rules) with Hugging Face's calling conventions.
 
@@ -459,15 +475,7 @@ class BertTokenizer:
                   return_token_type_ids, return_attention_mask, return_overflowing_tokens,
                   return_special_tokens_mask, return_offsets_mapping, return_word_ids, return_length):
         lengths = [len(r[0]) for r in rows]
-        target = None
-        if pad_mode == "longest":
-            target = max(lengths, default=0)
-        elif pad_mode == "max_length":
-            target = max_length
-        if target is not None and pad_to_multiple_of:
-            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        if return_tensors is not None and target is None and len(set(lengths)) > 1:
-            raise TokenizerError("rows have different lengths; use padding=True to return tensors")
+        target = padded_length(lengths, pad_mode, max_length, pad_to_multiple_of, return_tensors)
         pad = self.pad_token_id if self.pad_token_id is not None else 0
         out: dict[str, list] = {"input_ids": []}
         if return_token_type_ids:

@@ -156,11 +156,11 @@ def corpus_lines(files: list[Path], stats: WordCounts, *, on_decode_error: str =
     file and line number (the first ten as warnings; `stats.bad_lines` counts them all) and, per
     `on_decode_error`, skipped ("skip"), decoded with U+FFFD replacement characters ("replace"), or turned
     into a `CorpusError` ("error"). Shared by the WordPiece and SentencePiece trainers."""
-    from tqdm.auto import tqdm
+    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     reported = 0
-    bar = tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc=desc,
-               disable=not progress, leave=False)
+    bar = progress_bar(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc=desc,
+                       enabled=progress, leave=False)
     try:
         for path in files:
             pending = 0  # bytes read but not yet shown: the bar is updated per MB, not per line
@@ -205,7 +205,7 @@ def count_words(
     tokenize: Callable[[str], list[str]] | None = None,
     on_decode_error: str = _D.on_decode_error,
     max_words: int = _D.max_words,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> WordCounts:
     """Stream `paths` (UTF-8 text, any line structure) and count the words `BasicTokenizer` produces.
 
@@ -331,7 +331,7 @@ def learn_wordpiece(
     score: str = _D.score,
     overgenerate: float = _D.overgenerate,
     char_counts: tuple[Mapping[str, int], Mapping[str, int]] | None = None,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> list[str]:
     """Learn a WordPiece vocabulary of `vocab_size` tokens (fewer if the corpus runs out of pairs).
 
@@ -417,9 +417,9 @@ def learn_wordpiece(
 
 
 def _merge(words: list[tuple[str, int]], alphabet: list[str], n_pieces: int, score_fn, min_pair: int,
-           progress: bool) -> list[str]:
+           progress: bool | None) -> list[str]:
     """The merge loop: up to `n_pieces` new tokens, in the order they were learned."""
-    from tqdm.auto import tqdm
+    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     units: list[str] = list(alphabet)             # unit id -> string
     unit_id = {u: i for i, u in enumerate(units)}
@@ -469,7 +469,7 @@ def _merge(words: list[tuple[str, int]], alphabet: list[str], n_pieces: int, sco
     heap = rebuild()
     pieces: list[str] = []
     drifts = score_fn is _score_likelihood
-    bar = tqdm(total=n_pieces, desc="merging", unit="piece", disable=not progress, leave=False)
+    bar = progress_bar(total=n_pieces, desc="merging", unit="piece", enabled=progress, leave=False)
     try:
         while len(pieces) < n_pieces and heap:
             item = heapq.heappop(heap)
@@ -583,7 +583,7 @@ def _greedy(word: str, vocab: Mapping[str, int], max_len: int) -> list[int]:
 
 
 def _prune_pieces(words: list[tuple[str, int]], alphabet: list[str], candidates: list[str], n_keep: int,
-                  progress: bool) -> list[str]:
+                  progress: bool | None) -> list[str]:
     """Keep `n_keep` of the learned `candidates`, removing the least useful to the encoder one at a time.
 
     BERT encodes a word by greedy longest-match-first, not by replaying merges, so a merged piece can be
@@ -592,7 +592,7 @@ def _prune_pieces(words: list[tuple[str, int]], alphabet: list[str], candidates:
     learned last) is removed and only the words whose encoding used it are re-encoded -- removing a piece a
     word's encoding did not use cannot change that encoding -- which updates the other pieces' counts.
     """
-    from tqdm.auto import tqdm
+    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     tokens = alphabet + candidates
     vocab = {t: i for i, t in enumerate(tokens)}
@@ -619,7 +619,7 @@ def _prune_pieces(words: list[tuple[str, int]], alphabet: list[str], candidates:
     heap = [(use[t], -t) for t in range(n_fixed, len(tokens))]
     heapq.heapify(heap)
     to_remove = len(candidates) - n_keep
-    bar = tqdm(total=to_remove, desc="pruning", unit="piece", disable=not progress, leave=False)
+    bar = progress_bar(total=to_remove, desc="pruning", unit="piece", enabled=progress, leave=False)
     try:
         for _ in range(to_remove):
             while True:
@@ -671,7 +671,7 @@ def train_vocab(
     on_decode_error: str = _D.on_decode_error,
     max_words: int = _D.max_words,
     tokenize: Callable[[str], list[str]] | None = None,
-    progress: bool = False,
+    progress: bool | None = False,
 ) -> tuple[list[str], WordCounts]:
     """`count_words` then `learn_wordpiece`; returns the vocabulary and what was read."""
     if vocab_size < 1:

@@ -3,12 +3,16 @@
     1. corpus      the documentation text every Python install carries (`pydoc_data.topics`: 79 topics,
                    ~0.5 MB), written one sentence per line, or the text files the user names
     2. vocabulary  a WordPiece vocabulary learned from it (`bertlab vocab train`)
-    3. data        segment pairs of 128 with static masks and NSP labels, 10% of documents held out
-                   (`bertlab prepare`)
-    4. training    a small BERT (BERT-Tiny: 2 layers, 128 wide), MLM + NSP, for the time budget
-                   (`bertlab pretrain`), many small batches: updates matter more than batch size here
-    5. report      held-out MLM / NSP accuracy before and after, fill-in-the-blank predictions, and the
-                   model in Hugging Face layout under RUN_DIR/final/
+    3. data        segment pairs of 128 with masks drawn afresh each epoch and NSP labels, 10% of the
+                   documents held out (`bertlab prepare`)
+    4. training    a small BERT (BERT-Tiny: 2 layers, 128 wide), MLM + NSP, for what is left of the demo's
+                   time (`bertlab pretrain --time-budget`, whose step plan is re-fitted to the machine's
+                   speed as it runs, so the learning rate always decays to 0 at the budget)
+    5. report      held-out MLM / NSP accuracy before and after, fill-in-the-blank predictions, the curves
+                   as a PNG (with matplotlib: the `plot` extra), the model in Hugging Face layout under
+                   RUN_DIR/run/final/, and the three commands to try next
+
+`DemoSettings` holds the choices (model size, vocabulary, length, masking, schedule) and says why.
 
 Every stage is the real command's code; the demo only picks small settings. Re-running reuses the
 vocabulary and data already in RUN_DIR; `--resume` continues an interrupted training.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -35,8 +40,37 @@ PROBES = [
     ("names are bound to [MASK] in the local namespace.", "objects"),
 ]
 
-DEMO_SETTINGS = dict(model="tiny", seq_len=128, batch_size=8, lr=1e-3, warmup=0.05, phase2_seq_len=0,
-                     eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0, num_evals=4)
+# How long everything after training takes (step timing, final export, fill-in, the PNG): kept out of the
+# training budget so the whole demo ends within `minutes`.
+AFTER_TRAINING_S = 20.0
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What the demo builds and trains. Chosen by measurement on this project's 2-core CPU (README, "The demo:
+    how its settings were chosen"): within minutes, what moves a BERT off the plateau where it predicts only
+    frequent words is the number of updates and how much each one teaches."""
+
+    minutes: float = 4.5  # the whole demo, end to end; training gets what the other stages leave
+    vocab_size: int = 1000  # a small WordPiece vocabulary: a cheap MLM softmax, frequent pieces
+    model: str = "tiny"  # preset: 2 layers, 128 wide
+    dropout: float = 0.0  # a few minutes of training underfit; dropout only slows them down
+    seq_len: int = 128
+    masked_lm_prob: float = 0.25  # more predictions per sequence: more signal per update (80/10/10 as BERT)
+    dynamic_masking: bool = True  # fresh masks every epoch: the corpus is small and is seen many times
+    short_seq_prob: float = 0.0  # Google's short targets are drawn per document: with 8 held-out documents one
+    # draw can tilt the held-out next-sentence labels to 80% random-next; full-length pairs keep them 50/50
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: float = 0.05
+    heldout_fraction: float = 0.1  # of the documents
+    num_evals: int = 6  # held-out points on the curves
+
+    def model_config(self, vocab_size: int):
+        from ..config import preset
+
+        return preset(self.model).replace(vocab_size=vocab_size, hidden_dropout_prob=self.dropout,
+                                          attention_probs_dropout_prob=self.dropout)
 
 
 def is_prose(paragraph: str) -> bool:
@@ -69,18 +103,23 @@ def write_stdlib_corpus(path: Path) -> Path:
     return path
 
 
-def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, resume: bool = False,
-             progress: bool = True, vocab_size: int = 3000, echo=print) -> int:
+def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None = None, resume: bool = False,
+             progress: bool = True, settings: DemoSettings = DemoSettings(), echo=print) -> int:
+    import json
+
     from ..data.instances import InstanceConfig
     from ..data.masking import MaskingConfig
     from ..data.pipeline import CorpusSettings, InstanceSettings, prepare
+    from ..progress import format_duration
+    from ..tokenizer import read_vocab
     from ..tokenizer.train import train_vocab, write_vocab
     from .loop import check_writable
     from .pretrain import PretrainConfig, run_pretraining
 
+    started = time.perf_counter()
+    minutes = settings.minutes if minutes is None else minutes
     check_writable(out)
     work = out / "demo"
-    started = time.perf_counter()
 
     # 1. corpus
     if corpus:
@@ -94,10 +133,10 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
         echo(f"[1/5] corpus: the Python documentation topics (pydoc_data.topics) -> {files[0]} "
              f"({files[0].stat().st_size / 1e6:.1f} MB)")
 
-    # 2. vocabulary
+    # 2. vocabulary: learned on this corpus, small (a cheap softmax; the words the docs use most stay whole)
     vocab_file = work / "vocab.txt"
-    if not vocab_file.exists() or corpus:
-        vocab, counts = train_vocab(files, vocab_size)
+    if not vocab_file.exists() or corpus or len(read_vocab(vocab_file)) != settings.vocab_size:
+        vocab, counts = train_vocab(files, settings.vocab_size)
         write_vocab(vocab, vocab_file)
         echo(f"[2/5] vocabulary: {len(vocab):,} WordPiece tokens learned -> {vocab_file}")
     else:
@@ -105,29 +144,39 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
 
     # 3. data
     data_dir = work / "data"
-    length = DEMO_SETTINGS["seq_len"]
-    result = prepare(files, vocab_file, data_dir, CorpusSettings(heldout_fraction=0.1),
-                     InstanceSettings(InstanceConfig("segment-pair", length), MaskingConfig.for_length(length),
-                                      dupe_factor=5, seed=12345),
+    length = settings.seq_len
+    masking = MaskingConfig.for_length(length, masked_lm_prob=settings.masked_lm_prob)
+    result = prepare(files, vocab_file, data_dir, CorpusSettings(heldout_fraction=settings.heldout_fraction),
+                     InstanceSettings(InstanceConfig("segment-pair", length, short_seq_prob=settings.short_seq_prob),
+                                      masking, dynamic=settings.dynamic_masking, dupe_factor=5, seed=12345),
                      progress=False, echo=lambda s: None)
     sets = result.manifest["instance_sets"]
     iset = next(s for s in sets if s["name"] == result.instance_set)
+    held = iset["splits"]["heldout"]
     echo(f"[3/5] data: {result.tokens:,} tokens -> {iset['splits']['train']['instances']:,} training / "
-         f"{iset['splits']['heldout']['instances']:,} held-out segment pairs of up to {length} tokens -> {data_dir}")
+         f"{held['instances']:,} held-out segment pairs of up to {length} tokens, "
+         f"{settings.masked_lm_prob:.0%} of tokens masked{' afresh each epoch' if settings.dynamic_masking else ''} "
+         f"-> {data_dir}")
 
-    # 4. pre-training. A small model and small batches: within minutes, the number of updates is what moves
-    # a BERT off the plateau where it predicts only frequent words.
-    from ..config import preset
-
-    shape = preset(DEMO_SETTINGS["model"])
-    echo(f"[4/5] pre-training a BERT of {shape.num_hidden_layers} layers, {shape.hidden_size} wide, with MLM + NSP "
-         f"for {minutes:g} minutes on {'the GPU' if torch.cuda.is_available() else 'the CPU'}:")
+    # 4. pre-training, for what is left of the demo's time
+    model_config = settings.model_config(len(read_vocab(vocab_file)))
+    config_file = work / "model_config.json"
+    config_file.write_text(json.dumps(model_config.to_dict(), indent=2) + "\n")
     run_dir = out / "run"
     if not resume and (run_dir / "run_config.json").is_file():
         shutil.rmtree(run_dir)  # the demo's own previous run: start over (--resume continues it instead)
-    cfg = PretrainConfig(data=str(data_dir), out=str(run_dir), time_budget=f"{minutes * 60:.0f}s",
+    budget = minutes * 60 - (time.perf_counter() - started) - AFTER_TRAINING_S
+    if budget < 10:
+        raise BertlabError(f"--demo-minutes {minutes:g} leaves {budget:.0f} s for training; give at least "
+                           f"{(time.perf_counter() - started + AFTER_TRAINING_S + 10) / 60:.1f}")
+    echo(f"[4/5] pre-training a BERT of {model_config.num_hidden_layers} layers, {model_config.hidden_size} wide, "
+         f"with MLM + NSP for {format_duration(budget)} on {'the GPU' if torch.cuda.is_available() else 'the CPU'} "
+         f"(the step plan is re-fitted to the machine's speed as it goes):")
+    cfg = PretrainConfig(data=str(data_dir), out=str(run_dir), model=str(config_file), time_budget=f"{budget:.0f}s",
                          resume=resume and (run_dir / "run_config.json").exists(), progress=progress,
-                         **DEMO_SETTINGS)
+                         seq_len=length, batch_size=settings.batch_size, lr=settings.lr, warmup=settings.warmup,
+                         phase2_seq_len=0, eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0,
+                         num_evals=settings.num_evals)
     run = run_pretraining(cfg, echo=lambda s: echo("      " + s))
     if run.train.interrupted:
         echo(f"interrupted; continue with: bertlab pretrain --demo --out {out} --resume")
@@ -135,7 +184,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
 
     # 5. report
     before, after = run.eval_before, run.eval_after
-    echo("[5/5] held-out results (documents the model never saw):")
+    echo(f"[5/5] held-out results ({held['instances']} segment pairs from documents the model never saw):")
     echo(f"      {'':22s} {'before':>8s} {'after':>8s}")
     for key, label in (("mlm_accuracy", "masked-word accuracy"), ("nsp_accuracy", "next-sentence accuracy"),
                        ("perplexity", "MLM perplexity")):
@@ -143,12 +192,31 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float = 3.0, 
             b = f"{before[key]:8.3f}" if key in before else f"{'-':>8s}"
             echo(f"      {label:22s} {b} {after[key]:8.3f}")
     echo("      fill in the blank (top 3):")
-    for text, want, guesses in fill_in_the_blank(run.final_dir, probes(corpus, data_dir)):
+    rows = list(fill_in_the_blank(run.final_dir, probes(corpus, data_dir)))
+    for text, want, guesses in rows:
         shown = ", ".join(f"{w} {p:.0%}" for w, p in guesses)
-        echo(f"        {text:66s} -> {shown}" + (f"   (the docs: {want})" if want else ""))
-    echo(f"      model: {run.final_dir} -- loads with bertlab.BertForPreTraining.from_pretrained and with "
+        mark = ("ok " if want in [w for w, _ in guesses] else "-- ") if want else ""
+        echo(f"      {mark}{text:66s} -> {shown}" + (f"   (the docs: {want})" if want else ""))
+    right = sum(want in [w for w, _ in guesses] for _, want, guesses in rows if want)
+    echo(f"      {right} of {len(rows)} blanks filled with the docs' word in the top 3")
+    curves = None
+    try:
+        from .curves import draw_curves
+
+        curves = draw_curves(run_dir, out / "curves.png")
+    except BertlabError as e:  # matplotlib missing: the demo still ends well
+        echo(f"      (no curves: {e})")
+    model = run.final_dir
+    echo(f"      model: {model} -- loads with bertlab.BertForPreTraining.from_pretrained and with "
          f"transformers.BertForPreTraining / pipeline('fill-mask', model=...)")
-    echo(f"done in {(time.perf_counter() - started) / 60:.1f} minutes")
+    if curves is not None:
+        echo(f"      curves: {curves} (loss, held-out accuracy, learning rate, tokens/s)")
+    echo(f"done in {format_duration(time.perf_counter() - started)}. Next:")
+    echo(f'  bertlab fill-mask --model {model} --format text "a function definition is an executable [MASK]."')
+    echo(f"  bertlab finetune sst2 --model {model} --data glue_data/SST-2 --out runs/demo-sst2   "
+         "# any task of README: Fine-tuning")
+    echo(f"  bertlab serve --model {model}   # then: curl -d '{{\"texts\": [\"the [MASK] statement\"]}}' "
+         "localhost:8000/fill-mask")
     return 0
 
 

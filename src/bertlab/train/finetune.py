@@ -47,6 +47,7 @@ from typing import Any, Sequence
 import torch
 
 from ..checkpoint import atomic_write_text, model_keys
+from ..config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import add_saved_adapters
@@ -57,10 +58,32 @@ from . import methods
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, latest_checkpoint,
                    seed_everything, shuffled_batches, steps_for_epochs)
 from .optim import adamw, linear_warmup_decay
-from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
-                    write_run_config)
+from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
+                    split_batch, write_run_config)
 
 log = logging.getLogger(__name__)
+
+# Defaults for a run without --lr, by the model's hidden size (the nearest width at or above it). The
+# paper's grid tops out at 5e-5 for BERT-base/large; small models need more: all-MiniLM-L6-v2 (384 wide) on 800
+# SST-2 sentences, 1 epoch, batch 16 -> dev accuracy 0.52 at 5e-5 (one class for everything), 0.?? at 1e-4; the
+# old defaults (2e-5, batch 32) 0.51. Google recommends up to 1e-4 and 3e-4 for its small BERTs. README:
+# Fine-tuning, defaults.
+DEFAULT_LR_BY_WIDTH = {512: 1e-4, 768: 5e-5, 1024: 3e-5}
+
+
+def default_lr(hidden_size: int) -> float:
+    """The fine-tuning learning rate for a model `hidden_size` wide (see DEFAULT_LR_BY_WIDTH)."""
+    return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
+
+
+def with_default_lr(cfg: FinetuneConfig) -> FinetuneConfig:
+    """`cfg` with an unstated `lr` set to the default for the model's width (said in the log)."""
+    if cfg.lr is not None:
+        return cfg
+    cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(cfg.model).hidden_size))
+    log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
+    return cfg
+
 
 # The paper's fine-tuning grid (appendix A.3); the best setting on dev is kept.
 PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}
@@ -101,8 +124,8 @@ class FinetuneConfig:
     data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
     epochs: float = 3.0
-    lr: float = 2e-5
-    batch_size: int = 32  # examples per optimizer step (micro-batch x grad_accum)
+    lr: float | None = None  # None: by the model's width (DEFAULT_LR_BY_WIDTH)
+    batch_size: int = 16  # examples per optimizer step (micro-batch x grad_accum)
     grad_accum: int = 1  # micro-batches per step: memory holds batch_size / grad_accum examples
     max_seq_length: int | None = None  # None: the task's default (128; NER 256; SQuAD 384)
     warmup_proportion: float = 0.1
@@ -130,6 +153,7 @@ class FinetuneConfig:
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
+    overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
 
     def __post_init__(self) -> None:
         if self.task not in TASKS and self.task != MULTI_TASK:
@@ -138,7 +162,7 @@ class FinetuneConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         split_batch(self.batch_size, grad_accum=self.grad_accum)
-        if not self.epochs > 0 or not self.lr > 0:
+        if not self.epochs > 0 or (self.lr is not None and not self.lr > 0):
             raise ConfigError(f"epochs and lr must be positive, got {self.epochs} and {self.lr}")
         if not 0 <= self.warmup_proportion < 1:
             raise ConfigError(f"warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
@@ -437,10 +461,15 @@ class SweepState:
         if resume and (out / SWEEP_FILE).is_file():
             self.state = json.loads((out / SWEEP_FILE).read_text(encoding="utf-8"))
         elif not resume:
-            interrupted = sorted(p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*"))
+            interrupted = self.interrupted_runs(out)
             if interrupted:
                 raise BertlabError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to "
                                    "continue it, or choose another --out")
+
+    @staticmethod
+    def interrupted_runs(out: Path) -> list[Path]:
+        """The run folders of `out` holding a training checkpoint: a sweep stopped in the middle of a run."""
+        return sorted({p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*")})
 
     def done_run(self, run_dir: Path, setting: dict[str, Any], seed: int) -> RunResult | None:
         """The result of a run an earlier session finished (resume only), else None."""
@@ -496,7 +525,10 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
         if cfg.task != task:
             raise ConfigError(f"{out}: is a fine-tuning of {cfg.task}, not {task}")
-    check_writable(out)
+        check_writable(out)
+    else:  # an earlier run's results are replaced only when asked (--overwrite)
+        claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
+    cfg = with_default_lr(cfg)
     spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
@@ -567,6 +599,48 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     }
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+RESULT_NAMES = (RUN_CONFIG, "metrics.json", "model", "runs")  # what a fine-tuning run writes to OUT_DIR by name
+FINISHED_MARKS = ("metrics.json", "model")  # results worth protecting: a run that got as far as saving a model
+
+
+def previous_results(out: Path) -> list[Path]:
+    """What an earlier fine-tuning run wrote to `out`: run_config.json, metrics.json, model/, runs/, and the
+    dev / test prediction files copied beside them (named by its runs' folders and its metrics.json)."""
+    found = [out / name for name in RESULT_NAMES if (out / name).exists()]
+    names: set[str] = set()
+    for run_dir in (out / "runs").glob("*/") if (out / "runs").is_dir() else ():
+        names |= {f.name for f in run_dir.iterdir() if f.is_file()}
+    if (out / "metrics.json").is_file():
+        try:
+            names |= set(json.loads((out / "metrics.json").read_text()).get("test_predictions") or [])
+        except (OSError, ValueError, AttributeError):
+            pass
+    return found + sorted(out / n for n in names if (out / n).is_file() and n not in RESULT_NAMES)
+
+
+def claim_output_dir(out: Path, overwrite: bool) -> None:
+    """Make `out` ready for a run. An earlier run's results (a saved model, metrics.json) are never replaced
+    silently: refused (one line) unless `overwrite`, which deletes exactly what that run wrote (other files in
+    `out` stay). A run that failed before saving anything is simply started again."""
+    # --overwrite also clears an interrupted sweep (runs/ with checkpoints), which would otherwise need --resume
+    previous = previous_results(out) if overwrite or any((out / name).exists() for name in FINISHED_MARKS) else []
+    interrupted = SweepState.interrupted_runs(out)
+    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
+        raise ConfigError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to continue "
+                          "it, --overwrite to replace it, or choose another --out")
+    if previous and not overwrite:
+        raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
+                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
+                          "to replace it")
+    for path in previous:
+        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    check_writable(out)
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:

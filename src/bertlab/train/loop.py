@@ -16,7 +16,7 @@ The trainer knows nothing about BERT. A recipe gives it
 
 and the trainer does the rest: gradient accumulation, bf16 autocast (CPU/CUDA) or fp16 with loss scaling
 (meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel under `torchrun` (only rank 0
-logs and writes), a tqdm bar,
+logs and writes), a tqdm bar on a terminal and progress lines in a log file,
 `metrics.jsonl` (+ TensorBoard when installed), atomic checkpoints every `save_every` steps and on
 SIGINT/SIGTERM, keep-last-K, exact resume, and a stop with a clear message when the loss turns NaN/inf.
 
@@ -729,9 +729,11 @@ class Trainer:
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
                 self._log({"step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 3), **metrics})
             if bar is not None:
-                bar.update(1)
+                if bar.total != cfg.max_steps:  # the recipe re-fitted its plan to a time budget
+                    bar.set_total(cfg.max_steps)
                 bar.set_postfix(loss=f"{metrics['loss']:.4f}", tok_s=f"{tokens_per_s:,.0f}", lr=f"{lr:.2e}",
                                 refresh=False)
+                bar.update(1)  # after the postfix: a log line reports this step's loss
 
             # ---- evaluate, checkpoint, stop
             out_of_time = cfg.time_budget is not None and self.elapsed >= cfg.time_budget
@@ -779,8 +781,9 @@ class Trainer:
             self.model.train()
             self.last_eval = results
             self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
-            from tqdm import tqdm
-            tqdm.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
+            from .. import progress
+
+            progress.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
         if self.dist.world_size > 1:
             torch_dist.barrier()
         return results
@@ -854,12 +857,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ logs
     def _progress_bar(self):
+        """A tqdm bar on a terminal, a progress line every 30 s in a log file (`bertlab.progress`)."""
         if not (self.config.progress and self.dist.is_main):
             return None
-        from tqdm import tqdm
+        from ..progress import progress
 
-        return tqdm(total=self.config.max_steps, initial=self.step, unit="step", dynamic_ncols=True,
-                    desc="train", smoothing=0.1)
+        return progress(total=self.config.max_steps, initial=self.step, unit="step", desc="train", smoothing=0.1)
 
     def _open_logs(self) -> None:
         if self._metrics_file is not None or not (self.dist.is_main and self.out_dir is not None):

@@ -35,7 +35,7 @@ from ..data.mixing import mixing_rates, task_schedule
 from ..errors import ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_length
-from .finetune import (MULTI_TASK, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
+from .finetune import (MULTI_TASK, with_default_lr, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
                        save_model)
 from .loop import LoopConfig, Trainer, shuffled_batches, steps_per_epoch
 from .optim import adamw, linear_warmup_decay
@@ -72,6 +72,7 @@ def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
     """The recipe above, from a `FinetuneConfig` whose `task` is "multi" and `multi` holds the options."""
     from ..tokenizer import BertTokenizer
 
+    cfg = with_default_lr(cfg)
     options: MultiTaskOptions = cfg.multi
     names = options.names
     if len(names) < 2:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import tempfile
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -35,11 +36,12 @@ from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
+from .budget import BudgetScheduler
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
 
@@ -68,7 +70,7 @@ class PretrainConfig:
     phase2_batch_size: int | None = None  # default: batch_size
     # optimisation
     optimizer: str = "adamw"  # adamw | lamb
-    lr: float = 1e-4
+    lr: float | None = None  # None: the model width's default (DEFAULT_LR_BY_WIDTH)
     warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -102,8 +104,8 @@ class PretrainConfig:
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         check_precision(self.precision)
-        for name in ("lr", "max_grad_norm"):
-            if not getattr(self, name) > 0:
+        for name in ("lr", "max_grad_norm"):  # lr None: the default for the model's width (`default_lr`)
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
         if not self.weight_decay >= 0 or not self.warmup >= 0:
             raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
@@ -115,6 +117,19 @@ class PretrainConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+
+
+# Peak learning rate by hidden size when --lr is not given. The paper's 1e-4 (batch 256) is for BERT-base;
+# a narrow model at 1e-4 learns the word frequencies and stays there for thousands of steps (BERT-Tiny:
+# held-out MLM accuracy 0.08, issue 21), while 1e-3 trains it (README: Pre-training, learning rates).
+# Narrower models take larger rates, as ELECTRA-small (5e-4) and the Cramming recipe do; 3e-3 was too much for
+# BERT-Tiny in the demo's measurements (stuck at 0.08 as well).
+DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
+
+
+def default_lr(hidden_size: int) -> float:
+    """The peak learning rate for a model `hidden_size` wide: the table's nearest width at or above it."""
+    return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
 
 # Settings a resumed run may change when stated again: runtime settings, and the optimiser's (a run that
@@ -184,6 +199,23 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     return config
 
 
+def start_run(config_class: type, cfg, may_change: Collection[str], given: Collection[str] | None,
+              echo: Callable[[str], None]):
+    """What every pre-training recipe does first (BERT's here, T5's in `t5_pretrain.py`): on resume take the
+    run's own settings for what the user did not state again, validate, join the process group and prove the
+    run directory writable. Returns (cfg, dist, say, run_dir); `say` prints on the main process only."""
+    if cfg.resume and not cfg.out:
+        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
+    cfg = resolve_resume_config(config_class, cfg, Path(cfg.out) / RUN_CONFIG, may_change, given)
+    cfg.validate()
+    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
+    say = echo if dist.is_main else (lambda s: None)
+    run_dir = Path(cfg.out)
+    if dist.is_main:
+        check_writable(run_dir)
+    return cfg, dist, say, run_dir
+
+
 # ---------------------------------------------------------------------------------------------- the recipe
 def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                     given: Collection[str] | None = None) -> PretrainResult:
@@ -191,15 +223,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     own (see `setup.resolve_resume_config`)."""
     from ..data import DataInfo, PretrainingDataset
 
-    if cfg.resume and not cfg.out:
-        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE, given)
-    cfg.validate()
-    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
-    say = echo if dist.is_main else (lambda s: None)
-    run_dir = Path(cfg.out)
-    if dist.is_main:
-        check_writable(run_dir)
+    cfg, dist, say, run_dir = start_run(PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 
     # ---- data: every file checked against the manifest, the vocabulary against the model
     lengths = _available_lengths(cfg.data)
@@ -219,7 +243,16 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                   if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
-    model_config = build_model_config(cfg, info)
+    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision, model
+    if resolved.get("model_config"):
+        # A resumed run's model is the one it started with (its weights come from the checkpoint): the
+        # --init-from folder is not read again, so it may have moved or changed since.
+        model_config = BertConfig.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
+        if model_config.vocab_size != info.vocab_size:
+            raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
+                              f"but {cfg.data} was tokenized with a {info.vocab_size}-token vocabulary")
+    else:
+        model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"max_position_embeddings ({model_config.max_position_embeddings})")
@@ -236,13 +269,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
     model_cls = objective.model_class
-    if cfg.init_from is not None:
+    if cfg.init_from is not None and not resolved:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
     loss_fn = objective.loss
-    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):
@@ -284,9 +316,17 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
             yield from stream(phase2_len, micro2, (step - phase2_start) * samples2)
 
     # ---- optimisation
-    optimizer = build_optimizer(cfg.optimizer, model, cfg.lr, cfg.weight_decay)
+    lr = cfg.lr if cfg.lr is not None else default_lr(model_config.hidden_size)
+    optimizer = build_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
     warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
-    scheduler = linear_warmup_decay(optimizer, warmup, steps)
+    # A budgeted run re-fits its plan as it goes (train/budget.py), so the decay ends at the budget
+    # whatever the machine's speed does; with a phase 2 the switch step is fixed, so the first fit rules.
+    budget_s = parse_duration(cfg.time_budget) if cfg.time_budget and cfg.steps is None else None
+    refitting = budget_s is not None and not phase2_len and dist.world_size == 1
+    if refitting:
+        scheduler = BudgetScheduler(optimizer, warmup_steps(warmup, steps), steps, budget_s)
+    else:
+        scheduler = linear_warmup_decay(optimizer, warmup, steps)
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
@@ -303,23 +343,29 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                       retain_freed_memory=cfg.retain_freed_memory)
     trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
                       extra_state={"run_config": dataclasses.asdict(cfg)})
+    if refitting:
+        scheduler.attach(clock=lambda: trainer.elapsed, loop_config=loop,
+                         on_refit=lambda old, new, at: log.debug("step %d: plan refitted, %d -> %d steps", at, old, new))
 
     resume_or_refuse(trainer, cfg, run_dir, dist, say)
     if dist.is_main:
         write_run_config(run_dir, run_record(cfg, {
-            "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision,
+            "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision, "lr": lr,
             "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
             "model_config": model_config.to_dict()}))
 
     say(f"pre-training {model_cls.__name__} ({model.num_parameters() / 1e6:.1f}M parameters) on {cfg.data}: "
         f"{steps} steps x {cfg.batch_size} sequences of {cfg.seq_len}"
         + (f" (last {steps - phase2_start} at {phase2_len})" if phase2_len else "")
-        + f", {precision}, {dist.world_size} process(es), grad accumulation {accum}")
+        + f", peak lr {lr:g}{'' if cfg.lr is not None else ' (the default for its width)'}, {precision}, "
+        f"{dist.world_size} process(es), grad accumulation {accum}")
 
     eval_before: dict[str, float] = {}
     if cfg.eval_at_start and not cfg.resume:
         eval_before = trainer.run_evaluation()
     result = trainer.fit()  # continues from the loaded checkpoint, if any
+    if dist.is_main and budget_s is not None:
+        say(budget_outcome(result, cfg.time_budget, budget_s, steps, scheduler))
 
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
@@ -347,6 +393,30 @@ def resume_or_refuse(trainer: Trainer, cfg, run_dir: Path, dist, say: Callable[[
     elif dist.is_main and latest_checkpoint(run_dir) is not None:
         raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")
+
+
+def warmup_steps(warmup: float | int, total: int) -> int:
+    """`warmup` as `linear_warmup_decay` reads it: < 1 a fraction of `total` (rounded up), else a count."""
+    return int(math.ceil(warmup * total)) if isinstance(warmup, float) and warmup < 1 else int(warmup)
+
+
+def budget_outcome(result: TrainResult, budget_text: str, budget_s: float, first_plan: int, scheduler) -> str:
+    """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
+    learning rate was then."""
+    from ..progress import format_duration
+
+    planned = getattr(scheduler, "total_steps", first_plan)
+    refits = getattr(scheduler, "refits", 0)
+    refitted = f"; plan refitted {refits} times, {first_plan} -> {planned} steps" if refits else ""
+    if result.stopped == "time_budget":
+        lr_left = scheduler.lr_lambdas[0](result.step)
+        return (f"the time budget ({budget_text}) ended the run at step {result.step} of {planned} planned, with "
+                f"the learning rate at {lr_left:.0%} of its peak{refitted}")
+    if result.stopped == "max_steps":
+        return (f"the step plan ended the run: {result.step} steps in {format_duration(result.elapsed)} of the "
+                f"{budget_text} budget, learning rate decayed to 0{refitted}")
+    return f"the run stopped ({result.stopped}) at step {result.step} of {planned}, {format_duration(result.elapsed)} " \
+           f"into the {budget_text} budget"
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:

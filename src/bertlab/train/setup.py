@@ -190,3 +190,12 @@ def fit_steps_to_budget(budget_s: float, step_s: float, eval_s: float = 0.0, num
         torch.distributed.broadcast(t, 0)
         steps = int(t.item())
     return steps
+
+
+def lr_for_width(table: dict[int, float], hidden_size: int) -> float:
+    """The learning rate `table` gives a model `hidden_size` wide: the entry of the nearest width at or above
+    it (the widest entry's beyond the table). Narrow models take larger rates than the paper's BERT-Base."""
+    for width in sorted(table):
+        if hidden_size <= width:
+            return table[width]
+    return table[max(table)]

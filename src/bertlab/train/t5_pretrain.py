@@ -42,11 +42,12 @@ from ..config import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..t5.config import ARCHITECTURES, PRESETS, T5Config
-from .loop import LoopConfig, Trainer, check_writable, init_distributed, seed_everything, time_step
-from .pretrain import FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse
+from .loop import LoopConfig, Trainer, seed_everything, time_step
+from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse,
+                       start_run)
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
-                    resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
+                    resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
 from .t5_optim import OPTIMIZERS, SCHEDULES, build_schedule, build_t5_optimizer, check_optimization, default_lr
 
@@ -254,15 +255,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     from ..t5.model import T5ForConditionalGeneration
     from ..tokenizer.text_to_text import load_text_to_text_tokenizer
 
-    if cfg.resume and not cfg.out:
-        raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(T5PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE, given)
-    cfg.validate()
-    dist = init_distributed(None if cfg.device == "auto" else cfg.device)
-    say = echo if dist.is_main else (lambda s: None)
-    run_dir = Path(cfg.out)
-    if dist.is_main:
-        check_writable(run_dir)
+    cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 
     # ---- data and model, checked against each other before anything trains
     info = select_data(cfg.data, cfg.objective)

@@ -1,0 +1,103 @@
+"""`--model NAME`: a model folder, or a model already in the local Hugging Face cache, by its hub name.
+
+    bertlab fill-mask --model runs/demo/final ...                     a folder: used as it is
+    bertlab fill-mask --model bert-base-uncased ...                   the cache's models--bert-base-uncased
+    bertlab embed --model sentence-transformers/all-MiniLM-L6-v2      the cache's models--ORG--NAME
+
+Users keep models where `transformers` / `huggingface_hub` put them:
+HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub, one
+folder per repository (`models--ORG--NAME/`) holding `refs/main` (the revision the name means) and
+`snapshots/REV/` (the files). A name resolves to the snapshot `refs/main` names, else to the only (or
+newest) snapshot. Nothing is ever downloaded: bertlab has no network access at run time. A bare name the
+hub has since moved under an organisation (`bert-base-uncased`, cached as
+`models--google-bert--bert-base-uncased` by newer clients) resolves when exactly one cached repository
+ends in it. A name that resolves nowhere is one line saying where it looked.
+
+`resolve_model` is the one resolver: every command that takes a model (`--model`, `--teacher`,
+`--init-from`, `tokenize --vocab`) calls it, through `model_path` for argparse.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import BertlabError
+
+# A hub repository id: NAME or ORG/NAME of letters, digits, '-', '_', '.' (what the hub accepts).
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+class ModelNotFoundError(BertlabError):
+    """A `--model` that is neither a folder nor a model in the local Hugging Face cache."""
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache folder, by the variables `huggingface_hub` reads, in its order."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def is_repo_id(name: str) -> bool:
+    """Whether `name` can be a hub name (`bert-base-uncased`, `google-bert/bert-base-uncased`): no path
+    syntax (leading '/', '.', '~', backslashes, more than one '/')."""
+    return REPO_ID.fullmatch(name) is not None and not name.endswith((".json", ".txt"))
+
+
+def _snapshot(repo_dir: Path) -> Path | None:
+    """The snapshot `refs/main` names, else the only or the most recently written one; None when empty."""
+    snapshots = repo_dir / "snapshots"
+    ref = repo_dir / "refs" / "main"
+    if ref.is_file():
+        rev = ref.read_text(encoding="utf-8").strip()
+        if rev and (snapshots / rev).is_dir():
+            return snapshots / rev
+    found = [p for p in snapshots.iterdir() if p.is_dir()] if snapshots.is_dir() else []
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def cached_model(name: str, cache: Path | None = None) -> Path | None:
+    """The snapshot folder of hub model `name` in the local cache, or None."""
+    cache = hf_hub_cache() if cache is None else cache
+    candidates = [cache / ("models--" + name.replace("/", "--"))]
+    if "/" not in name and cache.is_dir():
+        # A bare legacy name, cached under its new organisation by a newer client: one match only.
+        moved = sorted(p for p in cache.glob(f"models--*--{name}") if p.is_dir())
+        if len(moved) == 1:
+            candidates.append(moved[0])
+    for repo_dir in candidates:
+        if repo_dir.is_dir():
+            snapshot = _snapshot(repo_dir)
+            if snapshot is not None:
+                return snapshot
+    return None
+
+
+def resolve_model(name: str | os.PathLike, what: str = "model folder") -> Path:
+    """`name` as a path when it exists; else a model of that name in the local Hugging Face cache; else a
+    one-line `ModelNotFoundError` saying where it looked. Never downloads."""
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    text = str(name)
+    if not is_repo_id(text):
+        raise ModelNotFoundError(f"{text}: no such {what}")
+    snapshot = cached_model(text)
+    if snapshot is not None:
+        return snapshot
+    cache = hf_hub_cache()
+    raise ModelNotFoundError(f"{text}: no such {what}, and no model of that name in the local Hugging Face cache "
+                             f"({cache / ('models--' + text.replace('/', '--'))}); bertlab never downloads: "
+                             "fetch it once with `huggingface-cli download NAME` or pass a folder")
+
+
+def model_path(value: str) -> Path:
+    """argparse `type=` for a model option: `resolve_model`, whose error the CLI prints as one line."""
+    return resolve_model(value)

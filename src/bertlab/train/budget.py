@@ -1,0 +1,151 @@
+"""A learning-rate schedule that ends at a wall-clock budget, however fast the machine turns out to be.
+
+A run given `--time-budget` first fits its step count to step times measured before training
+(`setup.fit_steps_to_budget`). On a machine shared with other jobs the speed then changes, and a plan
+made at the start either stops at the budget with the learning rate still high (the decay, which is
+worth a good part of the final accuracy, never happens) or ends early. So the plan is re-fitted as the
+run goes:
+
+    every `interval` seconds   steps/s over the last two intervals -> the steps that still fit before
+                               (1 - BUDGET_RESERVE) of the budget -> the run's new last step; the decay
+                               continues linearly from the present learning rate to 0 at that step
+                               (no jump), and the loop's `max_steps` moves with it
+
+Each refit is a decision recorded in the schedule's state -- `RefittedLinearDecay.segments`, saved with
+every checkpoint by `LambdaLR.state_dict` -- together with the timing window it was made from, so a
+resumed run continues the same learning-rate curve exactly; what it decides afterwards depends only on
+the (restored) elapsed time and its own clock readings. The clock is injected (the trainer's elapsed
+training time, summed over resumed sessions), which is also how the tests replay a run exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..errors import ConfigError
+from .setup import BUDGET_RESERVE
+
+log = logging.getLogger(__name__)
+
+
+class RefittedLinearDecay:
+    """LR multiplier: linear warmup over `warmup_steps`, then linear decay along `segments`.
+
+    `segments` is a list of [start_step, multiplier_at_start, end_step]: from `start_step` on, the
+    multiplier falls linearly from `multiplier_at_start` to 0 at `end_step`. The first segment is the
+    plan made at the start, [warmup, 1.0, total]; every refit appends one beginning at the step it was
+    made, at the multiplier the curve had there, so the learning rate never jumps. A plain attribute
+    object: `LambdaLR.state_dict` saves its `__dict__` (lists of numbers, `weights_only`-loadable)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int):
+        if total_steps < 1 or not 0 <= warmup_steps <= total_steps:
+            raise ConfigError(f"schedule: need 0 <= warmup_steps ({warmup_steps}) <= total_steps ({total_steps}), "
+                              "total_steps >= 1")
+        self.warmup_steps = int(warmup_steps)
+        self.segments: list[list[float]] = [[self.warmup_steps, 1.0, int(total_steps)]]
+
+    @property
+    def total_steps(self) -> int:
+        return int(self.segments[-1][2])
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
+        start, mult, end = self.segments[0]
+        for segment in reversed(self.segments):  # the latest decision made at or before `step`
+            if step >= segment[0]:
+                start, mult, end = segment
+                break
+        return max(0.0, mult * (end - step) / max(1, end - start))
+
+    def refit(self, step: int, total_steps: int) -> None:
+        """From `step` on, end at `total_steps` (`step` itself: end now). Before warmup ends, the first plan is
+        re-made."""
+        total_steps = max(int(total_steps), int(step), self.warmup_steps)
+        if step <= self.warmup_steps:
+            self.segments = [[self.warmup_steps, 1.0, total_steps]]
+        else:
+            self.segments.append([int(step), self(step), total_steps])
+
+
+class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
+    """`LambdaLR` over a `RefittedLinearDecay` that re-fits the run's length to `budget_s` seconds.
+
+    `clock()` returns the seconds of training so far (the trainer's `elapsed`, set with `attach`);
+    `loop_config.max_steps` is kept equal to the plan's last step, so the loop stops where the learning
+    rate reaches 0. `on_refit(old_total, new_total, step)` is told about each change (progress, logs)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, budget_s: float,
+                 interval_s: float | None = None, reserve: float = BUDGET_RESERVE):
+        self.plan = RefittedLinearDecay(warmup_steps, total_steps)
+        self.budget_s = float(budget_s)
+        self.reserve = float(reserve)
+        # About 20 refits per run: often enough to follow a changing load, each from a window long enough
+        # (two intervals) to average over evaluations and checkpoints.
+        self.interval_s = float(interval_s if interval_s is not None else max(2.0, budget_s / 20))
+        self.samples: list[list[float]] = []  # [elapsed, completed steps] at each refit point: the timing window
+        self.refits = 0
+        self._clock: Callable[[], float] | None = None
+        self._loop_config: Any = None
+        self._on_refit: Callable[[int, int, int], None] | None = None
+        super().__init__(optimizer, self.plan)
+
+    def attach(self, clock: Callable[[], float], loop_config: Any = None,
+               on_refit: Callable[[int, int, int], None] | None = None) -> None:
+        self._clock, self._loop_config, self._on_refit = clock, loop_config, on_refit
+        self._sync_loop()
+
+    @property
+    def total_steps(self) -> int:
+        return self.plan.total_steps
+
+    def _sync_loop(self) -> None:
+        if self._loop_config is not None:
+            self._loop_config.max_steps = self.plan.total_steps
+
+    def step(self, epoch: Any = None) -> None:  # type: ignore[override]
+        # LambdaLR's constructor calls step() once, before the attributes below exist: no refit then.
+        if getattr(self, "_clock", None) is not None and epoch is None:
+            self._maybe_refit(self.last_epoch + 1)  # optimizer steps completed so far
+        super().step() if epoch is None else super().step(epoch)
+
+    def _maybe_refit(self, done: int) -> None:
+        now = float(self._clock())
+        if not self.samples:
+            self.samples.append([now, done])
+            return
+        if now - self.samples[-1][0] < self.interval_s:
+            return
+        self.samples = (self.samples + [[now, done]])[-3:]  # two intervals back from now
+        t0, s0 = self.samples[0]
+        if done <= s0 or now <= t0:
+            return
+        seconds_per_step = (now - t0) / (done - s0)
+        left = (1 - self.reserve) * self.budget_s - now
+        new_total = done + max(0, int(left / seconds_per_step))  # no whole step left: this one is the last
+        old_total = self.plan.total_steps
+        # Small corrections are noise; near the end every step counts, so the threshold shrinks with it.
+        if abs(new_total - old_total) < max(1, 0.01 * (old_total - done)):
+            return
+        self.plan.refit(done, new_total)
+        self.refits += 1
+        self._sync_loop()
+        if self._on_refit is not None:
+            self._on_refit(old_total, self.plan.total_steps, done)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        for key in ("_clock", "_loop_config", "_on_refit", "plan"):  # code and objects, not state
+            state.pop(key, None)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        hooks = self._clock, self._loop_config, self._on_refit
+        super().load_state_dict(state_dict)  # restores the plan through lr_lambdas, and our numbers
+        self.plan = self.lr_lambdas[0]
+        self._clock, self._loop_config, self._on_refit = hooks
+        self._sync_loop()
