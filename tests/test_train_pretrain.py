@@ -3,6 +3,7 @@ tiny prepared directory (export loads in `transformers`), exact resume, phase 2,
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -344,12 +345,16 @@ def test_existing_run_needs_resume(data_dir, tmp_path, capsys):
 def test_demo_end_to_end(tmp_path, capsys):
     """`bertlab pretrain --demo`: stdlib docs -> vocab -> data -> a short training -> report -> HF export."""
     transformers = pytest.importorskip("transformers")
-    assert main(["--log-level", "WARNING", "pretrain", "--demo", "--out", str(tmp_path), "--demo-minutes", "0.3",
+    assert main(["--log-level", "WARNING", "pretrain", "--demo", "--out", str(tmp_path), "--demo-minutes", "1",
                  "--no-progress"]) == 0
     text = capsys.readouterr().out
     for expected in ("[1/5] corpus", "[2/5] vocabulary", "[3/5] data", "[4/5] pre-training", "masked-word accuracy",
-                     "next-sentence accuracy", "fill in the blank", "(the docs: raise)"):
+                     "next-sentence accuracy", "fill in the blank", "(the docs: raise)", "ended the run",
+                     "blanks filled with the docs' word in the top 3", "bertlab fill-mask --model",
+                     "bertlab finetune sst2 --model", "bertlab serve --model"):
         assert expected in text
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
     final = tmp_path / "run" / "final"
     fill = transformers.pipeline("fill-mask", model=str(final), tokenizer=str(final))
     assert len(fill("the [MASK] statement is used to define a function.")) == 5
