@@ -323,3 +323,22 @@ def test_generate_route(tmp_path):
         running.stop()
     assert resp.status == 200 and len(out["predictions"]) == 2
     assert "spans" in out["predictions"][0] and "generated" in out["predictions"][1]
+
+
+def test_predict_on_a_t5_folder_generates(tmp_path, capsys):
+    """`bertlab predict` takes a T5 folder as any fine-tuned model: one row per input line with id and text,
+    the same generation as `bertlab generate` (greedy, default length), blank lines not sent to the model."""
+    folder, model, vocab = t5_folder(tmp_path)
+    lines = ["the dog walks in the park", "", '{"id": "q7", "text": "the <extra_id_0> walks"}']
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    code, out, err = run_cli(capsys, "predict", "--model", folder, "--input", tmp_path / "in.txt")
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in rows] == [1, 2, "q7"] and rows[1]["skipped"] == "blank line"
+    code, out, err = run_cli(capsys, "generate", "--model", folder, "--input", tmp_path / "in.txt")
+    generated = {json.loads(line)["text"]: json.loads(line) for line in out.splitlines()}
+    assert rows[0]["token_ids"] == generated[lines[0]]["token_ids"]
+    assert set(rows[2]["spans"]) == {"<extra_id_0>"}
+    (tmp_path / "bad.txt").write_text('{"question": "no text field"}\n')
+    code, out, err = run_cli(capsys, "predict", "--model", folder, "--input", tmp_path / "bad.txt")
+    assert code == 2 and "'text' field" in err and len(err.strip().splitlines()) == 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,20 @@ class Generator:
                 result.update(fill_spans(text, ids, self.tokenizer))
             results.append(result)
         return results
+
+    def iter_predict(self, items: Sequence[Any], where: Callable[[int], str] | None = None,
+                     chunk_size: int = 256) -> Iterator[dict[str, Any]]:
+        """`bertlab predict` over a T5 folder: each item a text or {"text": ...}; `generate`'s rows, in order,
+        a chunk at a time (the same interface as `infer.predict.Predictor`)."""
+        where = where or (lambda i: f"input {i + 1}")
+        texts = []
+        for i, item in enumerate(items):
+            text = item.get("text") if isinstance(item, dict) else item
+            if not isinstance(text, str):
+                raise BertlabError(f"{where(i)}: expected a text or a JSON object with a 'text' field")
+            texts.append(text)
+        for start in range(0, len(texts), chunk_size):
+            yield from self.generate(texts[start:start + chunk_size], lambda i, s=start: where(s + i))
 
     def fill_spans(self, texts: Sequence[str], where: Callable[[int], str] | None = None) -> list[dict[str, Any]]:
         """`generate` for texts that must hold a sentinel (fill-mask's rule for [MASK])."""
