@@ -429,3 +429,22 @@ def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_defau
     assert len(ended) == 1 and ("the step plan ended the run" in ended[0] or "the time budget (3s)" in ended[0])
     if "the step plan" in ended[0]:  # the last logged step had the schedule's last learning rate
         assert "learning rate decayed to 0" in ended[0]
+
+
+def test_a_pessimistic_first_fit_is_refitted_upwards_without_running_out_of_data(pretrain_data, tmp_path, capsys,
+                                                                                monkeypatch):
+    """The first plan from a slow timing (here: ~40 steps) grows as the run measures its real speed; the single-
+    phase data stream follows the plan wherever it moves (it once stopped at the first plan's end)."""
+    from bertlab.train import pretrain as pt
+
+    monkeypatch.setattr(pt, "time_step", lambda *a, **k: 0.1)  # a step takes ~0.02 s here
+    out = tmp_path / "run"
+    assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
+                 str(out), "--batch-size", "4", "--seq-len", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+                 "--no-progress", "--num-workers", "0", "--precision", "fp32", "--time-budget", "5s",
+                 "--no-eval-at-start", "--num-evals", "2", "--eval-batch-size", "8"]) == 0
+    text = capsys.readouterr().out
+    first_plan = json.loads((out / "run_config.json").read_text())["_resolved"]["steps"]
+    assert 10 <= first_plan <= 60
+    steps = [r["step"] for r in read_metrics(out) if "loss" in r]
+    assert steps[-1] > first_plan and "data ran out" not in text and "refitted" in text

@@ -6,7 +6,9 @@ made at the start either stops at the budget with the learning rate still high (
 worth a good part of the final accuracy, never happens) or ends early. So the plan is re-fitted as the
 run goes:
 
-    every `interval` seconds   steps/s over the last two intervals -> the steps that still fit before
+    every `interval` seconds   steps/s over the last two intervals (every 1% of the budget until the
+                               first change, so a first fit far too short is caught before it ends)
+                               -> the steps that still fit before
                                (1 - BUDGET_RESERVE) of the budget -> the run's new last step; the decay
                                continues linearly from the present learning rate to 0 at that step
                                (no jump), and the loop's `max_steps` moves with it
@@ -97,6 +99,8 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
     def attach(self, clock: Callable[[], float], loop_config: Any = None,
                on_refit: Callable[[int, int, int], None] | None = None) -> None:
         self._clock, self._loop_config, self._on_refit = clock, loop_config, on_refit
+        if not self.samples:  # the start of the timing window (a resumed run restores its own)
+            self.samples.append([float(clock()), self.last_epoch])  # elapsed time after that many steps
         self._sync_loop()
 
     @property
@@ -114,19 +118,24 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
         super().step() if epoch is None else super().step(epoch)
 
     def _maybe_refit(self, done: int) -> None:
-        now = float(self._clock())
+        # The clock is the trainer's elapsed time, which the loop updates after this call: it covers the
+        # steps before the current one, so each sample pairs it with `done - 1`.
+        now, timed = float(self._clock()), done - 1
         if not self.samples:
-            self.samples.append([now, done])
+            self.samples.append([now, timed])
             return
-        if now - self.samples[-1][0] < self.interval_s:
+        # Due every interval; until the plan first changes, every 1% of the budget, so that a first fit
+        # from a slow timing (a plan far too short) is corrected before it ends.
+        due = self.interval_s if self.refits else min(self.interval_s, max(0.5, self.budget_s / 100))
+        if now - self.samples[-1][0] < due:
             return
-        self.samples = (self.samples + [[now, done]])[-3:]  # two intervals back from now
+        self.samples = (self.samples + [[now, timed]])[-3:]  # the window: the last two checks back from now
         t0, s0 = self.samples[0]
-        if done <= s0 or now <= t0:
+        if timed <= s0 or now <= t0:
             return
-        seconds_per_step = (now - t0) / (done - s0)
+        seconds_per_step = (now - t0) / (timed - s0)
         left = (1 - self.reserve) * self.budget_s - now
-        new_total = done + max(0, int(left / seconds_per_step))  # no whole step left: this one is the last
+        new_total = timed + max(1, int(left / seconds_per_step))  # the current step is the last one left
         old_total = self.plan.total_steps
         # Small corrections are noise; near the end every step counts, so the threshold shrinks with it.
         if abs(new_total - old_total) < max(1, 0.01 * (old_total - done)):

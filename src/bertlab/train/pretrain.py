@@ -309,6 +309,9 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     def batches(step: int) -> Iterator[dict]:
         # Phase 1 then phase 2; each stream seeks to the sample the step starts at (no replay).
+        if not phase2_len:  # one phase, endless: the loop's max_steps (which a budget refit moves) ends it
+            yield from stream(cfg.seq_len, micro1, step * samples1)
+            return
         if step < phase2_start:
             yield from islice(stream(cfg.seq_len, micro1, step * samples1), (phase2_start - step) * accum)
             step = phase2_start
