@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--demo-corpus", type=Path, nargs="+", default=None, metavar="PATH",
                    help="text files to use instead of the Python docs")
     g.add_argument("--demo-minutes", type=float, default=None,
-                   help="the whole --demo, end to end; training gets what the other stages leave (default: 4.5)")
+                   help="the whole --demo, end to end; training gets what the other stages leave (default: 4.8)")
 
 
 def run(args: argparse.Namespace) -> int:

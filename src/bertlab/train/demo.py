@@ -42,7 +42,7 @@ PROBES = [
 
 # How long everything after training takes (step timing, final export, fill-in, the PNG): kept out of the
 # training budget so the whole demo ends within `minutes`.
-AFTER_TRAINING_S = 20.0
+AFTER_TRAINING_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class DemoSettings:
     how its settings were chosen"): within minutes, what moves a BERT off the plateau where it predicts only
     frequent words is the number of updates and how much each one teaches."""
 
-    minutes: float = 4.5  # the whole demo, end to end; training gets what the other stages leave
+    minutes: float = 4.8  # the whole demo, end to end; training gets what the other stages leave
     vocab_size: int = 1000  # a small WordPiece vocabulary: a cheap MLM softmax, frequent pieces
     model: str = "tiny"  # preset: 2 layers, 128 wide
     dropout: float = 0.0  # a few minutes of training underfit; dropout only slows them down
@@ -64,8 +64,9 @@ class DemoSettings:
     short_seq_prob: float = 0.0  # Google's short targets are drawn per document: with 8 held-out documents one
     # draw can tilt the held-out next-sentence labels to 80% random-next; full-length pairs keep them 50/50
     batch_size: int = 64
-    lr: float = 1e-3
-    warmup: float = 0.05
+    lr: float = 2e-3  # without dropout and with NSP kept honest, 2e-3 beat 1e-3 and 3e-3 (800 steps: held-out MLM
+    # accuracy 0.184 / 0.161 / 0.183, NSP 0.594 / 0.579 / 0.476)
+    warmup: float = 0.1
     heldout_fraction: float = 0.1  # of the documents
     num_evals: int = 6  # held-out points on the curves
 

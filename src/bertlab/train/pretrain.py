@@ -368,7 +368,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         eval_before = trainer.run_evaluation()
     result = trainer.fit()  # continues from the loaded checkpoint, if any
     if dist.is_main and budget_s is not None:
-        say(budget_outcome(result, cfg.time_budget, budget_s, steps, scheduler))
+        say(budget_outcome(result, budget_s, steps, scheduler))
 
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
@@ -403,7 +403,7 @@ def warmup_steps(warmup: float | int, total: int) -> int:
     return int(math.ceil(warmup * total)) if isinstance(warmup, float) and warmup < 1 else int(warmup)
 
 
-def budget_outcome(result: TrainResult, budget_text: str, budget_s: float, first_plan: int, scheduler) -> str:
+def budget_outcome(result: TrainResult, budget_s: float, first_plan: int, scheduler) -> str:
     """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
     learning rate was then."""
     from ..progress import format_duration
@@ -411,6 +411,7 @@ def budget_outcome(result: TrainResult, budget_text: str, budget_s: float, first
     planned = getattr(scheduler, "total_steps", first_plan)
     refits = getattr(scheduler, "refits", 0)
     refitted = f"; plan refitted {refits} times, {first_plan} -> {planned} steps" if refits else ""
+    budget_text = format_duration(budget_s)
     if result.stopped == "time_budget":
         lr_left = scheduler.lr_lambdas[0](result.step)
         return (f"the time budget ({budget_text}) ended the run at step {result.step} of {planned} planned, with "
