@@ -254,7 +254,7 @@ def test_budget_refit_ends_the_schedule_at_the_budget_and_resumes_exactly(tmp_pa
     assert sched.total_steps == result.step < 40  # the plan shrank with the machine and the loop followed it
     elapsed = sum(speed(s) for s in range(result.step))
     assert 0.85 * budget <= elapsed <= budget  # ends inside the budget, not far short of it
-    assert lrs[-1] < 0.1 * max(lrs)  # and the learning rate decayed instead of being cut off
+    assert lrs[-1] < 0.15 * max(lrs)  # and the learning rate decayed instead of being cut off (~20 steps)
     steps = [max(lrs)] + lrs[lrs.index(max(lrs)):]
     assert all(b <= a + 1e-12 for a, b in zip(steps, steps[1:]))  # never a jump up after warmup
 

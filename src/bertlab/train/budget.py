@@ -9,7 +9,7 @@ run goes:
     every `interval` seconds   steps/s over the last two intervals (every 1% of the budget until the
                                first change, so a first fit far too short is caught before it ends)
                                -> the steps that still fit before
-                               (1 - BUDGET_RESERVE) of the budget -> the run's new last step; the decay
+                               (1 - REFIT_RESERVE) of the budget -> the run's new last step; the decay
                                continues linearly from the present learning rate to 0 at that step
                                (no jump), and the loop's `max_steps` moves with it
 
@@ -29,9 +29,12 @@ from typing import Any
 import torch
 
 from ..errors import ConfigError
-from .setup import BUDGET_RESERVE
-
 log = logging.getLogger(__name__)
+
+# Share of the budget the re-fitted plan leaves free. The first fit keeps setup.BUDGET_RESERVE (8%) for what a
+# timing of a few steps cannot see; a plan re-measured every 5% of the run needs only a margin for the last
+# interval's changes and the final evaluation (the loop stops at the budget itself in any case).
+REFIT_RESERVE = 0.03
 
 
 class RefittedLinearDecay:
@@ -82,7 +85,7 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
     rate reaches 0. `on_refit(old_total, new_total, step)` is told about each change (progress, logs)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, budget_s: float,
-                 interval_s: float | None = None, reserve: float = BUDGET_RESERVE):
+                 interval_s: float | None = None, reserve: float = REFIT_RESERVE):
         self.plan = RefittedLinearDecay(warmup_steps, total_steps)
         self.budget_s = float(budget_s)
         self.reserve = float(reserve)

@@ -42,7 +42,7 @@ PROBES = [
 
 # How long everything after training takes (step timing, final export, fill-in, the PNG): kept out of the
 # training budget so the whole demo ends within `minutes`.
-AFTER_TRAINING_S = 15.0
+AFTER_TRAINING_S = 10.0
 
 
 @dataclass(frozen=True)
