@@ -19,7 +19,9 @@ Contenders, interleaved round by round (the order rotates, so a busy machine slo
                     layers from oneDNN-packed weights (bertlab.nn.packed_linear)
   bertlab bf16      the same, the model cast to bfloat16 (pooling in fp32)
 and, to show where the speed comes from, rows that change one thing each: bertlab fp32 on the HF batches
-(no bucketing), bertlab fp32 without oneDNN packing, and ORT on bertlab's buckets.
+(no bucketing), bertlab fp32 without oneDNN packing, and ORT on bertlab's buckets. The deployment rows run
+`bertlab export onnx --quantize int8`'s graphs (our export of all-MiniLM-L6-v2) in ONNX Runtime on bertlab's
+buckets: "ORT fp32, bertlab export" and "ORT int8, bertlab export" (int8's cosine to fp32 is printed).
 
 Accuracy: cosine of bertlab's fp32 embeddings to HF's, and of bf16 to fp32 (minimum over all sequences).
 
@@ -294,6 +296,19 @@ def main() -> int:
                 onnx_note += f" (export {time.perf_counter() - t0:.0f}s)"
                 contenders["ORT fp32"] = lambda: run_ort(session, hf_batches)
                 contenders["ORT fp32, bertlab's buckets"] = lambda: unbucket(run_ort(session, bucket_batches))
+        export_dir = Path(tempfile.mkdtemp()) / "export"
+        try:
+            from bertlab.infer import export as bertlab_export
+
+            t0 = time.perf_counter()
+            report = bertlab_export.export_onnx(model_dir, export_dir, quantize="int8")
+            print(f"bertlab export onnx --quantize int8 ({time.perf_counter() - t0:.0f}s): {report.checks}")
+            ours_fp32 = bertlab_export.ort_session(export_dir / "model.onnx", args.threads)
+            ours_int8 = bertlab_export.ort_session(export_dir / "model_int8.onnx", args.threads)
+            contenders["ORT fp32, bertlab export"] = lambda: unbucket(run_ort(ours_fp32, bucket_batches))
+            contenders["ORT int8, bertlab export"] = lambda: unbucket(run_ort(ours_int8, bucket_batches))
+        except Exception as e:  # noqa: BLE001 -- reported, the other rows still run
+            print(f"bertlab export onnx failed: {type(e).__name__}: {e}")
     print(f"ONNX Runtime: {onnx_note}")
 
     # Warm-up (and the outputs compared below), then interleaved timed rounds.
@@ -327,6 +342,15 @@ def main() -> int:
           "(target >= 0.999)")
     if "ORT fp32" in outputs:
         print(f"          min cosine ORT fp32 vs HF fp32 {float(cosine(outputs['ORT fp32'], outputs['HF fp32 (sdpa)']).min()):.7f}")
+    if "ORT int8, bertlab export" in outputs:
+        ref = outputs["bertlab fp32"]
+        for name in ("ORT fp32, bertlab export", "ORT int8, bertlab export"):
+            c = cosine(outputs[name], ref)
+            print(f"          {name} vs bertlab fp32: min cosine {float(c.min()):.5f}, mean {float(c.mean()):.5f}")
+        ratios["bertlab fp32 / ORT fp32 (our export)"] = med["ORT fp32, bertlab export"] / med["bertlab fp32"]
+        ratios["bertlab fp32 / ORT int8 (our export)"] = med["ORT int8, bertlab export"] / med["bertlab fp32"]
+        for k in list(ratios)[-2:]:
+            print(f"  {k:28s} {ratios[k]:.2f}x")
 
     results = {"n": len(rows), "tokens": tokens, "threads": args.threads, "batch_size": args.batch_size,
                "max_tokens": ours.options.max_tokens, "seconds": med, "ratios": ratios, "onnx": onnx_note,

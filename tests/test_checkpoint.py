@@ -206,8 +206,12 @@ def test_unsafe_pickle_refused(tmp_path):
             return (print, ("pwned",))
 
     (tmp_path / "pytorch_model.bin").write_bytes(__import__("pickle").dumps({"x": Evil()}))
-    with pytest.raises(CheckpointError, match="not a readable PyTorch weights file"):
+    with pytest.raises(CheckpointError, match="refused: the file holds pickled Python objects") as e:
         read_state_dict(tmp_path)
+    # One short line naming the file: no ANSI colours, no advice to load with weights_only=False.
+    message = str(e.value)
+    assert "\n" not in message and "\x1b" not in message and "weights_only" not in message
+    assert message.startswith(str(tmp_path / "pytorch_model.bin")) and len(message) < 300
 
 
 def test_crash_mid_save_keeps_previous_checkpoint(tiny_config, tmp_path, monkeypatch):

@@ -226,3 +226,21 @@ def test_run_config_file_with_flag_overrides(tmp_path):
     path.write_text(json.dumps({"model": "m", "data": "d"}))
     with pytest.raises(ConfigError, match="missing --out"):
         config_from_args(ft.FinetuneConfig, parser.parse_args(["cola", "--config", str(path)]))
+
+
+def test_fine_tuning_starts_from_an_mlm_only_checkpoint(tmp_path):
+    """`bertlab pretrain --objective mlm` exports BertForMaskedLM, which has no pooler: the task model's pooler is
+    initialised like its head (it was looked up under its checkpoint name and not found)."""
+    from bertlab import BertConfig, BertForMaskedLM
+    from test_data_prepare import write_vocab
+    from test_t5_finetune import write_glue
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    config = BertConfig(vocab_size=sum(1 for _ in vocab.open()), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    BertForMaskedLM(config).save_pretrained(tmp_path / "mlm", vocab_file=vocab)
+    glue = write_glue(tmp_path / "glue", n_train=16, n_dev=8)
+    cfg = ft.FinetuneConfig(task="sst2", model=str(tmp_path / "mlm"), data=str(glue / "SST-2"),
+                            out=str(tmp_path / "out"), epochs=1, batch_size=8, max_seq_length=32, progress=False)
+    metrics = ft.finetune(cfg)
+    assert 0 <= metrics["best_run"]["dev"]["accuracy"] <= 1

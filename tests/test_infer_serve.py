@@ -1,6 +1,7 @@
-"""The HTTP service on loopback: every endpoint answers; malformed JSON, oversize bodies, too many or too long
-texts and unavailable endpoints get a 4xx with a one-line message; the service keeps answering afterwards;
-concurrent requests are batched together."""
+"""The HTTP service on loopback, bertlab's own routes: every endpoint answers; malformed JSON, oversize bodies,
+too many or too long texts and unavailable endpoints get a 4xx with a one-line message (TEI's error shape:
+{"error", "error_type"}); the service keeps answering afterwards; concurrent requests are batched together.
+The OpenAI and TEI routes and the operational limits are in test_infer_serve_api.py."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_bad_requests_get_4xx_and_a_message_then_service_continues(server, case)
         "oversize-chunked": dict(raw=None, expect=413, match="4096 bytes"),
         "too-many": dict(body={"texts": ["a"] * 9}, expect=413, match="9 texts, over the limit of 8"),
         "too-long": dict(body={"texts": ["a", "x" * 301]}, expect=413, match=r"texts\[1\]: 301 characters"),
-        "over-token-limit": dict(body={"texts": ["a " * 140]}, expect=422, match="over the limit of 128"),
+        "over-token-limit": dict(body={"texts": ["a " * 140]}, expect=413, match="142 tokens, over the model's limit of 128"),
         "no-mask": dict(path="/fill-mask", body={"texts": ["no mask"]}, expect=422, match=r"no \[MASK\]"),
         "not-found": dict(path="/nope", body={}, expect=404, match="Not Found"),
     }
@@ -91,7 +92,7 @@ def test_bad_requests_get_4xx_and_a_message_then_service_continues(server, case)
     else:
         status, out = call(server, "POST", r.get("path", "/embed"), r.get("body"), raw=r.get("raw"))
     assert status == r["expect"], out
-    assert set(out) == {"error"} and "\n" not in out["error"]
+    assert set(out) == {"error", "error_type"} and "\n" not in out["error"]
     import re
 
     assert re.search(r["match"], out["error"]), out["error"]
@@ -135,13 +136,13 @@ def test_concurrent_requests_are_batched_and_all_succeed(server):
     def client(i):
         results.append(call(server, "POST", "/embed", {"texts": [f"the cat {'sat ' * (i % 7)}"]})[0])
 
-    before = call(server, "GET", "/health")[1]["batching"]["embed"]
+    before = call(server, "GET", "/health")[1]["batching"].get("embed-rows", {"requests": 0, "batches": 0})
     threads = [threading.Thread(target=client, args=(i,)) for i in range(24)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    after = call(server, "GET", "/health")[1]["batching"]["embed"]
+    after = call(server, "GET", "/health")[1]["batching"]["embed-rows"]
     assert results == [200] * 24
     assert after["requests"] - before["requests"] == 24
     assert after["batches"] - before["batches"] < 24  # some requests shared a model call

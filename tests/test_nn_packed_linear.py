@@ -58,3 +58,39 @@ def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path):
         torch.testing.assert_close(packed(ids).prediction_logits, plain(ids).prediction_logits, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(bf16(ids).prediction_logits.float(), bf16_plain(ids).prediction_logits.float(),
                                    atol=3e-2, rtol=3e-2)
+
+
+def test_row_tiles_cover_every_row_with_a_bounded_set_of_shapes():
+    seen = set()
+    for rows in range(0, 3 * onednn.ROW_TILE + 7):
+        tiles = onednn.row_tiles(rows)
+        assert [r for a, b, _ in tiles for r in range(a, b)] == list(range(rows))
+        assert all(b - a <= padded < b - a + 32 for a, b, padded in tiles)
+        seen |= {padded for _, _, padded in tiles}
+    assert seen == set(onednn.ROW_BUCKETS) and len(seen) < 30
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc (Linux)")
+def test_many_row_counts_do_not_grow_memory():
+    """Issue 20: each new row count used to leave a ~1 MB oneDNN primitive cached (up to 1,024 of them), so a
+    service's memory grew with every new batch shape; 200 row counts now cost no more than the first 50."""
+    torch.manual_seed(0)
+    linear = nn.Linear(256, 1024)
+    packed = onednn.PackedLinear(linear)
+    inputs = torch.randn(250, 256)
+    with torch.inference_mode():
+        for rows in range(1, 50):
+            packed(inputs[:rows])
+        before = _rss_mb()
+        for rows in range(50, 250):  # was ~+120 MB
+            y = packed(inputs[:rows])
+        grown = _rss_mb() - before
+        x = torch.randn(1100, 256)  # three tiles, the last padded
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-4, rtol=1e-4)
+    assert y.shape == (249, 1024)
+    assert grown < 30, f"RSS grew {grown:.0f} MB over 200 new row counts"

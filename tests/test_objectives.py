@@ -47,27 +47,64 @@ def tiny_batch(seed: int = 0, B: int = 4, T: int = 16) -> dict[str, torch.Tensor
             "next_sentence_label": torch.randint(0, 2, (B,), generator=g)}
 
 
-@pytest.mark.parametrize("name", list(OBJECTIVES))
-def test_every_registered_objective_trains_a_step_and_evaluates(name):
+def tiny_text_to_text_batch(seed: int = 0, B: int = 4, T_in: int = 12, T_out: int = 6) -> dict[str, torch.Tensor]:
+    """A T5 batch as `data.t5_loader` makes them: inputs with padding, targets with -100 on their padding."""
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(B, T_in, dtype=torch.long)
+    mask[0, 9:] = 0
+    labels = torch.randint(2, VOCAB, (B, T_out), generator=g)
+    labels[1, 4:] = -100
+    return {"input_ids": torch.randint(2, VOCAB, (B, T_in), generator=g) * mask, "attention_mask": mask,
+            "labels": labels}
+
+
+def tiny_t5(architecture: str):
+    from bertlab.t5 import T5Config
+
+    return T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                    architecture=architecture)
+
+
+# Each objective runs on its own model family: (config, batch, gradient-checked parameter, training metrics,
+# held-out metrics) by the objective's model class.
+FAMILIES = {
+    "BertForPreTraining": (lambda o: tiny_config(), tiny_batch, lambda m: m.bert.embeddings.word_embeddings.weight,
+                           {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
+    "BertForMaskedLM": (lambda o: tiny_config(), tiny_batch, lambda m: m.bert.embeddings.word_embeddings.weight,
+                        {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
+    "T5ForConditionalGeneration": (lambda arch: tiny_t5(arch), tiny_text_to_text_batch, lambda m: m.shared.weight,
+                                   {"token_accuracy"}, {"loss", "token_accuracy", "perplexity", "sequence_accuracy"}),
+}
+
+
+def _cases():
+    for name, objective in OBJECTIVES.items():
+        for architecture in getattr(objective, "architectures", (None,)):
+            yield pytest.param(name, architecture, id=f"{name}-{architecture}" if architecture else name)
+
+
+@pytest.mark.parametrize("name, architecture", list(_cases()))
+def test_every_registered_objective_trains_a_step_and_evaluates(name, architecture):
     objective = get_objective(name)
     assert objective.name == name and OBJECTIVES[name] is objective
+    make_config, make_batch, weight, train_keys, eval_keys = FAMILIES[objective.model_class.__name__]
     torch.manual_seed(0)
-    model = objective.model_class(tiny_config())
-    batch = tiny_batch()
+    model = objective.model_class(make_config(architecture))
+    batch = make_batch()
     loss, metrics = objective.loss(model, batch)
     assert loss.dim() == 0 and math.isfinite(loss.item())
     loss.backward()
-    assert model.bert.embeddings.word_embeddings.weight.grad is not None
-    assert {"mlm_loss", "mlm_accuracy"} <= set(metrics)
+    assert weight(model).grad is not None
+    assert train_keys <= set(metrics)
     assert ("nsp_loss" in metrics) == objective.needs_next_sentence_labels
     evaluation = objective.new_eval()
     model.eval()
     with torch.no_grad():
         for seed in range(2):
-            b = tiny_batch(seed)
+            b = make_batch(seed)
             evaluation.update(model(**objective.model_inputs(b)), b)
     results = evaluation.compute()
-    assert {"mlm_loss", "mlm_accuracy", "perplexity"} <= set(results)
+    assert eval_keys <= set(results)
     assert ("nsp_accuracy" in results) == objective.needs_next_sentence_labels
 
 

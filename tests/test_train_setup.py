@@ -41,10 +41,31 @@ def test_resume_keeps_saved_runtime_settings_not_given_again(saved_run):
     assert resolved_settings(saved_run) == {"steps": 10, "precision": "fp32"}
 
 
-def test_resume_a_given_runtime_flag_wins_the_rest_stays_saved(saved_run):
+def test_resume_a_given_runtime_flag_wins_the_rest_stays_saved(saved_run, caplog):
     cfg = resume(saved_run, keep_last=7, num_workers=0, lr=1.0, steps=99)
     assert (cfg.keep_last, cfg.num_workers, cfg.save_every) == (7, 0, 2)
-    assert (cfg.lr, cfg.steps) == (5e-4, 10)  # not a runtime setting: the run's own schedule
+    assert cfg.lr == 1.0  # the optimiser's settings may change on resume (the recipe prints the change)
+    assert cfg.steps == 10  # not a runtime setting: the run's own schedule, and a line says so
+    assert "steps (10; 99 ignored)" in caplog.text
+
+
+def test_resume_a_flag_stated_at_its_default_value_still_wins(saved_run):
+    """`--keep-last 3` given again is the user's word even though 3 is the default (the first session
+    said 5): the CLI passes what was stated, not what differs from the defaults."""
+    cfg = PretrainConfig(out=str(saved_run), resume=True, keep_last=3)
+    assert resolve_resume_config(PretrainConfig, cfg, saved_run / RUN_CONFIG, RESUME_MAY_CHANGE).keep_last == 5
+    stated = resolve_resume_config(PretrainConfig, cfg, saved_run / RUN_CONFIG, RESUME_MAY_CHANGE,
+                                   given={"keep_last", "out", "resume"})
+    assert (stated.keep_last, stated.save_every) == (3, 2)
+
+
+def test_resume_runs_where_the_run_is_now(saved_run, tmp_path_factory):
+    """A moved or copied run resumes in place: `out` is where --out points now, not the saved path."""
+    moved = tmp_path_factory.mktemp("elsewhere") / "moved"
+    saved_run.rename(moved)
+    cfg = resolve_resume_config(PretrainConfig, PretrainConfig(out=str(moved), resume=True), moved / RUN_CONFIG,
+                                RESUME_MAY_CHANGE, given={"out", "resume"})
+    assert cfg.out == str(moved) and cfg.save_every == 2 and cfg.data == "DATA"
 
 
 def test_resume_without_a_run_config_is_an_error(tmp_path):

@@ -7,7 +7,7 @@ import importlib
 
 from .config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
-from .tokenizer import BertTokenizer
+from .tokenizer import BertTokenizer, T5Tokenizer, WordPieceT5Tokenizer
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it for the package (`bertlab --version` prints it)
 
@@ -17,10 +17,11 @@ _LAZY = {
     "BertModel": "model", "BertModelOutput": "model",
     "BertForPreTraining": "heads", "BertForMaskedLM": "heads", "BertForSequenceClassification": "heads",
     "BertForTokenClassification": "heads", "BertForQuestionAnswering": "heads", "BertForMultipleChoice": "heads",
+    "T5Config": "t5.config", "T5ForConditionalGeneration": "t5.model",  # T5, the second model family
 }
 
 __all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",
-           *_LAZY]
+           "T5Tokenizer", "WordPieceT5Tokenizer", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -18,7 +18,9 @@ conversions. Weights are read only from safetensors or, for `pytorch_model.bin`,
 `bert_model.ckpt.index` (or that `.index` file) is read through `tf_names.py`, without TensorFlow.
 
 Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
-so a crash mid-save leaves the previous checkpoint as it was.
+so a crash mid-save leaves the previous checkpoint as it was; the temporary folders of a process that died
+are removed by the next save of that target (`remove_stale_temporaries`). Saved folders and files follow
+the umask, like any other tool's output. A failed write (disk full, read-only) is one `OutputError` line.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from typing import Any, Iterator
 
 import torch
 
-from .errors import CheckpointError, ConfigError
+from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
+from .nn.adapters import add_saved_adapters
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,9 @@ DEFAULT_BASE_PREFIX = "bert"
 # A module path: dotted identifiers (`classifier.weight`). A key that is not one -- a TensorFlow name left
 # unmapped, `bert/foo/kernel` -- belongs to no head.
 _MODULE_PATH = re.compile(r"[A-Za-z_]\w*(?:\.\w+)*")
+# The temporary and set-aside names `atomic_directory` gives: `.NAME.tmp-PID-xxxx`, `.NAME.old-PID`.
+# (Folders of older versions have no pid: `.NAME.tmp-xxxx`.)
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?:(?P<tmp>tmp)-(?:(?P<tmppid>\d+)-)?.*|old-(?P<oldpid>\d+))")
 
 
 @dataclass
@@ -159,13 +165,9 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
         return read_tf_state_dict(p)
     if p.name.endswith(".index.json"):
-        try:
-            files = sorted(set(json.loads(p.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, AttributeError) as e:
-            raise CheckpointError(f"{p}: not a valid safetensors index ({e})") from None
         state: dict[str, torch.Tensor] = {}
-        for name in files:
-            state.update(read_state_dict(p.parent / name))
+        for shard in index_shards(p):
+            state.update(read_state_dict(shard))
         return state
     if p.suffix == ".safetensors":
         try:
@@ -175,10 +177,58 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(str(p), map_location="cpu", weights_only=True)
     except Exception as e:  # pickle errors, truncation, unsafe objects refused by weights_only
-        raise CheckpointError(f"{p}: not a readable PyTorch weights file ({type(e).__name__}: {e})") from None
+        raise CheckpointError(f"{p}: {torch_load_failure(e)}") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{p}: expected a dict of tensor names to tensors")
     return state
+
+
+def index_shards(index: Path) -> list[Path]:
+    """The weight files a `model.safetensors.index.json` names, each checked to lie inside the index's own
+    folder: a name like `../elsewhere/x.safetensors` or an absolute path would read files the folder's
+    owner never put there (a path-traversal hole)."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
+    folder = index.parent.resolve()
+    shards = []
+    for name in names:
+        if not isinstance(name, str) or not name.endswith(".safetensors"):
+            raise CheckpointError(f"{index}: weight_map names {name!r}; expected a .safetensors file name")
+        shard = (index.parent / name)
+        if os.path.isabs(name) or not shard.resolve().is_relative_to(folder):
+            raise CheckpointError(f"{index}: shard {name!r} lies outside the model folder {index.parent}; "
+                                  "refused")
+        shards.append(shard)
+    return shards
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+_UNSUPPORTED_OPERAND = re.compile(r"Unsupported operand (\d+)")
+# Binary pickle opcodes that build or import Python objects (or open a protocol 2+ stream of them): the safe
+# unpickler stopping at one of these read a real pickle, not random bytes.
+_OBJECT_OPCODES = {0x80, 0x81, 0x92, 0x93, 0x95}  # PROTO, NEWOBJ, NEWOBJ_EX, STACK_GLOBAL, FRAME
+
+
+def torch_load_failure(error: Exception) -> str:
+    """Why `torch.load(weights_only=True)` failed, in a few words (torch's own message is a page long,
+    coloured, and suggests `weights_only=False`, which would run whatever code the file carries)."""
+    text = _ANSI.sub("", str(error))
+    refused = _REFUSED_GLOBAL.search(text)
+    operand = _UNSUPPORTED_OPERAND.search(text)
+    if refused or "Unsupported global" in text or (operand and int(operand[1]) in _OBJECT_OPCODES):
+        # a real pickle of Python objects, refused by design
+        return ("refused: the file holds pickled Python objects, not only tensors"
+                + (f" ({refused[1]})" if refused else "") + "; only tensor data is loaded")
+    if "WeightsUnpickler error:" in text:  # garbage bytes fail inside the safe unpickler: say what it read
+        detail = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()[0].strip()
+        return f"corrupt or truncated checkpoint, not a readable PyTorch file ({detail})"
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    first = first.split(". ")[0].rstrip(".")  # torch's sentences after the first are advice, not the cause
+    return f"corrupt or truncated checkpoint, not a readable PyTorch file ({type(error).__name__}: {first})"
 
 
 def check_state_dict(model: Model, state: dict[str, torch.Tensor], source: str
@@ -265,6 +315,7 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     (for BERT-base that initialisation costs more than reading the file)."""
     with torch.device("meta"):
         model = cls(config)
+        add_saved_adapters(model)  # a model fine-tuned with adapters: config.json says where they sit
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)
@@ -296,19 +347,27 @@ def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Ite
     """Yield a temporary folder next to `path`; on success it replaces `path` in two renames.
 
     Until the first rename the old folder is untouched; between the two it sits under a `.old` name beside
-    the new one, so no moment exists at which neither a complete old nor a complete new folder is on disk.
-    With `keep_existing`, files of the old folder that the writer did not produce (a vocab, run state) are
-    carried over. On any exception the temporary folder is removed and `path` is left as it was.
+    the new one, so no moment exists at which neither a complete old nor a complete new folder is on disk
+    (a process killed there leaves the `.old` one, which the next save puts back). With `keep_existing`,
+    files of the old folder that the writer did not produce (a vocab, run state) are carried over. On any
+    exception the temporary folder is removed and `path` is left as it was; a failed write (disk full,
+    read-only file system, a file in the way) becomes one `OutputError` line naming `path`.
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target.parent, target.name)
+        # The pid in the name tells a later process whether the writer is still alive (see above).
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-{os.getpid()}-", dir=target.parent))
+    except OSError as e:
+        raise output_error(target, e) from None
     try:
         yield tmp
         if keep_existing and target.is_dir():
             for item in target.iterdir():
                 if not (tmp / item.name).exists():
                     (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
+        apply_umask(tmp)
         _fsync_dir(tmp)
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -318,9 +377,93 @@ def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Ite
         else:
             os.replace(tmp, target)
         _fsync_dir(target.parent)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and not isinstance(e, OutputError) and is_write_failure(e, target.parent):
+            raise output_error(target, e) from None
         raise
+
+
+def remove_stale_temporaries(parent: str | os.PathLike, name: str | None = None) -> list[Path]:
+    """Clean up after `atomic_directory` writers that died (kill -9, power loss) in `parent`: their
+    `.NAME.tmp-PID-*` folders are removed, and a `.NAME.old-PID` folder is put back as NAME when NAME is
+    missing (the writer died between its two renames), else removed. Only temporaries of dead processes
+    (or of unknown pid, from older versions) are touched, and only of target `name` when given. Returns
+    what was removed."""
+    parent = Path(parent)
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    for entry in sorted(parent.iterdir()):
+        m = _TEMPORARY.fullmatch(entry.name)
+        if m is None or not entry.is_dir() or (name is not None and m["name"] != name):
+            continue
+        pid = m["tmppid"] or m["oldpid"]
+        if pid is not None and _process_alive(int(pid)):
+            continue
+        final = parent / m["name"]
+        if not m["tmp"] and not final.exists():
+            os.replace(entry, final)
+            log.warning("%s: restored from %s (a save was interrupted between its two renames)", final, entry.name)
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+        log.warning("%s: removed the temporary folder of an interrupted save", entry)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (/proc), else set and reset."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(folder: Path) -> None:
+    """Give `folder` and the files and folders in it the modes a plain `mkdir`/`open` would have: the
+    temporary folder is made private (0700) by `mkdtemp` and safetensors writes 0600, but a saved model is
+    meant to be read by others as the umask allows (another user, a container running as another uid)."""
+    mask = current_umask()
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o666 & ~mask)
+    os.chmod(folder, 0o777 & ~mask)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write a small text file (a run config, metrics.json) under a temporary name, then rename it into
+    place: a reader sees the old file or the new one, never half of one. A failed write is one
+    `OutputError` line naming `path`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise output_error(path, e) from None
+    return path
 
 
 def _fsync_dir(folder: Path) -> None:

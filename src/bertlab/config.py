@@ -18,6 +18,16 @@ from typing import Any
 
 from .errors import ConfigError
 
+# Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
+# make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
+# with a message). Each is far above any published BERT (BERT-large: hidden 1024, 24 layers, 512
+# positions; the largest vocabularies ~250k); a single weight matrix is held under 2^32 elements (16 GiB fp32).
+SIZE_LIMITS = {"vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1 << 10,
+               "num_attention_heads": 1 << 10, "intermediate_size": 1 << 18, "max_position_embeddings": 1 << 20,
+               "type_vocab_size": 1 << 16}
+MAX_MATRIX_ELEMENTS = 1 << 32
+MAX_LABELS = 1 << 20
+
 # Activations the model knows, by the names Google's and Hugging Face's configs use.
 KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 
@@ -39,8 +49,67 @@ def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+class JsonConfig:
+    """What every model family's config shares (BertConfig here, T5Config in `bertlab.t5`): built from a JSON
+    object field by field, so a bad field is reported against its file before anything is constructed; written
+    back as sorted JSON; found by preset name or path. A family sets `config_files` (the names a model folder
+    may hold its config under, first found wins) and `preset_lookup()` -> (is_preset, preset, names)."""
+
+    config_files: tuple[str, ...] = ("config.json",)
+    extra: dict[str, Any]
+
+    @classmethod
+    def preset_lookup(cls) -> tuple[Any, Any, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        raise NotImplementedError
+
+    @classmethod
+    def build(cls, kwargs: dict[str, Any], extra: dict[str, Any], int_fields: Any = ()):
+        """An instance from checked `kwargs` (defaults for the rest) without running `__init__`, so `validate`
+        can name the file; integral floats that some tools write ("hidden_size": 768.0) become ints."""
+        config = cls.__new__(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in kwargs:
+                value = kwargs[f.name]
+                if f.name in int_fields and isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                setattr(config, f.name, value)
+            elif f.default is not dataclasses.MISSING:
+                setattr(config, f.name, f.default)
+            else:
+                setattr(config, f.name, f.default_factory())  # type: ignore[misc]
+        config.extra = extra
+        return config
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike):
+        path = Path(path)
+        if path.is_dir():
+            path = next((path / n for n in cls.config_files if (path / n).exists()), path / cls.config_files[0])
+        return cls.from_dict(read_json_object(path), source=str(path))
+
+    @classmethod
+    def from_name_or_path(cls, name: str):
+        """A preset name or a path to a config file or a model folder."""
+        is_preset, preset, names = cls.preset_lookup()
+        if is_preset(name):
+            return preset(name)
+        if os.path.exists(name):
+            return cls.from_json_file(name)
+        raise ConfigError(f"{name!r} is neither a preset ({', '.join(names())}) nor an existing file")
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+
 @dataclass
-class BertConfig:
+class BertConfig(JsonConfig):
     vocab_size: int = 30522
     hidden_size: int = 768
     num_hidden_layers: int = 12
@@ -94,10 +163,14 @@ class BertConfig:
                 )
         if self.classifier_dropout is not None and not _is_type(self.classifier_dropout, float):
             raise ConfigError(f"{source}: field 'classifier_dropout' must be a number or null")
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{source}: field '{name}' must be at least 1, got {getattr(self, name)}")
+        for name, limit in SIZE_LIMITS.items():
+            if not 1 <= getattr(self, name) <= limit:
+                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
+                                  f"{getattr(self, name):,}")
+        for rows in ("vocab_size", "max_position_embeddings", "intermediate_size"):
+            if getattr(self, rows) * self.hidden_size > MAX_MATRIX_ELEMENTS:
+                raise ConfigError(f"{source}: '{rows}' x 'hidden_size' ({getattr(self, rows):,} x "
+                                  f"{self.hidden_size:,}) is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{source}: field '{name}' must be in [0, 1), got {getattr(self, name)}")
@@ -134,6 +207,8 @@ class BertConfig:
             if key == "label2id":  # derived from id2label
                 continue
             if key == "num_labels" and "id2label" not in data and isinstance(value, int) and value > 0:
+                if value > MAX_LABELS:  # a dict of that many names would be built before any check
+                    raise ConfigError(f"{source}: field 'num_labels' must be at most {MAX_LABELS:,}, got {value:,}")
                 kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(value)}
                 continue
             if key in known:
@@ -145,38 +220,15 @@ class BertConfig:
                 kwargs["id2label"] = {int(k): str(v) for k, v in kwargs["id2label"].items()}
             except (AttributeError, ValueError) as e:
                 raise ConfigError(f"{source}: field 'id2label' must map integer ids to names ({e})") from None
-        config = cls.__new__(cls)
-        for f in dataclasses.fields(cls):
-            if f.name in kwargs:
-                setattr(config, f.name, kwargs[f.name])
-            elif f.default is not dataclasses.MISSING:
-                setattr(config, f.name, f.default)
-            else:
-                setattr(config, f.name, f.default_factory())  # type: ignore[misc]
-        config.extra = extra
-        # Integral floats written by some tools ("hidden_size": 768.0) are accepted; other mismatches are not.
-        for name, expected in _FIELD_TYPES.items():
-            value = getattr(config, name)
-            if expected is int and isinstance(value, float) and value.is_integer():
-                setattr(config, name, int(value))
+        config = cls.build(kwargs, extra, {n for n, t in _FIELD_TYPES.items() if t is int})
         config.validate(source)
         return config
 
-    @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
-        path = Path(path)
-        if path.is_dir():
-            path = path / "config.json" if (path / "config.json").exists() else path / "bert_config.json"
-        return cls.from_dict(read_json_object(path), source=str(path))
+    config_files = ("config.json", "bert_config.json")  # ours and HF's; Google's TensorFlow folders
 
     @classmethod
-    def from_name_or_path(cls, name: str) -> "BertConfig":
-        """A preset name (`base`, `L4-H256`) or a path to a config file or a model folder."""
-        if is_preset(name):
-            return preset(name)
-        if os.path.exists(name):
-            return cls.from_json_file(name)
-        raise ConfigError(f"{name!r} is neither a preset ({', '.join(preset_names())}) nor an existing file")
+    def preset_lookup(cls):
+        return is_preset, preset, preset_names
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = dict(self.extra)
@@ -193,12 +245,6 @@ class BertConfig:
             data.pop("attn_implementation")
         data.setdefault("model_type", "bert")
         return data
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def replace(self, **changes: Any) -> "BertConfig":
-        return dataclasses.replace(self, **changes)
 
 
 _MODEL_FIELDS = [f for f in dataclasses.fields(BertConfig) if f.name != "extra"]

@@ -223,7 +223,9 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
                soft_target="classes")
 class BertForSequenceClassification(BertPreTrainedModel):
     """logits = W · dropout(pooled [CLS]) + b. Cross-entropy over `num_labels` classes; with a single label the
-    task is regression (STS-B) and the loss is mean squared error."""
+    task is regression (STS-B) and the loss is mean squared error; with `problem_type`
+    "multi_label_classification" in config.json (Hugging Face's key) one sigmoid per label and binary
+    cross-entropy against multi-hot float labels."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -240,7 +242,9 @@ class BertForSequenceClassification(BertPreTrainedModel):
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
         loss = None
         if labels is not None:
-            if self.num_labels == 1:
+            if self.config.extra.get("problem_type") == "multi_label_classification":
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+            elif self.num_labels == 1:
                 loss = F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
             else:
                 loss = F.cross_entropy(logits.float(), labels.view(-1))

@@ -2,8 +2,9 @@
 
 Subcommand modules are imported only when chosen, so `bertlab --help` and light commands start fast.
 A `BertlabError` (bad input) is printed as one line and exits with status 2 -- also one raised while the
-arguments are read (a `--model` that is neither a folder nor in the local Hugging Face cache); Ctrl-C exits
-with 130. `bertlab --version` prints the installed version (`bertlab.__version__`).
+arguments are read (a `--model` that is neither a folder nor in the local Hugging Face cache) -- as is a
+file-system error (disk full, read-only file system) no command translated itself; Ctrl-C exits with 130.
+`bertlab --version` prints the installed version (`bertlab.__version__`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "similarity": ("similarity", "cosine similarity of two texts' sentence embeddings"),
     "fill-mask": ("fill_mask", "the masked LM's top-k words for each [MASK] in a text"),
     "predict": ("predict", "run a fine-tuned model (classification, NER, QA, multiple choice) over a file"),
-    "serve": ("serve", "an HTTP JSON service: /embed /classify /fill-mask /qa /health, dynamic batching"),
+    "generate": ("generate", "text-to-text generation with a T5 model (greedy or beam search; span filling)"),
+    "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
+    "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
 
 
@@ -67,6 +70,27 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `bertlab ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:
+        # The last resort for a file-system failure no write site translated: one line naming the file and
+        # the cause (disk full, read-only file system) instead of a traceback. Only I/O errors that name a
+        # file or can only come from writing; anything else is a bug and keeps its traceback.
+        line = io_error_line(e)
+        if line is None:
+            raise
+        print(f"bertlab {args.command}: error: {line}", file=sys.stderr)
+        return 2
+
+
+def io_error_line(error: BaseException) -> str | None:
+    """`PATH: disk full` for an OSError (or one behind a torch/safetensors error) that names a file or is a
+    write failure; None for anything else."""
+    from ..errors import WRITE_ERRNOS, describe_os_error, os_error_of
+
+    os_error = os_error_of(error)
+    if os_error is None or (os_error.filename is None and os_error.errno not in WRITE_ERRNOS):
+        return None
+    where = os_error.filename if os_error.filename is not None else "writing the output"
+    return f"{os.fsdecode(where)}: {describe_os_error(os_error)}"
 
 
 if __name__ == "__main__":

@@ -79,11 +79,11 @@ def run(args: argparse.Namespace) -> int:
         cfg.teacher = str(resolve_model(cfg.teacher))
     result = run_distillation(cfg)
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun rank 0 reports
-        return 130 if result.train.interrupted else 0
+        return result.train.exit_status
     if result.train.interrupted:
         print(f"interrupted at step {result.train.step}; checkpoint {result.train.checkpoint}; continue with: "
               f"bertlab distill --out {result.out_dir} --resume")
-        return 130
+        return result.train.exit_status  # 130 after Ctrl-C, 143 after SIGTERM
     summary = {"student": str(result.model_dir) if result.model_dir else None,
                "parameters": {"teacher": result.teacher_parameters, "student": result.student_parameters},
                "teacher": result.teacher_eval, "student_eval": result.student_eval}

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     split = args.split or spec.eval_splits[0]
     device = resolve_device(args.device)
     model = spec.head.from_pretrained(args.model).to(device)
+    spec = spec.with_model_config(model.config)  # own-data tasks: labels, columns, windows as trained
     tokenizer = BertTokenizer.from_pretrained(args.model)
     examples = subset(spec.read(args.data, split), args.limit)
     scores = evaluate(spec, model, tokenizer, examples, split,

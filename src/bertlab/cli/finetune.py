@@ -1,5 +1,9 @@
 """`bertlab finetune TASK --model DIR --data PATH --out DIR`: one added layer, trained on a task (paper, section 4).
 
+Tasks on the user's own files take `--train FILE` (the same setting as `--data`) with optional
+`--validation FILE` and `--test FILE`, e.g. `bertlab finetune text-classification --model DIR --train news.csv
+--text-column text --label-column category --out runs/news` (see `bertlab.tasks.own_data`).
+
 Writes OUT_DIR/metrics.json (the selected setting, mean ± sd over seeds, every run), the dev and test
 predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/run_config.json. Settings
 come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, then a JSON file (`--config
@@ -9,13 +13,16 @@ run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 
 from ..tasks import TASKS
 
 HELP = {
     "model": "a Hugging Face-layout BERT folder (ours or theirs), or a model's name in the local Hugging Face cache",
-    "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD)",
+    "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD); own-data tasks: the training file "
+            "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
     "lr": "peak learning rate (default: by model width, 1e-4 up to 512 wide, 5e-5 for 768, 3e-5 above)",
@@ -32,23 +39,75 @@ HELP = {
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
     "bf16": "bf16 autocast (CPU or GPU)",
     "eval_batch_size": "examples per prediction batch",
-    "eval_every": "also score dev every N steps (logged per run)",
+    "eval_every": "also score dev every N steps (logged per run; --eval-steps)",
+    "max_steps": "optimizer steps per run instead of --epochs",
+    "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
+                      "score; the best weights are kept",
+    "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save)",
+    "adapter_size": "adapters: bottleneck width",
+    "lora_rank": "lora: rank r of the update B A",
+    "lora_alpha": "lora: scale alpha (the update is multiplied by alpha / r)",
+    "lora_targets": "lora: comma-separated names of the linear layers to adapt",
+    "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",
     "device": "cpu or cuda (default: cuda when available)",
     "progress": "progress: a bar on a terminal, a line every 30 s in a log file",
     "overwrite": "replace the results of an earlier run in OUT_DIR (without it, such an OUT_DIR is refused)",
     "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
+    "save_every": "also checkpoint a run's training state every N steps (it is always saved on Ctrl-C/SIGTERM)",
+    "resume": "continue an interrupted fine-tuning in OUT_DIR (a grid or seed sweep at the run it was in)",
+    # tasks on the user's own files (text-classification, ...)
+    "validation": "own data: the dev file (default: a stratified share of --train held out)",
+    "test": "own data: a file to predict (labels optional)",
+    "validation_share": "own data: share of --train held out as dev when there is no --validation",
+    "format": "own data: csv, tsv, jsonl, json or parquet (default: from the file name)",
+    "delimiter": "own data: the CSV/TSV field separator, when not the format's own",
+    "text_column": "own data: the text column (default: guessed: text, sentence, content, ...)",
+    "text_pair_column": "own data: the second text of sentence pairs",
+    "label_column": "own data: the label column (default: guessed: label, category, class, ...)",
+    "multi_label": "own data: several labels per row (a JSON list, or split on --label-separator)",
+    "label_separator": "own data: separator of multi-label labels in a CSV/TSV field",
+    "problem_type": "own data: single_label_classification, multi_label_classification or regression "
+                    "(default: from the labels)",
+    "class_weights": "own data: weight the loss by inverse class frequency",
+    "long_documents": "own data: truncate (cut at max-seq-length, counted) or window (overlapping windows, "
+                      "logits averaged; max for multi-label)",
+    "window_length": "own data: tokens per window (default: max-seq-length)",
+    "window_stride": "own data: tokens shared by consecutive windows (default: a quarter of the window)",
+    "tokens_column": "token-classification: the word-list column (default: tokens / words)",
+    "tags_column": "token-classification: the tag-list column (default: tags / ner_tags)",
+    "tasks": "multi: comma-separated task names sharing one encoder, e.g. mrpc,stsb,rte (--data mrpc=PATH,...)",
+    "mixing": "multi: how batches are drawn: proportional (to task size), temperature, equal",
+    "mixing_limit": "multi: cap each task's size at K examples in proportional/temperature mixing",
+    "mixing_temperature": "multi: temperature T (rates ∝ size^(1/T))",
+    "per_task_epochs": "multi: then fine-tune each task alone from the multi-task model for E epochs",
+    "squad": "t2t: SQuAD DATA_PATH for task squad/squad2 (train=FILE,dev=FILE; FILE#A:B takes articles A..B-1)",
+    "optimizer": "t2t: adafactor (T5's, default) or adamw",
+    "schedule": "t2t: constant (T5's fine-tuning, default) or inverse-sqrt",
+    "warmup": "t2t: inverse-sqrt's constant-rate steps",
+    "max_target_length": "t2t: longest target in tokens (training)",
+    "max_new_tokens": "t2t: generation limit (default: the longest label + 2 tokens)",
+    "context_column": "multiple-choice: the context column (default: context / sent1)",
+    "choice_columns": "multiple-choice: comma-separated choice columns (default: ending0,ending1,...)",
 }
+
+
+PER_CLASS_DETAIL = ("precision_", "recall_", "support_")  # per-class scores printed as F1 only
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.feature_ner import STRATEGIES
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
+    from ..train.text_to_text import TEXT_TO_TEXT, TextToTextConfig
 
-    p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",))
+    p.add_argument("task", metavar="TASK", choices=[*TASKS, "multi", TEXT_TO_TEXT],
+                   help=f"one of: {' '.join(TASKS)}; or multi (--tasks a,b,c: one shared encoder, a head per task); "
+                        f"or t2t (T5 text-to-text: --tasks a,b,c --model T5_DIR --data GLUE_DIR)")
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
+    # t2t's own settings; those it shares with FinetuneConfig (and its groups) are the flags above
+    add_config_arguments(p, TextToTextConfig, HELP, skip=tuple(f.name for f in dataclasses.fields(FinetuneConfig)))
     p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
                    help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
 
@@ -62,18 +121,57 @@ def mean_sd_text(score: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..model_names import resolve_model
-    from ..train.finetune import FinetuneConfig, finetune
-    from ..train.runconfig import config_from_args
+    from ..train.finetune import FinetuneConfig, FinetuneInterrupted, finetune
+    from ..train.runconfig import config_from_args, given_fields
+    from ..train.setup import resume_base
 
     if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
         from ..train.feature_ner import run_from_finetune_args
         return run_from_finetune_args(args)
-    cfg = config_from_args(FinetuneConfig, args)
+    if args.task == "t2t":  # T5 text-to-text (train/text_to_text.py)
+        return run_text_to_text(args)
+    base = {}
+    if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
+        base.update(resume_base(args.out))
+    cfg = config_from_args(FinetuneConfig, args, base=base)
     if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
         cfg.model = str(resolve_model(cfg.model))
-    metrics = finetune(cfg)
+    if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
+        from ..train.multitask import finetune_multi
+
+        metrics = finetune_multi(cfg)
+        print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
+                         | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
+        return 0
+    try:
+        metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
+    except FinetuneInterrupted as stop:  # tell the truth: --resume continues only from a saved checkpoint
+        where = stop.result.checkpoint
+        print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
+              + (f"checkpoint {where}; continue with: bertlab finetune {cfg.task} --out {cfg.out} --resume"
+                 if where is not None else "no checkpoint was written"), file=sys.stderr)
+        return stop.result.exit_status
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
-                      "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()}
+                      "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()
+                                      if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},
                       "out": str(cfg.out)}, indent=2, ensure_ascii=False))
+    return 0
+
+
+def run_text_to_text(args: argparse.Namespace) -> int:
+    from ..model_names import resolve_model
+    from ..train.finetune import FinetuneConfig
+    from ..train.runconfig import config_from_args, refuse_foreign_settings
+    from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
+
+    refuse_foreign_settings(args, TextToTextConfig, FinetuneConfig, "finetune t2t", ignore=("task",))
+    cfg = config_from_args(TextToTextConfig, args)
+    if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
+        cfg.model = str(resolve_model(cfg.model))
+    metrics = finetune_text_to_text(cfg)
+    print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
+                      "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}
+                              for task, scores in metrics["dev"].items()},
+                      "per_task": metrics["per_task"], "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0

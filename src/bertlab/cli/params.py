@@ -1,25 +1,48 @@
-"""`bertlab params [PRESET | config.json ...] [--format table|json]`: parameter counts per model part."""
+"""`bertlab params [PRESET | config.json ...] [--format table|json]`: parameter counts per model part.
+
+BERT presets (base, large, L4-H256, ...) and T5 presets (t5-small, t5-base, t5-large, t5-v1_1-*) by name; a
+config.json (or model folder) is counted by its family, from its `model_type`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
-from ..config import BertConfig, preset_names
-from ..params import format_table, parameter_table
+from ..config import BertConfig, is_preset, preset_names, read_json_object
+from ..params import format_t5_table, format_table, parameter_table, t5_parameter_table
+from ..t5.config import MODEL_TYPE as T5_MODEL_TYPE
+from ..t5.config import PRESETS as T5_PRESETS
+from ..t5.config import T5Config
+
+# model family -> (config from a preset name or path, rows, table)
+FAMILIES = {
+    "bert": (BertConfig.from_name_or_path, parameter_table, format_table),
+    T5_MODEL_TYPE: (T5Config.from_name_or_path, t5_parameter_table, format_t5_table),
+}
+
+
+def family(name: str) -> str:
+    if name in T5_PRESETS:
+        return T5_MODEL_TYPE
+    if is_preset(name) or not os.path.exists(name):
+        return "bert"  # BERT's loader reports an unknown name
+    path = os.path.join(name, "config.json") if os.path.isdir(name) else name
+    model_type = read_json_object(path).get("model_type", "bert") if os.path.isfile(path) else "bert"
+    return model_type if model_type in FAMILIES else "bert"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("models", nargs="*", default=["base", "large"],
-                   help=f"presets ({', '.join(preset_names()[:6])}, L2-H128 ... L12-H768) or config.json paths "
-                        "(default: base large)")
+                   help=f"presets ({', '.join(preset_names()[:6])}, L2-H128 ... L12-H768; {', '.join(T5_PRESETS)}) "
+                        "or config.json paths (default: base large)")
     p.add_argument("--format", choices=["table", "json"], default="table")
 
 
 def run(args: argparse.Namespace) -> int:
-    configs = [(name, BertConfig.from_name_or_path(name)) for name in args.models]
+    configs = [(name, FAMILIES[family(name)], FAMILIES[family(name)][0](name)) for name in args.models]
     if args.format == "json":
-        print(json.dumps({name: dict(parameter_table(c)) for name, c in configs}, indent=2))
+        print(json.dumps({name: dict(fam[1](c)) for name, fam, c in configs}, indent=2))
     else:
-        print("\n\n".join(format_table(name, c) for name, c in configs))
+        print("\n\n".join(fam[2](name, c) for name, fam, c in configs))
     return 0

@@ -5,9 +5,17 @@
     bertlab prepare corpus.jsonl --vocab vocab.txt --out d/ --mode full-sentences --dynamic --masking span
     bertlab prepare --out data/ --show 3                                   # print instances, Google-style
     bertlab prepare zh.txt --vocab vocab.txt --out d/ --masking whole-word --segmenter jieba   # Chinese WWM
+    bertlab prepare corpus.txt --vocab spiece.model --out t5/ --objective span-corruption --show 2   # T5
+    bertlab prepare --out data/ --objective prefix-lm --max-seq-length 128  # T5 objective, BERT's shards
 
 Without CORPUS, the shards already in DATA_DIR are used, and settings not given are those of its current
 instance set. Re-running with the same inputs and settings reuses everything.
+
+--objective picks what the instances are for: BERT's (mlm+nsp: segment pairs; mlm: packed full sentences) or
+one of T5's (span-corruption, iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm:
+documents packed into examples whose inputs fit --max-seq-length, default 512; the objective is applied anew
+to every example each epoch when batches are made, from the seed and the position). --vocab may then also be
+a SentencePiece model (spiece.model, or its folder).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.instances import MODES, InstanceConfig
+from ..data.denoising import DENOISING_OBJECTIVES, make_objective
+from ..data.instances import MODES, NSP_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
 from ..data.readers import FORMATS, CleaningConfig, DataError, ReaderConfig
 
@@ -24,13 +33,20 @@ from ..data.readers import FORMATS, CleaningConfig, DataError, ReaderConfig
 INSTANCE_DEFAULTS = {"mode": "segment-pair", "max_seq_length": 128, "short_seq_prob": 0.1, "nsp_balance": True,
                      "masking": "token", "masked_lm_prob": 0.15, "max_predictions_per_seq": None,
                      "replace_probs": "0.8,0.1,0.1", "dupe_factor": 10, "dynamic": False, "seed": 12345}
+# T5 objectives: their parameters, and the instance flags that mean something to them.
+T5_PARAMS = ("noise_density", "mean_span_length")
+T5_INSTANCE_FLAGS = ("max_seq_length", "seed")
+T5_MAX_SEQ_LENGTH = 512  # T5's inputs length
+BERT_OBJECTIVE_MODES = {"mlm+nsp": "segment-pair", "mlm": "full-sentences"}  # the default --mode of each
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.description = __doc__.split("\n\n", 1)[1]
     p.add_argument("corpus", nargs="*", metavar="CORPUS", help="text files or directories of them")
-    p.add_argument("--vocab", metavar="VOCAB", help="vocab.txt or a tokenizer folder (needed with CORPUS)")
+    p.add_argument("--vocab", metavar="VOCAB",
+                   help="vocab.txt or a tokenizer folder, or for T5 objectives a SentencePiece model "
+                        "(spiece.model or its folder); needed with CORPUS")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="the data directory to write or update")
     g = p.add_argument_group("reading")
     g.add_argument("--format", choices=FORMATS, default="auto",
@@ -55,6 +71,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--short-seq-prob", type=float, default=None, help="segment-pair (default: 0.1)")
     g.add_argument("--no-nsp-balance", dest="nsp_balance", action="store_false", default=None,
                    help="segment-pair labels exactly as Google's script (IsNext slightly under 50%%)")
+    g = p.add_argument_group("objective")
+    g.add_argument("--objective", default=None, metavar="NAME",
+                   help="mlm+nsp or mlm (BERT's: masks below), or a T5 objective: "
+                        f"{', '.join(DENOISING_OBJECTIVES)}")
+    g.add_argument("--noise-density", type=float, default=None,
+                   help="T5 objectives: share of the tokens corrupted (default 0.15)")
+    g.add_argument("--mean-span-length", type=float, default=None,
+                   help="span-corruption: mean length of a corrupted span in tokens (default 3)")
     g = p.add_argument_group("masking")
     g.add_argument("--masking", choices=GRANULARITIES, default=None, help="default: token")
     g.add_argument("--masked-lm-prob", type=float, default=None, help="default: 0.15")
@@ -109,29 +133,80 @@ def _instance_settings(args: argparse.Namespace, base: dict | None):
                             seed=v["seed"])
 
 
+def _check_objective(args: argparse.Namespace) -> None:
+    """An unknown --objective, or flags that do not go with it: one line. A BERT objective sets --mode's
+    default (segment pairs for mlm+nsp, packed full sentences for mlm)."""
+    name = args.objective
+    if name is not None and name not in DENOISING_OBJECTIVES and name not in BERT_OBJECTIVE_MODES:
+        names = [*BERT_OBJECTIVE_MODES, *DENOISING_OBJECTIVES]
+        raise DataError(f"--objective: unknown {name!r}; expected one of {', '.join(names)}")
+    given = [k for k in T5_PARAMS if getattr(args, k) is not None]
+    if name in BERT_OBJECTIVE_MODES or (name is None and given and not args.out_is_text_to_text):
+        if given:
+            raise DataError(f"--{given[0].replace('_', '-')} is a T5 objective's parameter "
+                            f"(--objective {', '.join(DENOISING_OBJECTIVES)})")
+        if name == "mlm+nsp" and args.mode is not None and args.mode not in NSP_MODES:
+            raise DataError(f"--objective mlm+nsp needs next-sentence pairs: --mode {' or '.join(NSP_MODES)}, "
+                            f"not {args.mode}")
+        if name is not None and args.mode is None:
+            args.mode = BERT_OBJECTIVE_MODES[name]
+
+
+def _text_to_text_settings(args: argparse.Namespace, base: dict | None):
+    """T5 objective settings from the flags given, on top of `base` (an existing text-to-text set's) or the
+    defaults; BERT-only flags are refused."""
+    from ..data.t5_data import TextToTextSettings, is_text_to_text
+
+    bert_only = [k for k in INSTANCE_DEFAULTS if k not in T5_INSTANCE_FLAGS and getattr(args, k, None) is not None]
+    if bert_only:
+        raise DataError(f"--{bert_only[0].replace('_', '-')} is a BERT instance setting; it does not apply to "
+                        f"--objective {args.objective}")
+    params: dict = {}
+    max_seq_length, seed = T5_MAX_SEQ_LENGTH, INSTANCE_DEFAULTS["seed"]
+    if base is not None and is_text_to_text(base):
+        max_seq_length, seed = base["instances"]["max_seq_length"], base["seed"]
+        if args.objective in (None, base["objective"]["name"]):
+            params = {k: v for k, v in base["objective"].items() if k != "name"}
+    name = args.objective or base["objective"]["name"]
+    params.update({k: getattr(args, k) for k in T5_PARAMS if getattr(args, k) is not None})
+    return TextToTextSettings(make_objective(name, **params),
+                              args.max_seq_length if args.max_seq_length is not None else max_seq_length,
+                              args.seed if args.seed is not None else seed)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..data.pipeline import CorpusSettings, prepare
     from ..data.shards import MANIFEST, load_manifest, select_instance_set
+    from ..data.t5_data import is_text_to_text
 
     say = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr))
-    instance_flags = any(getattr(args, k, None) is not None for k in INSTANCE_DEFAULTS)
+    instance_flags = any(getattr(args, k, None) is not None for k in (*INSTANCE_DEFAULTS, *T5_PARAMS, "objective"))
+    base = None
     if not args.corpus:
         if not (args.out and (__import__("pathlib").Path(args.out) / MANIFEST).exists()):
             raise DataError(f"{args.out}: no prepared data here; give CORPUS files and --vocab to make some")
-        if args.show and not instance_flags:
-            return show(args.out, args.show)
         manifest = load_manifest(args.out)
+        base = select_instance_set(manifest, args.out)
+        if args.show and not instance_flags:
+            return show(args.out, args.show, base["name"])
         have = manifest["corpus"]["settings"].get("segmenter", {}).get("name", "none")
         if args.segmenter is not None and args.segmenter != have:
             raise DataError(f"{args.out}: the token shards were made with --segmenter {have}; give CORPUS "
                             f"again to tokenize it with --segmenter {args.segmenter}")
-        base = select_instance_set(manifest, args.out)
-        settings = _instance_settings(args, base)
+    args.out_is_text_to_text = base is not None and is_text_to_text(base)
+    _check_objective(args)
+    text_to_text = args.objective in DENOISING_OBJECTIVES or (args.objective is None and args.out_is_text_to_text)
+    if text_to_text:
+        settings = _text_to_text_settings(args, base)
+    if not args.corpus:
+        if not text_to_text:
+            settings = _instance_settings(args, None if args.out_is_text_to_text else base)
         corpus_settings = None
     else:
         if not args.vocab:
             raise DataError("--vocab is required with CORPUS (the vocab.txt to tokenize with)")
-        settings = _instance_settings(args, None)
+        if not text_to_text:
+            settings = _instance_settings(args, None)
         cleaning = CleaningConfig.c4() if args.clean == "c4" else CleaningConfig()
         if args.min_words is not None:
             cleaning = CleaningConfig(**{**cleaning.__dict__, "min_words_per_line": args.min_words})
@@ -144,12 +219,47 @@ def run(args: argparse.Namespace) -> int:
     iset = next(s for s in result.manifest["instance_sets"] if s["name"] == result.instance_set)
     say(f"{result.data_dir}: {result.tokens:,} tokens; instance set {iset['name']}: "
         f"{iset['splits']['train']['instances']:,} train, {iset['splits']['heldout']['instances']:,} held-out")
+    if text_to_text:
+        i = iset["instances"]
+        say(f"objective {iset['objective']['name']}: {i['source_length']} tokens per example -> inputs of at most "
+            f"{i['max_seq_length']}, targets of at most {i['targets_length']} tokens (eos included)")
     if args.show:
         show(args.out, args.show, iset["name"])
     return 0
 
 
 def show(data_dir: str, n: int, instance_set: str | None = None) -> int:
+    """Print the first n training instances as the loader serves them: BERT's in the layout of Google's
+    `TrainingInstance.__str__`, text-to-text ones as `inputs: ...` / `targets: ...` token lines."""
+    from ..data.shards import load_manifest, select_instance_set
+    from ..data.t5_data import is_text_to_text
+
+    if is_text_to_text(select_instance_set(load_manifest(data_dir), data_dir, name=instance_set)):
+        return show_text_to_text(data_dir, n, instance_set)
+    return show_bert(data_dir, n, instance_set)
+
+
+def show_text_to_text(data_dir: str, n: int, instance_set: str | None = None) -> int:
+    """Print the first n training examples of a text-to-text set, corrupted as the first epoch sees them: two
+    lines of space-separated tokens each, sentinels written `<extra_id_N>`."""
+    from ..data.t5_loader import TextToTextDataset
+    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+
+    ds = TextToTextDataset(data_dir, "train", instance_set=instance_set, shuffle=False, epochs=1, batch_size=1)
+    tok = load_text_to_text_tokenizer(ds.info.vocab_file)
+    collate = ds.collator()
+    params = ", ".join(f"{k} {v:g}" for k, v in ds.info.objective.params().items())
+    print(f"# {ds.info.instance_set}: {ds.num_instances:,} training examples; objective "
+          f"{ds.info.objective.name}{' (' + params + ')' if params else ''}")
+    for position in range(min(n, ds.num_instances)):
+        pair = collate.pair(ds.example_at(position))
+        print(f"inputs: {' '.join(tok.convert_ids_to_tokens(pair.inputs))}")
+        print(f"targets: {' '.join(tok.convert_ids_to_tokens(pair.targets))}")
+        print()
+    return 0
+
+
+def show_bert(data_dir: str, n: int, instance_set: str | None = None) -> int:
     """Print the first n training instances as the loader serves them (masks applied), in the layout of
     Google's `TrainingInstance.__str__`."""
     from ..data.loader import PretrainingDataset

@@ -3,6 +3,10 @@
 The corpus is read line by line (any UTF-8 text; one sentence or paragraph per line is typical) through the
 same basic tokenizer `BertTokenizer` uses, and the learned `vocab.txt` has Google's layout, so it loads in
 `bertlab.BertTokenizer` and Hugging Face's `BertTokenizer(Fast)` alike. See `bertlab.tokenizer.train`.
+
+`--kind sentencepiece` learns T5's kind instead: a SentencePiece unigram model with T5's settings
+(`bertlab.tokenizer.sentencepiece.train_sentencepiece`), written as `spiece.model` or as a Hugging Face T5
+tokenizer folder; `--vocab-size` counts its pieces, and T5's 100 sentinels come on top.
 """
 
 from __future__ import annotations
@@ -44,8 +48,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "UTF-8 text files and write it in Google's vocab.txt layout: [PAD], [unused0..98], [UNK], "
                     "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces.")
     t.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files, read line by line")
-    t.add_argument("--vocab-size", type=_positive_int, required=True, help="tokens in the vocabulary, all included")
-    t.add_argument("--out", required=True, help="where to write vocab.txt")
+    t.add_argument("--kind", choices=KINDS, default="wordpiece",
+                   help="wordpiece (BERT's vocab.txt, default) or sentencepiece (T5's spiece.model: unigram, "
+                        "<pad> 0, </s> 1, <unk> 2, no byte fallback)")
+    t.add_argument("--vocab-size", type=_positive_int, required=True,
+                   help="tokens in the vocabulary, all included (sentencepiece: pieces; the 100 sentinels "
+                        "come on top, as T5's 32000 + 100)")
+    t.add_argument("--out", required=True,
+                   help="where to write vocab.txt (sentencepiece: a .model file, or a folder for spiece.model "
+                        "+ tokenizer_config.json + special_tokens_map.json)")
     t.add_argument("--cased", action="store_true",
                    help="keep case and accents (the cased models' setting); default: lowercase and strip accents")
     t.add_argument("--num-unused", type=_nonnegative_int, default=d.num_unused,
@@ -69,6 +80,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="cap on distinct words held while counting; above it rare words are pruned. Memory "
                         "is roughly 1.5 KB per distinct word while learning (default %(default)s)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    s = t.add_argument_group("sentencepiece")
+    s.add_argument("--threads", type=_positive_int, default=8,
+                   help="trainer threads (default 8). The model is a function of the corpus, the settings and "
+                        "this number, not of the machine's cores: keep it to reproduce a model byte for byte")
+    s.add_argument("--character-coverage", type=float, default=0.9995,
+                   help="share of the corpus's characters the pieces must cover (default 0.9995)")
+    s.add_argument("--seed", type=int, default=0, help="the trainer's random seed (default 0)")
+
+
+KINDS = ("wordpiece", "sentencepiece")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.action != "train":  # argparse allows only the actions above; kept for clarity
         raise SystemExit(f"unknown action {args.action}")
+    if args.kind == "sentencepiece":
+        return _train_sentencepiece(args)
     start = time.perf_counter()
     vocab, counts = train_vocab(
         args.corpus, args.vocab_size, lowercase=not args.cased, num_unused=args.num_unused,
@@ -87,4 +110,22 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {path}: {len(vocab)} tokens ({chars} characters) from {counts.tokens:,} words "
           f"({len(counts.words):,} distinct) in {counts.lines:,} lines, {time.perf_counter() - start:.1f}s"
           + (f"; {counts.bad_lines} line(s) not UTF-8" if counts.bad_lines else ""))
+    return 0
+
+
+def _train_sentencepiece(args: argparse.Namespace) -> int:
+    from ..tokenizer.sentencepiece import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+
+    start = time.perf_counter()
+    config = SentencePieceTrainConfig(args.vocab_size, character_coverage=args.character_coverage,
+                                      threads=args.threads, seed=args.seed)
+    log.info("training a SentencePiece unigram model of %d pieces (T5's settings, %d threads)", args.vocab_size,
+             args.threads)
+    path, report = train_sentencepiece(args.corpus, config, args.out, on_decode_error=args.on_decode_error,
+                                       progress=not args.no_progress,
+                                       verbose=log.isEnabledFor(logging.DEBUG))
+    tok = T5Tokenizer(path)
+    print(f"wrote {path}: {tok.base_size} pieces + {tok.num_sentinels} sentinels = {tok.vocab_size} ids, from "
+          f"{report.lines:,} lines ({report.chars:,} characters), {time.perf_counter() - start:.1f}s"
+          + (f"; {report.bad_lines} line(s) not UTF-8" if report.bad_lines else ""))
     return 0

@@ -16,7 +16,11 @@ Two stages, each reusable on its own:
    the clean instances once and leaves masking to the collator.
 
 A different `--max-seq-length`, mode or masking makes a new instance set from the same shards (phase 2
-of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest. For the NSP modes
+of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest.
+
+T5: `--vocab` may be a SentencePiece model (a `.model` file or a folder with `spiece.model`), tokenized with
+`T5Tokenizer`; and `instances` may be `t5_data.TextToTextSettings` (`--objective span-corruption` ...), which
+makes a text-to-text instance set of packed examples from the same shards (`t5_data.py`). For the NSP modes
 `prepare` reports the training split's label balance and warns outside 40/60 (`nsp_balance_report`).
 """
 
@@ -42,6 +46,7 @@ from .instances import Corpus, InstanceConfig, generate_instances, instance_ids,
 from .masking import MaskingConfig, VocabInfo, mask_tokens
 from .readers import DataError, ReaderConfig, ReadReport, expand_inputs, read_documents
 from .segment import NONE, get_segmenter, segmenter_id, word_continues
+from .t5_data import TextToTextSettings, build_text_to_text_instances
 
 log = logging.getLogger("bertlab.data")
 
@@ -115,6 +120,11 @@ class PrepareResult:
 # ---------------------------------------------------------------------------------------------- tokenizer
 def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
     from ..tokenizer import BertTokenizer
+    from ..tokenizer.sentencepiece import T5Tokenizer, is_sentencepiece_path
+
+    if is_sentencepiece_path(vocab):
+        # Corpus text is text: "<extra_id_0>" or "</s>" written in it must not become a sentinel or an eos.
+        return T5Tokenizer.from_pretrained(vocab, split_special_tokens=True)
 
     overrides = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
     return BertTokenizer.from_pretrained(vocab, **overrides)
@@ -160,7 +170,8 @@ def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
     for doc in documents:
         n = 0
         for sentence in doc:
-            text = _escape_specials(sentence)
+            # (a tokenizer that reads special tokens literally needs no escaping: SentencePiece for T5)
+            text = sentence if getattr(tok, "split_special_tokens", False) else _escape_specials(sentence)
             if segment is None:
                 piece = tok.encode(text, add_special_tokens=False)
             else:
@@ -443,7 +454,7 @@ def _existing_manifest(out: Path) -> dict | None:
 
 
 def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: str | os.PathLike,
-            corpus: CorpusSettings | None = None, instances: InstanceSettings | None = None,
+            corpus: CorpusSettings | None = None, instances: InstanceSettings | TextToTextSettings | None = None,
             workers: int | None = None, progress: bool | None = None,
             echo: Callable[[str], None] | None = None) -> PrepareResult:
     """Tokenize `inputs` into shards under `out` and build an instance set there (reusing what exists).
@@ -465,7 +476,8 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             if not vocab_path.exists():
                 raise DataError(f"{vocab_path}: no such vocabulary file or folder")
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
-            vocab_file = vocab_path / store.VOCAB_NAME if vocab_path.is_dir() else vocab_path
+            vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for T5
+            vocab_file = vocab_path / vocab_name if vocab_path.is_dir() else vocab_path
             tok_info = _tokenizer_info(tokenizer, vocab_file)
             segmenter = segmenter_id(corpus.segmenter)  # an unknown name or missing package: fail before reading
             files = expand_inputs(inputs)
@@ -476,6 +488,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         else:
             raise DataError(f"{out}: no corpus given and no prepared data there to make instances from")
         seconds["hash"] = time.perf_counter() - t0
+        text_to_text = isinstance(instances, TextToTextSettings)
+        if not text_to_text and "cls" not in tok_info["special_ids"]:  # checked before any work is done
+            raise DataError(f"{tok_info['source']}: a SentencePiece vocabulary serves the T5 objectives only "
+                            "(--objective span-corruption, ...); BERT's need a WordPiece vocab.txt")
 
         report = None
         corpus_reused = old is not None and old["corpus"]["key"] == key
@@ -489,9 +505,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 tmp = store.make_temp_dir(out, cdir)
                 created.append(tmp)
                 # The vocabulary travels with the shards it numbers (and is checked by size on loading).
-                shutil.copyfile(vocab_file, tmp / store.VOCAB_NAME)
-                tok_info["vocab_file"] = f"{cdir}/{store.VOCAB_NAME}"
-                tok_info["vocab_bytes"] = (tmp / store.VOCAB_NAME).stat().st_size
+                copied = tok_info.pop("vocab_name", store.VOCAB_NAME)
+                shutil.copyfile(vocab_file, tmp / copied)
+                tok_info["vocab_file"] = f"{cdir}/{copied}"
+                tok_info["vocab_bytes"] = (tmp / copied).stat().st_size
                 splits = _tokenize_corpus(files, corpus, str(vocab), np.dtype(tok_info["token_dtype"]), tmp,
                                           workers, progress, report)
                 if splits["train"]["tokens"] == 0:
@@ -532,13 +549,18 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 idir = f"instances-{ikey[:12]}"
                 tmp = store.make_temp_dir(out, idir)
                 created.append(tmp)
-                isplits = _build_instances(out, manifest, instances, tmp, workers, progress)
+                if text_to_text:
+                    isplits = build_text_to_text_instances(out, manifest, instances, tmp)
+                    extra = {"sentinel_vocab": sentinel_vocab_dict(out, manifest)}
+                else:
+                    isplits = _build_instances(out, manifest, instances, tmp, workers, progress)
+                    extra = {}
                 store.publish_dir(tmp, out / idir)
                 created[-1] = out / idir
                 name = instances.name
                 if any(s["name"] == name for s in sets):
                     name = f"{name}-{ikey[:8]}"
-                iset = dict(name=name, key=ikey, dir=idir, **instances.to_dict(), splits=isplits,
+                iset = dict(name=name, key=ikey, dir=idir, **instances.to_dict(), **extra, splits=isplits,
                             created=time.strftime("%Y-%m-%dT%H:%M:%S"), seconds=round(time.perf_counter() - t0, 3))
                 seconds["instances"] = time.perf_counter() - t0
                 echo(f"made {isplits['train']['instances']:,} train / {isplits['heldout']['instances']:,} held-out "
@@ -596,7 +618,20 @@ def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | No
     return line, warning
 
 
+def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
+    from .t5_data import sentinel_vocab_of
+
+    return sentinel_vocab_of(out, manifest).to_dict()
+
+
 def _tokenizer_info(tokenizer, vocab_file: Path) -> dict:
+    if getattr(tokenizer, "model_file", None) is not None:  # T5's SentencePiece tokenizer
+        return {"vocab_file": None, "vocab_name": tokenizer.model_file.name, "source": str(vocab_file),
+                "vocab_sha256": store.sha256_file(vocab_file), "vocab_size": tokenizer.vocab_size,
+                "do_lower_case": False, "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}",
+                "special_ids": {"pad": tokenizer.pad_token_id, "eos": tokenizer.eos_token_id,
+                                "unk": tokenizer.unk_token_id},
+                "token_dtype": store.token_dtype(tokenizer.vocab_size).name}
     ids = {"cls": tokenizer.cls_token_id, "sep": tokenizer.sep_token_id, "pad": tokenizer.pad_token_id,
            "mask": tokenizer.mask_token_id, "unk": tokenizer.unk_token_id}
     missing = [k for k, v in ids.items() if v is None]

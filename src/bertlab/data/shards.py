@@ -42,6 +42,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..errors import is_write_failure, output_error
 from .instances import Corpus, Instance, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo
 from .readers import DataError
@@ -214,16 +215,45 @@ def write_manifest(data_dir: Path, manifest: dict) -> None:
 
 @contextlib.contextmanager
 def directory_lock(data_dir: Path) -> Iterator[None]:
-    """One `prepare` at a time per data directory."""
+    """One `prepare` at a time per data directory, and its outputs checked: a `--out` that is a file, on a
+    read-only or full disk is one line naming it (a write failing inside the block too), and the `.lock`
+    file -- and the directory, when this call made it and nothing was written -- is gone afterwards,
+    whether `prepare` finished or refused."""
     import fcntl
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    with open(data_dir / ".lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise DataError(f"{data_dir}: another `bertlab prepare` is writing to this directory") from None
+    data_dir = Path(data_dir)
+    if data_dir.exists() and not data_dir.is_dir():
+        raise DataError(f"{data_dir}: exists and is not a directory; choose another --out")
+    made = not data_dir.exists()
+    lock = data_dir / ".lock"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        while True:
+            f = open(lock, "w")
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                raise DataError(f"{data_dir}: another `bertlab prepare` is writing to this directory") from None
+            # The holder before us removes the file when it is done: lock the file that is there now.
+            if os.path.exists(lock) and os.stat(lock).st_ino == os.fstat(f.fileno()).st_ino:
+                break
+            f.close()
+    except OSError as e:
+        raise output_error(data_dir, e) from None
+    try:
         yield
+    except Exception as e:
+        if is_write_failure(e, data_dir):
+            raise output_error(data_dir, e) from None
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)  # while still holding it (see the inode check above)
+        f.close()
+        if made:
+            with contextlib.suppress(OSError):
+                data_dir.rmdir()  # only when empty: a refused or failed first prepare leaves nothing
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -356,6 +386,10 @@ class DataInfo:
 
     @classmethod
     def from_manifest(cls, data_dir: Path, manifest: dict, iset: dict) -> "DataInfo":
+        if "objective" in iset:  # a T5 text-to-text set (t5_data.py): read with TextToTextDataset
+            raise DataError(f"{data_dir}: instance set {iset['name']} holds text-to-text examples (objective "
+                            f"{iset['objective']['name']}), not BERT instances; make those with `bertlab prepare "
+                            f"--out {data_dir}` and a WordPiece vocabulary")
         tok = manifest["tokenizer"]
         ids = tok["special_ids"]
         return cls(data_dir=data_dir, vocab_file=data_dir / tok["vocab_file"], vocab_size=tok["vocab_size"],

@@ -8,7 +8,12 @@
     embeddings.py   sentence embeddings: cls / mean / max pooling, L2 normalisation
     fill_mask.py    top-k tokens for each [MASK]
     predict.py      any fine-tuned model (classification, NER, QA, multiple choice) over JSON Lines
-    serve.py        the HTTP JSON service with dynamic batching (needs the `serve` extra)
+    batcher.py      dynamic batching of concurrent requests under a token budget; the service's limits
+    serve.py        the HTTP service: models, limits, back-pressure, the route registry, running (`serve` extra)
+    serve_native.py bertlab's own routes (/classify, /fill-mask, /qa, /health)
+    serve_tei.py    text-embeddings-inference's routes (/embed, /predict, /rerank, /tokenize, /info)
+    serve_openai.py OpenAI's /v1/embeddings and /v1/models
+    serve_metrics.py  Prometheus /metrics
 
 Submodules are imported where used; importing `bertlab.infer` itself loads nothing heavy.
 """

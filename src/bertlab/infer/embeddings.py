@@ -8,10 +8,19 @@ Poolings (over real tokens only, padding excluded):
 `Embedder.embed(texts)` tokenizes, sorts by length into buckets (`batching.py`), runs the encoder under
 `inference_mode`, pools in fp32 and returns an (N, H) float32 array in input order. With `mean` pooling
 and `normalize=True` on all-MiniLM-L6-v2 this is sentence-transformers' `encode` (tests check it).
+
+Long documents: with `window_overlap` set, a text over the length limit is not truncated but cut into
+overlapping windows of the limit's length (neighbours share `window_overlap` tokens), each window is
+embedded with its own [CLS]/[SEP], and the window vectors (pooled, not yet normalised) are averaged,
+weighted by their token counts, into one vector -- so a 5,000-word document gets one embedding of all of it.
+
+`model_pooling(dir)` reads the pooling a sentence-transformers folder was trained with (`1_Pooling/config.json`),
+so `embed` and `serve` use it unless told otherwise.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -39,31 +48,79 @@ def _max(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 # (B, T, H) fp32 hidden states and (B, T) mask -> (B, H)
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"cls": _cls, "mean": _mean, "max": _max}
+DEFAULT_POOLING = "mean"
+
+# sentence-transformers' Pooling config flag -> our pooling name
+ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+
+
+def model_pooling(model_dir: str | Path | None) -> str | None:
+    """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
+    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len)."""
+    if model_dir is None:
+        return None
+    folder = Path(model_dir)
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        path = next(m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Pooling"))
+        config = json.loads((folder / path / "config.json").read_text())
+    except (OSError, ValueError, StopIteration, TypeError, AttributeError):
+        return None
+    chosen = [name for flag, name in ST_POOLING_FLAGS.items() if config.get(flag)]
+    others = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in ST_POOLING_FLAGS]
+    return chosen[0] if len(chosen) == 1 and not others else None
+
+
+def windows(ids: Sequence[int], max_length: int, overlap: int, cls_id: int, sep_id: int) -> list[list[int]]:
+    """`ids` (no special tokens) as rows `[CLS] piece [SEP]` of at most `max_length` tokens, neighbouring pieces
+    sharing `overlap` tokens; one row when it fits."""
+    size = max_length - 2
+    if size < 1 or not 0 <= overlap < size:
+        raise BertlabError(f"window overlap must be between 0 and {max(size - 1, 0)} tokens (windows of "
+                           f"{max_length} tokens), got {overlap}")
+    step = size - overlap
+    starts = range(0, max(len(ids) - overlap, 1), step)
+    return [[cls_id, *ids[s:s + size], sep_id] for s in starts]
+
+
+def combine_windows(vectors: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """One vector from a document's window vectors: their mean weighted by each window's token count."""
+    w = np.asarray(weights, dtype=np.float32)[:, None]
+    return (vectors * w).sum(0) / w.sum()
+
+
+def l2_normalize(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
 
 
 class Embedder:
     """Texts -> (N, H) float32 sentence embeddings with a loaded `BertModel` and its tokenizer."""
 
     def __init__(self, model, tokenizer, pooling: str = "mean", normalize: bool = False,
-                 max_length: int | None = None, options: InferenceOptions | None = None):
+                 max_length: int | None = None, options: InferenceOptions | None = None,
+                 window_overlap: int | None = None):
         if pooling not in POOLINGS:
             raise BertlabError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
         self.model, self.tokenizer = model, tokenizer
         self.pooling, self.normalize = pooling, normalize
         self.options = options or InferenceOptions()
         self.max_length = max_length or length_limit(None, model.config, tokenizer, None)
+        self.window_overlap = window_overlap
+        if window_overlap is not None:
+            windows([], self.max_length, window_overlap, 0, 0)  # checks the overlap fits a window
         self.device = next(model.parameters()).device
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, pooling: str = "mean", normalize: bool = False,
-                        options: InferenceOptions | None = None) -> "Embedder":
+    def from_pretrained(cls, model_dir: str | Path, pooling: str | None = "mean", normalize: bool = False,
+                        options: InferenceOptions | None = None, window_overlap: int | None = None) -> "Embedder":
+        """`pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
         from ..model import BertModel
 
         options = options or InferenceOptions()
         model = load_model(BertModel, Path(model_dir), options)
         tokenizer = load_tokenizer(Path(model_dir))
-        return cls(model, tokenizer, pooling, normalize, length_limit(model_dir, model.config, tokenizer,
-                                                                      options.max_length), options)
+        return cls(model, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
+                   length_limit(model_dir, model.config, tokenizer, options.max_length), options, window_overlap)
 
     @property
     def dim(self) -> int:
@@ -71,26 +128,47 @@ class Embedder:
 
     def embed(self, texts: Sequence[str], where=None) -> np.ndarray:
         """(len(texts), H) float32 embeddings, row i for texts[i]."""
+        if self.window_overlap is not None:
+            return self.embed_documents([self.tokenizer.encode(t, add_special_tokens=False) for t in texts])
         enc = encode(self.tokenizer, texts, self.max_length, self.options.on_long, where=where)
         return self.embed_ids(enc.input_ids)
 
-    def embed_ids(self, input_ids: Sequence[Sequence[int]],
-                  token_type_ids: Sequence[Sequence[int]] | None = None) -> np.ndarray:
-        """Embeddings of already tokenized rows (with [CLS]/[SEP]); length-bucketed."""
+    def document_rows(self, ids: Sequence[int]) -> list[list[int]]:
+        """One text's rows (ids without special tokens in): one row, or its windows when over the limit."""
+        return windows(ids, self.max_length, self.window_overlap or 0, self.tokenizer.cls_token_id,
+                       self.tokenizer.sep_token_id)
+
+    def embed_documents(self, documents: Sequence[Sequence[int]], normalize: bool | None = None) -> np.ndarray:
+        """Embeddings of texts given as ids without special tokens, each over the limit embedded as
+        overlapping windows mean-pooled into one vector (see the module docstring)."""
+        rows = [self.document_rows(ids) for ids in documents]
+        flat = self.embed_ids([r for doc in rows for r in doc], normalize=False)
+        out = np.empty((len(documents), self.dim), dtype=np.float32)
+        start = 0
+        for i, doc in enumerate(rows):
+            out[i] = combine_windows(flat[start:start + len(doc)], [len(r) for r in doc])
+            start += len(doc)
+        return l2_normalize(out) if (self.normalize if normalize is None else normalize) else out
+
+    def embed_ids(self, input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None = None,
+                  normalize: bool | None = None) -> np.ndarray:
+        """Embeddings of already tokenized rows (with [CLS]/[SEP]); length-bucketed. `normalize` overrides the
+        embedder's setting for this call."""
+        normalize = self.normalize if normalize is None else normalize
         out = np.empty((len(input_ids), self.dim), dtype=np.float32)
         lengths = [len(r) for r in input_ids]
         for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch):
             rows = [input_ids[i] for i in batch]
             types = [token_type_ids[i] for i in batch] if token_type_ids is not None else None
-            out[batch] = self._forward(rows, types)
+            out[batch] = self._forward(rows, types, normalize)
         return out
 
     @torch.inference_mode()
-    def _forward(self, rows, types) -> np.ndarray:
+    def _forward(self, rows, types, normalize: bool) -> np.ndarray:
         inputs = batching.model_inputs(rows, types, self.device)
         hidden = self.model(**inputs).last_hidden_state.float()  # (B, T, H)
         pooled = POOLINGS[self.pooling](hidden, inputs["attention_mask"])
-        if self.normalize:
+        if normalize:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled.cpu().numpy()
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import struct
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, Iterator
 
 import numpy as np
 
-from ..errors import BertlabError
+from ..errors import BertlabError, OutputError, is_write_failure, output_error
 
 ARRAY_SUFFIXES = (".npy", ".safetensors")
 
@@ -43,8 +43,11 @@ def text_output(path: str | Path | None) -> Iterator[IO[str]]:
         with open(tmp, "w", encoding="utf-8") as f:
             yield f
         tmp.replace(p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as e:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and is_write_failure(e, tmp):  # disk full, read-only: one line naming the
+            raise output_error(p, e) from None                     # output, not its temporary
         raise
 
 
@@ -55,7 +58,47 @@ def json_line(obj: Any) -> str:
 def _tmp_path(p: Path) -> Path:
     if not p.parent.exists():
         raise BertlabError(f"{p}: the folder {p.parent} does not exist")
+    if p.is_dir():
+        raise OutputError(f"{p}: is a folder; give a file name for the output")
     return p.with_name(f".{p.name}.tmp")
+
+
+class _StreamingFile:
+    """The temporary file an array writer streams into: a failed write (disk full, read-only) is one
+    `OutputError` line naming the output, and the temporary is removed."""
+
+    def __init__(self, path: Path, reserved: int):
+        self.path, self.tmp = path, _tmp_path(path)
+        try:
+            self.file = open(self.tmp, "wb")
+            self.file.write(b"\0" * reserved)
+        except OSError as e:
+            self.abort()
+            raise output_error(path, e) from None
+
+    def write(self, data: bytes, at: int | None = None) -> None:
+        try:
+            if at is not None:
+                self.file.seek(at)
+            self.file.write(data)
+        except OSError as e:
+            self.abort()
+            raise output_error(self.path, e) from None
+
+    def finish(self) -> None:
+        try:
+            self.file.close()
+            self.tmp.replace(self.path)
+        except OSError as e:
+            self.abort()
+            raise output_error(self.path, e) from None
+
+    def abort(self) -> None:
+        with suppress(OSError):
+            if hasattr(self, "file"):
+                self.file.close()
+        with suppress(OSError):
+            self.tmp.unlink(missing_ok=True)
 
 
 class NpyWriter:
@@ -66,15 +109,13 @@ class NpyWriter:
     def __init__(self, path: str | Path, row_shape: tuple[int, ...], dtype: str = "<f4"):
         self.path, self.row_shape, self.dtype = Path(path), tuple(row_shape), np.dtype(dtype)
         self.rows = 0
-        self._tmp = _tmp_path(self.path)
-        self._file = open(self._tmp, "wb")
-        self._file.write(b"\0" * self.HEADER_BYTES)
+        self._out = _StreamingFile(self.path, self.HEADER_BYTES)
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.shape[1:] != self.row_shape:
             raise ValueError(f"rows of shape {rows.shape[1:]} written to an array of rows {self.row_shape}")
-        self._file.write(rows.tobytes())
+        self._out.write(rows.tobytes())
         self.rows += rows.shape[0]
 
     def close(self) -> None:
@@ -83,15 +124,12 @@ class NpyWriter:
         room = self.HEADER_BYTES - 10 - 1  # magic(6) + version(2) + length(2), then "\n"
         if len(text) > room:
             raise ValueError("npy header does not fit")  # cannot happen for the shapes written here
-        self._file.seek(0)
-        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", self.HEADER_BYTES - 10)
-                         + text + b" " * (room - len(text)) + b"\n")
-        self._file.close()
-        self._tmp.replace(self.path)
+        self._out.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", self.HEADER_BYTES - 10)
+                        + text + b" " * (room - len(text)) + b"\n", at=0)
+        self._out.finish()
 
     def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        self._out.abort()
 
     def __enter__(self) -> "NpyWriter":
         return self
@@ -109,15 +147,13 @@ class SafetensorsWriter:
     def __init__(self, path: str | Path, name: str, row_shape: tuple[int, ...]):
         self.path, self.name, self.row_shape = Path(path), name, tuple(row_shape)
         self.rows = 0
-        self._tmp = _tmp_path(self.path)
-        self._file = open(self._tmp, "wb")
-        self._file.write(b"\0" * (8 + self.HEADER_BYTES))
+        self._out = _StreamingFile(self.path, 8 + self.HEADER_BYTES)
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype="<f4")
         if rows.shape[1:] != self.row_shape:
             raise ValueError(f"rows of shape {rows.shape[1:]} written to a tensor of rows {self.row_shape}")
-        self._file.write(rows.tobytes())
+        self._out.write(rows.tobytes())
         self.rows += rows.shape[0]
 
     def close(self, extras: dict[str, np.ndarray] | None = None, metadata: dict[str, str] | None = None) -> None:
@@ -128,18 +164,15 @@ class SafetensorsWriter:
             arr = np.ascontiguousarray(arr)
             dtype = {np.dtype("<i8"): "I64", np.dtype("<f4"): "F32", np.dtype("<i4"): "I32"}[arr.dtype]
             header[key] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [end, end + arr.nbytes]}
-            self._file.write(arr.tobytes())
+            self._out.write(arr.tobytes())
             end += arr.nbytes
         if metadata:
             header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
         text = json.dumps(header, separators=(",", ":")).encode("utf-8")
         if len(text) > self.HEADER_BYTES:
             raise BertlabError(f"{self.path}: metadata too large for the safetensors header")
-        self._file.seek(0)
-        self._file.write(struct.pack("<Q", self.HEADER_BYTES) + text + b" " * (self.HEADER_BYTES - len(text)))
-        self._file.close()
-        self._tmp.replace(self.path)
+        self._out.write(struct.pack("<Q", self.HEADER_BYTES) + text + b" " * (self.HEADER_BYTES - len(text)), at=0)
+        self._out.finish()
 
     def abort(self) -> None:
-        self._file.close()
-        self._tmp.unlink(missing_ok=True)
+        self._out.abort()

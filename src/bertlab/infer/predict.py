@@ -7,6 +7,7 @@ it, run the head and turn its output into a small JSON answer:
 
     classify  (sequence classification)  "text" or {"text", "text_pair"?}   {"label", "score", "scores"}
                                                                            regression: {"score"}
+                                                                           multi-label: {"labels", "scores"}
     ner       (token classification)     "text" or {"text"} or {"tokens"}    {"words", "labels", "scores",
                                                                             "entities": [{type, text, start,
                                                                             end, score}]}
@@ -18,7 +19,10 @@ A new head of one of these kinds needs only its registry entry to be predicted w
 Records are processed in chunks; within a chunk, features are sorted by length into buckets
 (`batching.py`), so the forward passes carry almost no padding, and answers come back in input order.
 Long question-answering contexts are cut into overlapping windows (`tasks.squad`), the best span over all
-windows wins; other long inputs follow the `on_long` policy.
+windows wins; a classifier fine-tuned with `--long-documents window` (config.json `long_documents`) reads
+long texts in windows too, aggregating their logits as in training (mean; max for multi-label); other long
+inputs follow the `on_long` policy. A multi-label classifier (config.json `problem_type`
+"multi_label_classification") answers the labels whose sigmoid is over its `multi_label_threshold`.
 """
 
 from __future__ import annotations
@@ -103,17 +107,46 @@ class SequenceClassification(TaskRunner):
         return text, pair
 
     def featurize(self, examples, predictor, where):
+        windows = predictor.model.config.extra.get("long_documents") or {}
+        if windows.get("mode") == "window":
+            return self._windows(examples, predictor, windows)
         enc = encode(predictor.tokenizer, [t for t, _ in examples], predictor.max_length, predictor.options.on_long,
                      pairs=[p for _, p in examples], where=where)
         return [{"input_ids": enc.input_ids[i], "token_type_ids": enc.token_type_ids[i], "example_index": i}
                 for i in range(len(enc))]
 
+    @staticmethod
+    def _windows(examples, predictor, windows: dict) -> list[Feature]:
+        """One feature per window, as the model was trained (`tasks.text_classification.window_rows`)."""
+        from ..tasks.text_classification import Windows, window_rows
+
+        length, stride = Windows(windows.get("length"), windows.get("stride")).resolve(predictor.max_length)
+        length = min(length, predictor.max_length)
+        features: list[Feature] = []
+        for paired in (False, True):  # single texts and pairs tokenize in separate calls
+            idx = [i for i, (_, p) in enumerate(examples) if (p is not None) == paired]
+            if not idx:
+                continue
+            rows, owners = window_rows(predictor.tokenizer, [examples[i][0] for i in idx],
+                                       [examples[i][1] for i in idx] if paired else None, length, stride)
+            features += [{"input_ids": r["input_ids"], "token_type_ids": r["token_type_ids"],
+                          "example_index": idx[o]} for r, o in zip(rows, owners)]
+        return features
+
     def outputs(self, model, inputs):
         return list(model(**inputs).logits.float().cpu().numpy())
 
     def decode(self, example, features, outputs, predictor):
-        logits = outputs[0]
+        config = predictor.model.config.extra
+        multi = config.get("problem_type") == "multi_label_classification"
+        # a document read in windows: their logits aggregated as in training (max for multi-label)
+        logits = np.max(outputs, axis=0) if multi else np.mean(outputs, axis=0)
         labels = predictor.labels
+        if multi:
+            probs = 1 / (1 + np.exp(-logits.astype(np.float64)))
+            threshold = float(config.get("multi_label_threshold", 0.5))
+            return {"labels": [labels[k] for k, p in enumerate(probs) if p > threshold],
+                    "scores": {labels[k]: float(p) for k, p in enumerate(probs)}}
         if logits.shape[-1] == 1:  # regression (STS-B)
             return {"score": float(logits[0])}
         probs = _softmax(logits)

@@ -7,6 +7,8 @@
     elementwise.py    activations (also in place), a fast CPU dropout mask, residual adds into a free buffer
     packed_linear.py  CPU inference: linear layers from weights pre-packed for oneDNN
     precision.py      precision names (fp32, bf16, fp16) -> torch dtypes, for training and inference alike
+    rms_norm.py       RMS layer norm (scale only, statistics in fp32), as T5 uses it
+    relative_position.py  T5's log-spaced relative position buckets and the additive attention bias from a table
 
 The model files (`model.py`, and the families beside it) read like their papers; the performance machinery
 they use lives here, each piece named for what it does.

@@ -15,10 +15,18 @@ substitution; these are the operators it calls (`torch.ops.mkldnn._reorder_linea
 copy is made once, so the weights must not change afterwards, and a call that needs gradients takes the
 plain path. Where the operators are missing (a build without oneDNN, another torch version) or disagree
 with `F.linear` on a probe, nothing is swapped.
+
+Bounded memory: oneDNN creates a primitive per input shape and keeps up to 1,024 of them in its primitive
+cache, each holding ~0.5-1.3 MB (JIT code and buffers sized for its row count). A service sees a new row count
+(batch x length) on almost every call, so a process that fed each one to oneDNN grew by ~1 MB per new shape
+until the cache was full -- RSS 475 -> 1,042 MB and rising under sustained load (issue 20). So oneDNN only
+ever sees `len(ROW_BUCKETS)` row counts: a call's rows are cut into tiles of `ROW_TILE` rows, and the last
+tile is padded with zero rows up to the next bucket (at most 31 padded rows; the padded outputs are dropped).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 
@@ -30,6 +38,20 @@ log = logging.getLogger(__name__)
 
 # The number of rows the packed layout is tuned for; any row count works (bucketed batches hold ~2k tokens).
 ROWS_HINT = 2048
+# The only row counts handed to oneDNN (see the module docstring): fine steps for the small calls of a lone
+# short request, where padding would be most of the work, coarser ones up to a full tile.
+ROW_TILE = 512
+ROW_BUCKETS = (*range(8, 64, 8), *range(64, ROW_TILE + 1, 32))
+
+
+def row_tiles(rows: int) -> list[tuple[int, int, int]]:
+    """How `rows` input rows are cut for oneDNN: (start, stop, padded rows) per call, every padded row count
+    in `ROW_BUCKETS`."""
+    tiles = [(s, s + ROW_TILE, ROW_TILE) for s in range(0, rows - rows % ROW_TILE, ROW_TILE)]
+    if rows % ROW_TILE:
+        start = rows - rows % ROW_TILE
+        tiles.append((start, rows, ROW_BUCKETS[bisect.bisect_left(ROW_BUCKETS, rows - start)]))
+    return tiles
 
 
 def available() -> bool:
@@ -53,9 +75,22 @@ class PackedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)  # oneDNN's operator has no backward
-        y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, self.in_features), self.packed, self.bias,
-                                                "none", [], "")  # (N, out)
+        flat = x.reshape(-1, self.in_features)  # (N, in)
+        tiles = row_tiles(flat.shape[0])
+        if len(tiles) == 1:  # the common case: one call, no copy of the output
+            y = self._tile(flat, *tiles[0])
+        else:
+            y = flat.new_empty(flat.shape[0], self.out_features)
+            for start, stop, padded in tiles:
+                y[start:stop] = self._tile(flat, start, stop, padded)
         return y.view(*x.shape[:-1], self.out_features)
+
+    def _tile(self, flat: torch.Tensor, start: int, stop: int, padded: int) -> torch.Tensor:
+        rows = flat[start:stop]
+        if padded != stop - start:
+            rows = F.pad(rows, (0, 0, 0, padded - (stop - start)))  # (padded, in), zero rows at the end
+        y = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")  # (padded, out)
+        return y[:stop - start]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, packed for oneDNN"
@@ -84,8 +119,9 @@ def _probe(dtype: torch.dtype) -> bool:
 
 def pack_linear_layers(model: nn.Module) -> int:
     """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many."""
+    # Plain nn.Linear only: a subclass does more than x Wᵀ + b (an adapter after it, a LoRA-parametrized weight)
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if isinstance(child, nn.Linear) and child.weight.device.type == "cpu" and child.weight.dtype in PACKABLE]
+               if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in PACKABLE]
     if not targets or not available():
         return 0
     usable = {dtype for dtype in {child.weight.dtype for _, _, child in targets} if _probe(dtype)}

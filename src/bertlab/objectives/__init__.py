@@ -3,6 +3,8 @@
     base.py      the `Objective` class: its head, batch fields, data needs, loss, held-out evaluation
     mlm.py       masked LM alone (`mlm`, RoBERTa-style on packed sequences)
     mlm_nsp.py   masked LM + next-sentence prediction (`mlm+nsp`, BERT's)
+    t5.py        T5's denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
+                 `drop-tokens`, `deshuffle`, `prefix-lm`): T5ForConditionalGeneration, any architecture
 
 Adding an objective is one module with an `Objective` subclass and one `register_objective(...)` line
 here (or in the code that uses it); the recipes in `bertlab.train` look objectives up and never test
@@ -15,6 +17,7 @@ from ..errors import ConfigError
 from .base import Evaluation, Evaluations, Objective
 from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
+from .t5 import T5_OBJECTIVES, TextToTextObjective, is_text_to_text
 
 OBJECTIVES: dict[str, Objective] = {}
 
@@ -39,6 +42,8 @@ def get_objective(name: str) -> Objective:
 
 register_objective(MaskedLMAndNextSentence())
 register_objective(MaskedLM())
+for _name in T5_OBJECTIVES:
+    register_objective(TextToTextObjective(_name))
 
 __all__ = ["OBJECTIVES", "Evaluation", "Evaluations", "MaskedLM", "MaskedLMAndNextSentence", "Objective",
-           "get_objective", "register_objective"]
+           "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]

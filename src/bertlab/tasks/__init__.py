@@ -28,6 +28,11 @@ _REGISTERED: dict[str, str] = {
     "conll2003": "ner:CONLL2003",
     "ner": "ner:CONLL2003",  # the name the paper's feature-based NER experiment goes by
     "swag": "multiple_choice:SWAG",
+    # tasks on the user's own files (--train / --validation / --test)
+    "text-classification": "text_classification:TEXT_CLASSIFICATION",
+    "token-classification": "from_files:TOKEN_CLASSIFICATION",
+    "question-answering": "from_files:QUESTION_ANSWERING",
+    "multiple-choice": "from_files:MULTIPLE_CHOICE",
 }
 
 

@@ -46,6 +46,16 @@ A task is a `TaskSpec` subclass instance registered by name in `bertlab.tasks.TA
         `write(example, prediction)` per example, streaming to a file it names (`.path`); default JSON
         lines {"id": guid, "prediction": ...}; GLUE test splits use the submission TSV, SQuAD its JSON.
 
+Tasks on the user's own files (`text_classification.py`, `own_data.py`) are templates until configured;
+for the benchmark tasks these hooks are the identity / the defaults:
+    spec.for_run(cfg)                       -> the spec configured by a fine-tuning config (files, columns,
+                                               labels discovered in the training file)
+    spec.with_model_config(config)          -> the spec as a saved model was trained on it (its config.json)
+    spec.loss(model, batch)                 -> the training loss (default: the head's own `.loss`)
+    spec.saved_config()                     -> config.json keys of a model trained on the task (columns, ...)
+    spec.export_config(scores)              -> config.json keys decided by the saved run's dev scores
+    spec.describe()                         -> what the run read (columns, labels, split sizes), for metrics.json
+
 `evaluate(spec, model, tokenizer, examples, ...)` below runs the whole chain: featurize -> batches ->
 predictions -> (metric, writer), streaming, and is what the recipe and `bertlab evaluate` call.
 
@@ -179,10 +189,34 @@ class TaskSpec:
         return dict(enumerate(self.labels)) if self.labels else None
 
     def build_model(self, model_dir: str | Path, **config_overrides):
-        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised."""
+        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised, and
+        `saved_config()` goes into its config (so config.json keeps it)."""
         if self.id2label is not None:
             config_overrides.setdefault("id2label", self.id2label)
-        return self.head.from_pretrained(model_dir, **config_overrides)
+        built = self.head.from_pretrained(model_dir, **config_overrides)
+        (built[0] if isinstance(built, tuple) else built).config.extra.update(self.saved_config())
+        return built
+
+    def saved_config(self) -> dict[str, Any]:
+        """config.json keys a model trained on this task keeps (columns, problem type, ...); none by default."""
+        return {}
+
+    # -------------------------------------------------------------------------------------- configuring
+    def for_run(self, cfg: Any) -> "TaskSpec":
+        """The spec for a fine-tuning run of `cfg` (a `FinetuneConfig`); a benchmark task is fixed."""
+        return self
+
+    def with_model_config(self, config: Any) -> "TaskSpec":
+        """The spec as the saved model with `config` (its BertConfig) was trained on it."""
+        return self
+
+    def export_config(self, scores: dict[str, dict[str, float]]) -> dict[str, Any]:
+        """config.json keys the saved run's dev `scores` decide (a tuned threshold); none by default."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """What a configured task read, for metrics.json; nothing for a benchmark task."""
+        return {}
 
     # -------------------------------------------------------------------------------------- data
     def read(self, data_path: str | Path, split: str) -> list[Any]:
@@ -202,6 +236,10 @@ class TaskSpec:
     def model_inputs(self, batch: Batch, with_targets: bool = False) -> dict[str, torch.Tensor]:
         keys = self.input_keys + (self.target_keys if with_targets else ())
         return {k: batch[k] for k in keys if k in batch}
+
+    def loss(self, model, batch: Batch) -> torch.Tensor:
+        """The training loss of one batch: the head's own loss on the targets."""
+        return model(**self.model_inputs(batch, with_targets=True)).loss
 
     def decode(self, outputs: Any, batch: Batch, features: Sequence[Feature]) -> list[Any]:
         """One prediction per row of `batch` from the head's outputs (default `predictions` only)."""

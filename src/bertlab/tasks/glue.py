@@ -159,6 +159,8 @@ class GlueTask(FolderTask):
             examples.append(SentenceExample(guid, get("text_a"), get("text_b"), label, f"{path}:{lineno}"))
         if skipped:
             log.warning("%s: skipped %d rows with missing columns", path, skipped)
+        if not examples:  # a header-only file would otherwise fail deep in training (no first feature)
+            raise data_error(path, None, "no examples in this file (only a header?)")
         return examples
 
     def _positions(self, cols: Columns, lines, path: Path) -> dict[str, int]:

@@ -176,3 +176,78 @@ class ChunkCounts:
         for kind in sorted(set(self.gold) | set(self.predicted)):
             scores[f"f1_{kind}"] = self._prf(self.correct[kind], self.gold[kind], self.predicted[kind])[2]
         return scores
+
+
+# ---------------------------------------------------------------------------------------------- label sets
+class LabelCounts:
+    """Per-label true/false positives and false negatives over examples whose gold and predicted answers are
+    SETS of labels (multi-label; a single-label answer is a set of one). Micro F1 pools the counts over
+    labels, macro F1 averages the per-label F1s; both as scikit-learn's `f1_score(average="micro"/"macro")`
+    on the same predictions (a label with no gold and no predicted occurrence scores 0, its zero_division)."""
+
+    def __init__(self) -> None:
+        self.tp: Counter[str] = Counter()
+        self.fp: Counter[str] = Counter()
+        self.fn: Counter[str] = Counter()
+        self.support: Counter[str] = Counter()
+        self.examples = 0
+        self.exact = 0
+
+    def add(self, gold: set[str] | frozenset[str], predicted: set[str] | frozenset[str]) -> None:
+        for label in gold & predicted:
+            self.tp[label] += 1
+        for label in predicted - gold:
+            self.fp[label] += 1
+        for label in gold - predicted:
+            self.fn[label] += 1
+        for label in gold:
+            self.support[label] += 1
+        self.examples += 1
+        self.exact += gold == predicted
+
+    @staticmethod
+    def _f1(tp: int, fp: int, fn: int) -> float:
+        return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+    def f1(self, label: str) -> float:
+        return self._f1(self.tp[label], self.fp[label], self.fn[label])
+
+    def micro_f1(self) -> float:
+        return self._f1(sum(self.tp.values()), sum(self.fp.values()), sum(self.fn.values()))
+
+    def macro_f1(self, labels: Sequence[str]) -> float:
+        return math.fsum(self.f1(label) for label in labels) / len(labels) if labels else 0.0
+
+    def report(self, labels: Sequence[str]) -> dict[str, float]:
+        """Per-label precision, recall, F1 and gold count (`f1_LABEL`, ...), as scikit-learn's
+        `classification_report`."""
+        scores: dict[str, float] = {}
+        for label in labels:
+            tp, fp, fn = self.tp[label], self.fp[label], self.fn[label]
+            scores[f"precision_{label}"] = tp / (tp + fp) if tp + fp else 0.0
+            scores[f"recall_{label}"] = tp / (tp + fn) if tp + fn else 0.0
+            scores[f"f1_{label}"] = self._f1(tp, fp, fn)
+            scores[f"support_{label}"] = float(self.support[label])
+        return scores
+
+
+THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05 ... 0.95, tried when tuning on dev
+
+
+def multi_label_sets(probabilities: Sequence[Sequence[float]], labels: Sequence[str],
+                     threshold: float) -> list[frozenset[str]]:
+    """The labels whose probability is over `threshold`, per example."""
+    return [frozenset(label for label, p in zip(labels, probs) if p > threshold) for probs in probabilities]
+
+
+def tune_threshold(gold: Sequence[frozenset[str]], probabilities: Sequence[Sequence[float]],
+                   labels: Sequence[str], candidates: Sequence[float] = THRESHOLDS) -> float:
+    """The probability threshold of `candidates` with the best micro F1 on these examples (ties: the one
+    nearest 0.5), the one global threshold a multi-label classifier is then used with."""
+    def micro(threshold: float) -> float:
+        counts = LabelCounts()
+        for g, p in zip(gold, multi_label_sets(probabilities, labels, threshold)):
+            counts.add(g, p)
+        return counts.micro_f1()
+
+    return max(candidates, key=lambda t: (micro(t), -abs(t - 0.5)))

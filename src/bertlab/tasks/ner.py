@@ -8,8 +8,8 @@ Input format (DATA_PATH is a folder with `train.txt`, `valid.txt` (the dev split
     two adjacent entities of one type) or IOB2 (every entity opens with B-X); both are read as they are --
     the label set is the same nine tags, and the chunk rules of conlleval (tasks/metrics.py) find the same
     entities in either;
-  * a line with a single column, or a tag that is not O / B-TYPE / I-TYPE of the four types, is an error
-    naming file and line.
+  * a line with a single column, or with another number of columns than the file's first token line, or
+    a tag that is not O / B-TYPE / I-TYPE of the four types, is an error naming file and line.
 
 Features: each word is tokenized on its own (`is_split_into_words`, so a word's pieces never cross a
 word boundary, as in Hugging Face's run_ner); each word's label goes on its FIRST word piece, later pieces get -100 (ignored by the loss and by prediction), as in the BERT paper
@@ -67,41 +67,53 @@ class ConllWriter(PredictionWriter):
         return "".join(f"{w} {g} {p}\n" for w, g, p in zip(example.words, gold, prediction))
 
 
+def read_conll(path: Path, split: str, labels: Sequence[str] | None = None) -> list[TaggedSentence]:
+    """Sentences of a CoNLL-style file (the format above); a tag outside `labels` (when given) is an error
+    naming its line. Also what `token-classification` reads the user's CoNLL files with."""
+    known = set(labels) if labels is not None else None
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    first_line = 0
+    columns: tuple[int, int] | None = None  # (count, line): every token line has as many columns as the first
+
+    def flush() -> None:
+        if words:
+            sentences.append(TaggedSentence(f"{split}-{len(sentences)}", tuple(words), tuple(tags),
+                                            f"{path}:{first_line}"))
+            words.clear()
+            tags.clear()
+
+    for lineno, line in iter_lines(path):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            flush()
+            continue
+        if len(fields) < 2:
+            raise data_error(path, lineno, f"expected 'word ... tag' (at least 2 space-separated columns), "
+                                           f"got {line.strip()!r}")
+        if columns is None:
+            columns = (len(fields), lineno)
+        elif len(fields) != columns[0]:  # e.g. a word holding a space: its tag would be read from a column
+            raise data_error(path, lineno, f"{len(fields)} space-separated columns where line {columns[1]} "
+                                           f"has {columns[0]}; got {line.strip()!r}")
+        if known is not None and fields[-1] not in known:
+            raise data_error(path, lineno, f"unknown tag {fields[-1]!r}; expected one of {', '.join(labels)}")
+        if not words:
+            first_line = lineno
+        words.append(fields[0])
+        tags.append(fields[-1])
+    flush()
+    if not sentences:
+        raise data_error(path, None, "no sentences in this file")
+    return sentences
+
+
 @dataclass(frozen=True)
 class NerTask(FolderTask):
     # -------------------------------------------------------------------------------------- reading
     def read(self, data_path: str | Path, split: str) -> list[TaggedSentence]:
-        path = self.split_path(data_path, split)
-        known = set(self.labels)
-        sentences: list[TaggedSentence] = []
-        words: list[str] = []
-        tags: list[str] = []
-        first_line = 0
-
-        def flush() -> None:
-            if words:
-                sentences.append(TaggedSentence(f"{split}-{len(sentences)}", tuple(words), tuple(tags),
-                                                f"{path}:{first_line}"))
-                words.clear()
-                tags.clear()
-
-        for lineno, line in iter_lines(path):
-            fields = line.split()
-            if not fields or fields[0] == "-DOCSTART-":
-                flush()
-                continue
-            if len(fields) < 2:
-                raise data_error(path, lineno, f"expected 'word ... tag' (at least 2 space-separated columns), "
-                                               f"got {line.strip()!r}")
-            if fields[-1] not in known:
-                raise data_error(path, lineno, f"unknown tag {fields[-1]!r}; expected one of "
-                                               f"{', '.join(self.labels)}")
-            if not words:
-                first_line = lineno
-            words.append(fields[0])
-            tags.append(fields[-1])
-        flush()
-        return sentences
+        return read_conll(self.split_path(data_path, split), split, self.labels)
 
     # -------------------------------------------------------------------------------------- features
     def featurize(self, examples: Sequence[TaggedSentence], tokenizer, max_length: int,

@@ -95,6 +95,22 @@ def _fast_module():
     return _fast
 
 
+def padded_length(lengths: list[int], pad_mode: str | None, max_length: int | None, pad_to_multiple_of: int | None,
+                  return_tensors: str | None) -> int | None:
+    """The length every row is padded to (None: rows keep their lengths), as `transformers` decides it:
+    the longest row or `max_length`, rounded up to `pad_to_multiple_of`. Tensors need one length."""
+    target = None
+    if pad_mode == "longest":
+        target = max(lengths, default=0)
+    elif pad_mode == "max_length":
+        target = max_length
+    if target is not None and pad_to_multiple_of:
+        target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+    if return_tensors is not None and target is None and len(set(lengths)) > 1:
+        raise TokenizerError("rows have different lengths; use padding=True to return tensors")
+    return target
+
+
 class BertTokenizer:
     """BERT's WordPiece tokenizer (Google's rules) with Hugging Face's calling conventions.
 
@@ -194,7 +210,10 @@ class BertTokenizer:
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         kwargs.update(overrides)
-        return cls(vocab_path, **kwargs)
+        tokenizer = cls(vocab_path, **kwargs)
+        if path.is_dir():
+            _check_fits_model(tokenizer, vocab_path, path / "config.json")
+        return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write vocab.txt and tokenizer_config.json (Hugging Face's layout; `transformers` loads it too)."""
@@ -456,15 +475,7 @@ class BertTokenizer:
                   return_token_type_ids, return_attention_mask, return_overflowing_tokens,
                   return_special_tokens_mask, return_offsets_mapping, return_word_ids, return_length):
         lengths = [len(r[0]) for r in rows]
-        target = None
-        if pad_mode == "longest":
-            target = max(lengths, default=0)
-        elif pad_mode == "max_length":
-            target = max_length
-        if target is not None and pad_to_multiple_of:
-            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        if return_tensors is not None and target is None and len(set(lengths)) > 1:
-            raise TokenizerError("rows have different lengths; use padding=True to return tensors")
+        target = padded_length(lengths, pad_mode, max_length, pad_to_multiple_of, return_tensors)
         pad = self.pad_token_id if self.pad_token_id is not None else 0
         out: dict[str, list] = {"input_ids": []}
         if return_token_type_ids:
@@ -610,6 +621,19 @@ def _worker_init(tok: BertTokenizer) -> None:
 
 def _worker_flat(texts: list[str]) -> tuple[bytes, bytes]:
     return _WORKER_TOKENIZER._flat_many(texts)
+
+
+def _check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config: Path) -> None:
+    """A vocabulary with more entries than the model's embedding table would hand the model ids it has no
+    row for: an IndexError deep in the embedding at the first such word (a device-side assert on a GPU).
+    Refused here, naming both files. (A smaller vocabulary is fine: tables are often padded.)"""
+    try:
+        vocab_size = json.loads(model_config.read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError):
+        return  # no or unreadable config.json: the model loader reports it
+    if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and len(tokenizer) > vocab_size > 0:
+        raise TokenizerError(f"{vocab_path}: {len(tokenizer):,} entries but {model_config} says vocab_size "
+                             f"{vocab_size:,}; ids from {vocab_size:,} on have no embedding")
 
 
 def _read_config(path: Path) -> dict[str, Any]:

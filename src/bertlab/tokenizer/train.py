@@ -45,7 +45,7 @@ import math
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,6 +148,56 @@ def _check_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
+def corpus_lines(files: list[Path], stats: WordCounts, *, on_decode_error: str = _D.on_decode_error,
+                 progress: bool = False, desc: str = "reading") -> Iterator[str]:
+    """The lines of `files` (checked by `_check_paths`) as text, with a progress bar over their bytes.
+
+    A UTF-8 byte-order mark at the start of a file is dropped. A line that is not valid UTF-8 is reported with
+    file and line number (the first ten as warnings; `stats.bad_lines` counts them all) and, per
+    `on_decode_error`, skipped ("skip"), decoded with U+FFFD replacement characters ("replace"), or turned
+    into a `CorpusError` ("error"). Shared by the WordPiece and SentencePiece trainers."""
+    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
+
+    reported = 0
+    bar = progress_bar(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc=desc,
+                       enabled=progress, leave=False)
+    try:
+        for path in files:
+            pending = 0  # bytes read but not yet shown: the bar is updated per MB, not per line
+            try:
+                f = open(path, "rb")  # bytes, so a bad line can be reported and handled on its own
+            except OSError as e:
+                raise CorpusError(f"cannot open corpus file {path}: {e.strerror}") from None
+            with f:
+                for lineno, raw in enumerate(f, 1):
+                    pending += len(raw)
+                    if pending >= 1 << 20:
+                        bar.update(pending)
+                        pending = 0
+                    if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                        raw = raw[3:]  # a UTF-8 byte-order mark is not text
+                    try:
+                        line = raw.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        where = (f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[e.start]:02x} is byte "
+                                 f"{e.start + 1} of the line)")
+                        if on_decode_error == "error":
+                            raise CorpusError(f"{where}; use --on-decode-error skip or replace to go on") \
+                                from None
+                        stats.bad_lines += 1
+                        if reported < 10:
+                            logger.warning("%s: line %s", where,
+                                           "skipped" if on_decode_error == "skip" else "decoded with U+FFFD")
+                            reported += 1
+                        if on_decode_error == "skip":
+                            continue
+                        line = raw.decode("utf-8", errors="replace")
+                    yield line
+            bar.update(pending)
+    finally:
+        bar.close()
+
+
 def count_words(
     paths: Iterable[str | os.PathLike],
     *,
@@ -182,54 +232,17 @@ def count_words(
 
         tokenize = BasicTokenizer(do_lower_case=lowercase).tokenize
 
-    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
-
     counts: Counter = Counter()
     result = WordCounts(words={})
-    reported = 0
-    bar = progress_bar(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc="counting words",
-                       enabled=progress, leave=False)
-    try:
-        for path in files:
-            pending = 0  # bytes read but not yet shown: the bar is updated per MB, not per line
-            try:
-                f = open(path, "rb")  # bytes, so a bad line can be reported and handled on its own
-            except OSError as e:
-                raise CorpusError(f"cannot open corpus file {path}: {e.strerror}") from None
-            with f:
-                for lineno, raw in enumerate(f, 1):
-                    pending += len(raw)
-                    if pending >= 1 << 20:
-                        bar.update(pending)
-                        pending = 0
-                    if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                        raw = raw[3:]  # a UTF-8 byte-order mark is not text
-                    try:
-                        line = raw.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        where = (f"{path}:{lineno}: invalid UTF-8 (byte 0x{raw[e.start]:02x} is byte "
-                                 f"{e.start + 1} of the line)")
-                        if on_decode_error == "error":
-                            raise CorpusError(f"{where}; use --on-decode-error skip or replace to go on") \
-                                from None
-                        result.bad_lines += 1
-                        if reported < 10:
-                            logger.warning("%s: line %s", where,
-                                           "skipped" if on_decode_error == "skip" else "decoded with U+FFFD")
-                            reported += 1
-                        if on_decode_error == "skip":
-                            continue
-                        line = raw.decode("utf-8", errors="replace")
-                    result.lines += 1
-                    words = tokenize(line)
-                    if words:
-                        result.tokens += len(words)
-                        counts.update(words)
-                        if len(counts) > max_words:
-                            _prune_table(counts, max_words // 2, result)
-            bar.update(pending)
-    finally:
-        bar.close()
+    for line in corpus_lines(files, result, on_decode_error=on_decode_error, progress=progress,
+                             desc="counting words"):
+        result.lines += 1
+        words = tokenize(line)
+        if words:
+            result.tokens += len(words)
+            counts.update(words)
+            if len(counts) > max_words:
+                _prune_table(counts, max_words // 2, result)
     if result.bad_lines:
         logger.warning("%d line(s) in total were not valid UTF-8 and were %s", result.bad_lines,
                        "skipped" if on_decode_error == "skip" else "decoded with replacement characters")

@@ -18,6 +18,14 @@ OUT_DIR/
     {split}_predictions.*        dev predictions of the saved model (format chosen by the task)
     {Task}.tsv, ...              test predictions (GLUE submission format, SQuAD JSON, ...)
     runs/{name}/                 per run: the loop's metrics.jsonl, dev predictions, run.json
+    sweep.json                   which settings of a grid are done and which run was exported (for --resume)
+
+Resume (`--resume`, after Ctrl-C, SIGTERM or a crash): a run's training state is checkpointed on a signal
+and every `--save-every` steps (`runs/{name}/checkpoints/`, dropped once the run is done); a run is done
+when its run.json exists, and the best run of the setting in progress keeps its weights in
+`runs/{name}/model/` until the setting is decided. `bertlab finetune TASK --out OUT --resume` skips the
+runs that are done, continues the one that was interrupted from its checkpoint -- bitwise as if never
+stopped, through the same loop and the same checkpoints as pre-training -- and goes on with the sweep.
 """
 
 from __future__ import annotations
@@ -38,13 +46,20 @@ from typing import Any, Sequence
 
 import torch
 
+from ..checkpoint import atomic_write_text, model_keys
 from ..config import BertConfig
-from ..errors import ConfigError
+from ..data.mixing import MIXING_RULES
+from ..errors import BertlabError, ConfigError
+from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
-from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
+from ..tasks.own_data import InputOptions
+from . import methods
+from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, latest_checkpoint,
+                   seed_everything, shuffled_batches, steps_for_epochs)
 from .optim import adamw, linear_warmup_decay
-from .setup import RUN_CONFIG, autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
+                    split_batch, write_run_config)
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +73,45 @@ DEFAULT_LR_BY_WIDTH = {512: 1e-4, 768: 5e-5, 1024: 3e-5}
 
 def default_lr(hidden_size: int) -> float:
     """The fine-tuning learning rate for a model `hidden_size` wide (see DEFAULT_LR_BY_WIDTH)."""
-    for width in sorted(DEFAULT_LR_BY_WIDTH):
-        if hidden_size <= width:
-            return DEFAULT_LR_BY_WIDTH[width]
-    return DEFAULT_LR_BY_WIDTH[max(DEFAULT_LR_BY_WIDTH)]
+    return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
+
+
+def with_default_lr(cfg: FinetuneConfig) -> FinetuneConfig:
+    """`cfg` with an unstated `lr` set to the default for the model's width (said in the log)."""
+    if cfg.lr is not None:
+        return cfg
+    cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(cfg.model).hidden_size))
+    log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
+    return cfg
 
 
 # The paper's fine-tuning grid (appendix A.3); the best setting on dev is kept.
 PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3, 4)}
 GRIDS = {"paper": PAPER_GRID}
+
+
+MULTI_TASK = "multi"  # `bertlab finetune multi`: multi-task fine-tuning (train/multitask.py)
+
+
+@dataclass
+class MultiTaskOptions:
+    """`bertlab finetune multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
+
+    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
+    mixing: str = "proportional"  # proportional | temperature | equal
+    mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
+    mixing_temperature: float = 2.0
+    per_task_epochs: float | None = None  # then fine-tune each task alone from the multi-task model
+
+    def __post_init__(self) -> None:
+        if self.mixing not in MIXING_RULES:
+            raise ConfigError(f"mixing must be one of {', '.join(MIXING_RULES)}, got {self.mixing!r}")
+        if not self.mixing_temperature > 0 or (self.mixing_limit is not None and self.mixing_limit < 1):
+            raise ConfigError("mixing-temperature must be positive and mixing-limit at least 1")
+
+    @property
+    def names(self) -> list[str]:
+        return [t.strip() for t in (self.tasks or "").split(",") if t.strip()]
 
 
 @dataclass
@@ -76,7 +121,7 @@ class FinetuneConfig:
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
-    data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON)
+    data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
     epochs: float = 3.0
     lr: float | None = None  # None: by the model's width (DEFAULT_LR_BY_WIDTH)
@@ -93,16 +138,25 @@ class FinetuneConfig:
     grid: str | None = None  # "paper"
     bf16: bool = False
     eval_batch_size: int = 64
-    eval_every: int | None = None  # also score dev every N steps (logged in metrics.jsonl)
+    eval_every: int | None = None  # also score dev every N steps (logged in metrics.jsonl); --eval-steps
+    max_steps: int | None = None  # optimizer steps per run, instead of `epochs`
+    early_stopping: int | None = None  # stop after N dev evaluations without a better score; the best is kept
     train_limit: int | None = None  # use a seeded random subset of N training examples (quick runs, benchmarks)
     eval_limit: int | None = None
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
     retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    # checkpoints and resume (see the module docstring): a run's training state is saved on Ctrl-C/SIGTERM,
+    # and every `save_every` steps when given (then also at a run's last step)
+    save_every: int | None = None
+    resume: bool = False
+    inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
+    tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
+    multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
     overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
+        if self.task not in TASKS and self.task != MULTI_TASK:
             TASKS[self.task]  # raises the one-line "unknown task ... expected one of" error
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size"):
             if getattr(self, name) < 1:
@@ -116,8 +170,15 @@ class FinetuneConfig:
             raise ConfigError(f"layer-lr-decay must be in (0, 1], got {self.layer_lr_decay}")
         if self.grid is not None and self.grid not in GRIDS:
             raise ConfigError(f"unknown grid {self.grid!r}; expected one of {', '.join(GRIDS)}")
+        if self.max_steps is not None and self.max_steps < 1 or self.early_stopping is not None and self.early_stopping < 1:
+            raise ConfigError("max-steps and early-stopping must be at least 1")
         if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
             raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
+        if self.save_every is not None and self.save_every < 1:
+            raise ConfigError(f"save-every must be at least 1, got {self.save_every}")
+        if not self.weight_decay >= 0 or not self.max_grad_norm > 0:
+            raise ConfigError(f"weight-decay must not be negative and max-grad-norm must be positive, got "
+                              f"{self.weight_decay} and {self.max_grad_norm}")
 
     @property
     def precision(self) -> str:
@@ -153,6 +214,7 @@ class RunResult:
     run_dir: str
     state: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # weights, kept only while needed
     config: Any = field(default=None, repr=False)  # the model's BertConfig, to rebuild it from `state`
+    details: dict[str, Any] = field(default_factory=dict)  # method and parameter counts, early stopping
 
     def main_score(self, spec: TaskSpec) -> float:
         value = self.scores[spec.eval_splits[0]].get(spec.main_metric, float("nan"))
@@ -161,18 +223,30 @@ class RunResult:
     def to_json(self) -> dict[str, Any]:
         return {**self.setting, "seed": self.seed, "steps": self.steps, "train_seconds": round(self.train_seconds, 2),
                 "eval_seconds": round(self.eval_seconds, 2), "train_loss": self.train_loss, "dev": self.scores,
-                "run_dir": self.run_dir}
+                "run_dir": self.run_dir, **self.details}
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
 class _FinetuneTrainer(Trainer):
-    """The shared loop without its resume checkpoints. A fine-tuning run lasts minutes and exports its model
-    itself (OUT_DIR/model); the loop's final training state -- weights plus two Adam moments, 3x the model
-    -- would cost a write of ~1.3 GB per BERT-base run, 90 times over for the paper's grid with 5 seeds.
-    Everything else (metrics.jsonl, accumulation, precision, clipping, signals) is the loop's."""
+    """The shared loop, checkpointing only when asked: on a signal (Ctrl-C, SIGTERM), and every `save_every`
+    steps when the user gave it. A fine-tuning run exports its model itself (OUT_DIR/model); the loop's
+    training state -- weights plus two Adam moments, 3x the model -- would otherwise cost a write of ~1.3 GB
+    per BERT-base run at its end, 90 times over for the paper's grid with 5 seeds. Everything else
+    (metrics.jsonl, accumulation, precision, clipping, signals, exact resume) is the loop's."""
 
     def save_checkpoint(self):
-        return None
+        if self._stop_signal is None and not self.config.save_every:
+            return None
+        return super().save_checkpoint()
+
+
+class FinetuneInterrupted(KeyboardInterrupt):
+    """A signal stopped a run of the sweep; `result.checkpoint` is what `--resume` continues from (None:
+    nothing was saved, and the run starts again)."""
+
+    def __init__(self, run_dir: Path, result: TrainResult):
+        super().__init__(f"{run_dir}: interrupted at step {result.step}")
+        self.run_dir, self.result = run_dir, result
 
 
 class PretrainedStart:
@@ -183,7 +257,9 @@ class PretrainedStart:
     def __init__(self, spec: TaskSpec, model_dir: str | Path):
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
-        self.new_modules = sorted({name.rsplit(".", 1)[0] for name in report.initialized})
+        own = model_keys(self.model)  # the report names weights canonically (`pooler.dense.weight`), not as
+        # the task model does (`bert.pooler.dense.weight`): a checkpoint without a pooler (MLM-only) needs this
+        self.new_modules = sorted({own.get(name, name).rsplit(".", 1)[0] for name in report.initialized})
 
     def fresh(self, seed: int):
         seed_everything(seed)  # the new head's initialisation is part of what a seed decides
@@ -216,31 +292,44 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     batch_size, lr, epochs = setting["batch_size"], setting["lr"], setting["epochs"]
     micro, _ = split_batch(batch_size, grad_accum=cfg.grad_accum)  # a grid's batch sizes are checked here
     model = pretrained.fresh(seed).to(device)
-    total = steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum)
+    tuning = methods.prepare(model, cfg.tuning, pretrained.new_modules)  # adapters / LoRA: what trains
+    total = cfg.max_steps or steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum)
     optimizer = adamw(model, lr=lr, weight_decay=cfg.weight_decay, layerwise_decay=cfg.layer_lr_decay)
     scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
+    on_step = tuning.after_optimizer()  # gradual unfreezing: the optimizer holds every block, most frozen
+    if on_step is not None:
+        scheduler = StepCallback(scheduler, on_step)
     target_keys = spec.target_keys
 
     def loss_fn(m, batch):
-        return m(**spec.model_inputs(batch, with_targets=True)).loss, {}
+        return spec.loss(m, batch), {}
 
     # Length-grouped batches: with dynamic padding a random batch is padded to its longest row, and on
     # GLUE/CoNLL sentences that is most of the compute; grouped, the padding nearly vanishes.
     lengths = [feature_length(f) for f in data.train_features] if cfg.group_by_length else None
+    stopper = EarlyStopping(cfg.early_stopping, spec.main_metric) if cfg.early_stopping else None
 
     def batches(step: int):  # seekable: the loop asks for the data from optimizer step `step` on
-        return shuffled_batches(data.train_features, micro, collate_fn=spec.collate, seed=seed,
-                                start=step * cfg.grad_accum, lengths=lengths)
+        for batch in shuffled_batches(data.train_features, micro, collate_fn=spec.collate, seed=seed,
+                                      start=step * cfg.grad_accum, lengths=lengths):
+            if stopper is not None and stopper.stop:
+                return  # the loop ends the run here ("data_exhausted")
+            yield batch
 
     dev = spec.eval_splits[0]
+    eval_every = cfg.eval_every or (max(1, total // max(1, round(epochs))) if stopper else None)
     periodic = None
-    if cfg.eval_every:
-        periodic = lambda m: evaluate(spec, m, tokenizer, data.eval_examples[dev], dev,  # noqa: E731
-                                      max_length=max_length, batch_size=cfg.eval_batch_size, device=device,
-                                      features=data.eval_features[dev])
+    if eval_every:
+        def periodic(m):
+            scores = evaluate(spec, m, tokenizer, data.eval_examples[dev], dev, max_length=max_length,
+                              batch_size=cfg.eval_batch_size, device=device, features=data.eval_features[dev])
+            if stopper is not None:
+                stopper.update(m, scores)
+            return scores
     loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=cfg.grad_accum,
-                      precision=cfg.precision, max_grad_norm=cfg.max_grad_norm,
-                      log_every=max(1, total // 50), eval_every=cfg.eval_every, seed=seed, progress=cfg.progress,
+                      precision=cfg.precision, max_grad_norm=cfg.max_grad_norm, save_every=cfg.save_every,
+                      keep_last=1,
+                      log_every=max(1, total // 50), eval_every=eval_every, seed=seed, progress=cfg.progress,
                       retain_freed_memory=cfg.retain_freed_memory,
                       tensorboard=False)
     missing = [k for k in target_keys if k not in data.train_features[0]]
@@ -249,21 +338,71 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
                         f"is {cfg.data} a labelled training set?")
     trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=periodic)
     t0 = time.perf_counter()
-    result = trainer.fit()
+    result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))  # an interrupted run goes on
     train_seconds = time.perf_counter() - t0
     if result.interrupted:  # the loop stopped cleanly on Ctrl-C/SIGTERM: stop the whole grid, not just this run
-        raise KeyboardInterrupt
+        raise FinetuneInterrupted(run_dir, result)
+    details = dict(tuning.report)
+    if stopper is not None:
+        details["early_stopping"] = stopper.restore_best(model, result.step)
     t0 = time.perf_counter()
     scores = {split: evaluate(spec, model, tokenizer, data.eval_examples[split], split, max_length=max_length,
                               batch_size=cfg.eval_batch_size, out_dir=run_dir, device=device,
                               autocast_dtype=autocast_dtype(cfg.precision),
                               features=data.eval_features[split])
               for split in spec.eval_splits}
+    tuning.finish(model)  # LoRA merged into the weights: the kept model is a plain BERT with its head
     eval_seconds = time.perf_counter() - t0
     run = RunResult(setting, seed, scores, result.step, train_seconds, eval_seconds, result.metrics.get("loss"),
-                    str(run_dir))
-    (run_dir / "run.json").write_text(json.dumps(run.to_json(), indent=2) + "\n")
-    return model, run
+                    str(run_dir), details=details)
+    return model, run  # run.json, which marks the run done, is the sweep's to write (`SweepState.finish_run`)
+
+
+class StepCallback:
+    """An LR scheduler that also calls `callback(step)` after each optimizer step (gradual unfreezing)."""
+
+    def __init__(self, scheduler, callback):
+        self.scheduler, self.callback, self.steps = scheduler, callback, 0
+
+    def step(self) -> None:
+        self.scheduler.step()
+        self.steps += 1
+        self.callback(self.steps)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**self.scheduler.state_dict(), "callback_steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.steps = state.pop("callback_steps", 0)
+        self.scheduler.load_state_dict(state)
+        self.callback(self.steps)
+
+
+class EarlyStopping:
+    """Patience on the dev score: after `patience` evaluations without a better `metric`, `stop` turns true
+    (the run's data then ends); the best evaluation's weights are kept (CPU copy) and restored at the end."""
+
+    def __init__(self, patience: int, metric: str):
+        self.patience, self.metric = patience, metric
+        self.best, self.best_evaluation, self.evaluations, self.stop = -math.inf, 0, 0, False
+        self.state: dict[str, torch.Tensor] | None = None
+
+    def update(self, model, scores: dict[str, float]) -> None:
+        self.evaluations += 1
+        value = scores.get(self.metric, -math.inf)
+        if math.isfinite(value) and value > self.best:
+            self.best, self.best_evaluation = value, self.evaluations
+            self.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+        elif self.evaluations - self.best_evaluation >= self.patience:
+            self.stop = True
+
+    def restore_best(self, model, steps: int) -> dict[str, Any]:
+        if self.state is not None:
+            model.load_state_dict(self.state)
+        log.info("early stopping: best %s %.4f at evaluation %d of %d (%d steps)%s", self.metric, self.best,
+                 self.best_evaluation, self.evaluations, steps, "; stopped early" if self.stop else "")
+        return {"best_evaluation": self.best_evaluation, "evaluations": self.evaluations, "stopped": self.stop,
+                "best_score": self.best}
 
 
 def mean_sd(values: Sequence[float]) -> dict[str, float]:
@@ -278,6 +417,13 @@ def summarize(spec: TaskSpec, runs: Sequence[RunResult]) -> dict[str, dict[str, 
             for split in spec.eval_splits}
 
 
+def truncation_report(data: TaskData) -> dict[str, int]:
+    """Inputs cut to max-seq-length per split (features flagged `truncated` by their task), so nothing is
+    cut silently."""
+    splits = {"train": data.train_features, **data.eval_features}
+    return {split: sum(bool(f.get("truncated")) for f in features) for split, features in splits.items()}
+
+
 def save_model(model, out: Path, tokenizer) -> Path:
     """OUT_DIR/model in the Hugging Face layout, with the tokenizer's vocab.txt and tokenizer_config.json."""
     model.save_pretrained(out)
@@ -285,17 +431,106 @@ def save_model(model, out: Path, tokenizer) -> Path:
     return out
 
 
+# ---------------------------------------------------------------------------------------------- resume
+RUN_FILE = "run.json"
+SWEEP_FILE = "sweep.json"
+RUN_MODEL_DIR = "model"  # runs/{name}/model: the weights of the best run of the setting in progress
+# Settings a resumed fine-tuning may change when stated again; the rest (task, data, grid, seeds, the
+# schedule) is the run's own.
+RESUME_MAY_CHANGE = ("eval_batch_size", "eval_every", "save_every", "device", "progress", "retain_freed_memory",
+                     "resume")
+
+
+def run_name(setting: dict[str, Any], seed: int) -> str:
+    return f"bs{setting['batch_size']}-lr{setting['lr']:g}-ep{setting['epochs']:g}-seed{seed}"
+
+
+class SweepState:
+    """What a sweep (settings x seeds) has done, on disk, so that `--resume` continues it where it stopped:
+
+      runs/{name}/run.json     the run is done (its scores); written after the weights it may still need
+      runs/{name}/model/       the weights of the best run so far of the setting in progress
+      sweep.json               the settings decided, and the run exported to OUT/model (the best setting's
+                               best run); written after the export
+
+    A fresh sweep reads none of it; a resumed one trusts it."""
+
+    def __init__(self, out: Path, spec: TaskSpec, resume: bool):
+        self.out, self.spec, self.resume = out, spec, resume
+        self.state = {"decided": [], "best": None}
+        if resume and (out / SWEEP_FILE).is_file():
+            self.state = json.loads((out / SWEEP_FILE).read_text(encoding="utf-8"))
+        elif not resume:
+            interrupted = self.interrupted_runs(out)
+            if interrupted:
+                raise BertlabError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to "
+                                   "continue it, or choose another --out")
+
+    @staticmethod
+    def interrupted_runs(out: Path) -> list[Path]:
+        """The run folders of `out` holding a training checkpoint: a sweep stopped in the middle of a run."""
+        return sorted({p.parent.parent for p in (out / "runs").glob(f"*/{CHECKPOINT_DIR}/step-*")})
+
+    def done_run(self, run_dir: Path, setting: dict[str, Any], seed: int) -> RunResult | None:
+        """The result of a run an earlier session finished (resume only), else None."""
+        if not self.resume or not (run_dir / RUN_FILE).is_file():
+            return None
+        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        standard = {*setting, "seed", "steps", "train_seconds", "eval_seconds", "train_loss", "dev", "run_dir"}
+        return RunResult(setting, seed, saved["dev"], saved["steps"], saved["train_seconds"], saved["eval_seconds"],
+                         saved["train_loss"], str(run_dir),
+                         details={k: v for k, v in saved.items() if k not in standard})
+
+    def finish_run(self, run: RunResult, model, best_of_setting: bool, others: list[RunResult]) -> None:
+        """A run is done: the best of its setting so far keeps its weights on disk (the setting may be decided
+        in a later session), the others' are dropped; then run.json; then its training state goes."""
+        run_dir = Path(run.run_dir)
+        if best_of_setting:
+            model.save_pretrained(run_dir / RUN_MODEL_DIR)
+            for other in others:
+                shutil.rmtree(Path(other.run_dir) / RUN_MODEL_DIR, ignore_errors=True)
+        atomic_write_text(run_dir / RUN_FILE, json.dumps(run.to_json(), indent=2) + "\n")
+        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+
+    def decided(self, index: int) -> bool:
+        return self.resume and index in self.state["decided"]
+
+    def best(self, settings: list[dict[str, Any]], runs_of: dict[int, list[RunResult]]):
+        """(mean, setting, runs, chosen run) of the best setting decided so far, or None."""
+        best = self.state["best"]
+        if best is None or best["setting"] not in runs_of:
+            return None
+        runs = runs_of[best["setting"]]
+        chosen = next(r for r in runs if Path(r.run_dir).name == best["run"])
+        return best["mean"], settings[best["setting"]], runs, chosen
+
+    def decide(self, index: int, runs: list[RunResult], best: tuple | None, best_index: int | None) -> None:
+        """Setting `index` is decided (its export, if it won, is done): record it, then drop its runs' weights."""
+        self.state["decided"] = sorted({*self.state["decided"], index})
+        if best is not None:
+            self.state["best"] = {"mean": best[0], "setting": best_index, "run": Path(best[3].run_dir).name}
+        atomic_write_text(self.out / SWEEP_FILE, json.dumps(self.state, indent=2) + "\n")
+        for r in runs:
+            shutil.rmtree(Path(r.run_dir) / RUN_MODEL_DIR, ignore_errors=True)
+
+
 # ---------------------------------------------------------------------------------------------- the recipe
-def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
+def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
     from ..tokenizer import BertTokenizer
 
-    spec = TASKS[cfg.task]
     out = Path(cfg.out)
-    claim_output_dir(out, cfg.overwrite)
-    if cfg.lr is None:
-        cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(cfg.model).hidden_size))
-        log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
+    if cfg.resume:  # the run's own settings rule; `given`: what the user stated again (see setup.py)
+        task = cfg.task
+        cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
+        if cfg.task != task:
+            raise ConfigError(f"{out}: is a fine-tuning of {cfg.task}, not {task}")
+        check_writable(out)
+    else:  # an earlier run's results are replaced only when asked (--overwrite)
+        claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
+    cfg = with_default_lr(cfg)
+    spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
+    sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
     max_length = cfg.max_seq_length or spec.default_max_length
@@ -309,28 +544,42 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
     pretrained = PretrainedStart(spec, cfg.model)
     all_runs: list[RunResult] = []
     best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
-    for setting in cfg.settings():
-        runs: list[RunResult] = []
+    settings = cfg.settings()
+    runs_of: dict[int, list[RunResult]] = {}
+    for index, setting in enumerate(settings):
+        runs: list[RunResult] = runs_of.setdefault(index, [])
         for k in range(cfg.seeds):
             seed = cfg.seed + k
-            name = f"bs{setting['batch_size']}-lr{setting['lr']:g}-ep{setting['epochs']:g}-seed{seed}"
+            name = run_name(setting, seed)
+            done = sweep.done_run(out / "runs" / name, setting, seed)
+            if done is not None:  # finished in an earlier session (resume)
+                runs.append(done)
+                continue
             model, run = train_once(spec, cfg, data, pretrained, setting, seed, out / "runs" / name, tokenizer,
                                     max_length, device)
             log.info("%s: %s", name, json.dumps(run.scores))
-            # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy).
-            if not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs):
+            # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy; and on disk
+            # until the setting is decided, for a resume).
+            best_of_setting = not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs)
+            if best_of_setting:
                 for r in runs:
                     r.state = None
                 run.state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                 run.config = model.config
+            sweep.finish_run(run, model, best_of_setting, runs)
             runs.append(run)
             del model
         all_runs.extend(runs)
+        if sweep.decided(index):  # decided (and exported, if it won) in an earlier session
+            best = sweep.best(settings, runs_of) or best
+            continue
         mean = statistics.fmean(r.main_score(spec) for r in runs)
+        best_index = None
         if best is None or mean > best[0]:
             chosen = max(runs, key=lambda r: r.main_score(spec))
-            best = (mean, setting, runs, chosen)
+            best, best_index = (mean, setting, runs, chosen), index
             _export(spec, cfg, chosen, out, tokenizer, device)
+        sweep.decide(index, runs, best if best_index is not None else None, best_index)
         for r in runs:
             r.state = None
 
@@ -343,11 +592,12 @@ def finetune(cfg: FinetuneConfig) -> dict[str, Any]:
         "dev": summarize(spec, runs),  # the selected setting, mean ± sd over its seeds
         "best_run": chosen.scores,  # the saved model's dev scores
         "test_predictions": test_files,
+        **({"data": {**spec.describe(), "truncated": truncation_report(data)}} if spec.describe() else {}),
         "seconds": round(time.perf_counter() - t_start, 1),
         "config": dataclasses.asdict(cfg),
         "runs": [r.to_json() for r in all_runs],
     }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
 
 
@@ -374,7 +624,12 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
     """Make `out` ready for a run. An earlier run's results (a saved model, metrics.json) are never replaced
     silently: refused (one line) unless `overwrite`, which deletes exactly what that run wrote (other files in
     `out` stay). A run that failed before saving anything is simply started again."""
-    previous = previous_results(out) if any((out / name).exists() for name in FINISHED_MARKS) else []
+    # --overwrite also clears an interrupted sweep (runs/ with checkpoints), which would otherwise need --resume
+    previous = previous_results(out) if overwrite or any((out / name).exists() for name in FINISHED_MARKS) else []
+    interrupted = SweepState.interrupted_runs(out)
+    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
+        raise ConfigError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to continue "
+                          "it, --overwrite to replace it, or choose another --out")
     if previous and not overwrite:
         raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
                           f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
@@ -385,16 +640,19 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
             shutil.rmtree(path)
         else:
             path.unlink()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"{out}: cannot create the output folder ({e.strerror or e})") from None
+    check_writable(out)
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
-    model = spec.head(run.config)
-    model.load_state_dict(run.state)
+    if run.state is not None:
+        model = spec.head(run.config)
+        add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights load
+        model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
+        model.load_state_dict(run.state)
+    else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
+        model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
+        model.config.extra.update(spec.export_config(run.scores))
     save_model(model, out / "model", tokenizer)
     for f in Path(run.run_dir).iterdir():
         if f.is_file() and f.name not in ("run.json", "metrics.jsonl"):
@@ -413,8 +671,9 @@ def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max
         examples = spec.read(cfg.data, split)
         if model is None:
             model = spec.head.from_pretrained(out / "model").to(device)
-        writer_path = spec.prediction_writer(out, split).path
-        evaluate(spec, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
+        scoring = spec.with_model_config(model.config)  # as saved: e.g. the tuned multi-label threshold
+        writer_path = scoring.prediction_writer(out, split).path
+        evaluate(scoring, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
                  batch_size=cfg.eval_batch_size, out_dir=out, device=device,
                  autocast_dtype=autocast_dtype(cfg.precision))
         written.append(writer_path.name)

@@ -73,8 +73,8 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from ..checkpoint import atomic_directory
-from ..errors import BertlabError, CheckpointError, ConfigError
+from ..checkpoint import atomic_directory, remove_stale_temporaries, torch_load_failure
+from ..errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
 from .host_memory import retain_freed_memory
 from .setup import autocast_dtype, check_precision
@@ -89,6 +89,7 @@ STATE_FILE = "state.pt"
 META_FILE = "meta.json"
 METRICS_FILE = "metrics.jsonl"
 STATE_FORMAT = "bertlab-train-state/1"
+DIVERGED_PREFIX = "diverged-"  # checkpoints set aside after a NaN/inf loss: kept, never resumed from
 
 
 class NonFiniteLossError(BertlabError):
@@ -138,10 +139,16 @@ class TrainResult:
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the last evaluation
     tokens: int = 0  # tokens seen, all ranks, all sessions
     elapsed: float = 0.0  # seconds of training, all sessions
+    signal: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM), when one did
 
     @property
     def interrupted(self) -> bool:
         return self.stopped == "signal"
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention for a run a signal stopped: 128 + the signal (130 Ctrl-C, 143 SIGTERM)."""
+        return 128 + (self.signal or signal.SIGINT) if self.interrupted else 0
 
 
 # ---------------------------------------------------------------------------------------------- distributed
@@ -390,9 +397,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         # weights_only: a checkpoint is data, never code. Everything we write is tensors and plain values.
         state = torch.load(file, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, bad pickle, refused object
-        raise CheckpointError(f"{file}: corrupt or truncated checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}); delete it to resume from the one "
-                              "before") from None
+        raise CheckpointError(f"{file}: {torch_load_failure(e)}; delete it to resume from the one before") \
+            from None
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         raise CheckpointError(f"{file}: not a bertlab training checkpoint (format {state.get('format')!r} "
                               f"expected {STATE_FORMAT!r})" if isinstance(state, dict)
@@ -403,14 +409,26 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def check_writable(out_dir: str | os.PathLike) -> Path:
     """Create `out_dir` and prove we can write into it -- before any training step, not after an hour."""
     path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise BertlabError(f"{path}: exists and is not a folder; choose another output directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:
-        raise BertlabError(f"{path}: output directory is not writable ({e.strerror or e})") from None
+        raise output_error(path, e, "output directory is not writable") from None
     return path
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(path.name.rpartition("-")[2])
+
+
+def weights_are_finite(state: Mapping[str, torch.Tensor]) -> bool:
+    """No NaN or inf in any floating-point tensor of a state dict."""
+    return all(bool(torch.isfinite(t).all()) for t in state.values()
+               if isinstance(t, torch.Tensor) and t.is_floating_point())
 
 
 def _jsonable(value: Any) -> Any:
@@ -452,6 +470,8 @@ class Trainer:
         self.out_dir = Path(config.out_dir) if config.out_dir is not None else None
         if self.out_dir is not None and self.dist.is_main:
             check_writable(self.out_dir)
+            # A save killed half-way (kill -9, power loss) left a temporary folder of a checkpoint's size.
+            remove_stale_temporaries(self.out_dir / CHECKPOINT_DIR)
 
         # DDP averages gradients across ranks in backward; one process trains the bare module.
         self.wrapped: nn.Module = model
@@ -511,12 +531,17 @@ class Trainer:
                     "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "last_eval": self.last_eval}
             try:
                 with atomic_directory(path, keep_existing=False) as tmp:
-                    torch.save(state, tmp / STATE_FILE)
+                    # Through a Python file: a failed write then carries its OSError (ENOSPC: "disk full"),
+                    # where torch's own file writer only says "unexpected pos".
+                    with open(tmp / STATE_FILE, "wb") as f:
+                        torch.save(state, f)
                     (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-            except (OSError, RuntimeError) as e:  # a full disk (torch.save says RuntimeError): say where
-                raise BertlabError(f"{path}: cannot write the checkpoint ({getattr(e, 'strerror', None) or e}); "
-                                   "the previous checkpoints are intact") from None
-            for old in checkpoint_dirs(self.out_dir)[:-self.config.keep_last]:
+            except BertlabError as e:
+                raise type(e)(f"{e}; the previous checkpoints are intact") from None
+            # Retention: of this run's checkpoints up to this step, the last `keep_last` stay. A later one (a
+            # run resumed from an earlier checkpoint) is not this policy's to delete.
+            done = [d for d in checkpoint_dirs(self.out_dir) if checkpoint_step(d) <= self.step]
+            for old in done[:-self.config.keep_last]:
                 shutil.rmtree(old, ignore_errors=True)
         if self.dist.world_size > 1:
             torch_dist.barrier()  # no rank runs ahead of a checkpoint that is still being written
@@ -526,6 +551,9 @@ class Trainer:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore everything `save_checkpoint` wrote; the next `fit()` continues from its step."""
         state = read_checkpoint(path)
+        if not weights_are_finite(state["model"]):
+            raise CheckpointError(f"{path}: holds NaN/inf weights (the run had diverged); move it aside to "
+                                  "resume from the one before")
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -548,6 +576,42 @@ class Trainer:
             torch.manual_seed(int(torch.randint(0, 2**31, ())) + self.dist.rank)
         self.last_checkpoint = Path(path)
         self._resumed = True
+
+    def change_optimization(self, lr: float | None = None, weight_decay: float | None = None,
+                            max_grad_norm: float | None = None) -> list[str]:
+        """After `load_checkpoint`: give the run a new peak learning rate, weight decay or clipping norm from
+        here on (None: keep the checkpoint's). The schedule keeps its shape and position; layer-wise scales
+        stay. Returns what changed ("lr 1e+10 -> 0.0001"), [] when nothing did -- and then nothing was
+        touched, so an unchanged resume stays bitwise exact."""
+        changed = []
+        groups = self.optimizer.param_groups
+        has_base = self.scheduler is not None and hasattr(self.scheduler, "base_lrs")
+        if lr is not None:
+            first = groups[0]
+            peak = (self.scheduler.base_lrs[0] if has_base else first.get("initial_lr", first["lr"])) \
+                / first.get("lr_scale", 1.0)
+            if not math.isclose(lr, peak, rel_tol=1e-9):
+                ratio = lr / peak
+                for i, g in enumerate(groups):
+                    g["lr"] *= ratio
+                    if "initial_lr" in g:
+                        g["initial_lr"] *= ratio
+                    if has_base:
+                        self.scheduler.base_lrs[i] *= ratio
+                if hasattr(self.scheduler, "_last_lr"):
+                    self.scheduler._last_lr = [g["lr"] for g in groups]
+                changed.append(f"lr {peak:g} -> {lr:g}")
+        if weight_decay is not None:
+            decayed = [g for g in groups if g.get("weight_decay", 0.0) > 0] or groups
+            old = decayed[0].get("weight_decay", 0.0)
+            if not math.isclose(weight_decay, old, rel_tol=1e-9):
+                for g in decayed:
+                    g["weight_decay"] = weight_decay
+                changed.append(f"weight_decay {old:g} -> {weight_decay:g}")
+        if max_grad_norm is not None and max_grad_norm != self.config.max_grad_norm:
+            changed.append(f"max_grad_norm {self.config.max_grad_norm} -> {max_grad_norm:g}")
+            self.config.max_grad_norm = max_grad_norm
+        return changed
 
     # ------------------------------------------------------------------ the loop
     def fit(self, resume: bool | str | os.PathLike = False) -> TrainResult:
@@ -692,10 +756,14 @@ class Trainer:
         if bar is not None:
             bar.close()
         if stopped == "signal" and dist.is_main:
-            log.warning("stopped by signal at step %d; checkpoint %s; run again with --resume to continue",
-                        self.step, self.last_checkpoint)
+            if self.last_checkpoint is not None:
+                log.warning("stopped by signal at step %d; checkpoint %s; run again with --resume to continue",
+                            self.step, self.last_checkpoint)
+            else:  # no out_dir, or a recipe that keeps no checkpoints: do not promise a resume
+                log.warning("stopped by signal at step %d; no checkpoint was written", self.step)
         return TrainResult(step=self.step, stopped=stopped, checkpoint=self.last_checkpoint, metrics=metrics,
-                           eval_metrics=self.last_eval, tokens=self.tokens, elapsed=self.elapsed)
+                           eval_metrics=self.last_eval, tokens=self.tokens, elapsed=self.elapsed,
+                           signal=self._stop_signal if stopped == "signal" else None)
 
     # ------------------------------------------------------------------ evaluation
     def run_evaluation(self) -> dict[str, float]:
@@ -729,11 +797,39 @@ class Trainer:
             dump = self.out_dir / f"bad-batch-step{self.step + 1}-rank{self.dist.rank}.pt"
             with contextlib.suppress(Exception):
                 torch.save(micro_batches, dump)
-        good = self.last_checkpoint or latest_checkpoint(self.out_dir) if self.out_dir else self.last_checkpoint
+        good, set_aside = None, []
+        if self.out_dir is not None and self.dist.is_main:
+            good, set_aside = self._set_aside_diverged()
+        aside = f"; set aside as {DIVERGED_PREFIX}*: {', '.join(p.name for p in set_aside)}" if set_aside else ""
         raise NonFiniteLossError(
             f"loss is {loss} at step {self.step + 1} ({where}"
             + (f", saved to {dump}" if dump is not None else "") + "); last good checkpoint: "
-            + (str(good) if good else "none") + " -- lower the learning rate or check the data, then resume")
+            + (str(good) if good else "none") + aside + " -- lower the learning rate (--resume --lr ...) or check "
+            "the data, then resume")
+
+    def _set_aside_diverged(self) -> tuple[Path | None, list[Path]]:
+        """After a NaN/inf loss at step `self.step + 1`: find the last checkpoint whose weights and loss were
+        finite, and rename every later one `diverged-step-N` (kept for inspection, never resumed from), so
+        that `--resume` continues from the good one. The checkpoint of step `self.step` is the one whose
+        weights just gave the non-finite loss; an earlier one is good when its weights are finite (a loss
+        computed from them was: the run got past it)."""
+        set_aside: list[Path] = []
+        good = None
+        for path in reversed(checkpoint_dirs(self.out_dir)):
+            if checkpoint_step(path) < self.step:
+                try:
+                    finite = weights_are_finite(read_checkpoint(path)["model"])
+                except CheckpointError:
+                    finite = False
+                if finite:
+                    good = path
+                    break
+            aside = path.with_name(DIVERGED_PREFIX + path.name)
+            with contextlib.suppress(OSError):
+                shutil.rmtree(aside, ignore_errors=True)  # an older set-aside copy of the same step
+                os.replace(path, aside)
+                set_aside.append(aside)
+        return good, list(reversed(set_aside))
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         import threading
@@ -772,14 +868,23 @@ class Trainer:
         if self._metrics_file is not None or not (self.dist.is_main and self.out_dir is not None):
             return
         path = self.out_dir / METRICS_FILE
-        if self.step > 0 and path.exists():
-            # Resuming: drop what the interrupted session logged after its checkpoint, so curves have no repeats.
-            kept = [line for line in path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= self.step]
-            path.write_text("".join(line + "\n" for line in kept))
-        elif self.step == 0 and path.exists():
-            path.unlink()
-        self._metrics_file = open(path, "a", encoding="utf-8")
+        try:
+            if self.step > 0 and path.exists():
+                # Resuming: drop what the interrupted session logged after its checkpoint, so curves have no
+                # repeats, and a line cut short (a full disk, a kill mid-write) that no reader could parse.
+                records, torn = parse_metrics_lines(path.read_text(encoding="utf-8", errors="replace"))
+                if torn:
+                    log.warning("%s: dropped %d unreadable line(s) (line %s; a write cut short)", path, len(torn),
+                                ", ".join(map(str, torn)))
+                kept = "".join(line + "\n" for line, record in records if record.get("step", 0) <= self.step)
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text(kept, encoding="utf-8")
+                os.replace(tmp, path)
+            elif self.step == 0 and path.exists():
+                path.unlink()
+            self._metrics_file = open(path, "a", encoding="utf-8")
+        except OSError as e:
+            raise output_error(path, e) from None
         if self.config.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -790,8 +895,11 @@ class Trainer:
 
     def _log(self, record: dict[str, Any]) -> None:
         if self._metrics_file is not None:
-            self._metrics_file.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
-            self._metrics_file.flush()
+            try:
+                self._metrics_file.write(json.dumps({k: _jsonable(v) for k, v in record.items()}) + "\n")
+                self._metrics_file.flush()
+            except OSError as e:
+                raise output_error(self._metrics_file.name, e) from None
         if self._tb is not None:
             for k, v in record.items():
                 if k != "step" and isinstance(v, (int, float)) and math.isfinite(v):
@@ -799,23 +907,43 @@ class Trainer:
 
     def _close_logs(self) -> None:
         if self._metrics_file is not None:
-            self._metrics_file.close()
-            self._metrics_file = None
+            file, self._metrics_file = self._metrics_file, None
+            with contextlib.suppress(OSError):  # a full disk was reported by the write that met it
+                file.close()
         if self._tb is not None:
             self._tb.close()
             self._tb = None
 
 
+def parse_metrics_lines(text: str) -> tuple[list[tuple[str, dict[str, Any]]], list[int]]:
+    """The (line, record) pairs of a metrics.jsonl text, and the numbers of the lines that are not a JSON
+    object (a write cut short by a full disk or a kill leaves a torn last line)."""
+    records, torn = [], []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            records.append((line, record))
+        else:
+            torn.append(i)
+    return records, torn
+
+
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of `RUN_DIR/metrics.jsonl` (training steps and `eval/*` lines)."""
+    """The records of `RUN_DIR/metrics.jsonl` (training steps and `eval/*` lines). A torn last line (the
+    run was killed or the disk filled mid-write) is dropped with a warning; a bad line before it is an error."""
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise BertlabError(f"{path}: no metrics file (is {run_dir} a training run directory?)")
-    records = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise BertlabError(f"{path}: line {i} is not JSON") from None
-    return records
+    text = path.read_text(encoding="utf-8", errors="replace")
+    records, torn = parse_metrics_lines(text)
+    last = len(text.splitlines())
+    if torn and torn[0] != last:
+        raise BertlabError(f"{path}: line {torn[0]} is not a JSON object")
+    if torn:
+        log.warning("%s: dropped the unreadable last line %d (a write cut short)", path, last)
+    return [record for _, record in records]

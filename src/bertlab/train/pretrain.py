@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import math
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -35,13 +35,13 @@ import torch
 from ..checkpoint import save_pretrained
 from ..config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
-from ..objectives import OBJECTIVES, Objective, get_objective
+from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
 from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
 
@@ -97,7 +97,9 @@ class PretrainConfig:
             raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare`)")
         if not self.out:
             raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
-        get_objective(self.objective)  # the one-line "unknown ...; expected one of" error
+        if is_text_to_text(get_objective(self.objective)):  # unknown: the one-line "expected one of" error
+            raise ConfigError(f"objective {self.objective} trains T5 (bertlab.train.t5_pretrain): give a T5 "
+                              "--model (t5-small, t5-tiny, a T5 config.json) and text-to-text data")
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
@@ -105,6 +107,12 @@ class PretrainConfig:
         check_precision(self.precision)
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
+        for name in ("lr", "max_grad_norm"):  # lr None: the default for the model's width (`default_lr`)
+            if getattr(self, name) is not None and not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
+        if not self.weight_decay >= 0 or not self.warmup >= 0:
+            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
+                              f"{self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -124,16 +132,15 @@ DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
 
 def default_lr(hidden_size: int) -> float:
     """The peak learning rate for a model `hidden_size` wide: the table's nearest width at or above it."""
-    for width in sorted(DEFAULT_LR_BY_WIDTH):
-        if hidden_size <= width:
-            return DEFAULT_LR_BY_WIDTH[width]
-    return DEFAULT_LR_BY_WIDTH[max(DEFAULT_LR_BY_WIDTH)]
+    return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
 
-# Settings a resumed run may change; everything else is taken from the run's own run_config.json, since
-# changing it (batch, schedule, data) would make the continuation a different run.
+# Settings a resumed run may change when stated again: runtime settings, and the optimiser's (a run that
+# diverged continues from its last good checkpoint at a lower --lr; the change is printed). Everything else
+# is taken from the run's own run_config.json, since changing it (batch, schedule, data) would make the
+# continuation a different run.
 RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers",
-                     "device", "progress", "resume", "eval_at_start")
+                     "device", "progress", "resume", "eval_at_start", "lr", "weight_decay", "max_grad_norm")
 
 
 @dataclass
@@ -195,19 +202,31 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     return config
 
 
-# ---------------------------------------------------------------------------------------------- the recipe
-def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) -> PretrainResult:
-    from ..data import DataInfo, PretrainingDataset
-
+def start_run(config_class: type, cfg, may_change: Collection[str], given: Collection[str] | None,
+              echo: Callable[[str], None]):
+    """What every pre-training recipe does first (BERT's here, T5's in `t5_pretrain.py`): on resume take the
+    run's own settings for what the user did not state again, validate, join the process group and prove the
+    run directory writable. Returns (cfg, dist, say, run_dir); `say` prints on the main process only."""
     if cfg.resume and not cfg.out:
         raise ConfigError("pretrain: --resume needs the run directory (--out RUN_DIR)")
-    cfg = resolve_resume_config(PretrainConfig, cfg, Path(cfg.out) / RUN_CONFIG, RESUME_MAY_CHANGE)
+    cfg = resolve_resume_config(config_class, cfg, Path(cfg.out) / RUN_CONFIG, may_change, given)
     cfg.validate()
     dist = init_distributed(None if cfg.device == "auto" else cfg.device)
     say = echo if dist.is_main else (lambda s: None)
     run_dir = Path(cfg.out)
     if dist.is_main:
         check_writable(run_dir)
+    return cfg, dist, say, run_dir
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
+                    given: Collection[str] | None = None) -> PretrainResult:
+    """`given`: the settings the user stated (`runconfig.given_fields`); on resume the others are the run's
+    own (see `setup.resolve_resume_config`)."""
+    from ..data import DataInfo, PretrainingDataset
+
+    cfg, dist, say, run_dir = start_run(PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 
     # ---- data: every file checked against the manifest, the vocabulary against the model
     lengths = _available_lengths(cfg.data)
@@ -223,10 +242,20 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
     objective = get_objective(cfg.objective)
     if objective.needs_next_sentence_labels and not info.has_nsp:
-        others = [f"--objective {name}" for name, o in OBJECTIVES.items() if not o.needs_next_sentence_labels]
+        others = [f"--objective {name}" for name, o in OBJECTIVES.items()
+                  if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
-    model_config = build_model_config(cfg, info)
+    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision, model
+    if resolved.get("model_config"):
+        # A resumed run's model is the one it started with (its weights come from the checkpoint): the
+        # --init-from folder is not read again, so it may have moved or changed since.
+        model_config = BertConfig.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
+        if model_config.vocab_size != info.vocab_size:
+            raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
+                              f"but {cfg.data} was tokenized with a {info.vocab_size}-token vocabulary")
+    else:
+        model_config = build_model_config(cfg, info)
     if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"max_position_embeddings ({model_config.max_position_embeddings})")
@@ -243,13 +272,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
     model_cls = objective.model_class
-    if cfg.init_from is not None:
+    if cfg.init_from is not None and not resolved:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
         model = model_cls(model_config)
     model.to(dist.device).train()
     loss_fn = objective.loss
-    resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     def stream(length: int, micro: int, start_sample: int):
@@ -329,15 +357,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
         scheduler.attach(clock=lambda: trainer.elapsed, loop_config=loop,
                          on_refit=lambda old, new, at: log.debug("step %d: plan refitted, %d -> %d steps", at, old, new))
 
-    resume_from = None
-    if cfg.resume:
-        resume_from = latest_checkpoint(run_dir)
-        if resume_from is None:
-            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
-        trainer.load_checkpoint(resume_from)  # a corrupt checkpoint is reported here, before any step
-    elif dist.is_main and latest_checkpoint(run_dir) is not None:
-        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
-                           "another --out")
+    resume_or_refuse(trainer, cfg, run_dir, dist, say)
     if dist.is_main:
         write_run_config(run_dir, run_record(cfg, {
             "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision, "lr": lr,
@@ -365,6 +385,24 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print) ->
     if dist.world_size > 1:
         torch.distributed.barrier()
     return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+def resume_or_refuse(trainer: Trainer, cfg, run_dir: Path, dist, say: Callable[[str], None]) -> None:
+    """`cfg.resume`: load the run's latest checkpoint into `trainer` (a corrupt one is reported here, before any
+    step) and apply a new lr / weight decay / clipping stated again; otherwise refuse a RUN_DIR that already
+    holds checkpoints. Shared by the pre-training recipes (BERT's here, T5's in `t5_pretrain.py`)."""
+    if cfg.resume:
+        resume_from = latest_checkpoint(run_dir)
+        if resume_from is None:
+            raise BertlabError(f"{run_dir}: no checkpoint to resume from")
+        trainer.load_checkpoint(resume_from)
+        changes = trainer.change_optimization(lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                              max_grad_norm=cfg.max_grad_norm)
+        if changes:
+            say(f"resuming {resume_from.name} with " + ", ".join(changes))
+    elif dist.is_main and latest_checkpoint(run_dir) is not None:
+        raise BertlabError(f"{run_dir}: already holds checkpoints; pass --resume to continue it, or choose "
+                           "another --out")
 
 
 def warmup_steps(warmup: float | int, total: int) -> int:

@@ -9,7 +9,9 @@
     cfg = config_from_args(MyRun, args)                     # defaults < file < flags, types checked
 
 Precedence: the dataclass defaults, then the JSON file given with `--config`, then the flags that were
-actually passed. Unknown keys and wrong types are one-line `ConfigError`s naming the key, so a typo in a
+actually passed. A field whose type is itself a dataclass (a group of related settings, e.g. fine-tuning's
+`inputs` and `method`) is an object in the JSON file and contributes its own fields as flags, so a config
+stays a handful of readable groups while the command line stays flat. Unknown keys and wrong types are one-line `ConfigError`s naming the key, so a typo in a
 run file fails before anything starts. JSON rather than YAML: no extra dependency, and `run_config.json`
 written into the run directory is itself a valid `--config` file.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -55,6 +58,8 @@ def _coerce(name: str, value: Any, annotation: Any, source: str) -> Any:
             return int(value)
     elif base is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # nan / inf reach the optimizer and fail deep inside it
+                raise ConfigError(f"{source}: '{name}' must be a finite number, got {value!r}")
             return float(value)
     elif base is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -65,8 +70,19 @@ def _coerce(name: str, value: Any, annotation: Any, source: str) -> Any:
                       f"got {type(value).__name__} {value!r}")
 
 
+def _group_type(annotation: Any) -> type | None:
+    """The dataclass of a settings group field (`inputs: InputOptions`), None for a plain setting."""
+    base, _ = _base_type(annotation)
+    return base if dataclasses.is_dataclass(base) and isinstance(base, type) else None
+
+
 def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     hints = typing.get_type_hints(cls)
+    data = dict(data)
+    for name, annotation in hints.items():  # a group given as an object (JSON) is built and checked likewise
+        group = _group_type(annotation)
+        if group is not None and isinstance(data.get(name), dict):
+            data[name] = config_from_dict(group, data[name], f"{source}: {name}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -80,23 +96,30 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[str, str] | None = None,
-                         skip: tuple[str, ...] = ()) -> None:
-    """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`. Every default
-    is None in argparse, so `config_from_args` can tell a flag that was given from one that was not."""
+                         skip: tuple[str, ...] = (), aliases: dict[str, tuple[str, ...]] | None = None) -> None:
+    """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`; `aliases` gives a
+    field more spellings (`{"data": ("--train",)}`). Every default is None in argparse, so
+    `config_from_args` can tell a flag that was given from one that was not."""
+    aliases = aliases or {}
     help = help or {}
-    parser.add_argument("--config", type=Path, default=None, help="JSON file of settings (flags override it)")
+    if not any("--config" in a.option_strings for a in parser._actions):
+        parser.add_argument("--config", type=Path, default=None, help="JSON file of settings (flags override it)")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
+        group = _group_type(hints[f.name])
+        if group is not None:  # a settings group: its fields are flags of their own (names must not clash)
+            add_config_arguments(parser.add_argument_group(f.name), group, help, skip, aliases)
+            continue
         base, _ = _base_type(hints[f.name])
-        flag = "--" + f.name.replace("_", "-")
+        flags = ["--" + f.name.replace("_", "-"), *aliases.get(f.name, ())]
         default = f.default if f.default is not dataclasses.MISSING else None
         text = help.get(f.name, "") + (f" (default: {default})" if default not in (None, "") else "")
         if base is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
-            parser.add_argument(flag, type=base if base in (int, float) else str, default=None, help=text,
+            parser.add_argument(*flags, dest=f.name, type=base if base in (int, float) else str, default=None, help=text,
                                 metavar=base.__name__.upper() if base in (int, float) else None)
 
 
@@ -108,10 +131,54 @@ def config_from_args(cls: type[T], args: argparse.Namespace, base: dict[str, Any
         # A run's own run_config.json is a valid file: what that run decided (`_resolved`) is not a setting.
         data.update({k: v for k, v in read_json_object(args.config).items() if k != "_resolved"})
         source = str(args.config)
-    names = {f.name for f in dataclasses.fields(cls)}
-    given = {k: v for k, v in vars(args).items() if k in names and v is not None}
-    data.update(given)
+    data.update(_given(cls, args, data))
     return config_from_dict(cls, data, source)
+
+
+def _given(cls: type, args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
+    """The flags of `cls` given on the command line, a group's merged over the group's object in `data`."""
+    hints = typing.get_type_hints(cls)
+    given: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        group = _group_type(hints[f.name])
+        if group is not None:
+            inner = _given(group, args, data.get(f.name) or {})
+            if inner or f.name in data:
+                given[f.name] = {**(data.get(f.name) or {}), **inner}
+        elif getattr(args, f.name, None) is not None:
+            given[f.name] = getattr(args, f.name)
+    return given
+
+
+def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
+    """The settings the user stated: the flags given on the command line and the keys of the `--config`
+    file -- what a resumed run takes from the user rather than from its own run_config.json."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    given = set(_given(cls, args, {}))  # a group counts as given when one of its flags is
+    if getattr(args, "config", None) is not None:
+        given |= set(read_json_object(args.config)) & names
+    return given
+
+
+def refuse_foreign_settings(args: argparse.Namespace, own: type, other: type, what: str,
+                            ignore: tuple[str, ...] = ()) -> None:
+    """A one-line `ConfigError` for a flag given on the command line that `other` (the config class the
+    subcommand's flags were also made from) has and `own` (the class this run is read into) does not -- so a
+    setting of another recipe is never silently ignored. `what` names this run ("T5 pre-training")."""
+    own_names = _all_field_names(own) | set(ignore)
+    for name in sorted(_all_field_names(other)):
+        if name not in own_names and getattr(args, name, None) is not None:
+            raise ConfigError(f"--{name.replace('_', '-')} is not a setting of {what}")
+
+
+def _all_field_names(cls: type) -> set[str]:
+    """Field names of `cls` and of its settings groups (the flags it contributes)."""
+    hints = typing.get_type_hints(cls)
+    names = set()
+    for f in dataclasses.fields(cls):
+        group = _group_type(hints[f.name])
+        names |= _all_field_names(group) if group is not None else {f.name}
+    return names
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s|sec)?", re.I)

@@ -4,7 +4,8 @@
                                    (`_resolved`: steps fitted to a budget, precision, ...); it is itself a
                                    valid `--config` file
     resolve_resume_config          on `--resume`, the saved run config rules; flags change only the
-                                   runtime settings a recipe lists as may-change
+                                   runtime (and optimiser) settings a recipe lists as may-change
+    resume_base                    the saved settings, as the base of a resumed command's flags
     resolved_settings              what the first session of a resumed run decided
     resolve_precision              `auto` -> bf16 where the hardware does it natively, else fp32
     autocast_dtype                 the one precision -> autocast dtype map
@@ -21,18 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 
+from ..checkpoint import atomic_write_text
 from ..config import read_json_object
 from ..errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES
 from .runconfig import config_from_dict
 
 C = TypeVar("C")
+log = logging.getLogger(__name__)
 
 RUN_CONFIG = "run_config.json"
 PRECISIONS = ("auto", *DTYPES)  # what a run config may say; `auto` resolves to one of DTYPES
@@ -51,26 +55,52 @@ def run_record(cfg: Any, resolved: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_run_config(out_dir: str | Path, record: dict[str, Any]) -> None:
-    (Path(out_dir) / RUN_CONFIG).write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_text(Path(out_dir) / RUN_CONFIG, json.dumps(record, indent=2) + "\n")
 
 
-def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str]) -> C:
-    """On resume (`cfg.resume`), the config saved in `run_file` rules: changing the data, the loss or the
-    schedule would make the continuation another run. Of the `may_change` fields (runtime settings: logging,
-    evaluation and checkpoint cadence, workers, device), those whose value in `cfg` differs from the
-    dataclass default follow `cfg` -- a flag given again wins -- and the others keep the saved value, so a
-    resumed run remembers its `--save-every` without being told twice. Without `resume`, `cfg` as it is."""
+def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change: Iterable[str],
+                          given: Collection[str] | None = None,
+                          say: Callable[[str], None] | None = None) -> C:
+    """On resume (`cfg.resume`), the config saved in `run_file` rules: every setting not stated again is the
+    run's own, never a default. Of the settings stated again (`given`: the flags and `--config` keys the user
+    passed; None, for a config built in Python: the fields that differ from the dataclass defaults), those in
+    `may_change` (runtime settings -- logging, evaluation and checkpoint cadence, workers, device -- and the
+    optimiser's lr / weight decay / clipping) follow `cfg`; others (data, batch, schedule: changing them
+    would make the continuation another run) keep the saved value, with a line saying so. The run directory
+    is `cfg.out` -- wherever the run is now, so a moved or copied run resumes in place. Without `resume`,
+    `cfg` as it is."""
     if not getattr(cfg, "resume", False):
         return cfg
+    say = say or log.warning
     run_file = Path(run_file)
     if not run_file.is_file():
         raise BertlabError(f"{run_file.parent}: nothing to resume (no {run_file.name}); start the run without "
                            "--resume")
+    saved = resume_base(run_file.parent) if run_file.name == RUN_CONFIG else read_json_object(run_file)
+    saved.pop("_resolved", None)
+    fields = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    if given is None:
+        given = [k for k in fields if getattr(cfg, k) != fields[k]]
+    may_change = set(may_change)
+    stated = {k: getattr(cfg, k) for k in given if k in fields and k not in ("out", "resume")}
+    ignored = [k for k, v in stated.items() if k not in may_change and k in saved and v != saved[k]]
+    if ignored:
+        say("resume keeps the run's own " + ", ".join(f"{k} ({saved[k]!r}; {stated[k]!r} ignored)" for k in ignored)
+            + ": changing it would make the continuation another run")
+    changed = {k: v for k, v in stated.items() if k in may_change}
+    return config_from_dict(cls, {**saved, **changed, "out": getattr(cfg, "out"), "resume": True}, str(run_file))
+
+
+def resume_base(out_dir: str | Path) -> dict[str, Any]:
+    """The settings saved in OUT/run_config.json (without `_resolved`), as the base a resumed command's flags
+    go on top of -- so `--resume` needs only `--out` even where a fresh start requires --model and --data.
+    {} when there is no file (the resume then reports that)."""
+    run_file = Path(out_dir) / RUN_CONFIG
+    if not run_file.is_file():
+        return {}
     saved = read_json_object(run_file)
     saved.pop("_resolved", None)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    changed = {k: getattr(cfg, k) for k in may_change if getattr(cfg, k) != defaults[k]}
-    return config_from_dict(cls, {**saved, **changed, "resume": True}, str(run_file))
+    return saved
 
 
 def resolved_settings(out_dir: str | Path) -> dict[str, Any]:
@@ -160,3 +190,12 @@ def fit_steps_to_budget(budget_s: float, step_s: float, eval_s: float = 0.0, num
         torch.distributed.broadcast(t, 0)
         steps = int(t.item())
     return steps
+
+
+def lr_for_width(table: dict[int, float], hidden_size: int) -> float:
+    """The learning rate `table` gives a model `hidden_size` wide: the entry of the nearest width at or above
+    it (the widest entry's beyond the table). Narrow models take larger rates than the paper's BERT-Base."""
+    for width in sorted(table):
+        if hidden_size <= width:
+            return table[width]
+    return table[max(table)]

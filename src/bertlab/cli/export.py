@@ -1,0 +1,46 @@
+"""`bertlab export onnx|sentence-transformers --model DIR --out DIR`: a model for deployment elsewhere.
+
+    onnx                   model.onnx (dynamic batch and length) checked against PyTorch in ONNX Runtime (within
+                           1e-4); `--quantize int8` adds model_int8.onnx and prints its cosine to fp32. Needs the
+                           `export` extra: pip install 'bertlab-paper[export]'.
+    sentence-transformers  the folder `SentenceTransformer(DIR)` loads, with the pooling the model was used with
+                           (its sentence-transformers config; `--pooling` to choose) and L2 normalisation
+                           (`--no-normalize` to leave it out).
+See `bertlab.infer.export`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..infer.embeddings import POOLINGS
+
+    p.add_argument("format", choices=["onnx", "sentence-transformers"], help="what to write")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="a Hugging Face-layout BERT folder")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) output folder")
+    p.add_argument("--quantize", choices=["int8"], help="onnx: also write a dynamically quantised int8 model")
+    p.add_argument("--pooling", choices=list(POOLINGS),
+                   help="sentence-transformers: the pooling (default: the model's own config, else mean)")
+    p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
+                   help="sentence-transformers: no Normalize module (default: embeddings L2-normalised)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import BertlabError
+    from ..infer.export import EXPORTERS
+
+    if args.format == "onnx":
+        if args.pooling is not None or not args.normalize:
+            raise BertlabError("--pooling and --no-normalize are options of the sentence-transformers export")
+        report = EXPORTERS["onnx"](args.model, args.out, quantize=args.quantize)
+    else:
+        if args.quantize:
+            raise BertlabError("--quantize is an option of the onnx export")
+        report = EXPORTERS["sentence-transformers"](args.model, args.out, pooling=args.pooling,
+                                                    normalize=args.normalize)
+    for line in report.lines():
+        print(f"bertlab export: {line}")
+    return 0

@@ -1,0 +1,220 @@
+"""Reading the user's own tables -- CSV, TSV, JSON Lines, a JSON array, Parquet -- with line numbers.
+
+Tasks built from the user's files (`text_classification.py`, `own_data.py`) read them through `read_table`,
+which gives every row with the line (or record) it came from, so each later complaint -- an unknown label,
+an empty text -- names the file and line. The format comes from the file name (`.csv`, `.tsv`/`.tab`,
+`.jsonl`/`.ndjson`, `.json`, `.parquet`/`.pq`) or is given (`format=`); `FORMATS` is the registry of readers.
+
+    CSV      comma-separated, a header row, standard quoting (fields may hold commas, quotes and newlines)
+    TSV      tab-separated, a header row, NO quoting (quotes are text, as in GLUE's files; a quote-aware
+             reader would run an unmatched quote across lines)
+    JSONL    one JSON object per line; blank lines skipped
+    JSON     a JSON array of objects (or, if the file does not start with `[`, JSON Lines, as Hugging Face's
+             `run_glue.py` reads `.json`)
+    Parquet  needs `pyarrow`; rows are numbered from 1 ("row N")
+
+Bad input is a one-line `DataError` naming the file and line: an empty file, a malformed JSON line, a row
+with more or fewer fields than the header (the usual sign of a wrong delimiter, also caught at the header:
+a CSV whose only column name holds tabs or semicolons), a missing column (the message lists the columns
+that exist).
+
+Column defaults: `guess_column` picks the first of a role's common names (`TEXT_COLUMNS`, `LABEL_COLUMNS`,
+...) present in the header, case-insensitively; the task reports which it chose.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .base import DataError, data_error, iter_lines
+
+# Common column names per role, most usual first (Hugging Face datasets, Kaggle, GLUE).
+TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "document", "review", "body", "article", "question",
+                "premise", "text_a", "comment", "tweet", "title")
+TEXT_PAIR_COLUMNS = ("text_pair", "sentence2", "hypothesis", "text_b", "question2")
+LABEL_COLUMNS = ("label", "labels", "category", "class", "target", "topic", "sentiment", "y", "tag", "intent",
+                 "score")
+TOKENS_COLUMNS = ("tokens", "words")
+TAGS_COLUMNS = ("tags", "ner_tags", "labels", "label")
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int  # the line (CSV/TSV/JSONL) or record number (JSON array, Parquet) it starts at, from 1
+    values: dict[str, Any]
+
+
+@dataclass
+class Table:
+    """A user's file, read: its column names (header order) and rows."""
+
+    path: Path
+    format: str
+    columns: list[str]
+    rows: list[Row]
+    by_line: bool = True  # rows are numbered by line (CSV, TSV, JSON Lines), else by record (JSON array, Parquet)
+
+    def where(self, row: Row) -> str:
+        """`file:line` (or `file: record N` where lines do not apply), for messages."""
+        return f"{self.path}:{row.line}" if self.by_line else f"{self.path}: record {row.line}"
+
+    def error(self, row: Row, message: str) -> DataError:
+        return DataError(f"{self.where(row)}: {message}")
+
+    def require(self, name: str, what: str) -> str:
+        """`name` if the table has that column; otherwise a one-line error listing the columns it has."""
+        if name not in self.columns:
+            raise DataError(f"{self.path}: no column {name!r} (the {what}); the file has columns: "
+                            f"{', '.join(self.columns) or 'none'}")
+        return name
+
+
+def guess_column(columns: Sequence[str], candidates: Sequence[str], exclude: Sequence[str] = ()) -> str | None:
+    """The first of `candidates` among `columns` (case-insensitive; the file's spelling is returned)."""
+    lowered = {c.lower(): c for c in columns if c not in exclude}
+    return next((lowered[c] for c in candidates if c in lowered), None)
+
+
+# ---------------------------------------------------------------------------------------------- readers
+def _delimited(path: Path, delimiter: str, quoting: int) -> tuple[list[str], list[Row]]:
+    lines = iter_lines(path)
+    name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}.get(delimiter, repr(delimiter))
+    # csv parses (quoted fields may span lines); iter_lines decodes line by line for exact error lines
+    reader = csv.reader((text for _, text in lines), delimiter=delimiter, quoting=quoting, strict=True)
+    try:
+        header = next(reader, None)
+        while header is not None and not any(h.strip() for h in header):  # leading blank lines
+            header = next(reader, None)
+    except csv.Error as e:
+        raise data_error(path, reader.line_num, f"not valid {name}-separated text ({e})") from None
+    if header is None:
+        raise data_error(path, None, f"empty file; expected a header row of {name}-separated column names")
+    header = [h.strip() for h in header]
+    if len(header) == 1:
+        for other, other_name in (("\t", "tab"), (";", "semicolon"), (",", "comma"), ("|", "pipe")):
+            if other != delimiter and other in header[0]:
+                raise data_error(path, reader.line_num, f"the header is one column {header[0][:60]!r}: the file "
+                                 f"looks {other_name}-separated, not {name}-separated (name it .tsv / .csv to "
+                                 "match, or pass --delimiter)")
+    if len(set(header)) != len(header):
+        dup = next(h for h in header if header.count(h) > 1)
+        raise data_error(path, reader.line_num, f"column {dup!r} appears twice in the header")
+    rows: list[Row] = []
+    previous_end = reader.line_num
+    try:
+        for fields in reader:
+            start, previous_end = previous_end + 1, reader.line_num
+            if not fields or (len(fields) == 1 and not fields[0].strip()):
+                continue
+            if len(fields) != len(header):
+                raise data_error(path, start, f"expected {len(header)} {name}-separated fields (the header's "
+                                 f"{', '.join(header)}), got {len(fields)}: a wrong delimiter or an unquoted "
+                                 f"{name} in a field?")
+            rows.append(Row(start, dict(zip(header, fields))))
+    except csv.Error as e:
+        raise data_error(path, reader.line_num, f"not valid {name}-separated text ({e})") from None
+    return header, rows
+
+
+def read_csv(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    return _delimited(path, delimiter or ",", csv.QUOTE_MINIMAL)
+
+
+def read_tsv(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    return _delimited(path, delimiter or "\t", csv.QUOTE_NONE)
+
+
+def _records(path: Path, items: Iterator[tuple[int, Any]]) -> tuple[list[str], list[Row]]:
+    columns: dict[str, None] = {}  # first-seen order
+    rows = []
+    for line, obj in items:
+        if not isinstance(obj, dict):
+            raise data_error(path, line, f"expected a JSON object, got {type(obj).__name__}")
+        columns.update(dict.fromkeys(obj))
+        rows.append(Row(line, obj))
+    if not rows:
+        raise data_error(path, None, "empty file; expected one JSON object per line")
+    return list(columns), rows
+
+
+def read_jsonl(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    def items() -> Iterator[tuple[int, Any]]:
+        for line, text in iter_lines(path):
+            if not text.strip():
+                continue
+            try:
+                yield line, json.loads(text)
+            except json.JSONDecodeError as e:
+                raise data_error(path, line, f"not valid JSON ({e.msg} at column {e.colno})") from None
+
+    return _records(path, items())
+
+
+def read_json(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    """A JSON array of objects; a file that does not start with `[` is read as JSON Lines."""
+    if not _is_array(path):
+        return read_jsonl(path)
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except json.JSONDecodeError as e:
+        raise data_error(path, e.lineno, f"not valid JSON ({e.msg} at column {e.colno})") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return _records(path, ((i + 1, obj) for i, obj in enumerate(data)))
+
+
+def _is_array(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4096).lstrip(b"\xef\xbb\xbf").lstrip().startswith(b"[")
+
+
+def read_parquet(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise DataError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), or give CSV/JSONL") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as e:  # pyarrow raises its own error types for damaged files
+        raise DataError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+    columns = list(table.column_names)
+    rows = [Row(i + 1, record) for i, record in enumerate(table.to_pylist())]
+    if not rows:
+        raise DataError(f"{path}: empty file; no rows")
+    return columns, rows
+
+
+Reader = Callable[..., tuple[list[str], list[Row]]]
+FORMATS: dict[str, Reader] = {"csv": read_csv, "tsv": read_tsv, "jsonl": read_jsonl, "json": read_json,
+                              "parquet": read_parquet}
+SUFFIXES = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json",
+            ".parquet": "parquet", ".pq": "parquet"}
+
+
+def table_format(path: str | Path, format: str | None = None) -> str:
+    if format is not None:
+        if format not in FORMATS:
+            raise DataError(f"unknown format {format!r}; expected one of {', '.join(FORMATS)}")
+        return format
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        raise DataError(f"{path}: cannot tell the format from the name; expected a file ending in "
+                        f"{', '.join(SUFFIXES)} (or pass --format)")
+    return SUFFIXES[suffix]
+
+
+def read_table(path: str | Path, format: str | None = None, delimiter: str | None = None) -> Table:
+    """The file as a `Table`; one-line `DataError`s for a missing, empty or malformed file."""
+    path = Path(path)
+    kind = table_format(path, format)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    columns, rows = FORMATS[kind](path, delimiter)
+    if not rows:
+        raise DataError(f"{path}: no rows after the header")
+    return Table(path, kind, columns, rows, by_line=kind != "parquet" and not (kind == "json" and _is_array(path)))

@@ -1,0 +1,111 @@
+"""Fine-tuning methods beside full fine-tuning: which parameters train, and how that changes over a run.
+
+    full        every parameter trains (the paper); optionally `gradual_unfreezing` K: the head alone first,
+                then one more block from the top every K steps (embeddings last)
+    adapters    Houlsby bottleneck adapters (inner size `adapter_size`) after each layer's attention output
+                projection and feed-forward output; the pre-trained weights are frozen, the adapters, every
+                LayerNorm and the new task head train
+    lora        LoRA of rank `lora_rank`, scale `lora_alpha / lora_rank` on the linear layers named in
+                `lora_targets` (default the attention's query and value); the pre-trained weights are frozen,
+                the low-rank factors and the task head train. On save the factors are merged into the weights,
+                so the saved model is a plain BERT with a head that `transformers` loads as such.
+
+The generic machinery (adapters, LoRA, freezing, unfreezing over a list of blocks) is `bertlab.nn.adapters`;
+this module holds the BERT-side choices (which layers, which blocks) and the hooks the fine-tuning recipe
+calls: `prepare` before the optimizer is built, `after_optimizer` once it is, `finish` before the weights
+are kept. A saved adapter model records its adapters in config.json and loads with them (checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch import nn
+
+from ..errors import ConfigError
+from ..nn.adapters import GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora, parameter_counts
+
+log = logging.getLogger(__name__)
+
+METHODS = ("full", "adapters", "lora")
+# Houlsby et al.: an adapter after the attention block's output projection and after the feed-forward output,
+# each before its residual + LayerNorm.
+HOULSBY_LAYERS = r"(attention\.output|layer\.\d+\.output)\.dense$"
+
+
+@dataclass
+class TuningOptions:
+    method: str = "full"  # full | adapters | lora
+    adapter_size: int = 64  # bottleneck width m of each adapter
+    lora_rank: int = 8
+    lora_alpha: float = 16.0
+    lora_targets: str = "query,value"  # comma-separated names of the linear layers LoRA adapts
+    gradual_unfreezing: int | None = None  # full fine-tuning: unfreeze one more block every K steps from the top
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.adapter_size < 1 or self.lora_rank < 1 or not self.lora_alpha > 0:
+            raise ConfigError("adapter-size and lora-rank must be at least 1 and lora-alpha positive")
+        if self.gradual_unfreezing is not None and (self.gradual_unfreezing < 1 or self.method != "full"):
+            raise ConfigError("gradual-unfreezing K needs K >= 1 and --method full (adapters and LoRA keep the "
+                              "pre-trained weights frozen throughout)")
+
+    @property
+    def targets(self) -> list[str]:
+        return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
+
+
+@dataclass
+class Tuning:
+    """What `prepare` set up for one run: the report for metrics.json and the per-step update, if any."""
+
+    options: TuningOptions
+    report: dict[str, Any] = field(default_factory=dict)
+    unfreezing: GradualUnfreezing | None = None
+
+    def after_optimizer(self) -> Callable[[int], None] | None:
+        """Called once the optimizer holds every parameter: freeze what gradual unfreezing starts without;
+        returns the per-step update (step -> None) for the recipe to call after each optimizer step."""
+        if self.unfreezing is None:
+            return None
+        self.unfreezing.update(0)
+        return self.unfreezing.update
+
+    def finish(self, model: nn.Module) -> None:
+        """Before the weights are kept: LoRA merged into them (a plain model), everything trainable again."""
+        if self.options.method == "lora":
+            merge_lora(model)
+        for p in model.parameters():
+            p.requires_grad_(True)
+
+
+def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str]) -> Tuning:
+    """Apply the method to a fresh task model; `new_modules` (the head, a pooler the checkpoint lacked) always
+    train. Logs and reports trainable / total parameters."""
+    def is_new(name: str) -> bool:
+        return any(name.startswith(m + ".") for m in new_modules)
+
+    tuning = Tuning(options)
+    if options.method == "adapters":
+        layers = add_adapters(model, HOULSBY_LAYERS, options.adapter_size)
+        freeze_except(model, lambda n: ".adapter." in n or "LayerNorm" in n or is_new(n))
+        tuning.report["adapters"] = len(layers)
+    elif options.method == "lora":
+        try:
+            layers = add_lora(model, options.targets, options.lora_rank, options.lora_alpha)
+        except ValueError:
+            raise ConfigError(f"lora-targets {options.lora_targets!r} names no linear layer of the model "
+                              "(e.g. query,key,value,dense)") from None
+        freeze_except(model, lambda n: "lora_" in n or is_new(n))
+        tuning.report["lora_layers"] = len(layers)
+    elif options.gradual_unfreezing:
+        encoder = model.bert
+        tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *encoder.encoder.layer], options.gradual_unfreezing)
+    trainable, total = parameter_counts(model)
+    tuning.report.update(method=options.method, trainable_parameters=trainable, total_parameters=total)
+    log.info("%s: %s of %s parameters train (%.2f%%)", options.method, f"{trainable:,}", f"{total:,}",
+             100 * trainable / total)
+    return tuning

@@ -1,0 +1,350 @@
+"""T5's pre-training recipe (Raffel et al., 2020, sections 3.1-3.3) on the one training loop.
+
+    bertlab pretrain --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
+                     [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
+
+    objective  one of T5's denoising objectives (`bertlab.objectives.t5`), as the data was prepared with it
+               (`bertlab prepare --objective NAME`): by default the data's own; a name the data was not
+               prepared for is one line saying what it holds. The corruption is applied as batches are made
+               (`data.t5_loader`), anew each epoch, from (seed, position)
+    model      `T5ForConditionalGeneration` from a preset (t5-small ... t5-large, t5-v1_1-*, and the CPU-sized
+               t5-tiny, t5-mini: vocabulary and special ids taken from the data), a config.json, or a model
+               folder to continue from (`init_from`); `architecture` switches a preset or config to one of the
+               paper's three Transformer variants (section 3.2), all trained on the same batches
+    schedule   Adafactor with the inverse square root schedule: lr constant for `warmup` steps (10^4), then
+               lr · sqrt(warmup / step); lr by default 1/sqrt(warmup) = 0.01, so lr_n = 1/sqrt(max(n, 10^4)),
+               T5's. `--optimizer adamw` is the alternative (lr 1e-3 by default); `--schedule constant` too.
+               No gradient clipping by default (Adafactor clips its own updates)
+    run        the `Trainer`'s: exact resume (`--resume`, also after SIGKILL from the last periodic
+               checkpoint), `--time-budget` fitted from measured steps, bf16 autocast, torchrun
+    eval       held-out loss, perplexity, token accuracy and whole-target accuracy over the targets
+    output     RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; final/ is the Hugging Face layout
+               with the data's tokenizer (spiece.model, or vocab.txt with the sentinels), which `transformers`
+               (encoder-decoder) and `bertlab generate` load as is
+
+`is_t5_request` decides, from what a `bertlab pretrain` command states, whether this recipe or BERT's runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..checkpoint import atomic_directory, save_pretrained
+from ..config import read_json_object
+from ..errors import ConfigError
+from ..objectives import OBJECTIVES, get_objective, is_text_to_text
+from ..t5.config import ARCHITECTURES, PRESETS, T5Config
+from .loop import LoopConfig, Trainer, seed_everything, time_step
+from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse,
+                       start_run)
+from .runconfig import parse_duration
+from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+                    resolve_precision, resolved_settings, run_record, split_batch,
+                    write_run_config)
+from .t5_optim import OPTIMIZERS, SCHEDULES, build_schedule, build_t5_optimizer, check_optimization, default_lr
+
+log = logging.getLogger(__name__)
+
+T5_WARMUP = 10_000  # T5's constant-rate steps before the inverse square root decay
+
+
+@dataclass
+class T5PretrainConfig:
+    # what to train, on what, where
+    model: str = "t5-small"  # T5 preset, config.json or model folder
+    architecture: str | None = None  # encoder-decoder | decoder-only | prefix-lm (default: the config's)
+    data: str = ""  # DATA_DIR from `bertlab prepare --objective NAME`
+    out: str = ""  # RUN_DIR
+    init_from: str | None = None  # a Hugging Face-layout T5 folder to continue pre-training from
+    objective: str | None = None  # a T5 objective the data was prepared for (default: the data's)
+    # how long: one of the two
+    steps: int | None = None
+    time_budget: str | None = None
+    # batches
+    batch_size: int = 128  # sequences per optimizer step, all ranks together (T5: 128 of 512 tokens)
+    micro_batch_size: int | None = None
+    # optimisation
+    optimizer: str = "adafactor"  # adafactor | adamw
+    schedule: str = "inverse-sqrt"  # inverse-sqrt | constant
+    lr: float | None = None  # None: adafactor 1/sqrt(warmup) (T5's 0.01), adamw 1e-3
+    warmup: int = T5_WARMUP  # steps at the constant rate before the inverse square root decay
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = None  # None: no clipping (Adafactor clips its updates itself)
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    # evaluation, logs, checkpoints
+    eval_every: int | None = None
+    num_evals: int = 10
+    eval_batches: int | None = 50
+    eval_batch_size: int = 64
+    eval_at_start: bool = True
+    save_every: int | None = None
+    keep_last: int = 3
+    log_every: int = 1
+    seed: int = 0
+    num_workers: int = 1
+    device: str = "auto"
+    resume: bool = False
+    progress: bool = True
+    retain_freed_memory: bool = True
+
+    def validate(self) -> None:
+        if not self.data:
+            raise ConfigError("pretrain: give the data directory (--data DATA_DIR, from `bertlab prepare "
+                              "--objective NAME`)")
+        if not self.out:
+            raise ConfigError("pretrain: give the run directory (--out RUN_DIR)")
+        if self.objective is not None and not is_text_to_text(get_objective(self.objective)):
+            raise ConfigError(f"objective {self.objective} trains BERT, not T5; T5's objectives: "
+                              f"{', '.join(n for n, o in OBJECTIVES.items() if is_text_to_text(o))}")
+        if self.architecture is not None and self.architecture not in ARCHITECTURES:
+            raise ConfigError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        if self.steps is None and self.time_budget is None:
+            raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, got {self.steps}")
+        check_precision(self.precision)
+        check_optimization(self.optimizer, self.schedule)
+        if self.lr is not None and not self.lr > 0:
+            raise ConfigError(f"lr must be a positive number, got {self.lr}")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ConfigError(f"max-grad-norm must be a positive number, got {self.max_grad_norm}")
+        if not self.weight_decay >= 0 or self.warmup < 0:
+            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
+                              f"{self.warmup}")
+        for name in ("batch_size", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.time_budget is not None:
+            parse_duration(self.time_budget)
+
+
+# ---------------------------------------------------------------------------------------------- which recipe
+def _is_t5_model(source: Any) -> bool:
+    if not isinstance(source, str) or not source:
+        return False
+    if source in PRESETS:
+        return True
+    path = Path(source)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file() or path.suffix != ".json":
+        return False
+    try:
+        return read_json_object(path).get("model_type") == "t5"
+    except Exception:  # an unreadable config is the recipe's to report, in its own words
+        return False
+
+
+def _has_text_to_text_data(data_dir: Any) -> bool:
+    from ..data.shards import MANIFEST
+    from ..data.t5_data import is_text_to_text as is_t5_set
+
+    if not isinstance(data_dir, str) or not (Path(data_dir) / MANIFEST).is_file():
+        return False
+    try:
+        manifest = read_json_object(Path(data_dir) / MANIFEST)
+    except Exception:
+        return False
+    sets = manifest.get("instance_sets") or []
+    default = next((s for s in sets if s.get("name") == manifest.get("default_instance_set")), None)
+    if default is not None:  # what BERT's loader would read, were this BERT's run
+        return is_t5_set(default)
+    return bool(sets) and all(is_t5_set(s) for s in sets)
+
+
+def is_t5_request(stated: Mapping[str, Any]) -> bool:
+    """Whether a `bertlab pretrain` command (its stated settings: flags and `--config` keys) is T5's: a resumed
+    run of T5, a T5 objective, a T5 model, or -- when none of those is said -- data of text-to-text examples."""
+    if stated.get("resume") and stated.get("out"):
+        run_file = Path(stated["out"]) / RUN_CONFIG
+        if run_file.is_file():
+            saved = read_json_object(run_file)
+            return "architecture" in saved or _is_t5_model(saved.get("model"))
+    model = stated.get("init_from") or stated.get("model")
+    objective = stated.get("objective")
+    if isinstance(objective, str) and objective in OBJECTIVES:
+        t5 = is_text_to_text(OBJECTIVES[objective])
+        if model and _is_t5_model(model) != t5:
+            raise ConfigError(f"objective {objective} trains {'T5' if t5 else 'BERT'}, but {model} is a "
+                              f"{'BERT' if t5 else 'T5'} model")
+        return t5
+    if model:
+        return _is_t5_model(model)
+    return _has_text_to_text_data(stated.get("data"))
+
+
+# ---------------------------------------------------------------------------------------------- data, model
+def select_data(data_dir: str, objective: str | None):
+    """The text-to-text instance set to train on: the data's default one, or the one prepared for `objective`.
+    Every file is checked against the manifest here (a truncated shard stops the run before it starts)."""
+    from ..data.shards import load_manifest
+    from ..data.t5_data import TextToTextInfo, is_text_to_text as is_t5_set, select_text_to_text_set
+
+    manifest = load_manifest(data_dir)
+    chosen = select_text_to_text_set(manifest, Path(data_dir))  # none at all: the one-line "prepare" error
+    if objective is not None and chosen["objective"]["name"] != objective:
+        matching = [s for s in manifest["instance_sets"] if is_t5_set(s) and s["objective"]["name"] == objective]
+        if not matching:
+            have = sorted({s["objective"]["name"] for s in manifest["instance_sets"] if is_t5_set(s)})
+            raise ConfigError(f"{data_dir}: prepared for objective {', '.join(have)}, not {objective}; leave out "
+                              f"--objective, or add it with `bertlab prepare --out {data_dir} --objective {objective}`")
+        chosen = matching[-1]
+    return TextToTextInfo.from_manifest(Path(data_dir), manifest, chosen)
+
+
+def build_t5_config(cfg: T5PretrainConfig, info) -> T5Config:
+    """The model's config, made to fit the data: a preset takes the data's vocabulary and special ids (and room
+    for the longest sequence); a given config must already agree with them."""
+    source = cfg.init_from or cfg.model
+    config = T5Config.from_name_or_path(source)
+    vocab = info.vocab
+    special = dict(vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
+                   decoder_start_token_id=vocab.pad_id)
+    preset = cfg.init_from is None and source in PRESETS
+    if preset:
+        config = config.replace(**special)
+    else:
+        wrong = [f"{k} {getattr(config, k)} (the data's: {v})" for k, v in special.items() if getattr(config, k) != v]
+        if wrong:
+            raise ConfigError(f"{source}: {'; '.join(wrong)} -- {cfg.data} was prepared with another vocabulary "
+                              f"({info.vocab_file}); prepare the data with this model's, or use a preset")
+    if cfg.architecture is not None and cfg.architecture != config.architecture:
+        if cfg.init_from is not None:
+            raise ConfigError(f"{cfg.init_from} is a {config.architecture} model; --architecture {cfg.architecture} "
+                              "would need other weights")
+        config = config.replace(architecture=cfg.architecture)
+    # The longest sequence a step reads: the inputs, and for the decoder-only kinds the targets after them.
+    longest = info.max_seq_length + (0 if config.is_encoder_decoder else info.targets_length)
+    if longest > config.n_positions:
+        if not preset:
+            raise ConfigError(f"{source}: n_positions {config.n_positions} is shorter than the data's examples "
+                              f"({longest} tokens for a {config.architecture} model)")
+        config = config.replace(n_positions=longest)
+    return config
+
+
+def count_text_to_text_tokens(batch: Mapping[str, torch.Tensor]) -> int:
+    """Tokens a text-to-text step processes: the inputs' and the targets' (for tokens/s and compute budgets)."""
+    return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
+
+
+def export_t5(model: torch.nn.Module, path: Path, tokenizer) -> Path:
+    """config.json + model.safetensors + the tokenizer's files, in one atomic write."""
+    model.eval()
+    with atomic_directory(path) as tmp:
+        weights = save_pretrained(model, tmp / "weights")
+        for f in weights.iterdir():
+            f.rename(tmp / f.name)
+        weights.rmdir()
+        tokenizer.save_pretrained(tmp)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- the recipe
+def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = print,
+                       given: Collection[str] | None = None) -> PretrainResult:
+    """`given`: the settings the user stated; on resume the others are the run's own."""
+    from ..data.t5_loader import TextToTextDataset
+    from ..t5.model import T5ForConditionalGeneration
+    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+
+    cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
+
+    # ---- data and model, checked against each other before anything trains
+    info = select_data(cfg.data, cfg.objective)
+    cfg = dataclasses.replace(cfg, objective=info.objective.name)  # recorded: a resumed run trains the same
+    objective = get_objective(cfg.objective)
+    model_config = build_t5_config(cfg, info)
+    micro, accum = split_batch(cfg.batch_size, cfg.micro_batch_size, dist.world_size)
+
+    seed_everything(cfg.seed)
+    if cfg.init_from is not None:
+        model = T5ForConditionalGeneration.from_pretrained(cfg.init_from)
+    else:
+        model = T5ForConditionalGeneration(model_config)
+    model.to(dist.device).train()
+    resolved = resolved_settings(run_dir) if cfg.resume else {}
+    precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
+
+    def stream(start_sample: int):
+        ds = TextToTextDataset(cfg.data, "train", seed=cfg.seed, instance_set=info.instance_set, rank=dist.rank,
+                               world_size=dist.world_size, start_index=start_sample, batch_size=micro)
+        return ds.dataloader(num_workers=cfg.num_workers, pin_memory=dist.device.type == "cuda",
+                             persistent_workers=False)
+
+    def heldout() -> Iterable[dict]:
+        ds = TextToTextDataset(cfg.data, "heldout", seed=cfg.seed, instance_set=info.instance_set,
+                               batch_size=cfg.eval_batch_size)
+        loader = ds.dataloader(num_workers=0)
+        return islice(loader, cfg.eval_batches) if cfg.eval_batches else loader
+
+    stream(0)  # open every split now: a bad data directory is reported before training
+    heldout()
+
+    # ---- run length: given, or fitted to the time budget by timing real steps here
+    steps = resolved.get("steps") or cfg.steps
+    if steps is None:
+        budget = parse_duration(cfg.time_budget)
+        per_step = time_step(model, objective.loss, stream(0), accum, precision, dist.device)
+        eval_seqs = heldout_sequences(info.num_instances.get("heldout", 0), cfg.eval_batches, cfg.eval_batch_size)
+        eval_s = eval_seconds(eval_seqs, micro * accum * dist.world_size, per_step)
+        steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
+        say(f"time budget {cfg.time_budget}: {per_step:.2f}s per step -> {steps} steps")
+    samples = micro * accum * dist.world_size
+
+    def batches(step: int) -> Iterator[dict]:
+        return iter(stream(step * samples))  # seeks to the step's first sample: no replay on resume
+
+    # ---- optimisation: Adafactor (or AdamW) on T5's inverse square root schedule
+    lr = resolved.get("lr") or cfg.lr or default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
+    optimizer = build_t5_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
+    scheduler = build_schedule(cfg.schedule, optimizer, cfg.warmup)
+
+    def evaluate(m: torch.nn.Module) -> dict[str, float]:
+        return evaluate_pretraining(m, heldout(), dist.device, objective)
+
+    eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
+    save_every = cfg.save_every or max(1, steps // 10)
+    loop = LoopConfig(max_steps=steps, out_dir=run_dir, grad_accum=accum, precision=precision,
+                      max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
+                      save_every=save_every, keep_last=cfg.keep_last,
+                      time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
+                      seed=cfg.seed, progress=cfg.progress, retain_freed_memory=cfg.retain_freed_memory)
+    trainer = Trainer(model, optimizer, scheduler, objective.loss, batches, loop, evaluate=evaluate,
+                      token_counter=count_text_to_text_tokens, extra_state={"run_config": dataclasses.asdict(cfg)})
+    resume_or_refuse(trainer, cfg, run_dir, dist, say)
+    if dist.is_main:
+        write_run_config(run_dir, run_record(cfg, {
+            "steps": steps, "precision": precision, "lr": lr, "grad_accum": accum, "micro_batch_size": micro,
+            "world_size": dist.world_size, "instance_set": info.instance_set,
+            "objective_params": info.objective.params(), "model_config": model_config.to_dict()}))
+
+    say(f"pre-training T5 {model_config.architecture} ({model.num_parameters() / 1e6:.1f}M parameters) with "
+        f"{objective.name} on {cfg.data}: {steps} steps x {cfg.batch_size} examples of <= {info.max_seq_length} "
+        f"input tokens, {cfg.optimizer} lr {lr:g} ({cfg.schedule}, {cfg.warmup} warmup steps), {precision}, "
+        f"{dist.world_size} process(es), grad accumulation {accum}")
+
+    eval_before: dict[str, float] = {}
+    if cfg.eval_at_start and not cfg.resume:
+        eval_before = trainer.run_evaluation()
+    result = trainer.fit()
+
+    final_dir = None
+    if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
+        if dist.is_main:
+            final_dir = export_t5(model, run_dir / FINAL_DIR, load_text_to_text_tokenizer(info.vocab_file))
+            say(f"saved the model in Hugging Face layout to {final_dir}")
+    if dist.world_size > 1:
+        torch.distributed.barrier()
+    return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5", "is_t5_request",
+           "run_t5_pretraining", "select_data"]

@@ -1,0 +1,241 @@
+"""Fine-tuning methods: bottleneck adapters and LoRA (nn/adapters.py, train/methods.py), gradual unfreezing,
+early stopping and --max-steps in the recipe. Parameter counts against their formulas; only the intended
+parameters move; a merged LoRA model loads in `transformers` with the unmerged model's logits; an adapter
+model saves and loads with its adapters."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from bertlab import BertConfig, BertForSequenceClassification, BertTokenizer
+from bertlab.errors import ConfigError
+from bertlab.nn.adapters import (AdaptedLinear, GradualUnfreezing, add_adapters, add_lora, merge_lora,
+                                 parameter_counts)
+from bertlab.tasks import TASKS
+from bertlab.train import finetune as ft
+from bertlab.train import methods
+from bertlab.train.optim import adamw
+from own_data_support import news_rows, tiny_news_model, write_csv
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+H, LAYERS, FFN, LABELS = 32, 2, 64, 4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_news_model(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def news(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("news")
+    return write_csv(news_rows(96, 1), folder / "train.csv"), write_csv(news_rows(32, 2), folder / "dev.csv")
+
+
+def _setup(tiny, news, tuning: methods.TuningOptions):
+    """A fresh task model with the method applied, and one batch of the news table."""
+    cfg = ft.FinetuneConfig(task="text-classification", model=str(tiny), data=str(news[0]), out="-")
+    spec = TASKS[cfg.task].for_run(cfg)
+    start = ft.PretrainedStart(spec, tiny)
+    model = start.fresh(0).train()
+    tuned = methods.prepare(model, tuning, start.new_modules)
+    features = spec.featurize(spec.read(cfg.data, "train")[:16], BertTokenizer.from_pretrained(tiny), 64, True)
+    return spec, model, tuned, spec.collate(features)
+
+
+def _moved_after_steps(spec, model, batch, steps=3) -> set[str]:
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = adamw(model, lr=1e-2)
+    for _ in range(steps):
+        spec.loss(model, batch).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+
+
+# ---------------------------------------------------------------------------------------------- adapters
+def test_adapters_train_only_adapters_layer_norms_and_head(tiny, news):
+    spec, model, tuned, batch = _setup(tiny, news, methods.TuningOptions(method="adapters", adapter_size=8))
+    m = 8
+    adapters = 2 * LAYERS * (H * m + m + m * H + H)  # two per layer: down (H->m) and up (m->H), with biases
+    layer_norms = (1 + 2 * LAYERS) * 2 * H  # embeddings' + two per layer, weight and bias
+    head = H * LABELS + LABELS
+    assert tuned.report["trainable_parameters"] == adapters + layer_norms + head
+    assert tuned.report["total_parameters"] == sum(p.numel() for p in model.parameters())
+    moved = _moved_after_steps(spec, model, batch)
+    assert moved and all(".adapter." in k or "LayerNorm" in k or k.startswith("classifier.") for k in moved)
+    assert any(".adapter.up." in k for k in moved) and "classifier.weight" in moved
+
+
+def test_adapter_starts_as_identity_and_keeps_layer_names():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 4))
+    x = torch.randn(3, 6)
+    before = model(x)
+    names = add_adapters(model, ["2"], size=2)
+    assert names == ["2"] and isinstance(model[2], AdaptedLinear)
+    torch.testing.assert_close(model(x), before)  # W_up = 0: the adapted model starts as the model
+    assert {"2.weight", "2.bias", "2.adapter.down.weight", "2.adapter.up.bias"} <= set(model.state_dict())
+
+
+def test_adapter_model_saves_and_loads_with_its_adapters(tiny, news, tmp_path, capsys):
+    """The recipe with --method adapters: config.json lists the adapters, our loader rebuilds them (so
+    evaluate and predict see the trained model), and the metrics report the trainable parameter count."""
+    from bertlab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["--log-level", "WARNING", "finetune", "text-classification", "--model", str(tiny), "--train",
+                 str(news[0]), "--validation", str(news[1]), "--out", str(out), "--method", "adapters",
+                 "--adapter-size", "8", "--epochs", "1", "--batch-size", "16", "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    (run,) = metrics["runs"]
+    assert run["method"] == "adapters" and run["trainable_parameters"] < run["total_parameters"] / 5
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["adapters"]["size"] == 8 and len(config["adapters"]["layers"]) == 2 * LAYERS
+    loaded = BertForSequenceClassification.from_pretrained(out / "model")
+    assert isinstance(loaded.bert.encoder.layer[0].output.dense, AdaptedLinear)
+    capsys.readouterr()
+    assert main(["--log-level", "WARNING", "evaluate", "text-classification", "--model", str(out / "model"),
+                 "--data", str(news[1])]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["best_run"]["dev"]["accuracy"])
+
+
+# ---------------------------------------------------------------------------------------------- LoRA
+def test_lora_trains_only_the_factors_and_the_head(tiny, news):
+    spec, model, tuned, batch = _setup(tiny, news, methods.TuningOptions(method="lora", lora_rank=4))
+    r = 4
+    lora = LAYERS * 2 * (r * H + H * r)  # query and value: A (r, H) and B (H, r)
+    assert tuned.report["trainable_parameters"] == lora + H * LABELS + LABELS
+    moved = _moved_after_steps(spec, model, batch)
+    assert moved and all("lora_" in k or k.startswith("classifier.") for k in moved)
+
+
+def test_lora_reads_through_the_fused_qkv_projection():
+    """BERT's training path reads query/key/value weights directly (one fused matmul); LoRA as a weight
+    parametrization is seen there too, not only by module calls."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertForSequenceClassification(config)
+    add_lora(model, ["query", "value"], rank=2, alpha=4.0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    ids = torch.randint(5, 50, (2, 7))
+    train_logits = model.train()(ids).logits  # fused path
+    eval_logits = model.eval()(ids).logits  # per-module path
+    torch.testing.assert_close(train_logits, eval_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_merged_lora_loads_in_transformers_with_identical_logits(tiny, news, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    spec, model, tuned, batch = _setup(tiny, news, methods.TuningOptions(method="lora", lora_rank=4))
+    _moved_after_steps(spec, model, batch, steps=5)  # B != 0: the factors change the model
+    model.eval()
+    inputs = spec.model_inputs(batch)
+    with torch.no_grad():
+        unmerged = model(**inputs).logits
+        assert merge_lora(model) == 2 * LAYERS
+        torch.testing.assert_close(model(**inputs).logits, unmerged, atol=1e-5, rtol=1e-5)
+    model.save_pretrained(tmp_path / "merged")
+    keys = json.loads((tmp_path / "merged" / "config.json").read_text())
+    assert keys["architectures"] == ["BertForSequenceClassification"]
+    theirs = transformers.BertForSequenceClassification.from_pretrained(str(tmp_path / "merged")).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(**inputs).logits, unmerged, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- schedules
+def test_gradual_unfreezing_from_the_top():
+    blocks = [nn.Linear(2, 2) for _ in range(3)]
+    schedule = GradualUnfreezing(blocks, every=10)
+    trains = lambda: [b.weight.requires_grad for b in blocks]  # noqa: E731
+    assert schedule.update(0) == 0 and trains() == [False, False, False]
+    assert schedule.update(10) == 1 and trains() == [False, False, True]
+    assert schedule.update(25) == 2 and trains() == [False, True, True]
+    assert schedule.update(99) == 3 and trains() == [True, True, True]
+
+
+def test_recipe_gradual_unfreezing_max_steps_and_early_stopping(tiny, news, tmp_path):
+    cfg = ft.FinetuneConfig(task="text-classification", model=str(tiny), data=str(news[0]), out=str(tmp_path / "a"),
+                            max_steps=7, batch_size=16, progress=False,
+                            tuning=methods.TuningOptions(gradual_unfreezing=2))
+    metrics = ft.finetune(cfg)
+    (run,) = metrics["runs"]
+    assert run["steps"] == 7  # --max-steps rules over --epochs
+    stopped = ft.finetune(ft.FinetuneConfig(task="text-classification", model=str(tiny), data=str(news[0]),
+                                            out=str(tmp_path / "b"), epochs=20, lr=1e-5, batch_size=16,
+                                            eval_every=2, early_stopping=1, progress=False))
+    (run,) = stopped["runs"]
+    assert run["early_stopping"]["stopped"] and run["steps"] < 20 * 6
+    # the best evaluation's weights are what is scored and saved
+    assert stopped["best_run"]["dev"]["accuracy"] == pytest.approx(run["early_stopping"]["best_score"])
+
+
+def test_method_options_are_checked():
+    with pytest.raises(ConfigError, match="method must be one of full, adapters, lora"):
+        methods.TuningOptions(method="prefix")
+    with pytest.raises(ConfigError, match="gradual-unfreezing"):
+        methods.TuningOptions(method="lora", gradual_unfreezing=3)
+
+
+def test_parameter_counts_count_shared_tensors_once():
+    shared = nn.Linear(3, 3)
+    model = nn.Sequential(shared, shared, nn.Linear(3, 1))
+    model[2].weight.requires_grad_(False)
+    assert parameter_counts(model) == (12 + 1, 12 + 4)
+
+
+# ---------------------------------------------------------------------------------------------- multi-task mixing
+def test_mixing_rates_follow_t5s_rules():
+    from bertlab.data.mixing import mixing_rates, task_schedule
+
+    sizes = [1000, 100, 10]
+    assert mixing_rates(sizes) == pytest.approx([1000 / 1110, 100 / 1110, 10 / 1110])
+    assert mixing_rates(sizes, limit=100) == pytest.approx([100 / 210, 100 / 210, 10 / 210])  # capped at K
+    assert mixing_rates(sizes, "equal") == pytest.approx([1 / 3] * 3)
+    hot = mixing_rates(sizes, "temperature", temperature=2.0)
+    root = [(s / 1110) ** 0.5 for s in sizes]
+    assert hot == pytest.approx([r / sum(root) for r in root])
+    assert mixing_rates(sizes, "temperature", temperature=1.0) == pytest.approx(mixing_rates(sizes))
+    assert mixing_rates(sizes, "temperature", temperature=1e6) == pytest.approx([1 / 3] * 3, abs=1e-4)
+    schedule = task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert schedule == task_schedule(mixing_rates(sizes, limit=100), 21000, seed=1)
+    assert [schedule.count(t) / 21000 for t in range(3)] == pytest.approx([100 / 210, 100 / 210, 10 / 210], abs=0.01)
+    with pytest.raises(ValueError, match="mixing rule"):
+        mixing_rates(sizes, "uniform")
+
+
+def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
+    """`bertlab finetune multi`: two tasks, one encoder, a head each; batches mixed by the rule; each task's
+    model saved (the same encoder weights in both) and scored; then per-task fine-tuning from it."""
+    from bertlab.cli import main
+    from own_data_support import tagged_rows, write_jsonl
+
+    news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
+    tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
+    out = tmp_path / "out"
+    assert main(["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+                 "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
+                 "--out", str(out), "--mixing", "equal", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
+                 "--per-task-epochs", "1", "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["mixing_rates"] == {"text-classification": 0.5, "token-classification": 0.5}
+    assert metrics["steps"] == 8  # one epoch over both tasks' batches: 4 + 4
+    assert set(metrics["multi_task"]["text-classification"]) >= {"accuracy"}
+    assert "f1" in metrics["multi_task"]["token-classification"] and set(metrics["per_task"]) == {
+        "text-classification", "token-classification"}
+    a = BertForSequenceClassification.from_pretrained(out / "text-classification" / "model")
+    from bertlab import BertForTokenClassification
+    b = BertForTokenClassification.from_pretrained(out / "token-classification" / "model")
+    for (name, p), q in zip(a.bert.encoder.named_parameters(), b.bert.encoder.parameters()):
+        assert torch.equal(p, q), name
+    start = BertForSequenceClassification.from_pretrained(tiny)
+    assert not torch.equal(a.bert.encoder.layer[0].output.dense.weight, start.bert.encoder.layer[0].output.dense.weight)
+    assert (out / "text-classification" / "finetuned" / "model" / "config.json").is_file()

