@@ -57,7 +57,8 @@ def test_stsb_buckets_round_trip():
         value, valid = fmt.parse(text)
         assert valid and abs(value - x) <= 0.1 + 1e-9
         assert format_stsb(value) == text  # a bucket maps to itself
-    assert format_stsb(2.5) == "2.4" or format_stsb(2.5) == "2.6"  # a tie goes to one neighbour, not "2.5"
+    # the nearest 0.2; a tie (2.5 = 12.5 fifths) rounds half to even, as TensorFlow's `tf.round` does
+    assert (format_stsb(2.5), format_stsb(2.7), format_stsb(2.69), format_stsb(0.1)) == ("2.4", "2.8", "2.6", "0.0")
     assert fmt.parse("nonsense") == (-1.0, False) and fmt.parse("nan") == (-1.0, False)
 
 

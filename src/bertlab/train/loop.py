@@ -333,6 +333,22 @@ def shuffled_batches(dataset, batch_size: int, collate_fn: Callable | None = Non
                                        num_workers=num_workers, pin_memory=pin_memory)
 
 
+def mixed_batches(features: Sequence[Sequence[dict]], schedule: Sequence[int], micro: int, collate, seed: int,
+                  start: int, lengths: Sequence[Sequence[int] | None] | None = None) -> Iterator[Batch]:
+    """Micro-batches of a multi-task run from micro-batch `start` on: the task of micro-batch i is
+    `schedule[i]` (`data.mixing.task_schedule`). Each task has its own seeded stream (`shuffled_batches`, seed
+    `seed + task`) that seeks past the batches it already gave, so a run resumed at any step continues
+    exactly. `collate`: one function, or one per task; `lengths`: per task, feature lengths for
+    length-grouped batches (or None)."""
+    collates = collate if isinstance(collate, Sequence) else [collate] * len(features)
+    streams = [iter(shuffled_batches(f, micro, collate_fn=collates[i], seed=seed + i,
+                                     start=list(schedule[:start]).count(i),
+                                     lengths=lengths[i] if lengths is not None else None))
+               for i, f in enumerate(features)]
+    for task in schedule[start:]:
+        yield next(streams[task])
+
+
 def steps_per_epoch(num_examples: int, batch_size: int, grad_accum: int = 1, world_size: int = 1,
                     drop_last: bool = False) -> int:
     """Optimizer steps in one epoch of `shuffled_batches` (for `max_steps = epochs * steps_per_epoch(...)`)."""

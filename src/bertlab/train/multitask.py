@@ -35,9 +35,9 @@ from ..data.mixing import mixing_rates, task_schedule
 from ..errors import ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_length
-from .finetune import (MULTI_TASK, with_default_lr, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
-                       save_model)
-from .loop import LoopConfig, Trainer, shuffled_batches, steps_per_epoch
+from .finetune import (MULTI_TASK, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
+                       save_model, with_default_lr)
+from .loop import LoopConfig, Trainer, mixed_batches, steps_per_epoch
 from .optim import adamw, linear_warmup_decay
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 
@@ -104,16 +104,13 @@ def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
     log.info("multi-task: %s; mixing %s rates %s; %d steps", ", ".join(f"{n} ({s})" for n, s in zip(names, sizes)),
              options.mixing, ", ".join(f"{r:.3f}" for r in rates), total)
 
+    task_features = [data[name].train_features for name in names]
+    lengths = [[feature_length(f) for f in fs] for fs in task_features] if cfg.group_by_length else None
+
     def batches(step: int):
-        start = step * accum
-        iterators = {}
-        for i, name in enumerate(names):  # each task's stream seeks to the batches it already gave
-            lengths = [feature_length(f) for f in data[name].train_features] if cfg.group_by_length else None
-            iterators[name] = iter(shuffled_batches(data[name].train_features, micro, collate_fn=specs[name].collate,
-                                                    seed=cfg.seed + i, start=schedule[:start].count(i),
-                                                    lengths=lengths))
-        for t in schedule[start:]:
-            batch = next(iterators[names[t]])
+        stream = mixed_batches(task_features, schedule, micro, [specs[n].collate for n in names], cfg.seed,
+                               step * accum, lengths)
+        for t, batch in zip(schedule[step * accum:], stream):
             batch["task_index"] = torch.tensor(t)
             yield batch
 

@@ -202,6 +202,17 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     return config
 
 
+def pretraining_loop(cfg, steps: int, run_dir: Path, accum: int, precision: str) -> LoopConfig:
+    """The loop settings every pre-training recipe derives the same way from its config: evaluations
+    `num_evals` times a run and a checkpoint every tenth of it unless stated, the time budget in seconds."""
+    return LoopConfig(max_steps=steps, out_dir=run_dir, grad_accum=accum, precision=precision,
+                      max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every,
+                      eval_every=cfg.eval_every or max(1, steps // max(1, cfg.num_evals)),
+                      save_every=cfg.save_every or max(1, steps // 10), keep_last=cfg.keep_last,
+                      time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
+                      seed=cfg.seed, progress=cfg.progress, retain_freed_memory=cfg.retain_freed_memory)
+
+
 def start_run(config_class: type, cfg, may_change: Collection[str], given: Collection[str] | None,
               echo: Callable[[str], None]):
     """What every pre-training recipe does first (BERT's here, T5's in `t5_pretrain.py`): on resume take the
@@ -343,14 +354,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
         return evaluate_pretraining(m, batches, dist.device, objective)
 
-    eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
-    save_every = cfg.save_every or max(1, steps // 10)
-    loop = LoopConfig(max_steps=steps, out_dir=run_dir, grad_accum=accum, precision=precision,
-                      max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
-                      save_every=save_every, keep_last=cfg.keep_last,
-                      time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
-                      seed=cfg.seed, progress=cfg.progress,
-                      retain_freed_memory=cfg.retain_freed_memory)
+    loop = pretraining_loop(cfg, steps, run_dir, accum, precision)
     trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
                       extra_state={"run_config": dataclasses.asdict(cfg)})
     if refitting:

@@ -42,9 +42,9 @@ from ..config import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..t5.config import ARCHITECTURES, PRESETS, T5Config
-from .loop import LoopConfig, Trainer, seed_everything, time_step
+from .loop import Trainer, seed_everything, time_step
 from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse,
-                       start_run)
+                       pretraining_loop, start_run)
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
                     resolve_precision, resolved_settings, run_record, split_batch,
@@ -310,13 +310,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
         return evaluate_pretraining(m, heldout(), dist.device, objective)
 
-    eval_every = cfg.eval_every or max(1, steps // max(1, cfg.num_evals))
-    save_every = cfg.save_every or max(1, steps // 10)
-    loop = LoopConfig(max_steps=steps, out_dir=run_dir, grad_accum=accum, precision=precision,
-                      max_grad_norm=cfg.max_grad_norm, log_every=cfg.log_every, eval_every=eval_every,
-                      save_every=save_every, keep_last=cfg.keep_last,
-                      time_budget=parse_duration(cfg.time_budget) if cfg.time_budget else None,
-                      seed=cfg.seed, progress=cfg.progress, retain_freed_memory=cfg.retain_freed_memory)
+    loop = pretraining_loop(cfg, steps, run_dir, accum, precision)
     trainer = Trainer(model, optimizer, scheduler, objective.loss, batches, loop, evaluate=evaluate,
                       token_counter=count_text_to_text_tokens, extra_state={"run_config": dataclasses.asdict(cfg)})
     resume_or_refuse(trainer, cfg, run_dir, dist, say)

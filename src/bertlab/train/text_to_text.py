@@ -41,7 +41,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ from ..t5.config import T5Config
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
 from .finetune import MultiTaskOptions, StepCallback, mean_sd, subset
-from .loop import LoopConfig, Trainer, check_writable, shuffled_batches, steps_per_epoch
+from .loop import LoopConfig, Trainer, check_writable, mixed_batches, steps_per_epoch
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
 from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
 from .t5_pretrain import export_t5
@@ -230,18 +230,6 @@ class TextToTextCollator:
             mask[k, :len(f["input_ids"])] = 1
             labels[k, :len(f["labels"])] = torch.tensor(f["labels"], dtype=torch.long)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-
-def mixed_batches(features: Sequence[Sequence[dict]], schedule: Sequence[int], micro: int, collate, seed: int,
-                  start: int) -> Iterator[dict]:
-    """Micro-batches from micro-batch `start` of a mixed run: the task of each is `schedule[i]`; each task's
-    own stream (seeded, epoch after epoch) seeks to the batches it already gave, so a run resumed at any step
-    continues exactly (`loop.Trainer`)."""
-    streams = [iter(shuffled_batches(f, micro, collate_fn=collate, seed=seed + i,
-                                     start=list(schedule[:start]).count(i)))
-               for i, f in enumerate(features)]
-    for task in schedule[start:]:
-        yield next(streams[task])
 
 
 # ---------------------------------------------------------------------------------------------- methods
