@@ -53,8 +53,8 @@ TASKS = {
 METRICS = {"sst2": ("accuracy",), "mrpc": ("f1", "accuracy")}
 
 
-def write_csv(tsv: Path, out: Path, columns: dict[str, str], limit: int | None) -> Path:
-    """A GLUE TSV (tab only, no quoting) as a standard CSV with renamed columns."""
+def write_csv(tsv: Path, out: Path, columns: dict[str, str], limit: int | None) -> tuple[Path, int]:
+    """A GLUE TSV (tab only, no quoting) as a standard CSV with renamed columns; returns it and its row count."""
     with open(tsv, encoding="utf-8-sig") as f:
         rows = [line.rstrip("\r\n").split("\t") for line in f]
     header, body = rows[0], [r for r in rows[1:] if len(r) >= len(rows[0])]
@@ -62,8 +62,8 @@ def write_csv(tsv: Path, out: Path, columns: dict[str, str], limit: int | None) 
     with open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(columns.values())
-        writer.writerows([r[i] for i in idx] for r in body[:limit])
-    return out
+        writer.writerows([r[i] for i in idx] for r in body[:limit or None])
+    return out, len(body[:limit or None])
 
 
 # ---------------------------------------------------------------------------------------------- the two sides
@@ -166,7 +166,7 @@ def main() -> int:
     p.add_argument("--data", type=Path, default=Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data")))
     p.add_argument("--tasks", default="sst2,mrpc")
     p.add_argument("--train-limit", type=int, default=256)
-    p.add_argument("--eval-limit", type=int, default=200)
+    p.add_argument("--eval-limit", type=int, default=200, help="dev rows (0: the whole dev set)")
     p.add_argument("--epochs", type=float, default=3.0)
     p.add_argument("--lr", type=float, default=5e-5)
     p.add_argument("--adapter-lr", type=float, default=1e-3)
@@ -199,9 +199,10 @@ def main() -> int:
         work = Path(work)
         for task in args.tasks.split(","):
             folder, columns = TASKS[task][0], TASKS[task][1]
-            train = write_csv(args.data / folder / "train.tsv", work / f"{task}-train.csv", columns, args.train_limit)
-            dev = write_csv(args.data / folder / "dev.tsv", work / f"{task}-dev.csv", columns, args.eval_limit)
-            row = {"task": task, "train": args.train_limit, "dev": args.eval_limit, "bertlab": [], "hf": [],
+            train, n_train = write_csv(args.data / folder / "train.tsv", work / f"{task}-train.csv", columns,
+                                       args.train_limit)
+            dev, n_dev = write_csv(args.data / folder / "dev.tsv", work / f"{task}-dev.csv", columns, args.eval_limit)
+            row = {"task": task, "train": n_train, "dev": n_dev, "bertlab": [], "hf": [],
                    "adapters": [], "lr": args.lr, "adapter_lr": args.adapter_lr}
             for k in range(args.seeds):
                 seed = args.seed + k

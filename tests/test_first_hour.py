@@ -200,6 +200,20 @@ def test_every_model_option_takes_a_cached_name(mlm_model_dir, tmp_path, monkeyp
         assert main(argv) == 2, command
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "models--me--absent" in err, (command, err)
+    # serve's per-route models too (checked by argparse, before any import of the service's extras)
+    for option in ("--model", "--classify-model", "--qa-model", "--fill-mask-model", "--generate-model"):
+        argv = ["serve", "--model", str(mlm_model_dir), option, "me/absent"]
+        assert main(argv) == 2, option
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "models--me--absent" in err, (option, err)
+    import argparse
+
+    from bertlab.cli import serve
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args(["--model", "me/tiny-mlm", "--fill-mask-model", "me/tiny-mlm"])
+    assert args.fill_mask_model == args.model == tmp_path / "hub" / "models--me--tiny-mlm" / "snapshots" / "r1"
 
 
 # ---------------------------------------------------------------------------------------------- the step plan

@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.batcher import Limits
     from ..infer.embeddings import POOLINGS
     from ..infer.runtime import add_inference_arguments
+    from ..model_names import model_path
     from .embed import add_embedding_arguments
 
     add_inference_arguments(p)
@@ -30,11 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"require 'Authorization: Bearer KEY' on every route but /health (default: ${API_KEY_ENV})")
     p.add_argument("--served-model-name", metavar="NAME",
                    help="the model's id in /v1/models and /info (default: the folder's name)")
-    p.add_argument("--classify-model", metavar="DIR",
+    # Each a folder or a name in the local Hugging Face cache, as --model.
+    p.add_argument("--classify-model", metavar="DIR|NAME", type=model_path,
                    help="a sequence-classification model for /classify and /predict (one output: /rerank)")
-    p.add_argument("--qa-model", metavar="DIR", help="a question-answering model for /qa")
-    p.add_argument("--fill-mask-model", metavar="DIR", help="a masked-LM model for /fill-mask")
-    p.add_argument("--generate-model", metavar="DIR", help="a T5 model for /generate")
+    p.add_argument("--qa-model", metavar="DIR|NAME", type=model_path, help="a question-answering model for /qa")
+    p.add_argument("--fill-mask-model", metavar="DIR|NAME", type=model_path, help="a masked-LM model for /fill-mask")
+    p.add_argument("--generate-model", metavar="DIR|NAME", type=model_path, help="a T5 model for /generate")
     add_embedding_arguments(p, POOLINGS)
     d = Limits()
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens, metavar="N",
