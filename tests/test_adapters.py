@@ -239,3 +239,65 @@ def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
     start = BertForSequenceClassification.from_pretrained(tiny)
     assert not torch.equal(a.bert.encoder.layer[0].output.dense.weight, start.bert.encoder.layer[0].output.dense.weight)
     assert (out / "text-classification" / "finetuned" / "model" / "config.json").is_file()
+
+
+def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, tmp_path, monkeypatch, capsys):
+    """Ctrl-C in the multi-task stage writes a checkpoint; `--resume` (needing only --out) continues it bitwise
+    -- the same scores and the same saved models as a run never stopped -- and goes on to the per-task stage."""
+    import os
+    import signal
+
+    from safetensors.torch import load_file
+
+    from bertlab.cli import main
+    from bertlab.train import multitask
+    from own_data_support import tagged_rows, write_jsonl
+
+    news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
+    tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
+
+    def args(out):
+        return ["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+                "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
+                "--out", str(out), "--mixing", "proportional", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
+                "--per-task-epochs", "1", "--no-progress"]
+
+    def interrupt_at(patched, n):
+        real, count = multitask.mixed_batches, {"n": 0}
+
+        def counting(*a, **k):
+            for batch in real(*a, **k):
+                count["n"] += 1
+                if count["n"] == n:
+                    os.kill(os.getpid(), signal.SIGINT)
+                yield batch
+
+        patched.setattr(multitask, "mixed_batches", counting)
+        return count
+
+    reference, out = tmp_path / "reference", tmp_path / "out"
+    assert main(args(reference)) == 0
+    with monkeypatch.context() as patched:
+        interrupt_at(patched, 3)
+        assert main(args(out)) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted in {out / 'runs'} at step 3; checkpoint" in err and "--resume" in err
+    assert (out / "runs" / "checkpoints" / "step-00000003").is_dir() and not (out / "metrics.json").exists()
+    assert main(args(out)) == 2 and "pass --resume" in capsys.readouterr().err  # a fresh start into it: refused
+    with monkeypatch.context() as patched:
+        drawn = interrupt_at(patched, -1)
+        assert main(["--log-level", "WARNING", "finetune", "multi", "--out", str(out), "--resume"]) == 0
+    assert drawn["n"] == 8 - 3  # the rest of the multi-task stage only: nothing trained twice
+    a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, out))
+    assert a["multi_task"] == b["multi_task"] and a["steps"] == b["steps"] == 8
+    assert [r["dev"] for r in a["per_task"].values()] == [r["dev"] for r in b["per_task"].values()]
+    for task in ("text-classification", "token-classification"):
+        for sub in ("model", "finetuned/model"):
+            wa, wb = (load_file(str(d / task / sub / "model.safetensors")) for d in (reference, out))
+            assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), (task, sub)
+    assert not (out / "runs" / "checkpoints").exists()  # the stage's training state is dropped once it is done
+    # A finished stage is not trained again: a resume after it only re-runs what the per-task stage left.
+    with monkeypatch.context() as patched:
+        drawn = interrupt_at(patched, -1)
+        assert main(["--log-level", "WARNING", "finetune", "multi", "--out", str(out), "--resume"]) == 0
+    assert drawn["n"] == 0

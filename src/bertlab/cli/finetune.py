@@ -136,14 +136,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(FinetuneConfig, args, base=base)
     if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
         cfg.model = str(resolve_model(cfg.model))
-    if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
-        from ..train.multitask import finetune_multi
-
-        metrics = finetune_multi(cfg)
-        print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
-                         | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
-        return 0
     try:
+        if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
+            from ..train.multitask import finetune_multi
+
+            metrics = finetune_multi(cfg, given=given_fields(FinetuneConfig, args))
+            print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
+                             | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
+            return 0
         metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
     except FinetuneInterrupted as stop:  # tell the truth: --resume continues only from a saved checkpoint
         where = stop.result.checkpoint

@@ -73,6 +73,7 @@ class DemoSettings:
     decay_fraction: float = 0.5
     heldout_fraction: float = 0.1  # of the documents
     num_evals: int = 6  # held-out points on the curves
+    seed: int = 0  # the model's initialisation and the order of the batches (the data's draws are fixed)
 
     def model_config(self, vocab_size: int):
         from ..config import preset
@@ -185,7 +186,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
                          seq_len=length, batch_size=settings.batch_size, lr=settings.lr, warmup=settings.warmup,
                          decay_fraction=settings.decay_fraction,
                          phase2_seq_len=0, eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0,
-                         num_evals=settings.num_evals)
+                         num_evals=settings.num_evals, seed=settings.seed)
     run = run_pretraining(cfg, echo=lambda s: echo("      " + s))
     if run.train.interrupted:
         echo(f"interrupted; continue with: bertlab pretrain --demo --out {out} --resume")

@@ -14,8 +14,15 @@ optional limit K, temperature T, or equal), seeded, then a batch of that task; t
 
 OUT/
     metrics.json            per task: dev scores of the multi-task model (and after per-task fine-tuning)
+    multi_task.json         the multi-task stage is done: its scores, written after every {task}/model/
+    runs/                   the multi-task training's metrics.jsonl, and its checkpoints while it runs
     {task}/model/           each task's model (Hugging Face layout: the shared encoder + that task's head)
     {task}/finetuned/       with --per-task-epochs: the bertlab finetune output of that task from {task}/model
+
+Resume (`--resume`, after Ctrl-C, SIGTERM or a crash), as for one task: the multi-task training is
+checkpointed on a signal and every `--save-every` steps (`runs/checkpoints/`, dropped once the stage is
+done) and continues bitwise from there -- the mixing schedule and the batches seek to the step; a finished
+stage (multi_task.json) is not trained again, and the per-task stage resumes each task's own sweep.
 """
 
 from __future__ import annotations
@@ -24,24 +31,29 @@ import dataclasses
 import json
 import logging
 import math
-import time
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from ..checkpoint import atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
-from ..errors import ConfigError
+from ..errors import BertlabError, ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_length
-from .finetune import (MULTI_TASK, FinetuneConfig, MultiTaskOptions, PretrainedStart, finetune, load_task_data,
-                       save_model, with_default_lr)
-from .loop import LoopConfig, Trainer, mixed_batches, steps_per_epoch
+from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,
+                       PretrainedStart, _FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
+from .loop import CHECKPOINT_DIR, LoopConfig, latest_checkpoint, mixed_batches, steps_per_epoch
 from .optim import adamw, linear_warmup_decay
-from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
+                    write_run_config)
 
 log = logging.getLogger(__name__)
+
+STAGE_FILE = "multi_task.json"  # the multi-task stage is done (its models saved): a resume skips it
+
 
 class MultiTaskModel(nn.Module):
     """The task models, sharing one encoder: `models[name]` is a complete BertFor* whose `.bert` is shared."""
@@ -68,10 +80,14 @@ def task_data_paths(data: str, names: list[str]) -> dict[str, str]:
     return paths
 
 
-def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
-    """The recipe above, from a `FinetuneConfig` whose `task` is "multi" and `multi` holds the options."""
+def finetune_multi(cfg: FinetuneConfig, given=None) -> dict[str, Any]:
+    """The recipe above, from a `FinetuneConfig` whose `task` is "multi" and `multi` holds the options;
+    `given`: the settings stated on the command line (on resume, only those may override the run's own)."""
     from ..tokenizer import BertTokenizer
 
+    out = Path(cfg.out)
+    if cfg.resume:  # the run's own settings rule, as for one task
+        cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     cfg = with_default_lr(cfg)
     options: MultiTaskOptions = cfg.multi
     names = options.names
@@ -80,10 +96,15 @@ def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
     unknown = [n for n in names if n not in TASKS or n == MULTI_TASK]
     if unknown:
         raise ConfigError(f"unknown task {unknown[0]!r} in --tasks; expected names from: {', '.join(TASKS)}")
-    if cfg.resume:
-        raise ConfigError("finetune multi has no --resume (its runs keep no checkpoints); run it again without it")
     paths = task_data_paths(cfg.data, names)
-    out = Path(cfg.out)
+    run_dir = out / "runs"
+    if not cfg.resume and latest_checkpoint(run_dir) is not None:
+        raise BertlabError(f"{out}: holds an interrupted multi-task fine-tuning ({latest_checkpoint(run_dir)}); "
+                           "pass --resume to continue it, or choose another --out")
+    if cfg.resume and (out / STAGE_FILE).is_file():  # the multi-task stage finished in an earlier session
+        log.info("the multi-task stage is done (%s); resuming after it", out / STAGE_FILE)
+        metrics = json.loads((out / STAGE_FILE).read_text(encoding="utf-8"))
+        return per_task_stage(cfg, options, names, paths, metrics, out)
     out.mkdir(parents=True, exist_ok=True)
     device = resolve_device(cfg.device)
     tokenizer = BertTokenizer.from_pretrained(cfg.model)
@@ -120,16 +141,18 @@ def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
 
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
-    loop = LoopConfig(max_steps=total, out_dir=out / "runs", grad_accum=accum, precision=cfg.precision,
+    loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=accum, precision=cfg.precision,
                       max_grad_norm=cfg.max_grad_norm, log_every=max(1, total // 50), seed=cfg.seed,
                       progress=cfg.progress, retain_freed_memory=cfg.retain_freed_memory, tensorboard=False,
-                      save_every=None)
-    t0 = time.perf_counter()
-    result = Trainer(model, optimizer, scheduler, loss_fn, batches, loop).fit()
+                      save_every=cfg.save_every)
+    # Checkpoints on a signal and every --save-every steps only (as one task's runs: the models are exported
+    # at the end anyway); a resume continues from the latest.
+    trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop)
+    result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))
     if result.interrupted:
-        raise KeyboardInterrupt
+        raise FinetuneInterrupted(run_dir, result)
     metrics: dict[str, Any] = {"tasks": names, "mixing": options.mixing, "mixing_rates": dict(zip(names, rates)),
-                               "steps": result.step, "train_seconds": round(time.perf_counter() - t0, 1),
+                               "steps": result.step, "train_seconds": round(trainer.elapsed, 1),
                                "multi_task": {}, "per_task": {}}
     for name in names:
         spec, task_model = specs[name], model.models[name]
@@ -140,12 +163,23 @@ def finetune_multi(cfg: FinetuneConfig) -> dict[str, Any]:
             batch_size=cfg.eval_batch_size, out_dir=out / name, device=device, autocast_dtype=autocast_dtype(cfg.precision),
             features=data[name].eval_features[split])
         save_model(task_model, out / name / "model", tokenizer)
-    if options.per_task_epochs:  # MT-DNN's second stage: each task alone, from its multi-task model
+    atomic_write_text(out / STAGE_FILE, json.dumps(metrics, indent=2) + "\n")  # after every model: the stage is done
+    shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # its training state is no longer needed
+    return per_task_stage(cfg, options, names, paths, metrics, out)
+
+
+def per_task_stage(cfg: FinetuneConfig, options: MultiTaskOptions, names: list[str], paths: dict[str, str],
+                   metrics: dict[str, Any], out: Path) -> dict[str, Any]:
+    """MT-DNN's second stage (with --per-task-epochs): each task alone, from its multi-task model, as
+    `bertlab finetune TASK` would (a resume continues a task's sweep where it stopped); then metrics.json."""
+    if options.per_task_epochs:
         for name in names:
+            single_out = out / name / "finetuned"
             single = FinetuneConfig(**{**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)},
                                        "task": name, "data": paths[name], "model": str(out / name / "model"),
-                                       "out": str(out / name / "finetuned"), "epochs": options.per_task_epochs,
-                                       "multi": MultiTaskOptions()})
+                                       "out": str(single_out), "epochs": options.per_task_epochs,
+                                       "multi": MultiTaskOptions(),
+                                       "resume": cfg.resume and (single_out / RUN_CONFIG).is_file()})
             metrics["per_task"][name] = finetune(single)["best_run"]
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics
