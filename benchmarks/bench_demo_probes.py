@@ -27,7 +27,14 @@ sys.path.insert(0, str(ROOT / "src"))
 from bertlab.train.demo import PROBES, DemoSettings, fill_in_the_blank, run_demo  # noqa: E402
 
 CANDIDATES = [
-    *PROBES,
+    # the demo's first six probes (until the screening below replaced three that no screening run got right)
+    ('a python program can raise an exception with the "[MASK]" statement.', "raise"),
+    ('it terminates the nearest enclosing [MASK], skipping the optional "else" clause.', "loop"),
+    ("a function definition is an executable [MASK].", "statement"),
+    ("if the index is out of range, an [MASK] is raised.", "exception"),
+    ("the [MASK] of the expression is assigned to the target.", "value"),
+    ("names are bound to [MASK] in the local namespace.", "objects"),
+    # written for the screening, each around a word the docs' own neighbours determine
     ("every object is an [MASK] of some class.", "instance"),
     ("the operands are evaluated from [MASK] to right.", "left"),
     ('the "with" statement calls the [MASK] manager first.', "context"),
@@ -65,10 +72,12 @@ def main() -> int:
                 shown = ", ".join(f"{w} {q:.0%}" for w, q in guesses)
                 hits[text].append((want in words, dict(guesses).get(want, 0.0)))
                 print(f"    {'ok' if want in words else '--'} {text:62s} -> {shown}  ({want})", flush=True)
-    print(f"\n| candidate | docs' word | top 3, seeds {args.seeds} |\n|---|---|---|")
+    print(f"\n| candidate (* the demo's probes) | docs' word | in the top 3 (its probability), seeds {args.seeds} |"
+          "\n|---|---|---|")
     for text, want in CANDIDATES:
-        marks = " / ".join("yes" if ok else "no" for ok, _ in hits[text])
-        print(f"| {text} | {want} | {marks} |")
+        marks = " / ".join(f"{'yes' if ok else 'no'} ({q:.2f})" for ok, q in hits[text])
+        star = "*" if (text, want) in PROBES else ""
+        print(f"| {star}{text} | {want} | {marks} |")
     if args.json:
         args.json.write_text(json.dumps({"seeds": seeds, "hits": hits}, indent=2))
     return 0

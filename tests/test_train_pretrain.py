@@ -349,7 +349,7 @@ def test_demo_end_to_end(tmp_path, capsys):
                  "--no-progress"]) == 0
     text = capsys.readouterr().out
     for expected in ("[1/5] corpus", "[2/5] vocabulary", "[3/5] data", "[4/5] pre-training", "masked-word accuracy",
-                     "next-sentence accuracy", "fill in the blank", "(the docs: raise)", "ended the run",
+                     "next-sentence accuracy", "fill in the blank", "(the docs: loop)", "ended the run",
                      "blanks filled with the docs' word in the top 3", "bertlab fill-mask --model",
                      "bertlab finetune sst2 --model", "bertlab serve --model"):
         assert expected in text
@@ -393,3 +393,16 @@ def test_run_config_file_then_flags(tmp_path):
     run_file.write_text(json.dumps({"steps": "many"}))
     with pytest.raises(ConfigError, match="'steps' must be int"):
         config_from_args(pt.PretrainConfig, parser.parse_args(["--config", str(run_file)]))
+
+
+def test_demo_probes_can_be_filled(tmp_path):
+    """Every fill-in probe has one [MASK], and its word is a whole token of the vocabulary the demo learns
+    (a word cut into pieces could never be the top guess for one blank)."""
+    from bertlab.tokenizer.train import train_vocab
+    from bertlab.train.demo import PROBES, DemoSettings, write_stdlib_corpus
+
+    corpus = write_stdlib_corpus(tmp_path / "docs.txt")
+    vocab, _ = train_vocab([corpus], DemoSettings().vocab_size)
+    assert len(PROBES) == 6 and len({want for _, want in PROBES}) == 6
+    for text, want in PROBES:
+        assert text.count("[MASK]") == 1 and want in vocab, (text, want)

@@ -30,14 +30,18 @@ import torch
 
 from ..errors import BertlabError
 
-# Sentences in the docs' own style (keywords in quotes), each with one [MASK] and the word the docs use there.
+# Sentences in the docs' own style (keywords in quotes, not copied from them), each with one [MASK] whose word
+# the docs' usage determines. Chosen by `benchmarks/bench_demo_probes.py` from 21 candidates on two demo runs
+# with other seeds (1 and 2; the demo itself uses 0): six with different answers that both runs got right.
+# Three of the demo's earlier probes ("an executable [MASK]", "the [MASK] of the expression", "bound to
+# [MASK]") neither run got right: several words fit them ("an executable object" is good English).
 PROBES = [
-    ('a python program can raise an exception with the "[MASK]" statement.', "raise"),
     ('it terminates the nearest enclosing [MASK], skipping the optional "else" clause.', "loop"),
-    ("a function definition is an executable [MASK].", "statement"),
     ("if the index is out of range, an [MASK] is raised.", "exception"),
-    ("the [MASK] of the expression is assigned to the target.", "value"),
-    ("names are bound to [MASK] in the local namespace.", "objects"),
+    ("every object is an [MASK] of some class.", "instance"),
+    ('the "with" statement calls the [MASK] manager first.', "context"),
+    ("this [MASK] should return a new object.", "method"),
+    ("the operands are evaluated from [MASK] to right.", "left"),
 ]
 
 # How long everything after training takes (step timing, final export, fill-in, the PNG): kept out of the
@@ -222,10 +226,10 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
     if curves is not None:
         echo(f"      curves: {curves} (loss, held-out accuracy, learning rate, tokens/s)")
     echo(f"done in {format_duration(time.perf_counter() - started)}. Next:")
-    echo(f'  bertlab fill-mask --model {model} --format text "a function definition is an executable [MASK]."')
+    echo(f'  bertlab fill-mask --model {model} --format text "every object is an [MASK] of some class."')
     echo(f"  bertlab finetune sst2 --model {model} --data glue_data/SST-2 --out runs/demo-sst2   "
          "# any task of README: Fine-tuning")
-    echo(f"  bertlab serve --model {model}   # then: curl -d '{{\"texts\": [\"the [MASK] statement\"]}}' "
+    echo(f"  bertlab serve --model {model}   # then: curl -d '{{\"texts\": [\"this [MASK] should return a new object.\"]}}' "
          "localhost:8000/fill-mask")
     return 0
 
