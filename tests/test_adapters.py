@@ -151,6 +151,85 @@ def test_merged_lora_loads_in_transformers_with_identical_logits(tiny, news, tmp
         torch.testing.assert_close(theirs(**inputs).logits, unmerged, atol=1e-5, rtol=1e-5)
 
 
+def test_unmerged_lora_saves_as_a_peft_adapter_that_peft_and_bertlab_load(tiny, news, tmp_path, capsys):
+    """`--no-lora-merge`: OUT/model holds the factors and the head alone (no full weights) in PEFT's layout
+    over the pre-trained folder; `peft` on `transformers` and bertlab both load it with the trained model's
+    logits, and evaluate / predict take it as any model folder."""
+    from safetensors.torch import load_file
+
+    from bertlab.cli import main
+
+    out = tmp_path / "out"
+    assert main(["--log-level", "WARNING", "finetune", "text-classification", "--model", str(tiny), "--train",
+                 str(news[0]), "--validation", str(news[1]), "--out", str(out), "--method", "lora", "--lora-rank",
+                 "4", "--no-lora-merge", "--epochs", "2", "--batch-size", "16", "--lr", "1e-2", "--no-progress"]) == 0
+    folder = out / "model"
+    assert {"adapter_config.json", "adapter_model.safetensors", "config.json", "vocab.txt"} <= {
+        p.name for p in folder.iterdir()} and not (folder / "model.safetensors").exists()
+    adapter = json.loads((folder / "adapter_config.json").read_text())
+    assert adapter["peft_type"] == "LORA" and adapter["task_type"] == "SEQ_CLS" and adapter["r"] == 4
+    assert adapter["base_model_name_or_path"] == str(tiny.resolve()) and adapter["modules_to_save"] == ["classifier"]
+    tensors = load_file(str(folder / "adapter_model.safetensors"))
+    assert len([k for k in tensors if ".lora_" in k]) == 2 * 2 * LAYERS  # A and B for query and value per layer
+    assert sum(v.numel() for v in tensors.values()) == json.loads((out / "metrics.json").read_text())["runs"][0][
+        "trainable_parameters"]  # what trained is what is saved
+    assert any(v.abs().sum() > 0 for k, v in tensors.items() if "lora_B" in k)  # trained: B left zero
+
+    ours = BertForSequenceClassification.from_pretrained(folder)
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    enc = tokenizer(["the markets rallied on the news", "the striker scored twice"], padding=True,
+                    return_tensors="pt")
+    with torch.no_grad():
+        logits = ours(**enc).logits
+        merge_lora(ours)  # the same model, merged: the same logits
+        torch.testing.assert_close(ours(**enc).logits, logits, atol=1e-5, rtol=1e-5)
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    config = json.loads((folder / "config.json").read_text())
+    base = transformers.BertForSequenceClassification.from_pretrained(
+        str(tiny), num_labels=LABELS, id2label={int(k): v for k, v in config["id2label"].items()})
+    theirs = peft.PeftModel.from_pretrained(base, str(folder)).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(**enc).logits, logits, atol=1e-5, rtol=1e-5)
+    capsys.readouterr()
+    assert main(["--log-level", "WARNING", "evaluate", "text-classification", "--model", str(folder),
+                 "--data", str(news[1])]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["best_run"]["dev"]["accuracy"])
+
+
+def test_a_lora_adapter_folder_with_problems_is_one_clear_error(tiny, tmp_path):
+    from bertlab.errors import CheckpointError
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    write = lambda **c: (folder / "adapter_config.json").write_text(json.dumps(  # noqa: E731
+        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["query"],
+         "base_model_name_or_path": str(tiny), **c}))
+    write(peft_type="IA3")
+    with pytest.raises(CheckpointError, match="LoRA adapters only"):
+        BertForSequenceClassification.from_pretrained(folder)
+    write(use_dora=True)
+    with pytest.raises(CheckpointError, match="use_dora"):
+        BertForSequenceClassification.from_pretrained(folder)
+    write(base_model_name_or_path=str(tmp_path / "gone"))
+    with pytest.raises(Exception, match="gone: no such base model folder"):
+        BertForSequenceClassification.from_pretrained(folder)
+    write()
+    with pytest.raises(CheckpointError, match="adapter_model.safetensors: cannot read"):
+        BertForSequenceClassification.from_pretrained(folder)
+    from safetensors.torch import save_file
+
+    save_file({"base_model.model.bert.encoder.layer.0.attention.self.query.lora_A.weight": torch.zeros(2, H)},
+              str(folder / "adapter_model.safetensors"))
+    with pytest.raises(CheckpointError, match="no weights for .*lora_B"):
+        BertForSequenceClassification.from_pretrained(folder)
+    save_file({"base_model.model.bert.encoder.layer.0.attention.self.query.lora_A.weight": torch.zeros(3, H)},
+              str(folder / "adapter_model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"has shape \(3, 32\)"):
+        BertForSequenceClassification.from_pretrained(folder)
+
+
 # ---------------------------------------------------------------------------------------------- schedules
 def test_gradual_unfreezing_from_the_top():
     blocks = [nn.Linear(2, 2) for _ in range(3)]
@@ -301,3 +380,41 @@ def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, 
         drawn = interrupt_at(patched, -1)
         assert main(["--log-level", "WARNING", "finetune", "multi", "--out", str(out), "--resume"]) == 0
     assert drawn["n"] == 0
+
+
+def test_predict_and_serve_take_an_unmerged_lora_adapter(tiny, news, tmp_path, capsys):
+    """The inference commands load the adapter folder (its head counts as present) and merge it once."""
+    from bertlab.cli import main
+    from bertlab.infer.runtime import InferenceOptions, load_model
+    from bertlab.nn.adapters import lora_layers
+
+    out = tmp_path / "out"
+    assert main(["--log-level", "WARNING", "finetune", "text-classification", "--model", str(tiny), "--train",
+                 str(news[0]), "--validation", str(news[1]), "--out", str(out), "--method", "lora",
+                 "--no-lora-merge", "--epochs", "1", "--batch-size", "16", "--no-progress"]) == 0
+    model = load_model(BertForSequenceClassification, out / "model", InferenceOptions(device="cpu"),
+                       head_prefix="classifier.")
+    assert not lora_layers(model)  # merged for inference
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the markets rallied\nthe striker scored\n")
+    capsys.readouterr()
+    assert main(["--log-level", "WARNING", "predict", "--model", str(out / "model"), "--input", str(texts)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 2 and all(line["label"] in {"business", "politics", "sport", "tech"} for line in lines)
+
+
+def test_a_save_in_one_format_drops_the_other_formats_weights(tiny, tmp_path):
+    """Saving a merged model where an adapter was (or the reverse) leaves no stale weights of the other kind,
+    which a loader would take for the model."""
+    config = BertConfig(vocab_size=50, hidden_size=H, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32)
+    model = BertForSequenceClassification(config)
+    add_lora(model, ["query"], rank=2, alpha=4.0)
+    model.config.extra["lora"].update(modules_to_save=["classifier"], base_model_name_or_path=str(tiny))
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    assert {p.name for p in folder.iterdir()} == {"adapter_config.json", "adapter_model.safetensors", "config.json"}
+    merge_lora(model)
+    model.save_pretrained(folder)
+    assert {p.name for p in folder.iterdir()} == {"model.safetensors", "config.json"}
+    assert "lora" not in json.loads((folder / "config.json").read_text())

@@ -38,8 +38,10 @@ from typing import Any, Iterator
 
 import torch
 
+from .config import read_json_object
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
-from .nn.adapters import add_saved_adapters
+from .model_names import resolve_model
+from .nn.adapters import LORA_CONFIG_KEY, add_lora, add_saved_adapters, lora_layers
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,12 @@ PYTORCH_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
 TF_INDEX_NAME = "bert_model.ckpt.index"  # Google's TensorFlow release; read by convert.py, without TensorFlow
+# An unmerged LoRA fine-tuning, in PEFT's adapter layout (see "LoRA adapter folders" below)
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+ADAPTER_WEIGHTS_NAME = "adapter_model.safetensors"
+# The files of each saved-model format: a save in one drops the other's, so no folder holds both
+FULL_WEIGHT_FILES = (WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PYTORCH_WEIGHTS_NAME)
+ADAPTER_FILES = (ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME)
 
 # A model this module loads and saves: an nn.Module with `config` (having `to_dict`), and on its class
 # `config_class` (with `from_json_file`), `base_model_prefix`, `base_model_parts`, `optional_base_parts`,
@@ -327,6 +335,10 @@ def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, retu
                     **config_overrides):
     """`cls.from_pretrained(path)`: build `cls` from the folder's config (or `config`) and load its weights."""
     folder = _resolve_dir(path)
+    if is_lora_adapter_folder(folder):  # LoRA factors and a head over a base model named inside
+        model, report = load_lora_adapter(cls, folder, config, **config_overrides)
+        report.log(str(folder), getattr(cls, "expected_unused_keys", ()))
+        return (model, report) if return_report else model
     if config is None:
         config = cls.config_class.from_json_file(folder)
     if config_overrides:
@@ -343,13 +355,14 @@ def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, retu
 
 # ---------------------------------------------------------------------------------------------- writing
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Iterator[Path]:
+def atomic_directory(path: str | os.PathLike, keep_existing: bool = True, drop: tuple[str, ...] = ()) -> Iterator[Path]:
     """Yield a temporary folder next to `path`; on success it replaces `path` in two renames.
 
     Until the first rename the old folder is untouched; between the two it sits under a `.old` name beside
     the new one, so no moment exists at which neither a complete old nor a complete new folder is on disk
     (a process killed there leaves the `.old` one, which the next save puts back). With `keep_existing`,
-    files of the old folder that the writer did not produce (a vocab, run state) are carried over. On any
+    files of the old folder that the writer did not produce (a vocab, run state) are carried over, except
+    those named in `drop` (another format's weights, which must not stay beside the new ones). On any
     exception the temporary folder is removed and `path` is left as it was; a failed write (disk full,
     read-only file system, a file in the way) becomes one `OutputError` line naming `path`.
     """
@@ -365,7 +378,7 @@ def atomic_directory(path: str | os.PathLike, keep_existing: bool = True) -> Ite
         yield tmp
         if keep_existing and target.is_dir():
             for item in target.iterdir():
-                if not (tmp / item.name).exists():
+                if not (tmp / item.name).exists() and item.name not in drop:
                     (shutil.copytree if item.is_dir() else shutil.copy2)(item, tmp / item.name)
         apply_umask(tmp)
         _fsync_dir(tmp)
@@ -480,17 +493,140 @@ def _fsync_dir(folder: Path) -> None:
 def save_pretrained(model: Model, path: str | os.PathLike, vocab_file: str | os.PathLike | None = None,
                     extra_files: dict[str, str] | None = None) -> Path:
     """Write `config.json` + `model.safetensors` (+ `vocab.txt`) so that `transformers` loads them as they are."""
-    from safetensors.torch import save_file
-
+    if lora_layers(model):  # an unmerged LoRA fine-tuning: its factors and head alone, as PEFT saves them
+        return save_lora_adapter(model, path, vocab_file, extra_files)
     tied = set(model.tied_weight_keys)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    return _write_model_folder(path, model, WEIGHTS_NAME, state, {}, vocab_file, extra_files, drop=ADAPTER_FILES)
+
+
+def _write_model_folder(path: str | os.PathLike, model: Model, weights_name: str, tensors: dict[str, torch.Tensor],
+                        json_files: dict[str, Any], vocab_file, extra_files, drop: tuple[str, ...]) -> Path:
+    """One saved model, atomically: its weights file, config.json (+ other JSON files), vocab and extra files;
+    the other format's files (`drop`) are not carried over from an earlier save into the same folder."""
+    from safetensors.torch import save_file
+
     config = model.config.to_dict()
     config["architectures"] = [type(model).__name__]
-    with atomic_directory(path) as tmp:
-        save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    with atomic_directory(path, drop=drop) as tmp:
+        save_file(tensors, str(tmp / weights_name), metadata={"format": "pt"})
+        for name, value in {**json_files, CONFIG_NAME: config}.items():
+            (tmp / name).write_text(json.dumps(value, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if vocab_file is not None:
             shutil.copyfile(vocab_file, tmp / VOCAB_NAME)
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text, encoding="utf-8")
     return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------- LoRA adapter folders
+# An unmerged LoRA fine-tuning (`finetune --method lora --no-lora-merge`) is saved as PEFT saves one, so that
+# `peft.PeftModel.from_pretrained(base, folder)` (and `transformers`' own PEFT integration) load it, and so
+# that adapters trained with PEFT load here:
+#     adapter_config.json        {"peft_type": "LORA", "r", "lora_alpha", "target_modules", "modules_to_save",
+#                                 "base_model_name_or_path", "task_type", ...}
+#     adapter_model.safetensors  base_model.model.<layer>.lora_A.weight (r, in), ....lora_B.weight (out, r),
+#                                and the weights of `modules_to_save` (the new head) under base_model.model.
+#     config.json                the task model's config (labels), with its LoRA record
+# The base model's weights are not copied: `base_model_name_or_path` must name a folder (or a model in the
+# local Hugging Face cache) when the adapter is loaded.
+PEFT_PREFIX = "base_model.model."
+PEFT_TASK_TYPES = {"BertForSequenceClassification": "SEQ_CLS", "BertForTokenClassification": "TOKEN_CLS",
+                   "BertForQuestionAnswering": "QUESTION_ANS"}
+_PEFT_LORA_KEY = re.compile(r"(?P<layer>.+)\.lora_(?P<factor>[AB])(?:\.[A-Za-z_]\w*)?\.weight")
+
+
+def is_lora_adapter_folder(folder: Path) -> bool:
+    """A folder holding a PEFT adapter and no full set of weights of its own."""
+    return (folder / ADAPTER_CONFIG_NAME).is_file() and not any((folder / name).exists() for name in FULL_WEIGHT_FILES)
+
+
+def save_lora_adapter(model: Model, path: str | os.PathLike, vocab_file: str | os.PathLike | None = None,
+                      extra_files: dict[str, str] | None = None) -> Path:
+    """The LoRA factors and the modules trained whole (the head) of `model`, in PEFT's layout (above)."""
+    record = model.config.extra.get(LORA_CONFIG_KEY, {})
+    lora = lora_layers(model)
+    tensors = {}
+    for name, factors in lora.items():
+        tensors[f"{PEFT_PREFIX}{name}.lora_A.weight"] = factors.lora_A.detach().contiguous().cpu()
+        tensors[f"{PEFT_PREFIX}{name}.lora_B.weight"] = factors.lora_B.detach().contiguous().cpu()
+    modules = list(record.get("modules_to_save", []))
+    for key, value in model.state_dict().items():
+        if any(key.startswith(m + ".") for m in modules):
+            tensors[PEFT_PREFIX + key] = value.detach().contiguous().cpu()
+    adapter = {"peft_type": "LORA", "task_type": PEFT_TASK_TYPES.get(type(model).__name__),
+               "base_model_name_or_path": record.get("base_model_name_or_path"), "r": int(record["rank"]),
+               "lora_alpha": record["alpha"], "target_modules": sorted(lora), "modules_to_save": modules or None,
+               "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": False, "use_rslora": False,
+               "use_dora": False, "init_lora_weights": True, "inference_mode": True}
+    return _write_model_folder(path, model, ADAPTER_WEIGHTS_NAME, tensors, {ADAPTER_CONFIG_NAME: adapter},
+                               vocab_file, extra_files, drop=FULL_WEIGHT_FILES)
+
+
+def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_overrides) -> tuple[Model, "LoadReport"]:
+    """`cls` built on the adapter's base model, LoRA added where the adapter says, its factors and head loaded.
+    Strict as every load: a key that fits no layer, a missing factor or a wrong shape is a `CheckpointError`."""
+    from safetensors.torch import load_file
+
+    source = folder / ADAPTER_CONFIG_NAME
+    adapter = read_json_object(source)
+    if adapter.get("peft_type") != "LORA":
+        raise CheckpointError(f"{source}: peft_type {adapter.get('peft_type')!r}; bertlab loads LoRA adapters only")
+    unsupported = [k for k in ("use_dora", "use_rslora", "fan_in_fan_out", "lora_bias", "rank_pattern",
+                               "alpha_pattern", "layers_to_transform") if adapter.get(k)]
+    if adapter.get("bias", "none") != "none":
+        unsupported.append(f"bias {adapter['bias']!r}")
+    if unsupported:
+        raise CheckpointError(f"{source}: LoRA options bertlab does not implement: {', '.join(unsupported)}")
+    base_name = adapter.get("base_model_name_or_path")
+    if not base_name:
+        raise CheckpointError(f"{source}: no base_model_name_or_path; the adapter needs its base model")
+    base = resolve_model(base_name, "base model folder (the adapter's base_model_name_or_path)")
+    try:
+        tensors = load_file(str(folder / ADAPTER_WEIGHTS_NAME), device="cpu")
+    except Exception as e:  # noqa: BLE001 - a missing or damaged file, whatever safetensors calls it
+        raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: cannot read the adapter's weights "
+                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if config is None:  # the task model's own (labels); a PEFT folder without one takes the base model's
+        config = cls.config_class.from_json_file(folder if (folder / CONFIG_NAME).is_file() else base)
+    if config_overrides:
+        try:
+            config = config.replace(**config_overrides)
+        except TypeError as e:
+            raise ConfigError(f"{folder}: {e}") from None
+    base_config = config.replace(extra={k: v for k, v in config.extra.items() if k != LORA_CONFIG_KEY})
+    model, report = build_and_load(cls, base_config, read_state_dict(base), str(base))
+    targets = adapter.get("target_modules") or []
+    if isinstance(targets, str):
+        targets = f"^(?:{targets})$"  # PEFT matches a string target against the whole module name
+    try:
+        add_lora(model, targets, int(adapter["r"]), float(adapter["lora_alpha"]))
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"{source}: its target_modules / r / lora_alpha do not fit {cls.__name__} ({e})") from None
+    lora, own = lora_layers(model), model.state_dict()
+    loaded: set[str] = set()
+    with torch.no_grad():
+        for key, value in tensors.items():
+            name = key.removeprefix(PEFT_PREFIX)
+            match = _PEFT_LORA_KEY.fullmatch(name)
+            if match and match["layer"] in lora:
+                target = getattr(lora[match["layer"]], "lora_" + match["factor"])
+            elif name in own and not match:
+                target = own[name]
+            else:
+                raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: {key} fits no layer of {cls.__name__}")
+            if target.shape != value.shape:
+                raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: {key} has shape {tuple(value.shape)}, "
+                                      f"the model's is {tuple(target.shape)}")
+            target.copy_(value)
+            loaded.add(name)
+    missing = [f"{n}.lora_{f}" for n in lora for f in "AB" if not any(
+        (m := _PEFT_LORA_KEY.fullmatch(k)) and m["layer"] == n and m["factor"] == f for k in loaded)]
+    if missing:
+        raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: no weights for {', '.join(missing[:4])}")
+    own_names = model_keys(model)  # the head the base lacked came from the adapter: not "newly initialised"
+    report.initialized = [k for k in report.initialized if own_names.get(k, k) not in loaded]
+    model.config.extra[LORA_CONFIG_KEY].update(base_model_name_or_path=str(base_name),
+                                               modules_to_save=list(adapter.get("modules_to_save") or []))
+    model.eval()
+    return model, report

@@ -43,11 +43,13 @@ HELP = {
     "max_steps": "optimizer steps per run instead of --epochs",
     "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
                       "score; the best weights are kept",
-    "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save)",
+    "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save unless --no-lora-merge)",
     "adapter_size": "adapters: bottleneck width",
     "lora_rank": "lora: rank r of the update B A",
     "lora_alpha": "lora: scale alpha (the update is multiplied by alpha / r)",
     "lora_targets": "lora: comma-separated names of the linear layers to adapt",
+    "lora_merge": "lora: merge the factors into the weights on save, a plain model transformers loads (default); "
+                  "--no-lora-merge: save the factors and the head alone, as a PEFT adapter over --model",
     "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",

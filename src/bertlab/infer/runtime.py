@@ -159,8 +159,13 @@ def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefi
 
 
 def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Module:
-    """Eval mode, device, dtype; parameters frozen (inference never needs their gradients); on a CPU, linear
-    layers packed for oneDNN (last: the packed copies are made from the final weights)."""
+    """Unmerged LoRA merged; eval mode, device, dtype; parameters frozen (inference never needs their
+    gradients); on a CPU, linear layers packed for oneDNN (last: the packed copies are made from the final
+    weights)."""
+    from ..nn.adapters import lora_layers, merge_lora
+
+    if lora_layers(model):  # an unmerged LoRA adapter: folded into its weights once, not recomputed per call
+        merge_lora(model)
     model = model.to(device=options.device, dtype=options.torch_dtype).eval()
     for p in model.parameters():
         p.requires_grad_(False)

@@ -11,12 +11,14 @@ freezing, gradual unfreezing. Nothing here knows BERT (or T5): layers are chosen
     LoRA                W + (α/r) · B A as a parametrization of the weight (Hu et al., 2021): every read of
                         `layer.weight` -- a module call or code that reads the weight directly, as BERT's fused
                         Q/K/V projection does -- sees the adapted weight. B starts at zero.
-    add_lora            LoRA on the linears whose names match; `merge_lora` folds B A into the weights and
-                        removes the parametrizations, leaving plain `nn.Linear` layers
+    add_lora            LoRA on the linears whose names match (recorded in `config.extra["lora"]`); `merge_lora`
+                        folds B A into the weights and removes the parametrizations, leaving plain `nn.Linear`
+                        layers; `lora_layers` the unmerged ones by module name
     freeze_except       requires_grad only where a predicate on the parameter name says so
     parameter_counts    (trainable, total) parameters, shared ones counted once
     GradualUnfreezing   a list of blocks, bottom to top, unfrozen from the top, one more every K steps (ULMFiT)
-    add_saved_adapters  rebuild the adapters a saved model's config.json describes (before its weights load)
+    add_saved_adapters  rebuild the adapters and unmerged LoRA a saved model's config.json describes (before its
+                        weights load)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from torch.nn.utils import parametrize
 from .elementwise import ACTIVATIONS
 
 ADAPTERS_CONFIG_KEY = "adapters"  # config.json: {"size", "activation", "layers": [module names]}
+LORA_CONFIG_KEY = "lora"  # config.json, while unmerged: {"rank", "alpha", "layers": [module names], ...}
 
 
 def _matching_linears(model: nn.Module, pattern: str | Sequence[str]) -> list[str]:
@@ -50,6 +53,12 @@ def _matching_linears(model: nn.Module, pattern: str | Sequence[str]) -> list[st
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def _config_extra(model: nn.Module) -> dict[str, Any] | None:
+    """The model config's free-form part (config.json's own keys), where the adapted layers are recorded."""
+    extra = getattr(getattr(model, "config", None), "extra", None)
+    return extra if isinstance(extra, dict) else None
 
 
 # ---------------------------------------------------------------------------------------------- adapters
@@ -99,18 +108,24 @@ def add_adapters(model: nn.Module, layers: str | Sequence[str], size: int, activ
         raise ValueError(f"no linear layer matches {layers!r}")
     for name in names:
         _replace(model, name, AdaptedLinear.wrap(model.get_submodule(name), size, activation))
-    extra = getattr(getattr(model, "config", None), "extra", None)
-    if isinstance(extra, dict):
+    extra = _config_extra(model)
+    if extra is not None:
         extra[ADAPTERS_CONFIG_KEY] = {"size": size, "activation": activation, "layers": names}
     return names
 
 
 def add_saved_adapters(model: nn.Module) -> list[str]:
-    """The adapters `model.config.extra["adapters"]` describes, added before a saved model's weights load."""
-    saved: dict[str, Any] | None = getattr(getattr(model, "config", None), "extra", {}).get(ADAPTERS_CONFIG_KEY)
-    if not saved:
-        return []
-    return add_adapters(model, list(saved["layers"]), int(saved["size"]), saved.get("activation", "gelu"))
+    """The adapters `model.config.extra["adapters"]` and the unmerged LoRA `extra["lora"]` describe, added
+    before a saved model's weights load."""
+    extra = _config_extra(model) or {}
+    names = []
+    saved = extra.get(ADAPTERS_CONFIG_KEY)
+    if saved:
+        names += add_adapters(model, list(saved["layers"]), int(saved["size"]), saved.get("activation", "gelu"))
+    lora = extra.get(LORA_CONFIG_KEY)
+    if lora:
+        names += add_lora(model, list(lora["layers"]), int(lora["rank"]), float(lora["alpha"]))
+    return names
 
 
 # ---------------------------------------------------------------------------------------------- LoRA
@@ -137,7 +152,17 @@ def add_lora(model: nn.Module, layers: str | Sequence[str], rank: int, alpha: fl
         linear = model.get_submodule(name)
         parametrize.register_parametrization(linear, "weight", LoRA(
             linear.out_features, linear.in_features, rank, alpha, linear.weight.device, linear.weight.dtype))
+    extra = _config_extra(model)
+    if extra is not None:  # a save before merging records them, so that the model loads with them
+        extra[LORA_CONFIG_KEY] = {**extra.get(LORA_CONFIG_KEY, {}), "rank": rank, "alpha": alpha, "layers": names}
     return names
+
+
+def lora_layers(model: nn.Module) -> dict[str, LoRA]:
+    """The unmerged LoRA parametrizations, by the name of the linear layer they adapt."""
+    return {name: p for name, module in model.named_modules()
+            if parametrize.is_parametrized(module, "weight")
+            for p in module.parametrizations["weight"] if isinstance(p, LoRA)}
 
 
 @torch.no_grad()
@@ -149,6 +174,9 @@ def merge_lora(model: nn.Module) -> int:
                 any(isinstance(p, LoRA) for p in module.parametrizations["weight"]):
             parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
             merged += 1
+    extra = _config_extra(model)
+    if extra is not None:
+        extra.pop(LORA_CONFIG_KEY, None)  # a plain model now
     return merged
 
 

@@ -255,6 +255,7 @@ class PretrainedStart:
     then starts from the same encoder without re-reading and re-initialising the whole model from disk."""
 
     def __init__(self, spec: TaskSpec, model_dir: str | Path):
+        self.model_dir = str(Path(model_dir).resolve())  # an unmerged LoRA adapter names it as its base
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
         own = model_keys(self.model)  # the report names weights canonically (`pooler.dense.weight`), not as
@@ -292,7 +293,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     batch_size, lr, epochs = setting["batch_size"], setting["lr"], setting["epochs"]
     micro, _ = split_batch(batch_size, grad_accum=cfg.grad_accum)  # a grid's batch sizes are checked here
     model = pretrained.fresh(seed).to(device)
-    tuning = methods.prepare(model, cfg.tuning, pretrained.new_modules)  # adapters / LoRA: what trains
+    tuning = methods.prepare(model, cfg.tuning, pretrained.new_modules, pretrained.model_dir)  # what trains
     total = cfg.max_steps or steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum)
     optimizer = adamw(model, lr=lr, weight_decay=cfg.weight_decay, layerwise_decay=cfg.layer_lr_decay)
     scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
@@ -351,7 +352,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
                               autocast_dtype=autocast_dtype(cfg.precision),
                               features=data.eval_features[split])
               for split in spec.eval_splits}
-    tuning.finish(model)  # LoRA merged into the weights: the kept model is a plain BERT with its head
+    tuning.finish(model)  # LoRA merged into the weights (unless --no-lora-merge): a plain BERT with its head
     eval_seconds = time.perf_counter() - t0
     run = RunResult(setting, seed, scores, result.step, train_seconds, eval_seconds, result.metrics.get("loss"),
                     str(run_dir), details=details)

@@ -8,7 +8,9 @@
     lora        LoRA of rank `lora_rank`, scale `lora_alpha / lora_rank` on the linear layers named in
                 `lora_targets` (default the attention's query and value); the pre-trained weights are frozen,
                 the low-rank factors and the task head train. On save the factors are merged into the weights,
-                so the saved model is a plain BERT with a head that `transformers` loads as such.
+                so the saved model is a plain BERT with a head that `transformers` loads as such; with
+                `lora_merge` off, the factors and the head alone are saved, in PEFT's adapter layout over
+                the pre-trained model's folder (checkpoint.py: bertlab and `peft` load it)
 
 The generic machinery (adapters, LoRA, freezing, unfreezing over a list of blocks) is `bertlab.nn.adapters`;
 this module holds the BERT-side choices (which layers, which blocks) and the hooks the fine-tuning recipe
@@ -25,7 +27,8 @@ from typing import Any, Callable
 from torch import nn
 
 from ..errors import ConfigError
-from ..nn.adapters import GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora, parameter_counts
+from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
+                           parameter_counts)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ class TuningOptions:
     lora_rank: int = 8
     lora_alpha: float = 16.0
     lora_targets: str = "query,value"  # comma-separated names of the linear layers LoRA adapts
+    lora_merge: bool = True  # merge the factors into the weights on save (a plain model); off: a PEFT adapter
     gradual_unfreezing: int | None = None  # full fine-tuning: unfreeze one more block every K steps from the top
 
     def __post_init__(self) -> None:
@@ -75,16 +79,18 @@ class Tuning:
         return self.unfreezing.update
 
     def finish(self, model: nn.Module) -> None:
-        """Before the weights are kept: LoRA merged into them (a plain model), everything trainable again."""
-        if self.options.method == "lora":
+        """Before the weights are kept: LoRA merged into them (a plain model) unless kept apart, everything
+        trainable again."""
+        if self.options.method == "lora" and self.options.lora_merge:
             merge_lora(model)
         for p in model.parameters():
             p.requires_grad_(True)
 
 
-def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str]) -> Tuning:
+def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], base_model: str | None = None) -> Tuning:
     """Apply the method to a fresh task model; `new_modules` (the head, a pooler the checkpoint lacked) always
-    train. Logs and reports trainable / total parameters."""
+    train; `base_model`: the pre-trained folder an unmerged LoRA adapter is saved over. Logs and reports
+    trainable / total parameters."""
     def is_new(name: str) -> bool:
         return any(name.startswith(m + ".") for m in new_modules)
 
@@ -101,6 +107,9 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str]) ->
                               "(e.g. query,key,value,dense)") from None
         freeze_except(model, lambda n: "lora_" in n or is_new(n))
         tuning.report["lora_layers"] = len(layers)
+        # what an unmerged save needs beside the factors: the modules trained whole, and where the rest is
+        model.config.extra[LORA_CONFIG_KEY].update(modules_to_save=list(new_modules),
+                                                   base_model_name_or_path=base_model)
     elif options.gradual_unfreezing:
         encoder = model.bert
         tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *encoder.encoder.layer], options.gradual_unfreezing)
