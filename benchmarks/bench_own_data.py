@@ -58,12 +58,13 @@ def write_csv(tsv: Path, out: Path, columns: dict[str, str], limit: int | None) 
     with open(tsv, encoding="utf-8-sig") as f:
         rows = [line.rstrip("\r\n").split("\t") for line in f]
     header, body = rows[0], [r for r in rows[1:] if len(r) >= len(rows[0])]
+    body = body[:limit or None]
     idx = [header.index(c) for c in columns]
     with open(out, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(columns.values())
-        writer.writerows([r[i] for i in idx] for r in body[:limit or None])
-    return out, len(body[:limit or None])
+        writer.writerows([r[i] for i in idx] for r in body)
+    return out, len(body)
 
 
 # ---------------------------------------------------------------------------------------------- the two sides

@@ -19,6 +19,7 @@ from bertlab.tasks import TASKS
 from bertlab.train import finetune as ft
 from bertlab.train import methods
 from bertlab.train.optim import adamw
+from faults_support import signal_on_item
 from own_data_support import news_rows, tiny_news_model, write_csv
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -198,6 +199,31 @@ def test_unmerged_lora_saves_as_a_peft_adapter_that_peft_and_bertlab_load(tiny, 
     assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["best_run"]["dev"]["accuracy"])
 
 
+def test_a_lora_adapter_trained_with_peft_loads_in_bertlab(tmp_path):
+    """PEFT's own save (no config.json beside it, its default modules_to_save, target names as suffixes):
+    bertlab builds the model from the base folder it names and gives PEFT's logits."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=50, hidden_size=H, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, num_labels=3)
+    base = transformers.BertForSequenceClassification(config).eval()
+    base.save_pretrained(tmp_path / "base")
+    tuned = peft.get_peft_model(base, peft.LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8,
+                                                      target_modules=["query", "value"]))
+    with torch.no_grad():
+        for name, p in tuned.named_parameters():
+            if "lora_B" in name or "classifier" in name:
+                p.normal_()
+    tuned.peft_config["default"].base_model_name_or_path = str(tmp_path / "base")
+    tuned.save_pretrained(tmp_path / "adapter")
+    assert not (tmp_path / "adapter" / "config.json").exists()
+    ours = BertForSequenceClassification.from_pretrained(tmp_path / "adapter")
+    ids = torch.randint(5, 50, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, tuned.eval()(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_a_lora_adapter_folder_with_problems_is_one_clear_error(tiny, tmp_path):
     from bertlab.errors import CheckpointError
 
@@ -216,7 +242,7 @@ def test_a_lora_adapter_folder_with_problems_is_one_clear_error(tiny, tmp_path):
     with pytest.raises(Exception, match="gone: no such base model folder"):
         BertForSequenceClassification.from_pretrained(folder)
     write()
-    with pytest.raises(CheckpointError, match="adapter_model.safetensors: cannot read"):
+    with pytest.raises(CheckpointError, match="adapter_model.safetensors: no such file"):
         BertForSequenceClassification.from_pretrained(folder)
     from safetensors.torch import save_file
 
@@ -323,9 +349,6 @@ def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
 def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, tmp_path, monkeypatch, capsys):
     """Ctrl-C in the multi-task stage writes a checkpoint; `--resume` (needing only --out) continues it bitwise
     -- the same scores and the same saved models as a run never stopped -- and goes on to the per-task stage."""
-    import os
-    import signal
-
     from safetensors.torch import load_file
 
     from bertlab.cli import main
@@ -341,18 +364,8 @@ def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, 
                 "--out", str(out), "--mixing", "proportional", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
                 "--per-task-epochs", "1", "--no-progress"]
 
-    def interrupt_at(patched, n):
-        real, count = multitask.mixed_batches, {"n": 0}
-
-        def counting(*a, **k):
-            for batch in real(*a, **k):
-                count["n"] += 1
-                if count["n"] == n:
-                    os.kill(os.getpid(), signal.SIGINT)
-                yield batch
-
-        patched.setattr(multitask, "mixed_batches", counting)
-        return count
+    def interrupt_at(patched, n):  # SIGINT when the n-th multi-task batch is drawn
+        return signal_on_item(patched, multitask, "mixed_batches", n)
 
     reference, out = tmp_path / "reference", tmp_path / "out"
     assert main(args(reference)) == 0
@@ -395,6 +408,10 @@ def test_predict_and_serve_take_an_unmerged_lora_adapter(tiny, news, tmp_path, c
     model = load_model(BertForSequenceClassification, out / "model", InferenceOptions(device="cpu"),
                        head_prefix="classifier.")
     assert not lora_layers(model)  # merged for inference
+    from bertlab.infer.serve import load_models
+
+    served = load_models(out / "model", InferenceOptions(device="cpu"))
+    assert served.classifier is not None and not lora_layers(served.classifier.model)
     texts = tmp_path / "texts.txt"
     texts.write_text("the markets rallied\nthe striker scored\n")
     capsys.readouterr()

@@ -47,6 +47,18 @@ def make_corpus(path: Path, num_docs: int, seed: int = 0, sentences=(2, 25)) -> 
     return path
 
 
+def segment_pair_data(root: Path, num_docs: int, seed: int, lengths=(64,), dupe_factor: int = 2) -> Path:
+    """A pre-training data directory for tests: a synthetic corpus of `num_docs` documents as segment pairs of
+    each length in `lengths`, 10% of the documents held out; returns root/data."""
+    vocab = write_vocab(root / "vocab.txt")
+    corpus = make_corpus(root / "corpus.txt", num_docs, seed=seed)
+    for length in lengths:
+        prepare([corpus], vocab, root / "data", CorpusSettings(heldout_fraction=0.1),
+                InstanceSettings(InstanceConfig("segment-pair", length), MaskingConfig.for_length(length),
+                                 dupe_factor=dupe_factor, seed=1), workers=1, progress=False, echo=lambda s: None)
+    return root / "data"
+
+
 @pytest.fixture
 def vocab(tmp_path) -> Path:
     return write_vocab(tmp_path / "vocab.txt")

@@ -27,14 +27,12 @@ from safetensors.torch import load_file
 from bertlab import BertConfig, BertForPreTraining, BertModel, BertTokenizer
 from bertlab.checkpoint import atomic_directory, read_state_dict, save_pretrained
 from bertlab.cli import main
-from bertlab.data.instances import InstanceConfig
-from bertlab.data.masking import MaskingConfig
-from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
 from bertlab.errors import BertlabError, CheckpointError, ConfigError, OutputError
 from bertlab.objectives import get_objective
 from bertlab.tasks import TASKS
 from bertlab.train import read_metrics
-from test_data_prepare import make_corpus, write_vocab
+from faults_support import signal_on_call
+from test_data_prepare import make_corpus, segment_pair_data, write_vocab
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,13 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # ---------------------------------------------------------------------------------------------- helpers
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("faults-data")
-    vocab = write_vocab(root / "vocab.txt")
-    corpus = make_corpus(root / "corpus.txt", 40, seed=5)
-    prepare([corpus], vocab, root / "data", CorpusSettings(heldout_fraction=0.1),
-            InstanceSettings(InstanceConfig("segment-pair", 64), MaskingConfig.for_length(64), dupe_factor=1,
-                             seed=1), workers=1, progress=False, echo=lambda s: None)
-    return root / "data"
+    return segment_pair_data(tmp_path_factory.mktemp("faults-data"), 40, seed=5, dupe_factor=1)
 
 
 def pretrain_args(data_dir, out, *extra):
@@ -65,20 +57,9 @@ def resume_args(out, *extra):
 
 def run_interrupted(data_dir, out, at_call: int, *extra, sig=signal.SIGINT) -> int:
     """`bertlab pretrain` that receives `sig` during its `at_call`-th training loss (as Ctrl-C would)."""
-    objective = type(get_objective("mlm+nsp"))
-    original, calls = objective.loss, {"n": 0}
-
-    def interrupting(self, model, batch):
-        calls["n"] += 1
-        if calls["n"] == at_call:
-            os.kill(os.getpid(), sig)
-        return original(self, model, batch)
-
-    objective.loss = interrupting
-    try:
+    with pytest.MonkeyPatch.context() as patched:
+        signal_on_call(patched, type(get_objective("mlm+nsp")), "loss", at_call, sig)
         return main(pretrain_args(data_dir, out, *extra))
-    finally:
-        objective.loss = original
 
 
 def steps_on_disk(run: Path) -> list[int]:

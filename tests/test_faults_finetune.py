@@ -5,7 +5,6 @@ and the interrupt message promising a resume only when a checkpoint was written.
 from __future__ import annotations
 
 import json
-import os
 import signal
 
 import pytest
@@ -13,6 +12,7 @@ from safetensors.torch import load_file
 
 from bertlab.cli import main
 from bertlab.train import finetune as ft
+from faults_support import signal_on_item
 from tasks_support import tiny_model_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -32,17 +32,7 @@ def sweep_args(model, data, out, *extra):
 def interrupt_at_batch(monkeypatch, n: int, sig=signal.SIGINT) -> dict[str, int]:
     """Send `sig` to ourselves when the sweep draws its n-th training batch (counting over all runs); returns
     the count."""
-    real, count = ft.shuffled_batches, {"n": 0}
-
-    def counting(*args, **kwargs):
-        for batch in real(*args, **kwargs):
-            count["n"] += 1
-            if count["n"] == n:
-                os.kill(os.getpid(), sig)
-            yield batch
-
-    monkeypatch.setattr(ft, "shuffled_batches", counting)
-    return count
+    return signal_on_item(monkeypatch, ft, "shuffled_batches", n, sig)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
@@ -86,7 +76,7 @@ def test_interrupt_without_a_checkpoint_promises_no_resume(tiny_model, shared_da
                                                            capsys):
     """If the checkpoint cannot be written, the message says so instead of advising --resume."""
     monkeypatch.setitem(ft.GRIDS, "small", {"batch_size": (16,), "lr": (1e-4,), "epochs": (1,)})
-    monkeypatch.setattr(ft._FinetuneTrainer, "save_checkpoint", lambda self: None)
+    monkeypatch.setattr(ft.FinetuneTrainer, "save_checkpoint", lambda self: None)
     interrupt_at_batch(monkeypatch, 2)
     assert main(sweep_args(tiny_model, shared_data / "glue" / "STS-B", tmp_path / "out")) == 130
     err = capsys.readouterr().err

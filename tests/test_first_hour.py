@@ -425,17 +425,9 @@ def test_evaluate_batch_size_has_help(capsys):
 # ---------------------------------------------------------------------------------------------- pre-training
 @pytest.fixture(scope="module")
 def pretrain_data(tmp_path_factory) -> Path:
-    from bertlab.data.instances import InstanceConfig
-    from bertlab.data.masking import MaskingConfig
-    from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
-    from test_data_prepare import make_corpus, write_vocab
+    from test_data_prepare import segment_pair_data
 
-    root = tmp_path_factory.mktemp("pretrain-data")
-    prepare([make_corpus(root / "corpus.txt", 40, seed=5)], write_vocab(root / "vocab.txt"), root / "data",
-            CorpusSettings(heldout_fraction=0.1),
-            InstanceSettings(InstanceConfig("segment-pair", 64), MaskingConfig.for_length(64), dupe_factor=2, seed=1),
-            workers=1, progress=False, echo=lambda s: None)
-    return root / "data"
+    return segment_pair_data(tmp_path_factory.mktemp("pretrain-data"), 40, seed=5)
 
 
 def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_default_lr(pretrain_data, tmp_path,

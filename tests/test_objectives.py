@@ -12,15 +12,12 @@ import torch.nn.functional as F
 
 from bertlab import BertConfig
 from bertlab.cli import main
-from bertlab.data.instances import InstanceConfig
-from bertlab.data.masking import MaskingConfig
-from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
 from bertlab.errors import ConfigError
 from bertlab.objectives import OBJECTIVES, MaskedLM, get_objective, register_objective
 from bertlab.objectives.mlm import MaskedLMEval, masked_targets
 from bertlab.train import read_metrics
 from bertlab.train.pretrain import PretrainConfig, run_pretraining
-from test_data_prepare import make_corpus, write_vocab
+from test_data_prepare import segment_pair_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -179,13 +176,7 @@ def counted_objective():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """Segment pairs of 64 tokens from a small synthetic corpus, 10% held out."""
-    root = tmp_path_factory.mktemp("objective-data")
-    vocab = write_vocab(root / "vocab.txt")
-    corpus = make_corpus(root / "corpus.txt", 40, seed=3)
-    prepare([corpus], vocab, root / "data", CorpusSettings(heldout_fraction=0.1),
-            InstanceSettings(InstanceConfig("segment-pair", 64), MaskingConfig.for_length(64), dupe_factor=1,
-                             seed=1), workers=1, progress=False, echo=lambda s: None)
-    return root / "data"
+    return segment_pair_data(tmp_path_factory.mktemp("objective-data"), 40, seed=3, dupe_factor=1)
 
 
 def test_a_new_objective_pretrains_end_to_end(counted_objective, data_dir, tmp_path):

@@ -24,6 +24,7 @@ from bertlab.objectives.t5 import T5_OBJECTIVES, TargetTokenEval
 from bertlab.t5 import T5ForConditionalGeneration, preset
 from bertlab.train import read_metrics
 from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, default_lr
+from faults_support import signal_on_call
 from test_data_prepare import make_corpus, write_vocab
 from test_train_pretrain import read_weights
 
@@ -141,18 +142,9 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
     args = ("--steps", 6, "--save-every", 2, "--architecture", architecture)
     reference = tmp_path / "reference"
     assert main(t5_args(t5_data / "span-corruption", reference, *args)) == 0
-    objective = type(get_objective("span-corruption"))
-    original, calls = objective.loss, {"n": 0}
-
-    def interrupting(self, model, batch):  # SIGINT during step 4, as Ctrl-C would
-        calls["n"] += 1
-        if calls["n"] == 4:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, model, batch)
-
     run = tmp_path / "run"
     with monkeypatch.context() as patched:
-        patched.setattr(objective, "loss", interrupting)
+        signal_on_call(patched, type(get_objective("span-corruption")), "loss", 4)  # SIGINT in step 4, as Ctrl-C
         assert main(t5_args(t5_data / "span-corruption", run, *args)) == 130
     assert not (run / "final").exists()
     assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress"]) == 0

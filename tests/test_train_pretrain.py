@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,15 +17,13 @@ import torch.nn.functional as F
 
 from bertlab import BertConfig, BertForMaskedLM, BertForPreTraining
 from bertlab.cli import main
-from bertlab.data.instances import InstanceConfig
-from bertlab.data.masking import MaskingConfig
-from bertlab.data.pipeline import CorpusSettings, InstanceSettings, prepare
 from bertlab.nn import dropout
 from bertlab.objectives import get_objective
 from bertlab.train import Lamb, adamw, layerwise_lr_scale, linear_warmup_decay, param_groups, read_metrics
 from bertlab.train import pretrain as pt
 from bertlab.train.runconfig import parse_duration
-from test_data_prepare import make_corpus, write_vocab
+from faults_support import signal_on_call
+from test_data_prepare import segment_pair_data
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,14 +153,7 @@ def test_parse_duration():
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     """Segment pairs of 64 and (phase 2) 128 from a small synthetic corpus, 10% held out."""
-    root = tmp_path_factory.mktemp("pretrain-data")
-    vocab = write_vocab(root / "vocab.txt")
-    corpus = make_corpus(root / "corpus.txt", 60, seed=5)
-    for length in (64, 128):
-        prepare([corpus], vocab, root / "data", CorpusSettings(heldout_fraction=0.1),
-                InstanceSettings(InstanceConfig("segment-pair", length), MaskingConfig.for_length(length),
-                                 dupe_factor=2, seed=1), workers=1, progress=False, echo=lambda s: None)
-    return root / "data"
+    return segment_pair_data(tmp_path_factory.mktemp("pretrain-data"), 60, seed=5, lengths=(64, 128))
 
 
 def pretrain_args(data_dir, out, *extra):
@@ -213,18 +203,9 @@ def test_resume_after_interrupt_is_bitwise_exact(data_dir, tmp_path, monkeypatch
     reference = tmp_path / "reference"
     assert main(pretrain_args(data_dir, reference, "--steps", 6, "--save-every", 2)) == 0
 
-    objective = type(get_objective("mlm+nsp"))
-    original, calls = objective.loss, {"n": 0}
-
-    def interrupting(self, model, batch):  # SIGINT during step 4, as Ctrl-C would
-        calls["n"] += 1
-        if calls["n"] == 4:
-            os.kill(os.getpid(), signal.SIGINT)
-        return original(self, model, batch)
-
     run = tmp_path / "run"
     with monkeypatch.context() as patched:
-        patched.setattr(objective, "loss", interrupting)
+        signal_on_call(patched, type(get_objective("mlm+nsp")), "loss", 4)  # SIGINT during step 4, as Ctrl-C
         assert main(pretrain_args(data_dir, run, "--steps", 6, "--save-every", 2)) == 130
     assert not (run / "final").exists()
     assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress",

@@ -566,8 +566,6 @@ def save_lora_adapter(model: Model, path: str | os.PathLike, vocab_file: str | o
 def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_overrides) -> tuple[Model, "LoadReport"]:
     """`cls` built on the adapter's base model, LoRA added where the adapter says, its factors and head loaded.
     Strict as every load: a key that fits no layer, a missing factor or a wrong shape is a `CheckpointError`."""
-    from safetensors.torch import load_file
-
     source = folder / ADAPTER_CONFIG_NAME
     adapter = read_json_object(source)
     if adapter.get("peft_type") != "LORA":
@@ -582,11 +580,8 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
     if not base_name:
         raise CheckpointError(f"{source}: no base_model_name_or_path; the adapter needs its base model")
     base = resolve_model(base_name, "base model folder (the adapter's base_model_name_or_path)")
-    try:
-        tensors = load_file(str(folder / ADAPTER_WEIGHTS_NAME), device="cpu")
-    except Exception as e:  # noqa: BLE001 - a missing or damaged file, whatever safetensors calls it
-        raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: cannot read the adapter's weights "
-                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    weights = folder / ADAPTER_WEIGHTS_NAME
+    tensors = read_state_dict(weights)
     if config is None:  # the task model's own (labels); a PEFT folder without one takes the base model's
         config = cls.config_class.from_json_file(folder if (folder / CONFIG_NAME).is_file() else base)
     if config_overrides:
@@ -604,28 +599,30 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"{source}: its target_modules / r / lora_alpha do not fit {cls.__name__} ({e})") from None
     lora, own = lora_layers(model), model.state_dict()
-    loaded: set[str] = set()
+    factors: set[str] = set()  # "<layer>.lora_A" / "<layer>.lora_B" filled
+    modules: set[str] = set()  # the model's own keys filled (the head trained whole)
     with torch.no_grad():
         for key, value in tensors.items():
             name = key.removeprefix(PEFT_PREFIX)
             match = _PEFT_LORA_KEY.fullmatch(name)
             if match and match["layer"] in lora:
-                target = getattr(lora[match["layer"]], "lora_" + match["factor"])
+                factor = "lora_" + match["factor"]
+                target = getattr(lora[match["layer"]], factor)
+                factors.add(f"{match['layer']}.{factor}")
             elif name in own and not match:
                 target = own[name]
+                modules.add(name)
             else:
-                raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: {key} fits no layer of {cls.__name__}")
+                raise CheckpointError(f"{weights}: {key} fits no layer of {cls.__name__}")
             if target.shape != value.shape:
-                raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: {key} has shape {tuple(value.shape)}, "
-                                      f"the model's is {tuple(target.shape)}")
+                raise CheckpointError(f"{weights}: {key} has shape {tuple(value.shape)}, the model's is "
+                                      f"{tuple(target.shape)}")
             target.copy_(value)
-            loaded.add(name)
-    missing = [f"{n}.lora_{f}" for n in lora for f in "AB" if not any(
-        (m := _PEFT_LORA_KEY.fullmatch(k)) and m["layer"] == n and m["factor"] == f for k in loaded)]
+    missing = [f"{n}.{f}" for n in lora for f in ("lora_A", "lora_B") if f"{n}.{f}" not in factors]
     if missing:
-        raise CheckpointError(f"{folder / ADAPTER_WEIGHTS_NAME}: no weights for {', '.join(missing[:4])}")
+        raise CheckpointError(f"{weights}: no weights for {', '.join(missing[:4])}")
     own_names = model_keys(model)  # the head the base lacked came from the adapter: not "newly initialised"
-    report.initialized = [k for k in report.initialized if own_names.get(k, k) not in loaded]
+    report.initialized = [k for k in report.initialized if own_names.get(k, k) not in modules]
     model.config.extra[LORA_CONFIG_KEY].update(base_model_name_or_path=str(base_name),
                                                modules_to_save=list(adapter.get("modules_to_save") or []))
     model.eval()

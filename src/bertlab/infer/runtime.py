@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
+from ..nn.adapters import lora_layers, merge_lora
 from ..nn.precision import DTYPES
 from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 
@@ -162,8 +163,6 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
     """Unmerged LoRA merged; eval mode, device, dtype; parameters frozen (inference never needs their
     gradients); on a CPU, linear layers packed for oneDNN (last: the packed copies are made from the final
     weights)."""
-    from ..nn.adapters import lora_layers, merge_lora
-
     if lora_layers(model):  # an unmerged LoRA adapter: folded into its weights once, not recomputed per call
         merge_lora(model)
     model = model.to(device=options.device, dtype=options.torch_dtype).eval()

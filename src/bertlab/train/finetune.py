@@ -227,7 +227,7 @@ class RunResult:
 
 
 # ---------------------------------------------------------------------------------------------- building blocks
-class _FinetuneTrainer(Trainer):
+class FinetuneTrainer(Trainer):
     """The shared loop, checkpointing only when asked: on a signal (Ctrl-C, SIGTERM), and every `save_every`
     steps when the user gave it. A fine-tuning run exports its model itself (OUT_DIR/model); the loop's
     training state -- weights plus two Adam moments, 3x the model -- would otherwise cost a write of ~1.3 GB
@@ -337,7 +337,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     if missing:  # e.g. a test file given as the training split
         raise DataError(f"{spec.name}: the training examples have no labels ({', '.join(missing)}); "
                         f"is {cfg.data} a labelled training set?")
-    trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=periodic)
+    trainer = FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=periodic)
     t0 = time.perf_counter()
     result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))  # an interrupted run goes on
     train_seconds = time.perf_counter() - t0

@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from ..errors import BertlabError, ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_length
 from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,
-                       PretrainedStart, _FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
+                       PretrainedStart, FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
 from .loop import CHECKPOINT_DIR, LoopConfig, latest_checkpoint, mixed_batches, steps_per_epoch
 from .optim import adamw, linear_warmup_decay
 from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
@@ -80,7 +81,7 @@ def task_data_paths(data: str, names: list[str]) -> dict[str, str]:
     return paths
 
 
-def finetune_multi(cfg: FinetuneConfig, given=None) -> dict[str, Any]:
+def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) -> dict[str, Any]:
     """The recipe above, from a `FinetuneConfig` whose `task` is "multi" and `multi` holds the options;
     `given`: the settings stated on the command line (on resume, only those may override the run's own)."""
     from ..tokenizer import BertTokenizer
@@ -98,8 +99,9 @@ def finetune_multi(cfg: FinetuneConfig, given=None) -> dict[str, Any]:
         raise ConfigError(f"unknown task {unknown[0]!r} in --tasks; expected names from: {', '.join(TASKS)}")
     paths = task_data_paths(cfg.data, names)
     run_dir = out / "runs"
-    if not cfg.resume and latest_checkpoint(run_dir) is not None:
-        raise BertlabError(f"{out}: holds an interrupted multi-task fine-tuning ({latest_checkpoint(run_dir)}); "
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None and not cfg.resume:
+        raise BertlabError(f"{out}: holds an interrupted multi-task fine-tuning ({checkpoint}); "
                            "pass --resume to continue it, or choose another --out")
     if cfg.resume and (out / STAGE_FILE).is_file():  # the multi-task stage finished in an earlier session
         log.info("the multi-task stage is done (%s); resuming after it", out / STAGE_FILE)
@@ -147,8 +149,8 @@ def finetune_multi(cfg: FinetuneConfig, given=None) -> dict[str, Any]:
                       save_every=cfg.save_every)
     # Checkpoints on a signal and every --save-every steps only (as one task's runs: the models are exported
     # at the end anyway); a resume continues from the latest.
-    trainer = _FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop)
-    result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))
+    trainer = FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop)
+    result = trainer.fit(resume=bool(cfg.resume and checkpoint))
     if result.interrupted:
         raise FinetuneInterrupted(run_dir, result)
     metrics: dict[str, Any] = {"tasks": names, "mixing": options.mixing, "mixing_rates": dict(zip(names, rates)),
