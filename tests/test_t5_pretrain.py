@@ -212,7 +212,7 @@ def test_prefix_lm_objective_time_budget_and_bf16(t5_data, tmp_path, capsys):
     (("--objective", "deshuffle"), "prepared for objective span-corruption, not deshuffle"),
     (("--objective", "mlm"), "objective mlm trains BERT, but t5-tiny is a T5 model"),
     (("--objective", "nope"), "unknown 'nope'"),
-    (("--seq-len", "64"), "--seq-len is not a setting of T5 pre-training"),
+    (("--max-seq-length", "64"), "--max-seq-length is not a setting of T5 pre-training"),
     (("--architecture", "sideways"), "architecture must be one of encoder-decoder, decoder-only, prefix-lm"),
     (("--optimizer", "lamb"), "optimizer must be one of adafactor, adamw"),
 ])

@@ -158,7 +158,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def pretrain_args(data_dir, out, *extra):
     return ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(data_dir), "--out", str(out),
-            "--batch-size", "8", "--seq-len", "64", "--phase2-seq-len", "0", "--eval-batches", "2",
+            "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "2",
             "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32", *map(str, extra)]
 
 
@@ -247,6 +247,40 @@ def test_phase2_and_mlm_objective(data_dir, tmp_path):
     assert "eval/nsp_accuracy" not in last
 
 
+def test_settings_come_from_the_data_manifest(tmp_path, capsys):
+    """Data prepared as full sentences (no next-sentence pairs) at one length only: `pretrain` needs neither
+    --objective mlm nor the length again; a stated length the data lacks is one line; the old spelling
+    --seq-len still works, with a deprecation line."""
+    from bertlab.data import CorpusSettings, InstanceConfig, InstanceSettings, MaskingConfig, prepare
+    from test_data_prepare import make_corpus, write_vocab
+
+    data = tmp_path / "data"
+    prepare([make_corpus(tmp_path / "corpus.txt", 40, seed=3)], write_vocab(tmp_path / "vocab.txt"), data,
+            CorpusSettings(heldout_fraction=0.1),
+            InstanceSettings(InstanceConfig("full-sentences", 48), MaskingConfig.for_length(48), dupe_factor=1,
+                             seed=1), workers=1, progress=False, echo=lambda s: None)
+    base = ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(data), "--batch-size", "4",
+            "--eval-batches", "1", "--no-progress", "--num-workers", "0", "--precision", "fp32", "--steps", "2"]
+    assert main([*base, "--out", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "manifest: --max-seq-length 48, --objective mlm" in out
+    saved = json.loads((tmp_path / "run" / "run_config.json").read_text())
+    assert saved["seq_len"] == 48 and saved["objective"] == "mlm"
+    assert json.loads((tmp_path / "run" / "final" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+
+    assert main([*base, "--out", str(tmp_path / "r2"), "--max-seq-length", "128"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no instances of length 128 (have [48])" in err
+    assert main([*base, "--out", str(tmp_path / "r3"), "--objective", "mlm+nsp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no next-sentence labels" in err
+
+    assert main([*base, "--out", str(tmp_path / "r4"), "--seq-len", "48"]) == 0
+    captured = capsys.readouterr()
+    assert "--seq-len is now --max-seq-length" in captured.err
+    assert "manifest: --objective mlm" in captured.out  # the length was stated, the objective came from the data
+
+
 def test_time_budget_fits_the_schedule(data_dir, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(pretrain_args(data_dir, out, "--time-budget", "4s", "--no-eval-at-start")) == 0
@@ -310,7 +344,7 @@ def test_unwritable_output_dir_and_missing_length(data_dir, tmp_path, capsys):
     assert main(pretrain_args(data_dir, tmp_path / "r2")) == 2  # neither --steps nor --time-budget
     assert "--steps N or --time-budget" in capsys.readouterr().err
     args = pretrain_args(data_dir, tmp_path / "r3", "--steps", 2)
-    args[args.index("--seq-len") + 1] = "32"
+    args[args.index("--max-seq-length") + 1] = "32"
     assert main(args) == 2
     assert "no instances of length 32" in capsys.readouterr().err
 

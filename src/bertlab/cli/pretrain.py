@@ -29,12 +29,14 @@ HELP = {
     "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
     "init_from": "Hugging Face-layout folder to continue pre-training from",
     "objective": "a registered objective (bertlab.objectives): mlm+nsp (BERT) or mlm; T5: span-corruption, "
-                 "iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm (default: the data's)",
+                 "iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm (default: the data's: "
+                 "mlm+nsp on segment pairs, mlm on data without next-sentence pairs)",
     "steps": "optimizer steps",
     "time_budget": "wall-clock budget, e.g. 2h, 90m, 1h30m: the schedule is fitted to it",
     "batch_size": "sequences per optimizer step over all processes",
     "micro_batch_size": "sequences per forward pass per process (the rest is gradient accumulation)",
-    "seq_len": "phase-1 sequence length",
+    "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "
+               "(--seq-len: the old spelling)",
     "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
@@ -57,6 +59,9 @@ HELP = {
 }
 
 
+RENAMED = {"seq_len": "--max-seq-length"}  # one spelling across commands: as `prepare` and `finetune` spell it
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.pretrain import PretrainConfig
     from ..train.runconfig import add_config_arguments
@@ -64,7 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.description = __doc__.split("\n\n", 1)[1]
-    add_config_arguments(p, PretrainConfig, HELP)
+    add_config_arguments(p, PretrainConfig, HELP, renamed=RENAMED)
     add_config_arguments(p, T5PretrainConfig, HELP, skip=_field_names(PretrainConfig))  # T5's own settings
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
     g = p.add_argument_group("demo")
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return run_demo(out=Path(args.out or "runs/demo"), corpus=args.demo_corpus, minutes=args.demo_minutes,
                         resume=bool(args.resume), progress=args.progress is not False)
     if is_t5_request(_stated(args)):
-        refuse_foreign_settings(args, T5PretrainConfig, PretrainConfig, "T5 pre-training")
+        refuse_foreign_settings(args, T5PretrainConfig, PretrainConfig, "T5 pre-training", renamed=RENAMED)
         cfg = config_from_args(T5PretrainConfig, args)
         result = run_t5_pretraining(cfg, given=given_fields(T5PretrainConfig, args))
     else:

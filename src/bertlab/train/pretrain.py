@@ -182,6 +182,38 @@ def _available_lengths(data_dir: str) -> list[int]:
     return sorted({s["instances"]["max_seq_length"] for s in manifest.get("instance_sets", [])})
 
 
+def stated_fields(cfg, given: Collection[str] | None) -> set[str]:
+    """The settings the user stated: `given` (flags and --config keys), or for a config built in Python the
+    fields that differ from the dataclass defaults (as `setup.resolve_resume_config` reads them)."""
+    if given is not None:
+        return set(given)
+    return {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != f.default}
+
+
+def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collection[str],
+                       say: Callable[[str], None]) -> PretrainConfig:
+    """What `bertlab prepare` was told, for the settings the user did not state: the sequence length (128
+    where the data has it, else its shortest instance set -- phase 1 -- with longer sets left to phase 2) and
+    the objective (mlm when those instances carry no next-sentence pairs). A stated setting that contradicts
+    the data stays the user's and is refused by the checks that follow, in one line."""
+    from ..data import DataInfo
+
+    changes: dict = {}
+    if "seq_len" not in stated and lengths and cfg.seq_len not in lengths:
+        changes["seq_len"] = lengths[0]
+    seq_len = changes.get("seq_len", cfg.seq_len)
+    if "objective" not in stated and seq_len in lengths:
+        info = DataInfo.load(cfg.data, max_seq_length=seq_len)
+        if get_objective(cfg.objective).needs_next_sentence_labels and not info.has_nsp:
+            changes["objective"] = "mlm"  # BERT's objective less NSP: what such instances were made for
+            why = f"its instances are {info.mode}, without next-sentence pairs"
+    if changes:
+        shown = ", ".join(f"--{k.replace('_', '-') if k != 'seq_len' else 'max-seq-length'} {v}"
+                          for k, v in changes.items())
+        say(f"from {cfg.data}'s manifest: {shown}" + (f" ({why})" if "objective" in changes else ""))
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
 def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
     """The model's config, checked against the data: same vocabulary, long enough positions."""
     source = cfg.init_from or cfg.model
@@ -241,6 +273,8 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- data: every file checked against the manifest, the vocabulary against the model
     lengths = _available_lengths(cfg.data)
+    if not cfg.resume:  # a resumed run keeps its own settings (run_config.json), decided at its start
+        cfg = settings_from_data(cfg, lengths, stated_fields(cfg, given), say)
     if cfg.seq_len not in lengths:
         raise ConfigError(f"{cfg.data}: no instances of length {cfg.seq_len} (have {lengths}); make them with "
                           f"`bertlab prepare --out {cfg.data} --max-seq-length {cfg.seq_len}`")

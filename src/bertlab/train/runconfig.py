@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -95,12 +96,29 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
     return cls(**{k: _coerce(k, v, hints[k], source) for k, v in data.items()})
 
 
+class DeprecatedSpelling(argparse.Action):
+    """An old flag spelling kept for a release: it sets the same setting and says, once, what replaced it."""
+
+    def __init__(self, option_strings, dest, now: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.now = now
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"bertlab: {option_string} is now {self.now}; the old spelling goes in a later release",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[str, str] | None = None,
-                         skip: tuple[str, ...] = (), aliases: dict[str, tuple[str, ...]] | None = None) -> None:
+                         skip: tuple[str, ...] = (), aliases: dict[str, tuple[str, ...]] | None = None,
+                         renamed: dict[str, str] | None = None) -> None:
     """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`; `aliases` gives a
-    field more spellings (`{"data": ("--train",)}`). Every default is None in argparse, so
-    `config_from_args` can tell a flag that was given from one that was not."""
+    field more spellings (`{"data": ("--train",)}`); `renamed` spells a field's flag otherwise than its name
+    (`{"seq_len": "--max-seq-length"}`: one spelling for one setting across commands), the name's own
+    spelling kept as a hidden, deprecated alias. Every default is None in argparse, so `config_from_args` can
+    tell a flag that was given from one that was not."""
     aliases = aliases or {}
+    renamed = renamed or {}
     help = help or {}
     if not any("--config" in a.option_strings for a in parser._actions):
         parser.add_argument("--config", type=Path, default=None, help="JSON file of settings (flags override it)")
@@ -113,7 +131,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[
             add_config_arguments(parser.add_argument_group(f.name), group, help, skip, aliases)
             continue
         base, _ = _base_type(hints[f.name])
-        flags = ["--" + f.name.replace("_", "-"), *aliases.get(f.name, ())]
+        own = "--" + f.name.replace("_", "-")
+        flags = [renamed.get(f.name, own), *aliases.get(f.name, ())]
+        if f.name in renamed:
+            parser.add_argument(own, dest=f.name, action=DeprecatedSpelling, now=renamed[f.name], default=None,
+                                type=base if base in (int, float) else str, help=argparse.SUPPRESS)
         default = f.default if f.default is not dataclasses.MISSING else None
         text = help.get(f.name, "") + (f" (default: {default})" if default not in (None, "") else "")
         if base is bool:
@@ -161,14 +183,16 @@ def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
 
 
 def refuse_foreign_settings(args: argparse.Namespace, own: type, other: type, what: str,
-                            ignore: tuple[str, ...] = ()) -> None:
+                            ignore: tuple[str, ...] = (), renamed: dict[str, str] | None = None) -> None:
     """A one-line `ConfigError` for a flag given on the command line that `other` (the config class the
     subcommand's flags were also made from) has and `own` (the class this run is read into) does not -- so a
-    setting of another recipe is never silently ignored. `what` names this run ("T5 pre-training")."""
+    setting of another recipe is never silently ignored. `what` names this run ("T5 pre-training");
+    `renamed` as `add_config_arguments` was given it, so the message spells the flag as the user did."""
     own_names = _all_field_names(own) | set(ignore)
     for name in sorted(_all_field_names(other)):
         if name not in own_names and getattr(args, name, None) is not None:
-            raise ConfigError(f"--{name.replace('_', '-')} is not a setting of {what}")
+            flag = (renamed or {}).get(name, "--" + name.replace("_", "-"))
+            raise ConfigError(f"{flag} is not a setting of {what}")
 
 
 def _all_field_names(cls: type) -> set[str]:
