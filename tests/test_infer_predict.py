@@ -136,11 +136,22 @@ def test_model_without_task_head_is_a_clear_error(models, tmp_path):
 
 
 def test_predict_cli_jsonl(models, tmp_path, capsys):
-    src = tmp_path / "in.jsonl"
+    """A text file mixes plain lines and JSON objects; a .jsonl file is JSON Lines: a plain line there is the
+    file's content contradicting its name, one line naming file and line."""
+    src = tmp_path / "in.txt"
     src.write_text('{"id": "a", "text": "the cat"}\nplain text line\n{"text": "a dog", "text_pair": "good"}\n')
     assert main(["predict", "--model", str(models["cls"]), "--input", str(src)]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 3 and rows[0]["id"] == "a" and all(r["label"] in ("neg", "pos", "mixed") for r in rows)
+    assert [r["id"] for r in rows] == ["a", 2, 3] and rows[2]["text_pair"] == "good"
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"id": "a", "text": "the cat"}\n\n{"text": "a dog", "text_pair": "good"}\n')
+    assert main(["predict", "--model", str(models["cls"]), "--input", str(jsonl)]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [rows[0], {**rows[2], "id": 3}]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text('{"text": "ok"}\nplain text line\n')
+    assert main(["predict", "--model", str(models["cls"]), "--input", str(mixed)]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"{mixed}:2: not valid JSON (Expecting value at column 1)")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"text": \n')
     assert main(["predict", "--model", str(models["cls"]), "--input", str(bad)]) == 2

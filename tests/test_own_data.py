@@ -76,6 +76,67 @@ def test_csv_to_served_labels(tiny, tmp_path, capsys):
     assert set(answer["scores"]) == set(TOPICS) and answer["label"] in TOPICS
 
 
+def test_labelled_test_file_scored_and_predict_reads_the_trained_column(tiny, tmp_path, capsys):
+    """A model fine-tuned on a CSV whose text column is `description`: a labelled --test file is scored into
+    metrics.json as "test"; `evaluate --data test.csv` names the split test; `predict` on a CSV reads the header
+    as a header and the trained column only (the gold label never reaches the model), carries the id column,
+    and a JSON Lines file with that column works too; a file whose content contradicts its name is one line."""
+    def described(rows):
+        return [{"id": r["id"], "description": r["text"], "category": r["category"]} for r in rows]
+
+    train = write_csv(described(news_rows(160, 1)), tmp_path / "train.csv")
+    dev = write_csv(described(news_rows(40, 2)), tmp_path / "dev.csv")
+    test_rows = described(news_rows(24, 3))
+    test = write_csv(test_rows, tmp_path / "test.csv")
+    out = tmp_path / "out"
+    assert _run("finetune", "text-classification", "--model", tiny, "--train", train, "--validation", dev,
+                "--test", test, "--text-column", "description", "--out", out, *FAST) == 0
+    printed = json.loads(capsys.readouterr().out)
+    metrics = json.loads((out / "metrics.json").read_text())
+    tested = _jsonl(out / "test_predictions.jsonl")
+    accuracy = sum(p["prediction"] == p["label"] for p in tested) / len(tested)
+    assert metrics["test"]["accuracy"] == pytest.approx(accuracy) and printed["test"]["accuracy"] == \
+        pytest.approx(accuracy, abs=1e-4)
+    assert json.loads((out / "model" / "config.json").read_text())["input_columns"]["text"] == "description"
+
+    evaluated = tmp_path / "evaluated"
+    assert _run("evaluate", "text-classification", "--model", out / "model", "--data", test, "--out", evaluated) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["split"] == "test" and scored["accuracy"] == pytest.approx(accuracy)
+    assert (evaluated / "test_predictions.jsonl").is_file() and not (evaluated / "dev_predictions.jsonl").exists()
+    other = write_csv(test_rows, tmp_path / "holdout-2024.csv")
+    assert _run("evaluate", "text-classification", "--model", out / "model", "--data", other) == 0
+    assert json.loads(capsys.readouterr().out)["split"] == "holdout-2024"
+    assert _run("evaluate", "text-classification", "--model", out / "model", "--data", other, "--split", "../x") == 2
+    assert "--split '../x': expected a plain name" in capsys.readouterr().err
+
+    assert _run("predict", "--model", out / "model", "--input", test) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == len(test_rows)  # no row for the header
+    assert [r["id"] for r in rows] == [r["id"] for r in test_rows]
+    assert [r["text"] for r in rows] == [r["description"] for r in test_rows]  # the text only, not the label
+    by_id = {p["id"]: p["prediction"] for p in tested}
+    assert [r["label"] for r in rows] == [by_id[r["id"]] for r in rows]  # what finetune predicted for the file
+    jsonl = write_jsonl([{"description": r["description"]} for r in test_rows[:3]], tmp_path / "new.jsonl")
+    assert _run("predict", "--model", out / "model", "--input", jsonl) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in rows] == [1, 2, 3] and [r["label"] for r in rows] == [by_id[r["id"]] for r in
+                                                                                  test_rows[:3]]
+    plain = tmp_path / "plain.txt"  # a text file: one text per line, JSON objects with the trained column too
+    plain.write_text(test_rows[0]["description"] + "\n" + json.dumps({"description": test_rows[1]["description"]})
+                     + "\n")
+    assert _run("predict", "--model", out / "model", "--input", plain) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["label"] for r in rows] == [by_id[r["id"]] for r in test_rows[:2]]
+    assert _run("predict", "--model", out / "model", "--input", test, "--text-column", "text") == 2
+    assert "no column 'text'" in capsys.readouterr().err
+    disguised = tmp_path / "disguised.csv"
+    disguised.write_text(jsonl.read_text())
+    assert _run("predict", "--model", out / "model", "--input", disguised) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "looks like JSON" in err and str(disguised) in err
+
+
 def test_no_validation_file_holds_out_a_stratified_share(tiny, tmp_path):
     """Columns guessed from common names and reported; 10% of each class held out, seeded."""
     rows = [{"sentence": r["text"], "topic": r["category"]} for r in news_rows(120, 4)]
@@ -414,5 +475,5 @@ def test_parquet_and_tsv_read_like_csv(tmp_path):
     assert table.columns == ["id", "text", "category"] and [r.values for r in table.rows] == rows
     assert table.where(table.rows[2]).endswith("t.parquet: record 3")
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
-    with pytest.raises(Exception, match="bad.parquet: not a readable Parquet file"):
+    with pytest.raises(Exception, match="bad.parquet: not a Parquet file"):
         read_table(tmp_path / "bad.parquet")

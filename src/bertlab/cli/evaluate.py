@@ -19,7 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", metavar="MODEL_DIR", required=True, type=model_path,
                    help="a fine-tuned model folder (OUT_DIR/model), or its name in the local Hugging Face cache")
     p.add_argument("--data", metavar="DATA_PATH", required=True, help="the task's folder or file(s)")
-    p.add_argument("--split", default=None, help="which split (default: the task's first dev split)")
+    p.add_argument("--split", default=None,
+                   help="which split to score, and the name the output and the prediction file carry (default: "
+                        "the task's first dev split; for one file, the split its name says -- test.csv is the "
+                        "test split -- else, for a task on your own files, the file's name)")
     p.add_argument("--out", metavar="DIR", help="write the predictions here")
     p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: the task's)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per prediction batch (default 64)")
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.setup import autocast_dtype, resolve_device
 
     spec = TASKS[args.task]
-    split = args.split or spec.eval_splits[0]
+    split = split_name(spec, args.data, args.split)
     device = resolve_device(args.device)
     model = spec.head.from_pretrained(args.model).to(device)
     spec = spec.with_model_config(model.config)  # own-data tasks: labels, columns, windows as trained
@@ -44,5 +47,36 @@ def run(args: argparse.Namespace) -> int:
     scores = evaluate(spec, model, tokenizer, examples, split,
                       max_length=args.max_seq_length or spec.default_max_length, batch_size=args.batch_size,
                       out_dir=args.out, device=device, autocast_dtype=autocast_dtype("bf16" if args.bf16 else "fp32"))
-    print(json.dumps({"task": spec.name, "split": split, "examples": len(examples), **scores}, indent=2))
+    print(json.dumps({"task": spec.name, "split": split, "data": str(args.data), "examples": len(examples), **scores},
+                     indent=2))
     return 0
+
+
+SPLIT_SPELLINGS = {"validation": "dev", "valid": "dev", "val": "dev", "eval": "dev"}
+
+
+def split_name(spec, data: str, given: str | None) -> str:
+    """The split `evaluate` scores and names: `given`; else, for one file, the split its name says (test.csv:
+    test; validation.jsonl: dev), a task on the user's own files (no fixed splits) naming it after the file;
+    else the task's first dev split. A name that is not a plain word is refused (it names the output file)."""
+    import re
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..tasks.base import FolderTask
+
+    if given is not None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", given):
+            raise ConfigError(f"--split {given!r}: expected a plain name (letters, digits, _ . -), e.g. dev or test")
+        return given
+    path = Path(data)
+    if not path.is_file():
+        return spec.eval_splits[0]
+    stem = path.name.split(".", 1)[0]
+    known = (*spec.eval_splits, *spec.test_splits, "train")
+    said = SPLIT_SPELLINGS.get(stem.lower(), stem.lower())
+    if said in known:
+        return said
+    if isinstance(spec, FolderTask) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", stem):
+        return spec.eval_splits[0]  # a benchmark task reads a one-off file as its dev split (its columns)
+    return stem

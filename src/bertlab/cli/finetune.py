@@ -157,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
                       "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},
+                      **{split: {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics[split].items()
+                                 if not k.startswith(PER_CLASS_DETAIL)}  # a labelled test file's scores
+                         for split in TASKS[cfg.task].test_splits if split in metrics},
                       "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0
 

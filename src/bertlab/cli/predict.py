@@ -2,10 +2,15 @@
 
 The task comes from the model's config.json ("architectures"): sequence classification, token
 classification (NER), question answering or multiple choice; a T5 model (model_type "t5") generates text for
-each input, with the filled spans for a text holding <extra_id_N> sentinels. Input: one item per line, a plain text or a
-JSON object ({"text", "text_pair"}, {"tokens"}, {"question", "context"}, {"context", "choices"}). Output:
-one JSON object per input line, in input order (see `bertlab.infer.predict`), each starting with
-  "id"    the record's own "id" field, else the input's line number (1, 2, ...)
+each input, with the filled spans for a text holding <extra_id_N> sentinels.
+
+Input (`bertlab.infer.input_files`): a table -- CSV, TSV, JSON Lines, JSON, Parquet, told by the file name or
+--format -- is read as `finetune` reads it: a classifier's text is the column it was fine-tuned on (config.json
+input_columns), or --text-column, or a common name (text, sentence, ...); other tasks take the row's fields.
+Anything else is one item per line: a plain text or a JSON object ({"text", "text_pair"}, {"tokens"},
+{"question", "context"}, {"context", "choices"}). Output: one JSON object per input row, in input order (see
+`bertlab.infer.predict`), each starting with
+  "id"    the row's id column / the record's own "id" field, else its line (record) number (1, 2, ...)
   "text"  the text the prediction is for (and "text_pair" / "question" when the input has them)
 then the prediction. A blank line is not sent to the model: its row is {"id": N, "text": "", "skipped":
 "blank line"}, so output row i still answers input line i.
@@ -19,18 +24,27 @@ ECHOED = ("text", "text_pair", "question")  # input fields repeated in the outpu
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..infer.input_files import INPUT_FORMATS
     from ..infer.runtime import add_inference_arguments
 
     add_inference_arguments(p)
-    p.add_argument("--input", metavar="FILE", help="one text or JSON object per line (default: stdin)")
+    p.add_argument("--input", metavar="FILE",
+                   help="a table (.csv, .tsv, .jsonl, .json, .parquet), or one text or JSON object per line "
+                        "(default: stdin)")
     p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout)")
+    p.add_argument("--format", choices=INPUT_FORMATS,
+                   help="how to read --input when its name does not say (text: one item per line)")
+    p.add_argument("--text-column", metavar="NAME",
+                   help="the column (field) holding the text (default: the one the model was fine-tuned on, "
+                        "else text, sentence, ...)")
+    p.add_argument("--text-pair-column", metavar="NAME", help="the column holding the second text of a pair")
 
 
-def row_head(record: dict | str, line_number: int) -> dict:
+def row_head(record: dict | str, row_id) -> dict:
     """The id and text fields that start an output row."""
     if isinstance(record, str):
-        return {"id": line_number, "text": record}
-    return {"id": record.get("id", line_number), **{k: record[k] for k in ECHOED if k in record}}
+        return {"id": row_id, "text": record}
+    return {"id": row_id, **{k: record[k] for k in ECHOED if k in record}}
 
 
 def is_t5_folder(model_dir) -> bool:
@@ -45,30 +59,29 @@ def is_t5_folder(model_dir) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
-    from ..infer.inputs import parse_record, read_lines
+    from ..infer.input_files import TextColumns, read_inputs
     from ..infer.outputs import json_line, text_output
     from ..infer.predict import Predictor
     from ..infer.runtime import InferenceOptions
     from ..progress import track
 
-    lines = read_lines(args.input)
-    kept = [i for i, line in enumerate(lines.items) if line.strip()]
-    if not kept:
-        raise BertlabError(f"{lines.source}: only blank lines; expected one text or JSON object per line")
     options = InferenceOptions.from_args(args)
     if is_t5_folder(args.model):  # a T5 model answers by generating text (infer/generate.py)
         from ..infer.generate import Generator
 
         predictor = Generator.from_pretrained(args.model, options)
+        config_extra, reads_text = {}, True
     else:
         predictor = Predictor.from_pretrained(args.model, options)
-    records = {i: parse_record(lines.items[i], lines.where(i)) for i in kept}
-    answers = predictor.iter_predict([records[i] for i in kept], where=lambda k: lines.where(kept[k]))
+        config_extra, reads_text = predictor.model.config.extra, predictor.runner.task == "classify"
+    columns = TextColumns.for_model(args.text_column, args.text_pair_column, config_extra)
+    rows, _ = read_inputs(args.input, columns, args.format, classify=reads_text)
+    kept = [i for i, row in enumerate(rows) if row.item is not None]
+    answers = predictor.iter_predict([rows[i].item for i in kept], where=lambda k: rows[kept[k]].where)
     with text_output(args.output) as f:
-        for i, line in track(enumerate(lines.items), len(lines.items), "predict", "line"):
-            if i not in records:
-                f.write(json_line({"id": i + 1, "text": line, "skipped": "blank line"}))
+        for row in track(rows, len(rows), "predict", "row"):
+            if row.item is None:
+                f.write(json_line({"id": row.id, "text": "", "skipped": "blank line"}))
                 continue
-            f.write(json_line({**row_head(records[i], i + 1), **next(answers)}))
+            f.write(json_line({**row_head(row.item, row.id), **next(answers)}))
     return 0

@@ -40,6 +40,7 @@ TEXT_PAIR_COLUMNS = ("text_pair", "sentence2", "hypothesis", "text_b", "question
 LABEL_COLUMNS = ("label", "labels", "category", "class", "target", "topic", "sentiment", "y", "tag", "intent",
                  "score")
 TOKENS_COLUMNS = ("tokens", "words")
+ID_COLUMNS = ("id", "guid", "idx", "index")  # a row's own id, carried into its prediction
 TAGS_COLUMNS = ("tags", "ner_tags", "labels", "label")
 
 
@@ -189,6 +190,29 @@ def read_parquet(path: Path, delimiter: str | None = None) -> tuple[list[str], l
     return columns, rows
 
 
+def check_content(path: Path, kind: str) -> None:
+    """A file whose first bytes contradict its format (JSON in a .csv, a CSV or plain text in a .jsonl, no
+    Parquet magic): one line saying what it looks like, before a reader makes something odd of it."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if kind == "parquet":
+        if head[:4] != b"PAR1":
+            raise DataError(f"{path}: not a Parquet file (it does not start with the PAR1 mark); name it after "
+                            "what it holds (.csv, .jsonl, ...) or pass --format")
+        return
+    start = head.lstrip(b"\xef\xbb\xbf").lstrip()
+    if not start:
+        return  # empty: the reader says so
+    first = start[:1]
+    line = start.split(b"\n", 1)[0][:60].decode("utf-8", "replace")
+    if kind in ("csv", "tsv") and first in (b"{", b"["):
+        raise DataError(f"{path}: looks like JSON ({line!r}), not {kind.upper()}; name it .jsonl / .json or "
+                        "pass --format jsonl")
+    if kind in ("jsonl", "json") and first not in (b"{", b"["):
+        raise DataError(f"{path}:1: not JSON: the file starts with {line!r}; a CSV, TSV or text file? name it "
+                        ".csv / .tsv / .txt, or pass --format")
+
+
 Reader = Callable[..., tuple[list[str], list[Row]]]
 FORMATS: dict[str, Reader] = {"csv": read_csv, "tsv": read_tsv, "jsonl": read_jsonl, "json": read_json,
                               "parquet": read_parquet}
@@ -214,6 +238,7 @@ def read_table(path: str | Path, format: str | None = None, delimiter: str | Non
     kind = table_format(path, format)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    check_content(path, kind)
     columns, rows = FORMATS[kind](path, delimiter)
     if not rows:
         raise DataError(f"{path}: no rows after the header")

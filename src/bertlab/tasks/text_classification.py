@@ -45,7 +45,7 @@ import torch.nn.functional as F
 
 from ..heads import BertForSequenceClassification
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
-from .files import LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column, read_table
+from .files import ID_COLUMNS, LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column, read_table
 from .metrics import LabelCounts, multi_label_sets, pearson, spearman, tune_threshold
 from .own_data import InputOptions, SplitFiles, split_rows
 
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 
 SINGLE, MULTI, REGRESSION = "single_label_classification", "multi_label_classification", "regression"
 SEQUENCE_KEYS = ("input_ids", "token_type_ids", "attention_mask")
-ID_COLUMNS = ("id", "guid", "idx", "index")
 
 
 @dataclass(frozen=True)

@@ -585,7 +585,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
             r.state = None
 
     _, setting, runs, chosen = best
-    test_files = _predict_test(spec, cfg, out, tokenizer, max_length, device)
+    test_files, test_scores = _predict_test(spec, cfg, out, tokenizer, max_length, device)
     metrics = {
         "task": spec.name,
         "main_metric": spec.main_metric,
@@ -593,6 +593,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         "dev": summarize(spec, runs),  # the selected setting, mean ± sd over its seeds
         "best_run": chosen.scores,  # the saved model's dev scores
         "test_predictions": test_files,
+        **test_scores,  # a labelled test file's scores, by split name ("test"), from the saved model
         **({"data": {**spec.describe(), "truncated": truncation_report(data)}} if spec.describe() else {}),
         "seconds": round(time.perf_counter() - t_start, 1),
         "config": dataclasses.asdict(cfg),
@@ -661,9 +662,10 @@ def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, toke
 
 
 def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max_length: int,
-                  device: torch.device) -> list[str]:
-    """Prediction files for the test splits present in DATA_PATH, from the saved model."""
-    written = []
+                  device: torch.device) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """Prediction files for the test splits present in DATA_PATH, from the saved model, and the scores of
+    those that carry labels (split -> scores; an unlabelled split, as GLUE's test files, has none)."""
+    written, scores = [], {}
     model = None
     for split in spec.test_splits:
         if not spec.has_split(cfg.data, split):  # a test file is optional: most users fine-tune without one
@@ -674,8 +676,11 @@ def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max
             model = spec.head.from_pretrained(out / "model").to(device)
         scoring = spec.with_model_config(model.config)  # as saved: e.g. the tuned multi-label threshold
         writer_path = scoring.prediction_writer(out, split).path
-        evaluate(scoring, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
-                 batch_size=cfg.eval_batch_size, out_dir=out, device=device,
-                 autocast_dtype=autocast_dtype(cfg.precision))
+        scored = evaluate(scoring, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,
+                          batch_size=cfg.eval_batch_size, out_dir=out, device=device,
+                          autocast_dtype=autocast_dtype(cfg.precision))
         written.append(writer_path.name)
-    return written
+        if scored:
+            scores[split] = scored
+            log.info("%s %s: %s", spec.name, split, json.dumps(scored))
+    return written, scores

@@ -1,0 +1,160 @@
+"""What `bertlab predict` reads: plain text lines, or a table read as fine-tuning reads it, in the model's columns.
+
+A file whose name says it is a table (`.csv`, `.tsv`, `.jsonl`, `.json`, `.parquet`, ...; `tasks.files`) is
+read through the same readers `bertlab finetune` uses, so a CSV's header is a header and its label column is
+never part of a text. Which column holds the text:
+
+    --text-column NAME           the user's choice (and --text-pair-column for a second text)
+    config.json input_columns    the column the model was fine-tuned on (`finetune text-classification`)
+    common names                 text, sentence, content, ... (`tasks.files.TEXT_COLUMNS`), as finetune guesses,
+                                 with a second text where the file has one (text_pair, sentence2, ...)
+
+Other tasks' rows (question/context, tokens, choices) go to the model as the JSON objects they are. The row's
+id is the file's id column (id, guid, idx, index) when it has one, else its line (record) number.
+
+Anything else -- a `.txt` file, no extension, stdin -- is one item per line, as before: a plain text, or a JSON
+object; a JSON object holding the model's trained column instead of "text" is read from that column. A file
+whose content contradicts its name (JSON in a .csv, text in a .jsonl, no Parquet magic) is refused in one line
+by the readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import BertlabError
+from ..tasks.files import ID_COLUMNS, SUFFIXES, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, FORMATS, guess_column, read_table
+from .inputs import parse_record, read_lines
+
+TEXT_FORMAT = "text"  # one item per line
+INPUT_FORMATS = (TEXT_FORMAT, *FORMATS)
+
+
+@dataclass(frozen=True)
+class TextColumns:
+    """Where a record's text (and second text) are: the user's names, else the model's trained ones."""
+
+    text: str | None = None
+    text_pair: str | None = None
+    trained: bool = False  # the names come from the model's config.json
+
+    @classmethod
+    def for_model(cls, text_column: str | None, text_pair_column: str | None, config_extra: dict) -> "TextColumns":
+        if text_column is not None:
+            return cls(text_column, text_pair_column)
+        trained = config_extra.get("input_columns")
+        if isinstance(trained, dict) and isinstance(trained.get("text"), str):
+            pair = text_pair_column or trained.get("text_pair")
+            return cls(trained["text"], pair if isinstance(pair, str) else None, trained=True)
+        return cls(None, text_pair_column)
+
+
+@dataclass
+class InputRow:
+    """One input item: its id for the output row, where it came from (for messages), and the item itself --
+    a text, a JSON object, or None for a blank line (answered as skipped, so output row i is input line i)."""
+
+    id: Any
+    where: str
+    item: dict[str, Any] | str | None
+
+
+def input_format(path: str | Path | None, format: str | None = None) -> str:
+    """`format`, else the file name's (a table suffix), else one item per line."""
+    if format is not None:
+        if format not in INPUT_FORMATS:
+            raise BertlabError(f"--format {format!r}: expected one of {', '.join(INPUT_FORMATS)}")
+        return format
+    if path is None or str(path) == "-":
+        return TEXT_FORMAT
+    return SUFFIXES.get(Path(path).suffix.lower(), TEXT_FORMAT)
+
+
+def read_inputs(path: str | Path | None, columns: TextColumns, format: str | None = None,
+                classify: bool = True) -> tuple[list[InputRow], str]:
+    """The input items of `path` (stdin for None / '-') and a name for the source. `classify`: the model reads
+    texts (a classifier, a text-to-text model), so a table's text columns are picked; otherwise a table's rows go
+    to the model as JSON objects."""
+    kind = input_format(path, format)
+    if kind == TEXT_FORMAT:
+        lines = read_lines(path)
+        rows = []
+        for i, line in enumerate(lines.items):
+            if not line.strip():
+                rows.append(InputRow(i + 1, lines.where(i), None))
+                continue
+            record = parse_record(line, lines.where(i))
+            if isinstance(record, dict):
+                item = select_text(record, columns, lines.where(i)) if classify else record
+                rows.append(InputRow(record.get("id", i + 1), lines.where(i), item))
+            else:
+                rows.append(InputRow(i + 1, lines.where(i), record))
+        if not any(r.item is not None for r in rows):
+            raise BertlabError(f"{lines.source}: only blank lines; expected one text or JSON object per line")
+        return rows, lines.source
+    if path is None or str(path) == "-":
+        raise BertlabError(f"--format {kind}: tables are read from a file (--input FILE), not stdin")
+    table = read_table(path, kind)
+    text = pair = None
+    if classify:
+        text, pair = table_columns(table.columns, columns, table.path)
+    id_column = guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
+    rows = []
+    for row in table.rows:
+        where = table.where(row)
+        if classify:
+            item = {"text": row.values.get(text)}
+            if pair is not None and row.values.get(pair) is not None:  # a record without one: a single text
+                item["text_pair"] = row.values[pair]
+            for name, column in (("text", text), ("text_pair", pair)):
+                if name in item and not isinstance(item[name], str):
+                    value = item[name]
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        item[name] = str(value)  # a number in a text column is its text, as finetune reads it
+                    else:
+                        raise BertlabError(f"{where}: column {column!r} holds "
+                                           f"{'nothing' if value is None else type(value).__name__}, expected text")
+        else:
+            item = dict(row.values)
+        rows.append(InputRow(row.values.get(id_column, row.line) if id_column is not None else row.line, where, item))
+    return rows, str(table.path)
+
+
+def table_columns(names: Sequence[str], columns: TextColumns, source) -> tuple[str, str | None]:
+    """(text column, second text column or None) of a table with columns `names`."""
+    def need(name: str, what: str) -> str:
+        if name not in names:
+            told = " (the column the model was fine-tuned on; --text-column NAME to read another)" \
+                if columns.trained else ""
+            raise BertlabError(f"{source}: no column {name!r}{told} for the {what}; the file has columns: "
+                               f"{', '.join(names) or 'none'}")
+        return name
+
+    if columns.text is not None:
+        text = need(columns.text, "text")
+        return text, need(columns.text_pair, "second text") if columns.text_pair is not None else None
+    text = guess_column(names, TEXT_COLUMNS)
+    if text is None:
+        raise BertlabError(f"{source}: no text column among {', '.join(names)}; name it with --text-column")
+    if columns.text_pair is not None:
+        return text, need(columns.text_pair, "second text")
+    # A model with no recorded columns: a second-text column the file has is read (dropping it would change
+    # what a pair model sees, silently).
+    return text, guess_column(names, TEXT_PAIR_COLUMNS, exclude=(text,))
+
+
+def select_text(record: dict[str, Any], columns: TextColumns, where: str) -> dict[str, Any]:
+    """A JSON object's text fields under the names the runners read ("text", "text_pair"): from the named
+    (or trained) columns when the object has them; otherwise the object as it is."""
+    if columns.text is None or columns.text not in record:
+        if columns.text is not None and not columns.trained:  # the user named it: it must be there
+            raise BertlabError(f"{where}: missing field {columns.text!r} (--text-column)")
+        return record
+    picked = {k: v for k, v in record.items() if k not in ("text", "text_pair")}
+    picked["text"] = record[columns.text]
+    if columns.text_pair is not None and columns.text_pair in record:
+        picked["text_pair"] = record[columns.text_pair]
+    return picked
