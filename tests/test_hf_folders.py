@@ -269,3 +269,23 @@ def test_a_cache_link_out_of_its_repository_is_refused(sharded, tmp_path, target
                                               "folder") as e:
         read_state_dict(mine)
     assert "\n" not in str(e.value)
+
+
+def test_prepare_takes_a_folder_saved_by_transformers(hf_folder, tmp_path):
+    from bertlab.data.shards import load_manifest
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("".join(f"The cat sat on the mat {i}. The dog was very good.\nA bad film.\n\n"
+                              for i in range(20)))
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB))
+    manifests = []
+    for name, vocab in (("a", hf_folder), ("b", tmp_path / "vocab")):
+        assert main(["--log-level", "ERROR", "prepare", str(corpus), "--vocab", str(vocab), "--out",
+                     str(tmp_path / name), "--max-seq-length", "32", "--workers", "1"]) == 0
+        manifests.append(load_manifest(tmp_path / name))
+    a, b = (m["tokenizer"] for m in manifests)
+    assert a["vocab_sha256"] == b["vocab_sha256"] == hashlib.sha256((tmp_path / "vocab" / "vocab.txt")
+                                                                    .read_bytes()).hexdigest()
+    assert manifests[0]["corpus"]["key"] != "" and (tmp_path / "a" / a["vocab_file"]).read_bytes() == \
+        (tmp_path / "vocab" / "vocab.txt").read_bytes()
