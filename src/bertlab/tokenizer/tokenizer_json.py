@@ -134,7 +134,7 @@ def _read_normalizer(path: Path, norm: Any, out: TokenizerJson) -> None:
     out.settings["strip_accents"] = strip  # None: follows lowercase, in `tokenizers` as in BertTokenizer
 
 
-def _special(path: Path, item: Any, type_id: int) -> str:
+def _special(item: Any, type_id: int) -> str:
     """The token of a TemplateProcessing `SpecialToken` piece with that type id."""
     piece = item.get("SpecialToken") if isinstance(item, dict) else None
     if not isinstance(piece, dict) or piece.get("type_id") != type_id or not isinstance(piece.get("id"), str):
@@ -148,10 +148,10 @@ def _read_post_processor(path: Path, post: Any, out: TokenizerJson) -> None:
     try:
         if kind == "TemplateProcessing":
             single, pair = post.get("single"), post.get("pair")
-            cls_, sep = _special(path, single[0], 0), _special(path, single[2], 0)
+            cls_, sep = _special(single[0], 0), _special(single[2], 0)
             if (len(single) != 3 or single[1] != {"Sequence": {"id": "A", "type_id": 0}} or len(pair) != 5
                     or pair[:3] != single or pair[3] != {"Sequence": {"id": "B", "type_id": 1}}
-                    or _special(path, pair[4], 1) != sep):
+                    or _special(pair[4], 1) != sep):
                 raise ValueError
             for token in (cls_, sep):
                 if post["special_tokens"][token]["ids"] != [vocab.get(token)]:
