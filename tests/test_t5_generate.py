@@ -297,7 +297,7 @@ def test_generate_command_bad_input_is_one_line(tmp_path, capsys):
 
     (folder / "vocab.txt").unlink()
     code, out, err = run_cli(capsys, "generate", "--model", folder, "a text")
-    assert code == 2 and "no vocab.txt in this folder" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "no vocab.txt or tokenizer.json in this folder" in err and len(err.strip().splitlines()) == 1
 
 
 def test_generate_route(tmp_path):

@@ -40,7 +40,7 @@ import torch
 
 from .config import read_json_object
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
-from .model_names import resolve_model
+from .model_names import inside_model_folder, resolve_model
 from .nn.adapters import LORA_CONFIG_KEY, add_lora, add_saved_adapters, lora_layers
 
 log = logging.getLogger(__name__)
@@ -193,20 +193,21 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 def index_shards(index: Path) -> list[Path]:
     """The weight files a `model.safetensors.index.json` names, each checked to lie inside the index's own
-    folder: a name like `../elsewhere/x.safetensors` or an absolute path would read files the folder's
-    owner never put there (a path-traversal hole)."""
+    folder (or, in the Hugging Face cache, in its repository's blobs: `model_names.inside_model_folder`): a
+    name like `../elsewhere/x.safetensors`, an absolute path or a link out of the folder would read files
+    the folder's owner never put there (a path-traversal hole)."""
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
         names = sorted(set(weight_map.values()))
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, AttributeError, TypeError) as e:
         raise CheckpointError(f"{index}: not a valid safetensors index ({type(e).__name__}: {e})") from None
-    folder = index.parent.resolve()
     shards = []
     for name in names:
         if not isinstance(name, str) or not name.endswith(".safetensors"):
             raise CheckpointError(f"{index}: weight_map names {name!r}; expected a .safetensors file name")
         shard = (index.parent / name)
-        if os.path.isabs(name) or not shard.resolve().is_relative_to(folder):
+        # A Hugging Face cache snapshot links its shards into the repository's blobs/: those are followed
+        if os.path.isabs(name) or not inside_model_folder(shard, index.parent):
             raise CheckpointError(f"{index}: shard {name!r} lies outside the model folder {index.parent}; "
                                   "refused")
         shards.append(shard)

@@ -15,6 +15,12 @@ ends in it. A name that resolves nowhere is one line saying where it looked.
 
 `resolve_model` is the one resolver: every command that takes a model (`--model`, `--teacher`,
 `--init-from`, `tokenize --vocab`) calls it, through `model_path` for argparse.
+
+The cache stores each file once, in `models--ORG--NAME/blobs/SHA`, and a snapshot's files are symlinks to
+them (`snapshots/REV/model-00001-of-00002.safetensors -> ../../blobs/SHA`). `inside_model_folder` is the
+one rule for a file a model folder names (a shard of `model.safetensors.index.json`): it must resolve inside
+the folder, or, for a folder in such a cache, inside that same repository's `blobs/` -- never into another
+repository's blobs or anywhere else on the disk.
 """
 
 from __future__ import annotations
@@ -78,6 +84,27 @@ def cached_model(name: str, cache: Path | None = None) -> Path | None:
             if snapshot is not None:
                 return snapshot
     return None
+
+
+def cache_blobs(folder: Path) -> Path | None:
+    """The `blobs/` store of the Hugging Face cache repository whose snapshot holds `folder` (the snapshot
+    itself or a folder under it), by the resolved path; None for a folder outside such a cache."""
+    folder = folder.resolve()
+    for snapshot in (folder, *folder.parents):
+        snapshots = snapshot.parent
+        if snapshots.name == "snapshots" and snapshots.parent.name.startswith("models--"):
+            return snapshots.parent / "blobs"
+    return None
+
+
+def inside_model_folder(path: Path, folder: Path) -> bool:
+    """Whether `path` (a file `folder` names, symlinks followed) resolves inside `folder`, or inside the
+    same Hugging Face cache repository's `blobs/` when `folder` is a cache snapshot."""
+    target = path.resolve()
+    if target.is_relative_to(folder.resolve()):
+        return True
+    blobs = cache_blobs(folder)
+    return blobs is not None and target.parent == blobs
 
 
 def resolve_model(name: str | os.PathLike, what: str = "model folder") -> Path:

@@ -26,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "--file", dest="inputs", action="append", metavar="FILE",
                    help="UTF-8 text file, one text per line; '-' reads stdin; repeatable")
     p.add_argument("--vocab", required=True, type=lambda v: resolve_model(v, "vocabulary file or tokenizer folder"),
-                   help="a vocab.txt, a tokenizer folder (vocab.txt + tokenizer_config.json), or a model's name "
-                        "in the local Hugging Face cache")
+                   help="a vocab.txt or tokenizer.json, a tokenizer folder (either, + tokenizer_config.json), or a "
+                        "model's name in the local Hugging Face cache")
     case = p.add_mutually_exclusive_group()
     case.add_argument("--cased", action="store_true", help="keep case and accents (cased models)")
     case.add_argument("--uncased", action="store_true", help="lowercase and strip accents (uncased models)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -471,6 +472,7 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
     with store.directory_lock(out):
         old = _existing_manifest(out)
         t0 = time.perf_counter()
+        vocab_text: bytes | None = None  # the vocabulary to copy, when it is not a vocab.txt file
         if inputs:
             vocab_path = Path(vocab)
             if not vocab_path.exists():
@@ -478,7 +480,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
             vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for T5
             vocab_file = vocab_path / vocab_name if vocab_path.is_dir() else vocab_path
-            tok_info = _tokenizer_info(tokenizer, vocab_file)
+            if (vocab_file.suffix == ".json" or not vocab_file.is_file()) and hasattr(tokenizer, "ids_to_tokens"):
+                # a tokenizer.json (a folder as transformers 5.x saves it): the data keeps its vocab.txt form
+                vocab_text = "".join(t + "\n" for t in tokenizer.ids_to_tokens).encode("utf-8")
+            tok_info = _tokenizer_info(tokenizer, vocab_file, vocab_text)
             segmenter = segmenter_id(corpus.segmenter)  # an unknown name or missing package: fail before reading
             files = expand_inputs(inputs)
             input_info = [{"path": str(f), "bytes": f.stat().st_size, "sha256": store.sha256_file(f)} for f in files]
@@ -506,7 +511,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 created.append(tmp)
                 # The vocabulary travels with the shards it numbers (and is checked by size on loading).
                 copied = tok_info.pop("vocab_name", store.VOCAB_NAME)
-                shutil.copyfile(vocab_file, tmp / copied)
+                if vocab_text is not None:
+                    (tmp / copied).write_bytes(vocab_text)
+                else:
+                    shutil.copyfile(vocab_file, tmp / copied)
                 tok_info["vocab_file"] = f"{cdir}/{copied}"
                 tok_info["vocab_bytes"] = (tmp / copied).stat().st_size
                 splits = _tokenize_corpus(files, corpus, str(vocab), np.dtype(tok_info["token_dtype"]), tmp,
@@ -624,7 +632,7 @@ def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
     return sentinel_vocab_of(out, manifest).to_dict()
 
 
-def _tokenizer_info(tokenizer, vocab_file: Path) -> dict:
+def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None) -> dict:
     if getattr(tokenizer, "model_file", None) is not None:  # T5's SentencePiece tokenizer
         return {"vocab_file": None, "vocab_name": tokenizer.model_file.name, "source": str(vocab_file),
                 "vocab_sha256": store.sha256_file(vocab_file), "vocab_size": tokenizer.vocab_size,
@@ -637,7 +645,8 @@ def _tokenizer_info(tokenizer, vocab_file: Path) -> dict:
     missing = [k for k, v in ids.items() if v is None]
     if missing:
         raise DataError(f"{vocab_file}: the vocabulary has no [{missing[0].upper()}] token")
-    return {"vocab_file": None, "source": str(vocab_file), "vocab_sha256": store.sha256_file(vocab_file),
+    sha256 = store.sha256_file(vocab_file) if vocab_text is None else hashlib.sha256(vocab_text).hexdigest()
+    return {"vocab_file": None, "source": str(vocab_file), "vocab_sha256": sha256,
             "vocab_size": len(tokenizer), "do_lower_case": bool(tokenizer.do_lower_case),
             "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}", "special_ids": ids,
             "token_dtype": store.token_dtype(len(tokenizer)).name}

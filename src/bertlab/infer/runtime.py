@@ -81,7 +81,7 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     from ..model_names import model_path
 
     p.add_argument("--model", type=model_path, required=model_required, metavar="DIR|NAME",
-                   help="a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or the "
+                   help="a Hugging Face-layout BERT folder (config.json, weights, vocab.txt or tokenizer.json), or the "
                         "name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="precision of the model (default fp32)")

@@ -1,5 +1,6 @@
 """BERT's WordPiece tokenizer: `basic` (normalise and split into words), `wordpiece` (words -> pieces,
-vocab.txt I/O), `tokenizer` (`BertTokenizer`: model inputs with offsets, and decoding), and `train`
+vocab.txt I/O), `tokenizer_json` (reading the `tokenizers` library's tokenizer.json), `tokenizer`
+(`BertTokenizer`: model inputs with offsets, and decoding), and `train`
 (learning a vocabulary). An optional C extension `_fast` speeds up encoding; the Python code is the reference.
 
 T5's: `sentinels` (the interface T5's objectives use -- sentinels, eos, pad -- implemented once),

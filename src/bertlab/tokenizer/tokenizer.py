@@ -35,7 +35,8 @@ from typing import Any
 
 from ..errors import BertlabError
 from .basic import BasicTokenizer
-from .wordpiece import VocabError, WordPiece, load_vocab, save_vocab
+from .tokenizer_json import TOKENIZER_JSON_NAME, read_tokenizer_json
+from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 log = logging.getLogger(__name__)
 
@@ -194,25 +195,37 @@ class BertTokenizer:
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BertTokenizer":
-        """Load from a vocab.txt, or from a folder in Hugging Face's layout (vocab.txt, and
-        tokenizer_config.json for do_lower_case, special tokens, etc.). Keyword arguments override the file."""
+        """Load from a vocab.txt or a tokenizer.json, or from a folder in any layout Hugging Face writes:
+        vocab.txt and/or tokenizer.json (what `transformers` 5.x saves: see `tokenizer_json.py`), and
+        tokenizer_config.json for do_lower_case, special tokens, model_max_length. Settings two files both
+        give must agree, and so must the two vocabularies when both are there: a folder whose files
+        contradict each other is refused, not guessed at. Keyword arguments override the files."""
         path = Path(path)
         kwargs: dict[str, Any] = {}
+        vocab_path = json_path = None
         if path.is_dir():
-            vocab_path = path / VOCAB_NAME
-            if not vocab_path.is_file():
-                raise TokenizerError(f"{path}: no {VOCAB_NAME} in this folder")
+            vocab_path, json_path = path / VOCAB_NAME, path / TOKENIZER_JSON_NAME
+            vocab_path = vocab_path if vocab_path.is_file() else None
+            json_path = json_path if json_path.is_file() else None
+            if vocab_path is None and json_path is None:
+                raise TokenizerError(f"{path}: no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} in this folder")
             cfg_path = path / CONFIG_NAME
             if cfg_path.is_file():
                 kwargs.update(_read_config(cfg_path))
         elif path.is_file():
-            vocab_path = path
+            json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
-        kwargs.update(overrides)
-        tokenizer = cls(vocab_path, **kwargs)
+        if json_path is not None:
+            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / CONFIG_NAME)
+            kwargs.update(overrides)
+            tokenizer = cls(vocab=vocab, **kwargs)
+            tokenizer.vocab_file = str(vocab_path or json_path)
+        else:
+            kwargs.update(overrides)
+            tokenizer = cls(vocab_path, **kwargs)
         if path.is_dir():
-            _check_fits_model(tokenizer, vocab_path, path / "config.json")
+            _check_fits_model(tokenizer, vocab_path or json_path, path / "config.json")
         return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
@@ -634,6 +647,45 @@ def _check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config
     if isinstance(vocab_size, int) and not isinstance(vocab_size, bool) and len(tokenizer) > vocab_size > 0:
         raise TokenizerError(f"{vocab_path}: {len(tokenizer):,} entries but {model_config} says vocab_size "
                              f"{vocab_size:,}; ids from {vocab_size:,} on have no embedding")
+
+
+def _effective(settings: dict[str, Any]) -> dict[str, Any]:
+    """The normalisation settings as they act (strip_accents None follows do_lower_case)."""
+    out = dict(settings)
+    if "strip_accents" in out and out["strip_accents"] is None and "do_lower_case" in out:
+        out["strip_accents"] = out["do_lower_case"]
+    return out
+
+
+def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[str, Any], cfg_path: Path
+                         ) -> tuple[dict[str, Any], dict[str, int]]:
+    """The constructor arguments and vocabulary of a tokenizer.json, checked against the folder's vocab.txt
+    and tokenizer_config.json (`kwargs`, read from `cfg_path`): a disagreement is one line naming both files.
+    (`transformers` 5.x takes normalisation from tokenizer_config.json, `tokenizers` and earlier versions
+    from tokenizer.json: when they differ, the two libraries tokenize differently and no choice is right.)"""
+    tj = read_tokenizer_json(json_path)
+    if vocab_path is not None:
+        tokens = read_vocab(vocab_path)
+        if tokens != tj.tokens:
+            at = next((i for i, (a, b) in enumerate(zip(tokens, tj.tokens)) if a != b), min(len(tokens),
+                                                                                          len(tj.tokens)))
+            what = (f"{len(tokens):,} tokens against {len(tj.tokens):,}" if at == min(len(tokens), len(tj.tokens))
+                    else f"id {at} is {tokens[at]!r} in one, {tj.tokens[at]!r} in the other")
+            raise TokenizerError(f"{vocab_path} and {json_path} disagree ({what}); remove the stale one")
+    effective_cfg, effective_json = _effective(kwargs), _effective(tj.settings)
+    for key, value in effective_json.items():
+        if key in effective_cfg and effective_cfg[key] != value:
+            raise TokenizerError(f"{cfg_path}: {key} is {effective_cfg[key]!r} but {json_path} says {value!r}; "
+                                 "libraries differ in which they follow, so neither is guessed")
+    merged = {**kwargs, **tj.settings}
+    specials = {merged.get(k, d) for k, d in (("unk_token", "[UNK]"), ("sep_token", "[SEP]"),
+                                              ("pad_token", "[PAD]"), ("cls_token", "[CLS]"),
+                                              ("mask_token", "[MASK]"))}
+    extra = [t for t in tj.special_tokens if t not in specials]
+    if extra:
+        raise TokenizerError(f"{json_path}: added special token {extra[0]!r} is none of the tokenizer's own "
+                             f"({', '.join(sorted(specials))}); bertlab keeps only those whole in text")
+    return merged, {t: i for i, t in enumerate(tj.tokens)}
 
 
 def _read_config(path: Path) -> dict[str, Any]:
