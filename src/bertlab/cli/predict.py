@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     with text_output(args.output) as f:
         for row in track(rows, len(rows), "predict", "row"):
             if row.item is None:
-                f.write(json_line({"id": row.id, "text": "", "skipped": "blank line"}))
+                f.write(json_line({"id": row.id, "text": row.blank, "skipped": "blank line"}))
                 continue
             f.write(json_line({**row_head(row.item, row.id), **next(answers)}))
     return 0

@@ -60,6 +60,7 @@ class InputRow:
     id: Any
     where: str
     item: dict[str, Any] | str | None
+    blank: str = ""  # a blank line as it was (spaces kept), echoed in its skipped row
 
 
 def input_format(path: str | Path | None, format: str | None = None) -> str:
@@ -84,7 +85,7 @@ def read_inputs(path: str | Path | None, columns: TextColumns, format: str | Non
         rows = []
         for i, line in enumerate(lines.items):
             if not line.strip():
-                rows.append(InputRow(i + 1, lines.where(i), None))
+                rows.append(InputRow(i + 1, lines.where(i), None, line))
                 continue
             record = parse_record(line, lines.where(i))
             if isinstance(record, dict):
