@@ -289,3 +289,24 @@ def test_prepare_takes_a_folder_saved_by_transformers(hf_folder, tmp_path):
                                                                     .read_bytes()).hexdigest()
     assert manifests[0]["corpus"]["key"] != "" and (tmp_path / "a" / a["vocab_file"]).read_bytes() == \
         (tmp_path / "vocab" / "vocab.txt").read_bytes()
+
+
+def test_vocabulary_checks_read_tokenizer_json_too(hf_folder, tmp_path):
+    """A teacher / student / --init-from folder with only tokenizer.json is compared by its tokens: the same
+    tokens in another order (same size) are refused, the same vocabulary as a vocab.txt folder is accepted."""
+    from bertlab.errors import ConfigError
+    from bertlab.tokenizer import folder_vocabulary
+    from bertlab.train.students import check_same_vocab_file
+
+    assert not (hf_folder / "vocab.txt").exists()
+    as_txt = tmp_path / "as_txt"
+    as_txt.mkdir()
+    (as_txt / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB))
+    assert folder_vocabulary(hf_folder) == folder_vocabulary(as_txt) == list(VOCAB)
+    check_same_vocab_file(as_txt, hf_folder)
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    (swapped / "vocab.txt").write_text("".join(t + "\n" for t in [*VOCAB[:-2], VOCAB[-1], VOCAB[-2]]))
+    with pytest.raises(ConfigError, match="vocabulary differs from the teacher's"):
+        check_same_vocab_file(swapped, hf_folder)
+    assert folder_vocabulary(tmp_path) is None

@@ -11,7 +11,7 @@ T5's: `sentinels` (the interface T5's objectives use -- sentinels, eos, pad -- i
 from .basic import SPECIAL_TOKENS, BasicTokenizer
 from .sentencepiece import SentencePieceError, T5Tokenizer
 from .text_to_text import TextToTextTokenizer, WordPieceT5Tokenizer, load_text_to_text_tokenizer
-from .tokenizer import BatchEncoding, BertTokenizer, TokenizerError
+from .tokenizer import BatchEncoding, BertTokenizer, TokenizerError, folder_vocabulary
 from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 __all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "SPECIAL_TOKENS", "TokenizerError", "VocabError",

@@ -636,6 +636,18 @@ def _worker_flat(texts: list[str]) -> tuple[bytes, bytes]:
     return _WORKER_TOKENIZER._flat_many(texts)
 
 
+def folder_vocabulary(folder: str | os.PathLike) -> list[str] | None:
+    """The tokens (in id order) of a model folder's WordPiece vocabulary -- its vocab.txt, else its
+    tokenizer.json -- or None when it has neither. Two folders (or a folder and prepared data) read the same
+    token ids exactly when these lists are equal, whichever file each keeps."""
+    folder = Path(folder)
+    if (folder / VOCAB_NAME).is_file():
+        return read_vocab(folder / VOCAB_NAME)
+    if (folder / TOKENIZER_JSON_NAME).is_file():
+        return read_tokenizer_json(folder / TOKENIZER_JSON_NAME).tokens
+    return None
+
+
 def _check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config: Path) -> None:
     """A vocabulary with more entries than the model's embedding table would hand the model ids it has no
     row for: an IndexError deep in the embedding at the first such word (a device-side assert on a GPU).

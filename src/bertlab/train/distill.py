@@ -486,8 +486,7 @@ def _make_trainer(cfg: DistillConfig, distiller: _Distiller, batches, steps: int
 def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> DistillResult:
     """General distillation on `bertlab prepare` data (see the module docstring)."""
     from ..data import DataInfo, PretrainingDataset
-    from ..data.shards import sha256_file
-    from .pretrain import evaluate_pretraining, export_final, heldout_batches
+    from .pretrain import check_same_vocabulary, evaluate_pretraining, export_final, heldout_batches
 
     objective = get_objective(GENERAL_OBJECTIVE)
 
@@ -505,10 +504,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     if teacher.config.vocab_size != info.vocab_size:
         raise ConfigError(f"{cfg.teacher}: the teacher's vocabulary has {teacher.config.vocab_size} tokens, "
                           f"{cfg.data} was prepared with {info.vocab_size} ({info.vocab_file})")
-    teacher_vocab = Path(cfg.teacher) / "vocab.txt"
-    if teacher_vocab.is_file() and sha256_file(teacher_vocab) != info.vocab_sha256:
-        raise ConfigError(f"{teacher_vocab} differs from the vocabulary {cfg.data} was prepared with "
-                          f"({info.vocab_file}); the token ids would not match")
+    check_same_vocabulary(cfg.teacher, info)
     if cfg.seq_len > teacher.config.max_position_embeddings:
         raise ConfigError(f"sequence length {cfg.seq_len} exceeds the teacher's max_position_embeddings "
                           f"({teacher.config.max_position_embeddings})")

@@ -225,13 +225,19 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
                           f"{info.vocab_size}-token vocabulary ({info.vocab_file}); prepare the data with "
                           "this model's vocab.txt, or use a preset")
     if cfg.init_from is not None:
-        vocab = Path(cfg.init_from) / "vocab.txt"
-        from ..data.shards import sha256_file
-
-        if vocab.is_file() and sha256_file(vocab) != info.vocab_sha256:
-            raise ConfigError(f"{vocab} differs from the vocabulary {cfg.data} was prepared with "
-                              f"({info.vocab_file}); the token ids would not match")
+        check_same_vocabulary(cfg.init_from, info)
     return config
+
+
+def check_same_vocabulary(model_dir: str | Path, info) -> None:
+    """A model folder's vocabulary (vocab.txt or tokenizer.json) must be the one the data was prepared with:
+    equal sizes are not enough, the token ids would not match."""
+    from ..tokenizer import folder_vocabulary, read_vocab
+
+    tokens = folder_vocabulary(model_dir)
+    if tokens is not None and tokens != read_vocab(info.vocab_file):
+        raise ConfigError(f"{model_dir}: its vocabulary differs from the one {info.data_dir} was prepared with "
+                          f"({info.vocab_file}); the token ids would not match")
 
 
 def pretraining_loop(cfg, steps: int, run_dir: Path, accum: int, precision: str) -> LoopConfig:

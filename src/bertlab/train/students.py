@@ -116,10 +116,14 @@ def check_same_vocabulary(student: BertConfig, teacher: BertConfig, source: str)
 
 
 def check_same_vocab_file(student_dir: str | Path, teacher_dir: str | Path) -> None:
-    """Two folders' vocab.txt must be the same file (when both have one): equal sizes are not enough."""
-    a, b = Path(student_dir) / VOCAB_NAME, Path(teacher_dir) / VOCAB_NAME
-    if a.is_file() and b.is_file() and a.read_bytes() != b.read_bytes():
-        raise ConfigError(f"{a} differs from the teacher's {b}; a student must read the teacher's token ids")
+    """Two folders' vocabularies (vocab.txt or tokenizer.json) must hold the same tokens in the same order
+    (when both have one): equal sizes are not enough."""
+    from ..tokenizer import folder_vocabulary
+
+    a, b = folder_vocabulary(student_dir), folder_vocabulary(teacher_dir)
+    if a is not None and b is not None and a != b:
+        raise ConfigError(f"{student_dir}: its vocabulary differs from the teacher's ({teacher_dir}); a student "
+                          "must read the teacher's token ids")
 
 
 def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Path | None = None,
