@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab.cli.demo import installed_minilm  # noqa: E402
-from bertlab.heads import BertForSequenceClassification  # noqa: E402
+from bertlab.models.bert.heads import BertForSequenceClassification  # noqa: E402
 from bertlab.tasks import TASKS  # noqa: E402
 from bertlab.tasks.base import batches  # noqa: E402
 from bertlab.tokenizer import BertTokenizer  # noqa: E402

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab.infer.runtime import InferenceOptions, prepare  # noqa: E402
-from bertlab.t5 import T5ForConditionalGeneration, preset  # noqa: E402
+from bertlab.models.t5 import T5ForConditionalGeneration, preset  # noqa: E402
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab import BertConfig  # noqa: E402
 from bertlab.cli import main as bertlab  # noqa: E402
-from bertlab.t5 import T5ForConditionalGeneration, preset  # noqa: E402
+from bertlab.models.t5 import T5ForConditionalGeneration, preset  # noqa: E402
 from bertlab.train import finetune as ft  # noqa: E402
 from bertlab.train import text_to_text as t2t  # noqa: E402
 from bertlab.train.pretrain import PretrainConfig, run_pretraining  # noqa: E402

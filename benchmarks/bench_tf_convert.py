@@ -100,7 +100,7 @@ def child(mode: str, src: str, out: str) -> None:
     import tracemalloc
 
     from bertlab import BertForPreTraining
-    from bertlab.convert import convert_tf_to_hf
+    from bertlab.models.bert.convert import convert_tf_to_hf
 
     baseline = rss_bytes()
     tracemalloc.start()

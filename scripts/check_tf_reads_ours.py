@@ -45,8 +45,8 @@ def write_all(work: Path) -> list[dict]:
     import torch
 
     from bertlab import BertModel
-    from bertlab.config import BertConfig
-    from bertlab.convert import convert_tf_to_hf, export_tf_checkpoint
+    from bertlab.models.bert.config import BertConfig
+    from bertlab.models.bert.convert import convert_tf_to_hf, export_tf_checkpoint
     from bertlab.tf_checkpoint import TFCheckpointReader, write_tf_checkpoint
 
     cases = []

@@ -49,5 +49,5 @@ def test_light_commands_do_not_import_torch():
             "from bertlab import BertTokenizer, BertConfig\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
             "from bertlab import BertModel\n"
-            "assert 'torch' in sys.modules and BertModel.__module__ == 'bertlab.model'\n")
+            "assert 'torch' in sys.modules and BertModel.__module__ == 'bertlab.models.bert.modeling'\n")
     subprocess.run([sys.executable, "-c", code], check=True)

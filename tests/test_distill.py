@@ -20,9 +20,9 @@ from bertlab import BertConfig
 from bertlab.cli import main
 from bertlab.train.students import build_student, cut_layers, every_kth_layer, hidden_layer_map, parse_layers
 from bertlab.errors import ConfigError
-from bertlab.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
+from bertlab.models.bert.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                            BertForSequenceClassification)
-from bertlab.model import BertModel
+from bertlab.models.bert.modeling import BertModel
 from bertlab.tasks import TASKS
 from bertlab.train import checkpoint_dirs, read_metrics
 from bertlab.train import distill as dt

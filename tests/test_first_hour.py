@@ -334,7 +334,7 @@ def test_fill_mask_drops_the_nsp_head_without_a_warning(mlm_model_dir, caplog, c
     with caplog.at_level(logging.INFO):
         assert main(["fill-mask", "--model", str(mlm_model_dir), "the [MASK] sat."]) == 0
     assert not [r for r in caplog.records if r.levelno >= logging.INFO and "dropped" in r.getMessage()]
-    from bertlab.heads import BertForSequenceClassification
+    from bertlab.models.bert.heads import BertForSequenceClassification
 
     with caplog.at_level(logging.WARNING):  # other heads still hear about what they drop
         BertForSequenceClassification.from_pretrained(mlm_model_dir)
@@ -384,7 +384,7 @@ def test_finetune_output_folder_is_not_overwritten_silently(tmp_path):
 
 
 def test_predict_rows_have_id_and_text_and_blank_lines_are_labelled(tmp_path, capsys):
-    from bertlab.heads import BertForSequenceClassification
+    from bertlab.models.bert.heads import BertForSequenceClassification
     from bertlab.tokenizer import BertTokenizer
 
     model_dir = tmp_path / "cls"

@@ -16,7 +16,7 @@ import torch
 from bertlab.checkpoint import read_state_dict
 from bertlab.cli import main
 from bertlab.errors import BertlabError, CheckpointError
-from bertlab.heads import BertForSequenceClassification
+from bertlab.models.bert.heads import BertForSequenceClassification
 from bertlab.model_names import resolve_model
 from bertlab.tokenizer import BertTokenizer
 from bertlab.tokenizer import tokenizer_json as tj

@@ -37,7 +37,7 @@ def load(folder, name):
 
 
 def test_dispatch_table_covers_every_task_head():
-    from bertlab.heads import HEADS
+    from bertlab.models.bert.heads import HEADS
     from bertlab.infer.predict import predictable_heads
 
     assert all(h.task in TASK_RUNNERS for h in HEADS.values() if h.task is not None)

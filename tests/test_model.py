@@ -188,7 +188,7 @@ def test_google_initialisation(tiny_config):
 def test_task_output_layers_start_untruncated(tiny_config):
     """A task's added layer is N(0, σ) (HF's rule, measured better for fine-tuning); the encoder stays Google's."""
     from bertlab import BertForSequenceClassification, BertForTokenClassification
-    from bertlab.heads import TaskOutputLayer
+    from bertlab.models.bert.heads import TaskOutputLayer
 
     torch.manual_seed(0)
     config = tiny_config.replace(hidden_size=256, num_attention_heads=4, id2label={i: str(i) for i in range(64)})

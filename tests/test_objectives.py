@@ -56,7 +56,7 @@ def tiny_text_to_text_batch(seed: int = 0, B: int = 4, T_in: int = 12, T_out: in
 
 
 def tiny_t5(architecture: str):
-    from bertlab.t5 import T5Config
+    from bertlab.models.t5 import T5Config
 
     return T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
                     architecture=architecture)

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from bertlab import BertConfig, BertModel
-from bertlab.heads import HEADS, HeadOutput, TaskOutputLayer, head_for_architecture, register_head
-from bertlab.model import BertPreTrainedModel
+from bertlab.models.bert.heads import HEADS, HeadOutput, TaskOutputLayer, head_for_architecture, register_head
+from bertlab.models.bert.modeling import BertPreTrainedModel
 from bertlab.nn import AttentionMask, TokenLayout, attention
 
 WORDS = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad", "movie", "the", "was", "a", "plot"]
@@ -209,7 +209,7 @@ def test_the_model_runs_the_configured_kernel():
 def test_every_registered_head_is_what_its_entry_says(name, tiny_config):
     """Its class builds; its weights sit under its prefix; its forward returns its output type, whose logits
     the accessor finds; a detectable head is what `convert` infers from its own weights."""
-    from bertlab.convert import infer_model_class
+    from bertlab.models.bert.convert import infer_model_class
 
     head = HEADS[name]
     config = tiny_config.replace(id2label={0: "a", 1: "b", 2: "c"})

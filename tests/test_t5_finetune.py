@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.t5 import T5ForConditionalGeneration, preset
+from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.tasks import TASKS
 from bertlab.tasks.text_to_text import render, score
 from bertlab.train import text_to_text as t2t

@@ -12,7 +12,7 @@ import torch
 
 from bertlab import T5Config, T5ForConditionalGeneration
 from bertlab.errors import BertlabError
-from bertlab.t5.generate import CachedDecoder
+from bertlab.models.t5.generate import CachedDecoder
 
 transformers = pytest.importorskip("transformers")
 

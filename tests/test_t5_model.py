@@ -12,7 +12,7 @@ import torch
 from bertlab import T5Config, T5ForConditionalGeneration
 from bertlab.errors import BertlabError, CheckpointError, ConfigError
 from bertlab.nn.relative_position import relative_position_bucket
-from bertlab.t5 import PRESETS, preset
+from bertlab.models.t5 import PRESETS, preset
 
 transformers = pytest.importorskip("transformers")
 

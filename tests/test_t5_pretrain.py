@@ -21,7 +21,7 @@ from bertlab.cli import main
 from bertlab.data.denoising import DENOISING_OBJECTIVES
 from bertlab.objectives import OBJECTIVES, get_objective, is_text_to_text
 from bertlab.objectives.t5 import T5_OBJECTIVES, TargetTokenEval
-from bertlab.t5 import T5ForConditionalGeneration, preset
+from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.train import read_metrics
 from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, default_lr
 from faults_support import signal_on_call

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.heads import HeadOutput
+from bertlab.models.bert.heads import HeadOutput
 from bertlab.tasks import TASKS, DataError, UnknownTaskError
 from bertlab.tasks.base import pad_collate
 from bertlab.tasks.glue import GLUE_TASKS, SentenceExample

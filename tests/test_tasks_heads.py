@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from bertlab import (BertForMultipleChoice, BertForQuestionAnswering, BertForSequenceClassification,
                      BertForTokenClassification)
-from bertlab.heads import IGNORE_INDEX
+from bertlab.models.bert.heads import IGNORE_INDEX
 
 
 @pytest.fixture

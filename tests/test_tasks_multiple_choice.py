@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertlab.heads import HeadOutput
+from bertlab.models.bert.heads import HeadOutput
 from bertlab.tasks import TASKS, DataError
 from bertlab.tasks.base import pad_collate
 from tasks_support import uncased_tokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.heads import IGNORE_INDEX, HeadOutput
+from bertlab.models.bert.heads import IGNORE_INDEX, HeadOutput
 from bertlab.tasks import TASKS, DataError
 from bertlab.tasks.base import pad_collate
 from bertlab.tasks.ner import TaggedSentence

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from bertlab.errors import BertlabError
-from bertlab.heads import QuestionAnsweringOutput
+from bertlab.models.bert.heads import QuestionAnsweringOutput
 from bertlab.tasks import TASKS
 from bertlab.tasks.base import DataError, evaluate
 from bertlab.tasks.squad import (CLS_INDEX, SQUAD, SQUAD2, SquadDecoder, SquadTask, answer_token_span, encode_texts,

@@ -18,10 +18,10 @@ import torch
 
 from bertlab import BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 from bertlab.cli import main as cli_main
-from bertlab.convert import (convert_tf_to_hf, export_tf_checkpoint, hf_to_tf_name, is_optimizer_state,
+from bertlab.models.bert.convert import (convert_tf_to_hf, export_tf_checkpoint, hf_to_tf_name, is_optimizer_state,
                              read_tf_state_dict, tf_to_hf_name)
 from bertlab.errors import CheckpointError
-from bertlab.heads import model_classes
+from bertlab.models.bert.heads import model_classes
 from bertlab.tf_checkpoint import (TFCheckpointReader, _crc_bytes, _read_table, _write_table, crc32c, mask_crc,
                                    resolve_prefix, unmask_crc, write_tf_checkpoint)
 
@@ -349,7 +349,7 @@ def test_from_pretrained_on_a_google_folder(expected):
 
 
 def test_streaming_load_keeps_ties_and_initialises_missing_heads(expected, config):
-    from bertlab.convert import load_tf_weights
+    from bertlab.models.bert.convert import load_tf_weights
 
     model, report, skipped = load_tf_weights(BertForPreTraining, config, BERT)
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight

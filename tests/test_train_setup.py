@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from bertlab.config import is_preset
+from bertlab.models.bert.config import is_preset
 from bertlab.errors import BertlabError, ConfigError
 from bertlab.train.distill import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
 from bertlab.train.distill import DistillConfig

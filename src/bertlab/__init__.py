@@ -5,7 +5,7 @@ The public API is importable from here: `from bertlab import BertConfig, BertMod
 
 import importlib
 
-from .config import BertConfig, preset, preset_names
+from .models.bert.config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
 from .tokenizer import BertTokenizer, T5Tokenizer, WordPieceT5Tokenizer
 
@@ -14,10 +14,11 @@ __version__ = "0.1.0"  # the one place: pyproject.toml reads it for the package 
 # The model classes need torch, ~1.5 s to import; they are loaded on first use (PEP 562), so the tokenizer,
 # `bertlab --help` and the commands that never run a model start without it.
 _LAZY = {
-    "BertModel": "model", "BertModelOutput": "model",
-    "BertForPreTraining": "heads", "BertForMaskedLM": "heads", "BertForSequenceClassification": "heads",
-    "BertForTokenClassification": "heads", "BertForQuestionAnswering": "heads", "BertForMultipleChoice": "heads",
-    "T5Config": "t5.config", "T5ForConditionalGeneration": "t5.model",  # T5, the second model family
+    "BertModel": "models.bert.modeling", "BertModelOutput": "models.bert.modeling",
+    **dict.fromkeys(("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
+                     "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"),
+                    "models.bert.heads"),
+    "T5Config": "models.t5.config", "T5ForConditionalGeneration": "models.t5.modeling",  # the second family
 }
 
 __all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",

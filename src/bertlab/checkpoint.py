@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import torch
 
-from .config import read_json_object
+from .jsonconfig import read_json_object
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
 from .model_names import inside_model_folder, resolve_model
 from .nn.adapters import LORA_CONFIG_KEY, add_lora, add_saved_adapters, lora_layers

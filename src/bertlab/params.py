@@ -7,7 +7,7 @@ Hugging Face's count of the same config.
 
 from __future__ import annotations
 
-from .config import BertConfig
+from .models.bert.config import BertConfig
 
 
 def linear(n_in: int, n_out: int) -> int:

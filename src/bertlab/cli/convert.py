@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import convert_tf_to_hf, export_tf_checkpoint
+    from ..models.bert.convert import convert_tf_to_hf, export_tf_checkpoint
 
     start = time.perf_counter()
     if args.to == "hf":

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..model import BertModel
+    from ..models.bert.modeling import BertModel
     from ..tokenizer import BertTokenizer
 
     model_dir = args.model or installed_minilm()

@@ -9,11 +9,12 @@ import argparse
 import json
 import os
 
-from ..config import BertConfig, is_preset, preset_names, read_json_object
+from ..jsonconfig import read_json_object
+from ..models.bert.config import BertConfig, is_preset, preset_names
 from ..params import format_t5_table, format_table, parameter_table, t5_parameter_table
-from ..t5.config import MODEL_TYPE as T5_MODEL_TYPE
-from ..t5.config import PRESETS as T5_PRESETS
-from ..t5.config import T5Config
+from ..models.t5.config import MODEL_TYPE as T5_MODEL_TYPE
+from ..models.t5.config import PRESETS as T5_PRESETS
+from ..models.t5.config import T5Config
 
 # model family -> (config from a preset name or path, rows, table)
 FAMILIES = {

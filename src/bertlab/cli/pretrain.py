@@ -124,7 +124,7 @@ def _field_names(cls) -> tuple[str, ...]:
 
 def _stated(args: argparse.Namespace) -> dict:
     """What the command says, flags over the `--config` file: enough to tell a T5 run from a BERT one."""
-    from ..config import read_json_object
+    from ..jsonconfig import read_json_object
 
     stated = dict(read_json_object(args.config)) if args.config is not None else {}
     stated.update({k: v for k, v in vars(args).items() if v is not None and not k.startswith("_")})

@@ -114,7 +114,7 @@ class Embedder:
     def from_pretrained(cls, model_dir: str | Path, pooling: str | None = "mean", normalize: bool = False,
                         options: InferenceOptions | None = None, window_overlap: int | None = None) -> "Embedder":
         """`pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
-        from ..model import BertModel
+        from ..models.bert.modeling import BertModel
 
         options = options or InferenceOptions()
         model = load_model(BertModel, Path(model_dir), options)

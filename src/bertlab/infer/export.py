@@ -129,7 +129,7 @@ class _Traced(torch.nn.Module):
 
 def load_exportable(model_dir: Path) -> Exportable:
     """The folder's fine-tuned head when it has a predictable one (output `logits`), else its encoder."""
-    from ..model import BertModel
+    from ..models.bert.modeling import BertModel
     from .predict import find_head
 
     options = InferenceOptions(onednn=False)  # the plain graph: oneDNN's packed operators do not export
@@ -257,7 +257,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
                                  normalize: bool = True) -> ExportReport:
     """The sentence-transformers folder of the model's encoder (see the module docstring)."""
     from ..checkpoint import save_pretrained
-    from ..model import BertModel
+    from ..models.bert.modeling import BertModel
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     declared = model_pooling(model_dir)

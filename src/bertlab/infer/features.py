@@ -76,7 +76,7 @@ class FeatureExtractor:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, layers: Sequence[int] | str = (-1,), align: str = "token",
                         options: InferenceOptions | None = None) -> "FeatureExtractor":
-        from ..model import BertModel
+        from ..models.bert.modeling import BertModel
 
         options = options or InferenceOptions()
         model = load_model(BertModel, Path(model_dir), options)

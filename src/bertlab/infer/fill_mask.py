@@ -33,7 +33,7 @@ class FillMasker:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None) -> "FillMasker":
-        from ..heads import HEADS
+        from ..models.bert.heads import HEADS
 
         options = options or InferenceOptions()
         head = HEADS["masked-lm"]

@@ -65,7 +65,7 @@ class Generator:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None, **settings: Any
                         ) -> "Generator":
-        from ..t5 import T5ForConditionalGeneration
+        from ..models.t5 import T5ForConditionalGeneration
 
         options = options or InferenceOptions()
         model_dir = check_model_dir(Path(model_dir))

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import BertlabError
-from ..heads import HEADS, HeadSpec, head_for_architecture
+from ..models.bert.heads import HEADS, HeadSpec, head_for_architecture
 from . import batching
 from .inputs import encode, parse_record
 from .runtime import InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer

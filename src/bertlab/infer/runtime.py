@@ -127,7 +127,7 @@ def has_weights(keys: set[str], prefix: str) -> bool:
 
 def architectures(model_dir: Path) -> list[str]:
     """`config.json["architectures"]`: the class the model was saved from (Hugging Face's convention)."""
-    from ..config import BertConfig
+    from ..models.bert.config import BertConfig
 
     arch = BertConfig.from_json_file(model_dir).extra.get("architectures") or []
     return [a for a in arch if isinstance(a, str)] if isinstance(arch, list) else []

@@ -100,8 +100,8 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
                 name: str | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed.
     `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
-    from ..heads import HEADS
-    from ..model import BertModel
+    from ..models.bert.heads import HEADS
+    from ..models.bert.modeling import BertModel
     from .embeddings import DEFAULT_POOLING, Embedder, model_pooling
     from .fill_mask import FillMasker
     from .predict import Predictor, find_head

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 if TYPE_CHECKING:
-    from ..model import BertPreTrainedModel
+    from ..models.bert.modeling import BertPreTrainedModel
 
 Batch = Mapping[str, torch.Tensor]
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertlabError
-from ..heads import IGNORE_INDEX, BertForMaskedLM
+from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM
 from .base import Batch, Evaluation, Objective
 
 # A perplexity beyond e^50 says nothing more and would overflow to inf for an untrained model.

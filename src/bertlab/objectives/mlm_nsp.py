@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..heads import BertForPreTraining
+from ..models.bert.heads import BertForPreTraining
 from .base import Batch, Evaluation, Evaluations
 from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertlabError
-from ..t5.model import T5ForConditionalGeneration
+from ..models.t5.modeling import T5ForConditionalGeneration
 from .base import Batch, Evaluation, Objective
 from .mlm import MAX_LOG_PERPLEXITY
 

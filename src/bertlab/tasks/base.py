@@ -76,7 +76,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 import torch
 
 from ..errors import BertlabError
-from ..heads import IGNORE_INDEX
+from ..models.bert.heads import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 

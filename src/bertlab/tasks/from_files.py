@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from ..models.bert.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from .base import DataError, TaskSpec
 from .files import TAGS_COLUMNS, TOKENS_COLUMNS, SUFFIXES, Table, guess_column, read_table
 from .multiple_choice import ChoiceExample, MultipleChoiceTask

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..heads import BertForSequenceClassification
+from ..models.bert.heads import BertForSequenceClassification
 from .base import Feature, FolderTask, PredictionWriter, data_error, iter_lines
 from .metrics import ConfusionMatrix, pearson, spearman
 

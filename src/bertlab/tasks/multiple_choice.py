@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..heads import BertForMultipleChoice
+from ..models.bert.heads import BertForMultipleChoice
 from .base import Feature, FolderTask, data_error, iter_lines
 
 ENDINGS = ("ending0", "ending1", "ending2", "ending3")

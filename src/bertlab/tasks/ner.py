@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..heads import IGNORE_INDEX, BertForTokenClassification
+from ..models.bert.heads import IGNORE_INDEX, BertForTokenClassification
 from .base import Feature, FolderTask, PredictionWriter, data_error, iter_lines
 from .metrics import ChunkCounts
 

@@ -48,7 +48,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..heads import BertForQuestionAnswering
+from ..models.bert.heads import BertForQuestionAnswering
 from . import squad_metrics
 from .base import DataError, Feature, PredictionWriter, TaskSpec
 

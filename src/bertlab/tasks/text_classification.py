@@ -43,7 +43,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..heads import BertForSequenceClassification
+from ..models.bert.heads import BertForSequenceClassification
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
 from .files import ID_COLUMNS, LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column, read_table
 from .metrics import LabelCounts, multi_label_sets, pearson, spearman, tune_threshold

@@ -80,7 +80,7 @@ class DemoSettings:
     seed: int = 0  # the model's initialisation and the order of the batches (the data's draws are fixed)
 
     def model_config(self, vocab_size: int):
-        from ..config import preset
+        from ..models.bert.config import preset
 
         return preset(self.model).replace(vocab_size=vocab_size, hidden_dropout_prob=self.dropout,
                                           attention_probs_dropout_prob=self.dropout)
@@ -263,7 +263,7 @@ def probes(corpus: list[Path] | None, data_dir: Path) -> list[tuple[str, str]]:
 
 @torch.no_grad()
 def fill_in_the_blank(model_dir: Path, sentences: list[tuple[str, str]], k: int = 3):
-    from ..heads import BertForPreTraining
+    from ..models.bert.heads import BertForPreTraining
     from ..tokenizer import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(model_dir)

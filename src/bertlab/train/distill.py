@@ -79,10 +79,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
-from ..config import BertConfig
+from ..models.bert.config import BertConfig
 from ..errors import BertlabError, ConfigError
-from ..heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
-from ..model import BertPreTrainedModel
+from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
+from ..models.bert.modeling import BertPreTrainedModel
 from ..objectives import get_objective
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
                    latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)

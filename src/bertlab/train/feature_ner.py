@@ -228,7 +228,7 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
                           f"conll2003, not {cfg.task}")
     train = subset(spec.read(cfg.data, "train"), cfg.train_limit)
     dev = subset(spec.read(cfg.data, spec.eval_splits[0]), cfg.eval_limit)
-    from ..config import BertConfig
+    from ..models.bert.config import BertConfig
 
     config = BertConfig.from_json_file(Path(cfg.model))
     # The task's default length (256 pieces for CoNLL) unless asked otherwise, within the model's positions.
@@ -237,7 +237,7 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
     state: dict = {}
 
     def factory(layers: list[int]):
-        from ..model import BertModel
+        from ..models.bert.modeling import BertModel
 
         if "model" not in state:  # the encoder is loaded only if some layer is not cached yet
             state["model"] = load_model(BertModel, Path(cfg.model), options)

@@ -47,7 +47,7 @@ from typing import Any, Sequence
 import torch
 
 from ..checkpoint import atomic_write_text, model_keys
-from ..config import BertConfig
+from ..models.bert.config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import add_saved_adapters

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import save_pretrained
-from ..config import BertConfig, is_preset
+from ..models.bert.config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay

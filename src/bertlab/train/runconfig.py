@@ -28,7 +28,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..config import read_json_object
+from ..jsonconfig import read_json_object
 from ..errors import ConfigError
 
 T = TypeVar("T")

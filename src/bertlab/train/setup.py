@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import torch
 
 from ..checkpoint import atomic_write_text
-from ..config import read_json_object
+from ..jsonconfig import read_json_object
 from ..errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES
 from .runconfig import config_from_dict

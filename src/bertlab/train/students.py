@@ -29,11 +29,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, VOCAB_NAME, WEIGHTS_INDEX_NAME,
+from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
                          WEIGHTS_NAME)
-from ..config import BertConfig, is_preset, preset
+from ..models.bert.config import BertConfig, is_preset, preset
 from ..errors import ConfigError
-from ..model import BertPreTrainedModel
+from ..models.bert.modeling import BertPreTrainedModel
 
 _EVERY_K = re.compile(r"every-(\d+)-layers?")
 _LAYER_KEY = re.compile(r"^(.*?encoder\.layer\.)(\d+)(\..*)$")

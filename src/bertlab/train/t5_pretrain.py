@@ -38,10 +38,10 @@ from typing import Any
 import torch
 
 from ..checkpoint import atomic_directory, save_pretrained
-from ..config import read_json_object
+from ..jsonconfig import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
-from ..t5.config import ARCHITECTURES, PRESETS, T5Config
+from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
 from .loop import Trainer, seed_everything, time_step
 from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse,
                        pretraining_loop, start_run)
@@ -252,7 +252,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
                        given: Collection[str] | None = None) -> PretrainResult:
     """`given`: the settings the user stated; on resume the others are the run's own."""
     from ..data.t5_loader import TextToTextDataset
-    from ..t5.model import T5ForConditionalGeneration
+    from ..models.t5.modeling import T5ForConditionalGeneration
     from ..tokenizer.text_to_text import load_text_to_text_tokenizer
 
     cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)

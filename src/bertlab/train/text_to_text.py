@@ -55,7 +55,7 @@ from ..errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
 from ..objectives.t5 import IGNORE_INDEX, target_token_metrics
 from ..tasks import TASKS
-from ..t5.config import T5Config
+from ..models.t5.config import T5Config
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
 from .finetune import MultiTaskOptions, StepCallback, mean_sd, subset
@@ -372,7 +372,7 @@ class RunOutcome:
 def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: int, device: torch.device,
                run_dir: Path):
     """One mixed (or single-task) fine-tuning run on the shared loop, then every task scored on dev."""
-    from ..t5.model import T5ForConditionalGeneration
+    from ..models.t5.modeling import T5ForConditionalGeneration
 
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration.from_pretrained(cfg.model)

@@ -1,0 +1,104 @@
+"""What every model family's config shares: reading a JSON object from a file, the `JsonConfig` base (built
+field by field from JSON, written back sorted, found by preset name or path), type checks and the activations
+the models know. Family configs (`models/bert/config.py`, `models/t5/config.py`) build on it; run configs
+(`train/runconfig.py`) and checkpoint loading read their files through `read_json_object`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+# Activations the model knows, by the names Google's and Hugging Face's configs use.
+KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
+
+
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """A JSON object from a file (model configs, run configs); every failure is one ConfigError line
+    naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of settings, got {type(data).__name__}")
+    return data
+
+
+class JsonConfig:
+    """What every model family's config shares (BertConfig here, T5Config in `bertlab.t5`): built from a JSON
+    object field by field, so a bad field is reported against its file before anything is constructed; written
+    back as sorted JSON; found by preset name or path. A family sets `config_files` (the names a model folder
+    may hold its config under, first found wins) and `preset_lookup()` -> (is_preset, preset, names)."""
+
+    config_files: tuple[str, ...] = ("config.json",)
+    extra: dict[str, Any]
+
+    @classmethod
+    def preset_lookup(cls) -> tuple[Any, Any, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        raise NotImplementedError
+
+    @classmethod
+    def build(cls, kwargs: dict[str, Any], extra: dict[str, Any], int_fields: Any = ()):
+        """An instance from checked `kwargs` (defaults for the rest) without running `__init__`, so `validate`
+        can name the file; integral floats that some tools write ("hidden_size": 768.0) become ints."""
+        config = cls.__new__(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in kwargs:
+                value = kwargs[f.name]
+                if f.name in int_fields and isinstance(value, float) and value.is_integer():
+                    value = int(value)
+                setattr(config, f.name, value)
+            elif f.default is not dataclasses.MISSING:
+                setattr(config, f.name, f.default)
+            else:
+                setattr(config, f.name, f.default_factory())  # type: ignore[misc]
+        config.extra = extra
+        return config
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike):
+        path = Path(path)
+        if path.is_dir():
+            path = next((path / n for n in cls.config_files if (path / n).exists()), path / cls.config_files[0])
+        return cls.from_dict(read_json_object(path), source=str(path))
+
+    @classmethod
+    def from_name_or_path(cls, name: str):
+        """A preset name or a path to a config file or a model folder."""
+        is_preset, preset, names = cls.preset_lookup()
+        if is_preset(name):
+            return preset(name)
+        if os.path.exists(name):
+            return cls.from_json_file(name)
+        raise ConfigError(f"{name!r} is neither a preset ({', '.join(names())}) nor an existing file")
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def replace(self, **changes: Any):
+        return dataclasses.replace(self, **changes)
+
+
+def is_type(value: Any, expected: type) -> bool:
+    """Whether a JSON value is of the config field's type: a finite number for float, never a bool for a size."""
+    if isinstance(value, bool):  # bool is an int subclass; `true` is never a size
+        return False
+    if expected is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    return isinstance(value, expected)
