@@ -93,3 +93,38 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+
+
+def module_level_names(path: Path) -> set[str]:
+    """Classes and UPPER_CASE constants a module defines at its top level (not those it imports)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper() and len(t.id) > 1}
+    return names
+
+
+def unit_of(path: Path) -> str:
+    """The part of the package a module belongs to: its top-level module or package (a family folder under
+    models/ is a unit of its own)."""
+    parts = path.relative_to(ROOT / "src" / "bertlab").with_suffix("").parts
+    return "/".join(parts[:2]) if parts[0] == "models" and len(parts) > 1 else parts[0]
+
+
+def test_no_name_is_defined_in_two_parts_of_the_package():
+    """A name two layers (or two peers) need is defined once, below both, and imported: never copied
+    sideways (two DataErrors with different bases, three IGNORE_INDEX, ...). Model families are parallel
+    namespaces: each may define its own PRESETS, as a command module its own HELP."""
+    where: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "src" / "bertlab").rglob("*.py")):
+        for name in module_level_names(path):
+            where.setdefault(name, set()).add(unit_of(path))
+    families = {u for units in where.values() for u in units if u.startswith("models/")}
+    twice = {name: sorted(units) for name, units in where.items()
+             if len(units) > 1 and not units <= families}
+    assert not twice, f"defined in more than one part of bertlab: {twice}"

@@ -162,7 +162,7 @@ def test_mixing_rules_and_schedule_are_t5s(t5_dir, glue_dir, tmp_path):
     # the batches follow the schedule and resume at any step
     feats = [[{"input_ids": [5, i, 3], "labels": [7, 3]} for i in range(10)],
              [{"input_ids": [6, i, 3], "labels": [8, 3]} for i in range(10)]]
-    collate = t2t.TextToTextCollator(0)
+    collate = t2t.TextPairCollator(0)
     schedule = [0, 1, 1, 0, 1, 0, 0]
     every = list(t2t.mixed_batches(feats, schedule, 2, collate, seed=3, start=0))
     assert [int(b["input_ids"][0, 0]) - 5 for b in every] == schedule

@@ -41,6 +41,7 @@ import torch
 from .jsonconfig import read_json_object
 from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
 from .model_names import inside_model_folder, resolve_model
+from .tokenizer.tokenizer import VOCAB_NAME
 from .nn.adapters import LORA_CONFIG_KEY, add_lora, add_saved_adapters, lora_layers
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 PYTORCH_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
-VOCAB_NAME = "vocab.txt"
 TF_INDEX_NAME = "bert_model.ckpt.index"  # Google's TensorFlow release; read by convert.py, without TensorFlow
 # An unmerged LoRA fine-tuning, in PEFT's adapter layout (see "LoRA adapter folders" below)
 ADAPTER_CONFIG_NAME = "adapter_config.json"

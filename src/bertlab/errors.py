@@ -26,6 +26,11 @@ class CheckpointError(BertlabError):
     """Weights could not be read, or do not fit the model they are loaded into."""
 
 
+class DataError(BertlabError, ValueError):
+    """Input data is missing, malformed or inconsistent: a corpus, a prepared data directory or its manifest,
+    a task's or the user's own file. The message names the file (and line)."""
+
+
 class OutputError(BertlabError):
     """An output could not be written (full disk, read-only file system, a file where a folder should be)."""
 

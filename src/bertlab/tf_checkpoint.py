@@ -262,7 +262,7 @@ def _signed64(value: int) -> int:
 
 # TF's DataType enum (tensorflow/core/framework/types.proto) -> (name, numpy dtype). Only plain-old-data types
 # and strings occur in checkpoints of models; bfloat16 has no numpy dtype and is read as float32 (exact).
-DTYPES: dict[int, tuple[str, np.dtype | None]] = {
+TF_DTYPES: dict[int, tuple[str, np.dtype | None]] = {
     1: ("float32", np.dtype("<f4")), 2: ("float64", np.dtype("<f8")), 3: ("int32", np.dtype("<i4")),
     4: ("uint8", np.dtype("u1")), 5: ("int16", np.dtype("<i2")), 6: ("int8", np.dtype("i1")),
     7: ("string", None), 8: ("complex64", np.dtype("<c8")), 9: ("int64", np.dtype("<i8")),
@@ -271,7 +271,7 @@ DTYPES: dict[int, tuple[str, np.dtype | None]] = {
     23: ("uint64", np.dtype("<u8")),
 }
 DT_STRING, DT_BFLOAT16 = 7, 14
-_DTYPE_BY_NUMPY = {dt: code for code, (name, dt) in DTYPES.items() if dt is not None and name != "bfloat16"}
+_DTYPE_BY_NUMPY = {dt: code for code, (name, dt) in TF_DTYPES.items() if dt is not None and name != "bfloat16"}
 
 
 @dataclass(frozen=True)
@@ -300,7 +300,7 @@ class TensorEntry:
 
     @property
     def dtype_name(self) -> str:
-        return DTYPES.get(self.dtype, (f"DataType {self.dtype}", None))[0]
+        return TF_DTYPES.get(self.dtype, (f"DataType {self.dtype}", None))[0]
 
     @property
     def numel(self) -> int:
@@ -656,9 +656,9 @@ class TFCheckpointReader:
         if entry.num_slices:
             raise CheckpointError(f"{self.index_path}: tensor {name!r} is a partitioned variable "
                                   f"({entry.num_slices} slices); partitioned checkpoints are not supported")
-        if entry.dtype not in DTYPES:
+        if entry.dtype not in TF_DTYPES:
             raise CheckpointError(f"{self.index_path}: tensor {name!r} has unsupported {entry.dtype_name}")
-        dtype = DTYPES[entry.dtype][1]
+        dtype = TF_DTYPES[entry.dtype][1]
         if dtype is not None and entry.size != entry.numel * dtype.itemsize:
             raise CheckpointError(f"{self.index_path}: corrupt index: tensor {name!r} is {entry.dtype_name} "
                                   f"{list(entry.shape)} but its entry says {entry.size} bytes")
@@ -810,4 +810,4 @@ def write_tf_checkpoint(prefix: str | os.PathLike, tensors: Mapping[str, np.ndar
 
 
 __all__ = ["TFCheckpointReader", "TensorEntry", "write_tf_checkpoint", "resolve_prefix", "is_tf_checkpoint",
-           "crc32c", "mask_crc", "unmask_crc", "DTYPES", "DEFAULT_PREFIX", "data_filename"]
+           "crc32c", "mask_crc", "unmask_crc", "TF_DTYPES", "DEFAULT_PREFIX", "data_filename"]

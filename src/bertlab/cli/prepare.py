@@ -26,7 +26,7 @@ import sys
 from ..data.denoising import DENOISING_OBJECTIVES, make_objective
 from ..data.instances import MODES, NSP_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
-from ..data.readers import FORMATS, CleaningConfig, DataError, ReaderConfig
+from ..data.readers import CORPUS_FORMATS, CleaningConfig, DataError, ReaderConfig
 
 # Instance flags and their defaults. Defaults are applied after parsing, so that "not given" can be told from
 # "given with the default value" (without CORPUS, flags not given keep the current instance set's values).
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(spiece.model or its folder); needed with CORPUS")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="the data directory to write or update")
     g = p.add_argument_group("reading")
-    g.add_argument("--format", choices=FORMATS, default="auto",
+    g.add_argument("--format", choices=CORPUS_FORMATS, default="auto",
                    help="google: sentence per line, blank line between documents; plain: prose, a document per "
                         "file; jsonl: a document per line's 'text'; wikitext: ' = Title = ' starts documents "
                         "(default: auto, by name and content)")

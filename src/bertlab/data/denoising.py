@@ -27,7 +27,7 @@ BERT). They are registered by name (`DENOISING_OBJECTIVES`, `make_objective(name
     prefix-lm        a split point uniform in [1, length - 1] (T5's `random_prefix_noise_mask` at density 0.5):
                      the encoder sees the prefix, the decoder predicts the rest.
 
-Decoder-only models (T5 section 3.2) see one sequence and a prefix length: `Objective.decoder_only` gives
+Decoder-only models (T5 section 3.2) see one sequence and a prefix length: `DenoisingObjective.decoder_only` gives
 `inputs + targets` with the prefix covering the inputs (attention is fully visible there, and only the targets
 are predicted), and for prefix-lm the text itself, `prefix + rest + eos`, split where the encoder-decoder form
 splits it.
@@ -52,9 +52,9 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from .readers import DataError
+from ..errors import DataError
+from ..labels import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # labels PyTorch's cross-entropy skips
 
 
 @dataclass(frozen=True)
@@ -216,11 +216,11 @@ def reassemble_sentinels(inputs: np.ndarray, targets: np.ndarray, vocab: Sentine
 
 
 # ---------------------------------------------------------------------------------------------- objectives
-DENOISING_OBJECTIVES: dict[str, type["Objective"]] = {}
+DENOISING_OBJECTIVES: dict[str, type["DenoisingObjective"]] = {}
 
 
 def register_denoising(name: str) -> Callable[[type], type]:
-    """Class decorator: make an `Objective` subclass available by `name` (`prepare --objective NAME`)."""
+    """Class decorator: make an `DenoisingObjective` subclass available by `name` (`prepare --objective NAME`)."""
 
     def register(cls: type) -> type:
         if name in DENOISING_OBJECTIVES:
@@ -232,7 +232,7 @@ def register_denoising(name: str) -> Callable[[type], type]:
     return register
 
 
-def make_objective(name: str, **params: Any) -> "Objective":
+def make_objective(name: str, **params: Any) -> "DenoisingObjective":
     """The objective `name` with `params` (None values mean "the default"); an unknown name or a parameter the
     objective does not take is one line naming the valid ones."""
     if name not in DENOISING_OBJECTIVES:
@@ -249,7 +249,7 @@ def make_objective(name: str, **params: Any) -> "Objective":
 
 
 @dataclass(frozen=True)
-class Objective:
+class DenoisingObjective:
     """A text-to-text pre-training objective: `objective(tokens, vocab, rng) -> TextToText`. Subclasses are
     frozen dataclasses of their parameters (validated in `__post_init__`) registered with `register_denoising`."""
 
@@ -292,7 +292,7 @@ def _check_density(name: str, density: float) -> None:
 
 @register_denoising("span-corruption")
 @dataclass(frozen=True)
-class SpanCorruption(Objective):
+class SpanCorruption(DenoisingObjective):
     noise_density: float = 0.15
     mean_span_length: float = 3.0
 
@@ -355,7 +355,7 @@ class IidDenoising(SpanCorruption):
         return 2 * self.source_length(max_seq_length) + 1  # at worst every other token a span
 
     def check(self, max_seq_length: int, vocab: SentinelVocab) -> None:
-        Objective.check(self, max_seq_length, vocab)
+        DenoisingObjective.check(self, max_seq_length, vocab)
 
     def noise_mask(self, length: int, rng: np.random.Generator) -> np.ndarray:
         return iid_noise_mask(length, self.noise_density, rng)
@@ -366,7 +366,7 @@ class IidDenoising(SpanCorruption):
 
 @register_denoising("bert-style")
 @dataclass(frozen=True)
-class BertStyle(Objective):
+class BertStyle(DenoisingObjective):
     noise_density: float = 0.15
     random_token_prob: float = 0.1  # of the corrupted tokens; the rest get the mask token
 
@@ -399,7 +399,7 @@ class MassStyle(BertStyle):
 
 @register_denoising("drop-tokens")
 @dataclass(frozen=True)
-class DropTokens(Objective):
+class DropTokens(DenoisingObjective):
     noise_density: float = 0.15
     reassembles: ClassVar[bool] = False  # where the dropped tokens were is not in the example
 
@@ -417,7 +417,7 @@ class DropTokens(Objective):
 
 @register_denoising("deshuffle")
 @dataclass(frozen=True)
-class Deshuffle(Objective):
+class Deshuffle(DenoisingObjective):
     def __call__(self, tokens, vocab, rng):
         tokens = np.asarray(tokens, dtype=np.int64)
         return TextToText(_with_eos(rng.permutation(tokens), vocab), _with_eos(tokens, vocab))
@@ -425,7 +425,7 @@ class Deshuffle(Objective):
 
 @register_denoising("prefix-lm")
 @dataclass(frozen=True)
-class PrefixLM(Objective):
+class PrefixLM(DenoisingObjective):
     def __call__(self, tokens, vocab, rng):
         tokens = np.asarray(tokens, dtype=np.int64)
         split = random_prefix_split(len(tokens), rng)

@@ -57,13 +57,9 @@ from typing import IO, Iterable, Iterator
 
 import numpy as np
 
-from ..errors import BertlabError
+from ..errors import DataError
 
-FORMATS = ("auto", "google", "plain", "jsonl", "wikitext")
-
-
-class DataError(BertlabError):
-    """Corpus files, a data directory or its manifest are missing, unreadable or inconsistent."""
+CORPUS_FORMATS = ("auto", "google", "plain", "jsonl", "wikitext")
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -106,8 +102,8 @@ class ReaderConfig:
     strict: bool = False  # raise on the first oddity instead of counting it
 
     def __post_init__(self) -> None:
-        if self.format not in FORMATS:
-            raise DataError(f"unknown corpus format {self.format!r}; expected one of {', '.join(FORMATS)}")
+        if self.format not in CORPUS_FORMATS:
+            raise DataError(f"unknown corpus format {self.format!r}; expected one of {', '.join(CORPUS_FORMATS)}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

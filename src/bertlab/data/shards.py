@@ -45,12 +45,12 @@ import numpy as np
 from ..errors import is_write_failure, output_error
 from .instances import Corpus, Instance, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo
+from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)
 from .readers import DataError
 
 FORMAT = "bertlab-pretraining-data"
 VERSION = 1
 MANIFEST = "manifest.json"
-VOCAB_NAME = "vocab.txt"
 SPLITS = ("train", "heldout")
 PLAN_COLUMNS = 5
 

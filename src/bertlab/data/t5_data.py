@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import shards as store
-from .denoising import DENOISING_OBJECTIVES, Objective, SentinelVocab, make_objective
+from .denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
 from .readers import DataError
 
 MODE = "text-to-text"  # instances.mode of these instance sets
@@ -33,7 +33,7 @@ class TextToTextSettings:
     """What `prepare` needs to make a text-to-text instance set: the objective (with its parameters), the
     longest inputs, and the seed the noise is drawn from."""
 
-    objective: Objective
+    objective: DenoisingObjective
     max_seq_length: int = 512  # T5's inputs length
     seed: int = 12345
 
@@ -102,7 +102,7 @@ class TextToTextInfo:
     data_dir: Path
     vocab_file: Path
     instance_set: str
-    objective: Objective
+    objective: DenoisingObjective
     vocab: SentinelVocab
     max_seq_length: int
     source_length: int

@@ -29,7 +29,7 @@ from .loader import PretrainingDataset
 from .readers import DataError
 from .t5_data import TextToTextInfo, TextToTextStore
 
-ARCHITECTURES = ("encoder-decoder", "decoder-only")
+BATCH_LAYOUTS = ("encoder-decoder", "decoder-only")  # how a batch is laid out for the model
 
 
 class TextToTextDataset(PretrainingDataset):
@@ -60,8 +60,8 @@ class TextToTextCollator:
     `pad_to_multiple_of`."""
 
     def __init__(self, info: TextToTextInfo, architecture: str = "encoder-decoder", pad_to_multiple_of: int = 8):
-        if architecture not in ARCHITECTURES:
-            raise DataError(f"architecture: unknown {architecture!r}; expected one of {', '.join(ARCHITECTURES)}")
+        if architecture not in BATCH_LAYOUTS:
+            raise DataError(f"architecture: unknown {architecture!r}; expected one of {', '.join(BATCH_LAYOUTS)}")
         self.info, self.architecture = info, architecture
         self.pad_to_multiple_of = max(1, pad_to_multiple_of)
 

@@ -26,16 +26,16 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BertlabError
+from ..labels import IGNORE_INDEX
+from ..models.t5.config import ARCHITECTURES
 from ..models.t5.modeling import T5ForConditionalGeneration
 from .base import Batch, Evaluation, Objective
 from .mlm import MAX_LOG_PERPLEXITY
 
-IGNORE_INDEX = -100
 # The names of bertlab.data.denoising's DENOISING_OBJECTIVES (that registry is data's; objectives sit beside
 # data in the layers and do not import it -- tests/test_t5_pretrain.py checks that the two lists agree).
 T5_OBJECTIVES = ("span-corruption", "iid-denoising", "bert-style", "mass-style", "drop-tokens", "deshuffle",
                  "prefix-lm")
-ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")
 
 
 def target_token_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:

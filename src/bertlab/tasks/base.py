@@ -75,7 +75,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
-from ..errors import BertlabError
+from ..errors import DataError
 from ..models.bert.heads import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
@@ -92,10 +92,6 @@ PAD_VALUES: dict[str, int] = {
     "start_positions": 0,
     "end_positions": 0,
 }
-
-
-class DataError(BertlabError, ValueError):
-    """A task's input file is malformed; the message names the file and line."""
 
 
 def data_error(source: str | Path, line: int | None, message: str) -> DataError:

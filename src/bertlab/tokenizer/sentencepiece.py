@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, sentinel_token
-from .tokenizer import CONFIG_NAME, TokenizerError
+from .tokenizer import TOKENIZER_CONFIG_NAME, TokenizerError
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class T5Tokenizer(SentinelTokenizer):
             model_file = path / SPIECE_NAME
             if not model_file.is_file():
                 raise SentencePieceError(f"{path}: no {SPIECE_NAME} in this folder")
-            cfg_path = path / CONFIG_NAME
+            cfg_path = path / TOKENIZER_CONFIG_NAME
             if cfg_path.is_file():
                 kwargs.update(_read_t5_config(cfg_path))
         elif path.is_file():
@@ -153,7 +153,7 @@ class T5Tokenizer(SentinelTokenizer):
         config = {"tokenizer_class": "T5Tokenizer", "extra_ids": self.num_sentinels,
                   "model_max_length": self.model_max_length, "legacy": True, **special}
         _atomic_write(d / SPIECE_NAME, self.sp.serialized_model_proto())
-        _atomic_write(d / CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
+        _atomic_write(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
         _atomic_write(d / SPECIAL_TOKENS_MAP_NAME, (json.dumps(special, indent=2) + "\n").encode())
         return d
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .sentinels import NUM_SENTINELS, SentinelTokenizer, TextToTextTokenizer, sentinel_token
-from .tokenizer import CONFIG_NAME, BertTokenizer, TokenizerError
+from .tokenizer import TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
 
 __all__ = ["NUM_SENTINELS", "SentinelTokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer",
            "load_text_to_text_tokenizer", "sentinel_token"]
@@ -53,7 +53,7 @@ class WordPieceT5Tokenizer(SentinelTokenizer):
         """From a vocab.txt or a BERT tokenizer folder (whose tokenizer_config.json may say `extra_ids`)."""
         path = Path(path)
         if extra_ids is None:
-            cfg = path / CONFIG_NAME if path.is_dir() else None
+            cfg = path / TOKENIZER_CONFIG_NAME if path.is_dir() else None
             extra_ids = NUM_SENTINELS
             if cfg is not None and cfg.is_file():
                 try:
@@ -70,7 +70,7 @@ class WordPieceT5Tokenizer(SentinelTokenizer):
         d = self.bert.save_pretrained(directory)
         base = self.bert.ids_to_tokens[:self.base_size]
         save_vocab(base + [sentinel_token(i) for i in reversed(range(self.num_sentinels))], d / "vocab.txt")
-        cfg_path = d / CONFIG_NAME
+        cfg_path = d / TOKENIZER_CONFIG_NAME
         cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
         cfg.update(extra_ids=self.num_sentinels, eos_token=self.eos_token,
                    additional_special_tokens=[sentinel_token(i) for i in range(self.num_sentinels)])

@@ -41,7 +41,7 @@ from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 log = logging.getLogger(__name__)
 
 VOCAB_NAME = "vocab.txt"
-CONFIG_NAME = "tokenizer_config.json"
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second", "do_not_truncate")
 
 # One encoded sequence without special tokens: ids, (start, end) per token, word index per token.
@@ -209,7 +209,7 @@ class BertTokenizer:
             json_path = json_path if json_path.is_file() else None
             if vocab_path is None and json_path is None:
                 raise TokenizerError(f"{path}: no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} in this folder")
-            cfg_path = path / CONFIG_NAME
+            cfg_path = path / TOKENIZER_CONFIG_NAME
             if cfg_path.is_file():
                 kwargs.update(_read_config(cfg_path))
         elif path.is_file():
@@ -217,7 +217,7 @@ class BertTokenizer:
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         if json_path is not None:
-            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / CONFIG_NAME)
+            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME)
             kwargs.update(overrides)
             tokenizer = cls(vocab=vocab, **kwargs)
             tokenizer.vocab_file = str(vocab_path or json_path)
@@ -240,9 +240,9 @@ class BertTokenizer:
             "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
             "clean_up_tokenization_spaces": False,
         }
-        tmp = d / (CONFIG_NAME + ".tmp")
+        tmp = d / (TOKENIZER_CONFIG_NAME + ".tmp")
         tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, d / CONFIG_NAME)
+        os.replace(tmp, d / TOKENIZER_CONFIG_NAME)
         return d
 
     # -- vocabulary --------------------------------------------------------------------------------------------

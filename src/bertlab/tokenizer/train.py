@@ -53,7 +53,6 @@ from ..errors import BertlabError
 
 logger = logging.getLogger(__name__)
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 GOOGLE_UNUSED_BEFORE_UNK = 99  # Google's files put [unused0..98] between [PAD] and [UNK], so [UNK] is id 100
 CONTINUATION = "##"
 MAX_WORD_CHARS = 100  # BERT's WordPiece maps a longer word to [UNK] whatever the vocabulary: don't learn from it

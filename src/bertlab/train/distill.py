@@ -87,6 +87,7 @@ from ..objectives import get_objective
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
                    latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
 from .optim import adamw, linear_warmup_decay
+from .pretrain import FINAL_DIR
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, autocast_dtype, check_precision, eval_seconds, fit_steps_to_budget,
                     heldout_sequences, resolve_precision, resolve_resume_config, resolved_settings, run_record,
@@ -95,7 +96,6 @@ from .students import build_student, hidden_layer_map
 
 log = logging.getLogger(__name__)
 
-FINAL_DIR = "final"  # general distillation: RUN_DIR/final, as pre-training
 MODEL_DIR = "model"  # task distillation: OUT_DIR/model, as fine-tuning
 KL_POSITIONS = ("masked", "all")
 COSINE_LAYERS = ("last", "all")

@@ -70,7 +70,7 @@ TEXT_TO_TEXT = "t2t"  # the `bertlab finetune` task name of this recipe
 # GLUE_DIR's subfolders, as GLUE's download script names them.
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
-METHODS = ("full", "adapters")
+T2T_METHODS = ("full", "adapters")
 # T5 section 3.5.1: an adapter after each feed-forward network's output projection.
 T5_ADAPTER_LAYERS = r"DenseReluDense\.wo$"
 ADAPTERS_DIR, ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapters", "adapters.safetensors", "adapter_config.json"
@@ -117,8 +117,8 @@ class TextToTextConfig:
             text_format(name)  # a task without a text-to-text form: one line naming those with one
         if len(set(names)) != len(names):
             raise ConfigError(f"--tasks names a task twice: {self.multi.tasks}")
-        if self.tuning.method not in METHODS:
-            raise ConfigError(f"finetune t2t: --method must be one of {', '.join(METHODS)}, got {self.tuning.method!r}")
+        if self.tuning.method not in T2T_METHODS:
+            raise ConfigError(f"finetune t2t: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
         check_optimization(self.optimizer, self.schedule)
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size", "max_target_length"):
             if getattr(self, name) < 1:
@@ -212,7 +212,7 @@ def load_texts(name: str, path: str, tokenizer, cfg: TextToTextConfig) -> TaskTe
                      new_tokens)
 
 
-class TextToTextCollator:
+class TextPairCollator:
     """{input_ids, labels} lists -> padded tensors: inputs with the pad id and an attention mask, targets
     with -100 (the model shifts them right behind its decoder start token)."""
 
@@ -317,7 +317,7 @@ def generate_texts(model, tokenizer, features: Sequence[dict], max_new_tokens: i
                    device: torch.device, dtype: torch.dtype | None = None) -> list[str]:
     """Greedy decoding of every feature's inputs, in their order (batched by length: little padding)."""
     model.eval()
-    collate = TextToTextCollator(tokenizer.pad_token_id)
+    collate = TextPairCollator(tokenizer.pad_token_id)
     order = sorted(range(len(features)), key=lambda i: len(features[i]["input_ids"]))
     texts: list[str] = [""] * len(features)
     for start in range(0, len(order), batch_size):
@@ -384,7 +384,7 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
     rates = mixing_rates(sizes, options.mixing, options.mixing_limit, options.mixing_temperature)
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * sum(steps_per_epoch(s, micro, accum) for s in sizes)))
     schedule = task_schedule(rates, total * accum, seed)
-    collate = TextToTextCollator(tokenizer.pad_token_id)
+    collate = TextPairCollator(tokenizer.pad_token_id)
     lr = cfg.lr or default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
     optimizer = build_t5_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
     scheduler: Any = build_schedule(cfg.schedule, optimizer, cfg.warmup)

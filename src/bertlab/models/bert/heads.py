@@ -25,9 +25,9 @@ from torch import nn
 
 from .config import BertConfig
 from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
+from ...labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 
-IGNORE_INDEX = -100  # label value meaning "no prediction here" (Hugging Face's and PyTorch's convention)
 
 
 class TaskOutputLayer(nn.Linear):
