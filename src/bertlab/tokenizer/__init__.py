@@ -16,4 +16,4 @@ from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 __all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "SPECIAL_TOKENS", "TokenizerError", "VocabError",
            "WordPiece", "load_vocab", "read_vocab", "save_vocab", "SentencePieceError", "T5Tokenizer",
-           "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer"]
+           "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer", "folder_vocabulary"]

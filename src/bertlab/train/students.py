@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, VOCAB_NAME, WEIGHTS_INDEX_NAME,
+from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
                          WEIGHTS_NAME)
 from ..config import BertConfig, is_preset, preset
 from ..errors import ConfigError
