@@ -322,3 +322,30 @@ def test_readme_is_a_front_door():
     assert "pip install -e '.[docs]' && mkdocs serve" in readme.splitlines()
     for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme):
         assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+
+
+def test_the_command_table_names_only_real_options(parser):
+    """The synopsis table of docs/commands.md (written by hand, with placeholders and alternatives) names
+    only options its command has."""
+    options: dict[str, set[str]] = {}
+    for name, sub in next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices.items():
+        stack, found = [sub], set()
+        while stack:
+            p = stack.pop()
+            for action in p._actions:
+                found.update(action.option_strings)
+                if isinstance(action, argparse._SubParsersAction):
+                    stack.extend(action.choices.values())
+        options[name] = found
+    rows = [line for line in (DOCS / "commands.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `bertlab ")]
+    assert len(rows) >= 20
+    wrong = []
+    for row in rows:
+        synopsis = row.split("` |")[0]
+        for part in synopsis.split("bertlab ")[1:]:
+            command = part.split()[0].strip("`")
+            assert command in options, f"docs/commands.md: no command {command!r}"
+            wrong += [f"{command} {flag}" for flag in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", part)
+                      if flag not in options[command]]
+    assert not wrong, "docs/commands.md names options that do not exist: " + ", ".join(wrong)
