@@ -40,20 +40,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import __version__
     from ..errors import BertlabError
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
-    parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
-        if name == chosen:
-            importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+    parser = build_parser(full=False, chosen=chosen)
     command = chosen or "bertlab"
     try:
         args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
@@ -79,6 +70,23 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bertlab {args.command}: error: {line}", file=sys.stderr)
         return 2
+
+
+def build_parser(full: bool = True, chosen: str | None = None) -> argparse.ArgumentParser:
+    """The whole argparse tree of `bertlab`. `full` adds every subcommand's options (the documentation's CLI
+    reference and its command checks read it); `main` adds only the chosen one's, so a command starts fast."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
+    parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if full or name == chosen:
+            importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+    return parser
 
 
 def io_error_line(error: BaseException) -> str | None:

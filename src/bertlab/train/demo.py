@@ -51,9 +51,9 @@ AFTER_TRAINING_S = 10.0
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """What the demo builds and trains. Chosen by measurement on this project's 2-core CPU (README, "The demo:
-    how its settings were chosen"): within minutes, what moves a BERT off the plateau where it predicts only
-    frequent words is the number of updates and how much each one teaches."""
+    """What the demo builds and trains. Chosen by measurement on a 2-core CPU (docs/notes/demo-tuning.md):
+    within minutes, what moves a BERT off the plateau where it predicts only frequent words is the number of
+    updates and how much each one teaches."""
 
     minutes: float = 4.8  # the whole demo, end to end; training gets what the other stages leave
     vocab_size: int = 1000  # a small WordPiece vocabulary: a cheap MLM softmax, frequent pieces
@@ -228,7 +228,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
     echo(f"done in {format_duration(time.perf_counter() - started)}. Next:")
     echo(f'  bertlab fill-mask --model {model} --format text "every object is an [MASK] of some class."')
     echo(f"  bertlab finetune sst2 --model {model} --data glue_data/SST-2 --out runs/demo-sst2   "
-         "# any task of README: Fine-tuning")
+         "# any task of the docs' Fine-tuning page")
     echo(f"  bertlab serve --model {model}   # then: curl -d '{{\"texts\": [\"this [MASK] should return a new object.\"]}}' "
          "localhost:8000/fill-mask")
     return 0

@@ -66,8 +66,8 @@ log = logging.getLogger(__name__)
 # Defaults for a run without --lr, by the model's hidden size (the nearest width at or above it). The
 # paper's grid tops out at 5e-5 for BERT-base/large; small models need more: all-MiniLM-L6-v2 (384 wide) on 800
 # SST-2 sentences, 1 epoch, batch 16 -> dev accuracy 0.52 at 5e-5 (near chance), 0.76 at 1e-4; the old
-# defaults (2e-5, batch 32) 0.51. Google recommends up to 1e-4 and 3e-4 for its small BERTs. README:
-# Fine-tuning, "Defaults".
+# defaults (2e-5, batch 32) 0.51. Google recommends up to 1e-4 and 3e-4 for its small BERTs. docs:
+# benchmarks.md, "Fine-tuning defaults".
 DEFAULT_LR_BY_WIDTH = {512: 1e-4, 768: 5e-5, 1024: 3e-5}
 
 

@@ -124,7 +124,7 @@ class PretrainConfig:
 
 # Peak learning rate by hidden size when --lr is not given. The paper's 1e-4 (batch 256) is for BERT-base;
 # a narrow model at 1e-4 learns the word frequencies and stays there for thousands of steps (BERT-Tiny:
-# held-out MLM accuracy 0.08, issue 21), while 1e-3 trains it (README: Pre-training, learning rates).
+# held-out MLM accuracy 0.08), while 1e-3 trains it (docs/guide/pretraining.md, learning rate).
 # Narrower models take larger rates, as ELECTRA-small (5e-4) and the Cramming recipe do; 3e-3 was too much for
 # BERT-Tiny in the demo's measurements (stuck at 0.08 as well).
 DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
