@@ -437,6 +437,31 @@ def check_writable(out_dir: str | os.PathLike) -> Path:
     return path
 
 
+def claim_run_dir(out: str | os.PathLike, overwrite: bool, results: Callable[[Path], list[Path]],
+                  finished: Iterable[str], what: str, interrupted: Sequence[Path] = ()) -> Path:
+    """Make `out` ready for a run of `what` ("fine-tuning run", "demo run"). An earlier run's results -- marked
+    by one of the `finished` names in `out` -- are never replaced silently: refused (one line) unless
+    `overwrite`, which deletes exactly what that run wrote (`results(out)`; other files in `out` stay). An
+    `interrupted` run is refused with how to continue it. A run that failed before saving anything is simply
+    started again."""
+    out = Path(out)
+    previous = results(out) if overwrite or any((out / name).exists() for name in finished) else []
+    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
+        raise ConfigError(f"{out}: holds an interrupted {what} ({interrupted[0]}); pass --resume to continue "
+                          "it, --overwrite to replace it, or choose another --out")
+    if previous and not overwrite:
+        raise ConfigError(f"{out}: already holds a {what} ({', '.join(p.name for p in previous[:4])}"
+                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
+                          "to replace it")
+    for path in previous:
+        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return check_writable(out)
+
+
 def checkpoint_step(path: Path) -> int:
     return int(path.name.rpartition("-")[2])
 

@@ -41,6 +41,7 @@ import logging
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +57,13 @@ from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, 
 from ..objectives.t5 import IGNORE_INDEX, target_token_metrics
 from ..tasks import TASKS
 from ..t5.config import T5Config
+from ..tasks.base import warn_if_one_class
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
 from .finetune import MultiTaskOptions, StepCallback, mean_sd, subset
 from .loop import LoopConfig, Trainer, check_writable, mixed_batches, steps_per_epoch
 from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .random_init import random_start, resolve_init
 from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
 from .t5_pretrain import export_t5
 
@@ -78,7 +81,7 @@ ADAPTERS_DIR, ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapters", "adapters.safetensor
 
 @dataclass
 class TextToTextConfig:
-    model: str = ""  # a T5 folder with its tokenizer
+    model: str = ""  # a T5 folder with its tokenizer, or a size (t5-tiny) with `vocab` (train/random_init.py)
     data: str = ""  # GLUE_DIR (task subfolders) or task=PATH,task=PATH
     out: str = ""
     squad: str | None = None  # SQuAD DATA_PATH (train=FILE,dev=FILE; FILE#A:B articles) for task squad / squad2
@@ -106,6 +109,8 @@ class TextToTextConfig:
     retain_freed_memory: bool = True
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # method, adapter_size, unfreezing
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # tasks, mixing, limit, temperature
+    vocab: str | None = None  # a random start of a size: its tokenizer (vocab.txt or SentencePiece .model)
+    init: str | None = None  # pretrained | random; None: random for a size or a vocab, else pretrained
 
     def __post_init__(self) -> None:
         names = self.multi.names
@@ -340,6 +345,8 @@ def evaluate_task(model, tokenizer, texts: TaskTexts, cfg: TextToTextConfig, dev
                              device, autocast_dtype(cfg.precision))
     canonical = canonical_label_texts(texts.name, tokenizer)
     read = [canonical.get(o, o) for o in outputs]
+    if canonical:  # a classification task: one answer for every example is a collapsed model, as on the BERT path
+        warn_if_one_class(texts.name, "dev", Counter(read))
     result = score(texts.name, [p.example for p in texts.dev], read)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -425,13 +432,18 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
         raise ConfigError("finetune t2t: give --model T5_DIR (a T5 folder with its tokenizer)")
     check_writable(out)
     paths = task_paths(cfg)
+    init: dict[str, Any] = {"init": "pretrained", "model": cfg.model}
+    if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
+        start = random_start("t5", cfg.model, cfg.vocab, out, cfg.seed)
+        init = start.record
+        cfg = dataclasses.replace(cfg, model=str(start.folder), vocab=None, init="pretrained")
     if not (Path(cfg.model) / "config.json").is_file():
         raise ConfigError(f"{cfg.model}: no config.json (give a T5 model folder, e.g. a pretrain run's final/)")
     T5Config.from_json_file(cfg.model)  # another family's folder: one line naming its model_type
     tokenizer = load_text_to_text_tokenizer(cfg.model)
     texts = [load_texts(name, paths[name], tokenizer, cfg) for name in cfg.tasks]
     device = resolve_device(cfg.device)
-    write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths}))
+    write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths, "init": init}))
     runs: list[RunOutcome] = []
     for k in range(cfg.seeds):
         model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, out / "runs" / f"seed-{cfg.seed + k}")
@@ -448,7 +460,7 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
         (out / t.name).mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / t.name / "dev_predictions.jsonl", src.read_text(encoding="utf-8"))
     metrics: dict[str, Any] = {
-        "tasks": cfg.tasks, "mixing": cfg.multi.mixing, "mixing_rates": runs[0].tuning["mixing_rates"],
+        "tasks": cfg.tasks, "init": init, "mixing": cfg.multi.mixing, "mixing_rates": runs[0].tuning["mixing_rates"],
         "train_examples": {t.name: len(t.train) for t in texts}, "dev_examples": {t.name: len(t.dev) for t in texts},
         "truncated_inputs": {t.name: t.truncated for t in texts},
         "dev": {t.name: {m: mean_sd([r.scores[t.name][m] for r in runs]) for m in best.scores[t.name]}
