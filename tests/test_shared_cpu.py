@@ -141,3 +141,106 @@ def test_demo_next_commands_run_as_printed(vocab_file, tmp_path):
     FillMaskRequest.model_validate_json(curl[curl.index("-d") + 1])  # the service's own request schema
     assert fill.split()[:2] == ["bertlab", "fill-mask"]
 
+
+# ---------------------------------------------------------------------------------------------- threads
+@pytest.fixture
+def four_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_default_threads_are_the_free_physical_cores(monkeypatch, four_threads):
+    from bertlab import threads
+
+    monkeypatch.setattr(threads, "physical_cores", lambda: 4)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert threads.choose_threads(busy=0.0).threads == 4
+    assert threads.choose_threads(busy=0.4).threads == 4  # a little background noise takes no core
+    assert threads.choose_threads(busy=1.2).threads == 3
+    assert threads.choose_threads(busy=7.5).threads == 1  # never below one
+    assert threads.choose_threads(2, busy=7.5).threads == 2  # --threads rules
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: two processes share the cores
+    assert threads.choose_threads(busy=0.0).threads == 2
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    torch.set_num_threads(2)  # OMP_NUM_THREADS / a caller's choice is a ceiling the default respects
+    assert threads.choose_threads(busy=0.0).threads == 2
+    line = threads.choose_threads(busy=1.2).describe()
+    assert line.startswith("CPU threads: 2 (the machine's 4 physical cores, 1.2 busy with other work")
+    with pytest.raises(Exception, match="--threads must be positive, got 0"):
+        threads.choose_threads(0)
+
+
+def test_physical_cores_and_busy_cores_read_this_machine():
+    import os
+
+    from bertlab import threads
+
+    assert 1 <= threads.physical_cores() <= (os.cpu_count() or 1)
+    assert 0.0 <= threads.busy_cores(0.05) <= (os.cpu_count() or 1) + 0.01
+
+
+def test_wait_policy_is_set_before_torch_is_imported_and_never_after(monkeypatch):
+    import subprocess
+    import sys
+
+    from bertlab import threads
+
+    code = ("import os, sys; from bertlab.threads import prepare_wait_policy; b = prepare_wait_policy(busy={busy}); "
+            "import torch; print(os.environ.get('OMP_WAIT_POLICY'), b)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    for busy, want in ((1.0, "PASSIVE 1.0"), (0.0, "None 0.0")):
+        out = subprocess.run([sys.executable, "-c", code.format(busy=busy)], capture_output=True, text=True, env=env,
+                             check=True).stdout.split()
+        assert " ".join(out) == want
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert threads.prepare_wait_policy(busy=5.0) is None  # torch is imported here: too late, nothing changed
+    assert "OMP_WAIT_POLICY" not in __import__("os").environ
+
+
+def test_training_commands_take_threads_and_log_the_choice(glue_dir, tmp_path, capsys, caplog):
+    model = tmp_path / "m"
+    from bertlab.train.random_init import random_start
+
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    start = random_start("bert", "tiny", str(vocab), model, seed=0).folder
+    with caplog.at_level("INFO", logger="bertlab.threads"):
+        assert _run("finetune", "sst2", "--model", start, "--data", glue_dir / "SST-2", "--out", tmp_path / "o",
+                    "--max-steps", 1, "--batch-size", 8, "--no-progress", "--threads", 1) == 0
+    assert "CPU threads: 1 (as --threads asked" in caplog.text
+    for command in (["pretrain", "--model", "tiny"], ["distill", "--teacher", start], ["finetune", "sst2"]):
+        assert _run(*command, "--threads", 0, "--out", tmp_path / "x") == 2
+        assert "--threads must be positive, got 0" in capsys.readouterr().err
+    assert torch.get_num_threads() == 1  # the module's one thread: the default never raises a caller's choice
+
+
+# ---------------------------------------------------------------------------------------------- pace
+def test_a_run_that_slows_down_says_so_once_and_in_its_result():
+    from bertlab.train.loop import Pace
+
+    pace = Pace()
+    warnings = [pace.update(1000, 0.1) for _ in range(11)]  # a cold first step, then the promise: 10,000 tok/s
+    warnings += [pace.update(1000, 0.1) for _ in range(30)]
+    assert warnings == [None] * 41 and pace.report()["slowdown"] == 1.0
+    warnings = [pace.update(1000, 0.4) for _ in range(40)]  # another job starts: 4x slower
+    assert [w for w in warnings if w is not None] == [pytest.approx(4.0)]  # said once
+    assert pace.report()["slowdown"] > 2.5
+
+
+def test_a_budgeted_run_that_fell_short_does_not_read_as_a_normal_one():
+    from bertlab.train.loop import TrainResult
+    from bertlab.train.pretrain import budget_outcome, shortfall
+
+    class Schedule:
+        total_steps, refits = 1716, 0
+        lr_lambdas = [lambda step: 0.0]
+
+    normal = TrainResult(step=1716, stopped="max_steps", checkpoint=None, elapsed=280.0,
+                         pace={"slowdown": 1.1})
+    assert shortfall(normal, 1700) is None and "WARNING" not in budget_outcome(normal, 288, 1700, Schedule())
+    slowed = TrainResult(step=265, stopped="max_steps", checkpoint=None, elapsed=280.0, pace={"slowdown": 6.5})
+    line = budget_outcome(slowed, 288, 1700, Schedule())
+    assert "the step plan ended the run" in line and "WARNING: the run went 6.5x slower" in line
+    short = TrainResult(step=300, stopped="time_budget", checkpoint=None, elapsed=288.0)
+    assert "did 300 of the 1700 steps its first timing promised" in shortfall(short, 1700)

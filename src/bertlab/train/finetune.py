@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 # SST-2 sentences, 1 epoch, batch 16 -> dev accuracy 0.52 at 5e-5 (near chance), 0.76 at 1e-4; the old
 # defaults (2e-5, batch 32) 0.51. BERT-Tiny (128 wide) on SST-2, 300 steps of 32 at length 64, dev accuracy at
 # 1e-4 / 3e-4 / 1e-3 / 3e-3: from random weights 0.509 (one class) / 0.758 / 0.774 / 0.509 (one class); from the
-# demo's pre-trained model 0.522 / 0.577 / 0.611 / (see README) -- 1e-3 for 128 wide. 256 wide sits between
+# demo's pre-trained model 0.522 / 0.577 / 0.611 / 0.509 (one class) -- 1e-3 for 128 wide. 256 wide sits between
 # (3e-4, the top of Google's recommended range for its small BERTs). README: Fine-tuning, "Defaults".
 DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 3e-4, 512: 1e-4, 768: 5e-5, 1024: 3e-5}
 
