@@ -310,3 +310,10 @@ def test_text_to_text_from_a_random_start_of_a_named_size(glue_dir, tmp_path):
     config = json.loads((out / "model" / "config.json").read_text())
     assert (config["d_model"], config["num_layers"]) == (128, 2)  # the t5-tiny preset
     assert (out / "init" / "model.safetensors").is_file()
+
+
+def test_text_to_text_rate_defaults_by_width():
+    cfg = t2t.TextToTextConfig(model="m", multi=t2t.MultiTaskOptions(tasks="sst2"))
+    assert [t2t.finetune_lr(cfg, w) for w in (128, 256, 512, 768, 1024)] == [3e-3, 2e-3, 1e-3, 1e-3, 1e-3]
+    adamw = t2t.TextToTextConfig(model="m", optimizer="adamw", multi=t2t.MultiTaskOptions(tasks="sst2"))
+    assert t2t.finetune_lr(adamw, 128) == 1e-3  # AdamW keeps its own default

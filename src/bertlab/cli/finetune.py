@@ -31,7 +31,7 @@ HELP = {
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
     "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for "
-          "768, 3e-5 above)",
+          "768, 3e-5 above; t2t with Adafactor: 3e-3 for 128 wide, 2e-3 for 256, T5's 1e-3 from 512)",
     "batch_size": "examples per optimizer step",
     "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",

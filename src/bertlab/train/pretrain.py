@@ -459,13 +459,14 @@ def budget_outcome(result: TrainResult, budget_s: float, first_plan: int, schedu
     budget_text = format_duration(budget_s)
     short = shortfall(result, first_plan)
     short = f". {short}" if short else ""
+    lr_left = scheduler.lr_lambdas[0](result.step)  # T5's inverse-sqrt schedule is still at its peak here
+    lr_text = "learning rate decayed to 0" if lr_left < 1e-6 else f"the learning rate at {lr_left:.0%} of its peak"
     if result.stopped == "time_budget":
-        lr_left = scheduler.lr_lambdas[0](result.step)
         return (f"the time budget ({budget_text}) ended the run at step {result.step} of {planned} planned, with "
-                f"the learning rate at {lr_left:.0%} of its peak{refitted}{short}")
+                f"{lr_text}{refitted}{short}")
     if result.stopped == "max_steps":
         return (f"the step plan ended the run: {result.step} steps in {format_duration(result.elapsed)} of the "
-                f"{budget_text} budget, learning rate decayed to 0{refitted}{short}")
+                f"{budget_text} budget, {lr_text}{refitted}{short}")
     return f"the run stopped ({result.stopped}) at step {result.step} of {planned}, {format_duration(result.elapsed)} " \
            f"into the {budget_text} budget{short}"
 
