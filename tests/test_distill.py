@@ -268,7 +268,8 @@ def test_general_student_is_hf_layout_and_loads_in_transformers(general_run, mlm
     config = json.loads((final / "config.json").read_text())
     assert config["architectures"] == ["BertForPreTraining"] and config["num_hidden_layers"] == 2
     run_config = json.loads((general_run / "run_config.json").read_text())["_resolved"]
-    assert run_config["student_init"] == {"kind": "layers", "source": "every-other-layer", "layers": [1, 3]}
+    assert run_config["student_init"] == {"kind": "layers", "source": "every-other-layer", "layers": [1, 3],
+                                          "init": "pretrained"}
     assert (run_config["alpha"], run_config["beta"], run_config["gamma"]) == (5.0, 2.0, 1.0)
     ours = BertForPreTraining.from_pretrained(final)
     theirs = transformers.BertForPreTraining.from_pretrained(final).eval()
