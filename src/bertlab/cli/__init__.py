@@ -37,13 +37,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
+# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
+TRAINING_COMMANDS = ("pretrain", "finetune", "distill")
 
 
 def main(argv: list[str] | None = None) -> int:
     from ..errors import BertlabError
+    from ..threads import prepare_wait_policy, use_threads
 
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if a in COMMANDS), None)
+    # Before the subcommand's module imports torch: the OpenMP wait policy is read once, at that import
+    busy = prepare_wait_policy() if chosen in TRAINING_COMMANDS else None
     parser = build_parser(full=False, chosen=chosen)
     command = chosen or "bertlab"
     try:
@@ -51,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         command = args.command
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             datefmt="%H:%M:%S")
+        if args.command in TRAINING_COMMANDS:
+            use_threads(args.threads, busy)
         return int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
     except BertlabError as e:
         print(f"bertlab {command}: error: {e}", file=sys.stderr)
@@ -76,6 +83,7 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
     """The whole argparse tree of `bertlab`. `full` adds every subcommand's options (the documentation's CLI
     reference and its command checks read it); `main` adds only the chosen one's, so a command starts fast."""
     from .. import __version__
+    from ..threads import add_threads_argument
 
     parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
     parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
@@ -86,6 +94,9 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
         p.set_defaults(_module=module)
         if full or name == chosen:
             importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+            if name in TRAINING_COMMANDS:
+                add_threads_argument(p, "the machine's physical cores, fewer when other processes keep some "
+                                        "busy; logged at the start")
     return parser
 
 
