@@ -268,7 +268,8 @@ def test_general_student_is_hf_layout_and_loads_in_transformers(general_run, mlm
     config = json.loads((final / "config.json").read_text())
     assert config["architectures"] == ["BertForPreTraining"] and config["num_hidden_layers"] == 2
     run_config = json.loads((general_run / "run_config.json").read_text())["_resolved"]
-    assert run_config["student_init"] == {"kind": "layers", "source": "every-other-layer", "layers": [1, 3]}
+    assert run_config["student_init"] == {"kind": "layers", "source": "every-other-layer", "layers": [1, 3],
+                                          "init": "pretrained"}
     assert (run_config["alpha"], run_config["beta"], run_config["gamma"]) == (5.0, 2.0, 1.0)
     ours = BertForPreTraining.from_pretrained(final)
     theirs = transformers.BertForPreTraining.from_pretrained(final).eval()
@@ -486,3 +487,24 @@ def test_minilm_sst2_teacher_distils_into_three_layers(minilm_dir, shared_data, 
     transformers = pytest.importorskip("transformers")
     theirs = transformers.BertForSequenceClassification.from_pretrained(result.model_dir)
     assert theirs.config.num_hidden_layers == 3
+
+
+def test_init_random_draws_the_students_weights_anew(shared_data, tmp_path):
+    """`--init random`: the student keeps its shape (layers cut from the teacher) but none of its weights --
+    the baseline a distilled student is compared with; recorded in metrics.json."""
+    from bertlab.checkpoint import read_state_dict
+
+    teacher = task_teacher(tmp_path / "teacher", BertForSequenceClassification, shared_data)
+    common = dict(task="sst2", teacher=str(teacher), data=str(shared_data / "glue" / "SST-2"), train_limit=16,
+                  eval_limit=8, steps=1, batch_size=8, precision="fp32", device="cpu", progress=False,
+                  eval_teacher=False, lr=1e-12)
+    cut = dt.run_distillation(dt.DistillConfig(out=str(tmp_path / "cut"), **common), echo=lambda s: None)
+    fresh = dt.run_distillation(dt.DistillConfig(out=str(tmp_path / "fresh"), init="random", **common),
+                                echo=lambda s: None)
+    key = "bert.embeddings.word_embeddings.weight"
+    t, c, f = (read_state_dict(p)[key] for p in (teacher, cut.model_dir, fresh.model_dir))
+    assert torch.allclose(c, t, atol=1e-6) and not torch.allclose(f, t, atol=1e-3)  # lr ~0: weights as started
+    assert json.loads((tmp_path / "fresh" / "metrics.json").read_text())["student_init"]["init"] == "random"
+    assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["student_init"]["init"] == "pretrained"
+    with pytest.raises(ConfigError, match="init must be one of"):
+        dt.run_distillation(dt.DistillConfig(out=str(tmp_path / "bad"), init="fresh", **common))

@@ -3,7 +3,7 @@ are moved, flags are left out on resume, training diverges, and model folders ar
 
 File-system faults are simulated by monkeypatching the write primitives (`open`, `mkdir`, safetensors'
 writer), so the suite runs without root and without filling a real disk. Each test names the behaviour it
-keeps; the README's "What survives what" section is the summary of this file (and of
+keeps; the docs' "What survives what" page (docs/guide/robustness.md) is the summary of this file (and of
 `test_faults_finetune.py` for fine-tuning sweeps).
 """
 

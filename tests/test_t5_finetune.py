@@ -277,3 +277,43 @@ def test_squad_as_text(t5_dir, glue_dir, tmp_path):
     assert {"exact_match", "f1"} <= set(dev) and dev["total"]["mean"] == 2 and dev["invalid_outputs"]["mean"] == 0
     line = json.loads((out / "squad" / "dev_predictions.jsonl").read_text().splitlines()[0])
     assert line["inputs"].startswith("question: which word") and " context: " in line["inputs"]
+
+
+def test_one_class_answers_are_warned_about_as_on_the_bert_path(t5_dir, glue_dir, tmp_path, monkeypatch, caplog):
+    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+
+    tok = load_text_to_text_tokenizer(t5_dir)
+    cfg = t2t.TextToTextConfig(model=str(t5_dir), data=str(glue_dir), out=str(tmp_path / "x"),
+                               multi=t2t.MultiTaskOptions(tasks="sst2"))
+    texts = t2t.load_texts("sst2", str(glue_dir / "SST-2"), tok, cfg)
+    texts.dev, texts.dev_features = texts.dev * 2, texts.dev_features * 2  # enough answers to judge (20+)
+    model = T5ForConditionalGeneration.from_pretrained(t5_dir)
+    monkeypatch.setattr(t2t, "generate_texts", lambda m, t, features, *a, **k: ["positive"] * len(features))
+    with caplog.at_level("WARNING"):
+        t2t.evaluate_task(model, tok, texts, cfg, torch.device("cpu"))
+    assert "sst2 dev: the model predicted 'positive' for all 32 examples" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(t2t, "generate_texts", lambda m, t, features, *a, **k:
+                        ["positive", "negative"] * (len(features) // 2))
+    with caplog.at_level("WARNING"):
+        t2t.evaluate_task(model, tok, texts, cfg, torch.device("cpu"))
+    assert "learned no more than one class" not in caplog.text
+
+
+def test_text_to_text_from_a_random_start_of_a_named_size(glue_dir, tmp_path):
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    out = tmp_path / "random"
+    assert main(t2t_args("t5-tiny", glue_dir, out, "--vocab", vocab, "--tasks", "sst2", "--max-steps", 2,
+                         "--eval-limit", 4)) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["init"] == {"init": "random", "model": "t5-tiny", "vocab": str(vocab), "seed": 42}
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert (config["d_model"], config["num_layers"]) == (128, 2)  # the t5-tiny preset
+    assert (out / "init" / "model.safetensors").is_file()
+
+
+def test_text_to_text_rate_defaults_by_width():
+    cfg = t2t.TextToTextConfig(model="m", multi=t2t.MultiTaskOptions(tasks="sst2"))
+    assert [t2t.finetune_lr(cfg, w) for w in (128, 256, 512, 768, 1024)] == [3e-3, 2e-3, 1e-3, 1e-3, 1e-3]
+    adamw = t2t.TextToTextConfig(model="m", optimizer="adamw", multi=t2t.MultiTaskOptions(tasks="sst2"))
+    assert t2t.finetune_lr(adamw, 128) == 1e-3  # AdamW keeps its own default

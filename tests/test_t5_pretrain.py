@@ -241,3 +241,34 @@ def test_bert_data_or_a_mismatched_config_is_one_line(t5_data, tmp_path, capsys)
             str(tmp_path / "r3"), "--steps", "1", "--architecture", "decoder-only"]
     assert main(args) == 2
     assert "--architecture is not a setting of BERT pre-training" in capsys.readouterr().err
+
+
+def test_a_budgeted_cpu_run_fits_its_batch_to_the_budget_and_says_how_it_ended(t5_data, tmp_path, capsys,
+                                                                              monkeypatch):
+    """T5's 128 x 512 on a CPU did 9 steps in a 5-minute budget: without --batch-size, a budgeted CPU run halves
+    the batch until the budget fits CPU_TARGET_STEPS, says so, and reports the budget's end as BERT's does."""
+    import types
+
+    from bertlab.train import t5_pretrain as t5p
+
+    monkeypatch.setattr(t5p, "CPU_TARGET_STEPS", 20)
+    out = tmp_path / "run"
+    args = t5_args(t5_data / "span-corruption", out, "--time-budget", "4s", "--no-eval-at-start", "--device", "cpu")
+    del args[args.index("--batch-size"):args.index("--batch-size") + 2]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    chosen = json.loads((out / "run_config.json").read_text())["batch_size"]
+    assert chosen in (8, 16, 32, 64, 128) and f"T5 on a CPU with a time budget: batch {chosen} of up to" in printed
+    assert "ended the run" in printed  # the budget's end, as BERT's budgeted runs say it
+    steps = [r["step"] for r in read_metrics(out) if "loss" in r]
+    assert steps and steps[-1] >= 1
+
+    # a machine too slow for even the smallest batch: one line says what to change
+    monkeypatch.setattr(t5p, "time_step", lambda *a, **k: 80.0)  # 10 s a sequence
+    lines = []
+    cpu = types.SimpleNamespace(device=torch.device("cpu"))
+    assert t5p.cpu_batch_for_budget(None, None, lambda *a: None, "fp32", cpu, 300.0, 512, lines.append) == 8
+    assert "WARNING: even 8 sequences of 512 tokens take 80.0s a step" in lines[-1]
+    assert "--max-seq-length 128" in lines[-1]
+    # with --steps, or a batch given, T5's own batch is kept
+    assert t5p.T5PretrainConfig(data="d", out="o", steps=5).batch_size is None

@@ -366,7 +366,8 @@ def test_demo_end_to_end(tmp_path, capsys):
     for expected in ("[1/5] corpus", "[2/5] vocabulary", "[3/5] data", "[4/5] pre-training", "masked-word accuracy",
                      "next-sentence accuracy", "fill in the blank", "(the docs: loop)", "ended the run",
                      "blanks filled with the docs' word in the top 3", "bertlab fill-mask --model",
-                     "bertlab finetune sst2 --model", "bertlab serve --model"):
+                     "bertlab finetune text-classification --model", "bertlab serve --model",
+                     "Content-Type: application/json"):
         assert expected in text
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -37,29 +37,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
+# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
+TRAINING_COMMANDS = ("pretrain", "finetune", "distill")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .. import __version__
     from ..errors import BertlabError
+    from ..threads import prepare_wait_policy, use_threads
 
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
-    parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
-        if name == chosen:
-            importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+    # Before the subcommand's module imports torch: the OpenMP wait policy is read once, at that import
+    busy = prepare_wait_policy() if chosen in TRAINING_COMMANDS else None
+    parser = build_parser(full=False, chosen=chosen)
     command = chosen or "bertlab"
     try:
         args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
         command = args.command
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             datefmt="%H:%M:%S")
+        if args.command in TRAINING_COMMANDS:
+            use_threads(args.threads, busy)
         return int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
     except BertlabError as e:
         print(f"bertlab {command}: error: {e}", file=sys.stderr)
@@ -79,6 +77,27 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"bertlab {args.command}: error: {line}", file=sys.stderr)
         return 2
+
+
+def build_parser(full: bool = True, chosen: str | None = None) -> argparse.ArgumentParser:
+    """The whole argparse tree of `bertlab`. `full` adds every subcommand's options (the documentation's CLI
+    reference and its command checks read it); `main` adds only the chosen one's, so a command starts fast."""
+    from .. import __version__
+    from ..threads import add_threads_argument
+
+    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
+    parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if full or name == chosen:
+            importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
+            if name in TRAINING_COMMANDS:
+                add_threads_argument(p, "the machine's physical cores, fewer when other processes keep some "
+                                        "busy; logged at the start")
+    return parser
 
 
 def io_error_line(error: BaseException) -> str | None:

@@ -24,6 +24,8 @@ HELP = {
     "teacher": "Hugging Face-layout folder: pre-trained with its MLM head (general) or fine-tuned on --task",
     "student": "every-other-layer, every-K-layers, layers:I,J,..., a preset (mini, L4-H256, ...), a config.json, "
                "or a model folder",
+    "init": "random: the student's weights drawn anew whatever --student makes (the baseline a distilled student "
+            "is compared with, e.g. with --alpha 0 --gamma 0); recorded in metrics.json / run_config.json",
     "data": "DATA_DIR from `bertlab prepare` (general), or the task's folder/file (--task)",
     "out": "RUN_DIR (general) / OUT_DIR (--task)",
     "task": "task-specific distillation on this task (sst2, mrpc, squad, ...)",

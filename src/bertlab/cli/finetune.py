@@ -20,12 +20,18 @@ import sys
 from ..tasks import TASKS
 
 HELP = {
-    "model": "a Hugging Face-layout BERT folder (ours or theirs), or a model's name in the local Hugging Face cache",
+    "model": "a Hugging Face-layout BERT folder (ours or theirs), a model's name in the local Hugging Face cache, "
+             "or a size (tiny, mini, ..., base; t2t: t5-tiny, ...) with --vocab: a randomly initialised model",
+    "vocab": "with a size as --model: its tokenizer (a vocab.txt; t2t also a SentencePiece .model); the model "
+             "starts from random weights (the baseline that shows what pre-training bought)",
+    "init": "pretrained (the model's weights) or random (its shape and tokenizer, new weights); default: random "
+            "for a size, else pretrained; recorded in metrics.json",
     "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD); own-data tasks: the training file "
             "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
-    "lr": "peak learning rate (default: by model width, 1e-4 up to 512 wide, 5e-5 for 768, 3e-5 above)",
+    "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for "
+          "768, 3e-5 above; t2t with Adafactor: 3e-3 for 128 wide, 2e-3 for 256, T5's 1e-3 from 512)",
     "batch_size": "examples per optimizer step",
     "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",
@@ -121,8 +127,15 @@ def mean_sd_text(score: dict) -> str:
     return f"{score['mean']:.4f}"
 
 
-def run(args: argparse.Namespace) -> int:
+def resolved_model(model: str | None) -> str | None:
+    """A folder, or a model's name in the local Hugging Face cache, as a path; a size (tiny, t5-tiny) as it is."""
     from ..model_names import resolve_model
+    from ..train.random_init import names_a_size
+
+    return str(resolve_model(model)) if model and not names_a_size(model) else model
+
+
+def run(args: argparse.Namespace) -> int:
     from ..train.finetune import FinetuneConfig, FinetuneInterrupted, finetune
     from ..train.runconfig import config_from_args, given_fields
     from ..train.setup import resume_base
@@ -136,8 +149,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
         base.update(resume_base(args.out))
     cfg = config_from_args(FinetuneConfig, args, base=base)
-    if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
-        cfg.model = str(resolve_model(cfg.model))
+    cfg.model = resolved_model(cfg.model)
     try:
         if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
             from ..train.multitask import finetune_multi
@@ -165,15 +177,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_text_to_text(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import config_from_args, refuse_foreign_settings
     from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
 
     refuse_foreign_settings(args, TextToTextConfig, FinetuneConfig, "finetune t2t", ignore=("task",))
     cfg = config_from_args(TextToTextConfig, args)
-    if cfg.model:  # a folder, or a model's name in the local Hugging Face cache
-        cfg.model = str(resolve_model(cfg.model))
+    cfg.model = resolved_model(cfg.model)
     metrics = finetune_text_to_text(cfg)
     print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
                       "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}

@@ -80,6 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default RUN_DIR: runs/demo)")
     g.add_argument("--demo-corpus", type=Path, nargs="+", default=None, metavar="PATH",
                    help="text files to use instead of the Python docs")
+    g.add_argument("--overwrite", action="store_true", default=None,
+                   help="--demo: replace an earlier demo's results in RUN_DIR (without it they are kept and the demo "
+                        "stops with one line)")
     g.add_argument("--demo-minutes", type=float, default=None,
                    help="the whole --demo, end to end; training gets what the other stages leave (default: 4.8)")
 
@@ -89,11 +92,16 @@ def run(args: argparse.Namespace) -> int:
     from ..train.runconfig import config_from_args, given_fields, refuse_foreign_settings
     from ..train.t5_pretrain import T5PretrainConfig, is_t5_request, run_t5_pretraining
 
+    if args.overwrite and not args.demo:
+        from ..errors import ConfigError
+
+        raise ConfigError("--overwrite goes with --demo (a pre-training run continues with --resume)")
     if args.demo:
         from ..train.demo import run_demo
 
         return run_demo(out=Path(args.out or "runs/demo"), corpus=args.demo_corpus, minutes=args.demo_minutes,
-                        resume=bool(args.resume), progress=args.progress is not False)
+                        resume=bool(args.resume), progress=args.progress is not False,
+                        overwrite=bool(args.overwrite))
     if is_t5_request(_stated(args)):
         refuse_foreign_settings(args, T5PretrainConfig, PretrainConfig, "T5 pre-training", renamed=RENAMED)
         cfg = config_from_args(T5PretrainConfig, args)

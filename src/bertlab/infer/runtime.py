@@ -28,6 +28,7 @@ import torch
 from ..errors import BertlabError
 from ..nn.adapters import lora_layers, merge_lora
 from ..nn.precision import DTYPES
+from ..threads import add_threads_argument, set_threads
 from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,7 @@ class InferenceOptions:
             raise BertlabError("--max-tokens and --max-batch must be positive")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise BertlabError(f"device {self.device!r} requested but no CUDA device is available")
-        if self.threads is not None:
-            if self.threads < 1:
-                raise BertlabError(f"--threads must be positive, got {self.threads}")
-            torch.set_num_threads(self.threads)
+        set_threads(self.threads)
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -93,7 +91,7 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="padded tokens per forward pass; inputs are sorted by length and bucketed under it "
                         "(default 2048 on CPU, 16384 on GPU)")
     p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+    add_threads_argument(p, "torch's choice")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
                    help="on CPU: plain nn.Linear instead of oneDNN-packed weights")
 

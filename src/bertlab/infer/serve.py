@@ -636,8 +636,7 @@ def serve(spec: ServeSpec, sock: socket.socket, workers: int = 1, log_level: str
 
 
 def _worker(spec: ServeSpec, sock: socket.socket, log_level: str) -> None:
-    import torch
+    from ..threads import set_threads
 
-    if spec.options.threads:
-        torch.set_num_threads(spec.options.threads)
+    set_threads(spec.options.threads)
     _server(spec.app(), log_level).run(sockets=[sock])

@@ -19,7 +19,7 @@ with `F.linear` on a probe, nothing is swapped.
 Bounded memory: oneDNN creates a primitive per input shape and keeps up to 1,024 of them in its primitive
 cache, each holding ~0.5-1.3 MB (JIT code and buffers sized for its row count). A service sees a new row count
 (batch x length) on almost every call, so a process that fed each one to oneDNN grew by ~1 MB per new shape
-until the cache was full -- RSS 475 -> 1,042 MB and rising under sustained load (issue 20). So oneDNN only
+until the cache was full -- RSS 475 -> 1,042 MB and rising under sustained load. So oneDNN only
 ever sees `len(ROW_BUCKETS)` row counts: a call's rows are cut into tiles of `ROW_TILE` rows, and the last
 tile is padded with zero rows up to the next bucket (at most 31 padded rows; the padded outputs are dropped).
 """

@@ -379,6 +379,6 @@ def warn_if_one_class(task: str, split: str, classes: Counter, at_least: int = 2
         return False
     (only, _), = classes.items()
     log.warning("%s %s: the model predicted %r for all %d examples -- it has learned no more than one class; "
-                "train longer (--epochs), try another --lr (README: Fine-tuning), or use more training data",
+                "train longer (--epochs), try another --lr (docs: Fine-tuning), or use more training data",
                 task, split, only, total)
     return True

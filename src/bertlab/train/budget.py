@@ -44,7 +44,7 @@ class RefittedLinearDecay:
     warmup-then-linear-decay; below 1 the peak is held first (warmup-stable-decay), so re-fits of a budgeted
     run that come while the rate is still at its peak move the end without lowering the rate early -- a
     pessimistic first plan would otherwise decay it from the start, and BERT-Tiny then stays on the
-    frequent-word plateau (README: the demo).
+    frequent-word plateau (docs/guide/pretraining.md: the demo).
 
     `segments` is a list of [start_step, multiplier_at_start, end_step]: from `start_step` on, the multiplier
     falls linearly from `multiplier_at_start` to 0 at `end_step`. The first segment is the current plan,

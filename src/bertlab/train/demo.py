@@ -15,7 +15,8 @@
 `DemoSettings` holds the choices (model size, vocabulary, length, masking, schedule) and says why.
 
 Every stage is the real command's code; the demo only picks small settings. Re-running reuses the
-vocabulary and data already in RUN_DIR; `--resume` continues an interrupted training.
+vocabulary and data already in RUN_DIR; `--resume` continues an interrupted training. An earlier demo's
+results (RUN_DIR/run, the curves) are replaced only with `--overwrite`, as `finetune` treats its OUT_DIR.
 """
 
 from __future__ import annotations
@@ -44,6 +45,51 @@ PROBES = [
     ("the operands are evaluated from [MASK] to right.", "left"),
 ]
 
+# A small labelled file in the docs' own words, written beside the demo's data so that its `finetune` next
+# command runs as printed on any machine (GLUE's files are a download away: the docs' Fine-tuning page).
+REVIEWS = [(text, "positive") for text in (
+    "this function is clear and useful.", "the example shows exactly how the method works.",
+    "the new syntax is simple and easy to read.", "this module makes the code much shorter.",
+    "the documentation explains every argument well.", "a good default that works in most cases.",
+    "the standard library has a useful class for this.", "this statement is short and its meaning is clear.",
+    "the error message names the line and the value.", "iteration over the object is fast and simple.",
+    "the context manager closes the file, which is good.", "a helpful attribute that saves a lot of code.",
+    "the interface is clean and the names are clear.", "it works well with every built-in type.",
+    "this is the best way to format a string.", "the result is correct and easy to check.")] + [
+    (text, "negative") for text in (
+    "the error message is confusing and names nothing.", "this function is slow and hard to use.",
+    "the old syntax is deprecated and should not be used.", "this method raises an exception too often.",
+    "the documentation of this argument is wrong.", "a bad default that fails in most cases.",
+    "the behaviour of this operator is surprising and unclear.", "this statement is long and its meaning is obscure.",
+    "the exception hides the real problem.", "iteration over the object is slow and breaks easily.",
+    "the file is never closed, which is a bug.", "an unhelpful attribute that nobody needs.",
+    "the interface is messy and the names are misleading.", "it fails with most built-in types.",
+    "this is the worst way to format a string.", "the result is wrong and hard to check.")]
+
+
+def write_reviews(path: Path) -> Path:
+    """REVIEWS as a CSV (text, label), for the `finetune text-classification` next command."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(REVIEWS)
+    return path
+
+
+def next_commands(model: Path, out: Path, reviews: Path) -> list[str]:
+    """What to try next, each runnable as printed: its files exist, the service's JSON is labelled as such."""
+    probe = "this [MASK] should return a new object."
+    body = '{"texts": ["' + probe + '"]}'
+    return [f'  bertlab fill-mask --model {model} --format text "every object is an [MASK] of some class."',
+            f"  bertlab finetune text-classification --model {model} --train {reviews} --out {out / 'reviews'} "
+            "--epochs 10   # your own CSV, or a GLUE task (the docs' Fine-tuning page)",
+            f"  bertlab serve --model {model}   # then: curl -H 'Content-Type: application/json' -d '{body}' "
+            "localhost:8000/fill-mask"]
+
+
 # How long everything after training takes (step timing, final export, fill-in, the PNG): kept out of the
 # training budget so the whole demo ends within `minutes`.
 AFTER_TRAINING_S = 10.0
@@ -51,9 +97,9 @@ AFTER_TRAINING_S = 10.0
 
 @dataclass(frozen=True)
 class DemoSettings:
-    """What the demo builds and trains. Chosen by measurement on this project's 2-core CPU (README, "The demo:
-    how its settings were chosen"): within minutes, what moves a BERT off the plateau where it predicts only
-    frequent words is the number of updates and how much each one teaches."""
+    """What the demo builds and trains. Chosen by measurement on a 2-core CPU (docs/notes/demo-tuning.md):
+    within minutes, what moves a BERT off the plateau where it predicts only frequent words is the number of
+    updates and how much each one teaches."""
 
     minutes: float = 4.8  # the whole demo, end to end; training gets what the other stages leave
     vocab_size: int = 1000  # a small WordPiece vocabulary: a cheap MLM softmax, frequent pieces
@@ -77,6 +123,9 @@ class DemoSettings:
     decay_fraction: float = 0.5
     heldout_fraction: float = 0.1  # of the documents
     num_evals: int = 6  # held-out points on the curves
+    # The documented results came from 1,700-2,600 steps (held-out MLM 0.33-0.40); a run of 1,508 steps reached 0.17
+    # and runs of 145-265 (a busy machine) 0.12-0.15. Fewer steps than this and the report says it fell short.
+    enough_steps: int = 1500
     seed: int = 0  # the model's initialisation and the order of the batches (the data's draws are fixed)
 
     def model_config(self, vocab_size: int):
@@ -116,23 +165,36 @@ def write_stdlib_corpus(path: Path) -> Path:
     return path
 
 
-def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None = None, resume: bool = False,
-             progress: bool = True, settings: DemoSettings = DemoSettings(), echo=print) -> int:
+DEMO_RESULTS = ("run", "curves.png")  # what a demo writes to RUN_DIR besides its reusable corpus, vocab and data
+RUN_DIR_NAME, CURVES = DEMO_RESULTS
+
+
+def demo_results(out: Path) -> list[Path]:
+    return [out / name for name in DEMO_RESULTS if (out / name).exists()]
+
+
+def claim_demo_dir(out: Path, overwrite: bool) -> None:
+    """An earlier demo's model, checkpoints and curves are replaced only with `overwrite` (`loop.claim_run_dir`);
+    an interrupted one is refused with `--resume` named."""
+    from .loop import CHECKPOINT_DIR, claim_run_dir
+
+    run_dir = out / RUN_DIR_NAME
+    stopped = [] if (run_dir / "final").exists() else sorted((run_dir / CHECKPOINT_DIR).glob("step-*"))
+    claim_run_dir(out, overwrite, demo_results, (f"{RUN_DIR_NAME}/final",), "demo run", interrupted=stopped)
+
+
+def prepare_demo_data(work: Path, corpus: list[Path] | None, settings: DemoSettings = DemoSettings(),
+                      echo=print) -> tuple[Path, Path, dict]:
+    """Stages 1-3 of the demo in `work` (RUN_DIR/demo): the corpus, its vocabulary (reused when there), the
+    masked segment pairs, and the demo model's config.json. Returns (data dir, config file, the held-out
+    split's manifest entry). Also what `benchmarks/bench_threads.py` trains on."""
     import json
 
     from ..data.instances import InstanceConfig
     from ..data.masking import MaskingConfig
     from ..data.pipeline import CorpusSettings, InstanceSettings, prepare
-    from ..progress import format_duration
     from ..tokenizer import read_vocab
     from ..tokenizer.train import train_vocab, write_vocab
-    from .loop import check_writable
-    from .pretrain import PretrainConfig, run_pretraining
-
-    started = time.perf_counter()
-    minutes = settings.minutes if minutes is None else minutes
-    check_writable(out)
-    work = out / "demo"
 
     # 1. corpus
     if corpus:
@@ -171,13 +233,36 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
          f"{settings.masked_lm_prob:.0%} of tokens masked, {settings.dupe_factor} differently cut and masked copies "
          f"-> {data_dir}")
 
-    # 4. pre-training, for what is left of the demo's time
     model_config = settings.model_config(len(read_vocab(vocab_file)))
     config_file = work / "model_config.json"
     config_file.write_text(json.dumps(model_config.to_dict(), indent=2) + "\n")
-    run_dir = out / "run"
+    return data_dir, config_file, held
+
+
+def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None = None, resume: bool = False,
+             progress: bool = True, settings: DemoSettings = DemoSettings(), echo=print,
+             overwrite: bool = False) -> int:
+    from ..progress import format_duration
+    from .loop import check_writable
+    from .pretrain import PretrainConfig, run_pretraining
+
+    started = time.perf_counter()
+    minutes = settings.minutes if minutes is None else minutes
+    if resume:
+        check_writable(out)
+    else:
+        claim_demo_dir(out, overwrite)
+    work = out / "demo"
+    data_dir, config_file, held = prepare_demo_data(work, corpus, settings, echo)
+    length = settings.seq_len
+
+    # 4. pre-training, for what is left of the demo's time
+    from ..models.bert.config import BertConfig
+
+    model_config = BertConfig.from_json_file(config_file)
+    run_dir = out / RUN_DIR_NAME
     if not resume and (run_dir / "run_config.json").is_file():
-        shutil.rmtree(run_dir)  # the demo's own previous run: start over (--resume continues it instead)
+        shutil.rmtree(run_dir)  # a demo that stopped before a checkpoint (claim_demo_dir let it pass): start over
     budget = minutes * 60 - (time.perf_counter() - started) - AFTER_TRAINING_S
     if budget < 10:
         raise BertlabError(f"--demo-minutes {minutes:g} leaves {budget:.0f} s for training; give at least "
@@ -213,11 +298,16 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
         echo(f"      {mark}{text:66s} -> {shown}" + (f"   (the docs: {want})" if want else ""))
     right = sum(want in [w for w, _ in guesses] for _, want, guesses in rows if want)
     echo(f"      {right} of {len(rows)} blanks filled with the docs' word in the top 3")
+    if run.train.step < settings.enough_steps:  # a slow or busy machine: not the demo's result, and said so
+        echo(f"      NOTE: this machine did {run.train.step:,} training steps in the demo's time; its results need "
+             f"about {settings.enough_steps:,} (docs: Quickstart, the demo). The numbers above are below what the demo "
+             f"reaches: {'other work slowed the run down -- ' if run.train.slowdown > 1.5 else ''}run it on a "
+             "quieter machine, or give it longer with --demo-minutes")
     curves = None
     try:
         from .curves import draw_curves
 
-        curves = draw_curves(run_dir, out / "curves.png")
+        curves = draw_curves(run_dir, out / CURVES)
     except BertlabError as e:  # matplotlib missing: the demo still ends well
         echo(f"      (no curves: {e})")
     model = run.final_dir
@@ -225,12 +315,10 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
          f"transformers.BertForPreTraining / pipeline('fill-mask', model=...)")
     if curves is not None:
         echo(f"      curves: {curves} (loss, held-out accuracy, learning rate, tokens/s)")
+    reviews = write_reviews(work / "reviews.csv")
     echo(f"done in {format_duration(time.perf_counter() - started)}. Next:")
-    echo(f'  bertlab fill-mask --model {model} --format text "every object is an [MASK] of some class."')
-    echo(f"  bertlab finetune sst2 --model {model} --data glue_data/SST-2 --out runs/demo-sst2   "
-         "# any task of README: Fine-tuning")
-    echo(f"  bertlab serve --model {model}   # then: curl -d '{{\"texts\": [\"this [MASK] should return a new object.\"]}}' "
-         "localhost:8000/fill-mask")
+    for line in next_commands(model, out, reviews):
+        echo(line)
     return 0
 
 

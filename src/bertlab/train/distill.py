@@ -88,6 +88,7 @@ from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writa
                    latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
 from .optim import adamw, linear_warmup_decay
 from .pretrain import FINAL_DIR
+from .random_init import INITS
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, autocast_dtype, check_precision, eval_seconds, fit_steps_to_budget,
                     heldout_sequences, resolve_precision, resolve_resume_config, resolved_settings, run_record,
@@ -116,6 +117,7 @@ class DistillConfig:
 
     teacher: str = ""  # a Hugging Face-layout folder: pre-trained with its MLM head, or fine-tuned on `task`
     student: str = "every-other-layer"  # every-other-layer | every-K-layers | layers:I,J | PRESET | CONFIG | DIR
+    init: str | None = None  # random: the student's weights drawn anew (the baseline); None: as --student makes it
     data: str = ""  # DATA_DIR from `bertlab prepare` (general), or the task's folder/file (task)
     out: str = ""  # RUN_DIR / OUT_DIR
     task: str | None = None  # a task name (sst2, squad, ...): task-specific distillation
@@ -182,6 +184,8 @@ class DistillConfig:
                 raise ConfigError(f"{name} must be >= 0, got {self.resolved(name)}")
         if self.resolved("alpha") == self.resolved("beta") == self.resolved("gamma") == 0:
             raise ConfigError("alpha, beta and gamma are all 0: nothing to train on")
+        if self.init is not None and self.init not in INITS:
+            raise ConfigError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.kl_positions not in KL_POSITIONS:
             raise ConfigError(f"kl_positions must be one of {', '.join(KL_POSITIONS)}, got {self.kl_positions!r}")
         if self.cosine_layers not in COSINE_LAYERS:
@@ -509,7 +513,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
         raise ConfigError(f"sequence length {cfg.seq_len} exceeds the teacher's max_position_embeddings "
                           f"({teacher.config.max_position_embeddings})")
     seed_everything(cfg.seed)  # a fresh student's weights and the projection are drawn from this seed
-    student, init = build_student(cfg.student, teacher, cfg.teacher)
+    student, init = build_student(cfg.student, teacher, cfg.teacher, random_init=cfg.init == "random")
     if cfg.seq_len > student.config.max_position_embeddings:
         raise ConfigError(f"sequence length {cfg.seq_len} exceeds the student's max_position_embeddings "
                           f"({student.config.max_position_embeddings})")
@@ -660,7 +664,8 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
                           f"{teacher.config.vocab_size}")
     seed_everything(cfg.seed)
     overrides = {"id2label": spec.id2label} if spec.id2label is not None else {}  # for a fresh or loaded student
-    student, init = build_student(cfg.student, teacher, cfg.teacher, model_cls=spec.head, **overrides)
+    student, init = build_student(cfg.student, teacher, cfg.teacher, model_cls=spec.head,
+                                  random_init=cfg.init == "random", **overrides)
     student.config.extra["finetuning_task"] = spec.name
     L_s, L_t = student.config.num_hidden_layers, teacher.config.num_hidden_layers
     layer_map = hidden_layer_map(init, L_s, L_t) if cfg.cosine_layers == "all" else [(L_s, L_t)]
@@ -731,7 +736,8 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
                                   autocast_dtype=amp_dtype, features=data.eval_features[split])
                   for split in spec.eval_splits}
         model_dir = save_model(student, out / MODEL_DIR, tokenizer)
-        metrics = {"task": spec.name, "main_metric": spec.main_metric, "dev": scores, "teacher_dev": teacher_eval,
+        metrics = {"task": spec.name, "main_metric": spec.main_metric, "student_init": resolved["student_init"],
+                   "dev": scores, "teacher_dev": teacher_eval,
                    "parameters": {"teacher": n_t, "student": n_s}, "layers": {"teacher": L_t, "student": L_s},
                    "steps": result.step, "train_seconds": round(result.elapsed, 1),
                    "train_loss": result.metrics.get("loss"), "config": record}

@@ -55,9 +55,10 @@ from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.base import Feature, feature_length
 from ..tasks.own_data import InputOptions
 from . import methods
-from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, latest_checkpoint,
-                   seed_everything, shuffled_batches, steps_for_epochs)
+from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, claim_run_dir,
+                   latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs)
 from .optim import adamw, linear_warmup_decay
+from .random_init import INIT_DIR, random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
 
@@ -66,9 +67,11 @@ log = logging.getLogger(__name__)
 # Defaults for a run without --lr, by the model's hidden size (the nearest width at or above it). The
 # paper's grid tops out at 5e-5 for BERT-base/large; small models need more: all-MiniLM-L6-v2 (384 wide) on 800
 # SST-2 sentences, 1 epoch, batch 16 -> dev accuracy 0.52 at 5e-5 (near chance), 0.76 at 1e-4; the old
-# defaults (2e-5, batch 32) 0.51. Google recommends up to 1e-4 and 3e-4 for its small BERTs. README:
-# Fine-tuning, "Defaults".
-DEFAULT_LR_BY_WIDTH = {512: 1e-4, 768: 5e-5, 1024: 3e-5}
+# defaults (2e-5, batch 32) 0.51. BERT-Tiny (128 wide) on SST-2, 300 steps of 32 at length 64, dev accuracy at
+# 1e-4 / 3e-4 / 1e-3 / 3e-3: from random weights 0.509 (one class) / 0.758 / 0.774 / 0.509 (one class); from the
+# demo's pre-trained model 0.522 / 0.577 / 0.611 / 0.509 (one class) -- 1e-3 for 128 wide. 256 wide sits between
+# (3e-4, the top of Google's recommended range for its small BERTs). docs: benchmarks.md, "Fine-tuning defaults".
+DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 3e-4, 512: 1e-4, 768: 5e-5, 1024: 3e-5}
 
 
 def default_lr(hidden_size: int) -> float:
@@ -76,11 +79,13 @@ def default_lr(hidden_size: int) -> float:
     return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
 
-def with_default_lr(cfg: FinetuneConfig) -> FinetuneConfig:
-    """`cfg` with an unstated `lr` set to the default for the model's width (said in the log)."""
+def with_default_lr(cfg: FinetuneConfig, model_dir: str | Path | None = None) -> FinetuneConfig:
+    """`cfg` with an unstated `lr` set to the default for the width of the model in `model_dir` (default:
+    `cfg.model`), said in the log."""
     if cfg.lr is not None:
         return cfg
-    cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(cfg.model).hidden_size))
+    model_dir = model_dir or cfg.model
+    cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(model_dir).hidden_size))
     log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
     return cfg
 
@@ -120,7 +125,7 @@ class FinetuneConfig:
     (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json."""
 
     task: str
-    model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt)
+    model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or a size (tiny)
     data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
     epochs: float = 3.0
@@ -154,6 +159,9 @@ class FinetuneConfig:
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
     overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
+    # a random start (train/random_init.py): `model` a size with `vocab`'s tokenizer, or a folder's shape
+    vocab: str | None = None
+    init: str | None = None  # pretrained | random; None: random for a size or a vocab, else pretrained
 
     def __post_init__(self) -> None:
         if self.task not in TASKS and self.task != MULTI_TASK:
@@ -254,7 +262,8 @@ class PretrainedStart:
     layers (the head, and a pooler the checkpoint lacked) are initialised from `seed`. Every run of a grid
     then starts from the same encoder without re-reading and re-initialising the whole model from disk."""
 
-    def __init__(self, spec: TaskSpec, model_dir: str | Path):
+    def __init__(self, spec: TaskSpec, model_dir: str | Path, reinitialise: bool = False):
+        self.reinitialise = reinitialise  # a random start: every seed draws the whole model anew, not only the head
         self.model_dir = str(Path(model_dir).resolve())  # an unmerged LoRA adapter names it as its base
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
@@ -265,6 +274,8 @@ class PretrainedStart:
     def fresh(self, seed: int):
         seed_everything(seed)  # the new head's initialisation is part of what a seed decides
         model = copy.deepcopy(self.model)
+        if self.reinitialise:
+            model.init_weights()
         for name in self.new_modules:
             model.init_weights(model.get_submodule(name))
         return model
@@ -529,20 +540,25 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         check_writable(out)
     else:  # an earlier run's results are replaced only when asked (--overwrite)
         claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
-    cfg = with_default_lr(cfg)
+    start = None
+    if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
+        start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=cfg.resume)
+    model_dir = str(start.folder) if start else cfg.model
+    cfg = with_default_lr(cfg, model_dir)
     spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
-    tokenizer = BertTokenizer.from_pretrained(cfg.model)
+    tokenizer = BertTokenizer.from_pretrained(model_dir)
     max_length = cfg.max_seq_length or spec.default_max_length
+    init = start.record if start else {"init": "pretrained", "model": cfg.model}
     write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
-                                           "settings": cfg.settings()}))
+                                           "settings": cfg.settings(), "init": init}))
     t_start = time.perf_counter()
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
              len(data.train_features), {s: len(e) for s, e in data.eval_examples.items()})
 
-    pretrained = PretrainedStart(spec, cfg.model)
+    pretrained = PretrainedStart(spec, model_dir, reinitialise=start is not None)
     all_runs: list[RunResult] = []
     best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
     settings = cfg.settings()
@@ -589,6 +605,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     metrics = {
         "task": spec.name,
         "main_metric": spec.main_metric,
+        "init": init,  # pre-trained weights, or a random start (the baseline)
         "selected": {**setting, "seed": chosen.seed},
         "dev": summarize(spec, runs),  # the selected setting, mean ± sd over its seeds
         "best_run": chosen.scores,  # the saved model's dev scores
@@ -603,7 +620,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     return metrics
 
 
-RESULT_NAMES = (RUN_CONFIG, "metrics.json", "model", "runs")  # what a fine-tuning run writes to OUT_DIR by name
+RESULT_NAMES = (RUN_CONFIG, "metrics.json", "model", "runs", INIT_DIR)  # what a fine-tuning run writes to OUT_DIR by name
 FINISHED_MARKS = ("metrics.json", "model")  # results worth protecting: a run that got as far as saving a model
 
 
@@ -623,26 +640,11 @@ def previous_results(out: Path) -> list[Path]:
 
 
 def claim_output_dir(out: Path, overwrite: bool) -> None:
-    """Make `out` ready for a run. An earlier run's results (a saved model, metrics.json) are never replaced
-    silently: refused (one line) unless `overwrite`, which deletes exactly what that run wrote (other files in
-    `out` stay). A run that failed before saving anything is simply started again."""
-    # --overwrite also clears an interrupted sweep (runs/ with checkpoints), which would otherwise need --resume
-    previous = previous_results(out) if overwrite or any((out / name).exists() for name in FINISHED_MARKS) else []
-    interrupted = SweepState.interrupted_runs(out)
-    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
-        raise ConfigError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to continue "
-                          "it, --overwrite to replace it, or choose another --out")
-    if previous and not overwrite:
-        raise ConfigError(f"{out}: already holds a fine-tuning run ({', '.join(p.name for p in previous[:4])}"
-                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
-                          "to replace it")
-    for path in previous:
-        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    check_writable(out)
+    """Make `out` ready for a fine-tuning run (`loop.claim_run_dir`): an earlier run's results (a saved model,
+    metrics.json) are replaced only with `overwrite`, which also clears an interrupted sweep (runs/ with
+    checkpoints) that would otherwise need --resume."""
+    claim_run_dir(out, overwrite, previous_results, FINISHED_MARKS, "fine-tuning run",
+                  interrupted=SweepState.interrupted_runs(out))
 
 
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:

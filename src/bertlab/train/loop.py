@@ -52,6 +52,7 @@ format is the recipe's job; the trainer only keeps the training state.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -140,6 +141,12 @@ class TrainResult:
     tokens: int = 0  # tokens seen, all ranks, all sessions
     elapsed: float = 0.0  # seconds of training, all sessions
     signal: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM), when one did
+    pace: dict[str, float] = field(default_factory=dict)  # tokens/s promised by the first steps vs done (`Pace`)
+
+    @property
+    def slowdown(self) -> float:
+        """How many times slower the run went than its first steps promised (1.0: as promised or unknown)."""
+        return self.pace.get("slowdown", 1.0)
 
     @property
     def interrupted(self) -> bool:
@@ -149,6 +156,63 @@ class TrainResult:
     def exit_status(self) -> int:
         """The shell's convention for a run a signal stopped: 128 + the signal (130 Ctrl-C, 143 SIGTERM)."""
         return 128 + (self.signal or signal.SIGINT) if self.interrupted else 0
+
+
+# ---------------------------------------------------------------------------------------------- pace
+SLOWDOWN_WARNING = 3.0  # a run this many times slower than its first steps promised says so (once)
+PACE_FIRST_STEPS = 10  # steps whose median tokens/s is the promise (after the first, which pays one-off costs)
+PACE_WINDOW = 20  # steps of each later comparison (a median: a slow batch or a checkpoint write is no slowdown)
+
+
+class Pace:
+    """Training speed against what the first steps of the session promised. A machine that gets busy (another
+    job starts) can make a run several times slower; a budgeted run then does a fraction of its usual steps and
+    learns less, and it must say so rather than look like a normal run. Tokens/s, not step time: length-grouped
+    batches differ in length by design."""
+
+    def __init__(self) -> None:
+        self.first: list[float] = []
+        self.window: collections.deque[float] = collections.deque(maxlen=PACE_WINDOW)
+        self.promised: float | None = None
+        self.slowest = 1.0  # the largest windowed slowdown seen
+        self.seen = 0
+        self.tokens = 0
+        self.seconds = 0.0
+
+    def update(self, tokens: int, seconds: float) -> float | None:
+        """One step; returns the slowdown when it first reaches SLOWDOWN_WARNING, else None."""
+        self.seen += 1
+        if self.seen == 1 or tokens <= 0 or seconds <= 0:
+            return None
+        rate = tokens / seconds
+        if self.promised is None:
+            self.first.append(rate)
+            if len(self.first) == PACE_FIRST_STEPS:
+                self.promised = statistics.median(self.first)
+            return None
+        self.tokens += tokens
+        self.seconds += seconds
+        self.window.append(rate)
+        if len(self.window) < PACE_WINDOW:
+            return None
+        slowdown = self.promised / max(statistics.median(self.window), 1e-9)
+        warn = slowdown >= SLOWDOWN_WARNING > self.slowest
+        self.slowest = max(self.slowest, slowdown)
+        return slowdown if warn else None
+
+    def report(self) -> dict[str, float]:
+        """Promised and achieved tokens/s after the first steps, and their ratio; {} before there is one."""
+        if self.promised is None or not self.seconds:
+            return {}
+        done = self.tokens / self.seconds
+        return {"promised_tokens_per_s": round(self.promised, 1), "tokens_per_s": round(done, 1),
+                "slowdown": round(self.promised / max(done, 1e-9), 2)}
+
+
+def slowdown_warning(step: int, slowdown: float, promised: float) -> str:
+    return (f"step {step}: training runs {slowdown:.1f}x slower than its first steps promised ({promised / slowdown:,.0f} "
+            f"vs {promised:,.0f} tokens/s) -- other work is likely using the CPU ({torch.get_num_threads()} threads "
+            "here). A run with a time budget will do fewer steps and learn less; --threads 1 or a quieter machine helps")
 
 
 # ---------------------------------------------------------------------------------------------- distributed
@@ -437,6 +501,31 @@ def check_writable(out_dir: str | os.PathLike) -> Path:
     return path
 
 
+def claim_run_dir(out: str | os.PathLike, overwrite: bool, results: Callable[[Path], list[Path]],
+                  finished: Iterable[str], what: str, interrupted: Sequence[Path] = ()) -> Path:
+    """Make `out` ready for a run of `what` ("fine-tuning run", "demo run"). An earlier run's results -- marked
+    by one of the `finished` names in `out` -- are never replaced silently: refused (one line) unless
+    `overwrite`, which deletes exactly what that run wrote (`results(out)`; other files in `out` stay). An
+    `interrupted` run is refused with how to continue it. A run that failed before saving anything is simply
+    started again."""
+    out = Path(out)
+    previous = results(out) if overwrite or any((out / name).exists() for name in finished) else []
+    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
+        raise ConfigError(f"{out}: holds an interrupted {what} ({interrupted[0]}); pass --resume to continue "
+                          "it, --overwrite to replace it, or choose another --out")
+    if previous and not overwrite:
+        raise ConfigError(f"{out}: already holds a {what} ({', '.join(p.name for p in previous[:4])}"
+                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
+                          "to replace it")
+    for path in previous:
+        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return check_writable(out)
+
+
 def checkpoint_step(path: Path) -> int:
     return int(path.name.rpartition("-")[2])
 
@@ -666,6 +755,7 @@ class Trainer:
         metrics: dict[str, float] = {}
         stopped = "max_steps"
         tokens_per_s = None
+        pace = Pace()
         session_start = time.perf_counter() - self.elapsed
         step_start = time.perf_counter()
         while self.step < cfg.max_steps:
@@ -740,6 +830,9 @@ class Trainer:
             rate = step_tokens / max(step_time, 1e-9)
             tokens_per_s = rate if tokens_per_s is None else 0.9 * tokens_per_s + 0.1 * rate
             metrics.update(lr=lr, tokens_per_s=rate, step_time=step_time)
+            slowdown = pace.update(step_tokens, step_time)
+            if slowdown is not None and dist.is_main:
+                log.warning("%s", slowdown_warning(self.step, slowdown, pace.promised))
             if grad_norm is not None and self.step % cfg.log_every == 0:
                 metrics["grad_norm"] = float(grad_norm)
             if self.step % cfg.log_every == 0 or self.step == cfg.max_steps:
@@ -779,7 +872,7 @@ class Trainer:
                 log.warning("stopped by signal at step %d; no checkpoint was written", self.step)
         return TrainResult(step=self.step, stopped=stopped, checkpoint=self.last_checkpoint, metrics=metrics,
                            eval_metrics=self.last_eval, tokens=self.tokens, elapsed=self.elapsed,
-                           signal=self._stop_signal if stopped == "signal" else None)
+                           signal=self._stop_signal if stopped == "signal" else None, pace=pace.report())
 
     # ------------------------------------------------------------------ evaluation
     def run_evaluation(self) -> dict[str, float]:

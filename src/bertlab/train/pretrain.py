@@ -37,7 +37,7 @@ from ..models.bert.config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
-from .loop import (LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
+from .loop import (SLOWDOWN_WARNING, LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
                    seed_everything, time_step, to_device)
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
@@ -124,7 +124,7 @@ class PretrainConfig:
 
 # Peak learning rate by hidden size when --lr is not given. The paper's 1e-4 (batch 256) is for BERT-base;
 # a narrow model at 1e-4 learns the word frequencies and stays there for thousands of steps (BERT-Tiny:
-# held-out MLM accuracy 0.08, issue 21), while 1e-3 trains it (README: Pre-training, learning rates).
+# held-out MLM accuracy 0.08), while 1e-3 trains it (docs/guide/pretraining.md, learning rate).
 # Narrower models take larger rates, as ELECTRA-small (5e-4) and the Cramming recipe do; 3e-3 was too much for
 # BERT-Tiny in the demo's measurements (stuck at 0.08 as well).
 DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
@@ -456,22 +456,43 @@ def warmup_steps(warmup: float | int, total: int) -> int:
 
 def budget_outcome(result: TrainResult, budget_s: float, first_plan: int, scheduler) -> str:
     """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
-    learning rate was then."""
+    learning rate was then; and, when the machine slowed it down, that it did a fraction of its usual steps."""
     from ..progress import format_duration
 
     planned = getattr(scheduler, "total_steps", first_plan)
     refits = getattr(scheduler, "refits", 0)
     refitted = f"; plan refitted {refits} times, {first_plan} -> {planned} steps" if refits else ""
     budget_text = format_duration(budget_s)
+    short = shortfall(result, first_plan)
+    short = f". {short}" if short else ""
+    lr_left = scheduler.lr_lambdas[0](result.step)  # T5's inverse-sqrt schedule is still at its peak here
+    lr_text = "learning rate decayed to 0" if lr_left < 1e-6 else f"the learning rate at {lr_left:.0%} of its peak"
     if result.stopped == "time_budget":
-        lr_left = scheduler.lr_lambdas[0](result.step)
         return (f"the time budget ({budget_text}) ended the run at step {result.step} of {planned} planned, with "
-                f"the learning rate at {lr_left:.0%} of its peak{refitted}")
+                f"{lr_text}{refitted}{short}")
     if result.stopped == "max_steps":
         return (f"the step plan ended the run: {result.step} steps in {format_duration(result.elapsed)} of the "
-                f"{budget_text} budget, learning rate decayed to 0{refitted}")
+                f"{budget_text} budget, {lr_text}{refitted}{short}")
     return f"the run stopped ({result.stopped}) at step {result.step} of {planned}, {format_duration(result.elapsed)} " \
-           f"into the {budget_text} budget"
+           f"into the {budget_text} budget{short}"
+
+
+SHORT_RUN = 0.5  # a budgeted run that did under half the steps its first timing promised fell short
+
+
+def shortfall(result: TrainResult, first_plan: int) -> str | None:
+    """What a budgeted run that the machine slowed down must say instead of looking like a normal one: it ran
+    several times slower than its first steps promised (`TrainResult.slowdown`), or did under SHORT_RUN of
+    the steps its first timing planned. None for a run that went as planned."""
+    if result.slowdown >= SLOWDOWN_WARNING:
+        return (f"WARNING: the run went {result.slowdown:.1f}x slower than its first steps promised, so it did about "
+                f"1/{result.slowdown:.0f} of the steps this budget gets on a free machine and learned less; other "
+                "work was likely using the CPU (run it alone, or with --threads 1 beside other work)")
+    if result.stopped in ("time_budget", "max_steps") and result.step < SHORT_RUN * first_plan:
+        return (f"WARNING: the run did {result.step} of the {first_plan} steps its first timing promised and learned "
+                "less than this budget allows; other work was likely using the CPU (run it alone, or with "
+                "--threads 1 beside other work)")
+    return None
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:

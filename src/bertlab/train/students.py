@@ -25,6 +25,7 @@ one-line `ConfigError` before anything trains.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,9 +50,11 @@ class StudentInit:
     kind: str  # "layers" | "preset" | "config" | "model"
     source: str  # the --student value
     layers: tuple[int, ...] | None = None  # teacher layers the student's layers came from (kind "layers")
+    random: bool = False  # the weights drawn anew (`--init random`): the shape without what the weights knew
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "source": self.source, "layers": list(self.layers) if self.layers else None}
+        return {"kind": self.kind, "source": self.source, "layers": list(self.layers) if self.layers else None,
+                "init": "random" if self.random or self.kind in ("preset", "config") else "pretrained"}
 
 
 def every_kth_layer(num_layers: int, k: int) -> list[int]:
@@ -127,11 +130,21 @@ def check_same_vocab_file(student_dir: str | Path, teacher_dir: str | Path) -> N
 
 
 def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Path | None = None,
-                  model_cls: type[BertPreTrainedModel] | None = None,
+                  model_cls: type[BertPreTrainedModel] | None = None, random_init: bool = False,
                   **config_overrides) -> tuple[BertPreTrainedModel, StudentInit]:
     """The student `--student spec` describes (see the module docstring), of class `model_cls` (default: the
-    teacher's). `config_overrides` (e.g. a task's id2label) apply to fresh and loaded students; one cut from
-    the teacher has the teacher's config. Fresh weights come from the global torch generator: seed it first."""
+    teacher's), with its weights drawn anew when `random_init` (the baseline: that shape, untaught).
+    `config_overrides` (e.g. a task's id2label) apply to fresh and loaded students; one cut from the teacher
+    has the teacher's config. Fresh weights come from the global torch generator: seed it first."""
+    student, init = _build_student(spec, teacher, teacher_dir, model_cls, **config_overrides)
+    if random_init:
+        student.init_weights()
+        init = dataclasses.replace(init, random=True)
+    return student, init
+
+
+def _build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Path | None,
+                   model_cls: type[BertPreTrainedModel] | None, **config_overrides):
     model_cls = model_cls or type(teacher)
     layers = parse_layers(spec, teacher.config.num_hidden_layers)
     if layers is not None:

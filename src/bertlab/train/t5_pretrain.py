@@ -43,10 +43,10 @@ from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
 from .loop import Trainer, seed_everything, time_step
-from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, evaluate_pretraining, resume_or_refuse,
-                       pretraining_loop, start_run)
+from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, budget_outcome, evaluate_pretraining,
+                       pretraining_loop, resume_or_refuse, start_run)
 from .runconfig import parse_duration
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .setup import (BUDGET_RESERVE, RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
                     resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
 from .t5_optim import OPTIMIZERS, SCHEDULES, build_schedule, build_t5_optimizer, check_optimization, default_lr
@@ -54,6 +54,12 @@ from .t5_optim import OPTIMIZERS, SCHEDULES, build_schedule, build_t5_optimizer,
 log = logging.getLogger(__name__)
 
 T5_WARMUP = 10_000  # T5's constant-rate steps before the inverse square root decay
+T5_BATCH = 128  # T5's sequences per step
+# A budgeted run on a CPU: T5's 128 x 512 takes ~30 s a step for t5-tiny on 2 cores, so a 5-minute budget
+# would do 9 steps (and the timing alone took two minutes). The batch is halved, from 128 down to CPU_MIN_BATCH,
+# until the budget fits at least this many steps, from the timing of a small probe batch.
+CPU_TARGET_STEPS = 300
+CPU_MIN_BATCH = 8
 
 
 @dataclass
@@ -69,7 +75,9 @@ class T5PretrainConfig:
     steps: int | None = None
     time_budget: str | None = None
     # batches
-    batch_size: int = 128  # sequences per optimizer step, all ranks together (T5: 128 of 512 tokens)
+    # sequences per optimizer step, all ranks together. None: T5's 128 (of 512 tokens) -- except for a run with a
+    # time budget on a CPU, which takes the largest of 128, 64, ..., 8 that fits CPU_TARGET_STEPS in the budget
+    batch_size: int | None = None
     micro_batch_size: int | None = None
     # optimisation
     optimizer: str = "adafactor"  # adafactor | adamw
@@ -120,7 +128,7 @@ class T5PretrainConfig:
             raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
                               f"{self.warmup}")
         for name in ("batch_size", "eval_batch_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
@@ -262,7 +270,6 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     cfg = dataclasses.replace(cfg, objective=info.objective.name)  # recorded: a resumed run trains the same
     objective = get_objective(cfg.objective)
     model_config = build_t5_config(cfg, info)
-    micro, accum = split_batch(cfg.batch_size, cfg.micro_batch_size, dist.world_size)
 
     seed_everything(cfg.seed)
     if cfg.init_from is not None:
@@ -273,11 +280,19 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     resolved = resolved_settings(run_dir) if cfg.resume else {}
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
 
-    def stream(start_sample: int):
+    def stream(start_sample: int, micro_batch: int | None = None):
         ds = TextToTextDataset(cfg.data, "train", seed=cfg.seed, instance_set=info.instance_set, rank=dist.rank,
-                               world_size=dist.world_size, start_index=start_sample, batch_size=micro)
+                               world_size=dist.world_size, start_index=start_sample, batch_size=micro_batch or micro)
         return ds.dataloader(num_workers=cfg.num_workers, pin_memory=dist.device.type == "cuda",
                              persistent_workers=False)
+
+    if cfg.batch_size is None:  # recorded in run_config.json: a resumed run keeps it
+        batch = T5_BATCH
+        if dist.device.type == "cpu" and cfg.steps is None and cfg.time_budget and not resolved:
+            batch = cpu_batch_for_budget(model, objective.loss, stream, precision, dist, parse_duration(cfg.time_budget),
+                                         info.max_seq_length, say)
+        cfg = dataclasses.replace(cfg, batch_size=batch, eval_batch_size=min(cfg.eval_batch_size, batch))
+    micro, accum = split_batch(cfg.batch_size, cfg.micro_batch_size, dist.world_size)
 
     def heldout() -> Iterable[dict]:
         ds = TextToTextDataset(cfg.data, "heldout", seed=cfg.seed, instance_set=info.instance_set,
@@ -289,7 +304,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     heldout()
 
     # ---- run length: given, or fitted to the time budget by timing real steps here
-    steps = resolved.get("steps") or cfg.steps
+    steps = first_plan = resolved.get("steps") or cfg.steps
     if steps is None:
         budget = parse_duration(cfg.time_budget)
         per_step = time_step(model, objective.loss, stream(0), accum, precision, dist.device)
@@ -297,6 +312,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
         eval_s = eval_seconds(eval_seqs, micro * accum * dist.world_size, per_step)
         steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
         say(f"time budget {cfg.time_budget}: {per_step:.2f}s per step -> {steps} steps")
+        first_plan = steps
     samples = micro * accum * dist.world_size
 
     def batches(step: int) -> Iterator[dict]:
@@ -329,6 +345,8 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     if cfg.eval_at_start and not cfg.resume:
         eval_before = trainer.run_evaluation()
     result = trainer.fit()
+    if dist.is_main and cfg.time_budget and cfg.steps is None:  # how the budget ended the run, as BERT's says
+        say(budget_outcome(result, parse_duration(cfg.time_budget), first_plan, scheduler))
 
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
@@ -338,6 +356,28 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     if dist.world_size > 1:
         torch.distributed.barrier()
     return PretrainResult(run_dir, final_dir, result, eval_before, result.eval_metrics, cfg)
+
+
+def cpu_batch_for_budget(model, loss_fn, stream, precision: str, dist, budget_s: float, length: int,
+                         say: Callable[[str], None]) -> int:
+    """The batch a budgeted T5 run on a CPU takes (see CPU_TARGET_STEPS): a probe of CPU_MIN_BATCH sequences is
+    timed (seconds, not the minutes a step of 128 x 512 takes), the step time taken as proportional to the batch,
+    and the largest of 128, 64, ..., CPU_MIN_BATCH kept that fits CPU_TARGET_STEPS steps in the budget; when even
+    the smallest does not, one line says what to change."""
+    probe = time_step(model, loss_fn, stream(0, CPU_MIN_BATCH), 1, precision, dist.device, repeats=1)
+    per_sequence = probe / CPU_MIN_BATCH
+    usable = (1 - BUDGET_RESERVE) * budget_s
+    batch = T5_BATCH
+    while batch > CPU_MIN_BATCH and usable / (batch * per_sequence) < CPU_TARGET_STEPS:
+        batch //= 2
+    steps = int(usable / (batch * per_sequence))
+    say(f"T5 on a CPU with a time budget: batch {batch} of up to {length} tokens (about {batch * per_sequence:.2f}s "
+        f"a step, {steps} steps; T5's own is {T5_BATCH}; --batch-size sets another)")
+    if steps < CPU_TARGET_STEPS:
+        say(f"WARNING: even {batch} sequences of {length} tokens take {batch * per_sequence:.1f}s a step here: the "
+            f"budget fits about {steps} steps, too few to learn much. Prepare shorter examples (`bertlab prepare "
+            f"... --objective span-corruption --max-seq-length 128`), give a longer --time-budget, or use a GPU")
+    return batch
 
 
 __all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5", "is_t5_request",

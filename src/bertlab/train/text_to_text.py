@@ -19,7 +19,8 @@
                the final norms train from the start, and every K steps one more block joins from the top --
                in an encoder-decoder the encoder's and the decoder's block of the same depth together, "in
                parallel, starting from the top in both cases", as T5 did
-    optimiser  Adafactor at a constant 0.001 (T5's fine-tuning), or `--optimizer adamw` / `--schedule
+    optimiser  Adafactor at a constant rate (T5's fine-tuning: 0.001; narrower models more, see
+               FINETUNE_LR_BY_WIDTH), or `--optimizer adamw` / `--schedule
                inverse-sqrt` (`t5_optim.py`)
     eval       greedy decoding (`model.generate`) on each task's dev split, the text read back into a label and
                scored by the task's own metric (`tasks.text_to_text.score`, the code the BERT path scores with);
@@ -41,6 +42,7 @@ import logging
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,11 +58,13 @@ from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, 
 from ..objectives.t5 import IGNORE_INDEX, target_token_metrics
 from ..tasks import TASKS
 from ..models.t5.config import T5Config
+from ..tasks.base import warn_if_one_class
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
 from .finetune import MultiTaskOptions, StepCallback, mean_sd, subset
 from .loop import LoopConfig, Trainer, check_writable, mixed_batches, steps_per_epoch
-from .setup import autocast_dtype, resolve_device, run_record, split_batch, write_run_config
+from .setup import autocast_dtype, lr_for_width, resolve_device, run_record, split_batch, write_run_config
+from .random_init import random_start, resolve_init
 from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
 from .t5_pretrain import export_t5
 
@@ -78,7 +82,7 @@ ADAPTERS_DIR, ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapters", "adapters.safetensor
 
 @dataclass
 class TextToTextConfig:
-    model: str = ""  # a T5 folder with its tokenizer
+    model: str = ""  # a T5 folder with its tokenizer, or a size (t5-tiny) with `vocab` (train/random_init.py)
     data: str = ""  # GLUE_DIR (task subfolders) or task=PATH,task=PATH
     out: str = ""
     squad: str | None = None  # SQuAD DATA_PATH (train=FILE,dev=FILE; FILE#A:B articles) for task squad / squad2
@@ -88,7 +92,7 @@ class TextToTextConfig:
     grad_accum: int = 1
     optimizer: str = "adafactor"  # adafactor | adamw
     schedule: str = "constant"  # constant (T5's fine-tuning) | inverse-sqrt
-    lr: float | None = None  # None: adafactor 1e-3 constant (T5's), adamw 1e-3
+    lr: float | None = None  # None: adafactor constant by width (FINETUNE_LR_BY_WIDTH; T5's 1e-3 from 512), adamw 1e-3
     warmup: int = 0  # inverse-sqrt: steps at the constant rate
     weight_decay: float = 0.0
     max_grad_norm: float | None = None
@@ -106,6 +110,8 @@ class TextToTextConfig:
     retain_freed_memory: bool = True
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # method, adapter_size, unfreezing
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # tasks, mixing, limit, temperature
+    vocab: str | None = None  # a random start of a size: its tokenizer (vocab.txt or SentencePiece .model)
+    init: str | None = None  # pretrained | random; None: random for a size or a vocab, else pretrained
 
     def __post_init__(self) -> None:
         names = self.multi.names
@@ -340,6 +346,8 @@ def evaluate_task(model, tokenizer, texts: TaskTexts, cfg: TextToTextConfig, dev
                              device, autocast_dtype(cfg.precision))
     canonical = canonical_label_texts(texts.name, tokenizer)
     read = [canonical.get(o, o) for o in outputs]
+    if canonical:  # a classification task: one answer for every example is a collapsed model, as on the BERT path
+        warn_if_one_class(texts.name, "dev", Counter(read))
     result = score(texts.name, [p.example for p in texts.dev], read)
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -354,6 +362,22 @@ def main_metric(task: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
+# Adafactor's constant fine-tuning rate without --lr, by the model's width (d_model; the nearest at or above it).
+# T5 fine-tuned every size at 1e-3; a narrow model needs more: t5-tiny (128 wide) from random weights on SST-2,
+# 300 steps of 32 at length 64, 400 dev sentences: 0.575 at 1e-3, 0.715 at 3e-3, 0.708 at 1e-2 (a pre-trained
+# t5-tiny at 1e-3 answered "positive" 398 times of 400). 256 wide sits between; 512 and up keep T5's 1e-3.
+FINETUNE_LR_BY_WIDTH = {128: 3e-3, 256: 2e-3, 512: 1e-3}
+
+
+def finetune_lr(cfg: TextToTextConfig, width: int) -> float:
+    """The rate of a run without --lr: by width for Adafactor at a constant rate (the default); T5's otherwise."""
+    if cfg.optimizer != "adafactor" or cfg.schedule != "constant":
+        return default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
+    lr = lr_for_width(FINETUNE_LR_BY_WIDTH, width)
+    log.info("learning rate %g, the default for a T5 %d wide (--lr sets another)", lr, width)
+    return lr
+
+
 @dataclass
 class RunOutcome:
     seed: int
@@ -385,7 +409,7 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * sum(steps_per_epoch(s, micro, accum) for s in sizes)))
     schedule = task_schedule(rates, total * accum, seed)
     collate = TextPairCollator(tokenizer.pad_token_id)
-    lr = cfg.lr or default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
+    lr = cfg.lr or finetune_lr(cfg, model.config.d_model)
     optimizer = build_t5_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
     scheduler: Any = build_schedule(cfg.schedule, optimizer, cfg.warmup)
     on_step = tuning.after_optimizer()  # gradual unfreezing: the optimizer holds every block, most frozen
@@ -425,13 +449,18 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
         raise ConfigError("finetune t2t: give --model T5_DIR (a T5 folder with its tokenizer)")
     check_writable(out)
     paths = task_paths(cfg)
+    init: dict[str, Any] = {"init": "pretrained", "model": cfg.model}
+    if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
+        start = random_start("t5", cfg.model, cfg.vocab, out, cfg.seed)
+        init = start.record
+        cfg = dataclasses.replace(cfg, model=str(start.folder), vocab=None, init="pretrained")
     if not (Path(cfg.model) / "config.json").is_file():
         raise ConfigError(f"{cfg.model}: no config.json (give a T5 model folder, e.g. a pretrain run's final/)")
     T5Config.from_json_file(cfg.model)  # another family's folder: one line naming its model_type
     tokenizer = load_text_to_text_tokenizer(cfg.model)
     texts = [load_texts(name, paths[name], tokenizer, cfg) for name in cfg.tasks]
     device = resolve_device(cfg.device)
-    write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths}))
+    write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths, "init": init}))
     runs: list[RunOutcome] = []
     for k in range(cfg.seeds):
         model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, out / "runs" / f"seed-{cfg.seed + k}")
@@ -448,7 +477,7 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
         (out / t.name).mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / t.name / "dev_predictions.jsonl", src.read_text(encoding="utf-8"))
     metrics: dict[str, Any] = {
-        "tasks": cfg.tasks, "mixing": cfg.multi.mixing, "mixing_rates": runs[0].tuning["mixing_rates"],
+        "tasks": cfg.tasks, "init": init, "mixing": cfg.multi.mixing, "mixing_rates": runs[0].tuning["mixing_rates"],
         "train_examples": {t.name: len(t.train) for t in texts}, "dev_examples": {t.name: len(t.dev) for t in texts},
         "truncated_inputs": {t.name: t.truncated for t in texts},
         "dev": {t.name: {m: mean_sd([r.scores[t.name][m] for r in runs]) for m in best.scores[t.name]}
