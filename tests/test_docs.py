@@ -283,7 +283,7 @@ def test_mkdocs_build_strict(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").exists()
     assert (tmp_path / "site" / "reference" / "api" / "index.html").read_text(encoding="utf-8").count(
-        "bertlab.model.BertModel") > 0
+        "bertlab.models.bert.modeling.BertModel") > 0
 
 
 # ------------------------------------------------------------------------------------------ content rules
