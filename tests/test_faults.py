@@ -461,6 +461,47 @@ def test_oversize_or_inconsistent_configs_are_one_line_before_allocating(tiny_mo
     assert message in str(e.value) and str(folder / "config.json") in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"r": 0}, "r must be a whole number of at least 1, got 0"),
+    ({"r": -1}, "r must be a whole number of at least 1, got -1"),
+    ({"r": 1.5}, "r must be a whole number of at least 1, got 1.5"),
+    ({"r": "8"}, "r must be a whole number of at least 1, got '8'"),
+    ({"r": 10**9}, "r 1,000,000,000 is over bert.encoder.layer.0.attention.self.query's 32 x 32 weight"),
+    ({"r": 33}, "(at most 32)"),
+    ({"lora_alpha": float("nan")}, "lora_alpha must be a finite positive number, got nan"),
+    ({"lora_alpha": float("inf")}, "lora_alpha must be a finite positive number, got inf"),
+    ({"lora_alpha": 0}, "lora_alpha must be a finite positive number, got 0"),
+    ({"target_modules": "(.*.*)*X"}, "'(.*.*)*X' repeats a group that itself repeats"),
+    ({"target_modules": "(("}, "'((' is not a regular expression"),
+    ({"target_modules": "x" * 5000}, "a layer pattern of 5,000 characters"),
+    ({"target_modules": [1, 2]}, "target_modules must be a list of layer names or one pattern, got [1, 2]"),
+])
+def test_hostile_lora_adapter_settings_are_one_line_before_allocating(tiny_model, tmp_path, change, message):
+    """r sizes every factor (10^6 asked ~4 GB before the weights were read), alpha scales every score (NaN gave
+    `"score": NaN`), a catastrophic target_modules pattern hung the loader: each is refused as read."""
+    from bertlab import BertForSequenceClassification
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    key = "base_model.model.bert.encoder.layer.0.attention.self.query.lora_"
+    save_file({key + "A.weight": torch.zeros(2, 32), key + "B.weight": torch.zeros(32, 2)},
+              str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["query"],
+         "base_model_name_or_path": str(tiny_model), **change}))
+    with pytest.raises(CheckpointError) as e:
+        BertForSequenceClassification.from_pretrained(folder)
+    text = str(e.value)
+    assert text.startswith(str(folder)) and message in text and "\n" not in text and len(text) < 400, text
+
+
+def test_a_hostile_lora_record_in_config_json_is_one_line(tiny_model, tmp_path):
+    folder = hostile_copy(tiny_model, tmp_path, lora={"rank": 0, "alpha": 4.0, "layers": ["bert.pooler.dense"]})
+    with pytest.raises(CheckpointError, match="LoRA record does not fit .*r must be a whole number"):
+        BertForPreTraining.from_pretrained(folder)
+
+
 def test_vocab_file_larger_than_vocab_size_is_refused(tiny_model, tmp_path, capsys):
     folder = tmp_path / "m"
     shutil.copytree(tiny_model, folder)

@@ -30,6 +30,12 @@ class OutputError(BertlabError):
     """An output could not be written (full disk, read-only file system, a file where a folder should be)."""
 
 
+def shorten(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: an error line names a value from a file, never all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 # errno -> the cause in words; "disk full" said as such, not as a library's internal assertion.
 _OS_CAUSES = {
     errno.ENOSPC: "disk full",
