@@ -502,6 +502,56 @@ def test_a_hostile_lora_record_in_config_json_is_one_line(tiny_model, tmp_path):
         BertForPreTraining.from_pretrained(folder)
 
 
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory) -> Path:
+    from bertlab.t5 import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("faults-t5") / "model"
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
+                                        relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                                        n_positions=64)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_layers": 10**6}, "'num_layers' must be between 1 and 1,024, got 1,000,000"),
+    ({"num_layers": 1e9}, "'num_layers' must be between 1 and 1,024, got 1,000,000,000"),
+    ({"num_decoder_layers": 10**7}, "'num_decoder_layers' must be between 1 and 1,024, got 10,000,000"),
+    ({"d_model": 10**12}, "'d_model' must be between 1 and"),
+    ({"vocab_size": 10**12}, "'vocab_size' must be between 1 and"),
+    ({"n_positions": 10**9}, "'n_positions' must be between 1 and"),
+    ({"vocab_size": 4_000_000, "d_model": 4096}, "weights in one matrix"),
+    ({"d_kv": 8192, "num_heads": 1000, "d_model": 1024}, "'inner_dim' x 'd_model'"),
+    ({"num_heads": list(range(100_000))}, "field 'num_heads' must be an integer, got list [0, 1, 2"),
+    ({"feed_forward_proj": "x" * 100_000}, "field 'feed_forward_proj' is 'xxx"),
+])
+def test_oversize_t5_configs_are_one_short_line_before_allocating(tiny_t5, tmp_path, change, message):
+    from bertlab.t5 import T5ForConditionalGeneration
+
+    folder = hostile_copy(tiny_t5, tmp_path, **change)
+    with pytest.raises(ConfigError) as e:
+        T5ForConditionalGeneration.from_pretrained(folder)
+    text = str(e.value)
+    assert message in text and str(folder / "config.json") in text and "\n" not in text and len(text) < 400, text
+
+
+@pytest.mark.parametrize("family", ["bert", "t5"])
+def test_a_deep_config_is_a_short_line_naming_a_few_missing_weights(tiny_model, tiny_t5, tmp_path, family):
+    """200 layers is within the bounds; the weights of 199 of them are missing. The error listed every one
+    of them (1,000 layers: 0.4-0.7 MB on one line); it names five and how many more."""
+    from bertlab.t5 import T5ForConditionalGeneration
+
+    if family == "bert":
+        folder, load = hostile_copy(tiny_model, tmp_path, num_hidden_layers=200), BertModel.from_pretrained
+    else:
+        folder, load = hostile_copy(tiny_t5, tmp_path, num_layers=200), T5ForConditionalGeneration.from_pretrained
+    with pytest.raises(CheckpointError) as e:
+        load(folder)
+    text = str(e.value)
+    assert "missing encoder weights: " in text and " more" in text and len(text) < 1000, text[:2000]
+
+
 def test_vocab_file_larger_than_vocab_size_is_refused(tiny_model, tmp_path, capsys):
     folder = tmp_path / "m"
     shutil.copytree(tiny_model, folder)

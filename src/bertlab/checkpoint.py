@@ -39,7 +39,8 @@ from typing import Any, Iterator
 import torch
 
 from .config import read_json_object
-from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error, shorten
+from .errors import (CheckpointError, ConfigError, OutputError, is_write_failure, output_error, shorten,
+                     some_of)
 from .model_names import resolve_model
 from .nn.adapters import (LORA_CONFIG_KEY, add_lora, add_saved_adapters, check_lora_settings, compile_layer_pattern,
                           lora_layers)
@@ -84,13 +85,13 @@ class LoadReport:
         line (a masked LM loaded from a pre-training checkpoint leaves its pooler and NSP head behind every
         time: a warning on each `fill-mask` would teach users to ignore warnings)."""
         if self.initialized:
-            log.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialized))
+            log.warning("%s: newly initialised (not in the checkpoint): %s", source, some_of(self.initialized, 20))
         expected = [k for k in self.unused if k.startswith(expected_unused)] if expected_unused else []
         unexpected = [k for k in self.unused if k not in expected]
         if unexpected:
-            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(unexpected))
+            log.warning("%s: unused checkpoint weights, dropped: %s", source, some_of(unexpected, 20))
         if expected:
-            log.debug("%s: weights this model does not use, dropped as expected: %s", source, ", ".join(expected))
+            log.debug("%s: weights this model does not use, dropped as expected: %s", source, some_of(expected, 20))
 
 
 # ---------------------------------------------------------------------------------------------- key names
@@ -274,11 +275,11 @@ def check_state_dict(model: Model, state: dict[str, torch.Tensor], source: str
             mismatched.append(f"{name} (checkpoint {tuple(checkpoint[name].shape)}, model {tuple(own[key].shape)})")
     problems = []
     if missing:
-        problems.append(f"missing encoder weights: {', '.join(missing)}")
+        problems.append(f"missing encoder weights: {some_of(missing)}")
     if unexpected:
-        problems.append(f"unexpected keys: {', '.join(unexpected)}")
+        problems.append(f"unexpected keys: {some_of(unexpected)}")
     if mismatched:
-        problems.append(f"shape mismatch: {', '.join(mismatched)}")
+        problems.append(f"shape mismatch: {some_of(mismatched)}")
     if problems:
         raise CheckpointError(f"{source}: " + "; ".join(problems))
     return report, {name: key for name, key in wanted.items() if name in checkpoint}
