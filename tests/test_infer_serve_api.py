@@ -118,6 +118,12 @@ def test_openai_errors_have_openai_shape(dirs):
         assert status == 400 and out["error"]["param"] == "input"
         status, out = call(running.port, "POST", "/v1/embeddings", {"input": [[1, 2, 10**6]]})
         assert status == 400 and "outside the model's vocabulary" in out["error"]["message"]
+        for method, path, body in (("POST", "/v1/embeddings", {"model": "text-embedding-3-small", "input": "x"}),
+                                   ("GET", "/v1/models/text-embedding-3-small", None)):
+            status, out = call(running.port, method, path, body)
+            assert status == 404 and out["error"]["code"] == "model_not_found" and out["error"]["param"] == "model"
+        status, out = call(running.port, "POST", "/v1/embeddings", {"model": "m" * 100_000, "input": "x"})
+        assert status == 404 and len(out["error"]["message"]) < 300  # the id from the request, cut
         status, out = call(running.port, "POST", "/v1/embeddings", {"input": ["the cat"] * 3, "encoding_format": "base64"})
         vectors = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in out["data"]]
         assert status == 200 and out["object"] == "list" and [v.shape for v in vectors] == [(32,)] * 3

@@ -142,9 +142,11 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
 class ServiceError(Exception):
     """A request the service answers with `status` and a one-line `message` (`kind`: TEI's error_type)."""
 
-    def __init__(self, status: int, message: str, kind: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, kind: str | None = None, param: str | None = None,
+                 code: str | None = None):
         super().__init__(message)
         self.status, self.kind, self.param = status, kind or ERROR_KINDS.get(status, "Validation"), param
+        self.code = code  # OpenAI's error code where it has a specific one (else the status's, OPENAI_CODES)
 
 
 # HTTP status -> TEI's error_type, and OpenAI's error type
@@ -466,7 +468,7 @@ def create_app(models: ServiceModels, limits: Limits | None = None, api_key: str
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        return error_response(request.url.path, exc.status, str(exc), exc.kind, exc.param)
+        return error_response(request.url.path, exc.status, str(exc), exc.kind, exc.param, exc.code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
