@@ -76,7 +76,7 @@ from torch import nn
 from ..checkpoint import atomic_directory, remove_stale_temporaries, torch_load_failure
 from ..errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
-from .host_memory import retain_freed_memory
+from ..host_memory import retain_freed_memory
 from .setup import autocast_dtype, check_precision
 
 log = logging.getLogger(__name__)
