@@ -276,6 +276,25 @@ def test_api_key(dirs):
         running.stop()
 
 
+def test_the_model_thread_hands_free_heap_pages_back(dirs, monkeypatch):
+    """The cause of the service's growing RSS (glibc keeping the free pages between a heap's live blocks) is
+    answered by a malloc_trim on the model thread, at most once per TRIM_EVERY_S; the soak in
+    test_infer_serve_soak.py measures the effect."""
+    import threading
+
+    from bertlab.infer import serve as serve_module
+
+    threads = []
+    monkeypatch.setattr(serve_module, "TRIM_EVERY_S", 0.0)
+    monkeypatch.setattr(serve_module, "trim_heap", lambda: threads.append(threading.current_thread().name))
+    running = start_in_thread(create_app(load_models(dirs["enc"], InferenceOptions())))
+    try:
+        assert call(running.port, "POST", "/embed", {"inputs": ["the cat sat", "a dog"]})[0] == 200
+    finally:
+        running.stop()
+    assert threads and all(name.startswith("bertlab-model") for name in threads), threads
+
+
 def test_batcher_keeps_to_the_token_budget():
     import asyncio
 
