@@ -31,6 +31,9 @@
                adapters OUT/adapters/ (only the adapter and norm weights; `load_adapters(base, OUT/adapters)`
                puts them on top of the base model); `--per-task-epochs E` then fine-tunes each task alone from
                OUT/model into OUT/per-task/<task>/ (multi-task training, then per-task fine-tuning)
+    resume     as `bertlab finetune TASK`: a seed's run (OUT/runs/seed-N/) is checkpointed on Ctrl-C / SIGTERM
+               (exit 130 / 143) and every `--save-every` steps; `--out OUT --resume` continues it bitwise, reads
+               the seeds already done from their run.json, and resumes the per-task stage where it stopped
 """
 
 from __future__ import annotations
