@@ -25,7 +25,9 @@ all be answered promptly, the excess with 429 (not time-outs).
 Soak (`--soak SECONDS`, instead of the comparison): one `bertlab serve` (defaults; `--server-arg` and
 `--server-env KEY=VALUE` add to its command line and environment) under `--clients` client threads for SECONDS;
 the server's RSS is printed every `--sample-every` seconds (15) and, at the end, the least-squares slope of RSS
-over the last half of the run in MB/min -- memory that levels off has a slope near 0.
+over the last half of the run in MB/min -- memory that levels off has a slope near 0. Each sample is the peak
+of ten reads over one second: the service hands free heap pages back once a second, so a single read lands
+anywhere in that cycle (+-15 MB), which alone gave 3-minute slopes of +-7 MB/min.
 
 Load is bounded: `--clients` threads for `--seconds` per server, loopback only. On this project's shared
 2-core machine the clients themselves take CPU from the server, so absolute numbers are low; the comparison
@@ -199,6 +201,17 @@ def rss_slope(samples: list[tuple[float, float]]) -> float:
     return 60 * sum((t - mt) * (m - mm) for t, m in half) / var if var else float("nan")
 
 
+def peak_rss_mb(pid: int, reads: int = 10, seconds: float = 1.0) -> float:
+    """The highest of `reads` RSS reads over `seconds`: one sample per cycle of the service's heap trim."""
+    peak = float("nan")
+    for i in range(reads):
+        rss = rss_mb(pid)
+        peak = rss if peak != peak or rss > peak else peak  # nan-safe max
+        if i < reads - 1:
+            time.sleep(seconds / (reads - 1))
+    return peak
+
+
 def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
     """`bertlab serve` under load for `args.soak` seconds, RSS sampled every `args.sample_every` seconds."""
     port = free_port()
@@ -213,13 +226,13 @@ def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
         for t in texts[:16]:  # warm-up
             request(port, "POST", server.path, server.body(t))
         t0 = time.monotonic()
-        samples = [(0.0, rss_mb(proc.pid))]
+        samples = [(0.0, peak_rss_mb(proc.pid))]
         print(f"  t {0:5.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
         done = threading.Event()
 
         def sampler() -> None:
             while not done.wait(args.sample_every - (time.monotonic() - t0) % args.sample_every):
-                samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+                samples.append((time.monotonic() - t0, peak_rss_mb(proc.pid)))
                 print(f"  t {samples[-1][0]:5.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
 
         watcher = threading.Thread(target=sampler, daemon=True)
@@ -227,7 +240,7 @@ def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
         result = load(port, server, texts, args.clients, args.soak, args.seed)
         done.set()
         watcher.join()
-        samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+        samples.append((time.monotonic() - t0, peak_rss_mb(proc.pid)))
         result.update(rss_mb=[[round(t, 1), round(m, 1)] for t, m in samples],
                       slope_mb_per_min_last_half=round(rss_slope(samples), 2),
                       server=" ".join(server.cmd[3:]), server_env=env)
