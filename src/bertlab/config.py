@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, shorten
 
 # Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
 # make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
@@ -159,7 +159,7 @@ class BertConfig(JsonConfig):
             if not _is_type(value, expected):
                 raise ConfigError(
                     f"{source}: field '{f.name}' must be {_TYPE_NAMES[expected]}, "
-                    f"got {type(value).__name__} {value!r}"
+                    f"got {type(value).__name__} {shorten(value)}"
                 )
         if self.classifier_dropout is not None and not _is_type(self.classifier_dropout, float):
             raise ConfigError(f"{source}: field 'classifier_dropout' must be a number or null")
@@ -181,14 +181,14 @@ class BertConfig(JsonConfig):
             )
         if self.hidden_act not in KNOWN_ACTIVATIONS:
             raise ConfigError(
-                f"{source}: field 'hidden_act' is {self.hidden_act!r}; expected one of {', '.join(KNOWN_ACTIVATIONS)}"
+                f"{source}: field 'hidden_act' is {shorten(self.hidden_act)}; expected one of {', '.join(KNOWN_ACTIVATIONS)}"
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"{source}: field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
         pos_type = self.extra.get("position_embedding_type", "absolute")
         if pos_type != "absolute":
             raise ConfigError(
-                f"{source}: field 'position_embedding_type' is {pos_type!r}; only 'absolute' (BERT's learned "
+                f"{source}: field 'position_embedding_type' is {shorten(pos_type)}; only 'absolute' (BERT's learned "
                 "positions) is supported"
             )
 
