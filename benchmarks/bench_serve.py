@@ -22,6 +22,13 @@ Threads: every server gets `--threads` intra-op threads (ours `--threads`, infin
 Then the 429 check: `bertlab serve --max-concurrent-requests 8` receives `--burst` requests at once; they must
 all be answered promptly, the excess with 429 (not time-outs).
 
+Soak (`--soak SECONDS`, instead of the comparison): one `bertlab serve` (defaults; `--server-arg` and
+`--server-env KEY=VALUE` add to its command line and environment) under `--clients` client threads for SECONDS;
+the server's RSS is printed every `--sample-every` seconds (15) and, at the end, the least-squares slope of RSS
+over the last half of the run in MB/min -- memory that levels off has a slope near 0. Each sample is the peak
+of ten reads over one second: the service hands free heap pages back once a second, so a single read lands
+anywhere in that cycle (+-15 MB), which alone gave 3-minute slopes of +-7 MB/min.
+
 Load is bounded: `--clients` threads for `--seconds` per server, loopback only. On this project's shared
 2-core machine the clients themselves take CPU from the server, so absolute numbers are low; the comparison
 is what counts (same load, same machine, one run).
@@ -183,6 +190,72 @@ def run_server(server: Server, port: int, texts: list[str], args, workdir: Path)
             proc.kill()
 
 
+def rss_slope(samples: list[tuple[float, float]]) -> float:
+    """MB per minute: the least-squares slope of (seconds, MB) samples over the last half of the run."""
+    end = samples[-1][0]
+    half = [(t, m) for t, m in samples if t >= end / 2]
+    if len(half) < 2:
+        return float("nan")
+    mt, mm = sum(t for t, _ in half) / len(half), sum(m for _, m in half) / len(half)
+    var = sum((t - mt) ** 2 for t, _ in half)
+    return 60 * sum((t - mt) * (m - mm) for t, m in half) / var if var else float("nan")
+
+
+def peak_rss_mb(pid: int, reads: int = 10, seconds: float = 1.0) -> float:
+    """The highest of `reads` RSS reads over `seconds`: one sample per cycle of the service's heap trim."""
+    peak = float("nan")
+    for i in range(reads):
+        rss = rss_mb(pid)
+        peak = rss if peak != peak or rss > peak else peak  # nan-safe max
+        if i < reads - 1:
+            time.sleep(seconds / (reads - 1))
+    return peak
+
+
+def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
+    """`bertlab serve` under load for `args.soak` seconds, RSS sampled every `args.sample_every` seconds."""
+    port = free_port()
+    env = dict(kv.split("=", 1) for kv in args.server_env)
+    server = Server("bertlab", [sys.executable, "-m", "bertlab.cli", "serve", "--model", str(model_dir), "--port",
+                                str(port), "--threads", str(args.threads), *args.server_arg],
+                    "/v1/embeddings", lambda t: {"input": t}, env=env)
+    print(f"soak: {' '.join(server.cmd[3:])} {' '.join(args.server_arg)} env {env or '-'}; {args.clients} clients "
+          f"x {args.soak:g} s, loopback", flush=True)
+    proc = start(server, port, workdir / "soak.log")
+    try:
+        for t in texts[:16]:  # warm-up
+            request(port, "POST", server.path, server.body(t))
+        t0 = time.monotonic()
+        samples = [(0.0, peak_rss_mb(proc.pid))]
+        print(f"  t {0:5.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
+        done = threading.Event()
+
+        def sampler() -> None:
+            while not done.wait(args.sample_every - (time.monotonic() - t0) % args.sample_every):
+                samples.append((time.monotonic() - t0, peak_rss_mb(proc.pid)))
+                print(f"  t {samples[-1][0]:5.0f} s  RSS {samples[-1][1]:7.1f} MB", flush=True)
+
+        watcher = threading.Thread(target=sampler, daemon=True)
+        watcher.start()
+        result = load(port, server, texts, args.clients, args.soak, args.seed)
+        done.set()
+        watcher.join()
+        samples.append((time.monotonic() - t0, peak_rss_mb(proc.pid)))
+        result.update(rss_mb=[[round(t, 1), round(m, 1)] for t, m in samples],
+                      slope_mb_per_min_last_half=round(rss_slope(samples), 2),
+                      server=" ".join(server.cmd[3:]), server_env=env)
+        print(f"  {result['requests']} requests ({result['failed']} failed), {result['requests_per_s']} requests/s; "
+              f"RSS {samples[0][1]:.0f} -> {samples[-1][1]:.0f} MB; slope over the last half "
+              f"{result['slope_mb_per_min_last_half']:+.2f} MB/min", flush=True)
+        return result
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def burst(model_dir: Path, texts: list[str], n: int, threads: int, workdir: Path) -> dict:
     """`n` simultaneous requests against a service admitting 8: every one answered, the excess 429."""
     port = free_port()
@@ -228,6 +301,10 @@ def main() -> int:
     ap.add_argument("--burst", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--soak", type=float, metavar="SECONDS", help="soak one bertlab serve for SECONDS instead")
+    ap.add_argument("--sample-every", type=float, default=15, metavar="S", help="soak: RSS sample period")
+    ap.add_argument("--server-arg", action="append", default=[], help="soak: an extra serve argument")
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="soak: server env")
     args = ap.parse_args()
 
     model_dir = installed_minilm()
@@ -237,6 +314,12 @@ def main() -> int:
     texts = make_texts(model_dir, 2000, args.seed)
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_serve_{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
+    if args.soak:
+        print(f"CPU cores: {os.cpu_count()}, {args.threads} server threads")
+        result = soak(model_dir, texts, args, workdir)
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     print(f"load: {args.clients} clients x {args.seconds:g} s per server, one text (16-128 tokens) per request, "
           f"{args.threads} threads per server, CPU cores: {os.cpu_count()}")
     T = str(args.threads)

@@ -290,6 +290,14 @@ def test_method_options_are_checked():
         methods.TuningOptions(method="lora", gradual_unfreezing=3)
 
 
+def test_a_lora_rank_over_a_layers_size_is_one_line_before_allocating():
+    model = BertForSequenceClassification(BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                                                     num_attention_heads=2, intermediate_size=37))
+    with pytest.raises(ConfigError, match=r"lora-rank: r 33 is over .*query's 32 x 32 weight \(at most 32\)"):
+        methods.prepare(model, methods.TuningOptions(method="lora", lora_rank=33), ["classifier"])
+    assert not any("lora_" in name for name, _ in model.named_parameters())  # no factor of any layer made
+
+
 def test_parameter_counts_count_shared_tensors_once():
     shared = nn.Linear(3, 3)
     model = nn.Sequential(shared, shared, nn.Linear(3, 1))

@@ -141,6 +141,16 @@ def test_resume_with_fewer_flags_keeps_the_runs_settings_and_checkpoints(data_di
     assert same_weights(reference / "final", run / "final")
 
 
+def test_a_signal_adds_no_held_out_row_at_its_stop_step(data_dir, tmp_path):
+    """The resumed run's metrics.jsonl has the held-out rows of an uninterrupted one (a stop at step 3
+    evaluated there too)."""
+    run = tmp_path / "run"
+    assert run_interrupted(data_dir, run, 3, "--steps", 6, "--eval-every", 4) == 130
+    assert main(resume_args(run)) == 0
+    held_out = [row["step"] for row in read_metrics(run) if any(k.startswith("eval/") for k in row)]
+    assert held_out == [4, 6]  # every 4 steps, and at the end
+
+
 def test_a_flag_stated_again_wins_even_at_its_default_value(data_dir, tmp_path):
     run = tmp_path / "run"
     assert run_interrupted(data_dir, run, 5, "--steps", 6, "--save-every", 1, "--keep-last", 6) == 130
@@ -394,6 +404,71 @@ def test_embed_output_faults(tiny_model, tmp_path, monkeypatch, capsys, suffix):
     assert "not a folder" in one_line_error(capsys) or "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind, out", [("wordpiece", "ro/vocab.txt"), ("wordpiece", "folder"),
+                                       ("sentencepiece", "ro/spiece.model"), ("sentencepiece", "ro/tokenizer")])
+def test_vocab_train_checks_its_output_before_learning(tmp_path, monkeypatch, capsys, kind, out):
+    """The output was found unwritable only after the whole vocabulary was learned."""
+    import tempfile
+
+    from bertlab.tokenizer import train as vocab_train
+
+    (tmp_path / "corpus.txt").write_text("the cat sat on the mat\n" * 20)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "ro").mkdir()
+    real_mkstemp = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):  # the folder "ro" is on a read-only file system
+        if dir is not None and str(dir).startswith(str(tmp_path / "ro")):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dir))
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(vocab_train, "train_vocab", lambda *a, **k: pytest.fail("learned before checking"))
+    monkeypatch.setattr("bertlab.tokenizer.sentencepiece.train_sentencepiece",
+                        lambda *a, **k: pytest.fail("learned before checking"))
+    assert main(["vocab", "train", str(tmp_path / "corpus.txt"), "--kind", kind, "--vocab-size", "120",
+                 "--out", str(tmp_path / out)]) == 2
+    line = one_line_error(capsys)
+    assert str(tmp_path / out) in line and ("read-only file system" in line or "is a folder" in line), line
+
+
+def test_onnx_export_on_a_full_disk_is_one_line_naming_the_output(tiny_model, tmp_path, monkeypatch, capsys):
+    """fp32: the line said "writing the output: disk full" without saying which output."""
+    pytest.importorskip("onnxruntime")
+    failing_writes(monkeypatch, tmp_path / ".out", errno.ENOSPC)  # the export's temporary folder beside OUT
+    assert main(["export", "onnx", "--model", str(tiny_model), "--out", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'out'}: cannot write (disk full)" in one_line_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing half-written, no temporary folder
+
+
+def test_int8_quantisation_on_a_full_disk_is_one_line_and_keeps_its_side_files_in_the_output(
+        tiny_model, tmp_path, monkeypatch, capsys):
+    """ONNX Runtime's quantiser writes a copy of the model for shape inference (C++, which does not report a
+    short write): on a full disk it was read back truncated, a 28-line protobuf DecodeError traceback. The
+    side files go into the export's temporary folder (not /tmp), and the failure is one line."""
+    pytest.importorskip("onnxruntime")
+    import tempfile
+
+    import onnx.shape_inference
+
+    real, side_dirs = onnx.shape_inference.infer_shapes_path, []
+
+    def truncating(src, dst=None, *args, **kwargs):  # what a full disk does to the side file
+        side_dirs.append(tempfile.gettempdir())
+        real(src, dst, *args, **kwargs)
+        data = Path(dst).read_bytes()
+        Path(dst).write_bytes(data[:len(data) // 2])
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes_path", truncating)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+    out = tmp_path / "out"
+    assert main(["export", "onnx", "--model", str(tiny_model), "--out", str(out), "--quantize", "int8"]) == 2
+    line = one_line_error(capsys)
+    assert line.split("error: ", 1)[1].startswith(f"{out}: cannot write (disk full") and len(line) < 300, line
+    assert side_dirs and all(d.startswith(str(tmp_path / ".out.tmp-")) for d in side_dirs), side_dirs
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_last_resort_turns_untranslated_io_errors_into_one_line(monkeypatch, capsys):
     import bertlab.cli.params as params
 
@@ -459,6 +534,110 @@ def test_oversize_or_inconsistent_configs_are_one_line_before_allocating(tiny_mo
     with pytest.raises(ConfigError) as e:
         BertModel.from_pretrained(folder)
     assert message in str(e.value) and str(folder / "config.json") in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"r": 0}, "r must be a whole number of at least 1, got 0"),
+    ({"r": -1}, "r must be a whole number of at least 1, got -1"),
+    ({"r": 1.5}, "r must be a whole number of at least 1, got 1.5"),
+    ({"r": "8"}, "r must be a whole number of at least 1, got '8'"),
+    ({"r": 10**9}, "r 1,000,000,000 is over bert.encoder.layer.0.attention.self.query's 32 x 32 weight"),
+    ({"r": 33}, "(at most 32)"),
+    ({"lora_alpha": float("nan")}, "lora_alpha must be a finite positive number, got nan"),
+    ({"lora_alpha": float("inf")}, "lora_alpha must be a finite positive number, got inf"),
+    ({"lora_alpha": 0}, "lora_alpha must be a finite positive number, got 0"),
+    ({"target_modules": "(.*.*)*X"}, "'(.*.*)*X' repeats a group that itself repeats"),
+    ({"target_modules": "(("}, "'((' is not a regular expression"),
+    ({"target_modules": "x" * 5000}, "a layer pattern of 5,000 characters"),
+    ({"target_modules": [1, 2]}, "target_modules must be a list of layer names or one pattern, got [1, 2]"),
+])
+def test_hostile_lora_adapter_settings_are_one_line_before_allocating(tiny_model, tmp_path, change, message):
+    """r sizes every factor (10^6 asked ~4 GB before the weights were read), alpha scales every score (NaN gave
+    `"score": NaN`), a catastrophic target_modules pattern hung the loader: each is refused as read."""
+    from bertlab import BertForSequenceClassification
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "adapter"
+    folder.mkdir()
+    key = "base_model.model.bert.encoder.layer.0.attention.self.query.lora_"
+    save_file({key + "A.weight": torch.zeros(2, 32), key + "B.weight": torch.zeros(32, 2)},
+              str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": ["query"],
+         "base_model_name_or_path": str(tiny_model), **change}))
+    with pytest.raises(CheckpointError) as e:
+        BertForSequenceClassification.from_pretrained(folder)
+    text = str(e.value)
+    assert text.startswith(str(folder)) and message in text and "\n" not in text and len(text) < 400, text
+
+
+def test_a_hostile_lora_record_in_config_json_is_one_line(tiny_model, tmp_path):
+    folder = hostile_copy(tiny_model, tmp_path, lora={"rank": 0, "alpha": 4.0, "layers": ["bert.pooler.dense"]})
+    with pytest.raises(CheckpointError, match="LoRA record does not fit .*r must be a whole number"):
+        BertForPreTraining.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_t5(tmp_path_factory) -> Path:
+    from bertlab.models.t5 import T5Config, T5ForConditionalGeneration
+
+    folder = tmp_path_factory.mktemp("faults-t5") / "model"
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
+                                        relative_attention_num_buckets=8, relative_attention_max_distance=16,
+                                        n_positions=64)).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_layers": 10**6}, "'num_layers' must be between 1 and 1,024, got 1,000,000"),
+    ({"num_layers": 1e9}, "'num_layers' must be between 1 and 1,024, got 1,000,000,000"),
+    ({"num_decoder_layers": 10**7}, "'num_decoder_layers' must be between 1 and 1,024, got 10,000,000"),
+    ({"d_model": 10**12}, "'d_model' must be between 1 and"),
+    ({"vocab_size": 10**12}, "'vocab_size' must be between 1 and"),
+    ({"n_positions": 10**9}, "'n_positions' must be between 1 and"),
+    ({"vocab_size": 4_000_000, "d_model": 4096}, "weights in one matrix"),
+    ({"d_kv": 8192, "num_heads": 1000, "d_model": 1024}, "'inner_dim' x 'd_model'"),
+    ({"num_heads": list(range(100_000))}, "field 'num_heads' must be an integer, got list [0, 1, 2"),
+    ({"feed_forward_proj": "x" * 100_000}, "field 'feed_forward_proj' is 'xxx"),
+])
+def test_oversize_t5_configs_are_one_short_line_before_allocating(tiny_t5, tmp_path, change, message):
+    from bertlab.models.t5 import T5ForConditionalGeneration
+
+    folder = hostile_copy(tiny_t5, tmp_path, **change)
+    with pytest.raises(ConfigError) as e:
+        T5ForConditionalGeneration.from_pretrained(folder)
+    text = str(e.value)
+    assert message in text and str(folder / "config.json") in text and "\n" not in text and len(text) < 400, text
+
+
+@pytest.mark.parametrize("family", ["bert", "t5"])
+def test_a_deep_config_is_a_short_line_naming_a_few_missing_weights(tiny_model, tiny_t5, tmp_path, family):
+    """200 layers is within the bounds; the weights of 199 of them are missing. The error listed every one
+    of them (1,000 layers: 0.4-0.7 MB on one line); it names five and how many more."""
+    from bertlab.models.t5 import T5ForConditionalGeneration
+
+    if family == "bert":
+        folder, load = hostile_copy(tiny_model, tmp_path, num_hidden_layers=200), BertModel.from_pretrained
+    else:
+        folder, load = hostile_copy(tiny_t5, tmp_path, num_layers=200), T5ForConditionalGeneration.from_pretrained
+    with pytest.raises(CheckpointError) as e:
+        load(folder)
+    text = str(e.value)
+    assert "missing encoder weights: " in text and " more" in text and len(text) < 1000, text[:2000]
+
+
+@pytest.mark.parametrize("flag, env", [(["--api-key", ""], None), (["--api-key", "  "], None), ([], "")])
+def test_an_empty_api_key_is_refused_before_serving(tiny_model, monkeypatch, capsys, flag, env):
+    """`--api-key "$KEY"` with KEY unset served every route without a key."""
+    pytest.importorskip("fastapi")
+    from bertlab.cli import serve as serve_cli
+
+    if env is not None:
+        monkeypatch.setenv(serve_cli.API_KEY_ENV, env)
+    monkeypatch.setattr("bertlab.infer.serve.bind", lambda *a: pytest.fail("bound a port"))
+    assert main(["serve", "--model", str(tiny_model), "--port", "0", *flag]) == 2
+    assert "the API key (--api-key or $BERTLAB_API_KEY) is empty" in one_line_error(capsys)
 
 
 def test_vocab_file_larger_than_vocab_size_is_refused(tiny_model, tmp_path, capsys):

@@ -118,6 +118,12 @@ def test_openai_errors_have_openai_shape(dirs):
         assert status == 400 and out["error"]["param"] == "input"
         status, out = call(running.port, "POST", "/v1/embeddings", {"input": [[1, 2, 10**6]]})
         assert status == 400 and "outside the model's vocabulary" in out["error"]["message"]
+        for method, path, body in (("POST", "/v1/embeddings", {"model": "text-embedding-3-small", "input": "x"}),
+                                   ("GET", "/v1/models/text-embedding-3-small", None)):
+            status, out = call(running.port, method, path, body)
+            assert status == 404 and out["error"]["code"] == "model_not_found" and out["error"]["param"] == "model"
+        status, out = call(running.port, "POST", "/v1/embeddings", {"model": "m" * 100_000, "input": "x"})
+        assert status == 404 and len(out["error"]["message"]) < 300  # the id from the request, cut
         status, out = call(running.port, "POST", "/v1/embeddings", {"input": ["the cat"] * 3, "encoding_format": "base64"})
         vectors = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in out["data"]]
         assert status == 200 and out["object"] == "list" and [v.shape for v in vectors] == [(32,)] * 3
@@ -268,6 +274,25 @@ def test_api_key(dirs):
         assert call(running.port, "POST", "/embed", {"inputs": "x"}, {"Authorization": "Bearer s3cret"})[0] == 200
     finally:
         running.stop()
+
+
+def test_the_model_thread_hands_free_heap_pages_back(dirs, monkeypatch):
+    """The cause of the service's growing RSS (glibc keeping the free pages between a heap's live blocks) is
+    answered by a malloc_trim on the model thread, at most once per TRIM_EVERY_S; the soak in
+    test_infer_serve_soak.py measures the effect."""
+    import threading
+
+    from bertlab.infer import serve as serve_module
+
+    threads = []
+    monkeypatch.setattr(serve_module, "TRIM_EVERY_S", 0.0)
+    monkeypatch.setattr(serve_module, "trim_heap", lambda: threads.append(threading.current_thread().name))
+    running = start_in_thread(create_app(load_models(dirs["enc"], InferenceOptions())))
+    try:
+        assert call(running.port, "POST", "/embed", {"inputs": ["the cat sat", "a dog"]})[0] == 200
+    finally:
+        running.stop()
+    assert threads and all(name.startswith("bertlab-model") for name in threads), threads
 
 
 def test_batcher_keeps_to_the_token_budget():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from bertlab.tasks import TASKS
 from bertlab.tasks.text_to_text import render, score
 from bertlab.train import text_to_text as t2t
 from bertlab.train.t5_pretrain import export_t5
+from faults_support import signal_on_item
 from test_data_prepare import WORDS, write_vocab
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -317,3 +319,47 @@ def test_text_to_text_rate_defaults_by_width():
     assert [t2t.finetune_lr(cfg, w) for w in (128, 256, 512, 768, 1024)] == [3e-3, 2e-3, 1e-3, 1e-3, 1e-3]
     adamw = t2t.TextToTextConfig(model="m", optimizer="adamw", multi=t2t.MultiTaskOptions(tasks="sst2"))
     assert t2t.finetune_lr(adamw, 128) == 1e-3  # AdamW keeps its own default
+
+
+# ---------------------------------------------------------------------------------------------- interrupt and resume
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_then_resumed_equals_the_uninterrupted_run(t5_dir, glue_dir, tmp_path, monkeypatch, capsys, sig):
+    """A signal in the second seed's run: exit 128 + signal with a checkpoint; a fresh start into the folder is
+    refused; `--resume` with only --out ends with the weights, metrics and logged rows of a run never stopped
+    (--resume was refused as "not a setting of finetune t2t", and SIGTERM exited 130)."""
+    from safetensors.torch import load_file
+
+    args = ("--tasks", "sst2,rte", "--seeds", 2, "--max-steps", 4, "--lr", "3e-3", "--eval-batch-size", 8)
+    reference = tmp_path / "reference"
+    assert main(t2t_args(t5_dir, glue_dir, reference, *args)) == 0
+    out = tmp_path / "out"
+    with monkeypatch.context() as patched:
+        signal_on_item(patched, t2t, "mixed_batches", 4 + 2, sig)  # seed 43, its second step
+        assert main(t2t_args(t5_dir, glue_dir, out, *args)) == 128 + sig
+    err = capsys.readouterr().err
+    assert f"interrupted in {out / 'runs' / 'seed-43'} at step 2; checkpoint" in err and "--resume" in err
+    assert (out / "runs" / "seed-43" / "checkpoints" / "step-00000002").is_dir() and not (out / "metrics.json").exists()
+    assert main(t2t_args(t5_dir, glue_dir, out, *args)) == 2
+    assert "pass --resume" in capsys.readouterr().err
+    assert main(["--log-level", "WARNING", "finetune", "t2t", "--out", str(out), "--resume"]) == 0
+    capsys.readouterr()
+
+    ours, theirs = load_file(str(out / "model" / "model.safetensors")), load_file(str(reference / "model" /
+                                                                                     "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    timing = ("train_seconds", "elapsed", "tokens_per_s", "step_time")
+
+    def without_timing(value):
+        if isinstance(value, dict):
+            return {k: without_timing(v) for k, v in value.items() if k not in timing}
+        return [without_timing(v) for v in value] if isinstance(value, list) else value
+
+    ours, theirs = (without_timing(json.loads((run / "metrics.json").read_text())) for run in (out, reference))
+    assert ours.pop("model") == str(out / "model") and theirs.pop("model") == str(reference / "model")
+    assert ours == theirs
+    for seed in ("seed-42", "seed-43"):
+        rows = [without_timing(json.loads(line)) for line in
+                (out / "runs" / seed / "metrics.jsonl").read_text().splitlines()]
+        assert rows == [without_timing(json.loads(line)) for line in
+                        (reference / "runs" / seed / "metrics.jsonl").read_text().splitlines()]
+    assert not list((out / "runs").glob("*/checkpoints/step-*"))  # the training state goes once a run is done

@@ -38,11 +38,13 @@ from typing import Any, Iterator
 
 import torch
 
+from .errors import (CheckpointError, ConfigError, OutputError, is_write_failure, output_error, shorten,
+                     some_of)
 from .jsonconfig import read_json_object
-from .errors import CheckpointError, ConfigError, OutputError, is_write_failure, output_error
 from .model_names import inside_model_folder, resolve_model
+from .nn.adapters import (LORA_CONFIG_KEY, add_lora, add_saved_adapters, check_lora_settings, compile_layer_pattern,
+                          lora_layers)
 from .tokenizer.tokenizer import VOCAB_NAME
-from .nn.adapters import LORA_CONFIG_KEY, add_lora, add_saved_adapters, lora_layers
 
 log = logging.getLogger(__name__)
 
@@ -83,13 +85,13 @@ class LoadReport:
         line (a masked LM loaded from a pre-training checkpoint leaves its pooler and NSP head behind every
         time: a warning on each `fill-mask` would teach users to ignore warnings)."""
         if self.initialized:
-            log.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialized))
+            log.warning("%s: newly initialised (not in the checkpoint): %s", source, some_of(self.initialized, 20))
         expected = [k for k in self.unused if k.startswith(expected_unused)] if expected_unused else []
         unexpected = [k for k in self.unused if k not in expected]
         if unexpected:
-            log.warning("%s: unused checkpoint weights, dropped: %s", source, ", ".join(unexpected))
+            log.warning("%s: unused checkpoint weights, dropped: %s", source, some_of(unexpected, 20))
         if expected:
-            log.debug("%s: weights this model does not use, dropped as expected: %s", source, ", ".join(expected))
+            log.debug("%s: weights this model does not use, dropped as expected: %s", source, some_of(expected, 20))
 
 
 # ---------------------------------------------------------------------------------------------- key names
@@ -274,11 +276,11 @@ def check_state_dict(model: Model, state: dict[str, torch.Tensor], source: str
             mismatched.append(f"{name} (checkpoint {tuple(checkpoint[name].shape)}, model {tuple(own[key].shape)})")
     problems = []
     if missing:
-        problems.append(f"missing encoder weights: {', '.join(missing)}")
+        problems.append(f"missing encoder weights: {some_of(missing)}")
     if unexpected:
-        problems.append(f"unexpected keys: {', '.join(unexpected)}")
+        problems.append(f"unexpected keys: {some_of(unexpected)}")
     if mismatched:
-        problems.append(f"shape mismatch: {', '.join(mismatched)}")
+        problems.append(f"shape mismatch: {some_of(mismatched)}")
     if problems:
         raise CheckpointError(f"{source}: " + "; ".join(problems))
     return report, {name: key for name, key in wanted.items() if name in checkpoint}
@@ -324,7 +326,11 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     (for BERT-base that initialisation costs more than reading the file)."""
     with torch.device("meta"):
         model = cls(config)
-        add_saved_adapters(model)  # a model fine-tuned with adapters: config.json says where they sit
+        try:  # a model fine-tuned with adapters: config.json says where they sit
+            add_saved_adapters(model)
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{source}: its config's adapter / LoRA record does not fit "
+                                  f"{cls.__name__} ({str(e)[:200]})") from None
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)
@@ -577,6 +583,17 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
         unsupported.append(f"bias {adapter['bias']!r}")
     if unsupported:
         raise CheckpointError(f"{source}: LoRA options bertlab does not implement: {', '.join(unsupported)}")
+    # Its settings checked before anything is read or allocated: r sizes every factor, alpha scales every score.
+    targets = adapter.get("target_modules") or []
+    try:
+        check_lora_settings(adapter.get("r"), adapter.get("lora_alpha"))
+        if isinstance(targets, str):
+            compile_layer_pattern(targets)
+            targets = f"^(?:{targets})$"  # PEFT matches a string target against the whole module name
+        elif not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+            raise ValueError(f"target_modules must be a list of layer names or one pattern, got {shorten(targets)}")
+    except ValueError as e:
+        raise CheckpointError(f"{source}: {e}") from None
     base_name = adapter.get("base_model_name_or_path")
     if not base_name:
         raise CheckpointError(f"{source}: no base_model_name_or_path; the adapter needs its base model")
@@ -592,11 +609,8 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
             raise ConfigError(f"{folder}: {e}") from None
     base_config = config.replace(extra={k: v for k, v in config.extra.items() if k != LORA_CONFIG_KEY})
     model, report = build_and_load(cls, base_config, read_state_dict(base), str(base))
-    targets = adapter.get("target_modules") or []
-    if isinstance(targets, str):
-        targets = f"^(?:{targets})$"  # PEFT matches a string target against the whole module name
     try:
-        add_lora(model, targets, int(adapter["r"]), float(adapter["lora_alpha"]))
+        add_lora(model, targets, adapter["r"], float(adapter["lora_alpha"]))
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"{source}: its target_modules / r / lora_alpha do not fit {cls.__name__} ({e})") from None
     lora, own = lora_layers(model), model.state_dict()

@@ -35,6 +35,20 @@ class OutputError(BertlabError):
     """An output could not be written (full disk, read-only file system, a file where a folder should be)."""
 
 
+def shorten(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: an error line names a value from a file, never all of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def some_of(names, limit: int = 5) -> str:
+    """The first `limit` names and how many more: a list of keys in an error line stays one readable line
+    (a config with 1,000 layers otherwise lists every missing weight, ~0.7 MB)."""
+    names = list(names)
+    head = ", ".join(names[:limit])
+    return head if len(names) <= limit else f"{head} and {len(names) - limit:,} more"
+
+
 # errno -> the cause in words; "disk full" said as such, not as a library's internal assertion.
 _OS_CAUSES = {
     errno.ENOSPC: "disk full",

@@ -15,6 +15,10 @@ from typing import Any
 
 from .errors import ConfigError
 
+# One weight matrix of any family is held under 2^32 elements (16 GiB fp32): checked before anything is
+# allocated, for a config.json from an unknown source.
+MAX_MATRIX_ELEMENTS = 1 << 32
+
 # Activations the model knows, by the names Google's and Hugging Face's configs use.
 KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
 

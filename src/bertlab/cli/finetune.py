@@ -159,12 +159,8 @@ def run(args: argparse.Namespace) -> int:
                              | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
             return 0
         metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
-    except FinetuneInterrupted as stop:  # tell the truth: --resume continues only from a saved checkpoint
-        where = stop.result.checkpoint
-        print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
-              + (f"checkpoint {where}; continue with: bertlab finetune {cfg.task} --out {cfg.out} --resume"
-                 if where is not None else "no checkpoint was written"), file=sys.stderr)
-        return stop.result.exit_status
+    except FinetuneInterrupted as stop:
+        return interrupted(stop, cfg.task, cfg.out)
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
                       "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
@@ -176,15 +172,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def interrupted(stop, task: str, out: str) -> int:
+    """A signal stopped a run: say where, and tell the truth -- --resume continues only from a saved
+    checkpoint; the exit status is the shell's for that signal (130 Ctrl-C, 143 SIGTERM)."""
+    where = stop.result.checkpoint
+    print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
+          + (f"checkpoint {where}; continue with: bertlab finetune {task} --out {out} --resume"
+             if where is not None else "no checkpoint was written"), file=sys.stderr)
+    return stop.result.exit_status
+
+
 def run_text_to_text(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig
-    from ..train.runconfig import config_from_args, refuse_foreign_settings
+    from ..train.finetune import FinetuneConfig, FinetuneInterrupted
+    from ..train.runconfig import config_from_args, given_fields, refuse_foreign_settings
+    from ..train.setup import resume_base
     from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
 
     refuse_foreign_settings(args, TextToTextConfig, FinetuneConfig, "finetune t2t", ignore=("task",))
-    cfg = config_from_args(TextToTextConfig, args)
-    cfg.model = resolved_model(cfg.model)
-    metrics = finetune_text_to_text(cfg)
+    base = resume_base(args.out) if args.resume and args.out is not None else {}
+    cfg = config_from_args(TextToTextConfig, args, base=base)
+    cfg.model = resolved_model(cfg.model)  # a folder or a cached model's name as a path; a size as it is
+    try:
+        metrics = finetune_text_to_text(cfg, given=given_fields(TextToTextConfig, args))
+    except FinetuneInterrupted as stop:
+        return interrupted(stop, "t2t", cfg.out)
     print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
                       "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}
                               for task, scores in metrics["dev"].items()},

@@ -65,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         raise BertlabError(f"`bertlab serve` needs {' and '.join(missing)}: pip install 'bertlab-paper[serve]'")
     if args.workers < 1:
         raise BertlabError(f"--workers must be at least 1, got {args.workers}")
+    if args.api_key is not None and not args.api_key.strip():  # `--api-key "$KEY"` with KEY unset: not "no key"
+        raise BertlabError(f"the API key (--api-key or ${API_KEY_ENV}) is empty; give a key, or leave both out to "
+                           "serve without one")
     from ..infer.runtime import InferenceOptions, check_model_dir
     from ..infer.serve import Limits, ServeSpec, bind, serve
 

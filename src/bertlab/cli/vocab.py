@@ -93,10 +93,12 @@ KINDS = ("wordpiece", "sentencepiece")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tokenizer.train import train_vocab, write_vocab
+    from ..tokenizer.train import check_output, train_vocab, write_vocab
 
     if args.action != "train":  # argparse allows only the actions above; kept for clarity
         raise SystemExit(f"unknown action {args.action}")
+    # the output first: learning takes minutes on a real corpus (sentencepiece: a .model file, or a folder)
+    check_output(args.out, folder=args.kind == "sentencepiece" and not str(args.out).endswith(".model"))
     if args.kind == "sentencepiece":
         return _train_sentencepiece(args)
     start = time.perf_counter()

@@ -26,13 +26,15 @@ export leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import os
 import shutil
+import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BertlabError
+from ..errors import BertlabError, OutputError, is_write_failure, output_error
 from .batching import model_inputs
 from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
 from .runtime import InferenceOptions, check_model_dir, length_limit, load_model, load_tokenizer
@@ -176,14 +178,16 @@ def export_onnx(model_dir: str | Path, out: str | Path, quantize: str | None = N
                               output_names=[exportable.output], dynamic_axes=axes, opset_version=OPSET)
         checks = {"max_abs_diff_vs_pytorch": _parity(onnx_path, exportable)}
         if quantize == "int8":
-            checks.update(_quantize_int8(onnx_path, tmp / "model_int8.onnx", exportable))
+            checks.update(_quantize_int8(onnx_path, tmp / "model_int8.onnx", exportable, out))
         config = exportable.model.config.to_dict()
         config["architectures"] = [type(exportable.model).__name__]
         _write_json(tmp / "config.json", config)
         exportable.tokenizer.save_pretrained(tmp)
         files = _finish(tmp, out)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and not isinstance(e, BertlabError) and is_write_failure(e, tmp):
+            raise output_error(out, e) from None  # `OUT: cannot write (disk full)`: the folder the user named
         raise
     return ExportReport(out, files, checks)
 
@@ -230,7 +234,21 @@ def _vectors(output: np.ndarray, batch: dict[str, torch.Tensor], kind: str) -> n
     return (output * mask).sum(1) / mask.sum(1)
 
 
-def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable) -> dict[str, float]:
+@contextlib.contextmanager
+def _temporary_files_in(folder: Path) -> Iterator[None]:
+    """Python's temporary files (ONNX Runtime's quantiser writes a copy of the model there for shape
+    inference) go into `folder`, the export's own temporary folder: on the disk the user chose, removed with
+    it, and never a second full-size copy in /tmp."""
+    folder.mkdir(exist_ok=True)
+    previous, tempfile.tempdir = tempfile.tempdir, str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable, out: Path) -> dict[str, float]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # Per-channel weight scales: per-tensor ones measured a sentence-embedding cosine to fp32 of 0.85 at worst
@@ -238,10 +256,23 @@ def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable) -> 
     previous = logging.root.manager.disable
     logging.disable(logging.INFO)  # the quantiser logs a line per tensor through the root logger
     try:
-        quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+        with _temporary_files_in(fp32_path.parent / ".quantize"):
+            quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
+        fp32, int8 = ort_session(fp32_path), ort_session(int8_path)
+    except Exception as e:
+        # The quantiser's shape inference (C++) writes its side file without reporting a short write; on a full
+        # disk the failure surfaces as a protobuf DecodeError reading it back, or ONNX Runtime refusing the file.
+        if is_write_failure(e, fp32_path.parent):
+            raise output_error(out, e) from None
+        free = shutil.disk_usage(fp32_path.parent).free
+        if free < 2 * fp32_path.stat().st_size:  # less room than the side file and the int8 model need
+            raise OutputError(f"{out}: cannot write (disk full: {free:,} bytes free; ONNX Runtime's int8 "
+                              "quantisation could not read back the files it wrote)") from None
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise BertlabError(f"{out}: ONNX Runtime's int8 quantisation failed ({type(e).__name__}: "
+                           f"{first[:200]})") from None
     finally:
         logging.disable(previous)
-    fp32, int8 = ort_session(fp32_path), ort_session(int8_path)
     batch = _sample_batches(exportable.tokenizer, exportable.max_length)[0]
     a = _vectors(run_ort(fp32, batch), batch, exportable.output)
     b = _vectors(run_ort(int8, batch), batch, exportable.output)

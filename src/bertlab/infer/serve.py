@@ -56,6 +56,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import __version__
 from ..errors import BertlabError
+from ..host_memory import trim_heap
 from .batcher import DynamicBatcher, Limits
 from .runtime import InferenceOptions, check_model_dir, checkpoint_keys, has_weights
 
@@ -142,9 +143,11 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
 class ServiceError(Exception):
     """A request the service answers with `status` and a one-line `message` (`kind`: TEI's error_type)."""
 
-    def __init__(self, status: int, message: str, kind: str | None = None, param: str | None = None):
+    def __init__(self, status: int, message: str, kind: str | None = None, param: str | None = None,
+                 code: str | None = None):
         super().__init__(message)
         self.status, self.kind, self.param = status, kind or ERROR_KINDS.get(status, "Validation"), param
+        self.code = code  # OpenAI's error code where it has a specific one (else the status's, OPENAI_CODES)
 
 
 # HTTP status -> TEI's error_type, and OpenAI's error type
@@ -185,6 +188,9 @@ class Encoded:
     tokens: int  # tokens computed, special tokens included (usage, metrics, the batch budget)
 
 
+TRIM_EVERY_S = 1.0  # how often the model thread hands free heap pages back (malloc_trim)
+
+
 class Service:
     """What every route shares: models, limits, batchers, tokenization off the event loop, back-pressure."""
 
@@ -200,6 +206,10 @@ class Service:
         self.inflight = 0  # requests admitted and not yet answered (the queue depth metric)
         self.metrics = None  # serve_metrics.ServiceMetrics, when prometheus-client is installed
         self.route_paths: set[str] = set()
+        # Flat memory over days: every batch's activations are a new size, which glibc's adaptive malloc turns
+        # into a growing heap of free pages between live blocks (host_memory.py); the model thread hands those
+        # back every TRIM_EVERY_S seconds.
+        self.last_trim = time.monotonic()
 
     # -- model calls
     def batcher(self, name: str, fn: Callable[[list], Sequence[Any]]) -> DynamicBatcher:
@@ -209,7 +219,15 @@ class Service:
                 if self.metrics is not None:
                     self.metrics.observe_batch(name, items, tokens)
 
-            self.batchers[name] = DynamicBatcher(fn, self.model_executor, self.limits.max_batch_items,
+            def computed(items: list) -> Sequence[Any]:  # on the model thread
+                try:
+                    return fn(items)
+                finally:
+                    if time.monotonic() - self.last_trim > TRIM_EVERY_S:
+                        trim_heap()
+                        self.last_trim = time.monotonic()
+
+            self.batchers[name] = DynamicBatcher(computed, self.model_executor, self.limits.max_batch_items,
                                                  self.limits.max_wait_ms / 1000, self.limits.max_batch_tokens,
                                                  on_batch=on_batch)
         return self.batchers[name]
@@ -466,7 +484,7 @@ def create_app(models: ServiceModels, limits: Limits | None = None, api_key: str
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError):
-        return error_response(request.url.path, exc.status, str(exc), exc.kind, exc.param)
+        return error_response(request.url.path, exc.status, str(exc), exc.kind, exc.param, exc.code)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):

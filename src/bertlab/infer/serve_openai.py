@@ -23,6 +23,7 @@ import numpy as np
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
+from ..errors import shorten as shorten_text
 from .serve import Service, ServiceError, json_response, register_routes
 from .serve_tei import shorten
 
@@ -42,6 +43,10 @@ def openai_routes(app: FastAPI, service: Service) -> None:
     embedder = models.embedder
     created = int(time.time())
 
+    def model_not_found(model_id: str) -> ServiceError:  # OpenAI's 404 for an unknown model, code included
+        return ServiceError(404, f"the model {shorten_text(model_id)} does not exist; this service serves "
+                            f"{models.name!r}", param="model", code="model_not_found")
+
     def model_card() -> dict:
         return {"id": models.name, "object": "model", "created": created, "owned_by": "bertlab"}
 
@@ -52,8 +57,7 @@ def openai_routes(app: FastAPI, service: Service) -> None:
     @app.get("/v1/models/{model_id:path}", summary="one model (OpenAI's model object)")
     async def get_model(model_id: str):
         if model_id != models.name:
-            raise ServiceError(404, f"the model {model_id!r} does not exist; this service serves {models.name!r}",
-                               param="model")
+            raise model_not_found(model_id)
         return model_card()
 
     def encode(inputs, truncate: bool):
@@ -79,8 +83,7 @@ def openai_routes(app: FastAPI, service: Service) -> None:
     @app.post("/v1/embeddings", summary="embeddings (OpenAI's API)")
     async def embeddings(body: EmbeddingsRequest):
         if body.model is not None and body.model != models.name:
-            raise ServiceError(404, f"the model {body.model!r} does not exist; this service serves {models.name!r}",
-                               param="model")
+            raise model_not_found(body.model)
         enc = await service.off_loop(encode, body.input, service.truncating(None))
         normalize = embedder.normalize
         vectors = shorten(await service.embed(enc, normalize), body.dimensions, normalize, embedder.dim)

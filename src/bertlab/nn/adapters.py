@@ -33,17 +33,68 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
+from ..errors import shorten
 from .elementwise import ACTIVATIONS
 
 ADAPTERS_CONFIG_KEY = "adapters"  # config.json: {"size", "activation", "layers": [module names]}
 LORA_CONFIG_KEY = "lora"  # config.json, while unmerged: {"rank", "alpha", "layers": [module names], ...}
 
 
+# A layer-name pattern from a file (a PEFT adapter's `target_modules`) is searched in every module name; a
+# pattern that repeats a group holding another repetition or an alternation (`(.*.*)*X`, `(a|a)*`) can take
+# exponential time to fail on one 40-character name, and Python's `re` has no time limit. Such patterns are
+# refused before they run (none is needed to name layers), as is one longer than any sane layer pattern.
+MAX_PATTERN_CHARS = 1000
+_REPEATS = ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT")
+
+
+def _risky_repetition(items, inside_repeat: bool = False) -> bool:
+    """Whether a parsed regex (sre_parse's items) repeats something that can itself match in many ways."""
+    for op, arg in items:
+        name = str(op)
+        if name in _REPEATS:
+            low, high, body = arg
+            if inside_repeat and high != low:  # a variable repetition inside a repetition
+                return True
+            if _risky_repetition(body, inside_repeat or high > 1):
+                return True
+        elif name == "BRANCH":
+            if inside_repeat:
+                return True
+            if any(_risky_repetition(branch, inside_repeat) for branch in arg[1]):
+                return True
+        elif name in ("SUBPATTERN", "ATOMIC_GROUP"):
+            if _risky_repetition(arg[-1], inside_repeat):
+                return True
+        elif name in ("ASSERT", "ASSERT_NOT"):
+            if _risky_repetition(arg[1], inside_repeat):
+                return True
+    return False
+
+
+def compile_layer_pattern(pattern: str) -> re.Pattern:
+    """`pattern` compiled, or a ValueError naming why it is refused: not a regular expression, too long, or a
+    nested repetition whose search time can explode (see above)."""
+    from re import _parser  # the stdlib's own parser: the structure `re.compile` would build
+
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"a layer pattern of {len(pattern):,} characters (at most {MAX_PATTERN_CHARS:,})")
+    try:
+        parsed = _parser.parse(pattern)
+        compiled = re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as e:
+        raise ValueError(f"{shorten(pattern)} is not a regular expression ({e})") from None
+    if _risky_repetition(list(parsed)):
+        raise ValueError(f"{shorten(pattern)} repeats a group that itself repeats or has alternatives; such a "
+                         "pattern can take exponential time, name the layers or use a flat pattern")
+    return compiled
+
+
 def _matching_linears(model: nn.Module, pattern: str | Sequence[str]) -> list[str]:
     """Names of the `nn.Linear` modules whose full name matches `pattern` (a regex searched in the name) or
     ends with one of the names in a list (`["query", "value"]`)."""
     if isinstance(pattern, str):
-        rule = re.compile(pattern)
+        rule = compile_layer_pattern(pattern)
         match = lambda name: rule.search(name) is not None  # noqa: E731
     else:
         match = lambda name: any(name == p or name.endswith("." + p) for p in pattern)  # noqa: E731
@@ -105,7 +156,7 @@ def add_adapters(model: nn.Module, layers: str | Sequence[str], size: int, activ
     records {"size", "activation", "layers"} in `model.config.extra["adapters"]` when the model has one."""
     names = _matching_linears(model, layers)
     if not names:
-        raise ValueError(f"no linear layer matches {layers!r}")
+        raise ValueError(f"no linear layer matches {shorten(layers)}")
     for name in names:
         _replace(model, name, AdaptedLinear.wrap(model.get_submodule(name), size, activation))
     extra = _config_extra(model)
@@ -143,11 +194,27 @@ class LoRA(nn.Module):
         return weight + (self.lora_B @ self.lora_A) * self.scaling
 
 
+def check_lora_settings(rank: Any, alpha: Any) -> None:
+    """A ValueError unless `rank` is a whole number >= 1 and `alpha` a finite positive number (a NaN or an
+    infinite alpha gives NaN scores; rank 0 divides by zero)."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"r must be a whole number of at least 1, got {shorten(rank)}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"lora_alpha must be a finite positive number, got {shorten(alpha)}")
+
+
 def add_lora(model: nn.Module, layers: str | Sequence[str], rank: int, alpha: float) -> list[str]:
-    """LoRA of rank `rank` on the weight of every linear layer whose name matches `layers`."""
+    """LoRA of rank `rank` on the weight of every linear layer whose name matches `layers`. The rank is checked
+    against every layer (at most min(in, out): a higher rank adds nothing) before any factor is allocated."""
+    check_lora_settings(rank, alpha)
     names = _matching_linears(model, layers)
     if not names:
-        raise ValueError(f"no linear layer matches {layers!r}")
+        raise ValueError(f"no linear layer matches {shorten(layers)}")
+    for name in names:
+        linear = model.get_submodule(name)
+        if rank > min(linear.in_features, linear.out_features):
+            raise ValueError(f"r {rank:,} is over {name}'s {linear.out_features} x {linear.in_features} weight "
+                             f"(at most {min(linear.in_features, linear.out_features)})")
     for name in names:
         linear = model.get_submodule(name)
         parametrize.register_parametrization(linear, "weight", LoRA(

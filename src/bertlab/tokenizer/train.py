@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..errors import BertlabError, OutputError, output_error
 
 logger = logging.getLogger(__name__)
 
@@ -685,6 +685,25 @@ def train_vocab(
                             min_pair_frequency=min_pair_frequency, score=score, overgenerate=overgenerate,
                             char_counts=counts.char_counts(), progress=progress)
     return vocab, counts
+
+
+def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
+    """Prove the output can be written -- a file at `path` (its folder created), or a folder -- before a
+    vocabulary is learned for minutes and then lost: a one-line `OutputError` naming the path otherwise."""
+    path = Path(path)
+    where = path if folder else path.parent
+    if folder and path.exists() and not path.is_dir():
+        raise OutputError(f"{path}: exists and is not a folder")
+    if not folder and path.is_dir():
+        raise OutputError(f"{path}: is a folder; give the file to write (e.g. {path / 'vocab.txt'})")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise output_error(path, e) from None
+    return path
 
 
 def write_vocab(vocab: list[str], path: str | os.PathLike) -> Path:

@@ -159,7 +159,7 @@ class DistillConfig:
     device: str = "auto"  # auto | cpu | cuda
     resume: bool = False
     progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
 
     def resolved(self, name: str) -> Any:
         """A field's value, or the recipe's default for it when it is None."""

@@ -150,7 +150,7 @@ class FinetuneConfig:
     eval_limit: int | None = None
     device: str | None = None  # "cpu", "cuda"; None: CUDA when available
     progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
     # checkpoints and resume (see the module docstring): a run's training state is saved on Ctrl-C/SIGTERM,
     # and every `save_every` steps when given (then also at a run's last step)
     save_every: int | None = None

@@ -77,7 +77,7 @@ from torch import nn
 from ..checkpoint import atomic_directory, remove_stale_temporaries, torch_load_failure
 from ..errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
-from .host_memory import retain_freed_memory
+from ..host_memory import retain_freed_memory
 from .setup import autocast_dtype, check_precision
 
 log = logging.getLogger(__name__)
@@ -851,7 +851,10 @@ class Trainer:
                 torch_dist.broadcast(flag, 0)
                 out_of_time = bool(flag.item())
             last = self.step == cfg.max_steps or out_of_time or stop_requested
-            if self.evaluate_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0) or last):
+            # A signal is no end of the run: no evaluation of its own at the stop step, or the resumed run's
+            # metrics.jsonl would hold a held-out row that the uninterrupted run's has not.
+            ends = self.step == cfg.max_steps or out_of_time
+            if self.evaluate_fn is not None and ((cfg.eval_every and self.step % cfg.eval_every == 0) or ends):
                 self.run_evaluation()
             if self.out_dir is not None and ((cfg.save_every and self.step % cfg.save_every == 0) or last):
                 self.save_checkpoint()

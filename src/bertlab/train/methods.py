@@ -102,7 +102,9 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
     elif options.method == "lora":
         try:
             layers = add_lora(model, options.targets, options.lora_rank, options.lora_alpha)
-        except ValueError:
+        except ValueError as e:
+            if "no linear layer matches" not in str(e):  # a rank over a layer's size: the rank is the problem
+                raise ConfigError(f"lora-rank: {e}") from None
             raise ConfigError(f"lora-targets {options.lora_targets!r} names no linear layer of the model "
                               "(e.g. query,key,value,dense)") from None
         freeze_except(model, lambda n: "lora_" in n or is_new(n))

@@ -90,7 +90,7 @@ class PretrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     resume: bool = False
     progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (train/host_memory.py)
+    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
 
     def validate(self) -> None:
         if not self.data:

@@ -32,6 +32,9 @@
                adapters OUT/adapters/ (only the adapter and norm weights; `load_adapters(base, OUT/adapters)`
                puts them on top of the base model); `--per-task-epochs E` then fine-tunes each task alone from
                OUT/model into OUT/per-task/<task>/ (multi-task training, then per-task fine-tuning)
+    resume     as `bertlab finetune TASK`: a seed's run (OUT/runs/seed-N/) is checkpointed on Ctrl-C / SIGTERM
+               (exit 130 / 143) and every `--save-every` steps; `--out OUT --resume` continues it bitwise, reads
+               the seeds already done from their run.json, and resumes the per-task stage where it stopped
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import statistics
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,10 +64,12 @@ from ..models.t5.config import T5Config
 from ..tasks.base import warn_if_one_class
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
-from .finetune import MultiTaskOptions, StepCallback, mean_sd, subset
-from .loop import LoopConfig, Trainer, check_writable, mixed_batches, steps_per_epoch
-from .setup import autocast_dtype, lr_for_width, resolve_device, run_record, split_batch, write_run_config
+from .finetune import (RESUME_MAY_CHANGE, RUN_FILE, FinetuneInterrupted, FinetuneTrainer, MultiTaskOptions,
+                       StepCallback, SweepState, mean_sd, subset)
+from .loop import CHECKPOINT_DIR, LoopConfig, check_writable, latest_checkpoint, mixed_batches, steps_per_epoch
 from .random_init import random_start, resolve_init
+from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
+                    split_batch, write_run_config)
 from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
 from .t5_pretrain import export_t5
 
@@ -108,6 +113,10 @@ class TextToTextConfig:
     device: str | None = None
     progress: bool = True
     retain_freed_memory: bool = True
+    # checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on Ctrl-C/SIGTERM
+    # and every `save_every` steps when given; `resume` continues the seed in progress, finished seeds are kept
+    save_every: int | None = None
+    resume: bool = False
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # method, adapter_size, unfreezing
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # tasks, mixing, limit, temperature
     vocab: str | None = None  # a random start of a size: its tokenizer (vocab.txt or SentencePiece .model)
@@ -385,7 +394,14 @@ class RunOutcome:
     steps: int
     train_seconds: float
     tuning: dict[str, Any]
-    state: dict[str, torch.Tensor] | None = None  # the weights (CPU), for the best run's export
+
+    @classmethod
+    def read(cls, run_dir: Path) -> "RunOutcome | None":
+        """The outcome of a run an earlier session finished (its run.json), else None."""
+        if not (run_dir / RUN_FILE).is_file():
+            return None
+        saved = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        return cls(**{f.name: saved[f.name] for f in dataclasses.fields(cls)})
 
     @property
     def average(self) -> float:
@@ -425,29 +441,37 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
 
     loop = LoopConfig(max_steps=total, out_dir=run_dir, grad_accum=accum, precision=cfg.precision,
                       max_grad_norm=cfg.max_grad_norm, log_every=max(1, total // 50), seed=seed,
-                      progress=cfg.progress, tensorboard=False, retain_freed_memory=cfg.retain_freed_memory)
-    t0 = time.perf_counter()
-    result = Trainer(model, optimizer, scheduler, loss_fn, batches, loop).fit()
+                      progress=cfg.progress, tensorboard=False, retain_freed_memory=cfg.retain_freed_memory,
+                      save_every=cfg.save_every)
+    # Checkpoints on a signal and every --save-every steps only, as BERT fine-tuning's; a resume continues the
+    # run bitwise from the latest (the mixing schedule and the batches seek to its step).
+    trainer = FinetuneTrainer(model, optimizer, scheduler, loss_fn, batches, loop)
+    result = trainer.fit(resume=bool(cfg.resume and latest_checkpoint(run_dir)))
     if result.interrupted:
-        raise KeyboardInterrupt
-    train_seconds = time.perf_counter() - t0
+        raise FinetuneInterrupted(run_dir, result)
     tuning.finish(model)  # everything trainable again (the saved model is a plain one, adapters included)
     scores = {t.name: evaluate_task(model, tokenizer, t, cfg, device, run_dir / t.name) for t in texts}
     report = {**tuning.report, "mixing_rates": dict(zip(cfg.tasks, rates)), "lr": lr}
-    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    return model, RunOutcome(seed, scores, result.step, round(train_seconds, 1), report, state)
+    return model, RunOutcome(seed, scores, result.step, round(trainer.elapsed, 1), report)
 
 
-def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
-    """The recipe of the module docstring; returns what OUT/metrics.json holds."""
+def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
+    """The recipe of the module docstring; returns what OUT/metrics.json holds. `given`: on resume, the
+    settings stated again (as for `finetune`: only the runtime ones may change)."""
     from ..tokenizer.text_to_text import load_text_to_text_tokenizer
 
     out = Path(cfg.out)
     if not cfg.out:
         raise ConfigError("finetune t2t: give --out OUT")
+    if cfg.resume:  # the run's own settings rule, as for one BERT task
+        cfg = resolve_resume_config(TextToTextConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     if not cfg.model:
         raise ConfigError("finetune t2t: give --model T5_DIR (a T5 folder with its tokenizer)")
     check_writable(out)
+    interrupted = SweepState.interrupted_runs(out)  # the same layout: runs/<run>/checkpoints/step-*
+    if interrupted and not cfg.resume:
+        raise BertlabError(f"{out}: holds an interrupted fine-tuning ({interrupted[0]}); pass --resume to "
+                           "continue it, or choose another --out")
     paths = task_paths(cfg)
     init: dict[str, Any] = {"init": "pretrained", "model": cfg.model}
     if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
@@ -462,16 +486,24 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
     device = resolve_device(cfg.device)
     write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths, "init": init}))
     runs: list[RunOutcome] = []
+    best: RunOutcome | None = None  # the first of equals
     for k in range(cfg.seeds):
-        model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, out / "runs" / f"seed-{cfg.seed + k}")
-        log.info("seed %d: %s", run.seed, "; ".join(f"{t} {json.dumps(s)}" for t, s in run.scores.items()))
+        run_dir = out / "runs" / f"seed-{cfg.seed + k}"
+        run = RunOutcome.read(run_dir) if cfg.resume else None  # finished in an earlier session
+        if run is None:
+            model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, run_dir)
+            log.info("seed %d: %s", run.seed, "; ".join(f"{t} {json.dumps(s)}" for t, s in run.scores.items()))
+            if best is None or run.average > best.average:  # exported as it is found: no weights kept aside
+                export_t5(model, out / "model", tokenizer)
+                if cfg.tuning.method == "adapters":
+                    save_adapters(model, out / ADAPTERS_DIR, cfg.model)
+            # run.json after the export it may have led to; then its training state is no longer needed
+            atomic_write_text(run_dir / RUN_FILE, json.dumps(dataclasses.asdict(run), indent=2) + "\n")
+            shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
+            del model
         runs.append(run)
-    best = max(runs, key=lambda r: r.average)  # the first of equals
-    best_model = model  # every run's model has the same shape: the best run's weights go into the last one
-    best_model.load_state_dict(best.state)
-    export_t5(best_model, out / "model", tokenizer)
-    if cfg.tuning.method == "adapters":
-        save_adapters(best_model, out / ADAPTERS_DIR, cfg.model)
+        if best is None or run.average > best.average:
+            best = run
     for t in texts:  # the best run's predictions beside the metrics
         src = out / "runs" / f"seed-{best.seed}" / t.name / "dev_predictions.jsonl"
         (out / t.name).mkdir(parents=True, exist_ok=True)
@@ -489,10 +521,12 @@ def finetune_text_to_text(cfg: TextToTextConfig) -> dict[str, Any]:
         "model": str(out / "model"), "per_task": {}}
     if cfg.multi.per_task_epochs:  # T5 section 3.5.3: multi-task training, then each task fine-tuned alone
         for t in texts:
-            single = dataclasses.replace(cfg, model=str(out / "model"), out=str(out / "per-task" / t.name),
+            single_out = out / "per-task" / t.name
+            single = dataclasses.replace(cfg, model=str(out / "model"), out=str(single_out),
                                          epochs=cfg.multi.per_task_epochs, max_steps=None, data=f"{t.name}="
                                          f"{paths[t.name]}" if t.name not in ("squad", "squad2") else cfg.data,
-                                         multi=MultiTaskOptions(tasks=t.name))
+                                         multi=MultiTaskOptions(tasks=t.name),
+                                         resume=cfg.resume and (single_out / RUN_CONFIG).is_file())
             metrics["per_task"][t.name] = finetune_text_to_text(single)["dev"][t.name]
     atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2) + "\n")
     return metrics

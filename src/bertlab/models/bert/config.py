@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
-from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type
+from ...errors import ConfigError, shorten
+from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_MATRIX_ELEMENTS, JsonConfig, is_type
 
 # Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
 # make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
@@ -22,7 +22,6 @@ from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type
 SIZE_LIMITS = {"vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1 << 10,
                "num_attention_heads": 1 << 10, "intermediate_size": 1 << 18, "max_position_embeddings": 1 << 20,
                "type_vocab_size": 1 << 16}
-MAX_MATRIX_ELEMENTS = 1 << 32
 MAX_LABELS = 1 << 20
 
 
@@ -77,7 +76,7 @@ class BertConfig(JsonConfig):
             if not is_type(value, expected):
                 raise ConfigError(
                     f"{source}: field '{f.name}' must be {_TYPE_NAMES[expected]}, "
-                    f"got {type(value).__name__} {value!r}"
+                    f"got {type(value).__name__} {shorten(value)}"
                 )
         if self.classifier_dropout is not None and not is_type(self.classifier_dropout, float):
             raise ConfigError(f"{source}: field 'classifier_dropout' must be a number or null")
@@ -99,14 +98,14 @@ class BertConfig(JsonConfig):
             )
         if self.hidden_act not in KNOWN_ACTIVATIONS:
             raise ConfigError(
-                f"{source}: field 'hidden_act' is {self.hidden_act!r}; expected one of {', '.join(KNOWN_ACTIVATIONS)}"
+                f"{source}: field 'hidden_act' is {shorten(self.hidden_act)}; expected one of {', '.join(KNOWN_ACTIVATIONS)}"
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"{source}: field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
         pos_type = self.extra.get("position_embedding_type", "absolute")
         if pos_type != "absolute":
             raise ConfigError(
-                f"{source}: field 'position_embedding_type' is {pos_type!r}; only 'absolute' (BERT's learned "
+                f"{source}: field 'position_embedding_type' is {shorten(pos_type)}; only 'absolute' (BERT's learned "
                 "positions) is supported"
             )
 

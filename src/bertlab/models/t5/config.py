@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type as _is_type
-from ...errors import ConfigError
+from ...errors import ConfigError, shorten
+from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_MATRIX_ELEMENTS, JsonConfig, is_type as _is_type
 
 MODEL_TYPE = "t5"
 ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")
@@ -29,6 +29,13 @@ ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")
 DECODER_MASK_KINDS = {"encoder-decoder": "causal", "decoder-only": "causal", "prefix-lm": "prefix"}
 # Derived by Hugging Face from feed_forward_proj (and tie_word_embeddings); never kept, so they cannot go stale.
 _DERIVED = ("dense_act_fn", "is_gated_act", "is_encoder_decoder", "model_type")
+# Sane upper bounds, as BERT's config has (config.SIZE_LIMITS), checked before anything is allocated: a
+# config.json from an unknown source must not build a million blocks (num_layers 10^6 ran for minutes). Each
+# is far above any published T5 (T5-11B: d_model 1024, d_ff 65536, 24 layers, 128 heads of 128; mT5: 250k
+# vocabulary); a single weight matrix is held under jsonconfig.MAX_MATRIX_ELEMENTS.
+SIZE_LIMITS = {"vocab_size": 1 << 22, "d_model": 1 << 16, "d_kv": 1 << 14, "d_ff": 1 << 18, "num_layers": 1 << 10,
+               "num_decoder_layers": 1 << 10, "num_heads": 1 << 10, "relative_attention_num_buckets": 1 << 16,
+               "relative_attention_max_distance": 1 << 20, "n_positions": 1 << 20}
 
 
 @dataclass
@@ -109,19 +116,23 @@ class T5Config(JsonConfig):
             ok = isinstance(value, bool) if expected is bool else _is_type(value, expected)
             if not ok:
                 raise ConfigError(f"{source}: field '{f.name}' must be {_TYPE_NAMES[expected]}, "
-                                  f"got {type(value).__name__} {value!r}")
-        for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
-                     "relative_attention_num_buckets", "relative_attention_max_distance", "n_positions"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{source}: field '{name}' must be at least 1, got {getattr(self, name)}")
+                                  f"got {type(value).__name__} {shorten(value)}")
+        for name, limit in SIZE_LIMITS.items():
+            if not 1 <= getattr(self, name) <= limit:
+                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
+                                  f"{getattr(self, name):,}")
+        for rows, cols in (("vocab_size", "d_model"), ("d_ff", "d_model"), ("inner_dim", "d_model")):
+            if getattr(self, rows) * getattr(self, cols) > MAX_MATRIX_ELEMENTS:
+                raise ConfigError(f"{source}: '{rows}' x '{cols}' ({getattr(self, rows):,} x {getattr(self, cols):,}) "
+                                  f"is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError(f"{source}: field 'dropout_rate' must be in [0, 1), got {self.dropout_rate}")
         act = self.feed_forward_proj.split("-")
         if len(act) > 2 or (len(act) == 2 and act[0] != "gated") or act[-1] not in KNOWN_ACTIVATIONS:
-            raise ConfigError(f"{source}: field 'feed_forward_proj' is {self.feed_forward_proj!r}; expected "
+            raise ConfigError(f"{source}: field 'feed_forward_proj' is {shorten(self.feed_forward_proj)}; expected "
                               f"'relu', 'gated-gelu' or '[gated-]ACT' with ACT one of {', '.join(KNOWN_ACTIVATIONS)}")
         if self.architecture not in ARCHITECTURES:
-            raise ConfigError(f"{source}: field 'architecture' is {self.architecture!r}; expected one of "
+            raise ConfigError(f"{source}: field 'architecture' is {shorten(self.architecture)}; expected one of "
                               f"{', '.join(ARCHITECTURES)}")
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
@@ -135,7 +146,7 @@ class T5Config(JsonConfig):
             raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
         model_type = data.get("model_type", MODEL_TYPE)
         if model_type != MODEL_TYPE:
-            raise ConfigError(f"{source}: field 'model_type' is {model_type!r}; expected 't5' (this is not a T5 "
+            raise ConfigError(f"{source}: field 'model_type' is {shorten(model_type)}; expected 't5' (this is not a T5 "
                               "config)")
         known = {f.name for f in _FIELDS}
         kwargs: dict[str, Any] = {}
