@@ -97,3 +97,109 @@ def test_window_budget_defaults_to_a_truncated_batch_and_bounds_prediction(tiny)
         whole = dataclasses.replace(spec, max_tokens=10 ** 9).forward(model, batch).logits
     assert batch["input_ids"].shape[0] > 4 * 3 and max(seen[:-1]) <= 4 * 16 and len(seen) > 2
     torch.testing.assert_close(parts, whole, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def _config(tmp_path, train, **inputs):
+    from bertlab.tasks.own_data import InputOptions
+    from bertlab.train.finetune import FinetuneConfig
+
+    return FinetuneConfig(task="text-classification", model="unused", data=str(train), out=str(tmp_path / "out"),
+                          inputs=InputOptions(**inputs))
+
+
+def test_packed_features_have_the_ids_of_the_tokenizer_call(tiny):
+    """The packed single-text path (flat corpus encoder) and the pair path give `truncated_rows`' ids, types
+    and truncation flags, long texts included."""
+    from bertlab.tasks.text_classification import PackedFeatures, truncated_rows
+
+    tokenizer = BertTokenizer.from_pretrained(tiny)
+    rng = random.Random(3)
+    texts = [" ".join(rng.choice(FILLER + ["zzz", "market", "é"]) for _ in range(rng.choice([0, 3, 20, 60])))
+             for _ in range(40)]
+    pairs = [" ".join(rng.choice(FILLER) for _ in range(rng.choice([1, 30]))) for _ in range(40)]
+    for second in (None, pairs):
+        rows, cut = truncated_rows(tokenizer, texts, second, 24)
+        packed = PackedFeatures.build(tokenizer, texts, second, 24, None)
+        assert [packed[i]["input_ids"] for i in range(40)] == [r["input_ids"] for r in rows]
+        assert [packed[i]["token_type_ids"] for i in range(40)] == [r["token_type_ids"] for r in rows]
+        assert {i for i in range(40) if packed[i]["truncated"]} == cut and cut
+        assert packed.lengths() == [len(r["input_ids"]) for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_field_over_the_cap_is_cut_before_tokenizing_and_counted(tiny, tmp_path, fmt):
+    """A 1 MB text field is cut to the character budget (64 per token of max-seq-length) as it is read -- the
+    same rule for CSV and JSON Lines -- counted in the run's report, and its ids are those of the whole text."""
+    from bertlab.tasks.files import read_table
+    from bertlab.tasks.text_classification import CHARS_PER_TOKEN
+    from own_data_support import news_rows, write_csv, write_jsonl
+
+    rows = news_rows(40, 0)
+    huge = " ".join(["market"] * 200_000)  # 1.4 MB
+    rows[3] = {**rows[3], "text": huge}
+    path = (write_csv if fmt == "csv" else write_jsonl)(rows, tmp_path / f"train.{fmt}")
+    spec = TASKS["text-classification"].for_run(_config(tmp_path, path))
+    train = spec.read(None, "train")
+    kept = [e for e in train if e.text_a.startswith("market market")]
+    assert len(kept) <= 1 and all(len(e.text_a) == CHARS_PER_TOKEN * 128 for e in kept)
+    assert spec.describe()["fields_cut"] == {"chars": CHARS_PER_TOKEN * 128, "train": 1}
+    table = read_table(path, max_chars=1000)
+    assert sum(len(r.values["text"]) == 1000 for r in table.rows) == 1 and table.cut == {"text": 1}
+    tokenizer = BertTokenizer.from_pretrained(tiny)
+    whole = tokenizer(huge[:20_000], None, truncation=True, max_length=128)["input_ids"]
+    cut = spec.featurize([e for e in train if e.text_a.startswith("market market")] or
+                         [e for e in spec.read(None, "dev") if e.text_a.startswith("market market")],
+                         tokenizer, 128, train=True)
+    assert cut[0]["input_ids"] == whole and cut[0]["truncated"]
+
+
+def test_more_labels_than_the_limit_are_refused_in_one_line(tmp_path):
+    from bertlab.tasks import DataError
+    from bertlab.tasks.text_classification import MAX_LABELS
+
+    path = tmp_path / "ids.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},id{i}\n" for i in range(MAX_LABELS + 1)))
+    with pytest.raises(DataError, match=r"ids.csv: column 'label' holds 10,001 distinct labels, over the limit of "
+                                        r"10,000 for classification -- an id or free-text column\?") as e:
+        TASKS["text-classification"].for_run(_config(tmp_path, path))
+    assert "\n" not in str(e.value)
+
+
+def test_long_label_lists_are_summarised_in_the_report_and_the_log_line(tmp_path):
+    """60 labels: metrics.json's label list and counts say how many and show the first 50; a log line of
+    scores drops the per-label scores (they stay in metrics.json)."""
+    from bertlab.tasks.metrics import brief_scores
+
+    path = tmp_path / "many.csv"
+    path.write_text("text,label\n" + "".join(f"row {i},c{i % 60:02d}\n" for i in range(600)))
+    report = TASKS["text-classification"].for_run(_config(tmp_path, path)).describe()
+    assert report["labels"]["count"] == 60 and report["labels"]["first"] == [f"c{i:02d}" for i in range(50)]
+    assert report["train_label_counts"]["count"] == 60 and len(report["train_label_counts"]["first"]) == 50
+    scores = {"accuracy": 0.5, **{f"{k}_c{i:02d}": 0.5 for i in range(60) for k in ("precision", "recall", "f1")}}
+    assert brief_scores(scores) == {"accuracy": 0.5, "per_label_scores": "60 labels: in metrics.json"}
+    few = {"accuracy": 0.5, "f1_a": 1.0, "f1_b": 0.0}
+    assert brief_scores(few) == few
+
+
+def test_reading_and_featurizing_memory_is_bounded_per_row(tiny, tmp_path):
+    """Reading a 20,000-row CSV and building its features allocates a bounded few hundred bytes a row at the
+    peak (texts, packed ids), where rows of dicts and features of Python lists took ~3 KB a row."""
+    import tracemalloc
+
+    rng = random.Random(0)
+    path = tmp_path / "big.csv"
+    topics = list(TOPICS)
+    path.write_text("text,label\n" + "".join(
+        f"{' '.join(rng.choice(FILLER) for _ in range(12))} {TOPICS[t][0]},{t}\n"
+        for t in (rng.choice(topics) for _ in range(20_000))))
+    tokenizer = BertTokenizer.from_pretrained(tiny)
+    tracemalloc.start()
+    try:
+        spec = TASKS["text-classification"].for_run(_config(tmp_path, path))
+        features = spec.featurize(spec.read(None, "train"), tokenizer, 128, train=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(features) == 18_000 and features[0]["labels"] in range(4)
+    assert peak / 20_000 < 600, f"{peak / 20_000:.0f} bytes a row"

@@ -143,8 +143,15 @@ def _delimited(path: Path, delimiter: str, quoting: int) -> tuple[list[str], lis
     return header, list(rows)
 
 
+# Python's csv refuses a field over 128 KB; JSON has no such limit. Fields are bounded by the caller's
+# `max_chars` (cut, counted) for every format alike, so csv's own limit is lifted to this sanity bound.
+FIELD_LIMIT = 1 << 28
+
+
 def _delimited_stream(path: Path, delimiter: str, quoting: int) -> tuple[list[str], Iterator[Row]]:
     """The header (read and checked now) and a generator of the rows after it."""
+    if csv.field_size_limit() < FIELD_LIMIT:
+        csv.field_size_limit(FIELD_LIMIT)
     lines = iter_lines(path)
     name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}.get(delimiter, repr(delimiter))
     # csv parses (quoted fields may span lines); iter_lines decodes line by line for exact error lines

@@ -667,14 +667,19 @@ class TextClassificationTask(TaskSpec):
             return model(**inputs).logits.float()
         names = list(inputs)
 
-        def run(*tensors: torch.Tensor) -> torch.Tensor:
-            return model(**dict(zip(names, tensors))).logits.float()
+        def run(anchor: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+            return model(**dict(zip(names, tensors))).logits.float() * anchor
 
         regions = torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
+        # The reentrant form runs a part's forward pass without autograd, so nothing of it is kept (the
+        # non-reentrant one keeps what fused kernels store on their autograd context); `anchor` (1.0, exact)
+        # is the input requiring a gradient that makes it call backward through the part at all.
+        anchor = torch.ones((), device=inputs["input_ids"].device, requires_grad=True)
         outputs = []
         for part in parts:
             tensors = [inputs[k][part] for k in names]
-            outputs.append(checkpoint(run, *tensors, use_reentrant=False) if regions else run(*tensors))
+            outputs.append(checkpoint(run, anchor, *tensors, use_reentrant=True) if regions else
+                           run(anchor.detach(), *tensors))
         return torch.cat(outputs)
 
     def forward(self, model, batch: Batch) -> Any:

@@ -255,8 +255,9 @@ class PretrainedStart:
     layers (the head, and a pooler the checkpoint lacked) are initialised from `seed`. Every run of a grid
     then starts from the same encoder without re-reading and re-initialising the whole model from disk."""
 
-    def __init__(self, spec: TaskSpec, model_dir: str | Path):
+    def __init__(self, spec: TaskSpec, model_dir: str | Path, runs: int | None = None):
         self.model_dir = str(Path(model_dir).resolve())  # an unmerged LoRA adapter names it as its base
+        self.runs = runs  # fresh copies still to give; the last run gets the model itself (None: always copies)
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
         own = model_keys(self.model)  # the report names weights canonically (`pooler.dense.weight`), not as
@@ -265,7 +266,13 @@ class PretrainedStart:
 
     def fresh(self, seed: int):
         seed_everything(seed)  # the new head's initialisation is part of what a seed decides
-        model = copy.deepcopy(self.model)
+        if self.runs is not None:
+            self.runs -= 1
+        # the last run takes the loaded model itself: a second copy of the weights is held only while needed
+        if self.runs is None or self.runs > 0:
+            model = copy.deepcopy(self.model)
+        else:
+            model, self.model = self.model, None
         for name in self.new_modules:
             model.init_weights(model.get_submodule(name))
         return model
@@ -544,7 +551,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
              len(data.train_features), {s: len(e) for s, e in data.eval_examples.items()})
 
-    pretrained = PretrainedStart(spec, cfg.model)
+    pretrained = PretrainedStart(spec, cfg.model, runs=len(cfg.settings()) * cfg.seeds)
     all_runs: list[RunResult] = []
     best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
     settings = cfg.settings()
