@@ -659,10 +659,15 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
     if run.state is not None:
-        model = spec.head(run.config)
-        add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights load
+        # Built on the meta device and given the kept weights themselves (assign): no third copy of the model
+        # at the export (it set the run's peak memory), and nothing initialised only to be overwritten.
+        with torch.device("meta"):
+            model = spec.head(run.config)
+            add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights
         model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
-        model.load_state_dict(run.state)
+        model.load_state_dict(run.state, assign=True)
+        if hasattr(model, "tie_weights"):  # a head whose output layer shares the word embeddings
+            model.tie_weights()
     else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
         model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
         model.config.extra.update(spec.export_config(run.scores))
