@@ -18,6 +18,7 @@ import json
 import sys
 
 from ..tasks import TASKS
+from ..tasks.metrics import brief_scores
 
 HELP = {
     "model": "a Hugging Face-layout BERT folder (ours or theirs), a model's name in the local Hugging Face cache, "
@@ -83,6 +84,9 @@ HELP = {
                       "logits averaged; max for multi-label)",
     "window_length": "own data: tokens per window (default: max-seq-length)",
     "window_stride": "own data: tokens shared by consecutive windows (default: a quarter of the window)",
+    "max_tokens": "own data, --long-documents window: tokens per forward pass (windows x length); a batch's "
+                  "windows go through the model in parts of this size (default: batch size x window length, "
+                  "the memory of a truncated batch)",
     "tokens_column": "token-classification: the word-list column (default: tokens / words)",
     "tags_column": "token-classification: the tag-list column (default: tags / ner_tags)",
     "tasks": "multi: comma-separated task names sharing one encoder, e.g. mrpc,stsb,rte (--data mrpc=PATH,...)",
@@ -162,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     except FinetuneInterrupted as stop:
         return interrupted(stop, cfg.task, cfg.out)
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
-                      "dev": {split: {k: mean_sd_text(v) for k, v in scores.items()
+                      "dev": {split: {k: mean_sd_text(v) if isinstance(v, dict) else v
+                                      for k, v in brief_scores(scores).items()
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},
                       **{split: {k: round(v, 4) if isinstance(v, float) else v for k, v in metrics[split].items()

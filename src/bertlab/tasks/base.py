@@ -52,6 +52,7 @@ for the benchmark tasks these hooks are the identity / the defaults:
                                                labels discovered in the training file)
     spec.with_model_config(config)          -> the spec as a saved model was trained on it (its config.json)
     spec.loss(model, batch)                 -> the training loss (default: the head's own `.loss`)
+    spec.forward(model, batch)              -> the head's outputs of a prediction batch (default: one pass)
     spec.saved_config()                     -> config.json keys of a model trained on the task (columns, ...)
     spec.export_config(scores)              -> config.json keys decided by the saved run's dev scores
     spec.describe()                         -> what the run read (columns, labels, split sizes), for metrics.json
@@ -237,6 +238,11 @@ class TaskSpec:
         """The training loss of one batch: the head's own loss on the targets."""
         return model(**self.model_inputs(batch, with_targets=True)).loss
 
+    def forward(self, model, batch: Batch) -> Any:
+        """The head's outputs for one prediction batch (default `predictions`): one forward pass. A task whose
+        batch rows can outnumber its examples (text classification's windows) runs them in parts."""
+        return model(**self.model_inputs(batch))
+
     def decode(self, outputs: Any, batch: Batch, features: Sequence[Feature]) -> list[Any]:
         """One prediction per row of `batch` from the head's outputs (default `predictions` only)."""
         raise NotImplementedError
@@ -249,7 +255,7 @@ class TaskSpec:
         waiting: dict[int, Any] = {}
         next_index = 0
         for batch in batches:
-            outputs = model(**self.model_inputs(batch))
+            outputs = self.forward(model, batch)
             waiting.update(zip(batch["feature_index"].tolist(), self.decode(outputs, batch, features)))
             while next_index in waiting:
                 yield examples[features[next_index]["example_index"]], waiting.pop(next_index)
@@ -304,6 +310,11 @@ def feature_length(feature: Feature) -> int:
     """Tokens of a feature (multiple choice: its longest choice): what dynamic padding pads to."""
     ids = feature["input_ids"]
     return max(len(c) for c in ids) if ids and isinstance(ids[0], list) else len(ids)
+
+
+def feature_lengths(features: Sequence[Feature]) -> list[int]:
+    """`feature_length` of every feature (from packed arrays' offsets when the features have them)."""
+    return features.lengths() if hasattr(features, "lengths") else [feature_length(f) for f in features]
 
 
 def pad_collate(features: Sequence[Feature], indices: Sequence[int] | None = None) -> Batch:

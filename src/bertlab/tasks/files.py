@@ -18,6 +18,13 @@ with more or fewer fields than the header (the usual sign of a wrong delimiter, 
 a CSV whose only column name holds tabs or semicolons), a missing column (the message lists the columns
 that exist).
 
+Memory: a `Table`'s rows are not held. `read_table` reads the header (JSON: every record's keys, in one
+streaming pass) and checks that a row follows; `Table.rows` then reads the file again, row by row, each time
+it is iterated, so a caller that turns rows into something compact (token ids, a column of texts) holds that
+and one row, never the file. `max_chars` caps every text field: a longer one is cut to that many characters
+as it is read (counted in `Table.cut`, with its first place), so one 50 MB field costs its line, not a
+tokenization of 50 MB.
+
 Column defaults: `guess_column` picks the first of a role's common names (`TEXT_COLUMNS`, `LABEL_COLUMNS`,
 ...) present in the header, case-insensitively; the task reports which it chose.
 """
@@ -25,7 +32,9 @@ Column defaults: `guess_column` picks the first of a role's common names (`TEXT_
 from __future__ import annotations
 
 import csv
+import itertools
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,15 +59,63 @@ class Row:
     values: dict[str, Any]
 
 
+class FileRows:
+    """A table's rows, read from the file on each iteration (streaming); text fields over `max_chars` cut, and
+    counted in `cut` (column -> fields cut in the latest complete pass) with `first_cut`, the first place."""
+
+    def __init__(self, path: Path, open_rows: Callable[[], Iterator[Row]], max_chars: int | None = None):
+        self.path, self._open, self.max_chars = path, open_rows, max_chars
+        self.cut: Counter = Counter()
+        self.first_cut: int | None = None
+        self._len: int | None = None
+
+    def __iter__(self) -> Iterator[Row]:
+        cut: Counter = Counter()
+        n = 0
+        for row in self._open():
+            n += 1
+            if self.max_chars is not None:
+                for key, value in row.values.items():
+                    if isinstance(value, str) and len(value) > self.max_chars:
+                        row.values[key] = value[:self.max_chars]
+                        cut[key] += 1
+                        if self.first_cut is None:
+                            self.first_cut = row.line
+            yield row
+        self.cut, self._len = cut, n
+
+    def __getitem__(self, index: int | slice) -> Row | list[Row]:
+        """Row `index` (or a slice), read up to it: for a few rows, not for walking the table (iterate)."""
+        if isinstance(index, slice):
+            return list(self)[index] if (index.start or 0) < 0 or (index.stop or 0) < 0 or index.stop is None \
+                else list(itertools.islice(self._open(), index.start, index.stop, index.step))
+        if index < 0:
+            index += len(self)
+        row = next(itertools.islice(self, index, None), None) if index >= 0 else None
+        if row is None:
+            raise IndexError(f"{self.path}: no row {index}")
+        return row
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self._open())
+        return self._len
+
+
 @dataclass
 class Table:
-    """A user's file, read: its column names (header order) and rows."""
+    """A user's file: its column names (header order) and its rows (`FileRows`: streamed, or a list)."""
 
     path: Path
     format: str
     columns: list[str]
-    rows: list[Row]
+    rows: FileRows | list[Row]
     by_line: bool = True  # rows are numbered by line (CSV, TSV, JSON Lines), else by record (JSON array, Parquet)
+
+    @property
+    def cut(self) -> Counter:
+        """Text fields cut to the `max_chars` the table was read with, per column (after a pass over the rows)."""
+        return self.rows.cut if isinstance(self.rows, FileRows) else Counter()
 
     def where(self, row: Row) -> str:
         """`file:line` (or `file: record N` where lines do not apply), for messages."""
@@ -83,6 +140,19 @@ def guess_column(columns: Sequence[str], candidates: Sequence[str], exclude: Seq
 
 # ---------------------------------------------------------------------------------------------- readers
 def _delimited(path: Path, delimiter: str, quoting: int) -> tuple[list[str], list[Row]]:
+    header, rows = _delimited_stream(path, delimiter, quoting)
+    return header, list(rows)
+
+
+# Python's csv refuses a field over 128 KB; JSON has no such limit. Fields are bounded by the caller's
+# `max_chars` (cut, counted) for every format alike, so csv's own limit is lifted to this sanity bound.
+FIELD_LIMIT = 1 << 28
+
+
+def _delimited_stream(path: Path, delimiter: str, quoting: int) -> tuple[list[str], Iterator[Row]]:
+    """The header (read and checked now) and a generator of the rows after it."""
+    if csv.field_size_limit() < FIELD_LIMIT:
+        csv.field_size_limit(FIELD_LIMIT)
     lines = iter_lines(path)
     name = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}.get(delimiter, repr(delimiter))
     # csv parses (quoted fields may span lines); iter_lines decodes line by line for exact error lines
@@ -105,7 +175,10 @@ def _delimited(path: Path, delimiter: str, quoting: int) -> tuple[list[str], lis
     if len(set(header)) != len(header):
         dup = next(h for h in header if header.count(h) > 1)
         raise data_error(path, reader.line_num, f"column {dup!r} appears twice in the header")
-    rows: list[Row] = []
+    return header, _delimited_rows(path, reader, header, name)
+
+
+def _delimited_rows(path: Path, reader, header: list[str], name: str) -> Iterator[Row]:
     previous_end = reader.line_num
     try:
         for fields in reader:
@@ -116,10 +189,9 @@ def _delimited(path: Path, delimiter: str, quoting: int) -> tuple[list[str], lis
                 raise data_error(path, start, f"expected {len(header)} {name}-separated fields (the header's "
                                  f"{', '.join(header)}), got {len(fields)}: a wrong delimiter or an unquoted "
                                  f"{name} in a field?")
-            rows.append(Row(start, dict(zip(header, fields))))
+            yield Row(start, dict(zip(header, fields)))
     except csv.Error as e:
         raise data_error(path, reader.line_num, f"not valid {name}-separated text ({e})") from None
-    return header, rows
 
 
 def read_csv(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
@@ -130,30 +202,40 @@ def read_tsv(path: Path, delimiter: str | None = None) -> tuple[list[str], list[
     return _delimited(path, delimiter or "\t", csv.QUOTE_NONE)
 
 
-def _records(path: Path, items: Iterator[tuple[int, Any]]) -> tuple[list[str], list[Row]]:
+def _records(path: Path, items: Iterator[tuple[int, Any]], keep: bool = True) -> tuple[list[str], list[Row]]:
+    """Every record's keys (first-seen order) and, with `keep`, the rows (else an empty list)."""
     columns: dict[str, None] = {}  # first-seen order
     rows = []
-    for line, obj in items:
-        if not isinstance(obj, dict):
-            raise data_error(path, line, f"expected a JSON object, got {type(obj).__name__}")
-        columns.update(dict.fromkeys(obj))
-        rows.append(Row(line, obj))
-    if not rows:
+    seen = False
+    for row in _record_rows(path, items):
+        columns.update(dict.fromkeys(row.values))
+        seen = True
+        if keep:
+            rows.append(row)
+    if not seen:
         raise data_error(path, None, "empty file; expected one JSON object per line")
     return list(columns), rows
 
 
-def read_jsonl(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
-    def items() -> Iterator[tuple[int, Any]]:
-        for line, text in iter_lines(path):
-            if not text.strip():
-                continue
-            try:
-                yield line, json.loads(text)
-            except json.JSONDecodeError as e:
-                raise data_error(path, line, f"not valid JSON ({e.msg} at column {e.colno})") from None
+def _jsonl_items(path: Path) -> Iterator[tuple[int, Any]]:
+    for line, text in iter_lines(path):
+        if not text.strip():
+            continue
+        try:
+            yield line, json.loads(text)
+        except json.JSONDecodeError as e:
+            raise data_error(path, line, f"not valid JSON ({e.msg} at column {e.colno})") from None
 
-    return _records(path, items())
+
+def read_jsonl(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
+    return _records(path, _jsonl_items(path))
+
+
+def _record_rows(path: Path, items: Iterator[tuple[int, Any]]) -> Iterator[Row]:
+    for line, obj in items:
+        if not isinstance(obj, dict):
+            raise data_error(path, line, f"expected a JSON object, got {type(obj).__name__}")
+        yield Row(line, obj)
 
 
 def read_json(path: Path, delimiter: str | None = None) -> tuple[list[str], list[Row]]:
@@ -232,14 +314,32 @@ def table_format(path: str | Path, format: str | None = None) -> str:
     return SUFFIXES[suffix]
 
 
-def read_table(path: str | Path, format: str | None = None, delimiter: str | None = None) -> Table:
-    """The file as a `Table`; one-line `DataError`s for a missing, empty or malformed file."""
+def _stream(path: Path, kind: str, delimiter: str | None) -> tuple[list[str], Callable[[], Iterator[Row]]]:
+    """The columns and a function opening a fresh pass over the rows. CSV/TSV: the header; JSON Lines: the keys
+    of every record (one streaming pass); a JSON array and Parquet are read whole (their own formats' limits)."""
+    if kind in ("csv", "tsv"):
+        sep, quoting = (delimiter or ",", csv.QUOTE_MINIMAL) if kind == "csv" else (delimiter or "\t", csv.QUOTE_NONE)
+        header, _ = _delimited_stream(path, sep, quoting)
+        return header, lambda: _delimited_stream(path, sep, quoting)[1]
+    if kind in ("jsonl", "json") and (kind == "jsonl" or not _is_array(path)):
+        columns, _ = _records(path, _jsonl_items(path), keep=False)
+        return columns, lambda: _record_rows(path, _jsonl_items(path))
+    columns, rows = FORMATS[kind](path, delimiter)
+    return columns, lambda: iter(rows)
+
+
+def read_table(path: str | Path, format: str | None = None, delimiter: str | None = None,
+               max_chars: int | None = None) -> Table:
+    """The file as a `Table` whose rows stream from the file (see the module docstring); one-line `DataError`s
+    for a missing, empty or malformed file (a malformed row: when the rows are read). `max_chars` caps text
+    fields."""
     path = Path(path)
     kind = table_format(path, format)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
     check_content(path, kind)
-    columns, rows = FORMATS[kind](path, delimiter)
-    if not rows:
+    columns, open_rows = _stream(path, kind, delimiter)
+    if next(open_rows(), None) is None:
         raise DataError(f"{path}: no rows after the header")
-    return Table(path, kind, columns, rows, by_line=kind != "parquet" and not (kind == "json" and _is_array(path)))
+    return Table(path, kind, columns, FileRows(path, open_rows, max_chars),
+                 by_line=kind != "parquet" and not (kind == "json" and _is_array(path)))

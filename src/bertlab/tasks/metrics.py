@@ -231,6 +231,19 @@ class LabelCounts:
         return scores
 
 
+PER_LABEL_PREFIXES = ("precision_", "recall_", "f1_", "support_")  # `LabelCounts.report`'s keys
+
+
+def brief_scores(scores: dict, per_label: int = 20) -> dict:
+    """One split's scores (metric -> value) for a log line or the console: per-label scores dropped where
+    there are more than `per_label` labels (they stay in metrics.json), with a count saying so."""
+    labelled = [k for k in scores if k.startswith("f1_")]
+    if len(labelled) <= per_label:
+        return scores
+    kept = {k: v for k, v in scores.items() if not k.startswith(PER_LABEL_PREFIXES)}
+    return {**kept, "per_label_scores": f"{len(labelled)} labels: in metrics.json"}
+
+
 THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # 0.05 ... 0.95, tried when tuning on dev
 
 

@@ -53,6 +53,9 @@ class InputOptions:
     long_documents: str = "truncate"  # truncate | window: inputs over max-seq-length
     window_length: int | None = None  # tokens per window, [CLS]/[SEP] included (default: max-seq-length)
     window_stride: int | None = None  # tokens consecutive windows share (default: a quarter of the window)
+    # window mode: tokens (windows x padded length) per forward pass; None: the batch's documents x the window
+    # length, i.e. what a truncated batch of the same size holds, so memory does not grow with the documents
+    max_tokens: int | None = None
     tokens_column: str | None = None  # token-classification JSONL: the word list (default: tokens / words)
     tags_column: str | None = None  # token-classification JSONL: the tag list (default: tags / ner_tags)
     context_column: str | None = None  # multiple-choice CSV: the shared context (default: context / sent1)
@@ -69,6 +72,8 @@ class InputOptions:
             raise ConfigError(f"window-length must be at least 8, got {self.window_length}")
         if self.window_stride is not None and self.window_stride < 0:
             raise ConfigError(f"window-stride must not be negative, got {self.window_stride}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError(f"max-tokens must be at least 1, got {self.max_tokens}")
         if not self.label_separator:
             raise ConfigError("label-separator must not be empty")
 
@@ -112,12 +117,28 @@ def held_out_split(keys: Sequence[Hashable], share: float, seed: int) -> tuple[l
 
 
 def split_rows(rows: Sequence[Any], key: Callable[[Any], Hashable], share: float, seed: int,
-               source: str) -> tuple[list[Any], list[Any], dict[str, Any]]:
-    """Training rows, held-out dev rows and a report of the split (for the log and metrics.json)."""
-    train_idx, dev_idx = held_out_split([key(r) for r in rows], share, seed)
+               source: str, keys: Sequence[Hashable] | None = None) -> tuple[Sequence[Any], Sequence[Any], dict[str, Any]]:
+    """Training rows, held-out dev rows and a report of the split (for the log and metrics.json). `keys`: the
+    rows' strata when known (else `key(row)` of each); rows with a `take(indices)` (a column store) are split
+    by it, not copied row by row."""
+    train_idx, dev_idx = held_out_split(keys if keys is not None else [key(r) for r in rows], share, seed)
     if not dev_idx:
         raise DataError(f"{source}: {len(rows)} rows are too few to hold out a dev split; give --validation FILE")
     report = {"held_out_from": source, "share": share, "seed": seed, "train": len(train_idx), "dev": len(dev_idx)}
     log.info("no validation file: held out %d of %d rows of %s as the dev split (stratified, seed %d)",
              len(dev_idx), len(rows), source, seed)
+    if hasattr(rows, "take"):
+        return rows.take(train_idx), rows.take(dev_idx), report
     return [rows[i] for i in train_idx], [rows[i] for i in dev_idx], report
+
+
+LABELS_SHOWN = 50  # a label list or per-label table longer than this is summarised in logs and metrics.json
+
+
+def summarise_labels(labels: Sequence[str] | dict[str, Any] | None, shown: int = LABELS_SHOWN) -> Any:
+    """`labels` (a list, or a dict by label) as they are when short; else a summary -- how many, and the first
+    `shown` -- so that thousands of labels do not make a megabyte log line or metrics.json entry."""
+    if labels is None or len(labels) <= shown:
+        return dict(labels) if isinstance(labels, dict) else (list(labels) if labels is not None else None)
+    first = list(labels)[:shown]
+    return {"count": len(labels), "first": {k: labels[k] for k in first} if isinstance(labels, dict) else first}

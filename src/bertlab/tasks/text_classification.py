@@ -27,6 +27,14 @@ windows' logits per document -- the mean (max for multi-label: a label present i
 present in the document) -- in training (the loss is on the aggregated logits), evaluation and prediction.
 A feature is then a document: its `input_ids` is a list of windows, flattened by `collate` with a
 `window_owner` index saying which document each window belongs to.
+
+Memory in window mode is bounded by a token budget, not by the documents: a batch's windows go through the
+model in parts of at most `--max-tokens` tokens (rows x padded length; default: the batch's documents x the
+window length, what a truncated batch of the same size holds). In training each part is a
+`torch.utils.checkpoint` region: its activations are dropped after the forward pass and recomputed, one part
+at a time, in the backward pass (random state restored, so dropout is the same), so the loss on the
+aggregated logits and its gradients are those of one pass over every window -- at the price of a second
+forward pass for batches over the budget. Evaluation and prediction run the parts without gradients.
 """
 
 from __future__ import annotations
@@ -35,24 +43,38 @@ import dataclasses
 import json
 import logging
 import math
+from array import array
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
-from ..models.bert.heads import BertForSequenceClassification
+from ..models.bert.heads import BertForSequenceClassification, HeadOutput
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
 from .files import ID_COLUMNS, LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column, read_table
 from .metrics import LabelCounts, multi_label_sets, pearson, spearman, tune_threshold
-from .own_data import InputOptions, SplitFiles, split_rows
+from .own_data import InputOptions, SplitFiles, split_rows, summarise_labels
 
 log = logging.getLogger(__name__)
 
 SINGLE, MULTI, REGRESSION = "single_label_classification", "multi_label_classification", "regression"
 SEQUENCE_KEYS = ("input_ids", "token_type_ids", "attention_mask")
+# Distinct classes a classification may have: more is an id or free-text column taken for the label (100,000
+# "labels" made a 10.7 MB log line and an 80 MB metrics.json), and a head the size of a vocabulary.
+MAX_CLASSES = 10_000
+# Characters kept of a text field (`field_chars`): every token the model reads comes from at least one character
+# of the text, and real text has 3-6 per token, so 64 per token cuts only what the model would not read --
+# while a 50 MB field costs 8 KB (truncate, 128 tokens), not a tokenization of 50 MB.
+CHARS_PER_TOKEN = 64
+MAX_WINDOWS = 512  # --long-documents window: windows read of one document (~50,000 words at 128 tokens)
+FEATURE_CHUNK = 8192  # examples tokenized at a time into the packed arrays
+WINDOW_CHUNK = 64  # --long-documents window: documents tokenized at a time
 
 
 @dataclass(frozen=True)
@@ -189,10 +211,51 @@ def _text(row: Row, column: str, table: Table) -> str:
     return value
 
 
-def examples_from_table(table: Table, columns: Columns, problem_type: str, split: str,
-                        known: Sequence[str] | None = None, labelled: bool | None = None) -> list[TextExample]:
-    """One example per row. `known` labels (dev/test): any other label is an error naming its line.
-    `labelled` None: labels are read when the file has the label column (test files may lack it)."""
+class TextExamples(Sequence):
+    """The examples of one file column by column -- a list per field, not an object per row: a row costs its
+    text and a few pointers (1,000,000 short rows ~150 MB, where a `TextExample` each took ~3x that). Indexing
+    gives the `TextExample`; `take(indices)` a subset; `labels` is the label column (None: unlabelled)."""
+
+    def __init__(self, where: str, by_line: bool, split: str, texts: list[str], pairs: list[str] | None,
+                 labels: list | None, lines: array, ids: list[str] | None, problem_type: str | None = None):
+        self.where, self.by_line, self.split = where, by_line, split
+        self.texts, self.pairs, self.labels, self.lines, self.ids = texts, pairs, labels, lines, ids
+        self.problem_type = problem_type
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        line = self.lines[i]
+        return TextExample(self.ids[i] if self.ids is not None else f"{self.split}-{line}", self.texts[i],
+                           self.pairs[i] if self.pairs is not None else None,
+                           self.labels[i] if self.labels is not None else None,
+                           f"{self.where}:{line}" if self.by_line else f"{self.where}: record {line}")
+
+    def __iter__(self) -> Iterator[TextExample]:
+        return (self[i] for i in range(len(self)))
+
+    def take(self, indices: Sequence[int]) -> "TextExamples":
+        pick = (lambda column: [column[i] for i in indices] if column is not None else None)
+        return TextExamples(self.where, self.by_line, self.split, pick(self.texts), pick(self.pairs),
+                            pick(self.labels), array("q", (self.lines[i] for i in indices)), pick(self.ids),
+                            self.problem_type)
+
+
+def label_column(examples: Sequence[TextExample]) -> list:
+    """The labels of `examples` (their column when they are `TextExamples`: no object built per row)."""
+    return examples.labels if isinstance(examples, TextExamples) and examples.labels is not None else \
+        [e.label for e in examples]
+
+
+def examples_from_table(table: Table, columns: Columns, problem_type: str | Callable[[list], str], split: str,
+                        known: Sequence[str] | None = None, labelled: bool | None = None) -> TextExamples:
+    """One example per row, in one streaming pass over the file. `known` labels (dev/test): any other label is
+    an error naming its line. `labelled` None: labels are read when the file has the label column (test files
+    may lack it). `problem_type` may be a function of the label column's values (the training file's, decided
+    once they are read)."""
     table.require(columns.text, "text")
     if columns.text_pair is not None:
         table.require(columns.text_pair, "second text")
@@ -201,26 +264,84 @@ def examples_from_table(table: Table, columns: Columns, problem_type: str, split
     elif labelled:
         table.require(columns.label, "label")
     id_column = guess_column(table.columns, ID_COLUMNS, exclude=(columns.text, columns.text_pair, columns.label))
-    known_set = set(known) if known is not None else None
-    examples = []
+    texts: list[str] = []
+    pairs: list[str] | None = [] if columns.text_pair is not None else None
+    ids: list[str] | None = [] if id_column is not None else None
+    values: list = []
+    lines = array("q")
+    shared: dict = {}  # a label column repeats a few values: one object per value, not per row
     for row in table.rows:
-        label = None
+        texts.append(_text(row, columns.text, table))
+        if pairs is not None:
+            pairs.append(_text(row, columns.text_pair, table))
+        if ids is not None:
+            ids.append(str(row.values[id_column]))
+        lines.append(row.line)
         if labelled:
-            label = parse_label(row.values.get(columns.label), problem_type, columns, table, row)
+            value = row.values.get(columns.label)
+            if isinstance(value, (str, int, float)) and len(shared) <= MAX_CLASSES:
+                value = shared.setdefault((type(value), value), value)
+            values.append(value)
+    if callable(problem_type):
+        problem_type = problem_type(values)
+    labels = _parse_labels(values, lines, problem_type, columns, table, known) if labelled else None
+    by_line = table.by_line
+    return TextExamples(str(table.path), by_line, split, texts, pairs, labels, lines, ids, problem_type)
+
+
+def _parse_labels(values: list, lines: array, problem_type: str, columns: Columns, table: Table,
+                  known: Sequence[str] | None) -> list:
+    """The label column's values parsed (`parse_label`, once per distinct value), checked against `known`."""
+    known_set = set(known) if known is not None else None
+    parsed: dict = {}
+    labels = []
+    for value, line in zip(values, lines):
+        key = (type(value), value) if isinstance(value, (str, int, float)) else None
+        label = parsed.get(key) if key is not None else None
+        if label is None:
+            row = Row(line, {columns.label: value})
+            label = parse_label(value, problem_type, columns, table, row)
             if known_set is not None and problem_type != REGRESSION:
                 for name in (label if isinstance(label, tuple) else (label,)):
                     if name not in known_set:
                         shown = ", ".join(sorted(known_set)[:20]) + (", ..." if len(known_set) > 20 else "")
                         raise table.error(row, f"label {name!r} is not among the training file's labels ({shown})")
-        guid = str(row.values[id_column]) if id_column is not None else f"{split}-{row.line}"
-        pair = _text(row, columns.text_pair, table) if columns.text_pair is not None else None
-        examples.append(TextExample(guid, _text(row, columns.text, table), pair, label, table.where(row)))
-    return examples
+            if key is not None and len(parsed) <= MAX_CLASSES:
+                parsed[key] = label
+        labels.append(label)
+    return labels
+
+
+def field_chars(max_length: int, windows: "Windows | None") -> int:
+    """The characters of a text field kept (`CHARS_PER_TOKEN` per token the model can read of it)."""
+    if windows is None:
+        return CHARS_PER_TOKEN * max_length
+    length, stride = windows.resolve(max_length)
+    return CHARS_PER_TOKEN * (length + (MAX_WINDOWS - 1) * max(1, length - stride))
+
+
+def _distinct_labels(labels: Sequence) -> Counter:
+    return Counter(l for label in labels for l in (label if isinstance(label, tuple) else (label,)))
 
 
 def _stratum(example: TextExample) -> Any:
     """What the held-out split keeps proportional: the class, the label set; numbers are not stratified."""
-    return example.label if not isinstance(example.label, float) else None
+    return _stratum_of(example.label)
+
+
+def _stratum_of(label: Any) -> Any:
+    return label if not isinstance(label, float) else None
+
+
+def _cut_fields(table: Table, chars: int) -> int:
+    """Fields of `table` cut to `chars` characters as they were read: logged (first place, column), counted."""
+    cut = sum(table.cut.values())
+    if cut:
+        first = table.rows.first_cut
+        log.warning("%s: %d text field(s) over %d characters cut to that length before tokenizing (columns %s; "
+                    "first at %s); the model reads at most max-seq-length tokens of them", table.path, cut, chars,
+                    ", ".join(sorted(table.cut)), f"line {first}" if table.by_line else f"record {first}")
+    return cut
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -330,6 +451,7 @@ class TextClassificationTask(TaskSpec):
     tune_threshold: bool = True  # multi-label: tune the threshold on the labelled split scored (training runs)
     class_weights: tuple[float, ...] | None = None  # per class (single-label) / positive weight per label (multi)
     windows: Windows | None = None  # None: truncate long inputs
+    max_tokens: int | None = None  # windows: tokens per forward pass (None: documents in the batch x window length)
     splits: dict[str, tuple[TextExample, ...] | None] | None = field(default=None, compare=False, repr=False)
     report: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -343,16 +465,29 @@ class TextClassificationTask(TaskSpec):
         type, labels, the dev split (a file or held out), class weights, windows."""
         options: InputOptions = cfg.inputs
         files = SplitFiles.from_options(cfg.data, options)
-        train_table = read_table(files.train, options.format, options.delimiter)
+        max_length = cfg.max_seq_length or self.default_max_length
+        windows = None
+        if options.long_documents == "window":  # resolved now: config.json keeps the numbers trained with
+            windows = Windows(*Windows(options.window_length, options.window_stride).resolve(max_length))
+        cap = field_chars(max_length, windows)  # a field's characters read: the rest is never tokenized
+
+        def table(path: Path) -> Table:
+            return read_table(path, options.format, options.delimiter, max_chars=cap)
+
+        train_table = table(files.train)
         columns = resolve_columns(train_table, options)
         train_table.require(columns.label, "label")
-        problem_type = decide_problem_type([r.values.get(columns.label) for r in train_table.rows], options,
-                                           train_table, columns.label)
-        train = examples_from_table(train_table, columns, problem_type, "train", labelled=True)
+        train = examples_from_table(train_table, columns, lambda values: decide_problem_type(
+            values, options, train_table, columns.label), "train", labelled=True)
+        problem_type = train.problem_type
         labels = None
         if problem_type != REGRESSION:
-            counts = Counter(l for e in train for l in (e.label if isinstance(e.label, tuple) else (e.label,)))
+            counts = _distinct_labels(train.labels)
             labels = tuple(sorted(counts))
+            if len(labels) > MAX_CLASSES:
+                raise DataError(f"{files.train}: column {columns.label!r} holds {len(labels):,} distinct labels, over "
+                                f"the limit of {MAX_CLASSES:,} for classification -- an id or free-text column? Name "
+                                "the label column with --label-column (--problem-type regression for numbers)")
             if len(labels) < 2 and problem_type == SINGLE:
                 raise DataError(f"{files.train}: column {columns.label!r} holds one class only "
                                 f"({labels[0] if labels else 'none'!r} in {len(train)} rows); classification needs "
@@ -360,39 +495,37 @@ class TextClassificationTask(TaskSpec):
             if not labels:
                 raise DataError(f"{files.train}: column {columns.label!r} holds no labels at all")
         report: dict[str, Any] = {"train_file": str(files.train), "columns": dataclasses.asdict(columns),
-                                  "problem_type": problem_type, "labels": list(labels) if labels else None}
+                                  "problem_type": problem_type, "labels": summarise_labels(labels)}
+        cut = {"train": _cut_fields(train_table, cap)}
         if files.dev is not None:
-            dev = examples_from_table(read_table(files.dev, options.format, options.delimiter), columns, problem_type,
-                                      "dev", known=labels, labelled=True)
+            dev_table = table(files.dev)
+            dev = examples_from_table(dev_table, columns, problem_type, "dev", known=labels, labelled=True)
+            cut["dev"] = _cut_fields(dev_table, cap)
             report["dev_file"] = str(files.dev)
         else:
             train, dev, report["held_out"] = split_rows(train, _stratum, options.validation_share, cfg.seed,
-                                                        str(files.train))
+                                                        str(files.train), keys=[_stratum_of(l) for l in train.labels])
         test = None
         if files.test is not None:
-            test = examples_from_table(read_table(files.test, options.format, options.delimiter), columns,
-                                       problem_type, "test", known=labels)
+            test_table = table(files.test)
+            test = examples_from_table(test_table, columns, problem_type, "test", known=labels)
+            cut["test"] = _cut_fields(test_table, cap)
             report["test_file"] = str(files.test)
+        if any(cut.values()):
+            report["fields_cut"] = {"chars": cap, **{split: n for split, n in cut.items() if n}}
         weights = class_weights(train, labels, problem_type) if options.class_weights else None
         if weights is not None:
-            report["class_weights"] = dict(zip(labels, weights))
-        windows = None
-        if options.long_documents == "window":  # resolved now: config.json keeps the numbers trained with
-            length, stride = Windows(options.window_length, options.window_stride).resolve(
-                cfg.max_seq_length or self.default_max_length)
-            windows = Windows(length, stride)
+            report["class_weights"] = summarise_labels(dict(zip(labels, weights)))
         report.update(examples={"train": len(train), "dev": len(dev), **({"test": len(test)} if test else {})},
                       long_documents=options.long_documents)
         if labels is not None:
-            report["train_label_counts"] = dict(sorted(Counter(
-                l for e in train for l in (e.label if isinstance(e.label, tuple) else (e.label,))).items()))
+            report["train_label_counts"] = summarise_labels(dict(sorted(_distinct_labels(label_column(train)).items())))
         log.info("text-classification: %s, %d labels, %d train / %d dev examples", problem_type,
                  len(labels or ()), len(train), len(dev))
         main = {SINGLE: "accuracy", MULTI: "micro_f1", REGRESSION: "pearson"}[problem_type]
         return dataclasses.replace(self, labels=labels, main_metric=main, problem_type=problem_type, columns=columns,
-                                   class_weights=weights, windows=windows, report=report,
-                                   splits={"train": tuple(train), "dev": tuple(dev),
-                                           "test": tuple(test) if test is not None else None})
+                                   class_weights=weights, windows=windows, max_tokens=options.max_tokens, report=report,
+                                   splits={"train": train, "dev": dev, "test": test})
 
     def with_model_config(self, config) -> "TextClassificationTask":
         """The task as a saved model was trained on it: labels, problem type, columns, windows, threshold."""
@@ -432,7 +565,7 @@ class TextClassificationTask(TaskSpec):
         if self.splits is not None:  # configured for a run: the rows read (and split) by `for_run`
             if self.splits.get(split) is None:
                 raise DataError(f"{self.name}: no {split} file given")
-            return list(self.splits[split])
+            return self.splits[split]  # `TextExamples`: a column store, shared, never changed
         table = read_table(data_path)  # evaluate: the given file is the split
         columns = self.columns or resolve_columns(table, InputOptions())
         return examples_from_table(table, columns, self.problem_type, split, known=self.labels)
@@ -440,29 +573,47 @@ class TextClassificationTask(TaskSpec):
     def has_split(self, data_path, split: str) -> bool:
         return self.splits.get(split) is not None if self.splits is not None else True
 
-    def featurize(self, examples: Sequence[TextExample], tokenizer, max_length: int, train: bool) -> list[Feature]:
-        texts = [e.text_a for e in examples]
-        pairs = [e.text_b for e in examples] if examples and examples[0].text_b is not None else None
-        if self.windows is not None:
-            rows, owners = window_rows(tokenizer, texts, pairs, *self.windows.resolve(max_length))
-            features = [{**{k: [] for k in SEQUENCE_KEYS}, "example_index": i} for i in range(len(examples))]
+    def featurize(self, examples: Sequence[TextExample], tokenizer, max_length: int, train: bool) -> Sequence[Feature]:
+        if isinstance(examples, TextExamples):
+            texts, pairs = examples.texts, examples.pairs
+        else:
+            texts = [e.text_a for e in examples]
+            pairs = [e.text_b for e in examples] if examples and examples[0].text_b is not None else None
+        if self.windows is None:
+            features = PackedFeatures.build(tokenizer, texts, pairs, max_length, self._targets(examples))
+            if features.truncated.any():
+                log.warning("%s: %d of %d inputs are over %d tokens and were truncated (--long-documents window "
+                            "reads them whole)", self.name, int(features.truncated.sum()), len(examples), max_length)
+            return features
+        length, stride = self.windows.resolve(max_length)
+        features = [{**{k: [] for k in SEQUENCE_KEYS}, "example_index": i} for i in range(len(examples))]
+        windows = 0
+        for start in range(0, len(texts), WINDOW_CHUNK):  # a few documents at a time: the tokenizer's lists
+            rows, owners = window_rows(tokenizer, texts[start:start + WINDOW_CHUNK],
+                                       pairs[start:start + WINDOW_CHUNK] if pairs is not None else None, length, stride)
             for row, owner in zip(rows, owners):
                 for k in SEQUENCE_KEYS:
-                    features[owner][k].append(row[k])
-            cut = sum(len(f["input_ids"]) > 1 for f in features)
-            if cut:
-                log.info("%s: %d of %d inputs over %d tokens, cut into %d windows in all", self.name, cut,
-                         len(examples), self.windows.resolve(max_length)[0], len(rows))
-        else:
-            rows, truncated = truncated_rows(tokenizer, texts, pairs, max_length)
-            features = [{**row, "example_index": i, "truncated": i in truncated} for i, row in enumerate(rows)]
-            if truncated:
-                log.warning("%s: %d of %d inputs are over %d tokens and were truncated (--long-documents window "
-                            "reads them whole)", self.name, len(truncated), len(examples), max_length)
-        for f, e in zip(features, examples):
-            if e.label is not None:
-                f["labels"] = self._target(e.label)
+                    features[start + owner][k].append(row[k])
+            windows += len(rows)
+        cut = sum(len(f["input_ids"]) > 1 for f in features)
+        if cut:
+            log.info("%s: %d of %d inputs over %d tokens, cut into %d windows in all", self.name, cut,
+                     len(examples), length, windows)
+        targets = self._targets(examples)
+        if targets is not None:
+            for f, target in zip(features, targets.tolist()):
+                f["labels"] = target
         return features
+
+    def _targets(self, examples: Sequence[TextExample]) -> np.ndarray | None:
+        """The examples' targets as one array (class ids, multi-hot rows, numbers); None when unlabelled."""
+        labels = label_column(examples)
+        if not labels or labels[0] is None:
+            return None
+        if self.problem_type == SINGLE:
+            index = {l: i for i, l in enumerate(self.labels)}
+            return np.fromiter((index[l] for l in labels), dtype=np.int64, count=len(labels))
+        return np.array([self._target(l) for l in labels], dtype=np.float32 if self.problem_type == MULTI else np.float64)
 
     def _target(self, label) -> Any:
         if self.problem_type == REGRESSION:
@@ -496,8 +647,45 @@ class TextClassificationTask(TaskSpec):
         return aggregate_windows(logits, batch["window_owner"], batch["feature_index"].numel(),
                                  "max" if self.problem_type == MULTI else "mean")
 
+    def window_parts(self, batch: Batch) -> list[slice]:
+        """The batch's rows cut into parts of at most `max_tokens` tokens (rows x padded length; at least one
+        row a part); one part when the batch is not windowed or fits."""
+        rows, width = batch["input_ids"].shape
+        if "window_owner" not in batch or self.windows is None:
+            return [slice(0, rows)]
+        budget = self.max_tokens or batch["feature_index"].numel() * (self.windows.length or width)
+        per_part = max(1, budget // max(1, width))
+        return [slice(start, min(rows, start + per_part)) for start in range(0, rows, per_part)]
+
+    def row_logits(self, model, batch: Batch) -> torch.Tensor:
+        """(rows, K) float logits of every row of the batch, the windows run in parts (see the module
+        docstring): with gradients, each part is a checkpointed region, recomputed in the backward pass."""
+        inputs = self.model_inputs(batch)
+        parts = self.window_parts(batch)
+        if len(parts) == 1:
+            return model(**inputs).logits.float()
+        names = list(inputs)
+
+        def run(anchor: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+            return model(**dict(zip(names, tensors))).logits.float() * anchor
+
+        regions = torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
+        # The reentrant form runs a part's forward pass without autograd, so nothing of it is kept (the
+        # non-reentrant one keeps what fused kernels store on their autograd context); `anchor` (1.0, exact)
+        # is the input requiring a gradient that makes it call backward through the part at all.
+        anchor = torch.ones((), device=inputs["input_ids"].device, requires_grad=True)
+        outputs = []
+        for part in parts:
+            tensors = [inputs[k][part] for k in names]
+            outputs.append(checkpoint(run, anchor, *tensors, use_reentrant=True) if regions else
+                           run(anchor.detach(), *tensors))
+        return torch.cat(outputs)
+
+    def forward(self, model, batch: Batch) -> Any:
+        return HeadOutput(logits=self.row_logits(model, batch))
+
     def loss(self, model, batch: Batch) -> torch.Tensor:
-        logits = self.document_logits(model(**self.model_inputs(batch)).logits.float(), batch)
+        logits = self.document_logits(self.row_logits(model, batch), batch)
         labels = batch["labels"]
         weights = torch.tensor(self.class_weights, device=logits.device) if self.class_weights else None
         if self.problem_type == REGRESSION:
@@ -533,10 +721,100 @@ def class_weights(examples: Sequence[TextExample], labels: Sequence[str], proble
     """Single-label: n / (K · n_c) per class (scikit-learn's "balanced"); multi-label: the positive weight
     (n − n_c) / n_c per label (PyTorch's `pos_weight`), so each label's positives weigh as its negatives."""
     n = len(examples)
-    counts = Counter(l for e in examples for l in (e.label if isinstance(e.label, tuple) else (e.label,)))
+    counts = _distinct_labels(label_column(examples))
     if problem_type == MULTI:
         return tuple((n - counts[l]) / counts[l] if counts[l] else 1.0 for l in labels)
     return tuple(n / (len(labels) * counts[l]) if counts[l] else 1.0 for l in labels)
+
+
+class PackedFeatures(Sequence):
+    """Features of one-row examples (truncate mode) in flat arrays, not a dict of lists per example: the token
+    ids back to back (int32) with offsets, token types (int8; None: all 0), targets, truncated flags. A
+    million short rows take ~80 MB, where Python lists took ~3 KB a row; `features[i]` is the usual feature
+    dict, built when the batch is."""
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray, types: np.ndarray | None, targets: np.ndarray | None,
+                 truncated: np.ndarray):
+        self.ids, self.offsets, self.types, self.targets, self.truncated = ids, offsets, types, targets, truncated
+
+    @classmethod
+    def build(cls, tokenizer, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int,
+              targets: np.ndarray | None) -> "PackedFeatures":
+        """Tokenized `FEATURE_CHUNK` texts at a time (`truncated_rows`' ids exactly), packed as they come."""
+        ids, types, lengths, truncated = [], [], [], []  # numpy arrays, one per chunk
+        special = _special_ids(tokenizer) if pairs is None else None
+        for start in range(0, len(texts), FEATURE_CHUNK):
+            chunk = texts[start:start + FEATURE_CHUNK]
+            if special is not None:  # single texts: the flat corpus encoder, [CLS] a[:max - 2] [SEP]
+                parts = _single_rows(tokenizer.encode_corpus(chunk, num_workers=1, flat=True), max_length, special)
+                ids.append(parts[0]), lengths.append(parts[1]), truncated.append(parts[2])
+                continue
+            rows, cut = truncated_rows(tokenizer, chunk, pairs[start:start + FEATURE_CHUNK] if pairs else None,
+                                       max_length)
+            ids.append(np.array([t for r in rows for t in r["input_ids"]], dtype=np.int32))
+            types.append(np.array([t for r in rows for t in r["token_type_ids"]], dtype=np.int8))
+            lengths.append(np.array([len(r["input_ids"]) for r in rows], dtype=np.int64))
+            truncated.append(np.array([i in cut for i in range(len(rows))], dtype=bool))
+        offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        if texts:
+            np.cumsum(np.concatenate(lengths), out=offsets[1:])
+        packed_types = np.concatenate(types) if types else None
+        if packed_types is not None and not packed_types.any():
+            packed_types = None
+        return cls(np.concatenate(ids) if ids else np.zeros(0, np.int32), offsets, packed_types, targets,
+                   np.concatenate(truncated) if truncated else np.zeros(0, bool))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> Feature:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        n = b - a
+        feature = {"input_ids": self.ids[a:b].tolist(),
+                   "token_type_ids": self.types[a:b].tolist() if self.types is not None else [0] * n,
+                   "attention_mask": [1] * n, "example_index": i, "truncated": bool(self.truncated[i])}
+        if self.targets is not None:
+            feature["labels"] = self.targets[i].tolist()
+        return feature
+
+    def __iter__(self) -> Iterator[Feature]:
+        return (self[i] for i in range(len(self)))
+
+    def lengths(self) -> list[int]:
+        return np.diff(self.offsets).tolist()
+
+
+def _single_rows(encoded: tuple[np.ndarray, np.ndarray], max_length: int,
+                 special: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ids, lengths, truncated) of `[CLS] text[:max_length - 2] [SEP]` rows, from the flat ids and offsets of
+    the texts (`encode_corpus(flat=True)`), without a Python object per token."""
+    flat, offsets = encoded
+    lengths = np.diff(offsets)
+    keep = np.minimum(lengths, max_length - 2)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    inner = flat[(np.arange(len(flat)) - offsets[:-1][owner]) < keep[owner]]
+    out_lengths = keep + 2
+    ends = np.cumsum(out_lengths)
+    starts = ends - out_lengths
+    out = np.empty(int(out_lengths.sum()), dtype=np.int32)
+    body = np.ones(len(out), dtype=bool)
+    body[starts] = body[ends - 1] = False
+    out[starts], out[ends - 1] = special
+    out[body] = inner
+    return out, out_lengths.astype(np.int64), lengths > max_length - 2
+
+
+def _special_ids(tokenizer) -> tuple[int, int] | None:
+    """([CLS], [SEP]) ids when `tokenizer` encodes one text as [CLS] ids [SEP] and has the flat corpus encoder
+    (BERT's WordPiece tokenizer); else None (the general path)."""
+    if not hasattr(tokenizer, "encode_corpus"):
+        return None
+    empty = list(tokenizer("", None, truncation=False, padding=False)["input_ids"])
+    probe = list(tokenizer("a b", None, truncation=False, padding=False)["input_ids"])
+    inner = tokenizer.encode_corpus(["a b"], num_workers=1)[0]
+    return (empty[0], empty[1]) if len(empty) == 2 and probe == [empty[0], *inner, empty[1]] else None
 
 
 def truncated_rows(tokenizer, texts: Sequence[str], pairs: Sequence[str] | None,

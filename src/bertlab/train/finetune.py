@@ -52,7 +52,8 @@ from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
-from ..tasks.base import Feature, feature_length
+from ..tasks.metrics import brief_scores
+from ..tasks.base import Feature, feature_lengths
 from ..tasks.own_data import InputOptions
 from . import methods
 from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, claim_run_dir,
@@ -262,9 +263,10 @@ class PretrainedStart:
     layers (the head, and a pooler the checkpoint lacked) are initialised from `seed`. Every run of a grid
     then starts from the same encoder without re-reading and re-initialising the whole model from disk."""
 
-    def __init__(self, spec: TaskSpec, model_dir: str | Path, reinitialise: bool = False):
+    def __init__(self, spec: TaskSpec, model_dir: str | Path, reinitialise: bool = False, runs: int | None = None):
         self.reinitialise = reinitialise  # a random start: every seed draws the whole model anew, not only the head
         self.model_dir = str(Path(model_dir).resolve())  # an unmerged LoRA adapter names it as its base
+        self.runs = runs  # fresh copies still to give; the last run gets the model itself (None: always copies)
         self.model, report = spec.build_model(model_dir, return_report=True)
         self.model.config.extra["finetuning_task"] = spec.name
         own = model_keys(self.model)  # the report names weights canonically (`pooler.dense.weight`), not as
@@ -273,7 +275,13 @@ class PretrainedStart:
 
     def fresh(self, seed: int):
         seed_everything(seed)  # the new head's initialisation is part of what a seed decides
-        model = copy.deepcopy(self.model)
+        if self.runs is not None:
+            self.runs -= 1
+        # the last run takes the loaded model itself: a second copy of the weights is held only while needed
+        if self.runs is None or self.runs > 0:
+            model = copy.deepcopy(self.model)
+        else:
+            model, self.model = self.model, None
         if self.reinitialise:
             model.init_weights()
         for name in self.new_modules:
@@ -284,9 +292,9 @@ class PretrainedStart:
 def subset(items: Sequence, limit: int | None, seed: int = 0) -> list:
     """A seeded random `limit` of `items`, in their original order (all of them when `limit` is None)."""
     if limit is None or limit >= len(items):
-        return list(items)
+        return items if hasattr(items, "take") else list(items)  # a column store is shared, not copied row by row
     keep = sorted(random.Random(seed).sample(range(len(items)), limit))
-    return [items[i] for i in keep]
+    return items.take(keep) if hasattr(items, "take") else [items[i] for i in keep]
 
 
 def load_task_data(spec: TaskSpec, data: str | Path, tokenizer, max_length: int, train_limit: int | None = None,
@@ -318,7 +326,7 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
 
     # Length-grouped batches: with dynamic padding a random batch is padded to its longest row, and on
     # GLUE/CoNLL sentences that is most of the compute; grouped, the padding nearly vanishes.
-    lengths = [feature_length(f) for f in data.train_features] if cfg.group_by_length else None
+    lengths = feature_lengths(data.train_features) if cfg.group_by_length else None
     stopper = EarlyStopping(cfg.early_stopping, spec.main_metric) if cfg.early_stopping else None
 
     def batches(step: int):  # seekable: the loop asks for the data from optimizer step `step` on
@@ -433,7 +441,8 @@ def truncation_report(data: TaskData) -> dict[str, int]:
     """Inputs cut to max-seq-length per split (features flagged `truncated` by their task), so nothing is
     cut silently."""
     splits = {"train": data.train_features, **data.eval_features}
-    return {split: sum(bool(f.get("truncated")) for f in features) for split, features in splits.items()}
+    return {split: int(features.truncated.sum()) if hasattr(features, "truncated") else
+            sum(bool(f.get("truncated")) for f in features) for split, features in splits.items()}
 
 
 def save_model(model, out: Path, tokenizer) -> Path:
@@ -558,7 +567,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
              len(data.train_features), {s: len(e) for s, e in data.eval_examples.items()})
 
-    pretrained = PretrainedStart(spec, model_dir, reinitialise=start is not None)
+    pretrained = PretrainedStart(spec, model_dir, reinitialise=start is not None, runs=len(cfg.settings()) * cfg.seeds)
     all_runs: list[RunResult] = []
     best: tuple[float, dict, list[RunResult], RunResult] | None = None  # (mean score, setting, runs, best run)
     settings = cfg.settings()
@@ -574,7 +583,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
                 continue
             model, run = train_once(spec, cfg, data, pretrained, setting, seed, out / "runs" / name, tokenizer,
                                     max_length, device)
-            log.info("%s: %s", name, json.dumps(run.scores))
+            log.info("%s: %s", name, json.dumps({s: brief_scores(v) for s, v in run.scores.items()}))
             # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy; and on disk
             # until the setting is decided, for a resume).
             best_of_setting = not runs or run.main_score(spec) > max(r.main_score(spec) for r in runs)
@@ -650,10 +659,15 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
     if run.state is not None:
-        model = spec.head(run.config)
-        add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights load
+        # Built on the meta device and given the kept weights themselves (assign): no third copy of the model
+        # at the export (it set the run's peak memory), and nothing initialised only to be overwritten.
+        with torch.device("meta"):
+            model = spec.head(run.config)
+            add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights
         model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
-        model.load_state_dict(run.state)
+        model.load_state_dict(run.state, assign=True)
+        if hasattr(model, "tie_weights"):  # a head whose output layer shares the word embeddings
+            model.tie_weights()
     else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
         model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
         model.config.extra.update(spec.export_config(run.scores))

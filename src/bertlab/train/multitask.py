@@ -43,7 +43,7 @@ from ..checkpoint import atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..errors import BertlabError, ConfigError
 from ..tasks import TASKS, evaluate
-from ..tasks.base import feature_length
+from ..tasks.base import feature_lengths
 from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,
                        PretrainedStart, FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
 from .loop import CHECKPOINT_DIR, LoopConfig, latest_checkpoint, mixed_batches, steps_per_epoch
@@ -128,7 +128,7 @@ def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) ->
              options.mixing, ", ".join(f"{r:.3f}" for r in rates), total)
 
     task_features = [data[name].train_features for name in names]
-    lengths = [[feature_length(f) for f in fs] for fs in task_features] if cfg.group_by_length else None
+    lengths = [feature_lengths(fs) for fs in task_features] if cfg.group_by_length else None
 
     def batches(step: int):
         stream = mixed_batches(task_features, schedule, micro, [specs[n].collate for n in names], cfg.seed,
