@@ -183,11 +183,16 @@ def run_server(server: Server, port: int, texts: list[str], args, workdir: Path)
             print(f"  first failures: {result['first_failures']}")
         return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """End a server process: SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def rss_slope(samples: list[tuple[float, float]]) -> float:
@@ -249,11 +254,7 @@ def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
               f"{result['slope_mb_per_min_last_half']:+.2f} MB/min", flush=True)
         return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def burst(model_dir: Path, texts: list[str], n: int, threads: int, workdir: Path) -> dict:
