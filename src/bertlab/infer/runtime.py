@@ -6,6 +6,8 @@ rules, so they are stated once here:
   * the model runs in eval mode under `torch.inference_mode()` (no autograd bookkeeping at all);
   * `--dtype bf16` casts the whole model to bfloat16 (on CPUs with AVX-512 BF16/AMX and on GPUs the
     matmuls run at twice the fp32 rate); pooling and outputs are computed in fp32;
+  * `--dtype int8` (CPU) runs the linear layers as int8 GEMMs, weights per output channel and activations per
+    token row (`nn/int8_linear.py`; min cosine to fp32 ≥ 0.99 on all-MiniLM-L6-v2), everything else in fp32;
   * a command that needs a head (fill-mask: the MLM head; predict: the task head) checks that the
     checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
     line instead of predictions from a randomly initialised layer;
@@ -33,6 +35,8 @@ from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 log = logging.getLogger(__name__)
 
 ON_LONG = ("truncate", "reject")
+# Inference precisions: the training ones, and int8 (fp32 model, linear layers quantized; CPU only)
+INFERENCE_DTYPES = (*DTYPES, "int8")
 
 
 @dataclass
@@ -49,8 +53,10 @@ class InferenceOptions:
     onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.dtype not in INFERENCE_DTYPES:
+            raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(INFERENCE_DTYPES)}")
+        if self.dtype == "int8" and torch.device(self.device).type != "cpu":
+            raise BertlabError(f"--dtype int8 runs on the CPU only; use --dtype bf16 or fp16 on {self.device}")
         if self.on_long not in ON_LONG:
             raise BertlabError(f"--on-long must be one of {', '.join(ON_LONG)}, got {self.on_long!r}")
         if self.max_length is not None and self.max_length < 3:
@@ -68,7 +74,8 @@ class InferenceOptions:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        """The dtype the model's parameters are cast to (int8: fp32, its linear layers quantized after)."""
+        return torch.float32 if self.dtype == "int8" else DTYPES[self.dtype]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
@@ -84,7 +91,8 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or the "
                         "name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
-    p.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="precision of the model (default fp32)")
+    p.add_argument("--dtype", default="fp32", choices=list(INFERENCE_DTYPES),
+                   help="precision of the model (default fp32); int8: CPU, linear layers as int8 GEMMs")
     p.add_argument("--max-length", type=int, metavar="N",
                    help="tokens per text including [CLS]/[SEP] (default: the model's limit)")
     p.add_argument("--on-long", default="truncate", choices=ON_LONG,
@@ -161,13 +169,19 @@ def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefi
 
 def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Module:
     """Unmerged LoRA merged; eval mode, device, dtype; parameters frozen (inference never needs their
-    gradients); on a CPU, linear layers packed for oneDNN (last: the packed copies are made from the final
-    weights)."""
+    gradients); int8: linear layers quantized; on a CPU, the remaining fp32/bf16 linear layers packed for oneDNN
+    (last: the packed copies are made from the final weights)."""
     if lora_layers(model):  # an unmerged LoRA adapter: folded into its weights once, not recomputed per call
         merge_lora(model)
     model = model.to(device=options.device, dtype=options.torch_dtype).eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if options.dtype == "int8":  # before packing: the quantized layers replace the plain ones
+        from ..nn.int8_linear import available, quantize_linear_layers
+
+        if not available():
+            raise BertlabError("--dtype int8: this torch build has no CPU int8 matrix multiply (torch._int_mm)")
+        log.debug("%d linear layers quantized to int8", quantize_linear_layers(model))
     if options.onednn and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers
 
