@@ -19,6 +19,7 @@ rules, so they are stated once here:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 from dataclasses import dataclass
@@ -35,6 +36,33 @@ from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 log = logging.getLogger(__name__)
 
 ON_LONG = ("truncate", "reject")
+# The engines that can run the forward pass: bertlab's own, and peers where their packages are installed
+ENGINES = ("bertlab", "onnxruntime", "openvino", "ctranslate2")
+# engine -> the packages its runtime needs (checked before anything is loaded)
+PACKAGES = {"onnxruntime": ("onnxruntime",), "openvino": ("openvino",), "ctranslate2": ("ctranslate2",)}
+# engine -> the --dtype values it runs, and the name each has in the engine
+PRECISIONS = {"onnxruntime": {"fp32": None, "int8": None},
+              "openvino": {"fp32": "f32", "bf16": "bf16"},
+              "ctranslate2": {"fp32": "float32", "bf16": "bfloat16", "int8": "int8"}}
+# engine -> load_model for it (cls, model_dir, options, head) -> a model; filled by infer/engines.py, which the
+# package imports (the engines' converters use this module's loader: registered, not imported from here)
+ENGINE_LOADERS: dict[str, Any] = {}
+
+
+def require_engine(engine: str, dtype: str = "fp32") -> None:
+    """One line when the engine is unknown, its package is missing, or it does not run `dtype`."""
+    if engine not in ENGINES:
+        raise BertlabError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if engine == "bertlab":
+        return
+    missing = [m for m in PACKAGES[engine] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BertlabError(f"--engine {engine} needs the {' and '.join(missing)} package: "
+                           f"pip install 'bertlab-paper[{engine}]'")
+    if dtype not in PRECISIONS[engine]:
+        raise BertlabError(f"--engine {engine} runs --dtype {' or '.join(PRECISIONS[engine])}, not {dtype}")
+
+
 # Inference precisions: the training ones, and int8 (fp32 model, linear layers quantized; CPU only)
 INFERENCE_DTYPES = (*DTYPES, "int8")
 
@@ -51,10 +79,15 @@ class InferenceOptions:
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
     onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
+    engine: str = "bertlab"  # or a peer engine running the forward pass (see infer/engines.py)
 
     def __post_init__(self) -> None:
         if self.dtype not in INFERENCE_DTYPES:
             raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(INFERENCE_DTYPES)}")
+        if self.engine != "bertlab":
+            require_engine(self.engine, self.dtype)
+            if self.device != "cpu":
+                raise BertlabError(f"--engine {self.engine} runs on the CPU here; use --engine bertlab on {self.device}")
         if self.dtype == "int8" and torch.device(self.device).type != "cpu":
             raise BertlabError(f"--dtype int8 runs on the CPU only; use --dtype bf16 or fp16 on {self.device}")
         if self.on_long not in ON_LONG:
@@ -80,7 +113,8 @@ class InferenceOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
         return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_length", "on_long", "max_tokens",
-                                                    "max_batch", "threads", "onednn") if getattr(args, k, None) is not None})
+                                                    "max_batch", "threads", "onednn", "engine")
+                      if getattr(args, k, None) is not None})
 
 
 def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
@@ -104,6 +138,13 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
                    help="on CPU: plain nn.Linear instead of oneDNN-packed weights")
+
+
+def add_engine_argument(p: argparse.ArgumentParser) -> None:
+    """`--engine`, for the commands a peer engine can run (embed, predict, serve)."""
+    p.add_argument("--engine", default="bertlab", choices=ENGINES,
+                   help="what runs the model: bertlab (default, the fastest here), or onnxruntime, openvino, "
+                        "ctranslate2 where installed (the folder's `bertlab export` file, else converted on load)")
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -155,6 +196,8 @@ def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefi
     """`cls.from_pretrained(model_dir)` on the chosen device and dtype, in eval mode. With `head_prefix`
     (e.g. `cls.predictions.`), refuse a checkpoint without those weights instead of initialising them."""
     model_dir = check_model_dir(model_dir)
+    if options.engine != "bertlab":
+        return ENGINE_LOADERS[options.engine](cls, model_dir, options, head=head_prefix is not None)
     if head_prefix is not None:
         keys = checkpoint_keys(model_dir)
         if keys is not None and not has_weights(keys, head_prefix):
