@@ -7,7 +7,7 @@ tokenizer, length buckets, long-document windows, pooling and outputs: only the 
     engine        package        precisions            model file (written by `bertlab export ENGINE`)
     onnxruntime   onnxruntime    fp32, int8 (dynamic)  DIR/model.onnx, DIR/model_int8.onnx
     openvino      openvino       fp32, bf16            DIR/openvino/openvino_model.xml (+ .bin)
-    ctranslate2   ctranslate2    fp32, bf16, int8      DIR/ctranslate2/model.bin  (encoders only: no task heads)
+    ctranslate2   ctranslate2    fp32, int8            DIR/ctranslate2/model.bin  (encoders only: no task heads)
 
 `--model DIR` may be an export folder (the engine's file is used as it is) or any bertlab model folder (the
 model is converted for the engine into a temporary folder first, a few seconds, with one log line saying so).
@@ -78,7 +78,10 @@ class CTranslate2Runner:
         import ctranslate2
 
         folder = path.parent if path.is_file() else path  # model.bin or its folder
-        self.encoder = ctranslate2.Encoder(str(folder), device="cpu", compute_type=PRECISIONS["ctranslate2"][options.dtype],
+        compute_type = PRECISIONS["ctranslate2"][options.dtype]
+        if compute_type not in ctranslate2.get_supported_compute_types("cpu"):  # it would silently use another
+            raise BertlabError(f"--engine ctranslate2: this CPU build does not run {compute_type}")
+        self.encoder = ctranslate2.Encoder(str(folder), device="cpu", compute_type=compute_type,
                                            intra_threads=_threads(options))
 
     def __call__(self, ids, mask, types) -> np.ndarray:

@@ -43,7 +43,7 @@ PACKAGES = {"onnxruntime": ("onnxruntime",), "openvino": ("openvino",), "ctransl
 # engine -> the --dtype values it runs, and the name each has in the engine
 PRECISIONS = {"onnxruntime": {"fp32": None, "int8": None},
               "openvino": {"fp32": "f32", "bf16": "bf16"},
-              "ctranslate2": {"fp32": "float32", "bf16": "bfloat16", "int8": "int8"}}
+              "ctranslate2": {"fp32": "float32", "int8": "int8"}}  # its CPU build has no bfloat16
 # engine -> load_model for it (cls, model_dir, options, head) -> a model; filled by infer/engines.py, which the
 # package imports (the engines' converters use this module's loader: registered, not imported from here)
 ENGINE_LOADERS: dict[str, Any] = {}
