@@ -110,3 +110,29 @@ def test_int8_minilm_embeddings_on_held_out_wikitext(minilm_dir, shared_data):
     cos = cosine(int8.embed_ids(ids), fp32.embed_ids(ids))
     assert cos.min() >= 0.99, f"min cosine {cos.min():.5f}"
     assert cos.mean() >= 0.997  # measured: min 0.9956, mean 0.9975 (400 texts of 16-512 tokens)
+
+
+def test_int8_generate_runs_t5_with_quantized_layers(tmp_path, capsys):
+    """`generate --dtype int8`: the T5's projections and LM head in int8, logits close to fp32, the command runs."""
+    import json
+
+    from bertlab.cli import main
+    from bertlab.t5.config import T5Config
+    from bertlab.t5.model import T5ForConditionalGeneration
+    from test_t5_generate import t5_folder
+
+    folder, _, _ = t5_folder(tmp_path)  # its tokenizer; the weights replaced by a plainly initialised T5 (the
+    torch.manual_seed(0)                # folder's own are drawn 3x larger, chaotic by design: any change flips tokens)
+    T5ForConditionalGeneration(T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                        relative_attention_num_buckets=8)).save_pretrained(folder)
+    fp32 = load_model(T5ForConditionalGeneration, folder, InferenceOptions())
+    int8 = load_model(T5ForConditionalGeneration, folder, InferenceOptions(dtype="int8"))
+    assert isinstance(int8.lm_head, int8_linear.Int8Linear)
+    g = torch.Generator().manual_seed(0)
+    ids, labels = torch.randint(5, 90, (3, 10), generator=g), torch.randint(5, 90, (3, 7), generator=g)
+    with torch.inference_mode():
+        a, b = fp32(ids, labels=labels).logits, int8(ids, labels=labels).logits
+    assert float(row_cosine(a, b).min()) > 0.99
+    assert main(["generate", "--model", str(folder), "--dtype", "int8", "--max-new-tokens", "5", "the dog walks"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["text"] == "the dog walks" and 1 <= len(row["token_ids"]) <= 5
