@@ -46,7 +46,9 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
     mlm = load_model(BertForMaskedLM, tiny_model(tmp_path / "mlm", "BertForMaskedLM"), InferenceOptions(dtype="int8"))
     fp32_keys = BertForMaskedLM.from_pretrained(tmp_path / "mlm").state_dict().keys()
     assert mlm.state_dict().keys() == fp32_keys
-    assert isinstance(mlm.bert.encoder.layer[0].attention.self.query, int8_linear.Int8Linear)
+    attn = mlm.bert.encoder.layer[0].attention.self
+    assert isinstance(attn.stacked, int8_linear.Int8Linear) and attn.stacked.out_features == 3 * 32  # q, k, v
+    assert isinstance(mlm.bert.encoder.layer[0].intermediate.dense, int8_linear.Int8Linear)
     assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight
     clf = load_model(BertForSequenceClassification, tiny_model(tmp_path / "clf", "BertForSequenceClassification"),
                      InferenceOptions(dtype="int8"))
@@ -61,7 +63,8 @@ def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path):
     folder = tiny_model(tmp_path / "m", "BertModel")
     fp32 = load_model(BertModel, folder, InferenceOptions())
     int8 = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
-    assert sum(isinstance(m, int8_linear.Int8Linear) for m in int8.modules()) >= 3 * 6  # q k v o, in, out per layer
+    # per layer: q k v stacked, the attention output, the FFN in and out; and the pooler
+    assert sum(isinstance(m, int8_linear.Int8Linear) for m in int8.modules()) == 3 * 4 + 1
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, 60, (4, 23), generator=g)
     mask = torch.ones_like(ids)

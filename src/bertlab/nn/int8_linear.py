@@ -46,10 +46,11 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b as `nn.Linear`, with W and x quantized to int8 and the product taken in int32 (no grad)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, keep_parameters: bool = True):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
+        if keep_parameters:
+            self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
         w = linear.weight.detach().float()
         scale = w.abs().amax(1).clamp(min=1e-8) / 127.0  # (out,)
         # (in, out) view of an (out, in) contiguous tensor: the layout `_int_mm` reads fastest as its B
@@ -57,13 +58,28 @@ class Int8Linear(nn.Module):
         self.register_buffer("wscale", scale, persistent=False)
         self.register_buffer("fbias", None if linear.bias is None else linear.bias.detach().float(), persistent=False)
 
+    @classmethod
+    def stacked(cls, linears: list[nn.Linear]) -> "Int8Linear":
+        """One layer computing several that read the same input, their outputs side by side (attention's query,
+        key and value): the input is quantized once and multiplied in one GEMM. It holds no Parameters of its
+        own (the originals stay where they are, so state_dict is unchanged)."""
+        with torch.no_grad():
+            biases = [l.bias if l.bias is not None else l.weight.new_zeros(l.out_features) for l in linears]
+            joint = nn.Linear(linears[0].in_features, sum(l.out_features for l in linears))
+            joint.weight.copy_(torch.cat([l.weight for l in linears]))
+            joint.bias.copy_(torch.cat(biases))
+        return cls(joint, keep_parameters=False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         xq, xscale = quantize_rows(flat)
         y = torch._int_mm(xq, self.qweight) * xscale  # int32 · fp32 -> fp32, one pass
-        y = torch.addcmul(self.fbias, y, self.wscale) if self.fbias is not None else y.mul_(self.wscale)
+        if self.fbias is not None:
+            torch.addcmul(self.fbias, y, self.wscale, out=y)  # in place: no second (N, out) buffer
+        else:
+            y.mul_(self.wscale)
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -83,14 +99,27 @@ def available() -> bool:
         return False
 
 
+def quantizable(layer: nn.Module) -> bool:
+    # Plain nn.Linear only: a subclass does more than x Wᵀ + b (an adapter after it, a LoRA-parametrized weight)
+    return (type(layer) is nn.Linear and layer.weight.device.type == "cpu" and layer.weight.dtype == torch.float32
+            and min(layer.in_features, layer.out_features) >= MIN_FEATURES)
+
+
 def quantize_linear_layers(model: nn.Module) -> int:
     """Swap the CPU fp32 `nn.Linear` layers of an inference model (both sides ≥ MIN_FEATURES) for `Int8Linear`;
-    returns how many."""
-    # Plain nn.Linear only: a subclass does more than x Wᵀ + b (an adapter after it, a LoRA-parametrized weight)
+    returns how many. A module that declares `stacked_projections` (names of layers reading the same input) and
+    has a `stacked` slot gets them as one stacked int8 layer there (which its forward pass uses); those layers
+    themselves stay as they are."""
+    stacked = set()
+    for module in model.modules():
+        names = getattr(module, "stacked_projections", ())
+        layers = [getattr(module, n, None) for n in names]
+        if names and hasattr(module, "stacked") and all(quantizable(l) for l in layers):
+            module.stacked = Int8Linear.stacked(layers)
+            stacked.update(id(l) for l in layers)
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.device.type == "cpu"
-               and child.weight.dtype == torch.float32 and min(child.in_features, child.out_features) >= MIN_FEATURES]
+               if quantizable(child) and id(child) not in stacked]
     with torch.no_grad():
         for parent, name, child in targets:
             setattr(parent, name, Int8Linear(child))
-    return len(targets)
+    return len(targets) + len(stacked)
