@@ -19,6 +19,10 @@ Each thread count in `--threads` loads every contender anew with that many threa
 CTranslate2 alike). Rounds are interleaved (the order rotates each round, so a busy machine slows all alike);
 the table reports medians, with each row's minimum cosine to HF fp32 over all rows of the shape.
 
+Task accuracy: `--sst2-model DIR` (a model fine-tuned on SST-2) adds SST-2 dev accuracy for every precision and
+engine that runs task heads (bertlab, onnxruntime, openvino), `bertlab predict`'s path, and the share of
+predictions equal to bertlab fp32's.
+
 Prints a markdown table per thread count and writes all numbers to `--json`. `--quick` is a smoke run (64
 rows, 8 for latency, 1 round, short and long, 1 thread) that shows the script works; its numbers are noisy.
 """
@@ -136,9 +140,9 @@ def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[l
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
-                seconds, vectors[name] = timed(lambda: models[name].embed_ids(ids))
+                seconds, vectors[name] = timed(lambda m=models[name]: m.embed_ids(ids))
                 bulk[name].append(len(ids) / seconds)
-                per_row = [timed(lambda row=row: models[name].embed_ids([row]))[0] for row in latency_ids]
+                per_row = [timed(lambda row=row, m=models[name]: m.embed_ids([row]))[0] for row in latency_ids]
                 single[name].append(1000 * statistics.median(per_row))
         ref = vectors.get("HF fp32", vectors.get("bertlab fp32"))
         for name in names:
@@ -165,10 +169,34 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def sst2_accuracy(model_dir: Path, engines: list[str], dtypes: list[str], threads: int) -> list[dict]:
+    """SST-2 dev accuracy of `model_dir` through `Predictor` for each engine and precision that runs heads."""
+    from bertlab.infer.predict import Predictor
+
+    dev = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
+    if not dev.is_file():
+        print(f"skipped task accuracy: {dev} not found")
+        return []
+    rows = [line.split("\t") for line in dev.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+    texts, gold = [r[0] for r in rows], [int(r[1]) for r in rows]
+    out, reference = [], None
+    for engine in [e for e in ("bertlab", "onnxruntime", "openvino") if e in engines]:
+        for dtype in [d for d in ENGINE_DTYPES[engine] if d in dtypes]:
+            if engine != "bertlab" and not installed(*EXPORTS[engine][1]):
+                continue
+            predictor = Predictor.from_pretrained(model_dir, InferenceOptions(engine=engine, dtype=dtype, threads=threads))
+            labels = [predictor.labels.index(p["label"]) for p in predictor.predict(texts)]
+            reference = reference or labels
+            out.append({"contender": f"{engine} {dtype}", "sst2_dev_accuracy": round(100 * np.mean(np.equal(labels, gold)), 2),
+                        "same_as_bertlab_fp32": round(100 * np.mean(np.equal(labels, reference)), 2)})
+            print(f"SST-2 dev ({len(texts)}): {out[-1]}", flush=True)
+    return out
+
+
 def provenance() -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
+                                text=True, check=False).stdout.strip()
     except OSError:
         commit = "unknown"
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
@@ -188,6 +216,8 @@ def main() -> int:
     p.add_argument("--engines", default="hf,bertlab,onnxruntime,openvino,ctranslate2")
     p.add_argument("--dtypes", default="fp32,bf16,int8")
     p.add_argument("--json", type=Path, help="write all numbers (and how they were taken) here")
+    p.add_argument("--sst2-model", type=Path, metavar="DIR", help="also SST-2 dev accuracy of this fine-tuned model")
+    p.add_argument("--no-speed", dest="speed", action="store_false", help="only the task accuracy")
     p.add_argument("--quick", action="store_true", help="a smoke run: 64 rows, 8 for latency, 1 round, 1 thread")
     args = p.parse_args()
     if args.quick:
@@ -203,10 +233,12 @@ def main() -> int:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     inputs = {s: make_inputs(tokenizer, args.n, *SHAPES[s], seed=i) for i, s in enumerate(args.shapes.split(","))}
     started = provenance()
+    rows, accuracy = [], []
+    if args.sst2_model is not None:
+        accuracy = sst2_accuracy(args.sst2_model, args.engines, args.dtypes, int(args.threads.split(",")[0]))
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
-        folders = export_all(Path(model_dir), Path(tmp), [e for e in args.engines if e in EXPORTS])
-        rows = []
-        for threads in (int(t) for t in args.threads.split(",")):
+        folders = export_all(Path(model_dir), Path(tmp), [e for e in args.engines if e in EXPORTS]) if args.speed else {}
+        for threads in (int(t) for t in args.threads.split(",")) if args.speed else ():
             rows += run_threads(Path(model_dir), folders, args, threads, inputs)
             print(table([r for r in rows if r["threads"] == threads]), flush=True)
     info = {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()],
@@ -214,7 +246,8 @@ def main() -> int:
     print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']}, {info['cores']} cores | load "
           f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']}")
     if args.json:
-        args.json.write_text(json.dumps({"provenance": info, "rows": rows}, indent=2, default=str) + "\n")
+        args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,
+                                        default=str) + "\n")
     return 0
 
 
