@@ -48,6 +48,7 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
     assert mlm.state_dict().keys() == fp32_keys
     attn = mlm.bert.encoder.layer[0].attention.self
     assert isinstance(attn.stacked, int8_linear.Int8Linear) and attn.stacked.out_features == 3 * 32  # q, k, v
+    assert type(attn.query) is nn.Linear  # unused in the forward pass: kept for state_dict, not packed for oneDNN
     assert isinstance(mlm.bert.encoder.layer[0].intermediate.dense, int8_linear.Int8Linear)
     assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight
     clf = load_model(BertForSequenceClassification, tiny_model(tmp_path / "clf", "BertForSequenceClassification"),

@@ -117,6 +117,8 @@ def quantize_linear_layers(model: nn.Module) -> int:
         if names and hasattr(module, "stacked") and all(quantizable(l) for l in layers):
             module.stacked = Int8Linear.stacked(layers)
             stacked.update(id(l) for l in layers)
+            for layer in layers:  # kept for state_dict only: not worth a oneDNN-packed copy (packed_linear.py)
+                layer.superseded = True
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if quantizable(child) and id(child) not in stacked]
     with torch.no_grad():
