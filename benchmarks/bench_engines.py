@@ -187,7 +187,8 @@ def sst2_accuracy(model_dir: Path, engines: list[str], dtypes: list[str], thread
             predictor = Predictor.from_pretrained(model_dir, InferenceOptions(engine=engine, dtype=dtype, threads=threads))
             labels = [predictor.labels.index(p["label"]) for p in predictor.predict(texts)]
             reference = reference or labels
-            out.append({"contender": f"{engine} {dtype}", "sst2_dev_accuracy": round(100 * float(np.mean(np.equal(labels, gold))), 2),
+            out.append({"contender": f"{engine} {dtype}",
+                        "sst2_dev_accuracy": round(100 * float(np.mean(np.equal(labels, gold))), 2),
                         "same_as_bertlab_fp32": round(100 * float(np.mean(np.equal(labels, reference))), 2)})
             print(f"SST-2 dev ({len(texts)}): {out[-1]}", flush=True)
     return out

@@ -81,6 +81,9 @@ def test_export_folder_runs_with_its_engine(engine, tmp_path, capsys):
         assert main(["embed", "--model", str(model), "--input", str(tmp_path / "in.txt"), "--output",
                      str(tmp_path / f"{name}.npy"), *extra]) == 0
     assert (np.load(tmp_path / "ref.npy") * np.load(tmp_path / "eng.npy")).sum(-1).min() > 1 - 1e-5
+    if engine == "onnx":  # exported without --quantize int8: int8 asked of it is one line, not a failed conversion
+        with pytest.raises(BertlabError, match="no model_int8.onnx; export it with"):
+            Embedder.from_pretrained(tmp_path / "x", options=InferenceOptions(engine="onnxruntime", dtype="int8"))
 
 
 @pytest.mark.slow

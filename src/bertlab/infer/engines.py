@@ -150,6 +150,10 @@ def load_engine_model(cls: type, model_dir: Path, options, head: bool) -> Engine
                            "not its encoder alone; give an encoder folder, or --engine bertlab")
     output = "last_hidden_state" if not head else "spans" if spec.task == "qa" else "logits"
     path, workdir = engine_file(engine, model_dir, options.dtype), None
+    # an export folder without the file asked for has no weights to convert it from
+    if not path.is_file() and engine_file(engine, model_dir, "fp32").is_file():
+        raise BertlabError(f"{model_dir}: has {ONNX_FILES['fp32']} but no {path.name}; export it with "
+                           "`bertlab export onnx --quantize int8`")
     if not path.is_file():
         workdir = tempfile.TemporaryDirectory(prefix=f"bertlab-{engine}-")
         log.warning("%s: no %s model in the folder; converting it now (`bertlab export %s` once saves this)",

@@ -87,7 +87,8 @@ class InferenceOptions:
         if self.engine != "bertlab":
             require_engine(self.engine, self.dtype)
             if self.device != "cpu":
-                raise BertlabError(f"--engine {self.engine} runs on the CPU here; use --engine bertlab on {self.device}")
+                raise BertlabError(f"--engine {self.engine} runs on the CPU here; "
+                                   f"use --engine bertlab on {self.device}")
         if self.dtype == "int8" and torch.device(self.device).type != "cpu":
             raise BertlabError(f"--dtype int8 runs on the CPU only; use --dtype bf16 or fp16 on {self.device}")
         if self.on_long not in ON_LONG:
