@@ -140,3 +140,16 @@ def test_int8_generate_runs_t5_with_quantized_layers(tmp_path, capsys):
     assert main(["generate", "--model", str(folder), "--dtype", "int8", "--max-new-tokens", "5", "the dog walks"]) == 0
     row = json.loads(capsys.readouterr().out.splitlines()[0])
     assert row["text"] == "the dog walks" and 1 <= len(row["token_ids"]) <= 5
+
+
+def test_int8_serve_loads_quantized_models(tmp_path):
+    """`serve --dtype int8`: the service's embedder runs the int8 encoder, its vectors close to fp32's."""
+    pytest.importorskip("fastapi")
+    from bertlab.infer.serve import load_models
+
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    fp32 = load_models(folder, InferenceOptions()).embedder
+    int8 = load_models(folder, InferenceOptions(dtype="int8")).embedder
+    assert any(isinstance(m, int8_linear.Int8Linear) for m in int8.model.modules())
+    texts = ["the cat sat on the mat", "paris is the capital of france"]
+    assert (fp32.embed(texts) * int8.embed(texts)).sum(-1).min() > 0.999
