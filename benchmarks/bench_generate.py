@@ -6,7 +6,8 @@
 The model: a random T5 of the preset's size (t5-small: 60M, vocab 32128), built by bertlab, saved in the Hugging
 Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attention) and by bertlab's inference
 runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -- the same weights on both
-sides. A third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds. Random weights repeat tokens and rarely say </s>, so both sides run to `--new-tokens` and the outputs are
+sides. A third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; a fourth
+`--dtype int8` (its ids compared with fp32's position by position). Random weights repeat tokens and rarely say </s>, so both sides run to `--new-tokens` and the outputs are
 checked to be identical ids. Inputs: `--batch` rows of random ids, lengths spread over 1/2..1 x `--input-length`
 (right-padded, a fixed seed). Both sides in fp32 under `torch.inference_mode()`, interleaved round by round
 (the order alternates, so a busy machine slows both alike); medians.
@@ -55,6 +56,9 @@ def main() -> None:
         theirs = transformers.T5ForConditionalGeneration.from_pretrained(tmp, attn_implementation="sdpa").eval()
         # what `bertlab generate` runs: the model through the inference runtime (oneDNN-packed linear layers)
         ours = prepare(T5ForConditionalGeneration.from_pretrained(tmp), InferenceOptions(threads=args.threads))
+        # `bertlab generate --dtype int8`: linear layers and LM head as int8 GEMMs (nn/int8_linear.py)
+        ours_int8 = prepare(T5ForConditionalGeneration.from_pretrained(tmp),
+                            InferenceOptions(dtype="int8", threads=args.threads))
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(2, ours.config.vocab_size, (args.batch, args.input_length), generator=g)
@@ -71,14 +75,19 @@ def main() -> None:
     def run_plain():
         return plain.generate(ids, attention_mask=mask, **settings)
 
+    def run_int8():
+        return ours_int8.generate(ids, attention_mask=mask, **settings)
+
     def run_theirs():
         with torch.inference_mode():
             return theirs.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
 
-    a, b, c = run_ours(), run_theirs(), run_plain()  # warm-up, and the check
+    a, b, c, d = run_ours(), run_theirs(), run_plain(), run_int8()  # warm-up, and the check
     same = a.shape == b.shape == c.shape and bool((a == b).all()) and bool((c == b).all())
+    agree = float((d == a).float().mean()) if d.shape == a.shape else float("nan")
     tokens = args.batch * (a.size(1) - 1)
-    contenders = {"bertlab": run_ours, "transformers": run_theirs, "bertlab, plain nn.Linear": run_plain}
+    contenders = {"bertlab": run_ours, "transformers": run_theirs, "bertlab, plain nn.Linear": run_plain,
+                  "bertlab int8": run_int8}
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(args.rounds):
         order = list(contenders.items())
@@ -95,7 +104,8 @@ def main() -> None:
     for name, ts in times.items():
         rate[name] = tokens / statistics.median(ts)
         print(f"{name:<26} {statistics.median(ts):>9.3f} {rate[name]:>9.1f}")
-    print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x")
+    print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x; bertlab int8 / fp32: "
+          f"{rate['bertlab int8'] / rate['bertlab']:.2f}x, its ids equal to fp32's at {agree:.1%} of positions")
 
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

@@ -17,9 +17,10 @@ CHUNK = 8192  # lines embedded (and written) at a time
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
-    from ..infer.runtime import add_inference_arguments
+    from ..infer.runtime import add_engine_argument, add_inference_arguments
 
     add_inference_arguments(p)
+    add_engine_argument(p)
     add_embedding_arguments(p, POOLINGS)
     p.add_argument("--input", metavar="FILE", help="one text per line (default: stdin)")
     p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors")

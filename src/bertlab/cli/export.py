@@ -1,8 +1,15 @@
-"""`bertlab export onnx|sentence-transformers --model DIR --out DIR`: a model for deployment elsewhere.
+"""`bertlab export onnx|openvino|ctranslate2|sentence-transformers --model DIR --out DIR`: a model for deployment
+elsewhere.
 
     onnx                   model.onnx (dynamic batch and length) checked against PyTorch in ONNX Runtime (within
                            1e-4); `--quantize int8` adds model_int8.onnx and prints its cosine to fp32. Needs the
                            `export` extra: pip install 'bertlab-paper[export]'.
+    openvino               openvino/openvino_model.xml (OpenVINO's IR, from the ONNX graph), checked against PyTorch
+                           in OpenVINO; needs the `openvino` extra.
+    ctranslate2            ctranslate2/model.bin (an encoder; CTranslate2 has no BERT task heads), checked against
+                           PyTorch in CTranslate2; needs the `ctranslate2` extra.
+    The onnx, openvino and ctranslate2 folders also hold config.json and the tokenizer, so `--model DIR
+    --engine ENGINE` runs them in `embed`, `predict` and `serve`.
     sentence-transformers  the folder `SentenceTransformer(DIR)` loads, with the pooling the model was used with
                            (its sentence-transformers config; `--pooling` to choose) and L2 normalisation
                            (`--no-normalize` to leave it out).
@@ -18,7 +25,7 @@ from pathlib import Path
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
 
-    p.add_argument("format", choices=["onnx", "sentence-transformers"], help="what to write")
+    p.add_argument("format", choices=["onnx", "openvino", "ctranslate2", "sentence-transformers"], help="what to write")
     p.add_argument("--model", type=Path, required=True, metavar="DIR", help="a Hugging Face-layout BERT folder")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) output folder")
     p.add_argument("--quantize", choices=["int8"], help="onnx: also write a dynamically quantised int8 model")
@@ -32,10 +39,16 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import BertlabError
     from ..infer.export import EXPORTERS
 
+    if args.format != "sentence-transformers" and (args.pooling is not None or not args.normalize):
+        raise BertlabError("--pooling and --no-normalize are options of the sentence-transformers export")
     if args.format == "onnx":
-        if args.pooling is not None or not args.normalize:
-            raise BertlabError("--pooling and --no-normalize are options of the sentence-transformers export")
         report = EXPORTERS["onnx"](args.model, args.out, quantize=args.quantize)
+    elif args.format in ("openvino", "ctranslate2"):
+        if args.quantize:
+            raise BertlabError(f"--quantize is an option of the onnx export; {args.format} chooses int8 when it runs")
+        from ..infer.engines import ENGINE_EXPORTERS
+
+        report = ENGINE_EXPORTERS[args.format](args.model, args.out)
     else:
         if args.quantize:
             raise BertlabError("--quantize is an option of the onnx export")

@@ -25,9 +25,10 @@ ECHOED = ("text", "text_pair", "question")  # input fields repeated in the outpu
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.input_files import INPUT_FORMATS
-    from ..infer.runtime import add_inference_arguments
+    from ..infer.runtime import add_engine_argument, add_inference_arguments
 
     add_inference_arguments(p)
+    add_engine_argument(p)
     p.add_argument("--input", metavar="FILE",
                    help="a table (.csv, .tsv, .jsonl, .json, .parquet), or one text or JSON object per line "
                         "(default: stdin)")

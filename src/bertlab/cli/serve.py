@@ -18,11 +18,12 @@ API_KEY_ENV = "BERTLAB_API_KEY"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.batcher import Limits
     from ..infer.embeddings import POOLINGS
-    from ..infer.runtime import add_inference_arguments
+    from ..infer.runtime import add_engine_argument, add_inference_arguments
     from ..model_names import model_path
     from .embed import add_embedding_arguments
 
     add_inference_arguments(p)
+    add_engine_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: any free port)")
     p.add_argument("--workers", type=int, default=1, metavar="N",

@@ -15,5 +15,8 @@
     serve_openai.py OpenAI's /v1/embeddings and /v1/models
     serve_metrics.py  Prometheus /metrics
 
-Submodules are imported where used; importing `bertlab.infer` itself loads nothing heavy.
+Submodules are imported where used; importing `bertlab.infer` itself loads torch and the engine registry
+(`engines.py`: the peer engines' own packages load only when one is used).
 """
+
+from . import engines  # noqa: E402,F401  registers the peer engines' loaders (runtime.ENGINE_LOADERS); torch only

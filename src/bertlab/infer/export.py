@@ -208,21 +208,27 @@ def run_ort(session, batch: dict[str, torch.Tensor]) -> np.ndarray:
 
 def _parity(onnx_path: Path, exportable: Exportable) -> float:
     session = ort_session(onnx_path)
+    return check_against_pytorch(lambda batch: run_ort(session, batch), exportable, "ONNX export: ONNX Runtime")
+
+
+def check_against_pytorch(run: Callable[[dict[str, torch.Tensor]], np.ndarray], exportable: Exportable, what: str,
+                          atol: float = PARITY_ATOL) -> float:
+    """The largest difference between `run(batch)` and PyTorch's output on the sample batches (padding positions
+    left out); an error naming `what` when it is over `atol`."""
     worst = 0.0
     for batch in _sample_batches(exportable.tokenizer, exportable.max_length):
         with torch.inference_mode():
             expected = exportable.module(*(batch[k] for k in INPUT_NAMES)).float().numpy()
-        got = run_ort(session, batch)
+        got = np.asarray(run(batch))
         if got.shape != expected.shape:
-            raise BertlabError(f"ONNX export: output of shape {got.shape} for a batch of shape "
+            raise BertlabError(f"{what}: output of shape {got.shape} for a batch of shape "
                                f"{tuple(batch['input_ids'].shape)}, PyTorch gives {expected.shape}")
         if exportable.output == "last_hidden_state":  # padding positions are not part of the answer
             keep = batch["attention_mask"].numpy().astype(bool)
             got, expected = got[keep], expected[keep]
         worst = max(worst, float(np.abs(got - expected).max()))
-    if worst > PARITY_ATOL:
-        raise BertlabError(f"ONNX export: ONNX Runtime differs from PyTorch by {worst:.2e} (more than "
-                           f"{PARITY_ATOL:g}); nothing written")
+    if worst > atol:
+        raise BertlabError(f"{what} differs from PyTorch by {worst:.2e} (more than {atol:g}); nothing written")
     return float(f"{worst:.2e}")
 
 
@@ -332,5 +338,6 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 # format name -> exporter(model_dir, out, **options)
+# (OpenVINO and CTranslate2: `engines.ENGINE_EXPORTERS`, beside their runners)
 EXPORTERS: dict[str, Callable[..., ExportReport]] = {"onnx": export_onnx,
                                                      "sentence-transformers": export_sentence_transformers}

@@ -6,6 +6,8 @@ rules, so they are stated once here:
   * the model runs in eval mode under `torch.inference_mode()` (no autograd bookkeeping at all);
   * `--dtype bf16` casts the whole model to bfloat16 (on CPUs with AVX-512 BF16/AMX and on GPUs the
     matmuls run at twice the fp32 rate); pooling and outputs are computed in fp32;
+  * `--dtype int8` (CPU) runs the linear layers as int8 GEMMs, weights per output channel and activations per
+    token row (`nn/int8_linear.py`; min cosine to fp32 ≥ 0.99 on all-MiniLM-L6-v2), everything else in fp32;
   * a command that needs a head (fill-mask: the MLM head; predict: the task head) checks that the
     checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
     line instead of predictions from a randomly initialised layer;
@@ -17,6 +19,7 @@ rules, so they are stated once here:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 from dataclasses import dataclass
@@ -34,6 +37,35 @@ from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 log = logging.getLogger(__name__)
 
 ON_LONG = ("truncate", "reject")
+# The engines that can run the forward pass: bertlab's own, and peers where their packages are installed
+ENGINES = ("bertlab", "onnxruntime", "openvino", "ctranslate2")
+# engine -> the packages its runtime needs (checked before anything is loaded)
+PACKAGES = {"onnxruntime": ("onnxruntime",), "openvino": ("openvino",), "ctranslate2": ("ctranslate2",)}
+# engine -> the --dtype values it runs, and the name each has in the engine
+PRECISIONS = {"onnxruntime": {"fp32": None, "int8": None},
+              "openvino": {"fp32": "f32", "bf16": "bf16"},
+              "ctranslate2": {"fp32": "float32", "int8": "int8"}}  # its CPU build has no bfloat16
+# engine -> load_model for it (cls, model_dir, options, head) -> a model; filled by infer/engines.py, which the
+# package imports (the engines' converters use this module's loader: registered, not imported from here)
+ENGINE_LOADERS: dict[str, Any] = {}
+
+
+def require_engine(engine: str, dtype: str = "fp32") -> None:
+    """One line when the engine is unknown, its package is missing, or it does not run `dtype`."""
+    if engine not in ENGINES:
+        raise BertlabError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if engine == "bertlab":
+        return
+    missing = [m for m in PACKAGES[engine] if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BertlabError(f"--engine {engine} needs the {' and '.join(missing)} package: "
+                           f"pip install 'bertlab-paper[{engine}]'")
+    if dtype not in PRECISIONS[engine]:
+        raise BertlabError(f"--engine {engine} runs --dtype {' or '.join(PRECISIONS[engine])}, not {dtype}")
+
+
+# Inference precisions: the training ones, and int8 (fp32 model, linear layers quantized; CPU only)
+INFERENCE_DTYPES = (*DTYPES, "int8")
 
 
 @dataclass
@@ -48,10 +80,18 @@ class InferenceOptions:
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
     onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
+    engine: str = "bertlab"  # or a peer engine running the forward pass (see infer/engines.py)
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(DTYPES)}")
+        if self.dtype not in INFERENCE_DTYPES:
+            raise BertlabError(f"unknown dtype {self.dtype!r}; expected one of {', '.join(INFERENCE_DTYPES)}")
+        if self.engine != "bertlab":
+            require_engine(self.engine, self.dtype)
+            if self.device != "cpu":
+                raise BertlabError(f"--engine {self.engine} runs on the CPU here; "
+                                   f"use --engine bertlab on {self.device}")
+        if self.dtype == "int8" and torch.device(self.device).type != "cpu":
+            raise BertlabError(f"--dtype int8 runs on the CPU only; use --dtype bf16 or fp16 on {self.device}")
         if self.on_long not in ON_LONG:
             raise BertlabError(f"--on-long must be one of {', '.join(ON_LONG)}, got {self.on_long!r}")
         if self.max_length is not None and self.max_length < 3:
@@ -66,12 +106,14 @@ class InferenceOptions:
 
     @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        """The dtype the model's parameters are cast to (int8: fp32, its linear layers quantized after)."""
+        return torch.float32 if self.dtype == "int8" else DTYPES[self.dtype]
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
         return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_length", "on_long", "max_tokens",
-                                                    "max_batch", "threads", "onednn") if getattr(args, k, None) is not None})
+                                                    "max_batch", "threads", "onednn", "engine")
+                      if getattr(args, k, None) is not None})
 
 
 def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
@@ -82,7 +124,8 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="a Hugging Face-layout BERT folder (config.json, weights, vocab.txt or tokenizer.json), or the "
                         "name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
-    p.add_argument("--dtype", default="fp32", choices=list(DTYPES), help="precision of the model (default fp32)")
+    p.add_argument("--dtype", default="fp32", choices=list(INFERENCE_DTYPES),
+                   help="precision of the model (default fp32); int8: CPU, linear layers as int8 GEMMs")
     p.add_argument("--max-length", type=int, metavar="N",
                    help="tokens per text including [CLS]/[SEP] (default: the model's limit)")
     p.add_argument("--on-long", default="truncate", choices=ON_LONG,
@@ -94,6 +137,13 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     add_threads_argument(p, "torch's choice")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
                    help="on CPU: plain nn.Linear instead of oneDNN-packed weights")
+
+
+def add_engine_argument(p: argparse.ArgumentParser) -> None:
+    """`--engine`, for the commands a peer engine can run (embed, predict, serve)."""
+    p.add_argument("--engine", default="bertlab", choices=ENGINES,
+                   help="what runs the model: bertlab (default, the fastest here), or onnxruntime, openvino, "
+                        "ctranslate2 where installed (the folder's `bertlab export` file, else converted on load)")
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints
@@ -145,6 +195,8 @@ def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefi
     """`cls.from_pretrained(model_dir)` on the chosen device and dtype, in eval mode. With `head_prefix`
     (e.g. `cls.predictions.`), refuse a checkpoint without those weights instead of initialising them."""
     model_dir = check_model_dir(model_dir)
+    if options.engine != "bertlab":
+        return ENGINE_LOADERS[options.engine](cls, model_dir, options, head=head_prefix is not None)
     if head_prefix is not None:
         keys = checkpoint_keys(model_dir)
         if keys is not None and not has_weights(keys, head_prefix):
@@ -159,13 +211,19 @@ def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefi
 
 def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Module:
     """Unmerged LoRA merged; eval mode, device, dtype; parameters frozen (inference never needs their
-    gradients); on a CPU, linear layers packed for oneDNN (last: the packed copies are made from the final
-    weights)."""
+    gradients); int8: linear layers quantized; on a CPU, the remaining fp32/bf16 linear layers packed for oneDNN
+    (last: the packed copies are made from the final weights)."""
     if lora_layers(model):  # an unmerged LoRA adapter: folded into its weights once, not recomputed per call
         merge_lora(model)
     model = model.to(device=options.device, dtype=options.torch_dtype).eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    if options.dtype == "int8":  # before packing: the quantized layers replace the plain ones
+        from ..nn.int8_linear import available, quantize_linear_layers
+
+        if not available():
+            raise BertlabError("--dtype int8: this torch build has no CPU int8 matrix multiply (torch._int_mm)")
+        log.debug("%d linear layers quantized to int8", quantize_linear_layers(model))
     if options.onednn and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers
 

@@ -116,7 +116,8 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         own = Predictor.from_pretrained(model_dir, options, head.architecture)
         setattr(models, TASK_ENDPOINTS[head.task], own)
     keys = checkpoint_keys(model_dir) or set()
-    if fill_mask_model is None and has_weights(keys, HEADS["masked-lm"].prefix):
+    # a peer engine runs the encoder (and task heads it was exported with), not the masked-LM head
+    if fill_mask_model is None and options.engine == "bertlab" and has_weights(keys, HEADS["masked-lm"].prefix):
         fill_mask_model = model_dir
     for task, folder in (("classify", classify_model), ("qa", qa_model)):
         if folder is not None:
@@ -127,6 +128,9 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
             own = models.fill_masker
     tokenizer = load_tokenizer(model_dir)
     # The encoder of a model loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
+    if own is not None and options.engine != "bertlab":
+        raise BertlabError(f"{model_dir}: --engine {options.engine} serves the embedding routes from an encoder "
+                           "folder; serve a task model with --engine bertlab")
     encoder = getattr(own.model, own.model.base_model_prefix) if own is not None else \
         load_model(BertModel, model_dir, options)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,

@@ -121,7 +121,8 @@ def pack_linear_layers(model: nn.Module) -> int:
     """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many."""
     # Plain nn.Linear only: a subclass does more than x Wᵀ + b (an adapter after it, a LoRA-parametrized weight)
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in PACKABLE]
+               if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in PACKABLE
+               and not getattr(child, "superseded", False)]  # replaced in the forward pass (int8_linear.py)
     if not targets or not available():
         return 0
     usable = {dtype for dtype in {child.weight.dtype for _, _, child in targets} if _probe(dtype)}

