@@ -53,10 +53,10 @@ from bench_infer import make_inputs, mean_pool  # noqa: E402
 from bertlab.cli.demo import installed_minilm  # noqa: E402
 from bertlab.infer import batching  # noqa: E402
 from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
-from bertlab.infer.runtime import PRECISIONS, InferenceOptions  # noqa: E402
+from bertlab.infer.runtime import ENGINE_PRECISIONS, InferenceOptions  # noqa: E402
 
 SHAPES = {"short": (16, 128), "long": (256, 512)}
-ENGINE_DTYPES = {"bertlab": ("fp32", "bf16", "int8"), **{e: tuple(p) for e, p in PRECISIONS.items()}}
+ENGINE_DTYPES = {"bertlab": ("fp32", "bf16", "int8"), **{e: tuple(p) for e, p in ENGINE_PRECISIONS.items()}}
 # engine -> (export format, packages needed)
 EXPORTS = {"onnxruntime": ("onnx", ("onnx", "onnxruntime")), "openvino": ("openvino", ("openvino", "onnx", "onnxruntime")),
            "ctranslate2": ("ctranslate2", ("ctranslate2", "transformers"))}

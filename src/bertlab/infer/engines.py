@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..errors import BertlabError
-from .runtime import ENGINE_LOADERS, PRECISIONS, check_model_dir, require_engine
+from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, require_engine
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class OpenVinoRunner:
         import openvino as ov
 
         core = ov.Core()
-        config = {"INFERENCE_PRECISION_HINT": PRECISIONS["openvino"][options.dtype],
+        config = {"INFERENCE_PRECISION_HINT": ENGINE_PRECISIONS["openvino"][options.dtype],
                   "INFERENCE_NUM_THREADS": _threads(options), "PERFORMANCE_HINT": "LATENCY"}
         self.model = core.compile_model(core.read_model(str(path)), "CPU", config)
         self.request = self.model.create_infer_request()
@@ -78,7 +78,7 @@ class CTranslate2Runner:
         import ctranslate2
 
         folder = path.parent if path.is_file() else path  # model.bin or its folder
-        compute_type = PRECISIONS["ctranslate2"][options.dtype]
+        compute_type = ENGINE_PRECISIONS["ctranslate2"][options.dtype]
         if compute_type not in ctranslate2.get_supported_compute_types("cpu"):  # it would silently use another
             raise BertlabError(f"--engine ctranslate2: this CPU build does not run {compute_type}")
         self.encoder = ctranslate2.Encoder(str(folder), device="cpu", compute_type=compute_type,

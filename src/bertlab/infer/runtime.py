@@ -42,7 +42,7 @@ ENGINES = ("bertlab", "onnxruntime", "openvino", "ctranslate2")
 # engine -> the packages its runtime needs (checked before anything is loaded)
 PACKAGES = {"onnxruntime": ("onnxruntime",), "openvino": ("openvino",), "ctranslate2": ("ctranslate2",)}
 # engine -> the --dtype values it runs, and the name each has in the engine
-PRECISIONS = {"onnxruntime": {"fp32": None, "int8": None},
+ENGINE_PRECISIONS = {"onnxruntime": {"fp32": None, "int8": None},
               "openvino": {"fp32": "f32", "bf16": "bf16"},
               "ctranslate2": {"fp32": "float32", "int8": "int8"}}  # its CPU build has no bfloat16
 # engine -> load_model for it (cls, model_dir, options, head) -> a model; filled by infer/engines.py, which the
@@ -60,8 +60,8 @@ def require_engine(engine: str, dtype: str = "fp32") -> None:
     if missing:
         raise BertlabError(f"--engine {engine} needs the {' and '.join(missing)} package: "
                            f"pip install 'bertlab-paper[{engine}]'")
-    if dtype not in PRECISIONS[engine]:
-        raise BertlabError(f"--engine {engine} runs --dtype {' or '.join(PRECISIONS[engine])}, not {dtype}")
+    if dtype not in ENGINE_PRECISIONS[engine]:
+        raise BertlabError(f"--engine {engine} runs --dtype {' or '.join(ENGINE_PRECISIONS[engine])}, not {dtype}")
 
 
 # Inference precisions: the training ones, and int8 (fp32 model, linear layers quantized; CPU only)
