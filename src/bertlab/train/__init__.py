@@ -9,26 +9,13 @@
 
 See `loop.py`'s docstring for an example."""
 
-from .loop import (
-    DistInfo,
-    LoopConfig,
-    NonFiniteLossError,
-    Trainer,
-    TrainResult,
-    checkpoint_dirs,
-    count_tokens,
-    init_distributed,
-    isolated_rng,
-    latest_checkpoint,
-    read_checkpoint,
-    read_metrics,
-    seed_everything,
-    shuffled_batches,
-    steps_for_epochs,
-    steps_per_epoch,
-    time_step,
-    to_device,
-)
+from .batches import count_tokens, shuffled_batches, steps_for_epochs, steps_per_epoch, time_step, to_device
+
+from .distributed import DistInfo, init_distributed, isolated_rng, seed_everything
+
+from .loop import LoopConfig, NonFiniteLossError, Trainer, TrainResult, read_metrics
+
+from .run_dir import checkpoint_dirs, latest_checkpoint, read_checkpoint
 from .optim import (
     Lamb,
     WarmupLinearDecay,

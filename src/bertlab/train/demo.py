@@ -174,9 +174,9 @@ def demo_results(out: Path) -> list[Path]:
 
 
 def claim_demo_dir(out: Path, overwrite: bool) -> None:
-    """An earlier demo's model, checkpoints and curves are replaced only with `overwrite` (`loop.claim_run_dir`);
+    """An earlier demo's model, checkpoints and curves are replaced only with `overwrite` (`run_dir.claim_run_dir`);
     an interrupted one is refused with `--resume` named."""
-    from .loop import CHECKPOINT_DIR, claim_run_dir
+    from .run_dir import CHECKPOINT_DIR, claim_run_dir
 
     run_dir = out / RUN_DIR_NAME
     stopped = [] if (run_dir / "final").exists() else sorted((run_dir / CHECKPOINT_DIR).glob("step-*"))
@@ -243,7 +243,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
              progress: bool = True, settings: DemoSettings = DemoSettings(), echo=print,
              overwrite: bool = False) -> int:
     from ..progress import format_duration
-    from .loop import check_writable
+    from .run_dir import check_writable
     from .pretrain import PretrainConfig, run_pretraining
 
     started = time.perf_counter()

@@ -84,8 +84,10 @@ from ..errors import BertlabError, ConfigError
 from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining
 from ..models.bert.modeling import BertPreTrainedModel
 from ..objectives import get_objective
-from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, init_distributed,
-                   latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs, time_step)
+from .batches import shuffled_batches, steps_for_epochs, time_step
+from .distributed import init_distributed, seed_everything
+from .loop import LoopConfig, Trainer, TrainResult
+from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .pretrain import FINAL_DIR
 from .random_init import INITS

@@ -37,7 +37,9 @@ import torch
 from torch import nn
 
 from ..errors import BertlabError, ConfigError
-from .loop import LoopConfig, Trainer, seed_everything, shuffled_batches, steps_for_epochs
+from .batches import shuffled_batches, steps_for_epochs
+from .distributed import seed_everything
+from .loop import LoopConfig, Trainer
 from .setup import resolve_device
 
 log = logging.getLogger(__name__)

@@ -56,8 +56,10 @@ from ..tasks.metrics import brief_scores
 from ..tasks.base import Feature, feature_lengths
 from ..tasks.own_data import InputOptions
 from . import methods
-from .loop import (CHECKPOINT_DIR, LoopConfig, Trainer, TrainResult, check_writable, claim_run_dir,
-                   latest_checkpoint, seed_everything, shuffled_batches, steps_for_epochs)
+from .batches import shuffled_batches, steps_for_epochs
+from .distributed import seed_everything
+from .loop import LoopConfig, Trainer, TrainResult
+from .run_dir import CHECKPOINT_DIR, check_writable, claim_run_dir, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .random_init import INIT_DIR, random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
@@ -137,7 +139,7 @@ class FinetuneConfig:
     warmup_proportion: float = 0.1
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    group_by_length: bool = True  # training batches of similar-length examples (see loop.shuffled_batches)
+    group_by_length: bool = True  # training batches of similar-length examples (see batches.shuffled_batches)
     layer_lr_decay: float | None = None  # e.g. 0.9: layer l gets lr * 0.9^(L-l); None: one lr
     seed: int = 42  # first seed; run k uses seed + k
     seeds: int = 1
@@ -649,7 +651,7 @@ def previous_results(out: Path) -> list[Path]:
 
 
 def claim_output_dir(out: Path, overwrite: bool) -> None:
-    """Make `out` ready for a fine-tuning run (`loop.claim_run_dir`): an earlier run's results (a saved model,
+    """Make `out` ready for a fine-tuning run (`run_dir.claim_run_dir`): an earlier run's results (a saved model,
     metrics.json) are replaced only with `overwrite`, which also clears an interrupted sweep (runs/ with
     checkpoints) that would otherwise need --resume."""
     claim_run_dir(out, overwrite, previous_results, FINISHED_MARKS, "fine-tuning run",

@@ -59,38 +59,34 @@ import json
 import logging
 import math
 import os
-import random
 import shutil
 import signal
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from ..checkpoint import atomic_directory, remove_stale_temporaries, torch_load_failure
+from ..checkpoint import atomic_directory, remove_stale_temporaries
 from ..errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
 from ..host_memory import retain_freed_memory
+from .batches import Batch, count_tokens, to_device
+from .distributed import _current_dist, get_rng_state, isolated_rng, seed_everything, set_rng_state
+from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, STATE_FILE, STATE_FORMAT, _jsonable,
+                      check_writable, checkpoint_dirs, checkpoint_step, latest_checkpoint, read_checkpoint,
+                      weights_are_finite)
 from .setup import autocast_dtype, check_precision
 
 log = logging.getLogger(__name__)
 
-Batch = Any  # whatever `batches` yields and `loss_fn` reads: usually a dict of tensors
 LossFn = Callable[[nn.Module, Batch], "tuple[torch.Tensor, Mapping[str, Any]]"]
 
-CHECKPOINT_DIR = "checkpoints"
-STATE_FILE = "state.pt"
-META_FILE = "meta.json"
-METRICS_FILE = "metrics.jsonl"
-STATE_FORMAT = "bertlab-train-state/1"
-DIVERGED_PREFIX = "diverged-"  # checkpoints set aside after a NaN/inf loss: kept, never resumed from
 
 
 class NonFiniteLossError(BertlabError):
@@ -213,337 +209,6 @@ def slowdown_warning(step: int, slowdown: float, promised: float) -> str:
     return (f"step {step}: training runs {slowdown:.1f}x slower than its first steps promised ({promised / slowdown:,.0f} "
             f"vs {promised:,.0f} tokens/s) -- other work is likely using the CPU ({torch.get_num_threads()} threads "
             "here). A run with a time budget will do fewer steps and learn less; --threads 1 or a quieter machine helps")
-
-
-# ---------------------------------------------------------------------------------------------- distributed
-@dataclass(frozen=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    device: torch.device = torch.device("cpu")
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device: str | None = None) -> DistInfo:
-    """Join the process group `torchrun` describes in the environment (gloo on CPU, NCCL on GPU).
-
-    Without torchrun (no WORLD_SIZE) this is one process and no group. `device`: "cpu", "cuda" or None for
-    CUDA when available. Each rank uses the GPU of its LOCAL_RANK.
-    """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
-    if use_cuda and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' requested but no CUDA device is available")
-    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    if use_cuda:
-        torch.cuda.set_device(dev)
-    if world_size > 1 and not torch_dist.is_initialized():
-        torch_dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
-
-
-def _current_dist(device: torch.device) -> DistInfo:
-    if torch_dist.is_available() and torch_dist.is_initialized():
-        return DistInfo(torch_dist.get_rank(), torch_dist.get_world_size(),
-                        int(os.environ.get("LOCAL_RANK", "0")), device)
-    return DistInfo(device=device)
-
-
-# ---------------------------------------------------------------------------------------------- random state
-def seed_everything(seed: int) -> None:
-    """Seed python's `random`, numpy's global generator and torch (CPU and every CUDA device)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def get_rng_state() -> dict[str, Any]:
-    """Every global random generator, as plain values `torch.load(weights_only=True)` can read back."""
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any]) -> None:
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-@contextlib.contextmanager
-def isolated_rng() -> Iterator[None]:
-    """Run a block without it moving the global CPU random generators.
-
-    Used around data loading: a DataLoader draws worker seeds from the global torch generator when it
-    starts, which a resumed run does at a different step than an uninterrupted one. Isolated, the data
-    side cannot shift the dropout masks of training, so resume stays bitwise exact. (Data randomness
-    itself must come from seeds the data code derives -- see `bertlab.data`.)
-    """
-    py, npy, th = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    try:
-        yield
-    finally:
-        random.setstate(py)
-        np.random.set_state(npy)
-        torch.set_rng_state(th)
-
-
-# ---------------------------------------------------------------------------------------------- data helpers
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """Move every tensor in a (nested) dict / list / tuple to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, Mapping):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
-
-
-def count_tokens(batch: Batch) -> int:
-    """Real (non-padding) tokens of a batch, for tokens/s: the attention mask's sum, else input_ids' size."""
-    if isinstance(batch, Mapping):
-        if isinstance(batch.get("attention_mask"), torch.Tensor):
-            return int(batch["attention_mask"].sum())
-        if isinstance(batch.get("input_ids"), torch.Tensor):
-            return batch["input_ids"].numel()
-    return 0
-
-
-class _SeekableBatchSampler:
-    """Index lists for one rank, epoch after epoch, starting at global micro-batch `start` (see below)."""
-
-    def __init__(self, n: int, batch_size: int, seed: int, start: int, rank: int, world_size: int,
-                 shuffle: bool, drop_last: bool, lengths: Sequence[int] | None = None, group: int = 50):
-        self.n, self.batch_size, self.seed, self.start = n, batch_size, seed, start
-        self.rank, self.world_size, self.shuffle, self.drop_last = rank, world_size, shuffle, drop_last
-        self.lengths, self.group = lengths, group
-        if lengths is not None and len(lengths) != n:
-            raise ValueError(f"lengths has {len(lengths)} entries for {n} examples")
-        if group < 1:
-            raise ValueError(f"group must be at least 1, got {group}")
-        block = batch_size * world_size
-        self.per_epoch = n // block if drop_last else math.ceil(n / block)
-        if self.per_epoch == 0:
-            raise BertlabError(f"{n} examples are fewer than one global batch ({batch_size} x {world_size} ranks)")
-
-    def epoch_order(self, epoch: int) -> list[int]:
-        """Every example index once, in epoch `epoch`'s order; a function of (seed, epoch) only, so any step
-        can be reached at once."""
-        if not self.shuffle:
-            return list(range(self.n))
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        order = torch.randperm(self.n, generator=g).tolist()
-        if self.lengths is None:
-            return order
-        # Length grouping: cut the shuffled order into runs of `group` global batches, sort each run by
-        # length and shuffle the batches it makes. Every batch is still a random draw, but of rows of
-        # similar length, so dynamic padding costs little (a random batch of CoNLL or SST-2 sentences is
-        # mostly padding). Same idea as Hugging Face's `group_by_length` and fairseq's length buckets.
-        block = self.batch_size * self.world_size
-        run = block * self.group
-        order = [i for r in range(0, self.n, run) for i in sorted(order[r:r + run], key=self.lengths.__getitem__)]
-        blocks = [order[b:b + block] for b in range(0, self.n, block)]
-        tail = blocks.pop() if len(blocks[-1]) < block else None  # a short last batch stays last
-        blocks = [blocks[i] for i in torch.randperm(len(blocks), generator=g).tolist()]
-        return [i for b in blocks + ([tail] if tail else []) for i in b]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        block = self.batch_size * self.world_size
-        epoch, offset = divmod(self.start, self.per_epoch)
-        while True:
-            order = self.epoch_order(epoch)
-            for b in range(offset, self.per_epoch):
-                chunk = order[b * block:(b + 1) * block]
-                if len(chunk) < block and self.world_size > 1:  # every rank needs a batch: wrap around
-                    chunk = (chunk + order)[:block]
-                yield chunk[self.rank * self.batch_size:(self.rank + 1) * self.batch_size] if self.world_size > 1 \
-                    else chunk
-            epoch, offset = epoch + 1, 0
-
-
-def shuffled_batches(dataset, batch_size: int, collate_fn: Callable | None = None, *, seed: int = 0, start: int = 0,
-                     rank: int = 0, world_size: int = 1, shuffle: bool = True, drop_last: bool = False,
-                     lengths: Sequence[int] | None = None, group: int = 50,
-                     num_workers: int = 0, pin_memory: bool = False) -> Iterable[Batch]:
-    """Micro-batches of a map-style dataset for this rank, epoch after epoch without end, from micro-batch `start`.
-
-    Epoch `e` is a permutation seeded by (seed, e); global micro-batch `i` is epoch i // per_epoch, position
-    i % per_epoch of it, split across ranks. So `start` is reached in O(1) -- the seek `Trainer` resume
-    needs: `batches = lambda step: shuffled_batches(..., start=step * grad_accum)`.
-
-    With `lengths` (one per example), batches are length-grouped: each run of `group` consecutive global
-    batches of the permutation is sorted by length before it is cut, then the batches are shuffled.
-    """
-    sampler = _SeekableBatchSampler(len(dataset), batch_size, seed, start, rank, world_size, shuffle, drop_last,
-                                    lengths, group)
-    return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_fn,
-                                       num_workers=num_workers, pin_memory=pin_memory)
-
-
-def mixed_batches(features: Sequence[Sequence[dict]], schedule: Sequence[int], micro: int, collate, seed: int,
-                  start: int, lengths: Sequence[Sequence[int] | None] | None = None) -> Iterator[Batch]:
-    """Micro-batches of a multi-task run from micro-batch `start` on: the task of micro-batch i is
-    `schedule[i]` (`data.mixing.task_schedule`). Each task has its own seeded stream (`shuffled_batches`, seed
-    `seed + task`) that seeks past the batches it already gave, so a run resumed at any step continues
-    exactly. `collate`: one function, or one per task; `lengths`: per task, feature lengths for
-    length-grouped batches (or None)."""
-    collates = collate if isinstance(collate, Sequence) else [collate] * len(features)
-    streams = [iter(shuffled_batches(f, micro, collate_fn=collates[i], seed=seed + i,
-                                     start=list(schedule[:start]).count(i),
-                                     lengths=lengths[i] if lengths is not None else None))
-               for i, f in enumerate(features)]
-    for task in schedule[start:]:
-        yield next(streams[task])
-
-
-def steps_per_epoch(num_examples: int, batch_size: int, grad_accum: int = 1, world_size: int = 1,
-                    drop_last: bool = False) -> int:
-    """Optimizer steps in one epoch of `shuffled_batches` (for `max_steps = epochs * steps_per_epoch(...)`)."""
-    block = batch_size * world_size
-    micro = num_examples // block if drop_last else math.ceil(num_examples / block)
-    return max(1, micro // grad_accum)
-
-
-def steps_for_epochs(epochs: float, num_examples: int, batch_size: int, grad_accum: int = 1,
-                     world_size: int = 1) -> int:
-    """Optimizer steps for `epochs` (fractional allowed) passes of `shuffled_batches`, at least 1."""
-    return max(1, math.ceil(epochs * steps_per_epoch(num_examples, batch_size, grad_accum, world_size)))
-
-
-def time_step(model: nn.Module, loss_fn: Callable, loader: Iterable[Batch], accum: int, precision: str,
-              device: torch.device, repeats: int = 3) -> float:
-    """Seconds per optimizer step (forward + backward of `accum` micro-batches), measured on real batches.
-
-    Runs without moving the random generators and leaves no gradient behind, so a run with a time budget
-    trains exactly as one given the resulting step count would."""
-    dtype = autocast_dtype(precision)
-    times = []
-    with isolated_rng(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        it = iter(loader)
-        for r in range(repeats + 1):  # the first pass pays one-off costs (kernel selection, allocation)
-            start = time.perf_counter()
-            for _ in range(accum):
-                batch = to_device(next(it), device)
-                with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                    loss, _ = loss_fn(model, batch)
-                loss.backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if r:
-                times.append(time.perf_counter() - start)
-    model.zero_grad(set_to_none=True)
-    return statistics.median(times)
-
-
-# ---------------------------------------------------------------------------------------------- checkpoints
-def checkpoint_dirs(out_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoints of a run, oldest first (atomic writes mean a present folder is a complete one)."""
-    root = Path(out_dir) / CHECKPOINT_DIR
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[5:]))
-
-
-def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    dirs = checkpoint_dirs(out_dir)
-    return dirs[-1] if dirs else None
-
-
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a training-state checkpoint (a `step-N` folder or its `state.pt`), or raise a one-line error."""
-    p = Path(path)
-    file = p / STATE_FILE if p.is_dir() else p
-    if not file.is_file():
-        raise CheckpointError(f"{file}: no such checkpoint file")
-    try:
-        # weights_only: a checkpoint is data, never code. Everything we write is tensors and plain values.
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, bad pickle, refused object
-        raise CheckpointError(f"{file}: {torch_load_failure(e)}; delete it to resume from the one before") \
-            from None
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise CheckpointError(f"{file}: not a bertlab training checkpoint (format {state.get('format')!r} "
-                              f"expected {STATE_FORMAT!r})" if isinstance(state, dict)
-                              else f"{file}: not a bertlab training checkpoint")
-    return state
-
-
-def check_writable(out_dir: str | os.PathLike) -> Path:
-    """Create `out_dir` and prove we can write into it -- before any training step, not after an hour."""
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise BertlabError(f"{path}: exists and is not a folder; choose another output directory")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise output_error(path, e, "output directory is not writable") from None
-    return path
-
-
-def claim_run_dir(out: str | os.PathLike, overwrite: bool, results: Callable[[Path], list[Path]],
-                  finished: Iterable[str], what: str, interrupted: Sequence[Path] = ()) -> Path:
-    """Make `out` ready for a run of `what` ("fine-tuning run", "demo run"). An earlier run's results -- marked
-    by one of the `finished` names in `out` -- are never replaced silently: refused (one line) unless
-    `overwrite`, which deletes exactly what that run wrote (`results(out)`; other files in `out` stay). An
-    `interrupted` run is refused with how to continue it. A run that failed before saving anything is simply
-    started again."""
-    out = Path(out)
-    previous = results(out) if overwrite or any((out / name).exists() for name in finished) else []
-    if interrupted and not overwrite:  # say how to continue it, not only how to throw it away
-        raise ConfigError(f"{out}: holds an interrupted {what} ({interrupted[0]}); pass --resume to continue "
-                          "it, --overwrite to replace it, or choose another --out")
-    if previous and not overwrite:
-        raise ConfigError(f"{out}: already holds a {what} ({', '.join(p.name for p in previous[:4])}"
-                          f"{', ...' if len(previous) > 4 else ''}); choose another --out, or pass --overwrite "
-                          "to replace it")
-    for path in previous:
-        log.warning("%s: replacing the earlier run's %s (--overwrite)", out, path.name)
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    return check_writable(out)
-
-
-def checkpoint_step(path: Path) -> int:
-    return int(path.name.rpartition("-")[2])
-
-
-def weights_are_finite(state: Mapping[str, torch.Tensor]) -> bool:
-    """No NaN or inf in any floating-point tensor of a state dict."""
-    return all(bool(torch.isfinite(t).all()) for t in state.values()
-               if isinstance(t, torch.Tensor) and t.is_floating_point())
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.item() if value.numel() == 1 else value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN; keep it readable
-    return value
 
 
 # ---------------------------------------------------------------------------------------------- the trainer

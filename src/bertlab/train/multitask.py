@@ -46,7 +46,9 @@ from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_lengths
 from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,
                        PretrainedStart, FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
-from .loop import CHECKPOINT_DIR, LoopConfig, latest_checkpoint, mixed_batches, steps_per_epoch
+from .batches import mixed_batches, steps_per_epoch
+from .loop import LoopConfig
+from .run_dir import CHECKPOINT_DIR, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
                     write_run_config)

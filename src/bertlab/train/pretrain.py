@@ -37,8 +37,10 @@ from ..models.bert.config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
-from .loop import (SLOWDOWN_WARNING, LoopConfig, Trainer, TrainResult, check_writable, init_distributed, latest_checkpoint,
-                   seed_everything, time_step, to_device)
+from .batches import time_step, to_device
+from .distributed import init_distributed, seed_everything
+from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
+from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import parse_duration
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,

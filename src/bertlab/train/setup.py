@@ -12,7 +12,7 @@
     resolve_device                 `cuda` / `cpu` / None (CUDA when available), for one-process recipes
     split_batch                    a global batch -> (micro-batch per rank, accumulation steps)
     fit_steps_to_budget            a wall-clock budget -> optimizer steps, from step times measured with
-                                   `loop.time_step` (epochs -> steps is `loop.steps_for_epochs`)
+                                   `batches.time_step` (epochs -> steps is `batches.steps_for_epochs`)
 
 The recipes keep what is theirs (data, model, loss); this module keeps them from each deciding these
 things a little differently.

@@ -42,7 +42,9 @@ from ..jsonconfig import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
-from .loop import Trainer, seed_everything, time_step
+from .batches import time_step
+from .distributed import seed_everything
+from .loop import Trainer
 from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, budget_outcome, evaluate_pretraining,
                        pretraining_loop, resume_or_refuse, start_run)
 from .runconfig import parse_duration

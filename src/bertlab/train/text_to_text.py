@@ -66,7 +66,9 @@ from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
 from .finetune import (RESUME_MAY_CHANGE, RUN_FILE, FinetuneInterrupted, FinetuneTrainer, MultiTaskOptions,
                        StepCallback, SweepState, mean_sd, subset)
-from .loop import CHECKPOINT_DIR, LoopConfig, check_writable, latest_checkpoint, mixed_batches, steps_per_epoch
+from .batches import mixed_batches, steps_per_epoch
+from .loop import LoopConfig
+from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .random_init import random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)

@@ -1,0 +1,110 @@
+"""One process or many under `torchrun`: the process group and each rank's device, and every random
+generator's state (python, numpy, torch, cuda) captured and restored, so a resumed run draws what an
+uninterrupted one would have."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as torch_dist
+
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------- distributed
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str | None = None) -> DistInfo:
+    """Join the process group `torchrun` describes in the environment (gloo on CPU, NCCL on GPU).
+
+    Without torchrun (no WORLD_SIZE) this is one process and no group. `device`: "cpu", "cuda" or None for
+    CUDA when available. Each rank uses the GPU of its LOCAL_RANK.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
+    if use_cuda and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' requested but no CUDA device is available")
+    dev = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(dev)
+    if world_size > 1 and not torch_dist.is_initialized():
+        torch_dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def _current_dist(device: torch.device) -> DistInfo:
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        return DistInfo(torch_dist.get_rank(), torch_dist.get_world_size(),
+                        int(os.environ.get("LOCAL_RANK", "0")), device)
+    return DistInfo(device=device)
+
+
+# ---------------------------------------------------------------------------------------------- random state
+def seed_everything(seed: int) -> None:
+    """Seed python's `random`, numpy's global generator and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Every global random generator, as plain values `torch.load(weights_only=True)` can read back."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {
+        "python": random.getstate(),
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Run a block without it moving the global CPU random generators.
+
+    Used around data loading: a DataLoader draws worker seeds from the global torch generator when it
+    starts, which a resumed run does at a different step than an uninterrupted one. Isolated, the data
+    side cannot shift the dropout masks of training, so resume stays bitwise exact. (Data randomness
+    itself must come from seeds the data code derives -- see `bertlab.data`.)
+    """
+    py, npy, th = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+        torch.set_rng_state(th)
