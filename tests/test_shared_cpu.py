@@ -151,15 +151,17 @@ def four_threads():
     torch.set_num_threads(before)
 
 
-def test_default_threads_are_the_free_physical_cores(monkeypatch, four_threads):
+def test_default_threads_are_the_physical_cores(monkeypatch, four_threads):
+    """Busy cores are not subtracted: with sleeping OpenMP workers 2 threads beside a busy process beat 1
+    (bench_threads.py); the busy machine gets the passive wait policy instead (test below)."""
     from bertlab import threads
 
     monkeypatch.setattr(threads, "physical_cores", lambda: 4)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert threads.choose_threads(busy=0.0).threads == 4
-    assert threads.choose_threads(busy=0.4).threads == 4  # a little background noise takes no core
-    assert threads.choose_threads(busy=1.2).threads == 3
-    assert threads.choose_threads(busy=7.5).threads == 1  # never below one
+    assert threads.choose_threads(busy=0.4).threads == 4
+    assert threads.choose_threads(busy=1.2).threads == 4
+    assert threads.choose_threads(busy=7.5).threads == 4
     assert threads.choose_threads(2, busy=7.5).threads == 2  # --threads rules
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: two processes share the cores
     assert threads.choose_threads(busy=0.0).threads == 2

@@ -3,15 +3,19 @@
 torch's default is one intra-op thread per logical CPU, and its OpenMP workers (GNU libgomp in the PyPI wheels)
 spin for a while at every barrier instead of sleeping. On a machine where another job is running, each parallel
 region then waits for a worker the kernel has descheduled, and the spinning takes CPU from the other job: a
-BERT-Tiny pre-training beside one busy process ran 6-12x slower with 2 threads on 2 cores than with 1. So:
+BERT-Tiny pre-training beside one busy process ran 6-12x slower with 2 threads on 2 cores than with 1. The
+spinning, not the thread count, is the cause: beside one busy process on 2 cores, README command 1's training
+ran 16,700 tokens/s with torch's default, 30,200 with 1 thread and 39,700 with 2 threads whose idle workers
+sleep (benchmarks/bench_threads.py; alone, 2 threads 65,400, 1 thread 41,400). So:
 
     threads   `--threads N` when given; else the physical cores (a second hyper-thread of a core adds little
-              to matrix math), shared out among the processes of a `torchrun` on this machine, less the cores
-              other processes keep busy (measured from /proc/stat over a tenth of a second), at least 1 --
+              to matrix math), shared out among the processes of a `torchrun` on this machine, at least 1 --
               and never more than the process already has (OMP_NUM_THREADS, or a caller's
-              torch.set_num_threads, is a ceiling the default respects)
-    waiting   on a busy machine, OMP_WAIT_POLICY=PASSIVE: idle workers sleep instead of spinning against the
-              other job. The OpenMP runtime reads it once, when torch is imported, so `prepare_wait_policy`
+              torch.set_num_threads, is a ceiling the default respects). Cores other processes keep busy
+              are not subtracted: with sleeping workers the threads take what the other job leaves.
+    waiting   on a busy machine (other processes keep at least half a core busy, measured from /proc/stat
+              over a tenth of a second), OMP_WAIT_POLICY=PASSIVE: idle workers sleep instead of spinning
+              against the other job. The OpenMP runtime reads it once, when torch is imported, so `prepare_wait_policy`
               sets it before that import (the CLI calls it first thing for a training command); afterwards
               only the thread count can change (torch.set_num_threads, which the runtime honours at the next
               parallel region). A policy the user set is left alone.
@@ -140,9 +144,8 @@ def choose_threads(requested: int | None = None, busy: float | None = None) -> T
     if ceiling <= 1:  # nothing to decide, and no reason to spend the measurement
         return ThreadChoice(1, cores, busy, False, passive)
     if busy is None:
-        busy = busy_cores()
-    taken = int(busy + (1 - BUSY_CORE))  # cores at least BUSY_CORE busy
-    return ThreadChoice(max(1, min(ceiling, share, cores - taken)), cores, busy, False, passive)
+        busy = busy_cores()  # reported in the log line; the wait policy (`prepare_wait_policy`) follows it
+    return ThreadChoice(max(1, min(ceiling, share)), cores, busy, False, passive)
 
 
 def use_threads(requested: int | None = None, busy: float | None = None) -> ThreadChoice:

@@ -95,8 +95,8 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
         if full or name == chosen:
             importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
             if name in TRAINING_COMMANDS:
-                add_threads_argument(p, "the machine's physical cores, fewer when other processes keep some "
-                                        "busy; logged at the start")
+                add_threads_argument(p, "the machine's physical cores, idle workers sleeping when other "
+                                        "processes keep some busy; logged at the start")
     return parser
 
 
