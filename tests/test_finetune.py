@@ -244,3 +244,23 @@ def test_fine_tuning_starts_from_an_mlm_only_checkpoint(tmp_path):
                             out=str(tmp_path / "out"), epochs=1, batch_size=8, max_seq_length=32, progress=False)
     metrics = ft.finetune(cfg)
     assert 0 <= metrics["best_run"]["dev"]["accuracy"] <= 1
+
+
+def test_the_export_takes_the_kept_weights_and_keeps_tied_ones_tied():
+    """`model_from_state`: a classifier holds the kept tensors themselves (no copy at the export); a head whose
+    decoder shares the word embeddings gets the same values with the two still one matrix."""
+    from bertlab import BertConfig, BertForMaskedLM
+
+    config = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    trained = BertForSequenceClassification(config.replace(id2label={0: "a", 1: "b"}))
+    state = {k: v.detach().clone() for k, v in trained.state_dict().items()}
+    model = ft.model_from_state(BertForSequenceClassification, trained.config, state)
+    assert all(p.data_ptr() == state[k].data_ptr() for k, p in model.state_dict().items())
+    torch.manual_seed(1)
+    mlm = BertForMaskedLM(config)
+    state = {k: v.detach().clone() for k, v in mlm.state_dict().items()}
+    model = ft.model_from_state(BertForMaskedLM, mlm.config, state)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())

@@ -92,6 +92,18 @@ class JsonConfig:
             return cls.from_json_file(name)
         raise ConfigError(f"{name!r} is neither a preset ({', '.join(names())}) nor an existing file")
 
+    def check_sizes(self, source: str, limits: dict[str, int], matrices: tuple[tuple[str, str], ...]) -> None:
+        """Sizes from an unknown file, checked before anything is allocated: each field of `limits` in
+        1..limit, and each (rows, cols) pair of fields (or properties) under MAX_MATRIX_ELEMENTS weights."""
+        for name, limit in limits.items():
+            if not 1 <= getattr(self, name) <= limit:
+                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
+                                  f"{getattr(self, name):,}")
+        for rows, cols in matrices:
+            if getattr(self, rows) * getattr(self, cols) > MAX_MATRIX_ELEMENTS:
+                raise ConfigError(f"{source}: '{rows}' x '{cols}' ({getattr(self, rows):,} x {getattr(self, cols):,}) "
+                                  f"is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
+
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 

@@ -106,18 +106,10 @@ def read_inputs(path: str | Path | None, columns: TextColumns, format: str | Non
     rows = []
     for row in table.rows:
         where = table.where(row)
-        if classify:
-            item = {"text": row.values.get(text)}
+        if classify:  # the texts as finetune reads them (`Table.text`)
+            item = {"text": table.text(row, text)}
             if pair is not None and row.values.get(pair) is not None:  # a record without one: a single text
-                item["text_pair"] = row.values[pair]
-            for name, column in (("text", text), ("text_pair", pair)):
-                if name in item and not isinstance(item[name], str):
-                    value = item[name]
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        item[name] = str(value)  # a number in a text column is its text, as finetune reads it
-                    else:
-                        raise BertlabError(f"{where}: column {column!r} holds "
-                                           f"{'nothing' if value is None else type(value).__name__}, expected text")
+                item["text_pair"] = table.text(row, pair)
         else:
             item = dict(row.values)
         rows.append(InputRow(row.values.get(id_column, row.line) if id_column is not None else row.line, where, item))

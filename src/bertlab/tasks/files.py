@@ -131,6 +131,18 @@ class Table:
                             f"{', '.join(self.columns) or 'none'}")
         return name
 
+    def text(self, row: Row, column: str) -> str:
+        """The text in `row`'s `column`: a number is its text (spreadsheets write "42" as 42), anything else
+        that is not a string -- nothing, a list, a bool -- is a one-line error naming the line."""
+        value = row.values.get(column)
+        if value is None:
+            raise self.error(row, f"missing text in column {column!r}")
+        if not isinstance(value, str):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return str(value)
+            raise self.error(row, f"column {column!r} holds {type(value).__name__}, expected text")
+        return value
+
 
 def guess_column(columns: Sequence[str], candidates: Sequence[str], exclude: Sequence[str] = ()) -> str | None:
     """The first of `candidates` among `columns` (case-insensitive; the file's spelling is returned)."""

@@ -200,17 +200,6 @@ def parse_label(value: Any, problem_type: str, columns: Columns, table: Table, r
     return _label_name(value, table, row)
 
 
-def _text(row: Row, column: str, table: Table) -> str:
-    value = row.values.get(column)
-    if value is None:
-        raise table.error(row, f"missing text in column {column!r}")
-    if not isinstance(value, str):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise table.error(row, f"column {column!r} holds {type(value).__name__}, expected text")
-    return value
-
-
 class TextExamples(Sequence):
     """The examples of one file column by column -- a list per field, not an object per row: a row costs its
     text and a few pointers (1,000,000 short rows ~150 MB, where a `TextExample` each took ~3x that). Indexing
@@ -271,9 +260,9 @@ def examples_from_table(table: Table, columns: Columns, problem_type: str | Call
     lines = array("q")
     shared: dict = {}  # a label column repeats a few values: one object per value, not per row
     for row in table.rows:
-        texts.append(_text(row, columns.text, table))
+        texts.append(table.text(row, columns.text))
         if pairs is not None:
-            pairs.append(_text(row, columns.text_pair, table))
+            pairs.append(table.text(row, columns.text_pair))
         if ids is not None:
             ids.append(str(row.values[id_column]))
         lines.append(row.line)

@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write_text, model_keys
+from ..checkpoint import atomic_write_text, materialize, model_keys
 from ..models.bert.config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
@@ -658,18 +658,28 @@ def claim_output_dir(out: Path, overwrite: bool) -> None:
                   interrupted=SweepState.interrupted_runs(out))
 
 
+def model_from_state(head: type, config, state: dict[str, torch.Tensor]):
+    """`head(config)` holding `state`'s tensors themselves: built on the meta device and given the kept weights
+    (assign), so the export makes no third copy of the model (it set the run's peak memory) and initialises
+    nothing only to overwrite it. A head with tied weights (an MLM decoder sharing the word embeddings) gets
+    storage that keeps them one matrix (`checkpoint.materialize`) and a copy instead: assigning would untie
+    them."""
+    with torch.device("meta"):
+        model = head(config)
+        add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights
+    if len(list(model.named_parameters(remove_duplicate=False))) == len(list(model.parameters())):
+        model.load_state_dict(state, assign=True)
+    else:
+        materialize(model)
+        model.load_state_dict(state)
+    return model
+
+
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
     if run.state is not None:
-        # Built on the meta device and given the kept weights themselves (assign): no third copy of the model
-        # at the export (it set the run's peak memory), and nothing initialised only to be overwritten.
-        with torch.device("meta"):
-            model = spec.head(run.config)
-            add_saved_adapters(model)  # --method adapters: the adapters config.json records, before the weights
+        model = model_from_state(spec.head, run.config, run.state)
         model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
-        model.load_state_dict(run.state, assign=True)
-        if hasattr(model, "tie_weights"):  # a head whose output layer shares the word embeddings
-            model.tie_weights()
     else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
         model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
         model.config.extra.update(spec.export_config(run.scores))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, shorten
-from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_MATRIX_ELEMENTS, JsonConfig, is_type
+from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type
 
 # Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
 # make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
@@ -80,14 +80,8 @@ class BertConfig(JsonConfig):
                 )
         if self.classifier_dropout is not None and not is_type(self.classifier_dropout, float):
             raise ConfigError(f"{source}: field 'classifier_dropout' must be a number or null")
-        for name, limit in SIZE_LIMITS.items():
-            if not 1 <= getattr(self, name) <= limit:
-                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
-                                  f"{getattr(self, name):,}")
-        for rows in ("vocab_size", "max_position_embeddings", "intermediate_size"):
-            if getattr(self, rows) * self.hidden_size > MAX_MATRIX_ELEMENTS:
-                raise ConfigError(f"{source}: '{rows}' x 'hidden_size' ({getattr(self, rows):,} x "
-                                  f"{self.hidden_size:,}) is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
+        self.check_sizes(source, SIZE_LIMITS, tuple((rows, "hidden_size") for rows in
+                                                    ("vocab_size", "max_position_embeddings", "intermediate_size")))
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{source}: field '{name}' must be in [0, 1), got {getattr(self, name)}")

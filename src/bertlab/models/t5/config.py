@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, shorten
-from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_MATRIX_ELEMENTS, JsonConfig, is_type as _is_type
+from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type as _is_type
 
 MODEL_TYPE = "t5"
 ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")
@@ -117,14 +117,7 @@ class T5Config(JsonConfig):
             if not ok:
                 raise ConfigError(f"{source}: field '{f.name}' must be {_TYPE_NAMES[expected]}, "
                                   f"got {type(value).__name__} {shorten(value)}")
-        for name, limit in SIZE_LIMITS.items():
-            if not 1 <= getattr(self, name) <= limit:
-                raise ConfigError(f"{source}: field '{name}' must be between 1 and {limit:,}, got "
-                                  f"{getattr(self, name):,}")
-        for rows, cols in (("vocab_size", "d_model"), ("d_ff", "d_model"), ("inner_dim", "d_model")):
-            if getattr(self, rows) * getattr(self, cols) > MAX_MATRIX_ELEMENTS:
-                raise ConfigError(f"{source}: '{rows}' x '{cols}' ({getattr(self, rows):,} x {getattr(self, cols):,}) "
-                                  f"is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
+        self.check_sizes(source, SIZE_LIMITS, (("vocab_size", "d_model"), ("d_ff", "d_model"), ("inner_dim", "d_model")))
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError(f"{source}: field 'dropout_rate' must be in [0, 1), got {self.dropout_rate}")
         act = self.feed_forward_proj.split("-")
