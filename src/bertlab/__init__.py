@@ -19,6 +19,7 @@ _LAZY = {
                      "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"),
                     "models.bert.heads"),
     "T5Config": "models.t5.config", "T5ForConditionalGeneration": "models.t5.modeling",  # the second family
+    **dict.fromkeys(("AutoConfig", "AutoModel", "AutoTokenizer"), "models.auto"),  # any family, by model_type
 }
 
 __all__ = ["BertConfig", "preset", "preset_names", "BertlabError", "CheckpointError", "ConfigError", "BertTokenizer",

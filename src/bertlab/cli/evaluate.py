@@ -33,16 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..tasks import evaluate
-    from ..tokenizer import BertTokenizer
+    from ..models.auto import AutoTokenizer
     from ..train.finetune import subset
     from ..train.setup import autocast_dtype, resolve_device
 
     spec = TASKS[args.task]
     split = split_name(spec, args.data, args.split)
     device = resolve_device(args.device)
-    model = spec.head.from_pretrained(args.model).to(device)
+    model = spec.head_class(args.model).from_pretrained(args.model).to(device)
     spec = spec.with_model_config(model.config)  # own-data tasks: labels, columns, windows as trained
-    tokenizer = BertTokenizer.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
     examples = subset(spec.read(args.data, split), args.limit)
     scores = evaluate(spec, model, tokenizer, examples, split,
                       max_length=args.max_seq_length or spec.default_max_length, batch_size=args.batch_size,

@@ -17,7 +17,7 @@ from ..models.t5.config import PRESETS as T5_PRESETS
 from ..models.t5.config import T5Config
 
 # model family -> (config from a preset name or path, rows, table)
-FAMILIES = {
+PARAMETER_TABLES = {
     "bert": (BertConfig.from_name_or_path, parameter_table, format_table),
     T5_MODEL_TYPE: (T5Config.from_name_or_path, t5_parameter_table, format_t5_table),
 }
@@ -30,7 +30,7 @@ def family(name: str) -> str:
         return "bert"  # BERT's loader reports an unknown name
     path = os.path.join(name, "config.json") if os.path.isdir(name) else name
     model_type = read_json_object(path).get("model_type", "bert") if os.path.isfile(path) else "bert"
-    return model_type if model_type in FAMILIES else "bert"
+    return model_type if model_type in PARAMETER_TABLES else "bert"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configs = [(name, FAMILIES[family(name)], FAMILIES[family(name)][0](name)) for name in args.models]
+    configs = [(name, PARAMETER_TABLES[family(name)], PARAMETER_TABLES[family(name)][0](name)) for name in args.models]
     if args.format == "json":
         print(json.dumps({name: dict(fam[1](c)) for name, fam, c in configs}, indent=2))
     else:

@@ -30,7 +30,7 @@ import torch
 from ..errors import BertlabError
 from . import batching
 from .inputs import encode
-from .runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
 
 
 def _cls(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -114,10 +114,8 @@ class Embedder:
     def from_pretrained(cls, model_dir: str | Path, pooling: str | None = "mean", normalize: bool = False,
                         options: InferenceOptions | None = None, window_overlap: int | None = None) -> "Embedder":
         """`pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
-        from ..models.bert.modeling import BertModel
-
         options = options or InferenceOptions()
-        model = load_model(BertModel, Path(model_dir), options)
+        model = load_encoder(Path(model_dir), options)
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                    length_limit(model_dir, model.config, tokenizer, options.max_length), options, window_overlap)

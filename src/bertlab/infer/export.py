@@ -45,7 +45,7 @@ import torch
 from ..errors import BertlabError, OutputError, is_write_failure, output_error
 from .batching import model_inputs
 from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
-from .runtime import InferenceOptions, check_model_dir, length_limit, load_model, load_tokenizer
+from .runtime import InferenceOptions, check_model_dir, length_limit, load_encoder, load_model, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,6 @@ class _Traced(torch.nn.Module):
 
 def load_exportable(model_dir: Path) -> Exportable:
     """The folder's fine-tuned head when it has a predictable one (output `logits`), else its encoder."""
-    from ..models.bert.modeling import BertModel
     from .predict import find_head
 
     options = InferenceOptions(onednn=False)  # the plain graph: oneDNN's packed operators do not export
@@ -141,7 +140,7 @@ def load_exportable(model_dir: Path) -> Exportable:
         model = load_model(head.model_class, model_dir, options, head_prefix=head.prefix, purpose="export")
         module, output = _Traced(model, head.logits), "logits"
     else:
-        model = load_model(BertModel, model_dir, options)
+        model = load_encoder(model_dir, options)
         module, output = _Traced(model, lambda out: out.last_hidden_state), "last_hidden_state"
     return Exportable(module.eval(), output, model, tokenizer,
                       length_limit(model_dir, model.config, tokenizer, None))
@@ -294,7 +293,6 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
                                  normalize: bool = True) -> ExportReport:
     """The sentence-transformers folder of the model's encoder (see the module docstring)."""
     from ..checkpoint import save_pretrained
-    from ..models.bert.modeling import BertModel
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     declared = model_pooling(model_dir)
@@ -303,7 +301,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     if pooling is not None and declared is not None and pooling != declared:
         log.warning("%s was used with %s pooling; exporting with %s as asked", model_dir, declared, pooling)
     pooling = pooling or declared or DEFAULT_POOLING
-    encoder = load_model(BertModel, model_dir, InferenceOptions(onednn=False))
+    encoder = load_encoder(model_dir, InferenceOptions(onednn=False))
     tokenizer = load_tokenizer(model_dir)
     limit = length_limit(model_dir, encoder.config, tokenizer, None)
     tmp = _new_folder(out)

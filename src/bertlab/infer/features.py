@@ -31,7 +31,7 @@ from ..errors import BertlabError
 from . import batching
 from .inputs import encode
 from .outputs import NpyWriter, SafetensorsWriter, json_line, output_kind, text_output
-from .runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,8 @@ class FeatureExtractor:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, layers: Sequence[int] | str = (-1,), align: str = "token",
                         options: InferenceOptions | None = None) -> "FeatureExtractor":
-        from ..models.bert.modeling import BertModel
-
         options = options or InferenceOptions()
-        model = load_model(BertModel, Path(model_dir), options)
+        model = load_encoder(Path(model_dir), options)
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, layers, align,
                    length_limit(None, model.config, tokenizer, options.max_length), options)

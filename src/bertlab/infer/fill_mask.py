@@ -17,7 +17,7 @@ import torch
 from ..errors import BertlabError
 from . import batching
 from .inputs import encode
-from .runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+from .runtime import InferenceOptions, length_limit, load_head, load_tokenizer
 
 
 class FillMasker:
@@ -33,11 +33,8 @@ class FillMasker:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None) -> "FillMasker":
-        from ..models.bert.heads import HEADS
-
         options = options or InferenceOptions()
-        head = HEADS["masked-lm"]
-        model = load_model(head.model_class, Path(model_dir), options, head_prefix=head.prefix, purpose="fill-mask")
+        model = load_head("masked-lm", Path(model_dir), options, purpose="fill-mask")
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, length_limit(None, model.config, tokenizer, options.max_length), options)
 

@@ -38,10 +38,11 @@ import numpy as np
 import torch
 
 from ..errors import BertlabError
-from ..models.bert.heads import HEADS, HeadSpec, head_for_architecture
+from ..nn.heads import HeadSpec
 from . import batching
 from .inputs import encode, parse_record
-from .runtime import InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer
+from .runtime import (InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer,
+                      model_family)
 
 log = logging.getLogger(__name__)
 
@@ -330,16 +331,22 @@ TASK_RUNNERS: dict[str, TaskRunner] = {r.task: r for r in (
     SequenceClassification(), TokenClassification(), QuestionAnswering(), MultipleChoice())}
 
 
-def predictable_heads(task: str | None = None) -> list[HeadSpec]:
-    """The registered heads a runner can predict with (of kind `task` only, when given)."""
-    return [h for h in HEADS.values() if h.task in TASK_RUNNERS and task in (None, h.task)]
+def predictable_heads(task: str | None = None, family=None) -> list[HeadSpec]:
+    """The registered heads of a family (default BERT's) a runner can predict with (of kind `task` only, when
+    given)."""
+    if family is None:
+        from ..models.registry import family as family_named
+
+        family = family_named("bert")
+    return [h for h in family.heads.values() if h.task in TASK_RUNNERS and task in (None, h.task)]
 
 
 def find_head(model_dir: Path, architecture: str | None = None, task: str | None = None) -> HeadSpec | None:
-    """The predictable head of a model folder: its config.json architecture (or `architecture`)."""
+    """The predictable head of a model folder: its config.json architecture (or `architecture`), among its
+    family's heads."""
     names = [architecture] if architecture else architectures(model_dir)
-    wanted = predictable_heads(task)
-    return next((h for h in map(head_for_architecture, names) if h in wanted), None)
+    wanted = predictable_heads(task, model_family(model_dir))
+    return next((h for h in wanted if h.architecture in names), None)
 
 
 @dataclass
@@ -363,7 +370,7 @@ class Predictor:
         model_dir = check_model_dir(Path(model_dir))
         head = find_head(model_dir, architecture, task)
         if head is None:
-            wanted = ", ".join(h.architecture for h in predictable_heads(task))
+            wanted = ", ".join(h.architecture for h in predictable_heads(task, model_family(model_dir)))
             if architecture is not None:
                 raise BertlabError(f"unknown architecture {architecture!r}; expected one of {wanted}")
             found = ", ".join(architectures(model_dir)) or "none"

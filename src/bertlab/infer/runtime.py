@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
+from ..jsonconfig import read_json_object
 from ..nn.adapters import lora_layers, merge_lora
 from ..nn.precision import DTYPES
 from ..threads import add_threads_argument, set_threads
@@ -169,16 +170,22 @@ def checkpoint_keys(model_dir: Path) -> set[str] | None:
 
 
 def has_weights(keys: set[str], prefix: str) -> bool:
-    """Whether a checkpoint has weights under `prefix` (with or without the `bert.` model prefix)."""
-    return any(k.startswith(prefix) or k.startswith("bert." + prefix) for k in keys)
+    """Whether a checkpoint has weights under `prefix` (with or without a model prefix such as `bert.`)."""
+    return any(k.startswith(prefix) or k.partition(".")[2].startswith(prefix) for k in keys)
 
 
 def architectures(model_dir: Path) -> list[str]:
     """`config.json["architectures"]`: the class the model was saved from (Hugging Face's convention)."""
-    from ..models.bert.config import BertConfig
-
-    arch = BertConfig.from_json_file(model_dir).extra.get("architectures") or []
+    config = Path(model_dir) / "config.json"
+    arch = read_json_object(config).get("architectures") if config.is_file() else None
     return [a for a in arch if isinstance(a, str)] if isinstance(arch, list) else []
+
+
+def model_family(model_dir: Path):
+    """The family of a model folder (`models/registry.py`: config.json's model_type)."""
+    from ..models.registry import family_of
+
+    return family_of(check_model_dir(model_dir))
 
 
 def check_model_dir(model_dir: Path) -> Path:
@@ -188,6 +195,20 @@ def check_model_dir(model_dir: Path) -> Path:
     if not (model_dir / "config.json").is_file() and not (model_dir / "bert_config.json").is_file():
         raise BertlabError(f"{model_dir}: not a model folder (no config.json)")
     return model_dir
+
+
+def load_encoder(model_dir: Path, options: InferenceOptions) -> Any:
+    """The bare encoder of the folder's family (a task model's encoder too), ready for inference."""
+    family = model_family(model_dir)
+    if family.base_model is None:
+        raise BertlabError(f"{model_dir}: {family.name} models have no bare encoder; this command needs one")
+    return load_model(family.base_model, model_dir, options)
+
+
+def load_head(kind: str, model_dir: Path, options: InferenceOptions, purpose: str = "this command") -> Any:
+    """The folder's family's head of `kind` (`nn/heads.py`), refused when the checkpoint lacks its weights."""
+    head = model_family(model_dir).head(kind, purpose)
+    return load_model(head.model_class, model_dir, options, head_prefix=head.prefix, purpose=purpose)
 
 
 def load_model(cls: type, model_dir: Path, options: InferenceOptions, head_prefix: str | None = None,
@@ -233,9 +254,8 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
 
 
 def load_tokenizer(model_dir: Path):
-    from ..tokenizer import BertTokenizer
-
-    return BertTokenizer.from_pretrained(check_model_dir(model_dir))
+    """The folder's tokenizer, as its family reads it (vocab.txt, vocab.json + merges.txt, a SentencePiece model)."""
+    return model_family(model_dir).load_tokenizer(model_dir)
 
 
 def length_limit(model_dir: Path | None, config, tokenizer, requested: int | None) -> int:

@@ -101,12 +101,10 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
                 name: str | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed.
     `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
-    from ..models.bert.heads import HEADS
-    from ..models.bert.modeling import BertModel
     from .embeddings import DEFAULT_POOLING, Embedder, model_pooling
     from .fill_mask import FillMasker
     from .predict import Predictor, find_head
-    from .runtime import length_limit, load_model, load_tokenizer
+    from .runtime import length_limit, load_encoder, load_tokenizer, model_family
 
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=name or model_name(model_dir))
@@ -117,7 +115,8 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         setattr(models, TASK_ENDPOINTS[head.task], own)
     keys = checkpoint_keys(model_dir) or set()
     # a peer engine runs the encoder (and task heads it was exported with), not the masked-LM head
-    if fill_mask_model is None and options.engine == "bertlab" and has_weights(keys, HEADS["masked-lm"].prefix):
+    if fill_mask_model is None and options.engine == "bertlab" and "masked-lm" in (heads := model_family(model_dir).heads) \
+            and has_weights(keys, heads["masked-lm"].prefix):
         fill_mask_model = model_dir
     for task, folder in (("classify", classify_model), ("qa", qa_model)):
         if folder is not None:
@@ -132,7 +131,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         raise BertlabError(f"{model_dir}: --engine {options.engine} serves the embedding routes from an encoder "
                            "folder; serve a task model with --engine bertlab")
     encoder = getattr(own.model, own.model.base_model_prefix) if own is not None else \
-        load_model(BertModel, model_dir, options)
+        load_encoder(model_dir, options)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options,
                                window_overlap)

@@ -3,7 +3,8 @@
 A task is a `TaskSpec` subclass instance registered by name in `bertlab.tasks.TASKS`. The recipe
 (`bertlab.train.finetune`) and `bertlab evaluate` only ever talk to a task through these members:
 
-    spec.head                 the BertFor* class (one added layer, section 4 of the paper)
+    spec.head                 the BertFor* class (one added layer, section 4 of the paper); `head_kind` its kind,
+                              `head_class(folder)` the class of that kind in the folder's model family
     spec.labels               label names in id order -> `config.id2label`; None when the head has no
                               label set of its own (regression has one output, QA has start/end)
     spec.num_labels           len(labels), or 1 for regression (MSE loss), or None (QA)
@@ -161,7 +162,7 @@ class TaskSpec:
     override `predictions`); the rest has defaults. See the module docstring for the contract."""
 
     name: str
-    head: type  # a BertPreTrainedModel subclass from bertlab.heads
+    head: type  # BERT's head class of the task's kind (`models/bert/heads.py`); other families: `head_class`
     labels: tuple[str, ...] | None
     main_metric: str
     eval_splits: tuple[str, ...] = ("dev",)
@@ -185,12 +186,25 @@ class TaskSpec:
             return {0: "score"}
         return dict(enumerate(self.labels)) if self.labels else None
 
+    @property
+    def head_kind(self) -> str:
+        """The kind of head the task adds (`nn/heads.py`): sequence-classification, question-answering, ..."""
+        return self.head.head_spec.name
+
+    def head_class(self, model: str | Path | Any) -> type:
+        """The class of the task's head in the family of `model`: a model folder (its config.json's model_type)
+        or a loaded config."""
+        from ..models.registry import family, family_of
+
+        found = family_of(model) if isinstance(model, (str, Path)) else family(model.to_dict().get("model_type", "bert"))
+        return found.head(self.head_kind, f"the {self.name} task").model_class
+
     def build_model(self, model_dir: str | Path, **config_overrides):
-        """The head on a pre-trained encoder (any HF-layout BERT folder); a new head is initialised, and
-        `saved_config()` goes into its config (so config.json keeps it)."""
+        """The head on a pre-trained encoder (any HF-layout folder of a supported family); a new head is
+        initialised, and `saved_config()` goes into its config (so config.json keeps it)."""
         if self.id2label is not None:
             config_overrides.setdefault("id2label", self.id2label)
-        built = self.head.from_pretrained(model_dir, **config_overrides)
+        built = self.head_class(model_dir).from_pretrained(model_dir, **config_overrides)
         (built[0] if isinstance(built, tuple) else built).config.extra.update(self.saved_config())
         return built
 

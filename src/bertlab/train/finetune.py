@@ -540,7 +540,7 @@ class SweepState:
 # ---------------------------------------------------------------------------------------------- the recipe
 def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
-    from ..tokenizer import BertTokenizer
+    from ..models.auto import AutoTokenizer
 
     out = Path(cfg.out)
     if cfg.resume:  # the run's own settings rule; `given`: what the user stated again (see setup.py)
@@ -559,7 +559,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     sweep = SweepState(out, spec, cfg.resume)
     device = resolve_device(cfg.device)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     max_length = cfg.max_seq_length or spec.default_max_length
     init = start.record if start else {"init": "pretrained", "model": cfg.model}
     write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
@@ -678,10 +678,10 @@ def model_from_state(head: type, config, state: dict[str, torch.Tensor]):
 def _export(spec: TaskSpec, cfg: FinetuneConfig, run: RunResult, out: Path, tokenizer, device) -> None:
     """The best run so far becomes OUT_DIR/model, and its dev predictions OUT_DIR's."""
     if run.state is not None:
-        model = model_from_state(spec.head, run.config, run.state)
+        model = model_from_state(spec.head_class(run.config), run.config, run.state)
         model.config.extra.update(spec.export_config(run.scores))  # e.g. a multi-label threshold tuned on dev
     else:  # a run an earlier session finished (resume): its weights were kept on disk (SweepState)
-        model = spec.head.from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
+        model = spec.head_class(Path(run.run_dir) / RUN_MODEL_DIR).from_pretrained(Path(run.run_dir) / RUN_MODEL_DIR)
         model.config.extra.update(spec.export_config(run.scores))
     save_model(model, out / "model", tokenizer)
     for f in Path(run.run_dir).iterdir():
@@ -701,7 +701,7 @@ def _predict_test(spec: TaskSpec, cfg: FinetuneConfig, out: Path, tokenizer, max
             continue
         examples = spec.read(cfg.data, split)
         if model is None:
-            model = spec.head.from_pretrained(out / "model").to(device)
+            model = spec.head_class(out / "model").from_pretrained(out / "model").to(device)
         scoring = spec.with_model_config(model.config)  # as saved: e.g. the tuned multi-label threshold
         writer_path = scoring.prediction_writer(out, split).path
         scored = evaluate(scoring, model, tokenizer, subset(examples, cfg.eval_limit), split, max_length=max_length,

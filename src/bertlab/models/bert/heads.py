@@ -8,16 +8,14 @@ Every head returns an output object with `.loss` (when labels are given) and its
 Hugging Face's (`cls.predictions.transform.dense`, `classifier`, `qa_outputs`), so `transformers`' matching
 `BertFor*` class loads what we save and vice versa.
 
-`HEADS` is the registry: one `HeadSpec` per kind of head -- its module class, output type, the checkpoint
-prefix of its weights, which prediction it serves (`task`) and how a teacher's logits teach it (`soft_target`).
-`predict`, `serve`, `distill` and `convert` ask it; `checkpoint.py` needs no list of heads at all (weights
-outside the encoder are a head's by rule). Adding a head = its class with `@register_head(...)`.
+`HEADS` is BERT's head registry (`nn/heads.py`): one `HeadSpec` per kind of head -- its module class, output
+type, the checkpoint prefix of its weights, which prediction it serves (`task`) and how a teacher's logits teach
+it (`soft_target`). `predict`, `serve`, `distill` and `convert` ask a folder's family for it; `checkpoint.py`
+needs no list of heads at all (weights outside the encoder are a head's by rule). Adding a head = its class
+with `@register_head(...)`.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -27,81 +25,16 @@ from .config import BertConfig
 from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
 from ...labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
+from ...nn.heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
+                         TaskOutputLayer)
 
-
-
-class TaskOutputLayer(nn.Linear):
-    """The one layer a fine-tuning task adds on the encoder (classifier, QA start/end scores). An `nn.Linear`
-    (same parameter names), marked so `init_weights` initialises it N(0, σ²) untruncated, as Hugging Face's
-    heads do, where Google's code truncates at 2σ: on CoNLL-2003 (MiniLM-L6, 800 sentences, 6 seeds) the
-    untruncated start gave dev F1 0.525 against 0.481, better in all 6 seed pairs."""
-
-    untruncated_init = True
-
-
-@dataclass
-class HeadOutput:
-    logits: torch.Tensor
-    loss: torch.Tensor | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-
-
-@dataclass
-class PreTrainingOutput:
-    prediction_logits: torch.Tensor  # (N_masked, V) when labels are given, else (B, T, V)
-    seq_relationship_logits: torch.Tensor | None  # (B, 2); None for MLM-only models
-    loss: torch.Tensor | None = None
-    mlm_loss: torch.Tensor | None = None
-    nsp_loss: torch.Tensor | None = None
-
-
-@dataclass
-class QuestionAnsweringOutput:
-    start_logits: torch.Tensor  # (B, T)
-    end_logits: torch.Tensor  # (B, T)
-    loss: torch.Tensor | None = None
-
-
-# ---------------------------------------------------------------------------------------------- the registry
-@dataclass(frozen=True)
-class HeadSpec:
-    """One kind of head, and what the rest of bertlab needs to know about it."""
-
-    name: str  # "sequence-classification"
-    model_class: type[BertPreTrainedModel]  # its architecture name (config.json) is the class name
-    output_type: type  # what its forward returns
-    prefix: str  # checkpoint prefix of the weights that make a model this head (a folder without them lacks it)
-    logits: Callable[[object], torch.Tensor]  # the one logits tensor of an output (distillation, prediction)
-    task: str | None = None  # the prediction it serves (`infer.predict` runners): classify, ner, qa, choice
-    soft_target: str | None = None  # how a teacher's logits teach it: classes, tokens, spans (train.distill)
-    detectable: bool = True  # its weights alone tell a checkpoint is this head (not so for heads sharing a prefix)
-
-    @property
-    def architecture(self) -> str:
-        return self.model_class.__name__
-
-
-HEADS: dict[str, HeadSpec] = {}
-
-
-def register_head(name: str, *, output: type, prefix: str, logits: Callable[[object], torch.Tensor] | None = None,
-                  task: str | None = None, soft_target: str | None = None, detectable: bool = True):
-    """Class decorator: register a `BertPreTrainedModel` subclass as the head `name`. Registration order is
-    the order `convert` tries heads in when it must tell one from a checkpoint's weights."""
-
-    def register(cls: type[BertPreTrainedModel]) -> type[BertPreTrainedModel]:
-        HEADS[name] = HeadSpec(name, cls, output, prefix, logits or (lambda out: out.logits), task, soft_target,
-                               detectable)
-        cls.head_spec = HEADS[name]
-        return cls
-
-    return register
+HEADS = HeadRegistry()  # BERT's heads by kind (`nn/heads.py`)
+register_head = HEADS.register
 
 
 def head_for_architecture(architecture: str) -> HeadSpec | None:
-    """The head saved as `architecture` (a `config.json["architectures"]` entry); None for an unknown one."""
-    return next((h for h in HEADS.values() if h.architecture == architecture), None)
+    """BERT's head saved as `architecture` (a `config.json["architectures"]` entry); None for an unknown one."""
+    return HEADS.for_architecture(architecture)
 
 
 def model_classes() -> dict[str, type[BertPreTrainedModel]]:

@@ -1,0 +1,12 @@
+"""BERT as a family: what the registry (`models/registry.py`) hands to recipes, tasks and inference."""
+
+from __future__ import annotations
+
+from ...tokenizer import BertTokenizer
+from ..family import Family
+from .config import BertConfig
+from .heads import HEADS
+from .modeling import BertModel
+
+FAMILY = Family(model_type="bert", name="BERT", config_class=BertConfig, base_model=BertModel, heads=HEADS,
+                tokenizer=BertTokenizer.from_pretrained)

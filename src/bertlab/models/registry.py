@@ -1,0 +1,62 @@
+"""The model families bertlab knows, by the `model_type` a `config.json` names (as `transformers`' auto classes
+map it), and the family of a folder.
+
+A family is imported only when a folder of it is used, so `bertlab params` or a BERT run never imports T5.
+Adding a family is one line here (or `register_family` at run time) and a folder with a `family.py`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from ..errors import BertlabError
+from ..jsonconfig import read_json_object
+from .family import Family
+
+# model_type -> the module whose FAMILY describes it
+FAMILIES: dict[str, str] = {
+    "bert": "bertlab.models.bert.family",
+    "t5": "bertlab.models.t5.family",
+}
+# Google's TensorFlow release names its config thus and has no model_type: it is BERT's
+GOOGLE_CONFIG_NAME = "bert_config.json"
+
+
+def register_family(model_type: str, module: str) -> None:
+    """Make `model_type` load through `module`'s FAMILY (a family kept outside this package, or a test's)."""
+    FAMILIES[model_type] = module
+
+
+def family(model_type: str) -> Family:
+    """The family of `model_type`; one line naming it and the supported ones when it is unknown."""
+    if model_type not in FAMILIES:
+        raise BertlabError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(FAMILIES))})")
+    return importlib.import_module(FAMILIES[model_type]).FAMILY
+
+
+def model_type_of(path: str | os.PathLike) -> str:
+    """The `model_type` of a model folder or config file. A config without one is BERT's, as every config
+    written before `transformers` added the field (and Google's `bert_config.json`) is."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            path = path / "config.json"
+        elif (path / GOOGLE_CONFIG_NAME).is_file():
+            return "bert"
+        else:
+            raise BertlabError(f"{path}: not a model folder (no config.json)")
+    model_type = read_json_object(path).get("model_type", "bert")
+    if not isinstance(model_type, str):
+        raise BertlabError(f"{path}: field 'model_type' must be a string, got {model_type!r}")
+    return model_type
+
+
+def family_of(path: str | os.PathLike) -> Family:
+    """The family of a model folder (or config file), from its `model_type`."""
+    model_type = model_type_of(path)
+    if model_type not in FAMILIES:
+        raise BertlabError(f"{path}: model_type {model_type!r} is not supported "
+                           f"(supported: {', '.join(sorted(FAMILIES))})")
+    return family(model_type)

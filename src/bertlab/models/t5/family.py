@@ -1,0 +1,14 @@
+"""T5 as a family: what the registry (`models/registry.py`) hands to recipes and inference.
+
+T5 has no bare encoder and no one-layer task heads: every task is text to text through
+`T5ForConditionalGeneration` (`bertlab finetune t2t`, `generate`), so `base_model` is None and `heads` empty.
+"""
+
+from __future__ import annotations
+
+from ...tokenizer.sentencepiece import T5Tokenizer
+from ..family import Family
+from .config import T5Config
+
+FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
+                tokenizer=T5Tokenizer.from_pretrained, uses_token_types=False)

@@ -1,0 +1,80 @@
+"""A new model family is one folder and one registry line: the toy family (tests/toy_family, a bag-of-words
+encoder sharing no model code with BERT) loads through the auto classes, fine-tunes a classification head on a
+CSV, embeds, predicts and saves -- with nothing in bertlab changed for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertlab.errors import BertlabError
+from own_data_support import news_rows, write_csv, write_vocab
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def toy_folder(tmp_path, monkeypatch) -> Path:
+    from bertlab.models import registry
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.setitem(registry.FAMILIES, "toy", "toy_family.family")  # the one registry line
+    from toy_family.family import ToyConfig, ToyModel
+
+    folder = tmp_path / "toy"
+    vocab = write_vocab(tmp_path / "vocab.txt")
+    torch.manual_seed(0)
+    ToyModel(ToyConfig(vocab_size=len(vocab.read_text().split()))).save_pretrained(folder, vocab_file=vocab)
+    return folder
+
+
+def test_auto_classes_load_the_toy_family(toy_folder):
+    from bertlab import AutoConfig, AutoModel, AutoTokenizer
+
+    assert json.loads((toy_folder / "config.json").read_text())["model_type"] == "toy"
+    assert type(AutoConfig.from_pretrained(toy_folder)).__name__ == "ToyConfig"
+    model = AutoModel.from_pretrained(toy_folder)
+    assert type(model).__name__ == "ToyModel"
+    enc = AutoTokenizer.from_pretrained(toy_folder)(["the report on sport"], return_tensors="pt", padding=True)
+    out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    assert out.last_hidden_state.shape == (1, enc["input_ids"].shape[1], 16)
+
+
+def test_toy_family_embeds(toy_folder):
+    from bertlab.infer.embeddings import Embedder
+
+    vectors = Embedder.from_pretrained(toy_folder, pooling="mean").embed(["the report", "a new year of sport"])
+    assert vectors.shape == (2, 16) and np.isfinite(vectors).all()
+    assert not np.allclose(vectors[0], vectors[1])
+
+
+def test_toy_family_finetunes_predicts_and_saves(toy_folder, tmp_path):
+    from bertlab.infer.predict import Predictor
+    from bertlab.train.finetune import FinetuneConfig, finetune
+
+    train = write_csv(news_rows(160, seed=1), tmp_path / "train.csv")
+    dev = write_csv(news_rows(60, seed=2), tmp_path / "dev.csv")
+    cfg = FinetuneConfig(task="text-classification", model=str(toy_folder), data=str(train), out=str(tmp_path / "run"),
+                         lr=1e-1, epochs=8, batch_size=16, seed=0, progress=False)
+    cfg.inputs.validation = str(dev)
+    metrics = finetune(cfg)
+    saved = tmp_path / "run" / "model"
+    assert json.loads((saved / "config.json").read_text())["architectures"] == ["ToyForSequenceClassification"]
+    assert metrics["dev"]["dev"]["accuracy"]["mean"] > 0.6  # four topics: chance is 0.25
+    predictor = Predictor.from_pretrained(saved)
+    assert type(predictor.model).__name__ == "ToyForSequenceClassification"
+    labels = [p["label"] for p in predictor.predict([{"text": r["text"]} for r in news_rows(20, seed=3)])]
+    assert len(labels) == 20 and set(labels) <= set(predictor.model.config.id2label.values())
+
+
+def test_an_unknown_family_is_one_line(tmp_path):
+    from bertlab import AutoModel
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "hidden_size": 8}))
+    with pytest.raises(BertlabError, match=r"model_type 'gpt_neox' is not supported \(supported: bert, t5"):
+        AutoModel.from_pretrained(tmp_path / "m")
