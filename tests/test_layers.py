@@ -19,7 +19,7 @@ def test_layers_contract_is_kept():
     code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "4 kept, 0 broken" in run.stdout
+    assert "5 kept, 0 broken" in run.stdout
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -93,6 +93,30 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+
+
+def test_checkpoint_names_are_importable_from_the_package():
+    """`bertlab.checkpoint` was one module: every name it had is still importable from it, the very object its
+    defining module (or `bertlab.fsio`, the atomic writes) holds."""
+    import importlib
+
+    package = importlib.import_module("bertlab.checkpoint")
+    homes = {"hf_layout": ["WEIGHTS_NAME", "WEIGHTS_INDEX_NAME", "PYTORCH_WEIGHTS_NAME", "CONFIG_NAME", "TF_INDEX_NAME",
+                           "FULL_WEIGHT_FILES", "DEFAULT_BASE_PREFIX", "LoadReport", "canonical_key",
+                           "canonical_state_dict", "model_state_dict", "model_keys", "read_state_dict", "index_shards",
+                           "torch_load_failure", "check_state_dict", "load_state_dict_into", "materialize",
+                           "initialize_missing", "build_and_load"],
+             "peft": ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "ADAPTER_FILES", "PEFT_PREFIX", "PEFT_TASK_TYPES",
+                      "is_lora_adapter_folder", "save_lora_adapter", "load_lora_adapter"],
+             "pretrained": ["load_pretrained", "save_pretrained"]}
+    for module, names in homes.items():
+        home = importlib.import_module(f"bertlab.checkpoint.{module}")
+        for name in names:
+            assert getattr(package, name) is getattr(home, name), name
+    fsio = importlib.import_module("bertlab.fsio")
+    for name in ("atomic_directory", "atomic_write_text", "remove_stale_temporaries", "current_umask", "apply_umask"):
+        assert getattr(package, name) is getattr(fsio, name), name
+    assert package.VOCAB_NAME == "vocab.txt"
 
 
 def module_level_names(path: Path) -> set[str]:

@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import atomic_directory, save_pretrained
+from ..checkpoint.pretrained import save_pretrained
+from ..fsio import atomic_directory
 from ..jsonconfig import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text

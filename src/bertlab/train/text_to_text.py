@@ -54,7 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import atomic_directory, atomic_write_text
+from ..fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts

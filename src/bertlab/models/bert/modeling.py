@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...checkpoint import load_pretrained, save_pretrained
+from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
 from ...nn import AttentionMask, Dropout, TokenLayout, add_residual, attention
 from ...nn.elementwise import activate

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...checkpoint import load_pretrained, save_pretrained
+from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from ...errors import BertlabError
 from ...nn import AttentionMask, Dropout, attention
 from ...nn.elementwise import activate
