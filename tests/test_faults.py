@@ -635,7 +635,7 @@ def test_an_empty_api_key_is_refused_before_serving(tiny_model, monkeypatch, cap
 
     if env is not None:
         monkeypatch.setenv(serve_cli.API_KEY_ENV, env)
-    monkeypatch.setattr("bertlab.infer.serve.bind", lambda *a: pytest.fail("bound a port"))
+    monkeypatch.setattr("bertlab.infer.serve.process.bind", lambda *a: pytest.fail("bound a port"))
     assert main(["serve", "--model", str(tiny_model), "--port", "0", *flag]) == 2
     assert "the API key (--api-key or $BERTLAB_API_KEY) is empty" in one_line_error(capsys)
 

@@ -19,7 +19,7 @@ def test_layers_contract_is_kept():
     code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert "5 kept, 0 broken" in run.stdout
+    assert "7 kept, 0 broken" in run.stdout
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -93,6 +93,21 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+    # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    serve = importlib.import_module("bertlab.infer.serve")
+    for group in ("native", "tei", "openai", "metrics", "generate"):
+        assert importlib.import_module(f"bertlab.infer.serve_{group}") is importlib.import_module(
+            f"bertlab.infer.serve.routes_{group}")
+    for module, names in {"app": ["create_app", "ServiceMiddleware", "PUBLIC_PATHS"],
+                          "process": ["ServeSpec", "bind", "serve", "start_in_thread", "RunningServer"],
+                          "responses": ["ServiceError", "error_response", "json_response", "ERROR_KINDS"],
+                          "routes": ["register_routes", "ROUTE_GROUPS", "ROUTE_MODULES"],
+                          "service": ["Service", "ServiceModels", "load_models", "model_name", "TRIM_EVERY_S"]}.items():
+        home = importlib.import_module(f"bertlab.infer.serve.{module}")
+        for name in names:
+            assert getattr(serve, name) is getattr(home, name), name
+    assert serve.Limits is importlib.import_module("bertlab.infer.batcher").Limits
 
 
 def test_checkpoint_names_are_importable_from_the_package():
