@@ -93,6 +93,7 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+    assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
     # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     serve = importlib.import_module("bertlab.infer.serve")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.data.denoising import DENOISING_OBJECTIVES
+from bertlab.models.t5.denoising import DENOISING_OBJECTIVES
 from bertlab.objectives import OBJECTIVES, get_objective, is_text_to_text
 from bertlab.objectives.t5 import T5_OBJECTIVES, TargetTokenEval
 from bertlab.models.t5 import T5ForConditionalGeneration, preset

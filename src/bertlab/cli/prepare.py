@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.denoising import DENOISING_OBJECTIVES, make_objective
+from ..models.t5.denoising import DENOISING_OBJECTIVES, make_objective
 from ..data.instances import MODES, NSP_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
 from ..data.readers import CORPUS_FORMATS, CleaningConfig, DataError, ReaderConfig

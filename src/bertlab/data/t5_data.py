@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import shards as store
-from .denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
+from ..models.t5.denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
 from .readers import DataError
 
 MODE = "text-to-text"  # instances.mode of these instance sets

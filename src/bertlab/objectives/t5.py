@@ -1,7 +1,7 @@
 """T5's pre-training objectives (Raffel et al., 2020, section 3.3) as `Objective`s: `--objective span-corruption`,
 `iid-denoising`, `bert-style`, `mass-style`, `drop-tokens`, `deshuffle`, `prefix-lm`.
 
-The corruption itself is data (`bertlab.data.denoising`: pure transforms, applied when batches are made); what
+The corruption itself is data (`bertlab.models.t5.denoising`: pure transforms, applied when batches are made); what
 the recipe needs of an objective is the model it trains and how a batch is scored, and that is the same for all
 seven: T5 reads the inputs and is trained to write the targets.
 
@@ -28,14 +28,14 @@ import torch.nn.functional as F
 from ..errors import BertlabError
 from ..labels import IGNORE_INDEX
 from ..models.t5.config import ARCHITECTURES
+from ..models.t5.denoising import DENOISING_OBJECTIVES
 from ..models.t5.modeling import T5ForConditionalGeneration
 from .base import Batch, Evaluation, Objective
 from .mlm import MAX_LOG_PERPLEXITY
 
-# The names of bertlab.data.denoising's DENOISING_OBJECTIVES (that registry is data's; objectives sit beside
-# data in the layers and do not import it -- tests/test_t5_pretrain.py checks that the two lists agree).
-T5_OBJECTIVES = ("span-corruption", "iid-denoising", "bert-style", "mass-style", "drop-tokens", "deshuffle",
-                 "prefix-lm")
+# One objective per corruption transform T5's folder registers (`models/t5/denoising.py`): the names come from
+# that registry, in its order, so a new transform is an objective without a second list to keep in step.
+T5_OBJECTIVES = tuple(DENOISING_OBJECTIVES)
 
 
 def target_token_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -77,7 +77,7 @@ class TargetTokenEval:
 
 
 class TextToTextObjective(Objective):
-    """One of T5's denoising objectives (its name is the data transform's, `bertlab.data.denoising`)."""
+    """One of T5's denoising objectives (its name is the data transform's, `bertlab.models.t5.denoising`)."""
 
     model_class = T5ForConditionalGeneration
     input_keys = ("input_ids", "attention_mask")
