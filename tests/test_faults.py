@@ -424,7 +424,7 @@ def test_vocab_train_checks_its_output_before_learning(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(tempfile, "mkstemp", read_only)
     monkeypatch.setattr(vocab_train, "train_vocab", lambda *a, **k: pytest.fail("learned before checking"))
-    monkeypatch.setattr("bertlab.tokenizer.sentencepiece.train_sentencepiece",
+    monkeypatch.setattr("bertlab.models.t5.tokenizer.train_sentencepiece",
                         lambda *a, **k: pytest.fail("learned before checking"))
     assert main(["vocab", "train", str(tmp_path / "corpus.txt"), "--kind", kind, "--vocab-size", "120",
                  "--out", str(tmp_path / out)]) == 2

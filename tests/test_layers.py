@@ -94,6 +94,15 @@ def test_old_import_paths_still_work():
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
+    # T5's tokenizer binding was in tokenizer/ (the SentencePiece library binding stays there)
+    t5_tokenizer = importlib.import_module("bertlab.models.t5.tokenizer")
+    assert importlib.import_module("bertlab.tokenizer.text_to_text") is t5_tokenizer
+    assert importlib.import_module("bertlab.tokenizer.sentinels") is importlib.import_module("bertlab.models.t5.sentinels")
+    for name in ("T5Tokenizer", "SentencePieceTrainConfig", "train_sentencepiece", "T5_SPECIAL_IDS"):
+        assert getattr(importlib.import_module("bertlab.tokenizer.sentencepiece"), name) is getattr(t5_tokenizer, name)
+    for name in ("T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer"):
+        assert getattr(importlib.import_module("bertlab.tokenizer"), name) is getattr(t5_tokenizer, name)
+    assert bertlab.T5Tokenizer is t5_tokenizer.T5Tokenizer and bertlab.WordPieceT5Tokenizer is t5_tokenizer.WordPieceT5Tokenizer
     # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     serve = importlib.import_module("bertlab.infer.serve")

@@ -125,7 +125,7 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files
     ours = T5ForConditionalGeneration.from_pretrained(final)
     theirs = transformers.T5ForConditionalGeneration.from_pretrained(final).eval()
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     tok = load_text_to_text_tokenizer(final)
     assert ours.config.vocab_size == tok.vocab_size and ours.config.eos_token_id == tok.eos_token_id

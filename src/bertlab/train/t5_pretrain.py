@@ -264,7 +264,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     """`given`: the settings the user stated; on resume the others are the run's own."""
     from ..data.t5_loader import TextToTextDataset
     from ..models.t5.modeling import T5ForConditionalGeneration
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 

@@ -460,7 +460,7 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
 def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """The recipe of the module docstring; returns what OUT/metrics.json holds. `given`: on resume, the
     settings stated again (as for `finetune`: only the runtime ones may change)."""
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     out = Path(cfg.out)
     if not cfg.out:
