@@ -94,6 +94,8 @@ def test_old_import_paths_still_work():
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
+    assert importlib.import_module("bertlab.objectives.t5") is importlib.import_module("bertlab.models.t5.objectives")
+    assert importlib.import_module("bertlab.objectives.base") is importlib.import_module("bertlab.nn.objective")
     # T5's tokenizer binding was in tokenizer/ (the SentencePiece library binding stays there)
     t5_tokenizer = importlib.import_module("bertlab.models.t5.tokenizer")
     assert importlib.import_module("bertlab.tokenizer.text_to_text") is t5_tokenizer

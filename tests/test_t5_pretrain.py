@@ -20,7 +20,7 @@ import torch
 from bertlab.cli import main
 from bertlab.models.t5.denoising import DENOISING_OBJECTIVES
 from bertlab.objectives import OBJECTIVES, get_objective, is_text_to_text
-from bertlab.objectives.t5 import T5_OBJECTIVES, TargetTokenEval
+from bertlab.models.t5.objectives import T5_OBJECTIVES, TargetTokenEval
 from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.train import read_metrics
 from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, default_lr
@@ -160,7 +160,7 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
 SLOW_DRIVER = """
 import sys, time
 from bertlab.cli import main
-from bertlab.objectives.t5 import TextToTextObjective
+from bertlab.models.t5.objectives import TextToTextObjective
 loss = TextToTextObjective.loss
 def slow(self, model, batch):
     time.sleep(0.3)

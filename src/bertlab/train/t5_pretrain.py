@@ -3,7 +3,7 @@
     bertlab pretrain --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
                      [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
 
-    objective  one of T5's denoising objectives (`bertlab.objectives.t5`), as the data was prepared with it
+    objective  one of T5's denoising objectives (`bertlab.models.t5.objectives`), as the data was prepared with it
                (`bertlab prepare --objective NAME`): by default the data's own; a name the data was not
                prepared for is one line saying what it holds. The corruption is applied as batches are made
                (`data.t5_loader`), anew each epoch, from (seed, position)

@@ -58,7 +58,8 @@ from ..fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
-from ..objectives.t5 import IGNORE_INDEX, target_token_metrics
+from ..labels import IGNORE_INDEX
+from ..models.t5.objectives import target_token_metrics
 from ..tasks import TASKS
 from ..models.t5.config import T5Config
 from ..tasks.base import warn_if_one_class

@@ -9,12 +9,13 @@
                    `WordPieceT5Tokenizer` (a BERT vocabulary plus sentinels), `load_text_to_text_tokenizer`,
                    and T5's SentencePiece trainer settings (`bertlab vocab train --kind sentencepiece`)
     denoising.py   T5's seven corruption objectives as pure data transforms, registered by name
-                   (`DENOISING_OBJECTIVES`: what `prepare --objective` writes and `pretrain --objective` trains)
+                   (`DENOISING_OBJECTIVES`: what `prepare --objective` writes)
+    objectives.py  one `Objective` per transform (`pretrain --objective NAME`: the model, the loss, held-out
+                   metrics), listed in the objective registry `bertlab.objectives` under the transforms' names
 
-Checkpoints are Hugging Face's layout. What T5 needs from the layers above the family stays there: its
-`Objective` (`objectives/t5.py`, beside the objective interface), its packed shards and batches
-(`data/t5_data.py`, `data/t5_loader.py`, on the shard store and loader), GLUE and SQuAD as text
-(`tasks/text_to_text.py`, on those tasks) and the `finetune t2t` recipe (`train/text_to_text.py`).
+Checkpoints are Hugging Face's layout. What T5 needs from the layers above the family stays there: its packed
+shards and batches (`data/t5_data.py`, `data/t5_loader.py`, on the shard store and loader), GLUE and SQuAD as
+text (`tasks/text_to_text.py`, on those tasks) and the `finetune t2t` recipe (`train/text_to_text.py`).
 """
 
 from .config import ARCHITECTURES, PRESETS, T5Config, preset
