@@ -31,6 +31,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
+from .tokenizer import TokenizerError
+
 # Unicode's White_Space property (PropList.txt): Rust's char::is_whitespace and Oniguruma's \s
 WHITESPACE = frozenset(
     [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F,
@@ -102,8 +104,8 @@ def pretokenize_pattern() -> re.Pattern:
     return _PATTERN
 
 
-class BPEError(ValueError):
-    """A merges table that cannot be used with its vocabulary."""
+class BPEError(TokenizerError):
+    """A merges table that cannot be used with its vocabulary, or text that has no UTF-8 form."""
 
 
 class BPE:
@@ -120,8 +122,9 @@ class BPE:
         self.merges = list(merges)
         self.ranks: dict[tuple[str, str], int] = {}
         for rank, (a, b) in enumerate(self.merges):
-            if a + b not in vocab:
-                raise BPEError(f"merge {rank + 1} ({a} {b}) makes {a + b!r}, which is not in the vocabulary")
+            for piece in (a, b, a + b):
+                if piece not in vocab:
+                    raise BPEError(f"merge {rank + 1} ({a} {b}) needs {piece!r}, which is not in the vocabulary")
             self.ranks.setdefault((a, b), rank)
         self.add_prefix_space = bool(add_prefix_space)
         self.trim_offsets = bool(trim_offsets)
@@ -142,8 +145,8 @@ class BPE:
 
     # -- one pre-token -------------------------------------------------------------------------------------
 
-    def merge(self, word: str) -> list[str]:
-        """The BPE pieces of one byte-mapped pre-token: merge the lowest-ranked adjacent pair (all its
+    def merge(self, word: str | list[str]) -> list[str]:
+        """The BPE pieces of one byte-mapped pre-token (or its symbols): merge the lowest-ranked adjacent pair (all its
         non-overlapping occurrences, left to right) until no pair of the table is left."""
         symbols = list(word)
         ranks = self.ranks
@@ -168,21 +171,27 @@ class BPE:
         return symbols
 
     def _pieces(self, word: str) -> tuple[tuple[int, int, int], ...]:
-        """(id, first byte, end byte) per piece of a byte-mapped pre-token; cached."""
+        """(id, first byte, end byte) per piece of a byte-mapped pre-token; cached. Characters without an id
+        are taken out before merging (the pieces on either side may then merge), or stand alone as the unk
+        id when there is one: the `tokenizers` library's BPE."""
         got = self._cache.get(word)
         if got is not None:
             return got
-        vocab, out, at = self.vocab, [], 0
-        for piece in self.merge(word):
-            end = at + len(piece)
-            i = vocab.get(piece)
-            if i is not None:
-                out.append((i, at, end))
-            else:  # a symbol without an id: one per character, as the tokenizers library does
-                for k in range(at, end):
-                    if self.unk_id is not None:
-                        out.append((self.unk_id, k, k + 1))
-            at = end
+        vocab, out = self.vocab, []
+        if all(ch in vocab for ch in word):
+            at = 0
+            for piece in self.merge(word):
+                out.append((vocab[piece], at, at + len(piece)))
+                at += len(piece)
+        else:
+            kept = [k for k, ch in enumerate(word) if ch in vocab or self.unk_id is not None]
+            # "" stands for an unknown character kept as unk: no merge has it, so it never merges
+            symbols = self.merge([word[k] if word[k] in vocab else "" for k in kept])
+            j = 0
+            for piece in symbols:
+                n = len(piece) or 1
+                out.append((vocab[piece] if piece else self.unk_id, kept[j], kept[j + n - 1] + 1))
+                j += n
         got = tuple(out)
         if len(self._cache) >= CACHE_ENTRIES:
             self._cache.clear()
@@ -208,7 +217,11 @@ class BPE:
         for m in pretokenize_pattern().finditer(segment):
             s = m.start()
             chunk = m.group()
-            raw = chunk.encode("utf-8")
+            try:
+                raw = chunk.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise BPEError(f"cannot encode a lone surrogate (U+{ord(chunk[e.start]):04X} at index "
+                               f"{s + e.start + shift}); text must be valid Unicode") from None
             pieces = self._pieces(raw.decode("latin-1").translate(_LATIN1_TO_BYTE_CHARS))
             char_at = None
             if len(raw) != len(chunk):  # byte -> index of its character within the chunk
