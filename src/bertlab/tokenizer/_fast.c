@@ -991,8 +991,10 @@ static int bpe_word(BPEEncoder *e, BWork *b, Work *w, Py_ssize_t s, Py_ssize_t t
         else if (cp < 0x800) { o[0] = 0xC0 | (cp >> 6); o[1] = 0x80 | (cp & 0x3F); len = 2; }
         else if (cp < 0x10000) {
             if (cp >= 0xD800 && cp < 0xE000) {
-                PyErr_Format(e->error_cls, "cannot encode a lone surrogate (U+%04X at index %zd); text must be "
-                             "valid Unicode", (unsigned int)cp, b->sidx[i]);
+                char hex[8];
+                snprintf(hex, sizeof hex, "%04X", (unsigned int)cp);
+                PyErr_Format(e->error_cls, "cannot encode a lone surrogate (U+%s at index %zd); text must be "
+                             "valid Unicode", hex, b->sidx[i]);
                 return -1;
             }
             o[0] = 0xE0 | (cp >> 12); o[1] = 0x80 | ((cp >> 6) & 0x3F); o[2] = 0x80 | (cp & 0x3F); len = 3;

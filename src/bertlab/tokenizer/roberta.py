@@ -65,23 +65,22 @@ class RobertaTokenizer(TokenizerBase):
                  bos_token: str = "<s>", eos_token: str = "</s>", sep_token: str = "</s>", cls_token: str = "<s>",
                  unk_token: str = "<unk>", pad_token: str = "<pad>", mask_token: str = "<mask>",
                  model_max_length: int = 512, bpe_unk_token: str | None = None, use_fast: bool | None = None):
+        # with `vocab` / `merges` given, `vocab_file` / `merges_file` only name them in messages
+        self.vocab_file: str | None = None if vocab_file is None else str(vocab_file)
+        self.merges_file: str | None = None if merges_file is None else str(merges_file)
         if vocab is None:
             if vocab_file is None:
                 raise TokenizerError("RobertaTokenizer needs vocab_file and merges_file (or vocab and merges)")
             vocab = read_vocab_json(vocab_file)
-            self.vocab_file: str | None = str(vocab_file)
         else:
             vocab = dict(vocab)
-            self.vocab_file = None
-            _check_dense(vocab, "<vocab mapping>")
+            _check_dense(vocab, self.vocab_file or "<vocab mapping>")
         if merges is None:
             if merges_file is None:
                 raise TokenizerError("RobertaTokenizer needs merges_file (merges.txt) or merges")
             merges = read_merges(merges_file)
-            self.merges_file: str | None = str(merges_file)
         else:
             merges = [tuple(m) for m in merges]
-            self.merges_file = None
         self.vocab: dict[str, int] = vocab
         self.ids_to_tokens: list[str] = [""] * len(vocab)
         for tok, i in vocab.items():
@@ -241,9 +240,8 @@ class RobertaTokenizer(TokenizerBase):
             kwargs.update(settings)
             vocab, merges = tj_vocab, tj_merges
         kwargs.update(overrides)
-        tokenizer = cls(vocab=vocab, merges=merges, **kwargs)
-        tokenizer.vocab_file = str(vocab_path if have[0] else json_path)
-        tokenizer.merges_file = str(merges_path if have[0] else json_path)
+        tokenizer = cls(vocab_path if have[0] else json_path, merges_path if have[0] else json_path, vocab=vocab,
+                        merges=merges, **kwargs)
         if folder is not None:
             _check_fits_model(tokenizer, Path(tokenizer.vocab_file), folder / "config.json")
         return tokenizer
@@ -275,8 +273,9 @@ class RobertaTokenizer(TokenizerBase):
 
 # -- files -----------------------------------------------------------------------------------------------------
 
-def _read_capped(path: Path, what: str, limit: int = MAX_VOCAB_FILE_BYTES) -> str:
-    """The text of `path`, its size checked before it is read."""
+def _read_capped(path: Path, what: str, limit: int | None = None) -> str:
+    """The text of `path`, its size checked before it is read (against MAX_VOCAB_FILE_BYTES by default)."""
+    limit = MAX_VOCAB_FILE_BYTES if limit is None else limit
     try:
         size = path.stat().st_size
         if size > limit:
