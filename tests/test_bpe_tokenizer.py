@@ -108,12 +108,12 @@ def _sweep_rows(cps: list[int]) -> list[str]:
     return [f"a{c}1{c}{c} {c}x {c}\t{c}  {c}'s{c}" for c in map(chr, cps)]
 
 
-def _sweep(folder: Path, cps: list[int], chunk: int = 20_000) -> list[int]:
+def _sweep(folder: Path, cps: list[int], fast_options=FAST_OPTIONS, chunk: int = 20_000) -> list[int]:
     """Ours (C and Python) against RobertaTokenizerFast for every code point in `cps`; rows may differ only for
     characters Python's Unicode tables do not know yet (category Cn), which newer tables call letters. Returns
     the code points that differ."""
     hf = hf_roberta(folder)
-    ours = [RobertaTokenizer(folder / "vocab.json", folder / "merges.txt", use_fast=f) for f in FAST_OPTIONS]
+    ours = [RobertaTokenizer(folder / "vocab.json", folder / "merges.txt", use_fast=f) for f in fast_options]
     differ = set()
     for at in range(0, len(cps), chunk):
         part = cps[at:at + chunk]
@@ -129,14 +129,16 @@ def _sweep(folder: Path, cps: list[int], chunk: int = 20_000) -> list[int]:
 
 
 def test_unicode_sweep_sample(small):
-    cps = sorted({*range(0, 0x250), *WHITESPACE, *range(0x250, 0x30000, 61), *range(0xE0000, 0xE0080),
+    cps = sorted({*range(0x250), *WHITESPACE, *range(0x250, 0x30000, 157), *range(0xE0000, 0xE0080, 3),
                   0x1C, 0x1D, 0x1E, 0x1F, 0x180E, 0x200B, 0xFEFF, 0x10FFFF} - set(range(0xD800, 0xE000)))
     _sweep(small, cps)
 
 
 @pytest.mark.slow
 def test_unicode_sweep_every_code_point(small):
-    differ = _sweep(small, [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000])
+    # the default path only (the C extension when built): the sample sweep and the property test above hold
+    # the two paths equal, and the pure-Python one would take ten minutes here
+    differ = _sweep(small, [cp for cp in range(0x110000) if not 0xD800 <= cp < 0xE000], FAST_OPTIONS[:1])
     assert len(differ) < 10_000  # Unicode 15+ additions only (CJK Extension H alone is 4,192)
 
 
@@ -285,16 +287,15 @@ def _real_data(shared_data: Path, step: int) -> tuple[list[str], list[str], list
     return lines + contexts[::step] + questions[::step * 4], conll_sentences(shared_data)[::step], questions[::step]
 
 
-@pytest.mark.parametrize("add_prefix_space", [False, True], ids=["no_prefix", "prefix"])
-def test_parity_real_data_sample(shared_data, wiki_vocab, add_prefix_space):
-    ours, hf = pair(wiki_vocab, add_prefix_space)
+def test_parity_real_data_sample(shared_data, wiki_vocab):
+    ours, hf = pair(wiki_vocab)
     texts, sents, questions = _real_data(shared_data, 12)
-    n = roberta_parity(ours, hf, texts)
-    assert n > 1000
+    assert roberta_parity(ours, hf, texts) > 1000
     roberta_parity(ours, hf, [" ".join(s) for s in sents])
     roberta_parity(ours, hf, questions, texts[:len(questions)], truncation="only_second", max_length=128)
-    if add_prefix_space:
-        roberta_parity(ours, hf, sents, is_split_into_words=True)
+    ours, hf = pair(wiki_vocab, add_prefix_space=True)
+    roberta_parity(ours, hf, texts[::4])
+    roberta_parity(ours, hf, sents[::2], is_split_into_words=True)
 
 
 @pytest.mark.slow
