@@ -304,7 +304,7 @@ def test_parity_real_data_full(shared_data, wiki_vocab, add_prefix_space):
     for fast in FAST_OPTIONS:
         ours, hf = pair(wiki_vocab, add_prefix_space, use_fast=fast)
         texts, sents, questions = _real_data(shared_data, 1)
-        assert roberta_parity(ours, hf, texts) > 60_000
+        assert roberta_parity(ours, hf, texts) > 13_000  # 9,139 WikiText-2 lines, 2,067 contexts, questions
         roberta_parity(ours, hf, [" ".join(s) for s in sents])
         roberta_parity(ours, hf, questions, texts[-len(questions):], truncation="longest_first", max_length=96,
                        padding=True)

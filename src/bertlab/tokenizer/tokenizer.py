@@ -22,6 +22,10 @@ When the optional C extension `bertlab.tokenizer._fast` is built, the hot loop (
 the output lists) runs there; this file stays the reference and the fallback, and tests check both give the
 same output. `BERTLAB_NO_FAST_TOKENIZER=1` forces the pure-Python path. One tokenizer can be shared between
 threads. `encode_corpus` is the corpus-scale path: ids only, packed arrays, optionally on every core.
+
+The call surface (`__call__`, pairs, truncation, windows, padding, tensors, `encode_corpus`, vocabulary
+look-ups) lives in `TokenizerBase`, which `RobertaTokenizer` (roberta.py, byte-level BPE) shares, so code
+that takes a tokenizer can take either.
 """
 
 from __future__ import annotations
