@@ -279,6 +279,37 @@ def test_unknown_bytes_are_dropped_as_tokenizers_does(tmp_path):
         roberta_parity(pair(tmp_path, use_fast=False)[0], hf, texts)
 
 
+def test_unknown_bytes_become_unk_with_a_bpe_unk_token(tmp_path):
+    """tokenizer.json with model.unk_token: each byte without an id is that token, and does not merge."""
+    vocab = {t: i for i, t in enumerate(SPECIALS + ["a", "b", "ab", "Ġ", "Ġa"])}
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    (tmp_path / "merges.txt").write_text("#version: 0.2\na b\nĠ a\n", encoding="utf-8")
+    data = json.loads(hf_roberta(tmp_path).backend_tokenizer.to_str())
+    data["model"]["unk_token"] = "<unk>"
+    (tmp_path / "vocab.json").unlink()
+    (tmp_path / "merges.txt").unlink()
+    (tmp_path / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+    ref = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    for fast in FAST_OPTIONS:
+        ours = RobertaTokenizer.from_pretrained(tmp_path, use_fast=fast)
+        assert ours.bpe_unk_token == "<unk>"
+        for text in ["ab", "a-b", "a--b a", "xyz", "a é b", "<mask> a"]:
+            want = ref.encode(text)
+            got = ours(text, return_offsets_mapping=True)
+            assert (got["input_ids"], got["offset_mapping"]) == (want.ids, want.offsets), text
+
+
+@pytest.mark.parametrize("fast", FAST_OPTIONS, ids=lambda f: "python" if f is False else "c")
+def test_parity_without_trim_offsets(small, fast):
+    ours = RobertaTokenizer(small / "vocab.json", small / "merges.txt", trim_offsets=False, add_prefix_space=True,
+                            use_fast=fast)
+    hf = transformers.RobertaTokenizerFast(str(small / "vocab.json"), str(small / "merges.txt"),
+                                           trim_offsets=False, add_prefix_space=True)
+    hf.add_special_tokens({"mask_token": transformers.AddedToken("<mask>", lstrip=True, normalized=False,
+                                                                 special=True)})
+    roberta_parity(ours, hf, TRICKY)
+
+
 # -- real data ----------------------------------------------------------------------------------------------------
 
 def _real_data(shared_data: Path, step: int) -> tuple[list[str], list[str], list[list[str]]]:

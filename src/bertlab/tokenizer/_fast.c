@@ -761,7 +761,7 @@ typedef struct {
     int32_t byte_id[256];
     MergeSlot *merges;
     uint64_t merge_mask;
-    uint8_t *lead, *trail; /* leading / trailing 'Ġ's of each token, for trim_offsets */
+    int32_t *lead, *trail; /* leading / trailing 'Ġ's of each token, for trim_offsets */
     Py_ssize_t n_tok;
     int add_prefix_space, trim_offsets;
     int32_t unk_id;
@@ -809,11 +809,12 @@ static void bwork_free(BWork *b) {
 static int grow3(void **a, void **b, void **c, Py_ssize_t *cap, Py_ssize_t need, size_t ea, size_t eb,
                  size_t ec) {
     if (need <= *cap) return 0;
-    Py_ssize_t k;
+    Py_ssize_t k, nk;
     k = *cap; if (grow(a, &k, need, ea)) return -1;
+    nk = k;
     k = *cap; if (grow(b, &k, need, eb)) return -1;
     k = *cap; if (c && grow(c, &k, need, ec)) return -1;
-    *cap = k;
+    *cap = nk; /* all grew alike from the same capacity */
     return 0;
 }
 
@@ -1161,8 +1162,8 @@ static int BPEEncoder_init(BPEEncoder *e, PyObject *args, PyObject *kw) {
     e->n_tok = n_tok;
     PyObject *ids = PyDict_New();
     if (!ids) return -1;
-    e->lead = PyMem_Calloc(n_tok ? n_tok : 1, 1);
-    e->trail = PyMem_Calloc(n_tok ? n_tok : 1, 1);
+    e->lead = PyMem_Calloc(n_tok ? n_tok : 1, sizeof(int32_t));
+    e->trail = PyMem_Calloc(n_tok ? n_tok : 1, sizeof(int32_t));
     if (!e->lead || !e->trail) { Py_DECREF(ids); PyErr_NoMemory(); return -1; }
     for (Py_ssize_t k = 0; k < n_tok; k++) {
         PyObject *t = PyList_GET_ITEM(tokens, k), *i = PyLong_FromSsize_t(k);
@@ -1176,8 +1177,8 @@ static int BPEEncoder_init(BPEEncoder *e, PyObject *args, PyObject *kw) {
         Py_ssize_t len = PyUnicode_GET_LENGTH(t), a = 0, z = 0;
         while (a < len && PyUnicode_READ_CHAR(t, a) == 0x120) a++;
         while (z < len && PyUnicode_READ_CHAR(t, len - 1 - z) == 0x120) z++;
-        e->lead[k] = (uint8_t)(a > 255 ? 255 : a);
-        e->trail[k] = (uint8_t)(z > 255 ? 255 : z);
+        e->lead[k] = (int32_t)a;
+        e->trail[k] = (int32_t)z;
     }
     /* GPT-2's byte -> character table (bpe.bytes_to_unicode) */
     for (int by = 0, extra = 0; by < 256; by++) {

@@ -222,6 +222,9 @@ class RobertaTokenizer(TokenizerBase):
                     kwargs.update(_read_config(path / name))
         elif path.is_file() and path.suffix == ".json" and path.name != VOCAB_JSON_NAME:
             folder, json_path, have = None, path, (False, False)
+        elif path.is_file():
+            raise TokenizerError(f"{path}: give the folder that holds {VOCAB_JSON_NAME} and {MERGES_NAME}, or a "
+                                 f"{TOKENIZER_JSON_NAME}")
         else:
             raise TokenizerError(f"{path}: no such tokenizer folder or tokenizer.json")
         vocab = merges = None
