@@ -255,7 +255,7 @@ def test_lone_surrogate_is_one_line(small):
 
 
 @pytest.mark.skipif(not has_fast_ext(), reason="C extension not built")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
        | st.lists(st.sampled_from(["<mask>", " ", "  ", "\n", "a", "'s", "é", "1", "😀", "<s>", "\t", "x"]),
                   max_size=12).map("".join),
@@ -320,8 +320,8 @@ def _real_data(shared_data: Path, step: int) -> tuple[list[str], list[str], list
 
 def test_parity_real_data_sample(shared_data, wiki_vocab):
     ours, hf = pair(wiki_vocab)
-    texts, sents, questions = _real_data(shared_data, 12)
-    assert roberta_parity(ours, hf, texts) > 1000
+    texts, sents, questions = _real_data(shared_data, 20)
+    assert roberta_parity(ours, hf, texts) > 600
     roberta_parity(ours, hf, [" ".join(s) for s in sents])
     roberta_parity(ours, hf, questions, texts[:len(questions)], truncation="only_second", max_length=128)
     ours, hf = pair(wiki_vocab, add_prefix_space=True)
