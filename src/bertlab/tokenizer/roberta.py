@@ -109,11 +109,7 @@ class RobertaTokenizer(TokenizerBase):
         # special tokens in text: leftmost, longest first (the tokenizers library's added-token matching)
         self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.all_special_tokens, key=len,
                                                                               reverse=True)))
-        self._fast = None
-        if use_fast is not False:
-            self._fast = self._make_fast()
-            if self._fast is None and use_fast:
-                raise TokenizerError("use_fast=True but the C extension bertlab.tokenizer._fast is not built")
+        self._init_fast(use_fast)
 
     def _make_fast(self):
         """The C encoder for this vocabulary and these rules, or None when the extension is not built."""

@@ -190,6 +190,14 @@ class TokenizerBase:
     def _make_fast(self):
         return None
 
+    def _init_fast(self, use_fast: bool | None) -> None:
+        """The C encoder unless `use_fast=False`; `use_fast=True` insists on it."""
+        self._fast = None
+        if use_fast is not False:
+            self._fast = self._make_fast()
+            if self._fast is None and use_fast:
+                raise TokenizerError("use_fast=True but the C extension bertlab.tokenizer._fast is not built")
+
     def _encode_seq_py(self, text: str) -> Seq:
         raise NotImplementedError
 
@@ -537,11 +545,7 @@ class BertTokenizer(TokenizerBase):
             if upper > 100:  # Google's cased vocabulary has ~8000; the uncased one none
                 log.warning("%s looks like a cased vocabulary (%d capitalised tokens) but do_lower_case=True",
                             self.vocab_file or "vocabulary", upper)
-        self._fast = None
-        if use_fast is not False:
-            self._fast = self._make_fast()
-            if self._fast is None and use_fast:
-                raise TokenizerError("use_fast=True but the C extension bertlab.tokenizer._fast is not built")
+        self._init_fast(use_fast)
 
     def _make_fast(self):
         """The C encoder for this vocabulary and these rules, or None when the extension is not built."""
