@@ -104,8 +104,9 @@ def test_pretokenizer_matches_tokenizers_on_tricky_text():
 
 
 def _sweep_rows(cps: list[int]) -> list[str]:
-    """One row per code point, putting it beside letters, digits, spaces and itself."""
-    return [f"a{c}1{c}{c} {c}x {c}\t{c}  {c}'s{c}" for c in map(chr, cps)]
+    """One row per code point, putting it beside letters, digits, spaces, itself and a `<mask>` (which takes
+    the whitespace before it)."""
+    return [f"a{c}1{c}{c} {c}x {c}\t{c}  {c}'s{c}<mask>" for c in map(chr, cps)]
 
 
 def _sweep(folder: Path, cps: list[int], fast_options=FAST_OPTIONS, chunk: int = 20_000) -> list[int]:
