@@ -17,9 +17,10 @@ The algorithm, family-neutral; `roberta.py` binds it to RoBERTa's special tokens
    text's first that starts with the added space loses that character from its span.
 
 `add_prefix_space` puts a space before each stretch of text that does not start with one (each stretch
-between special tokens; each word of pre-split input). The Unicode tables are Python's (`unicodedata`
-14.0 on Python 3.11); characters assigned in later Unicode versions are letters or numbers to the `tokenizers`
-library's newer tables and "other" here.
+between special tokens; each word of pre-split input). The Unicode tables are Python's (`unicodedata`,
+14.0 on Python 3.11): there they put every code point in the class the `tokenizers` library's engine does
+(tests/test_bpe_tokenizer.py sweeps them all); another Python's tables may differ on characters assigned
+in other Unicode versions.
 
 When the C extension is built (`_fast.BPEEncoder`), the same steps run there, with this module's character
 classes (handed over per code point) and merge table; this file is the reference and the fallback.
