@@ -98,14 +98,14 @@ PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3,
 GRIDS = {"paper": PAPER_GRID}
 
 
-MULTI_TASK = "multi"  # `bertlab finetune multi`: multi-task fine-tuning (train/multitask.py)
+MULTI_TASK = "multi"  # the task name of `bertlab finetune-multi` (train/multitask.py)
 
 
 @dataclass
 class MultiTaskOptions:
-    """`bertlab finetune multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
+    """`bertlab finetune-multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
 
-    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
+    tasks: str | None = None  # comma-separated task names
     mixing: str = "proportional"  # proportional | temperature | equal
     mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
     mixing_temperature: float = 2.0

@@ -182,29 +182,6 @@ def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
     return given
 
 
-def refuse_foreign_settings(args: argparse.Namespace, own: type, other: type, what: str,
-                            ignore: tuple[str, ...] = (), renamed: dict[str, str] | None = None) -> None:
-    """A one-line `ConfigError` for a flag given on the command line that `other` (the config class the
-    subcommand's flags were also made from) has and `own` (the class this run is read into) does not -- so a
-    setting of another recipe is never silently ignored. `what` names this run ("T5 pre-training");
-    `renamed` as `add_config_arguments` was given it, so the message spells the flag as the user did."""
-    own_names = _all_field_names(own) | set(ignore)
-    for name in sorted(_all_field_names(other)):
-        if name not in own_names and getattr(args, name, None) is not None:
-            flag = (renamed or {}).get(name, "--" + name.replace("_", "-"))
-            raise ConfigError(f"{flag} is not a setting of {what}")
-
-
-def _all_field_names(cls: type) -> set[str]:
-    """Field names of `cls` and of its settings groups (the flags it contributes)."""
-    hints = typing.get_type_hints(cls)
-    names = set()
-    for f in dataclasses.fields(cls):
-        group = _group_type(hints[f.name])
-        names |= _all_field_names(group) if group is not None else {f.name}
-    return names
-
-
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s|sec)?", re.I)
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "min": 60, "s": 1, "sec": 1, None: 1}
 

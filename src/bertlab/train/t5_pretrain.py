@@ -1,7 +1,7 @@
 """T5's pre-training recipe (Raffel et al., 2020, sections 3.1-3.3) on the one training loop.
 
-    bertlab pretrain --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
-                     [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
+    bertlab pretrain-t5 --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
+                        [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
 
     objective  one of T5's denoising objectives (`bertlab.objectives.t5`), as the data was prepared with it
                (`bertlab prepare --objective NAME`): by default the data's own; a name the data was not
@@ -22,7 +22,8 @@
                with the data's tokenizer (spiece.model, or vocab.txt with the sentinels), which `transformers`
                (encoder-decoder) and `bertlab generate` load as is
 
-`is_t5_request` decides, from what a `bertlab pretrain` command states, whether this recipe or BERT's runs.
+`is_t5_request` decides, from what a `bertlab pretrain` command states, whether it asks for T5 (the old spelling
+of `bertlab pretrain-t5`, kept for a release: `bertlab.cli.old_spellings`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Text-to-text fine-tuning of T5 (Raffel et al., 2020, sections 2.4, 3.5.1 and 3.5.2) on the one training loop.
 
-    bertlab finetune t2t --tasks rte,mrpc,stsb --model T5_DIR --data GLUE_DIR --out OUT
+    bertlab finetune-t5 --tasks rte,mrpc,stsb --model T5_DIR --data GLUE_DIR --out OUT
         [--mixing proportional|temperature|equal] [--mixing-limit K] [--mixing-temperature T]
         [--method full|adapters] [--gradual-unfreezing K] [--squad SPEC] [--per-task-epochs E]
 
@@ -77,7 +77,7 @@ from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
 
-TEXT_TO_TEXT = "t2t"  # the `bertlab finetune` task name of this recipe
+TEXT_TO_TEXT = "t2t"  # the recipe's name in `bertlab finetune`'s old spelling (`finetune t2t`)
 # GLUE_DIR's subfolders, as GLUE's download script names them.
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
@@ -127,7 +127,7 @@ class TextToTextConfig:
     def __post_init__(self) -> None:
         names = self.multi.names
         if not names:
-            raise ConfigError("finetune t2t: give the tasks, e.g. --tasks rte,mrpc,stsb (or --tasks sst2)")
+            raise ConfigError("finetune-t5: give the tasks, e.g. --tasks rte,mrpc,stsb (or --tasks sst2)")
         for name in names:
             if name not in TASKS:
                 raise ConfigError(f"unknown task {name!r} in --tasks; expected names from: {', '.join(TEXT_FORMATS)}")
@@ -135,7 +135,7 @@ class TextToTextConfig:
         if len(set(names)) != len(names):
             raise ConfigError(f"--tasks names a task twice: {self.multi.tasks}")
         if self.tuning.method not in T2T_METHODS:
-            raise ConfigError(f"finetune t2t: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
+            raise ConfigError(f"finetune-t5: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
         check_optimization(self.optimizer, self.schedule)
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size", "max_target_length"):
             if getattr(self, name) < 1:
@@ -186,7 +186,7 @@ def task_paths(cfg: TextToTextConfig) -> dict[str, str]:
             raise ConfigError(f"--data has no path for task {name} (give {name}=PATH)")
         else:
             if not cfg.data:
-                raise ConfigError("finetune t2t: give --data GLUE_DIR (a folder with CoLA, SST-2, MRPC, ...)")
+                raise ConfigError("finetune-t5: give --data GLUE_DIR (a folder with CoLA, SST-2, MRPC, ...)")
             folder = Path(cfg.data) / GLUE_FOLDERS[name]
             if not folder.is_dir():
                 raise ConfigError(f"{folder}: no such folder (task {name} in GLUE_DIR {cfg.data})")
@@ -305,7 +305,7 @@ def load_adapters(model, path: str | Path):
     path = Path(path)
     for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
         if not (path / name).is_file():
-            raise BertlabError(f"{path}: no {name} (not an adapters folder from `bertlab finetune t2t --method "
+            raise BertlabError(f"{path}: no {name} (not an adapters folder from `bertlab finetune-t5 --method "
                                "adapters`)")
     config = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     add_adapters(model, list(config["layers"]), int(config["size"]), config.get("activation", "relu"))
@@ -464,11 +464,11 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
 
     out = Path(cfg.out)
     if not cfg.out:
-        raise ConfigError("finetune t2t: give --out OUT")
+        raise ConfigError("finetune-t5: give --out OUT")
     if cfg.resume:  # the run's own settings rule, as for one BERT task
         cfg = resolve_resume_config(TextToTextConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     if not cfg.model:
-        raise ConfigError("finetune t2t: give --model T5_DIR (a T5 folder with its tokenizer)")
+        raise ConfigError("finetune-t5: give --model T5_DIR (a T5 folder with its tokenizer)")
     check_writable(out)
     interrupted = SweepState.interrupted_runs(out)  # the same layout: runs/<run>/checkpoints/step-*
     if interrupted and not cfg.resume:
