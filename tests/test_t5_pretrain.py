@@ -119,7 +119,7 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
     evals = [r for r in records if "eval/token_accuracy" in r]
     assert evals[0]["step"] == 0 and evals[-1]["step"] == 5 and evals[-1]["eval/loss"] < evals[0]["eval/loss"]
     run_config = json.loads((out / "run_config.json").read_text())
-    assert run_config["objective"] == "span-corruption" and run_config["optimizer"] == "adafactor"  # the data's
+    assert run_config["objective"] == "span-corruption" and run_config["optim"]["optimizer"] == "adafactor"  # the data's
     final = out / "final"
     files = {p.name for p in final.iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files

@@ -46,29 +46,23 @@ HELP = {
     "eval_limit": "task: score a seeded random N dev examples",
     "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "
                       "labels are their only target",
-    "lr": "peak learning rate (default 1e-4 general, 5e-5 task)",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
     "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
     "eval_every": "steps between evaluations (general default: 10 per run; task: the end only)",
     "eval_batches": "general: held-out batches per evaluation",
     "eval_teacher": "score the teacher too, for comparison",
-    "save_every": "steps between checkpoints (general default: 10 per run; task: none kept once finished)",
-    "keep_last": "checkpoints to keep",
-    "num_workers": "general: data loader workers per process",
-    "device": "auto, cpu or cuda",
-    "resume": "continue OUT from its last checkpoint, exactly",
-    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
+
+
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.distill import DistillConfig
-    from ..train.runconfig import add_config_arguments
+    from .pretrain import add_run_arguments
 
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.description = __doc__.split("\n\n", 1)[1]
-    add_config_arguments(p, DistillConfig, HELP)
-    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    add_run_arguments(p, DistillConfig, __doc__, HELP, DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ..tasks import TASKS
 from ..tasks.metrics import brief_scores
@@ -30,17 +31,12 @@ HELP = {
             "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
     "epochs": "training epochs",
-    "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for "
-          "768, 3e-5 above)",
     "batch_size": "examples per optimizer step",
     "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",
     "warmup_proportion": "share of steps with linear warmup",
-    "weight_decay": "AdamW weight decay, not on biases/LayerNorm",
-    "max_grad_norm": "gradient clipping norm",
     "group_by_length": "training batches of similar-length examples (little padding)",
     "layer_lr_decay": "layer-wise LR decay F: layer l gets lr * F^(L-l), embeddings the lowest (default off)",
-    "seed": "first seed (run k uses seed + k)",
     "seeds": "runs per setting, reported as mean ± sd",
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
     "bf16": "bf16 autocast (CPU or GPU)",
@@ -59,12 +55,7 @@ HELP = {
     "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
     "train_limit": "train on a seeded random N examples",
     "eval_limit": "score a seeded random N dev/test examples",
-    "device": "cpu or cuda (default: cuda when available)",
-    "progress": "progress: a bar on a terminal, a line every 30 s in a log file",
     "overwrite": "replace the results of an earlier run in OUT_DIR (without it, such an OUT_DIR is refused)",
-    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
-    "save_every": "also checkpoint a run's training state every N steps (it is always saved on Ctrl-C/SIGTERM)",
-    "resume": "continue an interrupted fine-tuning in OUT_DIR (a grid or seed sweep at the run it was in)",
     # tasks on the user's own files (text-classification, ...)
     "validation": "own data: the dev file (default: a stratified share of --train held out)",
     "test": "own data: a file to predict (labels optional)",
@@ -97,6 +88,8 @@ PER_CLASS_DETAIL = ("precision_", "recall_", "support_")  # per-class scores pri
 
 
 ALIASES = {"data": ("--train",), "eval_every": ("--eval-steps",)}
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for 768, 3e-5 above"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -105,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
     # several tasks at once is `finetune-multi`'s (the `multi` group); T5 is `finetune-t5`'s
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task", "multi"), aliases=ALIASES)
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task", "multi"), aliases=ALIASES, defaults=DEFAULTS)
 
 
 def mean_sd_text(score: dict) -> str:
@@ -135,15 +128,26 @@ def read_config(cls: type, args: argparse.Namespace):
     return cfg
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig, FinetuneInterrupted, finetune
+def run_recipe(args: argparse.Namespace, cls: type, recipe, command: str | None = None) -> tuple[Any, Any]:
+    """`recipe(cfg, given=...)` on the config of class `cls` the arguments make (`read_config`): (cfg, the
+    recipe's metrics), or (cfg, the exit status) when a signal stopped it, said as `interrupted` says it
+    (`command`: the command that continues it; default `finetune TASK`)."""
+    from ..train.finetune import FinetuneInterrupted
     from ..train.runconfig import given_fields
 
-    cfg = read_config(FinetuneConfig, args)
+    cfg = read_config(cls, args)
     try:
-        metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
+        return cfg, recipe(cfg, given=given_fields(cls, args))
     except FinetuneInterrupted as stop:
-        return interrupted(stop, f"finetune {cfg.task}", cfg.out)
+        return cfg, interrupted(stop, command or f"finetune {cfg.task}", cfg.out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.finetune import FinetuneConfig, finetune
+
+    cfg, metrics = run_recipe(args, FinetuneConfig, finetune)
+    if isinstance(metrics, int):  # stopped by a signal
+        return metrics
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
                       "dev": {split: {k: mean_sd_text(v) if isinstance(v, dict) else v
                                       for k, v in brief_scores(scores).items()

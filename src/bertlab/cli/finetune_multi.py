@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .finetune import ALIASES, HELP as FINETUNE_HELP, interrupted, read_config
+from .finetune import ALIASES, DEFAULTS, HELP as FINETUNE_HELP, run_recipe
 
 HELP = FINETUNE_HELP | {
     "tasks": "comma-separated task names sharing one encoder, e.g. mrpc,stsb,rte (--data mrpc=PATH,...)",
@@ -26,20 +26,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
 
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases=ALIASES)
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases=ALIASES, defaults=DEFAULTS)
     p.set_defaults(task="multi")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig, FinetuneInterrupted
+    from ..train.finetune import FinetuneConfig
     from ..train.multitask import finetune_multi
-    from ..train.runconfig import given_fields
 
-    cfg = read_config(FinetuneConfig, args)
-    try:
-        metrics = finetune_multi(cfg, given=given_fields(FinetuneConfig, args))
-    except FinetuneInterrupted as stop:
-        return interrupted(stop, "finetune-multi", cfg.out)
+    cfg, metrics = run_recipe(args, FinetuneConfig, finetune_multi, "finetune-multi")
+    if isinstance(metrics, int):  # stopped by a signal
+        return metrics
     print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
                      | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0

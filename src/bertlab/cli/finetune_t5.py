@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .finetune import HELP as FINETUNE_HELP, interrupted, mean_sd_text, read_config
+from .finetune import HELP as FINETUNE_HELP, mean_sd_text, run_recipe
 from .finetune_multi import HELP as MULTI_HELP
 
 HELP = FINETUNE_HELP | MULTI_HELP | {
@@ -22,17 +22,14 @@ HELP = FINETUNE_HELP | MULTI_HELP | {
              "random weights",
     "data": "GLUE_DIR (a folder of GLUE task folders) or task=PATH,task=PATH",
     "tasks": "comma-separated task names, one or several mixed into one model, e.g. rte,mrpc,stsb",
-    "lr": "learning rate (default: Adafactor 3e-3 for 128 wide, 2e-3 for 256, T5's 1e-3 from 512; adamw 1e-3)",
     "squad": "SQuAD DATA_PATH for task squad/squad2 (train=FILE,dev=FILE; FILE#A:B takes articles A..B-1)",
-    "optimizer": "adafactor (T5's, default) or adamw",
-    "schedule": "constant (T5's fine-tuning, default) or inverse-sqrt",
-    "warmup": "inverse-sqrt's constant-rate steps",
     "max_target_length": "longest target in tokens (training)",
     "max_new_tokens": "generation limit (default: the longest label + 2 tokens)",
     "method": "full, or adapters (T5's dense-ReLU-dense adapters after each feed-forward network, base frozen)",
 }
 
 
+DEFAULTS = {"lr": "Adafactor 3e-3 for 128 wide, 2e-3 for 256, T5's 1e-3 from 512; adamw 1e-3"}
 LORA = ("lora_rank", "lora_alpha", "lora_targets", "lora_merge")
 
 
@@ -40,19 +37,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.runconfig import add_config_arguments
     from ..train.text_to_text import TextToTextConfig
 
-    add_config_arguments(p, TextToTextConfig, HELP, skip=LORA)  # full and adapters; LoRA is BERT's alone
+    add_config_arguments(p, TextToTextConfig, HELP, skip=LORA, defaults=DEFAULTS)  # full and adapters; LoRA is BERT's alone
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneInterrupted
-    from ..train.runconfig import given_fields
     from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
 
-    cfg = read_config(TextToTextConfig, args)
-    try:
-        metrics = finetune_text_to_text(cfg, given=given_fields(TextToTextConfig, args))
-    except FinetuneInterrupted as stop:
-        return interrupted(stop, "finetune-t5", cfg.out)
+    cfg, metrics = run_recipe(args, TextToTextConfig, finetune_text_to_text, "finetune-t5")
+    if isinstance(metrics, int):  # stopped by a signal
+        return metrics
     print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
                       "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}
                               for task, scores in metrics["dev"].items()},

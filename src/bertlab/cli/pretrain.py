@@ -33,7 +33,6 @@ HELP = {
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
     "optimizer": "adamw or lamb",
-    "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up)",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count",
     "decay_fraction": "share of the steps after warmup over which the learning rate decays linearly to 0 (1: the "
                       "paper's; below 1 the peak is held first, warmup-stable-decay)",
@@ -41,26 +40,30 @@ HELP = {
     "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
     "num_evals": "held-out evaluations per run when --eval-every is not given",
     "eval_batches": "held-out batches per evaluation",
-    "save_every": "steps between checkpoints (default: 10 per run)",
-    "keep_last": "checkpoints to keep",
-    "num_workers": "data loader workers per process",
-    "device": "auto, cpu or cuda",
-    "resume": "continue RUN_DIR from its last checkpoint, exactly",
-    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
 
 
-RENAMED = {"seq_len": "--max-seq-length"}  # one spelling across commands: as `prepare` and `finetune` spell it
+RENAMED = {"seq_len": "--max-seq-length"}
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up", "save_every": "10 per run"}  # one spelling across commands: as `prepare` and `finetune` spell it
+
+
+def add_run_arguments(p: argparse.ArgumentParser, cls: type, doc: str, help: dict[str, str],
+                      defaults: dict[str, str], renamed: dict[str, str] | None = None) -> None:
+    """The flags of a long run (pretrain, pretrain-t5, distill): the command module's docstring `doc` past its
+    first paragraph as the description, one flag per setting of `cls`, and `--bf16`."""
+    from ..train.runconfig import add_config_arguments
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.description = doc.split("\n\n", 1)[1]
+    add_config_arguments(p, cls, help, renamed=renamed, defaults=defaults)
+    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.pretrain import PretrainConfig
-    from ..train.runconfig import add_config_arguments
 
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.description = __doc__.split("\n\n", 1)[1]
-    add_config_arguments(p, PretrainConfig, HELP, renamed=RENAMED)
-    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    add_run_arguments(p, PretrainConfig, __doc__, HELP, DEFAULTS, RENAMED)
     g = p.add_argument_group("demo")
     g.add_argument("--demo", action="store_true",
                    help="build a vocabulary and data from the Python docs (pydoc_data.topics) or --demo-corpus, "

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 
-from .pretrain import HELP as PRETRAIN_HELP, report
+from .pretrain import DEFAULTS as PRETRAIN_DEFAULTS, HELP as PRETRAIN_HELP, add_run_arguments, report
 
-HELP = PRETRAIN_HELP | {
+# BERT's help for the settings both recipes have; T5's optimizer and warmup are its `optim` group's (t5_optim.py)
+HELP = {k: v for k, v in PRETRAIN_HELP.items() if k not in ("optimizer", "warmup")} | {
     "model": "T5 preset (t5-tiny, t5-mini, t5-small, t5-base, t5-large, t5-v1_1-*) or config.json / model folder",
     "architecture": "encoder-decoder, decoder-only or prefix-lm (default: the model config's)",
     "data": "DATA_DIR from `bertlab prepare --objective NAME`",
@@ -25,22 +26,17 @@ HELP = PRETRAIN_HELP | {
                  "the data was prepared for (default: the data's)",
     "batch_size": "sequences per optimizer step over all processes (default: T5's 128; a budgeted CPU run the "
                   "largest of 128, 64, ..., 8 that fits its budget)",
-    "optimizer": "adafactor (T5's) or adamw",
-    "schedule": "inverse-sqrt (constant for --warmup steps, then 1/sqrt) or constant",
-    "lr": "learning rate (default: adafactor 1/sqrt(warmup) = 0.01, adamw 1e-3)",
-    "warmup": "steps at the constant rate before the inverse square root decay",
-    "max_grad_norm": "gradient clipping norm (default: none; Adafactor clips its own updates)",
 }
 
 
+DEFAULTS = PRETRAIN_DEFAULTS | {"lr": "adafactor 1/sqrt(warmup) = 0.01, adamw 1e-3",
+                                "max_grad_norm": "none, Adafactor clips its own updates"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..train.runconfig import add_config_arguments
     from ..train.t5_pretrain import T5PretrainConfig
 
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.description = __doc__.split("\n\n", 1)[1]
-    add_config_arguments(p, T5PretrainConfig, HELP)
-    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+    add_run_arguments(p, T5PretrainConfig, __doc__, HELP, DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:

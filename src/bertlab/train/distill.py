@@ -91,7 +91,8 @@ from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .pretrain import FINAL_DIR
 from .random_init import INITS
-from .runconfig import parse_duration
+from .runconfig import GroupedSettings, parse_duration
+from .settings import LoopRunOptions, OptimOptions
 from .setup import (RUN_CONFIG, autocast_dtype, check_precision, eval_seconds, fit_steps_to_budget,
                     heldout_sequences, resolve_precision, resolve_resume_config, resolved_settings, run_record,
                     split_batch, write_run_config)
@@ -114,7 +115,13 @@ TASK_DEFAULTS = dict(alpha=1.0, beta=1.0, gamma=0.0, batch_size=32, lr=5e-5, war
 
 
 @dataclass
-class DistillConfig:
+class DistillRunOptions(LoopRunOptions):
+    seed: int = 42
+    keep_last: int = 2
+
+
+@dataclass
+class DistillConfig(GroupedSettings):
     """Everything a distillation run needs; `bertlab distill` fills it from flags (or a JSON file)."""
 
     teacher: str = ""  # a Hugging Face-layout folder: pre-trained with its MLM head, or fine-tuned on `task`
@@ -143,25 +150,17 @@ class DistillConfig:
     eval_limit: int | None = None  # task: a seeded random subset of N dev examples
     transfer_limit: int | None = None  # task: N more training examples without their labels (a transfer set)
     # optimisation
-    lr: float | None = None  # default 1e-4 general, 5e-5 task
+    optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: 1e-4 general, 5e-5 task), decay, clipping
     warmup: float | None = None  # < 1: a fraction of the steps; >= 1: steps. Default 0.05 general, 0.1 task
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
     precision: str = "auto"  # auto (bf16 where the hardware does it natively) | fp32 | bf16 | fp16
     # evaluation, logs, checkpoints
     eval_every: int | None = None  # general default: 10 per run; task default: at the end only
     eval_batches: int | None = 50  # general: held-out batches per evaluation (None: all)
     eval_batch_size: int = 64
     eval_teacher: bool = True  # score the teacher once too, for comparison
-    save_every: int | None = None  # general default: 10 per run; task: on signals only (see the docstring)
-    keep_last: int = 2
-    log_every: int = 1
-    seed: int = 42
-    num_workers: int = 1  # general: DataLoader workers per rank
-    device: str = "auto"  # auto | cpu | cuda
-    resume: bool = False
-    progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
+    # seed, device, checkpoints (save_every None: general 10 per run; task: on signals only, see the
+    # docstring), resume; num_workers: general only
+    run: DistillRunOptions = field(default_factory=DistillRunOptions)
 
     def resolved(self, name: str) -> Any:
         """A field's value, or the recipe's default for it when it is None."""

@@ -42,7 +42,8 @@ from .distributed import init_distributed, seed_everything
 from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
-from .runconfig import parse_duration
+from .runconfig import GroupedSettings, changed_settings, parse_duration
+from .settings import LoopRunOptions, OptimOptions
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -53,7 +54,7 @@ FINAL_DIR = "final"
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(GroupedSettings):
     # what to train, on what, where
     model: str = "mini"  # preset (tiny, mini, small, ..., L4-H256) or a config.json / model folder
     data: str = ""  # DATA_DIR from `bertlab prepare`
@@ -72,11 +73,9 @@ class PretrainConfig:
     phase2_batch_size: int | None = None  # default: batch_size
     # optimisation
     optimizer: str = "adamw"  # adamw | lamb
-    lr: float | None = None  # None: the model width's default (DEFAULT_LR_BY_WIDTH)
+    optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: by the model's width), decay, clipping
     warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
     decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
     precision: str = "auto"  # auto (bf16 where the hardware does it natively, else fp32) | fp32 | bf16 | fp16
     # evaluation, logs, checkpoints
     eval_every: int | None = None  # default: `num_evals` evaluations spread over the run
@@ -84,15 +83,8 @@ class PretrainConfig:
     eval_batches: int | None = 50  # held-out batches per evaluation (None: the whole split)
     eval_batch_size: int = 64
     eval_at_start: bool = True  # held-out numbers of the untrained model, for comparison
-    save_every: int | None = None  # default: 10 checkpoints per run (plus the last one, and on signals)
-    keep_last: int = 3
-    log_every: int = 1
-    seed: int = 0
-    num_workers: int = 1  # DataLoader workers per rank
-    device: str = "auto"  # auto | cpu | cuda
-    resume: bool = False
-    progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
+    # seed, device, checkpoints (save_every None: 10 per run, plus the last one, and on signals), resume
+    run: LoopRunOptions = field(default_factory=LoopRunOptions)
 
     def validate(self) -> None:
         if not self.data:
@@ -109,12 +101,8 @@ class PretrainConfig:
         check_precision(self.precision)
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
-        for name in ("lr", "max_grad_norm"):  # lr None: the default for the model's width (`default_lr`)
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
-        if not self.weight_decay >= 0 or not self.warmup >= 0:
-            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
-                              f"{self.warmup}")
+        if not self.warmup >= 0:  # lr, weight decay and clipping: checked by their group (OptimOptions)
+            raise ConfigError(f"warmup must not be negative, got {self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -187,9 +175,7 @@ def _available_lengths(data_dir: str) -> list[int]:
 def stated_fields(cfg, given: Collection[str] | None) -> set[str]:
     """The settings the user stated: `given` (flags and --config keys), or for a config built in Python the
     fields that differ from the dataclass defaults (as `setup.resolve_resume_config` reads them)."""
-    if given is not None:
-        return set(given)
-    return {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != f.default}
+    return set(given) if given is not None else changed_settings(cfg)
 
 
 def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collection[str],

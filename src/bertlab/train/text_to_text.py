@@ -72,7 +72,9 @@ from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .random_init import random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
-from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
+from .runconfig import GroupedSettings
+from .settings import RunOptions
+from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, default_lr
 from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,15 @@ ADAPTERS_DIR, ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapters", "adapters.safetensor
 
 
 @dataclass
-class TextToTextConfig:
+class TextToTextOptim(T5OptimOptions):
+    """T5's fine-tuning: Adafactor at a constant rate."""
+
+    schedule: str = "constant"
+    warmup: int = 0
+
+
+@dataclass
+class TextToTextConfig(GroupedSettings):
     model: str = ""  # a T5 folder with its tokenizer, or a size (t5-tiny) with `vocab` (train/random_init.py)
     data: str = ""  # GLUE_DIR (task subfolders) or task=PATH,task=PATH
     out: str = ""
@@ -97,28 +107,19 @@ class TextToTextConfig:
     max_steps: int | None = None
     batch_size: int = 32  # examples per optimizer step (T5: 128)
     grad_accum: int = 1
-    optimizer: str = "adafactor"  # adafactor | adamw
-    schedule: str = "constant"  # constant (T5's fine-tuning) | inverse-sqrt
-    lr: float | None = None  # None: adafactor constant by width (FINETUNE_LR_BY_WIDTH; T5's 1e-3 from 512), adamw 1e-3
-    warmup: int = 0  # inverse-sqrt: steps at the constant rate
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = None
+    # optimizer, schedule, warmup, lr (None: adafactor constant by width, FINETUNE_LR_BY_WIDTH; adamw 1e-3), decay
+    optim: TextToTextOptim = field(default_factory=TextToTextOptim)
     max_seq_length: int | None = None  # longest input (None: the task's default, 128 for GLUE, 384 SQuAD)
     max_target_length: int = 64  # longest target in training; and the generation limit (with max_new_tokens)
     max_new_tokens: int | None = None  # generation limit (None: the longest label's tokens + 2; SQuAD 32)
-    seed: int = 42
     seeds: int = 1
     bf16: bool = False
     eval_batch_size: int = 64
     train_limit: int | None = None  # a seeded random N training examples per task
     eval_limit: int | None = None  # a seeded random N dev examples per task
-    device: str | None = None
-    progress: bool = True
-    retain_freed_memory: bool = True
-    # checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on Ctrl-C/SIGTERM
-    # and every `save_every` steps when given; `resume` continues the seed in progress, finished seeds are kept
-    save_every: int | None = None
-    resume: bool = False
+    # seed, device; checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on
+    # Ctrl-C/SIGTERM and every `save_every` steps when given; `resume` continues the seed in progress
+    run: RunOptions = field(default_factory=RunOptions)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # method, adapter_size, unfreezing
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # tasks, mixing, limit, temperature
     vocab: str | None = None  # a random start of a size: its tokenizer (vocab.txt or SentencePiece .model)
@@ -136,12 +137,9 @@ class TextToTextConfig:
             raise ConfigError(f"--tasks names a task twice: {self.multi.tasks}")
         if self.tuning.method not in T2T_METHODS:
             raise ConfigError(f"finetune-t5: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
-        check_optimization(self.optimizer, self.schedule)
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size", "max_target_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"lr must be a positive number, got {self.lr}")
         split_batch(self.batch_size, grad_accum=self.grad_accum)
 
     @property
