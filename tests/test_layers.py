@@ -74,7 +74,8 @@ def test_no_import_cycles():
 
 
 def test_old_import_paths_still_work():
-    """Code written against earlier releases imports BERT and T5 from their old homes: the same objects."""
+    """Code written against earlier releases imports BERT, T5 and distillation from their old homes: the same
+    objects."""
     import importlib
 
     import bertlab
@@ -93,6 +94,12 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+    old_distill = importlib.import_module("bertlab.train.distill")
+    from bertlab.train.distillation import config as distill_config, losses, task
+    assert old_distill.DistillConfig is distill_config.DistillConfig and old_distill.run_distillation is \
+        importlib.import_module("bertlab.train.distillation").run_distillation
+    assert old_distill.distillation_kl is losses.distillation_kl and old_distill._with_soft_labels is \
+        task._with_soft_labels
 
 
 def module_level_names(path: Path) -> set[str]:

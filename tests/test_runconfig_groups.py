@@ -101,7 +101,7 @@ def _documented(cls) -> set[str]:
 
 def test_each_shared_setting_has_its_help_written_once():
     """A setting whose help is a docstring has no second help text in its command's HELP dict."""
-    from bertlab.train.distill import DistillConfig
+    from bertlab.train.distillation import DistillConfig
     from bertlab.train.t5_pretrain import T5PretrainConfig
     from bertlab.train.text_to_text import TextToTextConfig
 

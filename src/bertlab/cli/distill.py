@@ -10,7 +10,7 @@ General distillation (no --task): loss = α·T²·KL(teacher ‖ student MLM dis
 + β·MLM + γ·cosine(last hidden states); DistilBERT's T=2, α=5, β=2, γ=1 by default. The student goes to
 RUN_DIR/final. Task-specific (--task): α·T²·KL to the fine-tuned teacher's soft labels + β·gold loss
 (T=2, α=1, β=1, γ=0); the student goes to OUT_DIR/model with OUT_DIR/metrics.json. Both are Hugging Face
-layout folders with vocab.txt. Settings: the dataclass `bertlab.train.distill.DistillConfig`, then a JSON
+layout folders with vocab.txt. Settings: the dataclass `bertlab.train.distillation.DistillConfig`, then a JSON
 file (`--config run.json`), then the flags.
 """
 
@@ -59,7 +59,7 @@ DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..train.distill import DistillConfig
+    from ..train.distillation import DistillConfig
     from .pretrain import add_run_arguments
 
     add_run_arguments(p, DistillConfig, __doc__, HELP, DEFAULTS)
@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..model_names import resolve_model
-    from ..train.distill import DistillConfig, run_distillation
+    from ..train.distillation import DistillConfig, run_distillation
     from ..train.runconfig import config_from_args
 
     cfg = config_from_args(DistillConfig, args)

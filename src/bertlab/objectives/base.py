@@ -1,5 +1,5 @@
 """What a pre-training objective is to the recipes that train with one (`train/pretrain.py`, general
-distillation in `train/distill.py`): an `Objective` object, so that a recipe asks it instead of testing its name.
+distillation in `train/distillation/`): an `Objective` object, so that a recipe asks it instead of testing its name.
 
 An objective says
     name                         its registry name (`--objective NAME`)
