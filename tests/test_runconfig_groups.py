@@ -109,7 +109,7 @@ def test_each_shared_setting_has_its_help_written_once():
                "pretrain": PretrainConfig, "pretrain-t5": T5PretrainConfig, "distill": DistillConfig}
     for command, cls in configs.items():
         documented = _documented(cls)
-        assert {"seed", "device", "resume", "save_every", "lr", "weight_decay", "max_grad_norm"} <= documented
+        assert {"seed", "device", "resume", "save_every", "lr", "weight_decay", "max_grad_norm", "batch_size"} <= documented
         help_dict = importlib.import_module(f"bertlab.cli.{COMMANDS[command][0]}").HELP
         assert not documented & set(help_dict), (command, sorted(documented & set(help_dict)))
 

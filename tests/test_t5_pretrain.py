@@ -260,7 +260,7 @@ def test_a_budgeted_cpu_run_fits_its_batch_to_the_budget_and_says_how_it_ended(t
     del args[args.index("--batch-size"):args.index("--batch-size") + 2]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    chosen = json.loads((out / "run_config.json").read_text())["batch_size"]
+    chosen = json.loads((out / "run_config.json").read_text())["training"]["batch_size"]
     assert chosen in (8, 16, 32, 64, 128) and f"T5 on a CPU with a time budget: batch {chosen} of up to" in printed
     assert "ended the run" in printed  # the budget's end, as BERT's budgeted runs say it
     steps = [r["step"] for r in read_metrics(out) if "loss" in r]

@@ -35,11 +35,7 @@ HELP = {
     "gamma": "weight of the hidden-state cosine term (default 1 general, 0 task)",
     "kl_positions": "general: masked (the MLM head's rows) or all (every real token, as DistilBERT)",
     "cosine_layers": "last hidden state only, or all layers against the teacher layers they map to",
-    "steps": "optimizer steps (general: this or --time-budget; task: default epochs x data)",
     "epochs": "task: passes over the training set",
-    "time_budget": "general: wall-clock budget, e.g. 2h, 90m: the step count is fitted to it",
-    "batch_size": "examples per optimizer step over all processes (default 128 general, 32 task)",
-    "micro_batch_size": "examples per forward pass per process (the rest is gradient accumulation)",
     "seq_len": "general: sequence length of the instance set",
     "max_seq_length": "task: tokens per sequence (default: the task's)",
     "train_limit": "task: train on a seeded random N examples",
@@ -47,15 +43,14 @@ HELP = {
     "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "
                       "labels are their only target",
     "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
-    "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
-    "eval_every": "steps between evaluations (general default: 10 per run; task: the end only)",
-    "eval_batches": "general: held-out batches per evaluation",
     "eval_teacher": "score the teacher too, for comparison",
 }
 
 
 # how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
-DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished"}
+DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished",
+            "steps": "general: none, give it or --time-budget; task: --epochs x the data",
+            "batch_size": "128 general, 32 task", "eval_every": "general 10 per run; task: the end only"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

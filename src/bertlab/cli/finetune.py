@@ -30,19 +30,12 @@ HELP = {
     "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD); own-data tasks: the training file "
             "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
-    "epochs": "training epochs",
-    "batch_size": "examples per optimizer step",
-    "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",
     "warmup_proportion": "share of steps with linear warmup",
     "group_by_length": "training batches of similar-length examples (little padding)",
     "layer_lr_decay": "layer-wise LR decay F: layer l gets lr * F^(L-l), embeddings the lowest (default off)",
-    "seeds": "runs per setting, reported as mean ± sd",
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
-    "bf16": "bf16 autocast (CPU or GPU)",
-    "eval_batch_size": "examples per prediction batch",
     "eval_every": "also score dev every N steps (logged per run; --eval-steps)",
-    "max_steps": "optimizer steps per run instead of --epochs",
     "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
                       "score; the best weights are kept",
     "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save unless --no-lora-merge)",
@@ -53,8 +46,6 @@ HELP = {
     "lora_merge": "lora: merge the factors into the weights on save, a plain model transformers loads (default); "
                   "--no-lora-merge: save the factors and the head alone, as a PEFT adapter over --model",
     "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
-    "train_limit": "train on a seeded random N examples",
-    "eval_limit": "score a seeded random N dev/test examples",
     "overwrite": "replace the results of an earlier run in OUT_DIR (without it, such an OUT_DIR is refused)",
     # tasks on the user's own files (text-classification, ...)
     "validation": "own data: the dev file (default: a stratified share of --train held out)",

@@ -23,10 +23,6 @@ HELP = {
     "init_from": "Hugging Face-layout folder to continue pre-training from",
     "objective": "mlm+nsp or mlm (default: the data's: mlm+nsp on segment pairs, mlm on data without "
                  "next-sentence pairs)",
-    "steps": "optimizer steps",
-    "time_budget": "wall-clock budget, e.g. 2h, 90m, 1h30m: the schedule is fitted to it",
-    "batch_size": "sequences per optimizer step over all processes",
-    "micro_batch_size": "sequences per forward pass per process (the rest is gradient accumulation)",
     "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "
                "(--seq-len: the old spelling)",
     "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
@@ -36,16 +32,13 @@ HELP = {
     "warmup": "warmup: a fraction of the steps (< 1) or a step count",
     "decay_fraction": "share of the steps after warmup over which the learning rate decays linearly to 0 (1: the "
                       "paper's; below 1 the peak is held first, warmup-stable-decay)",
-    "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
-    "eval_every": "steps between held-out evaluations (default: --num-evals per run)",
-    "num_evals": "held-out evaluations per run when --eval-every is not given",
-    "eval_batches": "held-out batches per evaluation",
 }
 
 
 RENAMED = {"seq_len": "--max-seq-length"}
 # how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
-DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up", "save_every": "10 per run"}  # one spelling across commands: as `prepare` and `finetune` spell it
+DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up", "save_every": "10 per run",
+            "eval_every": "--num-evals per run"}  # one spelling across commands: as `prepare` and `finetune` spell it
 
 
 def add_run_arguments(p: argparse.ArgumentParser, cls: type, doc: str, help: dict[str, str],

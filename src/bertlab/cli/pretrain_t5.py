@@ -24,13 +24,13 @@ HELP = {k: v for k, v in PRETRAIN_HELP.items() if k not in ("optimizer", "warmup
     "init_from": "Hugging Face-layout T5 folder to continue pre-training from",
     "objective": "span-corruption, iid-denoising, bert-style, mass-style, drop-tokens, deshuffle or prefix-lm, one "
                  "the data was prepared for (default: the data's)",
-    "batch_size": "sequences per optimizer step over all processes (default: T5's 128; a budgeted CPU run the "
-                  "largest of 128, 64, ..., 8 that fits its budget)",
 }
 
 
 DEFAULTS = PRETRAIN_DEFAULTS | {"lr": "adafactor 1/sqrt(warmup) = 0.01, adamw 1e-3",
-                                "max_grad_norm": "none, Adafactor clips its own updates"}
+                                "max_grad_norm": "none, Adafactor clips its own updates",
+                                "batch_size": "T5's 128; a budgeted CPU run the largest of 128, 64, ..., 8 that fits "
+                                              "its budget"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -63,7 +63,7 @@ from .run_dir import CHECKPOINT_DIR, check_writable, claim_run_dir, latest_check
 from .optim import adamw, linear_warmup_decay
 from .random_init import INIT_DIR, random_start, resolve_init
 from .runconfig import GroupedSettings
-from .settings import OptimOptions, RunOptions
+from .settings import EpochTraining, OptimOptions, RunOptions
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
 
@@ -134,22 +134,15 @@ class FinetuneConfig(GroupedSettings):
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or a size (tiny)
     data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
-    epochs: float = 3.0
-    batch_size: int = 16  # examples per optimizer step (micro-batch x grad_accum)
-    grad_accum: int = 1  # micro-batches per step: memory holds batch_size / grad_accum examples
+    # epochs or max_steps, batch (micro-batch x grad_accum), seeds, bf16, training / evaluation subsets
+    training: EpochTraining = field(default_factory=EpochTraining)
     max_seq_length: int | None = None  # None: the task's default (128; NER 256; SQuAD 384)
     warmup_proportion: float = 0.1
     group_by_length: bool = True  # training batches of similar-length examples (see batches.shuffled_batches)
     layer_lr_decay: float | None = None  # e.g. 0.9: layer l gets lr * 0.9^(L-l); None: one lr
-    seeds: int = 1
     grid: str | None = None  # "paper"
-    bf16: bool = False
-    eval_batch_size: int = 64
     eval_every: int | None = None  # also score dev every N steps (logged in metrics.jsonl); --eval-steps
-    max_steps: int | None = None  # optimizer steps per run, instead of `epochs`
     early_stopping: int | None = None  # stop after N dev evaluations without a better score; the best is kept
-    train_limit: int | None = None  # use a seeded random subset of N training examples (quick runs, benchmarks)
-    eval_limit: int | None = None
     # seed, device, checkpoints and resume (see the module docstring: a run's training state is saved on
     # Ctrl-C/SIGTERM, and every `save_every` steps when given, then also at a run's last step)
     run: RunOptions = field(default_factory=RunOptions)

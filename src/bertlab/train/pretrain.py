@@ -43,7 +43,7 @@ from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import GroupedSettings, changed_settings, parse_duration
-from .settings import LoopRunOptions, OptimOptions
+from .settings import LoopRunOptions, OptimOptions, PretrainEval, StepTraining
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -54,6 +54,11 @@ FINAL_DIR = "final"
 
 
 @dataclass
+class PretrainTraining(StepTraining):
+    batch_size: int = 128  # the paper: 256
+
+
+@dataclass
 class PretrainConfig(GroupedSettings):
     # what to train, on what, where
     model: str = "mini"  # preset (tiny, mini, small, ..., L4-H256) or a config.json / model folder
@@ -61,12 +66,8 @@ class PretrainConfig(GroupedSettings):
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
     objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
-    # how long: one of the two
-    steps: int | None = None
-    time_budget: str | None = None  # "2h", "90m", "1h30m": the schedule is fitted to it
-    # batches
-    batch_size: int = 128  # sequences per optimizer step, all ranks together (the paper: 256)
-    micro_batch_size: int | None = None  # per rank per forward pass; the rest is gradient accumulation
+    # how long (steps, or a time budget the schedule is fitted to), batch over all ranks, precision
+    training: PretrainTraining = field(default_factory=PretrainTraining)
     seq_len: int = 128  # phase 1 sequence length (an instance set of that length must exist)
     phase2_seq_len: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
     phase2_fraction: float = 0.1  # share of the steps at phase2_seq_len (the paper: the last 10%)
@@ -76,13 +77,7 @@ class PretrainConfig(GroupedSettings):
     optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: by the model's width), decay, clipping
     warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
     decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
-    precision: str = "auto"  # auto (bf16 where the hardware does it natively, else fp32) | fp32 | bf16 | fp16
-    # evaluation, logs, checkpoints
-    eval_every: int | None = None  # default: `num_evals` evaluations spread over the run
-    num_evals: int = 10
-    eval_batches: int | None = 50  # held-out batches per evaluation (None: the whole split)
-    eval_batch_size: int = 64
-    eval_at_start: bool = True  # held-out numbers of the untrained model, for comparison
+    eval: PretrainEval = field(default_factory=PretrainEval)  # eval_every None: `num_evals` spread over the run
     # seed, device, checkpoints (save_every None: 10 per run, plus the last one, and on signals), resume
     run: LoopRunOptions = field(default_factory=LoopRunOptions)
 

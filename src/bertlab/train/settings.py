@@ -1,9 +1,13 @@
 """The settings every training recipe shares, declared once: settings groups of the recipes' run configs.
 
-    run     RunOptions        seed, device, progress, memory, checkpoint cadence, resume -- how a run goes
-            LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
-    optim   OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs (T5's add optimizer,
-                              schedule, warmup: `t5_optim.T5OptimOptions`)
+    run       RunOptions        seed, device, progress, memory, checkpoint cadence, resume -- how a run goes
+              LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
+    optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs (T5's add optimizer,
+                                schedule, warmup: `t5_optim.T5OptimOptions`)
+    training  EpochTraining     fine-tuning (finetune, finetune-multi, finetune-t5): epochs or max_steps,
+                                batch, micro-batches, seeds, bf16, subsets
+              StepTraining      the long runs: steps or a time budget, batch over all processes, precision
+    eval      HeldOutEval       the long runs' held-out evaluations (pre-training adds num_evals, eval_at_start)
 
 A recipe's config holds a group as a field (`run: RunOptions = field(default_factory=RunOptions)`); the
 group's settings stay flat flags (`--seed`, `--lr`) and flat attributes (`cfg.lr`, `runconfig.GroupedSettings`),
@@ -77,4 +81,68 @@ class OptimOptions:
             raise ConfigError(f"weight-decay must not be negative, got {self.weight_decay}")
 
 
-__all__ = ["LoopRunOptions", "OptimOptions", "RunOptions"]
+@dataclass
+class EpochTraining:
+    """How long and on how much a fine-tuning run trains."""
+
+    epochs: float = 3.0
+    """training epochs"""
+    max_steps: int | None = None
+    """optimizer steps per run instead of --epochs"""
+    batch_size: int = 16
+    """examples per optimizer step"""
+    grad_accum: int = 1
+    """split each batch into this many micro-batches (memory holds batch-size / grad-accum examples)"""
+    seeds: int = 1
+    """runs per setting, reported as mean ± sd"""
+    bf16: bool = False
+    """bf16 autocast (CPU or GPU)"""
+    eval_batch_size: int = 64
+    """examples per prediction batch"""
+    train_limit: int | None = None
+    """train on a seeded random N examples (of each task)"""
+    eval_limit: int | None = None
+    """score a seeded random N dev/test examples (of each task)"""
+
+
+@dataclass
+class StepTraining:
+    """How long a long run trains, and on how large batches."""
+
+    steps: int | None = None
+    """optimizer steps (or --time-budget)"""
+    time_budget: str | None = None
+    """wall-clock budget, e.g. 2h, 90m, 1h30m: the step count is fitted to it"""
+    batch_size: int | None = None
+    """sequences (examples) per optimizer step over all processes"""
+    micro_batch_size: int | None = None
+    """sequences per forward pass per process (the rest is gradient accumulation)"""
+    precision: str = "auto"
+    """auto (bf16 where the hardware does it natively, else fp32), fp32, bf16 or fp16 (loss-scaled; meant for
+    CUDA)"""
+
+
+@dataclass
+class HeldOutEval:
+    """Held-out evaluations during a long run."""
+
+    eval_every: int | None = None
+    """steps between held-out evaluations"""
+    eval_batches: int | None = 50
+    """held-out batches per evaluation (none: the whole split)"""
+    eval_batch_size: int = 64
+    """sequences per held-out batch"""
+
+
+@dataclass
+class PretrainEval(HeldOutEval):
+    """Held-out evaluations during pre-training."""
+
+    num_evals: int = 10
+    """held-out evaluations per run when --eval-every is not given"""
+    eval_at_start: bool = True
+    """score the untrained model too, for comparison"""
+
+
+__all__ = ["EpochTraining", "HeldOutEval", "LoopRunOptions", "OptimOptions", "PretrainEval", "RunOptions",
+           "StepTraining"]

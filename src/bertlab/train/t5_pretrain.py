@@ -53,7 +53,7 @@ from .setup import (BUDGET_RESERVE, RUN_CONFIG, check_precision, eval_seconds, f
                     resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
 from .runconfig import GroupedSettings
-from .settings import LoopRunOptions
+from .settings import LoopRunOptions, PretrainEval, StepTraining
 from .t5_optim import (OPTIMIZERS, SCHEDULES, T5OptimOptions, build_schedule, build_t5_optimizer,
                        default_lr)
 
@@ -76,24 +76,13 @@ class T5PretrainConfig(GroupedSettings):
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout T5 folder to continue pre-training from
     objective: str | None = None  # a T5 objective the data was prepared for (default: the data's)
-    # how long: one of the two
-    steps: int | None = None
-    time_budget: str | None = None
-    # batches
-    # sequences per optimizer step, all ranks together. None: T5's 128 (of 512 tokens) -- except for a run with a
-    # time budget on a CPU, which takes the largest of 128, 64, ..., 8 that fits CPU_TARGET_STEPS in the budget
-    batch_size: int | None = None
-    micro_batch_size: int | None = None
+    # steps or a time budget; batch_size None: T5's 128 (of 512 tokens) -- except for a run with a time budget on
+    # a CPU, which takes the largest of 128, 64, ..., 8 that fits CPU_TARGET_STEPS in the budget; precision
+    training: StepTraining = field(default_factory=StepTraining)
     # optimisation: optimizer, schedule, warmup, lr (None: adafactor 1/sqrt(warmup) = T5's 0.01, adamw 1e-3),
     # weight decay, clipping (None: Adafactor clips its updates itself)
     optim: T5OptimOptions = field(default_factory=T5OptimOptions)
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16
-    # evaluation, logs, checkpoints
-    eval_every: int | None = None
-    num_evals: int = 10
-    eval_batches: int | None = 50
-    eval_batch_size: int = 64
-    eval_at_start: bool = True
+    eval: PretrainEval = field(default_factory=PretrainEval)
     run: LoopRunOptions = field(default_factory=LoopRunOptions)  # seed, device, checkpoints, resume
 
     def validate(self) -> None:

@@ -73,7 +73,7 @@ from .random_init import random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
 from .runconfig import GroupedSettings
-from .settings import RunOptions
+from .settings import EpochTraining, RunOptions
 from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, default_lr
 from .t5_pretrain import export_t5
 
@@ -98,25 +98,23 @@ class TextToTextOptim(T5OptimOptions):
 
 
 @dataclass
+class TextToTextTraining(EpochTraining):
+    batch_size: int = 32  # T5: 128
+
+
+@dataclass
 class TextToTextConfig(GroupedSettings):
     model: str = ""  # a T5 folder with its tokenizer, or a size (t5-tiny) with `vocab` (train/random_init.py)
     data: str = ""  # GLUE_DIR (task subfolders) or task=PATH,task=PATH
     out: str = ""
     squad: str | None = None  # SQuAD DATA_PATH (train=FILE,dev=FILE; FILE#A:B articles) for task squad / squad2
-    epochs: float = 3.0
-    max_steps: int | None = None
-    batch_size: int = 32  # examples per optimizer step (T5: 128)
-    grad_accum: int = 1
+    # epochs or max_steps, batch, seeds, bf16, subsets (a seeded random N training / dev examples per task)
+    training: TextToTextTraining = field(default_factory=TextToTextTraining)
     # optimizer, schedule, warmup, lr (None: adafactor constant by width, FINETUNE_LR_BY_WIDTH; adamw 1e-3), decay
     optim: TextToTextOptim = field(default_factory=TextToTextOptim)
     max_seq_length: int | None = None  # longest input (None: the task's default, 128 for GLUE, 384 SQuAD)
     max_target_length: int = 64  # longest target in training; and the generation limit (with max_new_tokens)
     max_new_tokens: int | None = None  # generation limit (None: the longest label's tokens + 2; SQuAD 32)
-    seeds: int = 1
-    bf16: bool = False
-    eval_batch_size: int = 64
-    train_limit: int | None = None  # a seeded random N training examples per task
-    eval_limit: int | None = None  # a seeded random N dev examples per task
     # seed, device; checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on
     # Ctrl-C/SIGTERM and every `save_every` steps when given; `resume` continues the seed in progress
     run: RunOptions = field(default_factory=RunOptions)

@@ -11,7 +11,7 @@ from ...errors import ConfigError
 from ..loop import TrainResult
 from ..random_init import INITS
 from ..runconfig import GroupedSettings, parse_duration
-from ..settings import LoopRunOptions, OptimOptions
+from ..settings import HeldOutEval, LoopRunOptions, OptimOptions, StepTraining
 from ..setup import check_precision
 
 
@@ -52,13 +52,10 @@ class DistillConfig(GroupedSettings):
     gamma: float | None = None  # hidden-state cosine weight; default 1 general, 0 task
     kl_positions: str = "masked"  # general: masked | all (every non-padding token, as DistilBERT)
     cosine_layers: str = "last"  # last | all (every student layer against its teacher layer)
-    # how long
-    steps: int | None = None  # general: required unless time_budget; task: default epochs x the data
+    # how long, batches, precision: steps (general: required unless time_budget; task: default epochs x the
+    # data), time_budget (general), batch_size (default 128 general, 32 task), micro_batch_size, precision
+    training: StepTraining = field(default_factory=StepTraining)
     epochs: float = 3.0  # task only
-    time_budget: str | None = None  # general: "2h", "90m": the step count is fitted to it
-    # batches
-    batch_size: int | None = None  # examples per optimizer step, all ranks; default 128 general, 32 task
-    micro_batch_size: int | None = None  # per rank per forward pass; the rest is gradient accumulation
     seq_len: int = 128  # general: the instance set's length
     max_seq_length: int | None = None  # task: default the task's (128; SQuAD 384)
     train_limit: int | None = None  # task: a seeded random subset of N training examples
@@ -67,11 +64,8 @@ class DistillConfig(GroupedSettings):
     # optimisation
     optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: 1e-4 general, 5e-5 task), decay, clipping
     warmup: float | None = None  # < 1: a fraction of the steps; >= 1: steps. Default 0.05 general, 0.1 task
-    precision: str = "auto"  # auto (bf16 where the hardware does it natively) | fp32 | bf16 | fp16
-    # evaluation, logs, checkpoints
-    eval_every: int | None = None  # general default: 10 per run; task default: at the end only
-    eval_batches: int | None = 50  # general: held-out batches per evaluation (None: all)
-    eval_batch_size: int = 64
+    # evaluation (eval_every default: general 10 per run, task at the end only; eval_batches: general), logs
+    eval: HeldOutEval = field(default_factory=HeldOutEval)
     eval_teacher: bool = True  # score the teacher once too, for comparison
     # seed, device, checkpoints (save_every None: general 10 per run; task: on signals only, see the
     # docstring), resume; num_workers: general only
@@ -139,7 +133,6 @@ class DistillResult:
     teacher_parameters: int = 0
     student_parameters: int = 0
     config: DistillConfig | None = None
-
 
 
 __all__ = ["COSINE_LAYERS", "DistillConfig", "DistillResult", "DistillRunOptions", "GENERAL_DEFAULTS", "KL_POSITIONS",
