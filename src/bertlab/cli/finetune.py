@@ -8,6 +8,10 @@ Writes OUT_DIR/metrics.json (the selected setting, mean ± sd over seeds, every 
 predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/run_config.json. Settings
 come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, then a JSON file (`--config
 run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for pretrain and distill.
+
+The other fine-tuning recipes are commands of their own: `finetune-multi` (several tasks, one encoder),
+`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER); `finetune multi`,
+`finetune t2t` and `finetune TASK --feature-based` still reach them for a release (`cli/old_spellings.py`).
 """
 
 from __future__ import annotations

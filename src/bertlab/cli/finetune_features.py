@@ -12,24 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from .finetune import HELP as FINETUNE_HELP
-
-HELP = FINETUNE_HELP | {
-    "model": "a Hugging Face-layout BERT folder (ours or theirs) or a model's name in the local Hugging Face cache",
-    "data": "the task's folder (CoNLL-2003: train.txt, valid.txt, test.txt)",
-    "out": "OUT_DIR: metrics.json, dev_predictions.txt, the tagger (tagger.safetensors, tagger.json)",
-    "strategy": "which layers, combined how: embeddings, second-to-last, last, sum-last-4, concat-last-4 or sum-all",
-    "epochs": "passes of the tagger over the training set",
-    "lr": "the tagger's learning rate (Adam)",
-    "batch_size": "sentences per step",
-    "lstm_hidden": "width of each direction of the two-layer BiLSTM (the paper: 768)",
-    "dropout": "dropout on the features and between the LSTM layers",
-    "seed": "seed of the tagger's weights and the batch order",
-    "max_seq_length": "word pieces per sentence (default: the task's, 256)",
-    "cache_dir": "where the features are cached (default: $BERTLAB_CACHE/features or ~/.cache/bertlab/features)",
-}
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..tasks import TASKS
     from ..train.feature_ner import FeatureNerConfig
@@ -37,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("task", metavar="TASK", nargs="?", choices=list(TASKS),
                    help="a token-classification task (default: conll2003)")
-    add_config_arguments(p, FeatureNerConfig, HELP, skip=("task",))
+    add_config_arguments(p, FeatureNerConfig, skip=("task",))  # the help: FeatureNerConfig's docstrings
 
 
 def run(args: argparse.Namespace) -> int:

@@ -174,24 +174,44 @@ def collate(items) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------------------------- the recipe
 @dataclass
 class FeatureNerConfig:
+    """`bertlab finetune-features`'s settings; the string under each field is its `--help`."""
+
     model: str
+    """a Hugging Face-layout BERT folder (ours or theirs) or a model's name in the local Hugging Face cache"""
     data: str
+    """the task's folder (CoNLL-2003: train.txt, valid.txt, test.txt)"""
     out: str | None
+    """OUT_DIR: metrics.json, dev_predictions.txt, the tagger (tagger.safetensors, tagger.json)"""
     strategy: str = "concat-last-4"
+    """which layers, combined how: embeddings, second-to-last, last, sum-last-4, concat-last-4 or sum-all"""
     task: str = "conll2003"
+    """a token-classification task"""
     epochs: float = 4.0
+    """passes of the tagger over the training set"""
     lr: float = 2e-3
+    """the tagger's learning rate (Adam, decaying linearly to a tenth)"""
     batch_size: int = 32
+    """sentences per step"""
     lstm_hidden: int = 256
+    """width of each direction of the two-layer BiLSTM (the paper: 768)"""
     dropout: float = 0.2
+    """dropout on the features, between the LSTM layers and before the classifier"""
     seed: int = 42
+    """seed of the tagger's weights and the batch order"""
     train_limit: int | None = None
+    """train on a seeded random N sentences"""
     eval_limit: int | None = None
-    max_seq_length: int | None = None  # word pieces per sentence (default: the task's 256)
-    cache_dir: str | None = None  # default $BERTLAB_CACHE/features or ~/.cache/bertlab/features
+    """score a seeded random N dev sentences"""
+    max_seq_length: int | None = None
+    """word pieces per sentence (default: the task's, 256)"""
+    cache_dir: str | None = None
+    """where the features are cached (default: $BERTLAB_CACHE/features or ~/.cache/bertlab/features)"""
     device: str = "cpu"
+    """cpu or cuda: where the features are computed and the tagger trains"""
     eval_batch_size: int = 128
+    """sentences per batch when scoring the dev set"""
     progress: bool = False
+    """progress: a bar on a terminal, a line every 30 s in a log file"""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
