@@ -14,9 +14,9 @@ import pytest
 from bertlab.cli import COMMANDS, build_parser
 from bertlab.train.finetune import RESUME_MAY_CHANGE as FINETUNE_MAY_CHANGE
 from bertlab.train.finetune import FinetuneConfig
-from bertlab.train.pretrain import PretrainConfig
+from bertlab.train.pretrain import PretrainConfig, PretrainOptim
 from bertlab.train.runconfig import config_from_args, field_help, given_fields, setting_paths
-from bertlab.train.settings import LoopRunOptions, OptimOptions
+from bertlab.train.settings import LoopRunOptions
 from bertlab.train.setup import RUN_CONFIG, resolve_resume_config, resume_base, write_run_config
 
 # run_config.json files as `bertlab pretrain` and `bertlab finetune` wrote them before the settings groups:
@@ -49,7 +49,7 @@ def parse(command: str, *argv: str):
 
 def test_groups_read_and_take_their_settings_by_flat_names():
     cfg = PretrainConfig(data="D", out="O", steps=3, lr=5e-4, seed=7, keep_last=5)
-    assert cfg.optim == OptimOptions(lr=5e-4) and cfg.run == LoopRunOptions(seed=7, keep_last=5)
+    assert cfg.optim == PretrainOptim(lr=5e-4) and cfg.run == LoopRunOptions(seed=7, keep_last=5)
     assert (cfg.lr, cfg.seed, cfg.keep_last, cfg.device) == (5e-4, 7, 5, "auto")
     again = dataclasses.replace(cfg, lr=1e-4, steps=4)
     assert (again.lr, again.steps, cfg.lr) == (1e-4, 4, 5e-4)  # the old config's group is not changed

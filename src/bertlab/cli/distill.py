@@ -42,7 +42,6 @@ HELP = {
     "eval_limit": "task: score a seeded random N dev examples",
     "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "
                       "labels are their only target",
-    "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
     "eval_teacher": "score the teacher too, for comparison",
 }
 
@@ -50,7 +49,8 @@ HELP = {
 # how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
 DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished",
             "steps": "general: none, give it or --time-budget; task: --epochs x the data",
-            "batch_size": "128 general, 32 task", "eval_every": "general 10 per run; task: the end only"}
+            "batch_size": "128 general, 32 task", "eval_every": "general 10 per run; task: the end only",
+            "warmup": "0.05 general, 0.1 task"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -29,7 +29,6 @@ HELP = {
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
     "optimizer": "adamw or lamb",
-    "warmup": "warmup: a fraction of the steps (< 1) or a step count",
     "decay_fraction": "share of the steps after warmup over which the learning rate decays linearly to 0 (1: the "
                       "paper's; below 1 the peak is held first, warmup-stable-decay)",
 }

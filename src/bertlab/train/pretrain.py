@@ -43,7 +43,7 @@ from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import GroupedSettings, changed_settings, parse_duration
-from .settings import LoopRunOptions, OptimOptions, PretrainEval, StepTraining
+from .settings import LoopRunOptions, PretrainEval, StepTraining, WarmupOptimOptions
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -56,6 +56,11 @@ FINAL_DIR = "final"
 @dataclass
 class PretrainTraining(StepTraining):
     batch_size: int = 128  # the paper: 256
+
+
+@dataclass
+class PretrainOptim(WarmupOptimOptions):
+    warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
 
 
 @dataclass
@@ -74,8 +79,7 @@ class PretrainConfig(GroupedSettings):
     phase2_batch_size: int | None = None  # default: batch_size
     # optimisation
     optimizer: str = "adamw"  # adamw | lamb
-    optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: by the model's width), decay, clipping
-    warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
+    optim: PretrainOptim = field(default_factory=PretrainOptim)  # lr (None: by the model's width), decay, clipping
     decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
     eval: PretrainEval = field(default_factory=PretrainEval)  # eval_every None: `num_evals` spread over the run
     # seed, device, checkpoints (save_every None: 10 per run, plus the last one, and on signals), resume
@@ -96,8 +100,6 @@ class PretrainConfig(GroupedSettings):
         check_precision(self.precision)
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
-        if not self.warmup >= 0:  # lr, weight decay and clipping: checked by their group (OptimOptions)
-            raise ConfigError(f"warmup must not be negative, got {self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):

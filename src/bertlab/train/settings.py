@@ -2,8 +2,9 @@
 
     run       RunOptions        seed, device, progress, memory, checkpoint cadence, resume -- how a run goes
               LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
-    optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs (T5's add optimizer,
-                                schedule, warmup: `t5_optim.T5OptimOptions`)
+    optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs
+              WarmupOptimOptions  + warmup, of BERT's linear schedule (pre-training, distillation); T5's add
+                                optimizer, schedule, warmup steps: `t5_optim.T5OptimOptions`
     training  EpochTraining     fine-tuning (finetune, finetune-multi, finetune-t5): epochs or max_steps,
                                 batch, micro-batches, seeds, bf16, subsets
               StepTraining      the long runs: steps or a time budget, batch over all processes, precision
@@ -82,6 +83,19 @@ class OptimOptions:
 
 
 @dataclass
+class WarmupOptimOptions(OptimOptions):
+    """The optimiser on BERT's schedule: linear warmup to the peak learning rate, then linear decay."""
+
+    warmup: float | None = None
+    """warmup: a fraction of the steps (< 1) or a step count"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.warmup is not None and not self.warmup >= 0:
+            raise ConfigError(f"warmup must not be negative, got {self.warmup}")
+
+
+@dataclass
 class EpochTraining:
     """How long and on how much a fine-tuning run trains."""
 
@@ -145,4 +159,4 @@ class PretrainEval(HeldOutEval):
 
 
 __all__ = ["EpochTraining", "HeldOutEval", "LoopRunOptions", "OptimOptions", "PretrainEval", "RunOptions",
-           "StepTraining"]
+           "StepTraining", "WarmupOptimOptions"]

@@ -11,7 +11,7 @@ from ...errors import ConfigError
 from ..loop import TrainResult
 from ..random_init import INITS
 from ..runconfig import GroupedSettings, parse_duration
-from ..settings import HeldOutEval, LoopRunOptions, OptimOptions, StepTraining
+from ..settings import HeldOutEval, LoopRunOptions, StepTraining, WarmupOptimOptions
 from ..setup import check_precision
 
 
@@ -62,8 +62,8 @@ class DistillConfig(GroupedSettings):
     eval_limit: int | None = None  # task: a seeded random subset of N dev examples
     transfer_limit: int | None = None  # task: N more training examples without their labels (a transfer set)
     # optimisation
-    optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: 1e-4 general, 5e-5 task), decay, clipping
-    warmup: float | None = None  # < 1: a fraction of the steps; >= 1: steps. Default 0.05 general, 0.1 task
+    # lr (None: 1e-4 general, 5e-5 task), decay, clipping, warmup (None: 0.05 general, 0.1 task)
+    optim: WarmupOptimOptions = field(default_factory=WarmupOptimOptions)
     # evaluation (eval_every default: general 10 per run, task at the end only; eval_batches: general), logs
     eval: HeldOutEval = field(default_factory=HeldOutEval)
     eval_teacher: bool = True  # score the teacher once too, for comparison
