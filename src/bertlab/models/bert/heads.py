@@ -126,6 +126,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights(self.cls)
 
+    @property
+    def mlm_head(self) -> nn.Module:
+        """hidden states -> vocabulary logits (fill-mask runs it at the mask positions only)."""
+        return self.cls.predictions
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)

@@ -73,6 +73,11 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
         self.lm_head = RobertaLMHead(config, self.roberta.embeddings.word_embeddings)
         self.init_weights(self.lm_head)
 
+    @property
+    def mlm_head(self) -> nn.Module:
+        """hidden states -> vocabulary logits (fill-mask runs it at the mask positions only)."""
+        return self.lm_head
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits, loss = masked_lm(self.lm_head, out.last_hidden_state, labels)
