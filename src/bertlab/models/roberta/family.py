@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import BertlabError
 from ..family import Family
 from .config import RobertaConfig
 from .heads import HEADS
@@ -12,8 +13,11 @@ from .modeling import RobertaModel
 
 def load_tokenizer(folder: Path):
     """RoBERTa's byte-level BPE (`vocab.json` + `merges.txt`), with BertTokenizer's call surface."""
-    from ...tokenizer.bpe import RobertaTokenizer
-
+    try:
+        from ...tokenizer.bpe import RobertaTokenizer
+    except ImportError:
+        raise BertlabError(f"{folder}: RoBERTa's byte-level BPE tokenizer (vocab.json + merges.txt) is not part of "
+                           "this bertlab; its models load (bertlab.AutoModel) but take token ids") from None
     return RobertaTokenizer.from_pretrained(folder)
 
 
