@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bertlab.errors import BertlabError
-from own_data_support import FILLER, TOPICS, news_rows, write_csv
+from own_data_support import TOPICS, choice_rows, news_rows, squad_file, tagged_rows, write_csv, write_jsonl
 
 transformers = pytest.importorskip("transformers")
 spm = pytest.importorskip("sentencepiece")
@@ -247,7 +247,7 @@ def xlmr_folder(folder: Path, spm_folder: Path, architecture: str = "XLMRobertaM
 
     tok = XLMRobertaTokenizer.from_pretrained(spm_folder)
     torch.manual_seed(seed)
-    hf_config = transformers.XLMRobertaConfig(vocab_size=len(tok), **{**TINY, "max_position_embeddings": 66},
+    hf_config = transformers.XLMRobertaConfig(vocab_size=len(tok), **{**TINY, "max_position_embeddings": 130},
                                               **config)
     getattr(transformers, architecture)(hf_config).eval().save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -264,7 +264,7 @@ def test_xlmr_auto_classes_and_parity(xlmr, spm_folder, tmp_path):
     from bertlab.models.xlm_roberta.modeling import XLMRobertaForSequenceClassification
 
     config = AutoConfig.from_pretrained(xlmr)
-    assert type(config).__name__ == "XLMRobertaConfig" and config.max_sequence_length == 64
+    assert type(config).__name__ == "XLMRobertaConfig" and config.max_sequence_length == 128
     model = AutoModel.from_pretrained(xlmr)
     tok = AutoTokenizer.from_pretrained(xlmr)
     assert type(model).__name__ == "XLMRobertaModel" and type(tok).__name__ == "XLMRobertaTokenizer"
@@ -343,6 +343,36 @@ def test_xlmr_commands_end_to_end(xlmr, spm_folder, tmp_path, capsys):
     theirs = transformers.pipeline("fill-mask", model=str(mlm), tokenizer=str(mlm), top_k=1)
     best = theirs("the <mask> said the goal.")[0]["token_str"].strip()
     assert best in filled
+
+
+@pytest.mark.parametrize("task", ["token-classification", "question-answering", "multiple-choice"])
+def test_xlmr_finetunes_every_task_kind(task, xlmr, tmp_path, capsys):
+    """Tagging, span extraction and multiple choice train on an XLM-R folder, save `transformers`' class, and
+    the saved folder predicts."""
+    if task == "token-classification":
+        data = ["--train", write_jsonl(tagged_rows(60, 1), tmp_path / "train.jsonl"),
+                "--validation", write_jsonl(tagged_rows(20, 2), tmp_path / "dev.jsonl")]
+        new = {"tokens": ["the", "goal", "and", "the", "coach"]}
+    elif task == "question-answering":
+        data = ["--train", squad_file(tmp_path / "qa.json", 20, 1)]
+        new = {"question": "which word?", "context": "the team and the goal"}
+    else:
+        data = ["--train", write_csv(choice_rows(40, 1), tmp_path / "train.csv"),
+                "--validation", write_csv(choice_rows(12, 2), tmp_path / "dev.csv")]
+        row = choice_rows(1, 3)[0]
+        new = {"context": row["context"], "choices": [row[f"ending{i}"] for i in range(4)]}
+    out = tmp_path / "out"
+    assert _run("finetune", task, "--model", xlmr, *data, "--out", out, "--epochs", 1, "--batch-size", 16,
+                "--max-seq-length", 96, "--no-progress") == 0
+    architecture = {"token-classification": "XLMRobertaForTokenClassification",
+                    "question-answering": "XLMRobertaForQuestionAnswering",
+                    "multiple-choice": "XLMRobertaForMultipleChoice"}[task]
+    assert json.loads((out / "model" / "config.json").read_text())["architectures"] == [architecture]
+    getattr(transformers, architecture).from_pretrained(out / "model")  # transformers reads it
+    (tmp_path / "new.jsonl").write_text(json.dumps(new) + "\n")
+    capsys.readouterr()
+    assert _run("predict", "--model", out / "model", "--input", tmp_path / "new.jsonl") == 0
+    assert json.loads(capsys.readouterr().out)
 
 
 def test_xlmr_served_on_the_openai_route(xlmr):
