@@ -14,7 +14,7 @@ from .modeling import RobertaModel
 def load_tokenizer(folder: Path):
     """RoBERTa's byte-level BPE (`vocab.json` + `merges.txt`), with BertTokenizer's call surface."""
     try:
-        from ...tokenizer.bpe import RobertaTokenizer
+        from ...tokenizer.roberta import RobertaTokenizer
     except ImportError:
         raise BertlabError(f"{folder}: RoBERTa's byte-level BPE tokenizer (vocab.json + merges.txt) is not part of "
                            "this bertlab; its models load (bertlab.AutoModel) but take token ids") from None
