@@ -1,8 +1,8 @@
 """RoBERTa in bertlab against `transformers`, same weights, same inputs: embedding throughput and the speed of a
 fine-tuning step.
 
-    python benchmarks/bench_families.py [--layers 4] [--hidden 256] [--n 512] [--steps 10] [--batch-size 32]
-        [--rounds 3] [--threads 2] [--family roberta|xlm-roberta] [--json FILE]
+    python benchmarks/bench_families.py [--layers 4] [--hidden 256] [--n 256] [--steps 5] [--batch-size 32]
+        [--rounds 7] [--threads 1] [--family roberta|xlm-roberta] [--json FILE]
 
 Model: a random-weight RoBERTa made by `transformers` (`--layers`, `--hidden`, heads hidden/64, FFN 4x hidden,
 RoBERTa's 50,265-token vocabulary and 514 positions; XLM-R's 250,002 with `--family xlm-roberta`), saved to a
@@ -106,11 +106,11 @@ def main() -> None:
     parser.add_argument("--family", default="roberta", choices=["roberta", "xlm-roberta"])
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--n", type=int, default=512)
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--n", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

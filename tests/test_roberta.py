@@ -87,6 +87,15 @@ def test_transformers_roberta_loads_with_the_same_outputs_and_goes_back(name, hf
     assert relative_error(a[keep], c[keep]) <= 1e-6
 
 
+def test_auto_classes_pick_roberta(hf_folders):
+    from bertlab import AutoConfig, AutoModel
+
+    assert type(AutoConfig.from_pretrained(hf_folders["RobertaModel"])).__name__ == "RobertaConfig"
+    assert type(AutoModel.from_pretrained(hf_folders["RobertaForSequenceClassification"])).__name__ == "RobertaModel"
+    clf = AutoModel.for_head("sequence-classification").from_pretrained(hf_folders["RobertaModel"])
+    assert type(clf).__name__ == "RobertaForSequenceClassification"  # a new head on the encoder
+
+
 def test_hidden_states_of_every_layer_match(hf_folders):
     from bertlab.models.roberta.modeling import RobertaModel
 
