@@ -141,6 +141,9 @@ def test_usable_length_is_the_table_less_the_offset(tmp_path):
 
     config = RobertaConfig()
     assert (config.max_position_embeddings, config.max_sequence_length) == (514, 512)
+    sized = RobertaConfig.from_name_or_path("L2-H128")  # BERT's preset names, RoBERTa's vocabulary and positions
+    assert (sized.num_hidden_layers, sized.hidden_size, sized.vocab_size, sized.type_vocab_size) == (2, 128, 50265, 1)
+    assert sized.to_dict()["model_type"] == "roberta"
     assert BertConfig().max_sequence_length == 512
 
     class Tok:
