@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .sentencepiece import SentencePieceError, _atomic_write, _spm, load_processor
+from .sentencepiece import SentencePieceError, atomic_write_bytes, import_sentencepiece, load_processor
 from .tokenizer import TOKENIZER_CONFIG_NAME, BertTokenizer, Seq, _as_int_list
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
@@ -105,9 +105,9 @@ class XLMRobertaTokenizer(BertTokenizer):
         d.mkdir(parents=True, exist_ok=True)
         config = {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": self.model_max_length,
                   "clean_up_tokenization_spaces": False, **XLMR_SPECIAL_TOKENS}
-        _atomic_write(d / XLMR_MODEL_NAME, self.sp.serialized_model_proto())
-        _atomic_write(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
-        _atomic_write(d / "special_tokens_map.json", (json.dumps(XLMR_SPECIAL_TOKENS, indent=2) + "\n").encode())
+        atomic_write_bytes(d / XLMR_MODEL_NAME, self.sp.serialized_model_proto())
+        atomic_write_bytes(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
+        atomic_write_bytes(d / "special_tokens_map.json", (json.dumps(XLMR_SPECIAL_TOKENS, indent=2) + "\n").encode())
         return d
 
     def __getstate__(self) -> dict[str, Any]:
@@ -120,7 +120,7 @@ class XLMRobertaTokenizer(BertTokenizer):
     def __setstate__(self, state: dict[str, Any]) -> None:
         proto = state.pop("sp")
         self.__dict__.update(state)
-        self.sp = _spm().SentencePieceProcessor()
+        self.sp = import_sentencepiece().SentencePieceProcessor()
         self.sp.LoadFromSerializedProto(proto)
         self._setup()
 
