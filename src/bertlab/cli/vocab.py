@@ -4,6 +4,10 @@ The corpus is read line by line (any UTF-8 text; one sentence or paragraph per l
 same basic tokenizer `BertTokenizer` uses, and the learned `vocab.txt` has Google's layout, so it loads in
 `bertlab.BertTokenizer` and Hugging Face's `BertTokenizer(Fast)` alike. See `bertlab.tokenizer.train`.
 
+`--kind bpe` learns RoBERTa's kind: byte-level BPE merges (`bertlab.tokenizer.bpe_train`), written as a folder
+with vocab.json, merges.txt and tokenizer_config.json that `bertlab.tokenizer.RobertaTokenizer` and Hugging
+Face's RobertaTokenizer(Fast) load; `--vocab-size` counts the 5 special tokens and 256 bytes too.
+
 `--kind sentencepiece` learns T5's kind instead: a SentencePiece unigram model with T5's settings
 (`bertlab.tokenizer.sentencepiece.train_sentencepiece`), written as `spiece.model` or as a Hugging Face T5
 tokenizer folder; `--vocab-size` counts its pieces, and T5's 100 sentinels come on top.
@@ -46,16 +50,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "train", help="learn a WordPiece vocabulary from text files",
         description="Learn a WordPiece vocabulary (likelihood-based merges, Schuster & Nakajima 2012) from "
                     "UTF-8 text files and write it in Google's vocab.txt layout: [PAD], [unused0..98], [UNK], "
-                    "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces.")
+                    "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces. "
+                    "--kind bpe learns RoBERTa's byte-level BPE, --kind sentencepiece T5's unigram model.")
     t.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files, read line by line")
     t.add_argument("--kind", choices=KINDS, default="wordpiece",
-                   help="wordpiece (BERT's vocab.txt, default) or sentencepiece (T5's spiece.model: unigram, "
-                        "<pad> 0, </s> 1, <unk> 2, no byte fallback)")
+                   help="wordpiece (BERT's vocab.txt, default), bpe (RoBERTa's byte-level BPE: a folder with "
+                        "vocab.json + merges.txt) or sentencepiece (T5's spiece.model: unigram, <pad> 0, </s> 1, "
+                        "<unk> 2, no byte fallback)")
     t.add_argument("--vocab-size", type=_positive_int, required=True,
                    help="tokens in the vocabulary, all included (sentencepiece: pieces; the 100 sentinels "
                         "come on top, as T5's 32000 + 100)")
     t.add_argument("--out", required=True,
-                   help="where to write vocab.txt (sentencepiece: a .model file, or a folder for spiece.model "
+                   help="where to write vocab.txt (bpe: a folder for vocab.json + merges.txt + "
+                        "tokenizer_config.json; sentencepiece: a .model file, or a folder for spiece.model "
                         "+ tokenizer_config.json + special_tokens_map.json)")
     t.add_argument("--cased", action="store_true",
                    help="keep case and accents (the cased models' setting); default: lowercase and strip accents")
@@ -67,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default {d.min_char_frequency}: every character seen)")
     t.add_argument("--min-pair-frequency", type=_positive_int, default=d.min_pair_frequency,
                    help="merge pairs seen fewer times only once no other pair is left "
-                        f"(default {d.min_pair_frequency}; pairs seen once are never merged)")
+                        f"(default {d.min_pair_frequency}; pairs seen once are never merged; bpe: pairs seen "
+                        "fewer times are never merged)")
     t.add_argument("--overgenerate", type=_factor, default=d.overgenerate,
                    help=f"learn this many times the pieces that fit, then drop those the encoder uses least "
                         f"(default {d.overgenerate}; 1 disables)")
@@ -89,7 +97,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="the trainer's random seed (default 0)")
 
 
-KINDS = ("wordpiece", "sentencepiece")
+KINDS = ("wordpiece", "bpe", "sentencepiece")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,9 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action != "train":  # argparse allows only the actions above; kept for clarity
         raise SystemExit(f"unknown action {args.action}")
     # the output first: learning takes minutes on a real corpus (sentencepiece: a .model file, or a folder)
-    check_output(args.out, folder=args.kind == "sentencepiece" and not str(args.out).endswith(".model"))
+    check_output(args.out, folder=args.kind == "bpe" or (args.kind == "sentencepiece"
+                                                          and not str(args.out).endswith(".model")))
     if args.kind == "sentencepiece":
         return _train_sentencepiece(args)
+    if args.kind == "bpe":
+        return _train_bpe(args)
     start = time.perf_counter()
     vocab, counts = train_vocab(
         args.corpus, args.vocab_size, lowercase=not args.cased, num_unused=args.num_unused,
@@ -130,4 +141,18 @@ def _train_sentencepiece(args: argparse.Namespace) -> int:
     print(f"wrote {path}: {tok.base_size} pieces + {tok.num_sentinels} sentinels = {tok.vocab_size} ids, from "
           f"{report.lines:,} lines ({report.chars:,} characters), {time.perf_counter() - start:.1f}s"
           + (f"; {report.bad_lines} line(s) not UTF-8" if report.bad_lines else ""))
+    return 0
+
+
+def _train_bpe(args: argparse.Namespace) -> int:
+    from ..tokenizer.bpe_train import train_bpe, write_bpe_folder
+
+    start = time.perf_counter()
+    tokens, merges, counts = train_bpe(args.corpus, args.vocab_size, min_frequency=args.min_pair_frequency,
+                                       on_decode_error=args.on_decode_error, max_words=args.max_words,
+                                       progress=False if args.no_progress else None)
+    path = write_bpe_folder(tokens, merges, args.out)
+    print(f"wrote {path}: {len(tokens)} tokens ({len(merges)} merges) from {counts.tokens:,} pre-tokens "
+          f"({len(counts.words):,} distinct) in {counts.lines:,} lines, {time.perf_counter() - start:.1f}s"
+          + (f"; {counts.bad_lines} line(s) not UTF-8" if counts.bad_lines else ""))
     return 0

@@ -7,13 +7,17 @@ vocab.txt I/O), `tokenizer_json` (reading the `tokenizers` library's tokenizer.j
 a family's settings), which every family on SentencePiece shares. T5's binding on top of these -- its
 sentinels, `T5Tokenizer`, `WordPieceT5Tokenizer` -- is T5's folder's (`bertlab.models.t5.tokenizer`,
 `bertlab.models.t5.sentinels`); its names still resolve from here for code written against earlier releases.
+
+`bpe` (byte-level BPE, family-neutral), `roberta` (`RobertaTokenizer`: RoBERTa's special tokens and layout over
+it, vocab.json / merges.txt / tokenizer.json) and `bpe_train` (learning merges).
 """
 
 import importlib
 
 from .basic import SPECIAL_TOKENS, BasicTokenizer
+from .roberta import RobertaTokenizer
 from .sentencepiece import SentencePieceError
-from .tokenizer import BatchEncoding, BertTokenizer, TokenizerError, folder_vocabulary
+from .tokenizer import BatchEncoding, BertTokenizer, TokenizerBase, TokenizerError, folder_vocabulary
 from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 # Found by name on first use: the family imports this layer, so this layer does not import the family.
@@ -26,6 +30,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "SPECIAL_TOKENS", "TokenizerError", "VocabError",
-           "WordPiece", "load_vocab", "read_vocab", "save_vocab", "SentencePieceError", "T5Tokenizer",
-           "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer", "folder_vocabulary"]
+__all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "RobertaTokenizer", "TokenizerBase", "SPECIAL_TOKENS",
+           "TokenizerError", "VocabError", "WordPiece", "load_vocab", "read_vocab", "save_vocab",
+           "SentencePieceError", "T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer",
+           "load_text_to_text_tokenizer", "folder_vocabulary"]
+from .basic import SPECIAL_TOKENS, BasicTokenizer

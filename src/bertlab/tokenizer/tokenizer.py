@@ -22,6 +22,10 @@ When the optional C extension `bertlab.tokenizer._fast` is built, the hot loop (
 the output lists) runs there; this file stays the reference and the fallback, and tests check both give the
 same output. `BERTLAB_NO_FAST_TOKENIZER=1` forces the pure-Python path. One tokenizer can be shared between
 threads. `encode_corpus` is the corpus-scale path: ids only, packed arrays, optionally on every core.
+
+The call surface (`__call__`, pairs, truncation, windows, padding, tensors, `encode_corpus`, vocabulary
+look-ups) lives in `TokenizerBase`, which `RobertaTokenizer` (roberta.py, byte-level BPE) shares, so code
+that takes a tokenizer can take either.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 
 VOCAB_NAME = "vocab.txt"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"  # transformers' record of a folder's special tokens
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second", "do_not_truncate")
 
 # One encoded sequence without special tokens: ids, (start, end) per token, word index per token.
@@ -111,72 +116,22 @@ def padded_length(lengths: list[int], pad_mode: str | None, max_length: int | No
         raise TokenizerError("rows have different lengths; use padding=True to return tensors")
     return target
 
+class TokenizerBase:
+    """What every subword tokenizer of bertlab shares: Hugging Face's call surface (`__call__`, `encode`,
+    pairs, truncation, overflow windows, padding, offsets, tensors), vocabulary look-ups and `encode_corpus`.
 
-class BertTokenizer:
-    """BERT's WordPiece tokenizer (Google's rules) with Hugging Face's calling conventions.
-
-    `BertTokenizer(vocab_file, do_lower_case=True)` or `BertTokenizer.from_pretrained(dir_or_vocab_file)`.
-    `do_lower_case=False` is the cased models' setting (Google's `--do_lower_case=False`).
+    A family supplies `_encode_seq_py(text) -> (ids, offsets, word indices)` for one text without special
+    tokens, `_make_fast()` (its C encoder or None), `convert_tokens_to_string` and `decode`, and its input
+    layout through three class attributes: `PAIR_SEPS` ([SEP]s between A and B: BERT 1, RoBERTa 2),
+    `TYPE_B` (token type of B's tokens: BERT 1, RoBERTa 0) and `_pair_lengths` (how longest_first shares
+    max_length between A and B). It sets `vocab`, `ids_to_tokens`, `unk/sep/pad/cls/mask_token(_id)`,
+    `all_special_ids` and `model_max_length`.
     """
 
-    def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
-                 *, vocab: Mapping[str, int] | None = None, unk_token: str = "[UNK]", sep_token: str = "[SEP]",
-                 pad_token: str = "[PAD]", cls_token: str = "[CLS]", mask_token: str = "[MASK]",
-                 tokenize_chinese_chars: bool = True, strip_accents: bool | None = None,
-                 model_max_length: int = 512, max_input_chars_per_word: int = 100, use_fast: bool | None = None):
-        if isinstance(vocab_file, Mapping):
-            vocab, vocab_file = vocab_file, None
-        if vocab is None:
-            if vocab_file is None:
-                raise TokenizerError("BertTokenizer needs a vocab_file (vocab.txt) or a vocab mapping")
-            vocab = load_vocab(vocab_file, required=(unk_token,))
-            self.vocab_file: str | None = str(vocab_file)
-        else:
-            vocab = dict(vocab)
-            self.vocab_file = None
-            if unk_token not in vocab:
-                raise VocabError(f"<vocab mapping>: vocabulary has no {unk_token} token (it is required)")
-            if sorted(vocab.values()) != list(range(len(vocab))):
-                raise VocabError("<vocab mapping>: ids must be 0..n-1, each used once")
-        self.vocab: dict[str, int] = vocab
-        self.ids_to_tokens: list[str] = [""] * len(vocab)
-        for tok, i in vocab.items():
-            self.ids_to_tokens[i] = tok
-        self.do_lower_case = bool(do_lower_case)
-        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
-        self.strip_accents = strip_accents
-        self.model_max_length = int(model_max_length)
-        self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
-        self.cls_token, self.mask_token = cls_token, mask_token
-        self.all_special_tokens = [unk_token, sep_token, pad_token, cls_token, mask_token]
-        self.unk_token_id = vocab[unk_token]
-        self.sep_token_id = vocab.get(sep_token)
-        self.pad_token_id = vocab.get(pad_token)
-        self.cls_token_id = vocab.get(cls_token)
-        self.mask_token_id = vocab.get(mask_token)
-        self.all_special_ids = sorted({vocab[t] for t in self.all_special_tokens if t in vocab})
-        self.basic = BasicTokenizer(do_lower_case, never_split=self.all_special_tokens,
-                                    tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents)
-        self.wordpiece = WordPiece(vocab, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word)
-        if self.do_lower_case and len(vocab) > 1000:
-            upper = sum(1 for t in self.ids_to_tokens[:5000] if t[:1].isupper())
-            if upper > 100:  # Google's cased vocabulary has ~8000; the uncased one none
-                log.warning("%s looks like a cased vocabulary (%d capitalised tokens) but do_lower_case=True",
-                            self.vocab_file or "vocabulary", upper)
-        self._fast = None
-        if use_fast is not False:
-            self._fast = self._make_fast()
-            if self._fast is None and use_fast:
-                raise TokenizerError("use_fast=True but the C extension bertlab.tokenizer._fast is not built")
+    PAIR_SEPS = 1
+    TYPE_B = 1
+    _fast = None
 
-    def _make_fast(self):
-        """The C encoder for this vocabulary and these rules, or None when the extension is not built."""
-        mod = _fast_module()
-        if mod is None:
-            return None
-        specials = [(t, self.vocab.get(t, self.unk_token_id)) for t in self.basic.never_split]
-        return mod.Encoder(self.ids_to_tokens, self.unk_token_id, self.basic,
-                           self.wordpiece.max_input_chars_per_word, specials, TokenizerError)
 
     def __getstate__(self) -> dict[str, Any]:
         # The C encoder is not picklable; workers of the parallel mode rebuild it from the vocabulary.
@@ -190,60 +145,6 @@ class BertTokenizer:
         self.__dict__.update(state)
         if rebuild:
             self._fast = self._make_fast()
-
-    # -- loading and saving ----------------------------------------------------------------------------------
-
-    @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BertTokenizer":
-        """Load from a vocab.txt or a tokenizer.json, or from a folder in any layout Hugging Face writes:
-        vocab.txt and/or tokenizer.json (what `transformers` 5.x saves: see `tokenizer_json.py`), and
-        tokenizer_config.json for do_lower_case, special tokens, model_max_length. Settings two files both
-        give must agree, and so must the two vocabularies when both are there: a folder whose files
-        contradict each other is refused, not guessed at. Keyword arguments override the files."""
-        path = Path(path)
-        kwargs: dict[str, Any] = {}
-        vocab_path = json_path = None
-        if path.is_dir():
-            vocab_path, json_path = path / VOCAB_NAME, path / TOKENIZER_JSON_NAME
-            vocab_path = vocab_path if vocab_path.is_file() else None
-            json_path = json_path if json_path.is_file() else None
-            if vocab_path is None and json_path is None:
-                raise TokenizerError(f"{path}: no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} in this folder")
-            cfg_path = path / TOKENIZER_CONFIG_NAME
-            if cfg_path.is_file():
-                kwargs.update(_read_config(cfg_path))
-        elif path.is_file():
-            json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
-        else:
-            raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
-        if json_path is not None:
-            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME)
-            kwargs.update(overrides)
-            tokenizer = cls(vocab=vocab, **kwargs)
-            tokenizer.vocab_file = str(vocab_path or json_path)
-        else:
-            kwargs.update(overrides)
-            tokenizer = cls(vocab_path, **kwargs)
-        if path.is_dir():
-            _check_fits_model(tokenizer, vocab_path or json_path, path / "config.json")
-        return tokenizer
-
-    def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write vocab.txt and tokenizer_config.json (Hugging Face's layout; `transformers` loads it too)."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        save_vocab(self.ids_to_tokens, d / VOCAB_NAME)
-        cfg = {
-            "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
-            "tokenize_chinese_chars": self.tokenize_chinese_chars, "strip_accents": self.strip_accents,
-            "model_max_length": self.model_max_length, "unk_token": self.unk_token, "sep_token": self.sep_token,
-            "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
-            "clean_up_tokenization_spaces": False,
-        }
-        tmp = d / (TOKENIZER_CONFIG_NAME + ".tmp")
-        tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, d / TOKENIZER_CONFIG_NAME)
-        return d
 
     # -- vocabulary --------------------------------------------------------------------------------------------
 
@@ -274,48 +175,46 @@ class BertTokenizer:
         return [self.ids_to_tokens[i] for i in ids]
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
-        return 3 if pair else 2
+        return 2 + self.PAIR_SEPS if pair else 2
 
     def build_inputs_with_special_tokens(self, ids_a: list[int], ids_b: list[int] | None = None) -> list[int]:
-        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` from ids without special tokens."""
+        """`[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]` (RoBERTa: `<s> A </s></s> B </s>`) from ids without
+        special tokens."""
         cls_, sep = self._special_id("cls"), self._special_id("sep")
-        return [cls_, *ids_a, sep] if ids_b is None else [cls_, *ids_a, sep, *ids_b, sep]
+        return [cls_, *ids_a, sep] if ids_b is None else [cls_, *ids_a, *[sep] * self.PAIR_SEPS, *ids_b, sep]
+
+    @staticmethod
+    def _pair_lengths(la: int, lb: int, budget: int) -> tuple[int, int]:
+        """How many tokens of A and of B longest_first keeps (BERT: Google's rule)."""
+        return _longest_first(la, lb, budget)
+
+    def _make_fast(self):
+        return None
+
+    def _init_fast(self, use_fast: bool | None) -> None:
+        """The C encoder unless `use_fast=False`; `use_fast=True` insists on it."""
+        self._fast = None
+        if use_fast is not False:
+            self._fast = self._make_fast()
+            if self._fast is None and use_fast:
+                raise TokenizerError("use_fast=True but the C extension bertlab.tokenizer._fast is not built")
+
+    def _encode_seq_py(self, text: str) -> Seq:
+        raise NotImplementedError
 
     # -- text -> tokens ----------------------------------------------------------------------------------------
 
     def tokenize(self, text: str) -> list[str]:
-        """Word pieces as strings, without [CLS]/[SEP]: 'Unaffable!' -> ['una', '##ffa', '##ble', '!']."""
+        """Pieces as strings, without special tokens: 'Unaffable!' -> ['una', '##ffa', '##ble', '!']."""
         ids, _, _ = self._encode_seq(text)
         return [self.ids_to_tokens[i] for i in ids]
 
-    def basic_tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
-        """Words before WordPiece, each with the (start, end) of the original text it came from."""
-        return self.basic.tokenize_with_offsets(text)
 
     def _encode_seq(self, text: str) -> Seq:
         """One text -> (ids, offsets, word indices), no special tokens. The pure-Python reference."""
         if self._fast is not None:
             return self._fast.encode(text)
         return self._encode_seq_py(text)
-
-    def _encode_seq_py(self, text: str) -> Seq:
-        if not isinstance(text, str):
-            raise TokenizerError(f"expected text as str, got {type(text).__name__}")
-        ids: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        words: list[int] = []
-        pieces, vocab, unk = self.wordpiece.pieces, self.vocab, self.unk_token_id
-        for w, (word, origin, special) in enumerate(self.basic.words(text)):
-            if special:
-                ids.append(vocab.get(word, unk))
-                offsets.append((origin[0], origin[1]))
-                words.append(w)
-                continue
-            for pid, s, e in pieces(word):
-                ids.append(pid)
-                offsets.append((origin[s], origin[e - 1] + 1))
-                words.append(w)
-        return ids, offsets, words
 
     def _encode_words(self, words: Sequence[str]) -> Seq:
         """Pre-split words (`is_split_into_words=True`): each word is tokenized on its own, offsets are
@@ -424,7 +323,7 @@ class BertTokenizer:
                 if overflow:
                     return [(w, None) for w in _windows(a, na, stride)]
                 return [(_cut(a, na), None)]
-            na, nb = _longest_first(la, lb, budget)
+            na, nb = self._pair_lengths(la, lb, budget)
             return [(_cut(a, na), _cut(b, nb))]
         if strategy == "only_first":
             na = budget - lb
@@ -462,19 +361,20 @@ class BertTokenizer:
             b_ids, b_off, b_w = b
             lb = len(b_ids)
             if add_special:
-                ids += [*b_ids, sep]
-                offs += [*b_off, (0, 0)]
-                wids += [*b_w, None]
-                seq += [1] * lb + [None]
-                special += [0] * lb + [1]
-                types += [1] * (lb + 1)
+                more = self.PAIR_SEPS - 1  # RoBERTa's second </s> before B
+                ids += [*[sep] * more, *b_ids, sep]
+                offs += [*[(0, 0)] * more, *b_off, (0, 0)]
+                wids += [*[None] * more, *b_w, None]
+                seq += [None] * more + [1] * lb + [None]
+                special += [1] * more + [0] * lb + [1]
+                types += [self.TYPE_B] * (more + lb + 1)
             else:
                 ids += b_ids
                 offs += b_off
                 wids += b_w
                 seq += [1] * lb
                 special += [0] * lb
-                types += [1] * lb
+                types += [self.TYPE_B] * lb
         return ids, types, offs, wids, seq, special
 
     def _special_id(self, name: str) -> int:
@@ -589,6 +489,153 @@ class BertTokenizer:
             lengths.append(len(row))
         return ids.tobytes(), lengths.tobytes()
 
+    def batch_decode(self, sequences: Iterable[Iterable[int]], skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool = False) -> list[str]:
+        return [self.decode(s, skip_special_tokens, clean_up_tokenization_spaces) for s in _as_rows(sequences)]
+
+
+
+class BertTokenizer(TokenizerBase):
+    """BERT's WordPiece tokenizer (Google's rules) with Hugging Face's calling conventions.
+
+    `BertTokenizer(vocab_file, do_lower_case=True)` or `BertTokenizer.from_pretrained(dir_or_vocab_file)`.
+    `do_lower_case=False` is the cased models' setting (Google's `--do_lower_case=False`).
+    """
+
+    def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
+                 *, vocab: Mapping[str, int] | None = None, unk_token: str = "[UNK]", sep_token: str = "[SEP]",
+                 pad_token: str = "[PAD]", cls_token: str = "[CLS]", mask_token: str = "[MASK]",
+                 tokenize_chinese_chars: bool = True, strip_accents: bool | None = None,
+                 model_max_length: int = 512, max_input_chars_per_word: int = 100, use_fast: bool | None = None):
+        if isinstance(vocab_file, Mapping):
+            vocab, vocab_file = vocab_file, None
+        if vocab is None:
+            if vocab_file is None:
+                raise TokenizerError("BertTokenizer needs a vocab_file (vocab.txt) or a vocab mapping")
+            vocab = load_vocab(vocab_file, required=(unk_token,))
+            self.vocab_file: str | None = str(vocab_file)
+        else:
+            vocab = dict(vocab)
+            self.vocab_file = None
+            if unk_token not in vocab:
+                raise VocabError(f"<vocab mapping>: vocabulary has no {unk_token} token (it is required)")
+            if sorted(vocab.values()) != list(range(len(vocab))):
+                raise VocabError("<vocab mapping>: ids must be 0..n-1, each used once")
+        self.vocab: dict[str, int] = vocab
+        self.ids_to_tokens: list[str] = [""] * len(vocab)
+        for tok, i in vocab.items():
+            self.ids_to_tokens[i] = tok
+        self.do_lower_case = bool(do_lower_case)
+        self.tokenize_chinese_chars = bool(tokenize_chinese_chars)
+        self.strip_accents = strip_accents
+        self.model_max_length = int(model_max_length)
+        self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
+        self.cls_token, self.mask_token = cls_token, mask_token
+        self.all_special_tokens = [unk_token, sep_token, pad_token, cls_token, mask_token]
+        self.unk_token_id = vocab[unk_token]
+        self.sep_token_id = vocab.get(sep_token)
+        self.pad_token_id = vocab.get(pad_token)
+        self.cls_token_id = vocab.get(cls_token)
+        self.mask_token_id = vocab.get(mask_token)
+        self.all_special_ids = sorted({vocab[t] for t in self.all_special_tokens if t in vocab})
+        self.basic = BasicTokenizer(do_lower_case, never_split=self.all_special_tokens,
+                                    tokenize_chinese_chars=tokenize_chinese_chars, strip_accents=strip_accents)
+        self.wordpiece = WordPiece(vocab, unk_token=unk_token, max_input_chars_per_word=max_input_chars_per_word)
+        if self.do_lower_case and len(vocab) > 1000:
+            upper = sum(1 for t in self.ids_to_tokens[:5000] if t[:1].isupper())
+            if upper > 100:  # Google's cased vocabulary has ~8000; the uncased one none
+                log.warning("%s looks like a cased vocabulary (%d capitalised tokens) but do_lower_case=True",
+                            self.vocab_file or "vocabulary", upper)
+        self._init_fast(use_fast)
+
+    def _make_fast(self):
+        """The C encoder for this vocabulary and these rules, or None when the extension is not built."""
+        mod = _fast_module()
+        if mod is None:
+            return None
+        specials = [(t, self.vocab.get(t, self.unk_token_id)) for t in self.basic.never_split]
+        return mod.Encoder(self.ids_to_tokens, self.unk_token_id, self.basic,
+                           self.wordpiece.max_input_chars_per_word, specials, TokenizerError)
+
+    # -- loading and saving ----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BertTokenizer":
+        """Load from a vocab.txt or a tokenizer.json, or from a folder in any layout Hugging Face writes:
+        vocab.txt and/or tokenizer.json (what `transformers` 5.x saves: see `tokenizer_json.py`), and
+        tokenizer_config.json for do_lower_case, special tokens, model_max_length. Settings two files both
+        give must agree, and so must the two vocabularies when both are there: a folder whose files
+        contradict each other is refused, not guessed at. Keyword arguments override the files."""
+        path = Path(path)
+        kwargs: dict[str, Any] = {}
+        vocab_path = json_path = None
+        if path.is_dir():
+            vocab_path, json_path = path / VOCAB_NAME, path / TOKENIZER_JSON_NAME
+            vocab_path = vocab_path if vocab_path.is_file() else None
+            json_path = json_path if json_path.is_file() else None
+            if vocab_path is None and json_path is None:
+                raise TokenizerError(f"{path}: no {VOCAB_NAME} or {TOKENIZER_JSON_NAME} in this folder")
+            cfg_path = path / TOKENIZER_CONFIG_NAME
+            if cfg_path.is_file():
+                kwargs.update(_read_config(cfg_path))
+        elif path.is_file():
+            json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
+        else:
+            raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
+        if json_path is not None:
+            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME)
+            kwargs.update(overrides)
+            tokenizer = cls(vocab=vocab, **kwargs)
+            tokenizer.vocab_file = str(vocab_path or json_path)
+        else:
+            kwargs.update(overrides)
+            tokenizer = cls(vocab_path, **kwargs)
+        if path.is_dir():
+            _check_fits_model(tokenizer, vocab_path or json_path, path / "config.json")
+        return tokenizer
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write vocab.txt and tokenizer_config.json (Hugging Face's layout; `transformers` loads it too)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        save_vocab(self.ids_to_tokens, d / VOCAB_NAME)
+        cfg = {
+            "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+            "tokenize_chinese_chars": self.tokenize_chinese_chars, "strip_accents": self.strip_accents,
+            "model_max_length": self.model_max_length, "unk_token": self.unk_token, "sep_token": self.sep_token,
+            "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
+            "clean_up_tokenization_spaces": False,
+        }
+        tmp = d / (TOKENIZER_CONFIG_NAME + ".tmp")
+        tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, d / TOKENIZER_CONFIG_NAME)
+        return d
+
+    # -- text -> tokens ----------------------------------------------------------------------------------------
+
+    def basic_tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
+        """Words before WordPiece, each with the (start, end) of the original text it came from."""
+        return self.basic.tokenize_with_offsets(text)
+
+    def _encode_seq_py(self, text: str) -> Seq:
+        if not isinstance(text, str):
+            raise TokenizerError(f"expected text as str, got {type(text).__name__}")
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        words: list[int] = []
+        pieces, vocab, unk = self.wordpiece.pieces, self.vocab, self.unk_token_id
+        for w, (word, origin, special) in enumerate(self.basic.words(text)):
+            if special:
+                ids.append(vocab.get(word, unk))
+                offsets.append((origin[0], origin[1]))
+                words.append(w)
+                continue
+            for pid, s, e in pieces(word):
+                ids.append(pid)
+                offsets.append((origin[s], origin[e - 1] + 1))
+                words.append(w)
+        return ids, offsets, words
+
     # -- ids -> text -------------------------------------------------------------------------------------------
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
@@ -613,10 +660,6 @@ class BertTokenizer:
             text = _clean_up(text)
         return text
 
-    def batch_decode(self, sequences: Iterable[Iterable[int]], skip_special_tokens: bool = False,
-                     clean_up_tokenization_spaces: bool = False) -> list[str]:
-        return [self.decode(s, skip_special_tokens, clean_up_tokenization_spaces) for s in _as_rows(sequences)]
-
     def __repr__(self) -> str:
         return (f"BertTokenizer(vocab_size={len(self)}, do_lower_case={self.do_lower_case}, "
                 f"fast={'C' if self._fast is not None else 'python'})")
@@ -624,10 +667,10 @@ class BertTokenizer:
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 
-_WORKER_TOKENIZER: BertTokenizer | None = None
+_WORKER_TOKENIZER: TokenizerBase | None = None
 
 
-def _worker_init(tok: BertTokenizer) -> None:
+def _worker_init(tok: TokenizerBase) -> None:
     global _WORKER_TOKENIZER
     _WORKER_TOKENIZER = tok
 

@@ -48,7 +48,7 @@ from typing import Any
 from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, SentencePieceTrainReport, atomic_write_bytes,
                                         import_sentencepiece, is_sentencepiece_path, learn_sentencepiece,
                                         load_processor)
-from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
+from ...tokenizer.tokenizer import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
 from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, TextToTextTokenizer, sentinel_token
 
 __all__ = ["NUM_SENTINELS", "SentinelTokenizer", "TextToTextTokenizer", "T5Tokenizer", "WordPieceT5Tokenizer",
@@ -56,7 +56,6 @@ __all__ = ["NUM_SENTINELS", "SentinelTokenizer", "TextToTextTokenizer", "T5Token
 
 log = logging.getLogger(__name__)
 
-SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
 PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "</s>", "<unk>"
 T5_SPECIAL_IDS = {PAD_TOKEN: 0, EOS_TOKEN: 1, UNK_TOKEN: 2}  # how T5's models (and our trainer) lay them out
 
