@@ -104,6 +104,12 @@ class JsonConfig:
                 raise ConfigError(f"{source}: '{rows}' x '{cols}' ({getattr(self, rows):,} x {getattr(self, cols):,}) "
                                   f"is over {MAX_MATRIX_ELEMENTS:,} weights in one matrix")
 
+    @property
+    def max_sequence_length(self) -> int:
+        """Tokens one input may hold: the position table's size, less any positions a family reserves (RoBERTa's
+        start after the padding id, so 514 positions hold 512 tokens). Inference caps its length with it."""
+        return self.max_position_embeddings
+
     def to_json_string(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
 

@@ -60,9 +60,10 @@ class FillMasker:
     @torch.inference_mode()
     def _logits(self, rows):
         inputs = batching.model_inputs(rows, None, self.device)
-        hidden = self.model.bert(**inputs).last_hidden_state  # (B, T, H)
+        encoder = getattr(self.model, self.model.base_model_prefix)  # the family's encoder inside its MLM model
+        hidden = encoder(**inputs).last_hidden_state  # (B, T, H)
         at = inputs["input_ids"] == self.tokenizer.mask_token_id  # (B, T)
-        logits = self.model.cls.predictions(hidden[at]).float().cpu()  # (masks in the batch, V)
+        logits = self.model.mlm_head(hidden[at]).float().cpu()  # (masks in the batch, V)
         counts = at.sum(1).tolist()
         return at.cpu(), list(torch.split(logits, counts))
 

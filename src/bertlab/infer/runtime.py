@@ -270,9 +270,10 @@ def length_limit(model_dir: Path | None, config, tokenizer, requested: int | Non
             limit = None
     if limit is None:
         limit = tokenizer.model_max_length
-    if limit > config.max_position_embeddings:
+    cap = config.max_sequence_length  # the position table less what the family reserves (RoBERTa: 514 -> 512)
+    if limit > cap:
         if requested is not None:
-            raise BertlabError(f"--max-length {requested} is over the model's limit "
+            raise BertlabError(f"--max-length {requested} is over the model's limit of {cap} tokens "
                                f"(max_position_embeddings = {config.max_position_embeddings})")
-        limit = config.max_position_embeddings
+        limit = cap
     return limit

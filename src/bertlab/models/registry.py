@@ -18,6 +18,8 @@ from .family import Family
 # model_type -> the module whose FAMILY describes it
 FAMILIES: dict[str, str] = {
     "bert": "bertlab.models.bert.family",
+    "roberta": "bertlab.models.roberta.family",
+    "xlm-roberta": "bertlab.models.xlm_roberta.family",
     "t5": "bertlab.models.t5.family",
 }
 # Google's TensorFlow release names its config thus and has no model_type: it is BERT's

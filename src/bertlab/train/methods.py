@@ -113,7 +113,7 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
         model.config.extra[LORA_CONFIG_KEY].update(modules_to_save=list(new_modules),
                                                    base_model_name_or_path=base_model)
     elif options.gradual_unfreezing:
-        encoder = model.bert
+        encoder = getattr(model, model.base_model_prefix)  # the family's encoder inside its head model
         tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *encoder.encoder.layer], options.gradual_unfreezing)
     trainable, total = parameter_counts(model)
     tuning.report.update(method=options.method, trainable_parameters=trainable, total_parameters=total)

@@ -49,6 +49,8 @@ class BertConfig(JsonConfig):
     # Everything else found in the file, kept verbatim for the round trip.
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    model_type = "bert"  # config.json's "model_type" (a class attribute, not a field); RoBERTa's config has its own
+
     def __post_init__(self) -> None:
         self.validate()
 
@@ -154,7 +156,7 @@ class BertConfig(JsonConfig):
             data.pop("classifier_dropout")
         if self.attn_implementation == "sdpa":  # the default is not written: config.json stays Google's + HF's
             data.pop("attn_implementation")
-        data.setdefault("model_type", "bert")
+        data.setdefault("model_type", self.model_type)
         return data
 
 

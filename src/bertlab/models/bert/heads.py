@@ -26,7 +26,7 @@ from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
 from ...labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ...nn.heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
-                         TaskOutputLayer)
+                         TaskOutputLayer, masked_lm, sequence_loss, span_loss, token_loss)
 
 HEADS = HeadRegistry()  # BERT's heads by kind (`nn/heads.py`)
 register_head = HEADS.register
@@ -85,20 +85,6 @@ class BertOnlyMLMHead(nn.Module):
         self.predictions = BertLMPredictionHead(config, word_embeddings)
 
 
-def _masked_lm(head: BertLMPredictionHead, hidden: torch.Tensor, labels: torch.Tensor | None):
-    """MLM logits and loss. With labels, only the predicted positions (label != -100) go through the head:
-    the vocabulary projection is the most expensive matmul of pre-training and ~85% of its rows would be
-    discarded. The loss -- mean cross-entropy over predicted positions -- is identical either way."""
-    if labels is None:
-        return head(hidden), None  # (B, T, V)
-    selected = labels.view(-1) != IGNORE_INDEX  # (B*T,)
-    logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # (N, V)
-    targets = labels.view(-1)[selected]
-    if targets.numel() == 0:  # nothing masked in this batch: a zero that still has a graph
-        return logits, logits.sum() * 0.0
-    return logits, F.cross_entropy(logits.float(), targets)
-
-
 @register_head("pretraining", output=PreTrainingOutput, prefix="cls.seq_relationship.",
                logits=lambda out: out.prediction_logits)
 class BertForPreTraining(BertPreTrainedModel):
@@ -115,7 +101,7 @@ class BertForPreTraining(BertPreTrainedModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 next_sentence_label=None) -> PreTrainingOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        mlm_logits, mlm_loss = _masked_lm(self.cls.predictions, out.last_hidden_state, labels)
+        mlm_logits, mlm_loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # (B, 2)
         nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.view(-1)) \
             if next_sentence_label is not None else None
@@ -140,9 +126,14 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights(self.cls)
 
+    @property
+    def mlm_head(self) -> nn.Module:
+        """hidden states -> vocabulary logits (fill-mask runs it at the mask positions only)."""
+        return self.cls.predictions
+
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        logits, loss = _masked_lm(self.cls.predictions, out.last_hidden_state, labels)
+        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
@@ -173,14 +164,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if self.config.extra.get("problem_type") == "multi_label_classification":
-                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-            elif self.num_labels == 1:
-                loss = F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels.view(-1))
+        loss = sequence_loss(self.config, logits, labels) if labels is not None else None
         return HeadOutput(logits, loss, out.hidden_states, out.attentions)
 
 
@@ -203,10 +187,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.float().view(-1, self.num_labels), labels.view(-1),
-                                   ignore_index=IGNORE_INDEX)
+        loss = token_loss(logits, labels) if labels is not None else None
         return HeadOutput(logits, loss, out.hidden_states, out.attentions)
 
 
@@ -230,11 +211,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
-            T = start_logits.size(1)
-            start = start_positions.view(-1).clamp(0, T)
-            end = end_positions.view(-1).clamp(0, T)
-            loss = (F.cross_entropy(start_logits.float(), start, ignore_index=T)
-                    + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
+            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringOutput(start_logits, end_logits, loss)
 
 

@@ -275,9 +275,12 @@ class BertModel(BertPreTrainedModel):
     embeddings and every layer's output, `output_attentions=True` every layer's attention probabilities.
     """
 
+    # The one part a family on BERT's encoder changes (RoBERTa: positions counted from after the padding id)
+    embeddings_class: type[nn.Module] = BertEmbeddings
+
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
-        self.embeddings = BertEmbeddings(config)
+        self.embeddings = self.embeddings_class(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()

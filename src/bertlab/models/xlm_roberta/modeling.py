@@ -1,0 +1,49 @@
+"""XLM-R's config and model classes: RoBERTa's, named as `transformers` names them (model_type "xlm-roberta")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...nn.heads import HeadRegistry
+from ..roberta import heads as roberta
+from ..roberta.config import RobertaConfig
+from ..roberta.modeling import RobertaModel
+
+
+@dataclass
+class XLMRobertaConfig(RobertaConfig):
+    vocab_size: int = 250002
+
+    model_type = "xlm-roberta"
+
+
+class XLMRobertaModel(RobertaModel):
+    config_class = XLMRobertaConfig
+
+
+HEADS = HeadRegistry()  # XLM-R's heads by kind: RoBERTa's, registered under XLM-R's names
+
+
+@HEADS.like(roberta.HEADS["masked-lm"])
+class XLMRobertaForMaskedLM(roberta.RobertaForMaskedLM):
+    config_class = XLMRobertaConfig
+
+
+@HEADS.like(roberta.HEADS["sequence-classification"])
+class XLMRobertaForSequenceClassification(roberta.RobertaForSequenceClassification):
+    config_class = XLMRobertaConfig
+
+
+@HEADS.like(roberta.HEADS["token-classification"])
+class XLMRobertaForTokenClassification(roberta.RobertaForTokenClassification):
+    config_class = XLMRobertaConfig
+
+
+@HEADS.like(roberta.HEADS["question-answering"])
+class XLMRobertaForQuestionAnswering(roberta.RobertaForQuestionAnswering):
+    config_class = XLMRobertaConfig
+
+
+@HEADS.like(roberta.HEADS["multiple-choice"])
+class XLMRobertaForMultipleChoice(roberta.RobertaForMultipleChoice):
+    config_class = XLMRobertaConfig

@@ -1,0 +1,226 @@
+"""XLM-R's tokenizer: a SentencePiece model (`sentencepiece.bpe.model`) with fairseq's ids, and the call surface of
+`BertTokenizer` (batches, pairs, truncation strategies, padding, offsets, tensors, decoding).
+
+fairseq put four symbols before the SentencePiece pieces and `<mask>` after them:
+
+    <s> = 0   <pad> = 1   </s> = 2   <unk> = 3   piece i (SentencePiece id i >= 3) = i + 1   <mask> = last
+
+(SentencePiece's own `<unk>`, id 0, becomes 3; its `<s>`/`</s>` control pieces are never produced.) A text is
+`<s> A </s>`, a pair `<s> A </s></s> B </s>`, one token type. The special tokens written in a text (`<mask>`,
+`</s>`, ...) become their ids, as in `transformers`; each stretch of text between them is encoded on its own, so
+it gets SentencePiece's leading `▁`. Offsets are character spans of the original text: a piece's span leaves out
+the whitespace its `▁` stands for, and a `▁` alone covers the first character of the word it starts.
+
+What is matched: ids and offsets of `transformers.XLMRobertaTokenizer` (its tokenizers-based, "fast" one) on a
+unigram model -- XLM-R's own `sentencepiece.bpe.model` is a unigram model despite its name -- checked on
+WikiText-2 and hand-picked edge cases in tests/test_roberta.py. A model of SentencePiece's BPE type is encoded
+here by SentencePiece's BPE, as fairseq and the slow `XLMRobertaTokenizer` of `transformers` 4 did; `transformers`
+5 reads every such file's pieces as a unigram model and can split a word differently.
+
+`save_pretrained(DIR)` writes `sentencepiece.bpe.model`, `tokenizer_config.json` and `special_tokens_map.json`,
+which `transformers.XLMRobertaTokenizer.from_pretrained` reads; `from_pretrained` reads a folder holding
+`sentencepiece.bpe.model` (a folder with only `tokenizer.json` is refused in one line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .sentencepiece import SentencePieceError, atomic_write_bytes, import_sentencepiece, load_processor
+from .tokenizer import TOKENIZER_CONFIG_NAME, BertTokenizer, Seq, _as_int_list
+
+XLMR_MODEL_NAME = "sentencepiece.bpe.model"
+XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
+                       "sep_token": "</s>", "cls_token": "<s>", "mask_token": "<mask>"}
+FAIRSEQ_OFFSET = 1  # a SentencePiece id i >= 3 is fairseq id i + 1
+
+
+class XLMRobertaTokenizer(BertTokenizer):
+    """`XLMRobertaTokenizer(model_file)` or `.from_pretrained(folder or .model file)`; called as `BertTokenizer`."""
+
+    def __init__(self, model_file: str | os.PathLike, model_max_length: int = 512):
+        self.model_file = Path(model_file)
+        self.vocab_file = str(self.model_file)
+        self.sp = load_processor(self.model_file)
+        self.model_max_length = int(model_max_length)
+        self._setup()
+
+    def _setup(self) -> None:
+        pieces = self.sp.get_piece_size()
+        self.ids_to_tokens = ["<s>", "<pad>", "</s>", "<unk>"] + \
+            [self.sp.id_to_piece(i) for i in range(3, pieces)] + ["<mask>"]
+        self.vocab = {t: i for i, t in enumerate(self.ids_to_tokens)}  # specials first: they win a name clash
+        for name, token in XLMR_SPECIAL_TOKENS.items():
+            setattr(self, name, token)
+            setattr(self, f"{name}_id", self.ids_to_tokens.index(token))
+        self.do_lower_case = False
+        self.all_special_tokens = ["<s>", "</s>", "<unk>", "<pad>", "<mask>"]
+        self.all_special_ids = sorted(self.vocab[t] for t in self.all_special_tokens)
+        self._fast = None  # BertTokenizer's C encoder is WordPiece's
+        # Special tokens written in the text: longest first, so `</s>` is not read as `<s>`'s neighbour
+        self._special = re.compile("|".join(re.escape(t) for t in sorted(self.all_special_tokens, key=len,
+                                                                            reverse=True)))
+
+    # -- loading and saving ----------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "XLMRobertaTokenizer":
+        """From a folder holding `sentencepiece.bpe.model` (and `tokenizer_config.json` for model_max_length),
+        or from the `.model` file itself. Keyword arguments override the folder's settings."""
+        path = Path(path)
+        kwargs: dict[str, Any] = {}
+        if path.is_dir():
+            model_file = path / XLMR_MODEL_NAME
+            if not model_file.is_file():
+                has_json = (path / "tokenizer.json").is_file()
+                raise SentencePieceError(f"{path}: no {XLMR_MODEL_NAME} in this folder" + (
+                    " (its tokenizer.json alone is not read: copy the model's sentencepiece.bpe.model beside it)"
+                    if has_json else ""))
+            cfg_path = path / TOKENIZER_CONFIG_NAME
+            if cfg_path.is_file():
+                try:
+                    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                    raise SentencePieceError(f"{cfg_path}: cannot read tokenizer config: {getattr(e, 'msg', e)}") \
+                        from None
+                mml = cfg.get("model_max_length") if isinstance(cfg, dict) else None
+                if isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 10**9:  # HF writes 1e30: none
+                    kwargs["model_max_length"] = mml
+        elif path.is_file():
+            model_file = path
+        else:
+            raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
+        kwargs.update(overrides)
+        return cls(model_file, **kwargs)
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write sentencepiece.bpe.model, tokenizer_config.json and special_tokens_map.json (Hugging Face's
+        XLM-R layout), each file atomically."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        config = {"tokenizer_class": "XLMRobertaTokenizer", "model_max_length": self.model_max_length,
+                  "clean_up_tokenization_spaces": False, **XLMR_SPECIAL_TOKENS}
+        atomic_write_bytes(d / XLMR_MODEL_NAME, self.sp.serialized_model_proto())
+        atomic_write_bytes(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
+        atomic_write_bytes(d / "special_tokens_map.json", (json.dumps(XLMR_SPECIAL_TOKENS, indent=2) + "\n").encode())
+        return d
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The processor is a C++ object: carry its bytes across processes (DataLoader workers, pools).
+        state = dict(self.__dict__)
+        state["sp"] = self.sp.serialized_model_proto()
+        state.pop("_special")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        proto = state.pop("sp")
+        self.__dict__.update(state)
+        self.sp = import_sentencepiece().SentencePieceProcessor()
+        self.sp.LoadFromSerializedProto(proto)
+        self._setup()
+
+    # -- text -> ids -------------------------------------------------------------------------------------------
+
+    def _encode_seq(self, text: str) -> Seq:
+        """One text -> (ids, offsets, word indices), no `<s>`/`</s>` around it. A word is what a `▁` starts."""
+        if not isinstance(text, str):
+            raise SentencePieceError(f"expected text as str, got {type(text).__name__}")
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        words: list[int] = []
+        start = 0
+        for m in [*self._special.finditer(text), None]:
+            end = len(text) if m is None else m.start()
+            self._encode_plain(text, start, end, ids, offsets, words)
+            if m is not None:
+                ids.append(self.vocab[m.group()])
+                offsets.append((m.start(), m.end()))
+                words.append(words[-1] + 1 if words else 0)
+                start = m.end()
+        return ids, offsets, words
+
+    _encode_seq_py = _encode_seq  # BertTokenizer's corpus path asks for the reference encoder by this name
+
+    def _encode_plain(self, text: str, start: int, end: int, ids: list[int], offsets: list[tuple[int, int]],
+                      words: list[int]) -> None:
+        """Append the pieces of text[start:end] (no special tokens in it), offsets in `text`'s characters."""
+        part = text[start:end]
+        if not part or part.isspace():
+            return
+        pieces = self.sp.encode(part, return_type="proto").pieces
+        # SentencePiece's begin/end are UTF-8 byte offsets: byte -> character of `part`
+        char_at = _byte_to_char(part)
+        spans = []
+        for p in pieces:
+            b, e = char_at[p.begin], char_at[p.end]
+            while b < e and part[b].isspace():  # the whitespace a leading ▁ stands for is no part of the span
+                b += 1
+            spans.append([b, e])
+        for i in range(len(spans) - 1, -1, -1):  # a ▁ alone covers the first character of its word
+            if spans[i][0] == spans[i][1] and i + 1 < len(spans):
+                spans[i] = [spans[i + 1][0], min(spans[i + 1][0] + 1, spans[i + 1][1])]
+        word = words[-1] if words else -1
+        for p, (b, e) in zip(pieces, spans):
+            ids.append(p.id + FAIRSEQ_OFFSET if p.id >= 3 else self.unk_token_id)
+            offsets.append((start + b, start + e))
+            if p.piece.startswith("▁") or word < 0:
+                word += 1
+            words.append(word)
+
+    # -- special tokens ----------------------------------------------------------------------------------------
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return 4 if pair else 2
+
+    def build_inputs_with_special_tokens(self, ids_a: list[int], ids_b: list[int] | None = None) -> list[int]:
+        """`<s> A </s>` or `<s> A </s></s> B </s>`."""
+        s, e = self.cls_token_id, self.sep_token_id
+        return [s, *ids_a, e] if ids_b is None else [s, *ids_a, e, e, *ids_b, e]
+
+    def _build(self, a: Seq, b: Seq | None, add_special: bool) -> tuple:
+        """One row: ids, type ids (all 0), offsets, word ids, sequence ids, special-tokens mask."""
+        if not add_special:
+            ids, types, offs, wids, seq, special = super()._build(a, b, False)
+            return ids, [0] * len(ids), offs, wids, seq, special
+        a_ids, a_off, a_w = a
+        ids = [self.cls_token_id, *a_ids, self.sep_token_id]
+        offs = [(0, 0), *a_off, (0, 0)]
+        wids = [None, *a_w, None]
+        seq = [None] + [0] * len(a_ids) + [None]
+        special = [1] + [0] * len(a_ids) + [1]
+        if b is not None:
+            b_ids, b_off, b_w = b
+            ids += [self.sep_token_id, *b_ids, self.sep_token_id]
+            offs += [(0, 0), *b_off, (0, 0)]
+            wids += [None, *b_w, None]
+            seq += [None] + [1] * len(b_ids) + [None]
+            special += [1] + [0] * len(b_ids) + [1]
+        return ids, [0] * len(ids), offs, wids, seq, special
+
+    # -- ids -> text -------------------------------------------------------------------------------------------
+
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        """Pieces joined, each `▁` a space, the first one's dropped (`transformers`' Metaspace decoder)."""
+        text = "".join(tokens).replace("▁", " ")
+        return text[1:] if tokens and tokens[0].startswith("▁") else text
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
+        return super().decode(_as_int_list(ids), skip_special_tokens, clean_up_tokenization_spaces)
+
+    def __repr__(self) -> str:
+        return f"XLMRobertaTokenizer({self.model_file.name}: {len(self)} ids)"
+
+
+def _byte_to_char(text: str) -> list[int]:
+    """For each UTF-8 byte offset of `text` (and its end), the index of the character it falls in."""
+    out: list[int] = []
+    for i, ch in enumerate(text):
+        out.extend([i] * len(ch.encode("utf-8")))
+    out.append(len(text))
+    return out
