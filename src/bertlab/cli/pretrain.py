@@ -23,6 +23,8 @@ HELP = {
     "init_from": "Hugging Face-layout folder to continue pre-training from",
     "objective": "mlm+nsp or mlm (default: the data's: mlm+nsp on segment pairs, mlm on data without "
                  "next-sentence pairs)",
+    "family": "bert or roberta (default: a config's model_type; with a preset, the data's tokenizer: roberta on "
+              "byte-level BPE data, said in one line, bert on WordPiece)",
     "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "
                "(--seq-len: the old spelling)",
     "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
@@ -86,12 +88,12 @@ def run(args: argparse.Namespace) -> int:
                         resume=bool(args.resume), progress=args.progress is not False,
                         overwrite=bool(args.overwrite))
     cfg = config_from_args(PretrainConfig, args)
-    return report(run_pretraining(cfg, given=given_fields(PretrainConfig, args)), "pretrain", cfg.out,
-                  "BertForPreTraining")
+    return report(run_pretraining(cfg, given=given_fields(PretrainConfig, args)), "pretrain", cfg.out)
 
 
-def report(result, command: str, out: str, loader: str) -> int:
-    """Print how a pre-training run ended (BERT's or T5's `PretrainResult`); its exit status."""
+def report(result, command: str, out: str, loader: str | None = None) -> int:
+    """Print how a pre-training run ended (BERT's or T5's `PretrainResult`); its exit status. `loader`: the class
+    that loads the final folder (None: its config.json's architecture, BertForMaskedLM or RobertaForMaskedLM)."""
     train = result.train
     if train.interrupted:  # exit 130 after Ctrl-C, 143 after SIGTERM, as the shell's convention has it
         print(f"interrupted at step {train.step}; checkpoint {train.checkpoint}; continue with: "
@@ -101,5 +103,9 @@ def report(result, command: str, out: str, loader: str) -> int:
         if values:
             print(f"{name}: " + "  ".join(f"{k} {v:.4f}" for k, v in values.items()))
     if result.final_dir is not None:
+        if loader is None:
+            from ..jsonconfig import read_json_object
+
+            loader = (read_json_object(result.final_dir / "config.json").get("architectures") or ["the model"])[0]
         print(f"model: {result.final_dir} (load with {loader}.from_pretrained or transformers)")
     return 0

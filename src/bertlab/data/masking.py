@@ -109,23 +109,38 @@ class VocabInfo:
     is_continuation: np.ndarray = field(repr=False, compare=False)  # bool[vocab_size]
 
     @classmethod
-    def from_tokens(cls, tokens: Sequence[str], special_tokens=("[CLS]", "[SEP]", "[PAD]", "[MASK]")) -> "VocabInfo":
-        """From the vocabulary in id order (vocab.txt lines)."""
+    def from_tokens(cls, tokens: Sequence[str], special_tokens=("[CLS]", "[SEP]", "[PAD]", "[MASK]"),
+                    mask_token: str = "[MASK]", continuation_prefix: str | None = "##") -> "VocabInfo":
+        """From the vocabulary in id order (vocab.txt lines). `continuation_prefix` None: no token is known from
+        the vocabulary alone to continue a word (byte-level BPE, whose pieces do not say it exactly)."""
         index = {t: i for i, t in enumerate(tokens)}
         missing = [t for t in special_tokens if t not in index]
         if missing:
             from .readers import DataError
 
             raise DataError(f"vocabulary has no {missing[0]} token")
-        cont = np.fromiter((t.startswith("##") for t in tokens), dtype=bool, count=len(tokens))
-        return cls(len(tokens), index["[MASK]"], frozenset(index[t] for t in special_tokens), cont)
+        cont = (np.fromiter((t.startswith(continuation_prefix) for t in tokens), dtype=bool, count=len(tokens))
+                if continuation_prefix is not None else np.zeros(len(tokens), dtype=bool))
+        return cls(len(tokens), index[mask_token], frozenset(index[t] for t in special_tokens), cont)
 
     @classmethod
     def from_file(cls, vocab_file: str | os.PathLike) -> "VocabInfo":
-        """From a vocab.txt, read by the tokenizer's own reader (lines end at "\\n" only)."""
+        """From a vocab.txt, read by the tokenizer's own reader (lines end at "\\n" only); or from a byte-level
+        BPE vocab.json (RoBERTa's), whose specials are `<s> </s> <pad> <mask>`. BPE data is masked token by
+        token (`prepare` refuses whole-word and span masking with it, as RoBERTa masks tokens), so its pieces
+        are not marked as word continuations."""
+        if str(vocab_file).endswith(".json"):
+            from ..tokenizer.roberta import read_vocab_json
+
+            index = read_vocab_json(vocab_file)
+            tokens = sorted(index, key=index.__getitem__)
+            return cls.from_tokens(tokens, BPE_SPECIAL_TOKENS, "<mask>", continuation_prefix=None)
         from ..tokenizer.wordpiece import read_vocab
 
         return cls.from_tokens(read_vocab(vocab_file))
+
+
+BPE_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")  # never masked: RoBERTa's cls, sep, pad, mask
 
 
 class MaskedTokens(NamedTuple):

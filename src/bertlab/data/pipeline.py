@@ -34,6 +34,7 @@ import multiprocessing
 import os
 import random
 import shutil
+import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -122,11 +123,17 @@ class PrepareResult:
 def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
     from ..tokenizer import BertTokenizer
     from ..models.t5.tokenizer import T5Tokenizer
+    from ..tokenizer.roberta import RobertaTokenizer, is_bpe_path
     from ..tokenizer.sentencepiece import is_sentencepiece_path
 
     if is_sentencepiece_path(vocab):
         # Corpus text is text: "<extra_id_0>" or "</s>" written in it must not become a sentinel or an eos.
         return T5Tokenizer.from_pretrained(vocab, split_special_tokens=True)
+    if is_bpe_path(vocab):  # RoBERTa's byte-level BPE: "<s>" or "<mask>" written in the corpus stays text too
+        if do_lower_case:
+            raise DataError(f"{vocab}: a byte-level BPE vocabulary is cased (RoBERTa's); lower-casing is a "
+                            "WordPiece setting, leave out --do-lower-case")
+        return RobertaTokenizer.from_pretrained(vocab, split_special_tokens=True)
 
     overrides = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
     return BertTokenizer.from_pretrained(vocab, **overrides)
@@ -474,17 +481,23 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         old = _existing_manifest(out)
         t0 = time.perf_counter()
         vocab_text: bytes | None = None  # the vocabulary to copy, when it is not a vocab.txt file
+        bpe_files: dict[str, bytes] | None = None  # a byte-level BPE tokenizer's files to copy, by name
         if inputs:
             vocab_path = Path(vocab)
             if not vocab_path.exists():
                 raise DataError(f"{vocab_path}: no such vocabulary file or folder")
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
-            vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for T5
-            vocab_file = vocab_path / vocab_name if vocab_path.is_dir() else vocab_path
-            if (vocab_file.suffix == ".json" or not vocab_file.is_file()) and hasattr(tokenizer, "ids_to_tokens"):
-                # a tokenizer.json (a folder as transformers 5.x saves it): the data keeps its vocab.txt form
-                vocab_text = "".join(t + "\n" for t in tokenizer.ids_to_tokens).encode("utf-8")
-            tok_info = _tokenizer_info(tokenizer, vocab_file, vocab_text)
+            if tokenizer_kind(tokenizer) == "bpe":
+                # vocab.json + merges.txt + tokenizer_config.json as the tokenizer saves them, whichever form
+                # it was read from (a tokenizer.json too): the data keeps a folder RoBERTa's tokenizer loads
+                vocab_file, bpe_files = vocab_path, _saved_files(tokenizer)
+            else:
+                vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for T5
+                vocab_file = vocab_path / vocab_name if vocab_path.is_dir() else vocab_path
+                if (vocab_file.suffix == ".json" or not vocab_file.is_file()) and hasattr(tokenizer, "ids_to_tokens"):
+                    # a tokenizer.json (a folder as transformers 5.x saves it): the data keeps its vocab.txt form
+                    vocab_text = "".join(t + "\n" for t in tokenizer.ids_to_tokens).encode("utf-8")
+            tok_info = _tokenizer_info(tokenizer, vocab_file, vocab_text, bpe_files)
             segmenter = segmenter_id(corpus.segmenter)  # an unknown name or missing package: fail before reading
             files = expand_inputs(inputs)
             input_info = [{"path": str(f), "bytes": f.stat().st_size, "sha256": store.sha256_file(f)} for f in files]
@@ -498,6 +511,8 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         if not text_to_text and "cls" not in tok_info["special_ids"]:  # checked before any work is done
             raise DataError(f"{tok_info['source']}: a SentencePiece vocabulary serves the T5 objectives only "
                             "(--objective span-corruption, ...); BERT's need a WordPiece vocab.txt")
+        if tok_info.get("kind") == "bpe":
+            check_bpe_instances(tok_info["source"], instances)
 
         report = None
         corpus_reused = old is not None and old["corpus"]["key"] == key
@@ -512,7 +527,11 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 created.append(tmp)
                 # The vocabulary travels with the shards it numbers (and is checked by size on loading).
                 copied = tok_info.pop("vocab_name", store.VOCAB_NAME)
-                if vocab_text is not None:
+                if bpe_files is not None:
+                    for name, data in bpe_files.items():
+                        (tmp / name).write_bytes(data)
+                    tok_info["files"] = {name: len(data) for name, data in bpe_files.items()}
+                elif vocab_text is not None:
                     (tmp / copied).write_bytes(vocab_text)
                 else:
                     shutil.copyfile(vocab_file, tmp / copied)
@@ -633,9 +652,41 @@ def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
     return sentinel_vocab_of(out, manifest).to_dict()
 
 
-def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None) -> dict:
+def tokenizer_kind(tokenizer) -> str:
+    """wordpiece (BERT's vocab.txt), bpe (RoBERTa's byte-level BPE) or sentencepiece (T5's)."""
+    if getattr(tokenizer, "model_file", None) is not None:
+        return "sentencepiece"
+    return "bpe" if hasattr(tokenizer, "bpe") else "wordpiece"
+
+
+def check_bpe_instances(source: str, instances) -> None:
+    """What byte-level BPE data is made for: RoBERTa's masked LM on packed sequences, token by token. Next-sentence
+    pairs are refused (RoBERTa dropped NSP and its family has no NSP head), and so are whole-word and span masking:
+    a BPE piece without a leading 'Ġ' does not say exactly whether it continues a word (punctuation, digits and a
+    sentence's first word lack it as well), and RoBERTa masked tokens."""
+    if isinstance(instances, TextToTextSettings):
+        raise DataError(f"{source}: a byte-level BPE vocabulary serves RoBERTa's masked LM; the T5 objectives need "
+                        "a SentencePiece model")
+    if instances.instances.has_nsp:
+        raise DataError(f"{source}: byte-level BPE data is for RoBERTa, which has no next-sentence objective; use "
+                        f"--mode full-sentences or doc-sentences, not {instances.instances.mode}")
+    if instances.masking.granularity != "token":
+        raise DataError(f"{source}: --masking {instances.masking.granularity} is not supported with a byte-level "
+                        "BPE vocabulary (its pieces do not mark word continuations exactly); use --masking token, "
+                        "as RoBERTa did")
+
+
+def _saved_files(tokenizer) -> dict[str, bytes]:
+    """The files `tokenizer.save_pretrained` writes, by name (read back from a temporary folder)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
+
+
+def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None,
+                    bpe_files: dict[str, bytes] | None = None) -> dict:
     if getattr(tokenizer, "model_file", None) is not None:  # T5's SentencePiece tokenizer
-        return {"vocab_file": None, "vocab_name": tokenizer.model_file.name, "source": str(vocab_file),
+        return {"kind": "sentencepiece", "vocab_file": None, "vocab_name": tokenizer.model_file.name, "source": str(vocab_file),
                 "vocab_sha256": store.sha256_file(vocab_file), "vocab_size": tokenizer.vocab_size,
                 "do_lower_case": False, "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}",
                 "special_ids": {"pad": tokenizer.pad_token_id, "eos": tokenizer.eos_token_id,
@@ -646,8 +697,16 @@ def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None
     missing = [k for k, v in ids.items() if v is None]
     if missing:
         raise DataError(f"{vocab_file}: the vocabulary has no [{missing[0].upper()}] token")
+    if bpe_files is not None:  # what the tokenizer is: its vocabulary, merges and settings
+        from ..tokenizer.roberta import VOCAB_JSON_NAME
+
+        sha256 = store.sha256_json({name: hashlib.sha256(data).hexdigest() for name, data in bpe_files.items()})
+        return {"kind": "bpe", "vocab_file": None, "vocab_name": VOCAB_JSON_NAME, "source": str(vocab_file),
+                "vocab_sha256": sha256, "vocab_size": len(tokenizer), "do_lower_case": False,
+                "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}", "special_ids": ids,
+                "token_dtype": store.token_dtype(len(tokenizer)).name}
     sha256 = store.sha256_file(vocab_file) if vocab_text is None else hashlib.sha256(vocab_text).hexdigest()
-    return {"vocab_file": None, "source": str(vocab_file), "vocab_sha256": sha256,
+    return {"kind": "wordpiece", "vocab_file": None, "source": str(vocab_file), "vocab_sha256": sha256,
             "vocab_size": len(tokenizer), "do_lower_case": bool(tokenizer.do_lower_case),
             "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}", "special_ids": ids,
             "token_dtype": store.token_dtype(len(tokenizer)).name}

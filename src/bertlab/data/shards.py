@@ -5,7 +5,9 @@ A data directory (`bertlab prepare --out DATA_DIR`) looks like this::
     DATA_DIR/
       manifest.json                 written last, atomically: no manifest, no data (see `load_manifest`)
       corpus-<key>/                 the tokenized corpus, one set of files per split (train, heldout)
-        vocab.txt                   the vocabulary the ids refer to (a copy; its sha256 is in the manifest)
+        vocab.txt                   the vocabulary the ids refer to (a copy; its sha256 is in the manifest);
+                                    byte-level BPE (the manifest's tokenizer kind "bpe"): vocab.json,
+                                    merges.txt and tokenizer_config.json, as RoBERTa's tokenizer saves them
         train.tokens.00000 ...      token ids, uint16 (uint32 for vocabularies over 65536), raw, in shards
         train.sentence_ends         int64: token offset just past each sentence (offsets run across shards)
         train.doc_sentence_ends     int64: sentence index just past each document
@@ -285,6 +287,11 @@ def load_manifest(data_dir: str | os.PathLike, verify: bool = True) -> dict:
         vocab = data_dir / manifest["tokenizer"]["vocab_file"]
         if not vocab.is_file() or vocab.stat().st_size != manifest["tokenizer"]["vocab_bytes"]:
             raise DataError(f"{vocab}: missing or of the wrong size; re-run `bertlab prepare`")
+        for name, size in manifest["tokenizer"].get("files", {}).items():  # a BPE tokenizer's merges.txt, ...
+            f = vocab.parent / name
+            if not f.is_file() or f.stat().st_size != size:
+                raise DataError(f"{f}: missing or of the wrong size (manifest says {size} bytes); re-run "
+                                "`bertlab prepare`")
     return manifest
 
 
@@ -375,6 +382,7 @@ class DataInfo:
     seed: int
     num_instances: dict  # split -> count
     num_tokens: dict  # split -> count
+    tokenizer_kind: str = "wordpiece"  # or "bpe" (RoBERTa's byte-level BPE: vocab.json + merges.txt beside the shards)
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike, max_seq_length: int | None = None,
@@ -400,7 +408,8 @@ class DataInfo:
                    masking=MaskingConfig(**iset["masking"]), dynamic=iset["dynamic"],
                    dupe_factor=iset["dupe_factor"], seed=iset["seed"],
                    num_instances={k: v["instances"] for k, v in iset["splits"].items()},
-                   num_tokens={k: v["tokens"] for k, v in manifest["corpus"]["splits"].items()})
+                   num_tokens={k: v["tokens"] for k, v in manifest["corpus"]["splits"].items()},
+                   tokenizer_kind=tok.get("kind", "wordpiece"))
 
 
 class InstanceStore:

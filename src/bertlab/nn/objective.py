@@ -5,7 +5,10 @@ It knows no model: every family's objectives implement it (BERT's in `objectives
 
 An objective says
     name                         its registry name (`--objective NAME`)
-    model_class                  the model class it trains (`BertForPreTraining`, `T5ForConditionalGeneration`, ...)
+    head_kind                    the kind of head it trains (`nn/heads.py`: "masked-lm", "pretraining"): a family
+                                 gives the class (`model_class_for(family)`: RobertaForMaskedLM for RoBERTa's)
+    model_class                  the class it trains without a family (BERT's `BertForPreTraining`; T5's
+                                 `T5ForConditionalGeneration`, which names no head kind)
     input_keys, label_keys       the batch fields the model reads, and the targets among them
     needs_next_sentence_labels   whether the prepared data must carry NSP labels (segment pairs)
     loss(model, batch)           -> (loss, metrics): one micro-batch, as the training loop calls it
@@ -57,9 +60,17 @@ class Objective:
 
     name: str = ""
     model_class: type[torch.nn.Module]  # a model family's class, built with `from_pretrained` / `(config)`
+    head_kind: str | None = None  # the head kind a family trains for it; None: `model_class` in every family
     input_keys: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
     label_keys: tuple[str, ...] = ()
     needs_next_sentence_labels: bool = False
+
+    def model_class_for(self, family: Any) -> type[torch.nn.Module]:
+        """The class this objective trains in `family` (a `models.family.Family`): its head of `head_kind` (one
+        line when the family has none: RoBERTa has no next-sentence head); `model_class` without a head kind."""
+        if self.head_kind is None:
+            return self.model_class
+        return family.head(self.head_kind, f"objective {self.name}").model_class
 
     def model_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The fields of `batch` the model is called with: inputs and targets (those present)."""

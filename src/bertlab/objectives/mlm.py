@@ -58,6 +58,7 @@ class MaskedLMEval:
 class MaskedLM(Objective):
     name = "mlm"
     model_class = BertForMaskedLM
+    head_kind = "masked-lm"
     label_keys = ("labels",)
 
     def loss(self, model, batch):

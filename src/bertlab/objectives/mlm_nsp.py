@@ -33,6 +33,7 @@ class NextSentenceEval:
 class MaskedLMAndNextSentence(MaskedLM):
     name = "mlm+nsp"
     model_class = BertForPreTraining
+    head_kind = "pretraining"
     label_keys = ("labels", "next_sentence_label")
     needs_next_sentence_labels = True
 

@@ -63,7 +63,8 @@ class RobertaTokenizer(TokenizerBase):
                  add_prefix_space: bool = False, trim_offsets: bool = True, mask_lstrip: bool = True,
                  bos_token: str = "<s>", eos_token: str = "</s>", sep_token: str = "</s>", cls_token: str = "<s>",
                  unk_token: str = "<unk>", pad_token: str = "<pad>", mask_token: str = "<mask>",
-                 model_max_length: int = 512, bpe_unk_token: str | None = None, use_fast: bool | None = None):
+                 model_max_length: int = 512, bpe_unk_token: str | None = None, use_fast: bool | None = None,
+                 split_special_tokens: bool = False):
         # with `vocab` / `merges` given, `vocab_file` / `merges_file` only name them in messages
         self.vocab_file: str | None = None if vocab_file is None else str(vocab_file)
         self.merges_file: str | None = None if merges_file is None else str(merges_file)
@@ -87,6 +88,8 @@ class RobertaTokenizer(TokenizerBase):
         self.model_max_length = int(model_max_length)
         self.add_prefix_space, self.trim_offsets = bool(add_prefix_space), bool(trim_offsets)
         self.mask_lstrip = bool(mask_lstrip)
+        # True: special-token text ("</s>" written in a corpus) is encoded as text, never as the special id
+        self.split_special_tokens = bool(split_special_tokens)
         self.bos_token, self.eos_token, self.sep_token, self.cls_token = bos_token, eos_token, sep_token, cls_token
         self.unk_token, self.pad_token, self.mask_token = unk_token, pad_token, mask_token
         for name in SPECIAL_NAMES:
@@ -117,7 +120,8 @@ class RobertaTokenizer(TokenizerBase):
             return None
         from .bpe import char_class
 
-        specials = [(t, self.vocab[t], t == self.mask_token and self.mask_lstrip) for t in self.all_special_tokens]
+        specials = [] if self.split_special_tokens else \
+            [(t, self.vocab[t], t == self.mask_token and self.mask_lstrip) for t in self.all_special_tokens]
         return mod.BPEEncoder(self.ids_to_tokens, self.bpe.merges, specials, char_class, self.add_prefix_space,
                               self.trim_offsets, -1 if self.bpe.unk_id is None else self.bpe.unk_id, TokenizerError)
 
@@ -139,6 +143,8 @@ class RobertaTokenizer(TokenizerBase):
         """(start, end, id) of each special token in `text`; `<mask>` with `mask_lstrip` takes the whitespace
         before it, but not what the previous special token took."""
         out: list[tuple[int, int, int]] = []
+        if self.split_special_tokens:
+            return out
         prev = 0
         for m in self._special_re.finditer(text):
             s, e = m.span()
@@ -267,6 +273,24 @@ class RobertaTokenizer(TokenizerBase):
     def __repr__(self) -> str:
         return (f"RobertaTokenizer(vocab_size={len(self)}, merges={len(self.bpe.merges)}, "
                 f"add_prefix_space={self.add_prefix_space}, fast={'C' if self._fast is not None else 'python'})")
+
+
+def is_bpe_path(path: str | os.PathLike) -> bool:
+    """Whether `path` names a byte-level BPE tokenizer: a folder with vocab.json + merges.txt, or a tokenizer.json
+    (file, or the only tokenizer file of a folder) whose model is BPE."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / VOCAB_JSON_NAME).is_file() or (path / MERGES_NAME).is_file():
+            return True
+        path = path / TOKENIZER_JSON_NAME
+    if not (path.is_file() and path.suffix == ".json" and path.name != VOCAB_JSON_NAME):
+        return False
+    try:
+        head = _read_capped(path, TOKENIZER_JSON_NAME, MAX_TOKENIZER_JSON_BYTES)
+        model = json.loads(head).get("model")
+    except (TokenizerError, ValueError, AttributeError):
+        return False  # not JSON (or too large): the WordPiece reader reports it in its own words
+    return isinstance(model, dict) and model.get("type") == "BPE"
 
 
 # -- files -----------------------------------------------------------------------------------------------------

@@ -4,8 +4,12 @@
               or mlm; it names the head, the loss and the held-out metrics
     data      a directory from `bertlab prepare`: segment pairs with NSP labels (or packed sequences for
               an objective without NSP), a held-out split, and the vocabulary the ids come from
-    model     the objective's head (BertForPreTraining for mlm+nsp) from a preset, a config.json, or a
-              Hugging Face-layout folder to continue from (`init_from`)
+    model     the objective's head kind in the model's family (BertForPreTraining for mlm+nsp, BertForMaskedLM
+              or RobertaForMaskedLM for mlm) from a preset, a config.json, or a Hugging Face-layout folder to
+              continue from (`init_from`). The family is `family` when given, else the config's model_type,
+              else the data's tokenizer (byte-level BPE data: RoBERTa, said in one line; WordPiece: BERT).
+              A RoBERTa preset is BERT's size with RoBERTa's differences: the data's vocabulary, pad id 1,
+              positions from pad id + 1 (514 for 512 tokens), one token type, layer_norm_eps 1e-5
     schedule  AdamW (or LAMB), linear warmup over `warmup` then linear decay to 0 at the last step;
               steps given, or fitted to a wall-clock budget (`time_budget`, measured on this machine)
     phases    the paper's 90% of steps at length 128, then 10% at 512 -- one LR schedule -- when the data
@@ -13,7 +17,8 @@
     eval      the objective's held-out metrics (MLM loss, accuracy, perplexity; NSP accuracy), every
               `eval_every` steps
     output    RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; `final/` is the Hugging
-              Face layout with vocab.txt and tokenizer_config.json, which `transformers` loads as is
+              Face layout with vocab.txt (RoBERTa: vocab.json + merges.txt) and tokenizer_config.json, which
+              `transformers` loads as is
 
 Everything the user can get wrong (a data directory from another tokenizer, a truncated shard, an
 unwritable RUN_DIR, a corrupt checkpoint on `resume`) is checked before the first training step.
@@ -34,6 +39,8 @@ import torch
 
 from ..checkpoint.pretrained import save_pretrained
 from ..models.bert.config import BertConfig, is_preset
+from ..models.family import Family
+from ..models.registry import FAMILIES, family as family_named, model_type_of
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
@@ -43,7 +50,7 @@ from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import GroupedSettings, changed_settings, parse_duration
-from .settings import LoopRunOptions, PretrainEval, StepTraining, WarmupOptimOptions
+from .settings import AdamOptimOptions, LoopRunOptions, PretrainEval, StepTraining
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -59,7 +66,7 @@ class PretrainTraining(StepTraining):
 
 
 @dataclass
-class PretrainOptim(WarmupOptimOptions):
+class PretrainOptim(AdamOptimOptions):
     warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
 
 
@@ -71,6 +78,7 @@ class PretrainConfig(GroupedSettings):
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
     objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
+    family: str | None = None  # bert | roberta; None: the config's model_type, else by the data's tokenizer
     # how long (steps, or a time budget the schedule is fitted to), batch over all ranks, precision
     training: PretrainTraining = field(default_factory=PretrainTraining)
     seq_len: int = 128  # phase 1 sequence length (an instance set of that length must exist)
@@ -107,6 +115,13 @@ class PretrainConfig(GroupedSettings):
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
+        if self.family is not None and self.family not in DATA_TOKENIZERS:
+            raise ConfigError(f"family must be one of {', '.join(DATA_TOKENIZERS)}, got {self.family!r}"
+                              + (" (T5: `bertlab pretrain-t5`)" if self.family in FAMILIES else ""))
+
+
+# The families this recipe pre-trains, and the kind of tokenizer (the data manifest's) each one's folders ship
+DATA_TOKENIZERS = {"bert": "wordpiece", "roberta": "bpe"}
 
 
 # Peak learning rate by hidden size when --lr is not given. The paper's 1e-4 (batch 256) is for BERT-base;
@@ -192,19 +207,54 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
         if get_objective(cfg.objective).needs_next_sentence_labels and not info.has_nsp:
             changes["objective"] = "mlm"  # BERT's objective less NSP: what such instances were made for
             why = f"its instances are {info.mode}, without next-sentence pairs"
+    if "family" not in stated and cfg.family is None and not _names_a_config(cfg) and lengths:
+        kind = DataInfo.load(cfg.data, max_seq_length=seq_len if seq_len in lengths else None).tokenizer_kind
+        if kind != DATA_TOKENIZERS["bert"]:  # (BERT on WordPiece data, as before families: nothing to say)
+            changes["family"] = next((f for f, k in DATA_TOKENIZERS.items() if k == kind), None)
     if changes:
         shown = ", ".join(f"--{k.replace('_', '-') if k != 'seq_len' else 'max-seq-length'} {v}"
                           for k, v in changes.items())
-        say(f"from {cfg.data}'s manifest: {shown}" + (f" ({why})" if "objective" in changes else ""))
+        reasons = ([why] if "objective" in changes else []) + \
+            ([f"its tokens are {kind}, {changes['family']}'s tokenizer"] if "family" in changes else [])
+        say(f"from {cfg.data}'s manifest: {shown}" + (f" ({'; '.join(reasons)})" if reasons else ""))
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
-def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
-    """The model's config, checked against the data: same vocabulary, long enough positions."""
+def _names_a_config(cfg: PretrainConfig) -> bool:
+    """Whether the model comes from a config.json or model folder (which says its family) rather than a preset."""
+    return cfg.init_from is not None or not is_preset(cfg.model)
+
+
+def pretraining_family(cfg: PretrainConfig, info) -> Family:
+    """The family to pre-train: `cfg.family` (set from the data by `settings_from_data` when not stated), else the
+    model config's `model_type`, else BERT's. It must be one whose tokenizer made the data, and agree with a
+    config that names its own."""
     source = cfg.init_from or cfg.model
-    config = BertConfig.from_name_or_path(source)
+    named = model_type_of(source) if _names_a_config(cfg) else None
+    chosen = cfg.family or named or "bert"
+    if named is not None and named != chosen:
+        raise ConfigError(f"{source}: model_type {named!r} but --family {chosen}; give a {chosen} config or preset")
+    if chosen not in DATA_TOKENIZERS:
+        raise ConfigError(f"{source}: model_type {chosen!r} is not pre-trained by this command (it trains "
+                          f"{', '.join(DATA_TOKENIZERS)}{'; T5: `bertlab pretrain-t5`' if chosen == 't5' else ''})")
+    if DATA_TOKENIZERS[chosen] != info.tokenizer_kind:
+        fits = next((f for f, k in DATA_TOKENIZERS.items() if k == info.tokenizer_kind), None)
+        raise ConfigError(f"{cfg.data}: tokenized with a {info.tokenizer_kind} vocabulary, but {chosen} models use "
+                          f"{DATA_TOKENIZERS[chosen]}" + (f"; use --family {fits}" if fits else "")
+                          + f", or prepare the data with a {DATA_TOKENIZERS[chosen]} vocabulary")
+    return family_named(chosen)
+
+
+def build_model_config(cfg: PretrainConfig, info, family: Family | None = None) -> BertConfig:
+    """The model's config in `family` (BERT's by default), checked against the data: same vocabulary, long enough
+    positions. A preset takes the data's vocabulary and special ids (RoBERTa: pad 1, positions from 2)."""
+    source = cfg.init_from or cfg.model
+    config_class = family.config_class if family is not None else BertConfig
+    config = config_class.from_name_or_path(source)
     if cfg.init_from is None and is_preset(cfg.model):  # a preset takes its vocabulary from the data
-        config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id)
+        extra = config.extra if config.model_type == "bert" else \
+            {**config.extra, "bos_token_id": info.cls_id, "eos_token_id": info.sep_id}  # RoBERTa's <s>, </s>
+        config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id, extra=extra)
     elif config.vocab_size != info.vocab_size:
         raise ConfigError(f"{source}: vocab_size {config.vocab_size} but {cfg.data} was tokenized with a "
                           f"{info.vocab_size}-token vocabulary ({info.vocab_file}); prepare the data with "
@@ -215,10 +265,19 @@ def build_model_config(cfg: PretrainConfig, info) -> BertConfig:
 
 
 def check_same_vocabulary(model_dir: str | Path, info) -> None:
-    """A model folder's vocabulary (vocab.txt or tokenizer.json) must be the one the data was prepared with:
-    equal sizes are not enough, the token ids would not match."""
+    """A model folder's vocabulary (vocab.txt or tokenizer.json; BPE: vocab.json and merges.txt) must be the one
+    the data was prepared with: equal sizes are not enough, the token ids would not match."""
     from ..tokenizer import folder_vocabulary, read_vocab
 
+    if info.tokenizer_kind == "bpe":
+        from ..tokenizer.roberta import RobertaTokenizer, is_bpe_path
+
+        data_tok = RobertaTokenizer.from_pretrained(info.vocab_file.parent)
+        tok = RobertaTokenizer.from_pretrained(model_dir) if is_bpe_path(model_dir) else None
+        if tok is not None and (tok.vocab != data_tok.vocab or tok.bpe.merges != data_tok.bpe.merges):
+            raise ConfigError(f"{model_dir}: its vocabulary or merges differ from those {info.data_dir} was prepared "
+                              f"with ({info.vocab_file.parent}); the token ids would not match")
+        return
     tokens = folder_vocabulary(model_dir)
     if tokens is not None and tokens != read_vocab(info.vocab_file):
         raise ConfigError(f"{model_dir}: its vocabulary differs from the one {info.data_dir} was prepared with "
@@ -286,15 +345,18 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     if resolved.get("model_config"):
         # A resumed run's model is the one it started with (its weights come from the checkpoint): the
         # --init-from folder is not read again, so it may have moved or changed since.
-        model_config = BertConfig.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
+        family = family_named(resolved["model_config"].get("model_type", "bert"))
+        model_config = family.config_class.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
         if model_config.vocab_size != info.vocab_size:
             raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
                               f"but {cfg.data} was tokenized with a {info.vocab_size}-token vocabulary")
     else:
-        model_config = build_model_config(cfg, info)
-    if max(cfg.seq_len, phase2_len) > model_config.max_position_embeddings:
+        family = pretraining_family(cfg, info)
+        model_config = build_model_config(cfg, info, family)
+    if max(cfg.seq_len, phase2_len) > model_config.max_sequence_length:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
-                          f"max_position_embeddings ({model_config.max_position_embeddings})")
+                          f"{model_config.max_sequence_length} positions (max_position_embeddings "
+                          f"{model_config.max_position_embeddings})")
 
     # ---- batch arithmetic: global batch = micro x accumulation x ranks
     micro1, accum = split_batch(cfg.batch_size, cfg.micro_batch_size, dist.world_size)
@@ -307,7 +369,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- model, on every rank from the same seed (DDP also broadcasts rank 0's weights)
     seed_everything(cfg.seed)
-    model_cls = objective.model_class
+    model_cls = objective.model_class_for(family)
     if cfg.init_from is not None and not resolved:
         model = model_cls.from_pretrained(cfg.init_from)
     else:
@@ -359,7 +421,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- optimisation
     lr = cfg.lr if cfg.lr is not None else default_lr(model_config.hidden_size)
-    optimizer = build_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
+    optimizer = build_optimizer(cfg.optimizer, model, lr, cfg.weight_decay, **cfg.optim.adam_settings)
     warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
     # A budgeted run re-fits its plan as it goes (train/budget.py), so the decay ends at the budget
     # whatever the machine's speed does; with a phase 2 the switch step is fixed, so the first fit rules.
@@ -481,12 +543,21 @@ def shortfall(result: TrainResult, first_plan: int) -> str | None:
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:
-    """config.json + model.safetensors + vocab.txt + tokenizer_config.json, in one atomic write."""
+    """config.json + model.safetensors + vocab.txt + tokenizer_config.json (byte-level BPE data: vocab.json +
+    merges.txt + tokenizer_config.json, as RoBERTa's folders hold them), in one atomic write."""
     from ..tokenizer import BertTokenizer
+    from ..tokenizer.roberta import RobertaTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
-        BertTokenizer(str(info.vocab_file), do_lower_case=info.do_lower_case).save_pretrained(tmp)
-        tokenizer_config = (Path(tmp) / "tokenizer_config.json").read_text(encoding="utf-8")
+        if info.tokenizer_kind == "bpe":
+            RobertaTokenizer.from_pretrained(info.vocab_file.parent).save_pretrained(tmp)
+            vocab_file = None
+        else:
+            BertTokenizer(str(info.vocab_file), do_lower_case=info.do_lower_case).save_pretrained(tmp)
+            vocab_file = info.vocab_file
+        names = ("tokenizer_config.json",) if vocab_file is not None else \
+            tuple(sorted(p.name for p in Path(tmp).iterdir()))
+        tokenizer_files = {name: (Path(tmp) / name).read_text(encoding="utf-8") for name in names}
     model.eval()
-    save_pretrained(model, path, vocab_file=info.vocab_file, extra_files={"tokenizer_config.json": tokenizer_config})
+    save_pretrained(model, path, vocab_file=vocab_file, extra_files=tokenizer_files)
     return path

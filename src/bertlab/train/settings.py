@@ -4,6 +4,7 @@
               LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
     optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs
               WarmupOptimOptions  + warmup, of BERT's linear schedule (pre-training, distillation); T5's add
+              AdamOptimOptions  + Adam's β1, β2, ε (pre-training: RoBERTa's β2 0.98, ε 1e-6 for large batches)
                                 optimizer, schedule, warmup steps: `t5_optim.T5OptimOptions`
     training  EpochTraining     fine-tuning (finetune, finetune-multi, finetune-t5): epochs or max_steps,
                                 batch, micro-batches, seeds, bf16, subsets
@@ -96,6 +97,32 @@ class WarmupOptimOptions(OptimOptions):
 
 
 @dataclass
+class AdamOptimOptions(WarmupOptimOptions):
+    """BERT's schedule with Adam's (AdamW's or LAMB's) moment settings stated: RoBERTa trains with β2 = 0.98 (more
+    stable at large batches and peak rates) where BERT used 0.999."""
+
+    adam_beta1: float = 0.9
+    """Adam's β1: decay of the gradient's running mean"""
+    adam_beta2: float = 0.999
+    """Adam's β2: decay of the squared gradient's running mean (BERT 0.999; RoBERTa 0.98)"""
+    adam_eps: float = 1e-6
+    """Adam's ε, added to the update's denominator (BERT's and RoBERTa's 1e-6)"""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("adam_beta1", "adam_beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be in [0, 1), got {getattr(self, name)}")
+        if not self.adam_eps > 0:
+            raise ConfigError(f"adam-eps must be a positive number, got {self.adam_eps}")
+
+    @property
+    def adam_settings(self) -> dict:
+        """`betas` and `eps` as `optim.build_optimizer` takes them."""
+        return {"betas": (self.adam_beta1, self.adam_beta2), "eps": self.adam_eps}
+
+
+@dataclass
 class EpochTraining:
     """How long and on how much a fine-tuning run trains."""
 
@@ -158,5 +185,5 @@ class PretrainEval(HeldOutEval):
     """score the untrained model too, for comparison"""
 
 
-__all__ = ["EpochTraining", "HeldOutEval", "LoopRunOptions", "OptimOptions", "PretrainEval", "RunOptions",
+__all__ = ["AdamOptimOptions", "EpochTraining", "HeldOutEval", "LoopRunOptions", "OptimOptions", "PretrainEval", "RunOptions",
            "StepTraining", "WarmupOptimOptions"]
