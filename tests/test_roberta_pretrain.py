@@ -230,3 +230,30 @@ def test_lower_casing_a_bpe_corpus_is_refused(bpe_data):
     with pytest.raises(DataError, match="cased"):
         load_tokenizer(bpe, do_lower_case=True)
     assert load_tokenizer(bpe, do_lower_case=False).split_special_tokens
+
+
+def test_show_prints_bpe_instances(bpe_data, capsys):
+    _, _, _, data = bpe_data
+    assert run("prepare", "--out", data["doc-sentences"], "--show", 1) == 0
+    tokens = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("tokens: "))
+    assert tokens.startswith("tokens: <s> ") and tokens.endswith(" </s>") and "Ġ" in tokens
+
+
+def test_init_from_a_roberta_folder_checks_vocabulary_and_merges(bpe_data, tmp_path, capsys):
+    import shutil
+
+    _, _, _, data = bpe_data
+    d = data["full-sentences"]
+    config = roberta_config(tmp_path / "config.json", DataInfo.load(d).vocab_size)
+    assert run(*pretrain_args(d, tmp_path / "first", config, "--steps", 1)) == 0
+    final = tmp_path / "first" / "final"
+    assert run(*pretrain_args(d, tmp_path / "second", config, "--steps", 1, "--init-from", final)) == 0
+    assert json.loads((tmp_path / "second" / "final" / "config.json").read_text())["model_type"] == "roberta"
+    other = tmp_path / "other"
+    shutil.copytree(final, other)
+    merges = (other / "merges.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    (other / "merges.txt").write_text("".join(merges[:-1]), encoding="utf-8")  # one merge fewer: other ids
+    capsys.readouterr()
+    assert run(*pretrain_args(d, tmp_path / "third", config, "--steps", 1, "--init-from", other)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "vocabulary or merges differ" in err and len(err.splitlines()) == 1

@@ -263,11 +263,11 @@ def show_bert(data_dir: str, n: int, instance_set: str | None = None) -> int:
     """Print the first n training instances as the loader serves them (masks applied), in the layout of
     Google's `TrainingInstance.__str__`."""
     from ..data.loader import PretrainingDataset
-    from ..tokenizer import read_vocab
+    from ..data.masking import vocabulary_tokens
 
     ds = PretrainingDataset(data_dir, "train", seed=0, instance_set=instance_set, shuffle=False, epochs=1,
                             batch_size=1)
-    vocab = read_vocab(ds.info.vocab_file)
+    vocab = vocabulary_tokens(ds.info.vocab_file)  # vocab.txt, or a BPE vocab.json
     collate = ds.collator(pad_to_multiple_of=1)
     print(f"# {ds.info.instance_set}: {ds.num_instances:,} training instances")
     for position in range(min(n, ds.num_instances)):

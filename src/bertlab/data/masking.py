@@ -129,15 +129,22 @@ class VocabInfo:
         BPE vocab.json (RoBERTa's), whose specials are `<s> </s> <pad> <mask>`. BPE data is masked token by
         token (`prepare` refuses whole-word and span masking with it, as RoBERTa masks tokens), so its pieces
         are not marked as word continuations."""
+        tokens = vocabulary_tokens(vocab_file)
         if str(vocab_file).endswith(".json"):
-            from ..tokenizer.roberta import read_vocab_json
-
-            index = read_vocab_json(vocab_file)
-            tokens = sorted(index, key=index.__getitem__)
             return cls.from_tokens(tokens, BPE_SPECIAL_TOKENS, "<mask>", continuation_prefix=None)
-        from ..tokenizer.wordpiece import read_vocab
+        return cls.from_tokens(tokens)
 
-        return cls.from_tokens(read_vocab(vocab_file))
+
+def vocabulary_tokens(vocab_file: str | os.PathLike) -> list[str]:
+    """The tokens of a data directory's vocabulary in id order: a vocab.txt's lines, or a BPE vocab.json's keys."""
+    if str(vocab_file).endswith(".json"):
+        from ..tokenizer.roberta import read_vocab_json
+
+        index = read_vocab_json(vocab_file)
+        return sorted(index, key=index.__getitem__)
+    from ..tokenizer.wordpiece import read_vocab
+
+    return read_vocab(vocab_file)
 
 
 BPE_SPECIAL_TOKENS = ("<s>", "</s>", "<pad>", "<mask>")  # never masked: RoBERTa's cls, sep, pad, mask

@@ -230,7 +230,8 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
     model config's `model_type`, else BERT's. It must be one whose tokenizer made the data, and agree with a
     config that names its own."""
     source = cfg.init_from or cfg.model
-    named = model_type_of(source) if _names_a_config(cfg) else None
+    # (a path that does not exist is reported by the config reader: "neither a preset ... nor an existing file")
+    named = model_type_of(source) if _names_a_config(cfg) and Path(source).exists() else None
     chosen = cfg.family or named or "bert"
     if named is not None and named != chosen:
         raise ConfigError(f"{source}: model_type {named!r} but --family {chosen}; give a {chosen} config or preset")
