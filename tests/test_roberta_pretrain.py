@@ -257,3 +257,32 @@ def test_init_from_a_roberta_folder_checks_vocabulary_and_merges(bpe_data, tmp_p
     assert run(*pretrain_args(d, tmp_path / "third", config, "--steps", 1, "--init-from", other)) == 2
     err = capsys.readouterr().err.strip()
     assert "vocabulary or merges differ" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_wikitext2_to_a_roberta_transformers_loads(shared_data, tmp_path):
+    """Real text end to end: WikiText-2 valid -> a 2,000-token BPE vocabulary -> full-sentences -> 20 steps;
+    transformers gives the ids and the MLM logits (relative error <= 1e-6) on WikiText-2 test lines."""
+    transformers = pytest.importorskip("transformers")
+    corpus = shared_data / "wikitext-2" / "wiki.valid.raw"
+    assert run("vocab", "train", "--kind", "bpe", "--vocab-size", 2000, "--out", tmp_path / "bpe", corpus) == 0
+    data = tmp_path / "data"
+    assert run("prepare", corpus, "--vocab", tmp_path / "bpe", "--out", data, "--mode", "full-sentences",
+               "--max-seq-length", 128, "--dynamic", "--heldout-fraction", 0.02, "--quiet") == 0
+    config = roberta_config(tmp_path / "config.json", DataInfo.load(data).vocab_size)
+    assert run(*pretrain_args(data, tmp_path / "run", config, "--steps", 20)) == 0
+    final = tmp_path / "run" / "final"
+    lines = [line.strip() for line in (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8")
+             .splitlines() if len(line.strip()) > 40][:16]
+    a = RobertaTokenizer.from_pretrained(final)(lines, padding=True, truncation=True, max_length=128,
+                                                return_tensors="pt")
+    b = transformers.RobertaTokenizerFast.from_pretrained(final)(lines, padding=True, truncation=True, max_length=128,
+                                                                 return_tensors="pt")
+    assert a["input_ids"].tolist() == b["input_ids"].tolist()
+    with torch.no_grad():
+        mine = RobertaForMaskedLM.from_pretrained(final).eval()(
+            input_ids=a["input_ids"], attention_mask=a["attention_mask"]).prediction_logits
+        hf = transformers.RobertaForMaskedLM.from_pretrained(final).eval()(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    keep = b["attention_mask"].bool()
+    assert float((mine[keep] - hf[keep]).abs().max() / hf[keep].abs().max()) <= 1e-6
