@@ -286,3 +286,22 @@ def test_wikitext2_to_a_roberta_transformers_loads(shared_data, tmp_path):
             input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
     keep = b["attention_mask"].bool()
     assert float((mine[keep] - hf[keep]).abs().max() / hf[keep].abs().max()) <= 1e-6
+
+
+def test_prepare_from_a_bpe_tokenizer_json_gives_the_same_data(bpe_data, tmp_path):
+    """A tokenizer.json of BPE type (as transformers saves one) is the same tokenizer as vocab.json + merges.txt:
+    the same token shards, and the data keeps vocab.json + merges.txt."""
+    transformers = pytest.importorskip("transformers")
+    root, _, bpe, data = bpe_data
+    transformers.RobertaTokenizerFast.from_pretrained(bpe).save_pretrained(tmp_path / "hf")
+    (tmp_path / "tj").mkdir()
+    (tmp_path / "tj" / "tokenizer.json").write_bytes((tmp_path / "hf" / "tokenizer.json").read_bytes())
+    out = tmp_path / "data"
+    assert run("prepare", root / "corpus.txt", "--vocab", tmp_path / "tj", "--out", out, "--mode", "full-sentences",
+               "--max-seq-length", 64, "--heldout-fraction", 0.1, "--workers", 1, "--quiet", "--dynamic") == 0
+    a, b = load_manifest(out), load_manifest(data["full-sentences"])
+    assert a["tokenizer"]["kind"] == "bpe" and set(a["tokenizer"]["files"]) == set(b["tokenizer"]["files"])
+    for split in ("train", "heldout"):
+        got, want = (np.concatenate([np.asarray(s) for s in open_corpus(d, m, split).shards]).tolist()
+                     for d, m in ((out, a), (data["full-sentences"], b)))
+        assert got == want and got
