@@ -3,6 +3,7 @@
     bertlab prepare wiki/ books.txt --vocab vocab.txt --out data/          # BERT: segment pairs, static masks
     bertlab prepare --out data/ --max-seq-length 512                       # phase 2 from the same shards
     bertlab prepare corpus.jsonl --vocab vocab.txt --out d/ --mode full-sentences --dynamic --masking span
+    bertlab prepare corpus.txt --vocab roberta-vocab/ --out r/ --mode full-sentences --dynamic   # RoBERTa (BPE)
     bertlab prepare --out data/ --show 3                                   # print instances, Google-style
     bertlab prepare zh.txt --vocab vocab.txt --out d/ --masking whole-word --segmenter jieba   # Chinese WWM
     bertlab prepare corpus.txt --vocab spiece.model --out t5/ --objective span-corruption --show 2   # T5
@@ -45,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = __doc__.split("\n\n", 1)[1]
     p.add_argument("corpus", nargs="*", metavar="CORPUS", help="text files or directories of them")
     p.add_argument("--vocab", metavar="VOCAB",
-                   help="vocab.txt or a tokenizer folder, or for T5 objectives a SentencePiece model "
+                   help="vocab.txt or a tokenizer folder; RoBERTa: a byte-level BPE folder (vocab.json + "
+                        "merges.txt) or its tokenizer.json; for T5 objectives a SentencePiece model "
                         "(spiece.model or its folder); needed with CORPUS")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="the data directory to write or update")
     g = p.add_argument_group("reading")
