@@ -465,7 +465,7 @@ def test_xlmr_finetunes_every_task_kind(task, xlmr, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)
 
 
-def test_xlmr_served_on_the_openai_route(xlmr):
+def test_served_on_the_openai_route(family_files, tmp_path):
     pytest.importorskip("fastapi")
     import http.client
 
@@ -474,7 +474,9 @@ def test_xlmr_served_on_the_openai_route(xlmr):
     from bertlab.infer.runtime import InferenceOptions
     from bertlab.infer.serve import create_app, load_models, start_in_thread
 
-    running = start_in_thread(create_app(load_models(xlmr, InferenceOptions()), Limits(max_items=8)))
+    family, files = family_files
+    folder = family_folder(family, tmp_path / "enc", files, "Model")
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions()), Limits(max_items=8)))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
         conn.request("POST", "/v1/embeddings", body=json.dumps({"input": ["the team", "a phone"]}),
@@ -485,5 +487,5 @@ def test_xlmr_served_on_the_openai_route(xlmr):
     finally:
         running.stop()
     assert resp.status == 200 and [d["index"] for d in out["data"]] == [0, 1]
-    expected = Embedder.from_pretrained(xlmr, normalize=True).embed(["the team", "a phone"])
+    expected = Embedder.from_pretrained(folder, normalize=True).embed(["the team", "a phone"])
     np.testing.assert_allclose([d["embedding"] for d in out["data"]], expected, atol=1e-5)
