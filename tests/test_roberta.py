@@ -241,7 +241,7 @@ def test_xlmr_tokenizer_on_wikitext(tmp_path, shared_data):
     learned scores of a real model do not tie.)"""
     from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
 
-    read = lambda name: [l.strip() for l in (shared_data / "wikitext-2" / name).read_text(encoding="utf-8")  # noqa
+    read = lambda name: [l.strip() for l in (shared_data / "wikitext-2" / name).read_text(encoding="utf-8")
                          .splitlines() if l.strip()]
     spm_folder = train_spm(tmp_path / "wiki", vocab_size=400, texts=read("wiki.train.raw.first1018lines") +
                            EXTRA_TEXT)

@@ -6,9 +6,10 @@ fairseq put four symbols before the SentencePiece pieces and `<mask>` after them
     <s> = 0   <pad> = 1   </s> = 2   <unk> = 3   piece i (SentencePiece id i >= 3) = i + 1   <mask> = last
 
 (SentencePiece's own `<unk>`, id 0, becomes 3; its `<s>`/`</s>` control pieces are never produced.) A text is
-`<s> A </s>`, a pair `<s> A </s></s> B </s>`, one token type, and longest_first shares a pair's budget as RoBERTa's tokenizer does. The special tokens written in a text (`<mask>`,
-`</s>`, ...) become their ids, as in `transformers`; each stretch of text between them is encoded on its own, so
-it gets SentencePiece's leading `▁`. Offsets are character spans of the original text: a piece's span leaves out
+`<s> A </s>`, a pair `<s> A </s></s> B </s>`, one token type; longest_first shares a pair's budget as RoBERTa's
+tokenizer does (the `tokenizers` library's rule). The special tokens written in a text (`<mask>`, `</s>`, ...)
+become their ids, as in `transformers`; each stretch of text between them is encoded on its own, so it gets
+SentencePiece's leading `▁`. Offsets are character spans of the original text: a piece's span leaves out
 the whitespace its `▁` stands for, and a `▁` alone covers the first character of the word it starts.
 
 What is matched: ids and offsets of `transformers.XLMRobertaTokenizer` (its tokenizers-based, "fast" one) on a
@@ -74,7 +75,7 @@ class XLMRobertaTokenizer(TokenizerBase):
     # -- loading and saving ----------------------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "XLMRobertaTokenizer":
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> XLMRobertaTokenizer:
         """From a folder holding `sentencepiece.bpe.model` (and `tokenizer_config.json` for model_max_length),
         or from the `.model` file itself. Keyword arguments override the folder's settings."""
         path = Path(path)
