@@ -51,7 +51,7 @@ from bertlab.models.bert.heads import BertForSequenceClassification  # noqa: E40
 from bertlab.tasks import TASKS  # noqa: E402
 from bertlab.tasks.base import batches  # noqa: E402
 from bertlab.tokenizer import BertTokenizer  # noqa: E402
-from bertlab.train import distill as dt  # noqa: E402
+from bertlab.train import distillation as dt  # noqa: E402
 from bertlab.train import finetune as ft  # noqa: E402
 
 SST2 = ROOT.parent / "shared" / "data" / "glue" / "SST-2"

@@ -334,10 +334,12 @@ def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
     news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
     tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
     out = tmp_path / "out"
+    # the old spelling `finetune multi`, kept for a release: runs finetune-multi and says so in one line
     assert main(["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
                  "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
                  "--out", str(out), "--mixing", "equal", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
                  "--per-task-epochs", "1", "--no-progress"]) == 0
+    assert "bertlab: finetune multi is now finetune-multi" in capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["mixing_rates"] == {"text-classification": 0.5, "token-classification": 0.5}
     assert metrics["steps"] == 8  # one epoch over both tasks' batches: 4 + 4
@@ -367,7 +369,7 @@ def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, 
     tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
 
     def args(out):
-        return ["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+        return ["--log-level", "WARNING", "finetune-multi", "--tasks", "text-classification,token-classification",
                 "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
                 "--out", str(out), "--mixing", "proportional", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
                 "--per-task-epochs", "1", "--no-progress"]
@@ -386,7 +388,7 @@ def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, 
     assert main(args(out)) == 2 and "pass --resume" in capsys.readouterr().err  # a fresh start into it: refused
     with monkeypatch.context() as patched:
         drawn = interrupt_at(patched, -1)
-        assert main(["--log-level", "WARNING", "finetune", "multi", "--out", str(out), "--resume"]) == 0
+        assert main(["--log-level", "WARNING", "finetune-multi", "--out", str(out), "--resume"]) == 0
     assert drawn["n"] == 8 - 3  # the rest of the multi-task stage only: nothing trained twice
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (reference, out))
     assert a["multi_task"] == b["multi_task"] and a["steps"] == b["steps"] == 8
@@ -399,7 +401,7 @@ def test_multi_task_interrupted_then_resumed_equals_the_uninterrupted_run(tiny, 
     # A finished stage is not trained again: a resume after it only re-runs what the per-task stage left.
     with monkeypatch.context() as patched:
         drawn = interrupt_at(patched, -1)
-        assert main(["--log-level", "WARNING", "finetune", "multi", "--out", str(out), "--resume"]) == 0
+        assert main(["--log-level", "WARNING", "finetune-multi", "--out", str(out), "--resume"]) == 0
     assert drawn["n"] == 0
 
 

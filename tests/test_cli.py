@@ -51,3 +51,65 @@ def test_light_commands_do_not_import_torch():
             "from bertlab import BertModel\n"
             "assert 'torch' in sys.modules and BertModel.__module__ == 'bertlab.models.bert.modeling'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _help(name: str, capsys) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+# command -> (flags its --help lists, flags of other recipes it must not list)
+RECIPE_FLAGS = {
+    "finetune": (("--lora-rank", "--grid", "--text-column", "--warmup-proportion"),
+                 ("--mixing", "--tasks", "--optimizer", "--feature-based", "--strategy", "--squad", "--architecture")),
+    "finetune-multi": (("--tasks", "--mixing", "--per-task-epochs", "--lora-rank"),
+                       ("--optimizer", "--feature-based", "--strategy", "--squad", "--max-target-length")),
+    "finetune-t5": (("--tasks", "--mixing", "--optimizer", "--squad", "--max-target-length", "--method"),
+                    ("--lora-rank", "--grid", "--text-column", "--feature-based", "--strategy", "--warmup-proportion")),
+    "finetune-features": (("--strategy", "--lstm-hidden", "--cache-dir", "--max-seq-length"),
+                          ("--mixing", "--optimizer", "--feature-based", "--lora-rank", "--grid", "--save-every")),
+    "pretrain": (("--phase2-seq-len", "--demo", "--optimizer", "--max-seq-length"),
+                 ("--architecture", "--schedule", "--mixing", "--tasks")),
+    "pretrain-t5": (("--architecture", "--schedule", "--objective", "--time-budget"),
+                    ("--phase2-seq-len", "--demo", "--max-seq-length", "--mixing")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RECIPE_FLAGS))
+def test_each_recipe_command_lists_its_own_settings_alone(name, capsys):
+    text = _help(name, capsys)
+    own, foreign = RECIPE_FLAGS[name]
+    assert [f for f in own if f not in text] == []
+    assert [f for f in foreign if f + " " in text or f + "\n" in text or f + "," in text] == []
+    assert "adafactor" not in text or name in ("finetune-t5", "pretrain-t5")
+
+
+@pytest.mark.parametrize("old, new", [
+    (["finetune", "t2t", "--tasks", "sst2"], ["finetune-t5", "--tasks", "sst2"]),
+    (["--log-level", "WARNING", "finetune", "multi", "--tasks", "a,b"], ["--log-level", "WARNING", "finetune-multi",
+                                                                         "--tasks", "a,b"]),
+    (["finetune", "ner", "--feature-based", "last", "--out", "O"], ["finetune-features", "ner", "--strategy", "last",
+                                                                   "--out", "O"]),
+    (["finetune", "ner", "--feature-based=last"], ["finetune-features", "ner", "--strategy", "last"]),
+    (["pretrain", "--model", "t5-tiny", "--data", "D"], ["pretrain-t5", "--model", "t5-tiny", "--data", "D"]),
+    (["pretrain", "--objective", "span-corruption", "--data", "D"], ["pretrain-t5", "--objective", "span-corruption",
+                                                                     "--data", "D"]),
+])
+def test_an_old_recipe_spelling_becomes_its_command_with_one_line(old, new, capsys):
+    from bertlab.cli.old_spellings import new_spelling
+
+    assert new_spelling(old) == new
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"is now {new[new.index('WARNING') + 1] if 'WARNING' in new else new[0]}" in err
+
+
+@pytest.mark.parametrize("argv", [["finetune", "sst2", "--model", "multi"], ["pretrain", "--model", "tiny"],
+                                  ["pretrain", "--demo"], ["finetune-t5", "--tasks", "sst2"]])
+def test_a_current_spelling_is_left_alone(argv, capsys):
+    from bertlab.cli.old_spellings import new_spelling
+
+    if argv[0] in ("finetune", "pretrain"):
+        assert new_spelling(argv) == argv
+    assert capsys.readouterr().err == ""

@@ -1,4 +1,4 @@
-"""Distillation (`bertlab.train.students`, `bertlab.train.distill`, `bertlab distill`): layer selection copies the
+"""Distillation (`bertlab.train.students`, `bertlab.train.distillation`, `bertlab distill`): layer selection copies the
 right tensors; the KL term is zero for a student equal to its teacher and matches PyTorch's KLDivLoss; a
 general run resumes bitwise after SIGINT; students save in the Hugging Face layout, load in `transformers`
 and work with `bertlab evaluate`; SST-2 and SQuAD task distillation end to end on tiny models; bad input
@@ -25,7 +25,8 @@ from bertlab.models.bert.heads import (BertForMaskedLM, BertForPreTraining, Bert
 from bertlab.models.bert.modeling import BertModel
 from bertlab.tasks import TASKS
 from bertlab.train import checkpoint_dirs, read_metrics
-from bertlab.train import distill as dt
+from bertlab.train import distillation as dt
+from bertlab.train.distillation.task import _with_soft_labels, transfer_examples, unlabelled_features
 
 WORDS = ("the of and to in is was it for on as with by he at from his an were are which this be or has had not "
          "but first one their its new after who they have her she two been other when there all during into "
@@ -225,7 +226,7 @@ def test_cached_soft_labels_equal_the_live_teacher():
     logits = dt.soft_labels(spec, teacher, features, batch_size=3, device=torch.device("cpu"))
     assert [tuple(x.shape) for x in logits] == [(9, 2), (14, 2), (6, 2), (11, 2)]
     student = cut_layers(teacher, [1]).eval()
-    batch = dt._with_soft_labels(spec.collate)([{**f, "teacher_logits": t} for f, t in zip(features, logits)])
+    batch = _with_soft_labels(spec.collate)([{**f, "teacher_logits": t} for f, t in zip(features, logits)])
     cached = dt.TaskDistiller(student, teacher, 2.0, 1.0, 1.0, 0.0, [(1, 2)], spec=spec).eval()(batch)[1]
     del batch["teacher_logits"]
     live = dt.TaskDistiller(student, teacher, 2.0, 1.0, 1.0, 0.0, [(1, 2)], spec=spec).eval()(batch)[1]
@@ -372,9 +373,9 @@ def test_transfer_set_is_disjoint_unlabelled_and_masked_out_of_the_gold_term(sha
                            precision="fp32", device="cpu", progress=False, eval_teacher=False)
     tokenizer = BertTokenizer.from_pretrained(teacher)
     data = load_task_data(spec, sst2, tokenizer, 128, 24, 16)
-    examples = dt.transfer_examples(spec, cfg, data.train_examples)
+    examples = transfer_examples(spec, cfg, data.train_examples)
     assert len(examples) == 40 and not {e.guid for e in examples} & {e.guid for e in data.train_examples}
-    transfer = dt.unlabelled_features(spec, examples, tokenizer, 128)
+    transfer = unlabelled_features(spec, examples, tokenizer, 128)
     assert all(f["gold"] == 0.0 and f["labels"] == 0 for f in transfer)
     # the gold term: the mean over labelled rows only; a batch of transfer rows alone gives 0
     d = dt.TaskDistiller(cut_layers(BertForSequenceClassification(tiny(layers=2)), [1]), None, 2.0, 1.0, 1.0, 0.0,
@@ -393,7 +394,7 @@ def test_transfer_set_is_disjoint_unlabelled_and_masked_out_of_the_gold_term(sha
     with pytest.raises(ConfigError, match="alpha must be > 0"):
         dt.run_distillation(dt.DistillConfig(**{**cfg.__dict__, "alpha": 0.0, "out": str(tmp_path / "x")}))
     with pytest.raises(ConfigError, match="sentence-level tasks"):
-        dt.transfer_examples(TASKS["squad"], cfg, data.train_examples)
+        transfer_examples(TASKS["squad"], cfg, data.train_examples)
 
 
 def test_task_distillation_resumes_bitwise(shared_data, tmp_path, monkeypatch):

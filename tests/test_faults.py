@@ -137,7 +137,7 @@ def test_resume_with_fewer_flags_keeps_the_runs_settings_and_checkpoints(data_di
     assert main(resume_args(run)) == 0
     assert steps_on_disk(run) == [2, 4, 5, 6]
     saved = json.loads((run / "run_config.json").read_text())
-    assert (saved["keep_last"], saved["save_every"], saved["out"]) == (6, 2, str(run))
+    assert (saved["run"]["keep_last"], saved["run"]["save_every"], saved["out"]) == (6, 2, str(run))
     assert same_weights(reference / "final", run / "final")
 
 
@@ -257,7 +257,7 @@ def test_divergence_names_the_last_finite_checkpoint_and_resume_can_lower_the_lr
     assert main(resume_args(run, "--lr", "1e-3")) == 0
     out = capsys.readouterr().out
     assert "resuming step-00000001 with lr 1e+10 -> 0.001" in out
-    assert json.loads((run / "run_config.json").read_text())["lr"] == 1e-3
+    assert json.loads((run / "run_config.json").read_text())["optim"]["lr"] == 1e-3
     assert all(torch.isfinite(t).all() for t in load_file(str(run / "final" / "model.safetensors")).values())
 
 

@@ -34,7 +34,7 @@ def test_cli_finetune_then_evaluate_sst2(tiny_model, shared_data, tmp_path, caps
     assert metrics["task"] == "sst2" and metrics["main_metric"] == "accuracy"
     assert metrics["selected"] == {"batch_size": 16, "lr": 1e-3, "epochs": 1.0, "seed": 42}
     run_config = json.loads((out / "run_config.json").read_text())  # a valid --config file, as pretrain's
-    assert (run_config["task"], run_config["lr"], run_config["train_limit"]) == ("sst2", 1e-3, 48)
+    assert (run_config["task"], run_config["optim"]["lr"], run_config["training"]["train_limit"]) == ("sst2", 1e-3, 48)
     (run,) = metrics["runs"]
     assert run["steps"] == 3  # ceil(48 / 16) steps in one epoch
     accuracy = metrics["best_run"]["dev"]["accuracy"]

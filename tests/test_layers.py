@@ -75,7 +75,8 @@ def test_no_import_cycles():
 
 
 def test_old_import_paths_still_work():
-    """Code written against earlier releases imports BERT and T5 from their old homes: the same objects."""
+    """Code written against earlier releases imports BERT, T5 and distillation from their old homes: the same
+    objects."""
     import importlib
 
     import bertlab
@@ -106,6 +107,12 @@ def test_old_import_paths_still_work():
     for name in ("T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer"):
         assert getattr(importlib.import_module("bertlab.tokenizer"), name) is getattr(t5_tokenizer, name)
     assert bertlab.T5Tokenizer is t5_tokenizer.T5Tokenizer and bertlab.WordPieceT5Tokenizer is t5_tokenizer.WordPieceT5Tokenizer
+    old_distill = importlib.import_module("bertlab.train.distill")
+    from bertlab.train.distillation import config as distill_config, losses, task
+    assert old_distill.DistillConfig is distill_config.DistillConfig and old_distill.run_distillation is \
+        importlib.import_module("bertlab.train.distillation").run_distillation
+    assert old_distill.distillation_kl is losses.distillation_kl and old_distill._with_soft_labels is \
+        task._with_soft_labels
     # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
     serve = importlib.import_module("bertlab.infer.serve")

@@ -108,7 +108,7 @@ def test_a_toy_head_is_one_registry_entry(toy_head, tmp_path, monkeypatch):
 def test_a_toy_head_distills_through_its_registry_entry(toy_head):
     """Task distillation reads how logits teach (soft_target) and the logits accessor from the entry."""
     from bertlab.tasks import TASKS
-    from bertlab.train.distill import TaskDistiller
+    from bertlab.train.distillation import TaskDistiller
 
     spec = dataclasses.replace(TASKS["sst2"], name="toy-sst2", head=toy_head)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

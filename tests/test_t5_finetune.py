@@ -77,7 +77,7 @@ def t5_dir(tmp_path_factory) -> Path:
 
 
 def t2t_args(model: Path, data: Path, out: Path, *extra) -> list[str]:
-    return ["--log-level", "WARNING", "finetune", "t2t", "--model", str(model), "--data", str(data), "--out", str(out),
+    return ["--log-level", "WARNING", "finetune-t5", "--model", str(model), "--data", str(data), "--out", str(out),
             "--batch-size", "8", "--eval-batch-size", "16", "--no-progress", *map(str, extra)]
 
 
@@ -235,7 +235,6 @@ def test_gradual_unfreezing_run(t5_dir, glue_dir, tmp_path):
     (("--tasks", "nope"), "unknown task 'nope' in --tasks"),
     (("--tasks", "conll2003"), "task 'conll2003' has no text-to-text format"),
     (("--tasks", "sst2", "--method", "lora"), "--method must be one of full, adapters"),
-    (("--tasks", "sst2", "--grid", "paper"), "--grid is not a setting of finetune t2t"),
     (("--tasks", "qnli"), "QNLI: no such folder (task qnli in GLUE_DIR"),
     (("--tasks", "squad"), "task squad: give its data with --squad SPEC"),
     (("--tasks", "sst2", "--mixing", "random"), "mixing must be one of proportional, temperature, equal"),
@@ -341,8 +340,9 @@ def test_interrupted_then_resumed_equals_the_uninterrupted_run(t5_dir, glue_dir,
     assert (out / "runs" / "seed-43" / "checkpoints" / "step-00000002").is_dir() and not (out / "metrics.json").exists()
     assert main(t2t_args(t5_dir, glue_dir, out, *args)) == 2
     assert "pass --resume" in capsys.readouterr().err
+    # the old spelling, kept for a release: runs finetune-t5 and says so in one line
     assert main(["--log-level", "WARNING", "finetune", "t2t", "--out", str(out), "--resume"]) == 0
-    capsys.readouterr()
+    assert "bertlab: finetune t2t is now finetune-t5; the old spelling goes in a later release" in capsys.readouterr().err
 
     ours, theirs = load_file(str(out / "model" / "model.safetensors")), load_file(str(reference / "model" /
                                                                                      "model.safetensors"))

@@ -46,7 +46,7 @@ def t5_data(tmp_path_factory) -> Path:
 
 
 def t5_args(data: Path, out: Path, *extra) -> list[str]:
-    return ["--log-level", "WARNING", "pretrain", "--model", "t5-tiny", "--data", str(data), "--out", str(out),
+    return ["--log-level", "WARNING", "pretrain-t5", "--model", "t5-tiny", "--data", str(data), "--out", str(out),
             "--batch-size", "8", "--eval-batches", "2", "--no-progress", "--num-workers", "0", "--precision", "fp32",
             *map(str, extra)]
 
@@ -119,7 +119,7 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
     evals = [r for r in records if "eval/token_accuracy" in r]
     assert evals[0]["step"] == 0 and evals[-1]["step"] == 5 and evals[-1]["eval/loss"] < evals[0]["eval/loss"]
     run_config = json.loads((out / "run_config.json").read_text())
-    assert run_config["objective"] == "span-corruption" and run_config["optimizer"] == "adafactor"  # the data's
+    assert run_config["objective"] == "span-corruption" and run_config["optim"]["optimizer"] == "adafactor"  # the data's
     final = out / "final"
     files = {p.name for p in final.iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files
@@ -138,7 +138,7 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
 
 
 @pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only"])
-def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch, architecture):
+def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch, capsys, architecture):
     args = ("--steps", 6, "--save-every", 2, "--architecture", architecture)
     reference = tmp_path / "reference"
     assert main(t5_args(t5_data / "span-corruption", reference, *args)) == 0
@@ -147,7 +147,10 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
         signal_on_call(patched, type(get_objective("span-corruption")), "loss", 4)  # SIGINT in step 4, as Ctrl-C
         assert main(t5_args(t5_data / "span-corruption", run, *args)) == 130
     assert not (run / "final").exists()
+    capsys.readouterr()
+    # the old spelling: `pretrain` of a T5 run, kept for a release, runs pretrain-t5 and says so in one line
     assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress"]) == 0
+    assert capsys.readouterr().err.count("is now pretrain-t5; the old spelling goes in a later release") == 1
     a, b = read_weights(reference / "final"), read_weights(run / "final")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     config = json.loads((run / "final" / "config.json").read_text())
@@ -186,7 +189,7 @@ def test_kill_9_then_resume_is_bitwise_exact(t5_data, tmp_path, architecture):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (run / "final").exists() and (run / "checkpoints" / "step-00000004").exists()
-    assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress"]) == 0
+    assert main(["--log-level", "WARNING", "pretrain-t5", "--out", str(run), "--resume", "--no-progress"]) == 0
     a, b = read_weights(ref / "final"), read_weights(run / "final")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -210,9 +213,8 @@ def test_prefix_lm_objective_time_budget_and_bf16(t5_data, tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("extra, message", [
     (("--objective", "deshuffle"), "prepared for objective span-corruption, not deshuffle"),
-    (("--objective", "mlm"), "objective mlm trains BERT, but t5-tiny is a T5 model"),
+    (("--objective", "mlm"), "objective mlm trains BERT, not T5"),
     (("--objective", "nope"), "unknown 'nope'"),
-    (("--max-seq-length", "64"), "--max-seq-length is not a setting of T5 pre-training"),
     (("--architecture", "sideways"), "architecture must be one of encoder-decoder, decoder-only, prefix-lm"),
     (("--optimizer", "lamb"), "optimizer must be one of adafactor, adamw"),
 ])
@@ -239,8 +241,9 @@ def test_bert_data_or_a_mismatched_config_is_one_line(t5_data, tmp_path, capsys)
     assert len(err.splitlines()) == 1 and "vocab_size 500" in err and "another vocabulary" in err
     args = ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(bert_data), "--out",
             str(tmp_path / "r3"), "--steps", "1", "--architecture", "decoder-only"]
-    assert main(args) == 2
-    assert "--architecture is not a setting of BERT pre-training" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # a T5 setting is no flag of BERT's pre-training
+        main(args)
+    assert e.value.code == 2 and "unrecognized arguments: --architecture" in capsys.readouterr().err
 
 
 def test_a_budgeted_cpu_run_fits_its_batch_to_the_budget_and_says_how_it_ended(t5_data, tmp_path, capsys,
@@ -257,7 +260,7 @@ def test_a_budgeted_cpu_run_fits_its_batch_to_the_budget_and_says_how_it_ended(t
     del args[args.index("--batch-size"):args.index("--batch-size") + 2]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    chosen = json.loads((out / "run_config.json").read_text())["batch_size"]
+    chosen = json.loads((out / "run_config.json").read_text())["training"]["batch_size"]
     assert chosen in (8, 16, 32, 64, 128) and f"T5 on a CPU with a time budget: batch {chosen} of up to" in printed
     assert "ended the run" in printed  # the budget's end, as BERT's budgeted runs say it
     steps = [r["step"] for r in read_metrics(out) if "loss" in r]

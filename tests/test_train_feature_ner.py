@@ -96,13 +96,25 @@ def test_train_feature_ner_end_to_end(setup, tmp_path):
     assert (out / "tagger.safetensors").exists() and json.loads((out / "tagger.json").read_text())["hidden"] == 16
 
 
-def test_finetune_cli_feature_based_hook(setup, tmp_path, capsys, monkeypatch):
+def test_finetune_features_command(setup, tmp_path, capsys, monkeypatch):
     model, data, _ = setup
     monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path / "cache"))
-    assert main(["finetune", "conll2003", "--feature-based", "embeddings", "--model", str(model), "--data", str(data),
-                 "--out", str(tmp_path / "o"), "--epochs", "1", "--batch-size", "8"]) == 0
+    assert main(["finetune-features", "conll2003", "--strategy", "embeddings", "--model", str(model), "--data",
+                 str(data), "--out", str(tmp_path / "o"), "--epochs", "1", "--batch-size", "8"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"] == "embeddings"
     assert list((tmp_path / "cache" / "features").iterdir())
-    assert main(["finetune", "sst2", "--feature-based", "last", "--model", str(model), "--data", str(data),
+    assert main(["finetune-features", "sst2", "--strategy", "last", "--model", str(model), "--data", str(data),
                  "--out", str(tmp_path / "o2")]) == 2
     assert "needs a token-classification task" in capsys.readouterr().err
+
+
+def test_the_old_feature_based_spelling_runs_finetune_features(setup, tmp_path, capsys, monkeypatch):
+    """`finetune TASK --feature-based STRATEGY`, kept for a release: the same run, and one line naming the new
+    command."""
+    model, data, _ = setup
+    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path / "cache"))
+    assert main(["finetune", "conll2003", "--feature-based=embeddings", "--model", str(model), "--data", str(data),
+                 "--out", str(tmp_path / "o"), "--epochs", "1", "--batch-size", "8", "--max-seq-length", "64"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["strategy"] == "embeddings"
+    assert captured.err.count("is now finetune-features TASK --strategy") == 1

@@ -12,8 +12,8 @@ import torch
 
 from bertlab.models.bert.config import is_preset
 from bertlab.errors import BertlabError, ConfigError
-from bertlab.train.distill import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
-from bertlab.train.distill import DistillConfig
+from bertlab.train.distillation import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
+from bertlab.train.distillation import DistillConfig
 from bertlab.train.pretrain import RESUME_MAY_CHANGE, PretrainConfig
 from bertlab.train.runconfig import add_config_arguments, config_from_args
 from bertlab.train.setup import (BUDGET_RESERVE, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget,

@@ -20,10 +20,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("params", "the paper's parameter arithmetic for presets or config files"),
     "demo": ("demo", "sentence similarities from a real pre-trained BERT (all-MiniLM-L6-v2)"),
     "pretrain": ("pretrain", "pre-train BERT (MLM + NSP) on a prepared data directory; exact resume, torchrun"),
+    "pretrain-t5": ("pretrain_t5", "pre-train T5 with a denoising objective (span corruption, ...; Adafactor)"),
     "plot": ("plot", "draw a run's loss / accuracy / learning-rate curves to PNG"),
     "prepare": ("prepare", "pre-training data: corpus -> token shards -> masked MLM/NSP instances"),
     "convert": ("convert", "Google's TensorFlow BERT checkpoints to the Hugging Face layout, and back (--to tf)"),
     "finetune": ("finetune", "fine-tune a BERT on a GLUE, SQuAD, CoNLL-2003 or SWAG task (one added layer)"),
+    "finetune-multi": ("finetune_multi", "fine-tune one BERT encoder on several tasks at once, a head each (MT-DNN)"),
+    "finetune-t5": ("finetune_t5", "fine-tune T5 text-to-text on one task or several mixed (GLUE, SQuAD)"),
+    "finetune-features": ("finetune_features", "NER from frozen BERT features: a BiLSTM tagger on chosen layers "
+                                               "(paper Table 7)"),
     "evaluate": ("evaluate", "re-score a fine-tuned model on a task's split and write its predictions"),
     "tokenize": ("tokenize", "cut text into WordPiece tokens or ids, for inspection"),
     "vocab": ("vocab", "learn a WordPiece vocabulary (vocab.txt) from text files: vocab train"),
@@ -38,7 +43,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
 # Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
-TRAINING_COMMANDS = ("pretrain", "finetune", "distill")
+TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
+                     "distill")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,9 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     chosen = next((a for a in argv if a in COMMANDS), None)
     # Before the subcommand's module imports torch: the OpenMP wait policy is read once, at that import
     busy = prepare_wait_policy() if chosen in TRAINING_COMMANDS else None
-    parser = build_parser(full=False, chosen=chosen)
     command = chosen or "bertlab"
     try:
+        if chosen in ("finetune", "pretrain"):  # `finetune t2t`, ...: the recipe's own command, said once
+            from .old_spellings import new_spelling
+
+            argv = new_spelling(argv)
+            chosen = next(a for a in argv if a in COMMANDS)
+        parser = build_parser(full=False, chosen=chosen)
         args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
         command = args.command
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -75,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         line = io_error_line(e)
         if line is None:
             raise
-        print(f"bertlab {args.command}: error: {line}", file=sys.stderr)
+        print(f"bertlab {command}: error: {line}", file=sys.stderr)
         return 2
 
 

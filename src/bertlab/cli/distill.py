@@ -10,7 +10,7 @@ General distillation (no --task): loss = α·T²·KL(teacher ‖ student MLM dis
 + β·MLM + γ·cosine(last hidden states); DistilBERT's T=2, α=5, β=2, γ=1 by default. The student goes to
 RUN_DIR/final. Task-specific (--task): α·T²·KL to the fine-tuned teacher's soft labels + β·gold loss
 (T=2, α=1, β=1, γ=0); the student goes to OUT_DIR/model with OUT_DIR/metrics.json. Both are Hugging Face
-layout folders with vocab.txt. Settings: the dataclass `bertlab.train.distill.DistillConfig`, then a JSON
+layout folders with vocab.txt. Settings: the dataclass `bertlab.train.distillation.DistillConfig`, then a JSON
 file (`--config run.json`), then the flags.
 """
 
@@ -35,45 +35,34 @@ HELP = {
     "gamma": "weight of the hidden-state cosine term (default 1 general, 0 task)",
     "kl_positions": "general: masked (the MLM head's rows) or all (every real token, as DistilBERT)",
     "cosine_layers": "last hidden state only, or all layers against the teacher layers they map to",
-    "steps": "optimizer steps (general: this or --time-budget; task: default epochs x data)",
     "epochs": "task: passes over the training set",
-    "time_budget": "general: wall-clock budget, e.g. 2h, 90m: the step count is fitted to it",
-    "batch_size": "examples per optimizer step over all processes (default 128 general, 32 task)",
-    "micro_batch_size": "examples per forward pass per process (the rest is gradient accumulation)",
     "seq_len": "general: sequence length of the instance set",
     "max_seq_length": "task: tokens per sequence (default: the task's)",
     "train_limit": "task: train on a seeded random N examples",
     "eval_limit": "task: score a seeded random N dev examples",
     "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "
                       "labels are their only target",
-    "lr": "peak learning rate (default 1e-4 general, 5e-5 task)",
-    "warmup": "warmup: a fraction of the steps (< 1) or a step count (default 0.05 general, 0.1 task)",
-    "precision": "auto, fp32, bf16 or fp16 (loss-scaled; meant for CUDA)",
-    "eval_every": "steps between evaluations (general default: 10 per run; task: the end only)",
-    "eval_batches": "general: held-out batches per evaluation",
     "eval_teacher": "score the teacher too, for comparison",
-    "save_every": "steps between checkpoints (general default: 10 per run; task: none kept once finished)",
-    "keep_last": "checkpoints to keep",
-    "num_workers": "general: data loader workers per process",
-    "device": "auto, cpu or cuda",
-    "resume": "continue OUT from its last checkpoint, exactly",
-    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
 }
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..train.distill import DistillConfig
-    from ..train.runconfig import add_config_arguments
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished",
+            "steps": "general: none, give it or --time-budget; task: --epochs x the data",
+            "batch_size": "128 general, 32 task", "eval_every": "general 10 per run; task: the end only",
+            "warmup": "0.05 general, 0.1 task"}
 
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.description = __doc__.split("\n\n", 1)[1]
-    add_config_arguments(p, DistillConfig, HELP)
-    p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..train.distillation import DistillConfig
+    from .pretrain import add_run_arguments
+
+    add_run_arguments(p, DistillConfig, __doc__, HELP, DEFAULTS)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..model_names import resolve_model
-    from ..train.distill import DistillConfig, run_distillation
+    from ..train.distillation import DistillConfig, run_distillation
     from ..train.runconfig import config_from_args
 
     cfg = config_from_args(DistillConfig, args)

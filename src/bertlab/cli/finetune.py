@@ -8,46 +8,38 @@ Writes OUT_DIR/metrics.json (the selected setting, mean ± sd over seeds, every 
 predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/run_config.json. Settings
 come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, then a JSON file (`--config
 run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for pretrain and distill.
+
+The other fine-tuning recipes are commands of their own: `finetune-multi` (several tasks, one encoder),
+`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER); `finetune multi`,
+`finetune t2t` and `finetune TASK --feature-based` still reach them for a release (`cli/old_spellings.py`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
+from typing import Any
 
 from ..tasks import TASKS
 from ..tasks.metrics import brief_scores
 
 HELP = {
     "model": "a Hugging Face-layout BERT folder (ours or theirs), a model's name in the local Hugging Face cache, "
-             "or a size (tiny, mini, ..., base; t2t: t5-tiny, ...) with --vocab: a randomly initialised model",
-    "vocab": "with a size as --model: its tokenizer (a vocab.txt; t2t also a SentencePiece .model); the model "
+             "or a size (tiny, mini, ..., base) with --vocab: a randomly initialised model",
+    "vocab": "with a size as --model: its tokenizer (a vocab.txt); the model "
              "starts from random weights (the baseline that shows what pre-training bought)",
     "init": "pretrained (the model's weights) or random (its shape and tokenizer, new weights); default: random "
             "for a size, else pretrained; recorded in metrics.json",
     "data": "the task's folder (GLUE, CoNLL, SWAG) or file(s) (SQuAD); own-data tasks: the training file "
             "(CSV, TSV, JSONL, JSON, Parquet)",
     "out": "OUT_DIR: metrics.json, predictions, model/, run_config.json",
-    "epochs": "training epochs",
-    "lr": "peak learning rate (default: by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for "
-          "768, 3e-5 above; t2t with Adafactor: 3e-3 for 128 wide, 2e-3 for 256, T5's 1e-3 from 512)",
-    "batch_size": "examples per optimizer step",
-    "grad_accum": "split each batch into this many micro-batches",
     "max_seq_length": "tokens per sequence (default: the task's, 128 for GLUE)",
     "warmup_proportion": "share of steps with linear warmup",
-    "weight_decay": "AdamW weight decay, not on biases/LayerNorm",
-    "max_grad_norm": "gradient clipping norm",
     "group_by_length": "training batches of similar-length examples (little padding)",
     "layer_lr_decay": "layer-wise LR decay F: layer l gets lr * F^(L-l), embeddings the lowest (default off)",
-    "seed": "first seed (run k uses seed + k)",
-    "seeds": "runs per setting, reported as mean ± sd",
     "grid": "paper: batch 16/32 x lr 5e-5/3e-5/2e-5 x epochs 2/3/4, best on dev kept",
-    "bf16": "bf16 autocast (CPU or GPU)",
-    "eval_batch_size": "examples per prediction batch",
     "eval_every": "also score dev every N steps (logged per run; --eval-steps)",
-    "max_steps": "optimizer steps per run instead of --epochs",
     "early_stopping": "stop after N dev evaluations (each --eval-steps, default each epoch) without a better "
                       "score; the best weights are kept",
     "method": "full, adapters (Houlsby bottleneck adapters, base frozen) or lora (low-rank updates, merged on save unless --no-lora-merge)",
@@ -58,14 +50,7 @@ HELP = {
     "lora_merge": "lora: merge the factors into the weights on save, a plain model transformers loads (default); "
                   "--no-lora-merge: save the factors and the head alone, as a PEFT adapter over --model",
     "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",
-    "train_limit": "train on a seeded random N examples",
-    "eval_limit": "score a seeded random N dev/test examples",
-    "device": "cpu or cuda (default: cuda when available)",
-    "progress": "progress: a bar on a terminal, a line every 30 s in a log file",
     "overwrite": "replace the results of an earlier run in OUT_DIR (without it, such an OUT_DIR is refused)",
-    "retain_freed_memory": "CPU: keep freed tensor memory for reuse instead of paging it in anew each step",
-    "save_every": "also checkpoint a run's training state every N steps (it is always saved on Ctrl-C/SIGTERM)",
-    "resume": "continue an interrupted fine-tuning in OUT_DIR (a grid or seed sweep at the run it was in)",
     # tasks on the user's own files (text-classification, ...)
     "validation": "own data: the dev file (default: a stratified share of --train held out)",
     "test": "own data: a file to predict (labels optional)",
@@ -89,17 +74,6 @@ HELP = {
                   "the memory of a truncated batch)",
     "tokens_column": "token-classification: the word-list column (default: tokens / words)",
     "tags_column": "token-classification: the tag-list column (default: tags / ner_tags)",
-    "tasks": "multi: comma-separated task names sharing one encoder, e.g. mrpc,stsb,rte (--data mrpc=PATH,...)",
-    "mixing": "multi: how batches are drawn: proportional (to task size), temperature, equal",
-    "mixing_limit": "multi: cap each task's size at K examples in proportional/temperature mixing",
-    "mixing_temperature": "multi: temperature T (rates ∝ size^(1/T))",
-    "per_task_epochs": "multi: then fine-tune each task alone from the multi-task model for E epochs",
-    "squad": "t2t: SQuAD DATA_PATH for task squad/squad2 (train=FILE,dev=FILE; FILE#A:B takes articles A..B-1)",
-    "optimizer": "t2t: adafactor (T5's, default) or adamw",
-    "schedule": "t2t: constant (T5's fine-tuning, default) or inverse-sqrt",
-    "warmup": "t2t: inverse-sqrt's constant-rate steps",
-    "max_target_length": "t2t: longest target in tokens (training)",
-    "max_new_tokens": "t2t: generation limit (default: the longest label + 2 tokens)",
     "context_column": "multiple-choice: the context column (default: context / sent1)",
     "choice_columns": "multiple-choice: comma-separated choice columns (default: ending0,ending1,...)",
 }
@@ -108,20 +82,18 @@ HELP = {
 PER_CLASS_DETAIL = ("precision_", "recall_", "support_")  # per-class scores printed as F1 only
 
 
+ALIASES = {"data": ("--train",), "eval_every": ("--eval-steps",)}
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for 768, 3e-5 above"}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..train.feature_ner import STRATEGIES
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
-    from ..train.text_to_text import TEXT_TO_TEXT, TextToTextConfig
 
-    p.add_argument("task", metavar="TASK", choices=[*TASKS, "multi", TEXT_TO_TEXT],
-                   help=f"one of: {' '.join(TASKS)}; or multi (--tasks a,b,c: one shared encoder, a head per task); "
-                        f"or t2t (T5 text-to-text: --tasks a,b,c --model T5_DIR --data GLUE_DIR)")
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases={"data": ("--train",), "eval_every": ("--eval-steps",)})
-    # t2t's own settings; those it shares with FinetuneConfig (and its groups) are the flags above
-    add_config_arguments(p, TextToTextConfig, HELP, skip=tuple(f.name for f in dataclasses.fields(FinetuneConfig)))
-    p.add_argument("--feature-based", metavar="STRATEGY", choices=list(STRATEGIES),
-                   help=f"NER: train a BiLSTM on frozen features instead ({', '.join(STRATEGIES)}; paper Table 7)")
+    p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
+    # several tasks at once is `finetune-multi`'s (the `multi` group); T5 is `finetune-t5`'s
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task", "multi"), aliases=ALIASES, defaults=DEFAULTS)
 
 
 def mean_sd_text(score: dict) -> str:
@@ -139,32 +111,38 @@ def resolved_model(model: str | None) -> str | None:
     return str(resolve_model(model)) if model and not names_a_size(model) else model
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig, FinetuneInterrupted, finetune
-    from ..train.runconfig import config_from_args, given_fields
+def read_config(cls: type, args: argparse.Namespace):
+    """The run's config: on `--resume`, the run's own settings with the flags given again over them; a
+    `--model` folder or cached model's name as a path (a size as it is)."""
+    from ..train.runconfig import config_from_args
     from ..train.setup import resume_base
 
-    if args.feature_based:  # the paper's feature-based approach: see bertlab.train.feature_ner
-        from ..train.feature_ner import run_from_finetune_args
-        return run_from_finetune_args(args)
-    if args.task == "t2t":  # T5 text-to-text (train/text_to_text.py)
-        return run_text_to_text(args)
-    base = {}
-    if args.resume and args.out is not None:  # the run's own settings; the flags given again override them
-        base.update(resume_base(args.out))
-    cfg = config_from_args(FinetuneConfig, args, base=base)
+    base = resume_base(args.out) if args.resume and args.out is not None else {}
+    cfg = config_from_args(cls, args, base=base)
     cfg.model = resolved_model(cfg.model)
-    try:
-        if cfg.task == "multi":  # MT-DNN: one shared encoder, a head per task (train/multitask.py)
-            from ..train.multitask import finetune_multi
+    return cfg
 
-            metrics = finetune_multi(cfg, given=given_fields(FinetuneConfig, args))
-            print(json.dumps({key: metrics[key] for key in ("tasks", "mixing_rates", "multi_task", "per_task")}
-                             | {"out": str(cfg.out)}, indent=2, ensure_ascii=False))
-            return 0
-        metrics = finetune(cfg, given=given_fields(FinetuneConfig, args))
+
+def run_recipe(args: argparse.Namespace, cls: type, recipe, command: str | None = None) -> tuple[Any, Any]:
+    """`recipe(cfg, given=...)` on the config of class `cls` the arguments make (`read_config`): (cfg, the
+    recipe's metrics), or (cfg, the exit status) when a signal stopped it, said as `interrupted` says it
+    (`command`: the command that continues it; default `finetune TASK`)."""
+    from ..train.finetune import FinetuneInterrupted
+    from ..train.runconfig import given_fields
+
+    cfg = read_config(cls, args)
+    try:
+        return cfg, recipe(cfg, given=given_fields(cls, args))
     except FinetuneInterrupted as stop:
-        return interrupted(stop, cfg.task, cfg.out)
+        return cfg, interrupted(stop, command or f"finetune {cfg.task}", cfg.out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..train.finetune import FinetuneConfig, finetune
+
+    cfg, metrics = run_recipe(args, FinetuneConfig, finetune)
+    if isinstance(metrics, int):  # stopped by a signal
+        return metrics
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
                       "dev": {split: {k: mean_sd_text(v) if isinstance(v, dict) else v
                                       for k, v in brief_scores(scores).items()
@@ -177,32 +155,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def interrupted(stop, task: str, out: str) -> int:
+def interrupted(stop, command: str, out: str) -> int:
     """A signal stopped a run: say where, and tell the truth -- --resume continues only from a saved
-    checkpoint; the exit status is the shell's for that signal (130 Ctrl-C, 143 SIGTERM)."""
+    checkpoint (`command`: `finetune sst2`, `finetune-t5`, ...); the exit status is the shell's for that signal
+    (130 Ctrl-C, 143 SIGTERM)."""
     where = stop.result.checkpoint
     print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
-          + (f"checkpoint {where}; continue with: bertlab finetune {task} --out {out} --resume"
+          + (f"checkpoint {where}; continue with: bertlab {command} --out {out} --resume"
              if where is not None else "no checkpoint was written"), file=sys.stderr)
     return stop.result.exit_status
-
-
-def run_text_to_text(args: argparse.Namespace) -> int:
-    from ..train.finetune import FinetuneConfig, FinetuneInterrupted
-    from ..train.runconfig import config_from_args, given_fields, refuse_foreign_settings
-    from ..train.setup import resume_base
-    from ..train.text_to_text import TextToTextConfig, finetune_text_to_text
-
-    refuse_foreign_settings(args, TextToTextConfig, FinetuneConfig, "finetune t2t", ignore=("task",))
-    base = resume_base(args.out) if args.resume and args.out is not None else {}
-    cfg = config_from_args(TextToTextConfig, args, base=base)
-    cfg.model = resolved_model(cfg.model)  # a folder or a cached model's name as a path; a size as it is
-    try:
-        metrics = finetune_text_to_text(cfg, given=given_fields(TextToTextConfig, args))
-    except FinetuneInterrupted as stop:
-        return interrupted(stop, "t2t", cfg.out)
-    print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
-                      "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}
-                              for task, scores in metrics["dev"].items()},
-                      "per_task": metrics["per_task"], "out": str(cfg.out)}, indent=2, ensure_ascii=False))
-    return 0

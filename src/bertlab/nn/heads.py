@@ -70,7 +70,7 @@ class HeadSpec:
     prefix: str  # checkpoint prefix of the weights that make a model this head (a folder without them lacks it)
     logits: Callable[[object], torch.Tensor]  # the one logits tensor of an output (distillation, prediction)
     task: str | None = None  # the prediction it serves (`infer.predict` runners): classify, ner, qa, choice
-    soft_target: str | None = None  # how a teacher's logits teach it: classes, tokens, spans (train.distill)
+    soft_target: str | None = None  # how a teacher's logits teach it: classes, tokens, spans (train.distillation)
     detectable: bool = True  # its weights alone tell a checkpoint is this head (not so for heads sharing a prefix)
 
     @property

@@ -1,5 +1,5 @@
 """What a pre-training objective is to the recipes that train with one (`train/pretrain.py`, general
-distillation in `train/distill.py`): an `Objective` object, so that a recipe asks it instead of testing its name.
+distillation in `train/distillation/`): an `Objective` object, so that a recipe asks it instead of testing its name.
 It knows no model: every family's objectives implement it (BERT's in `objectives/`, T5's in its folder,
 `models/t5/objectives.py`), and the registry of them by name is `bertlab.objectives`.
 

@@ -16,7 +16,7 @@ here is narrower for CPUs (`lstm_hidden`).
 
 Features are computed once per (model, sentences) and cached on disk, one float16 file per layer
 (`FeatureCache`), so the six strategies -- and repeated runs -- share one pass of the encoder: a strategy
-asks for its layers and only missing ones are computed. `bertlab finetune conll2003 --feature-based
+asks for its layers and only missing ones are computed. `bertlab finetune-features conll2003 --strategy
 STRATEGY` runs `train_feature_ner`; OUT_DIR gets metrics.json, dev predictions (conlleval layout) and the
 tagger (tagger.safetensors + tagger.json).
 """
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BertlabError, ConfigError
+from ..errors import ConfigError
 from .batches import shuffled_batches, steps_for_epochs
 from .distributed import seed_everything
 from .loop import LoopConfig, Trainer
@@ -174,24 +174,44 @@ def collate(items) -> dict[str, torch.Tensor]:
 # ---------------------------------------------------------------------------------------------- the recipe
 @dataclass
 class FeatureNerConfig:
+    """`bertlab finetune-features`'s settings; the string under each field is its `--help`."""
+
     model: str
+    """a Hugging Face-layout BERT folder (ours or theirs) or a model's name in the local Hugging Face cache"""
     data: str
+    """the task's folder (CoNLL-2003: train.txt, valid.txt, test.txt)"""
     out: str | None
+    """OUT_DIR: metrics.json, dev_predictions.txt, the tagger (tagger.safetensors, tagger.json)"""
     strategy: str = "concat-last-4"
+    """which layers, combined how: embeddings, second-to-last, last, sum-last-4, concat-last-4 or sum-all"""
     task: str = "conll2003"
+    """a token-classification task"""
     epochs: float = 4.0
+    """passes of the tagger over the training set"""
     lr: float = 2e-3
+    """the tagger's learning rate (Adam, decaying linearly to a tenth)"""
     batch_size: int = 32
+    """sentences per step"""
     lstm_hidden: int = 256
+    """width of each direction of the two-layer BiLSTM (the paper: 768)"""
     dropout: float = 0.2
+    """dropout on the features, between the LSTM layers and before the classifier"""
     seed: int = 42
+    """seed of the tagger's weights and the batch order"""
     train_limit: int | None = None
+    """train on a seeded random N sentences"""
     eval_limit: int | None = None
-    max_length: int | None = None  # word pieces per sentence (default: the task's 256)
-    cache_dir: str | None = None  # default $BERTLAB_CACHE/features or ~/.cache/bertlab/features
+    """score a seeded random N dev sentences"""
+    max_seq_length: int | None = None
+    """word pieces per sentence (default: the task's, 256)"""
+    cache_dir: str | None = None
+    """where the features are cached (default: $BERTLAB_CACHE/features or ~/.cache/bertlab/features)"""
     device: str = "cpu"
+    """cpu or cuda: where the features are computed and the tagger trains"""
     eval_batch_size: int = 128
+    """sentences per batch when scoring the dev set"""
     progress: bool = False
+    """progress: a bar on a terminal, a line every 30 s in a log file"""
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:
@@ -226,7 +246,7 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
 
     spec = TASKS[cfg.task]
     if getattr(spec, "head", None).__name__ != "BertForTokenClassification":
-        raise ConfigError(f"--feature-based trains a tagger: it needs a token-classification task such as "
+        raise ConfigError(f"finetune-features trains a tagger: it needs a token-classification task such as "
                           f"conll2003, not {cfg.task}")
     train = subset(spec.read(cfg.data, "train"), cfg.train_limit)
     dev = subset(spec.read(cfg.data, spec.eval_splits[0]), cfg.eval_limit)
@@ -234,7 +254,7 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
 
     config = BertConfig.from_json_file(Path(cfg.model))
     # The task's default length (256 pieces for CoNLL) unless asked otherwise, within the model's positions.
-    max_length = cfg.max_length or min(spec.default_max_length, config.max_position_embeddings)
+    max_length = cfg.max_seq_length or min(spec.default_max_length, config.max_position_embeddings)
     options = InferenceOptions(device=cfg.device, max_length=max_length)
     state: dict = {}
 
@@ -338,22 +358,3 @@ def save_tagger(tagger: BiLSTMTagger, out: Path, meta: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- CLI hook
-def run_from_finetune_args(args) -> int:
-    """`bertlab finetune TASK --feature-based STRATEGY ...`: the finetune flags that apply here (others are
-    fine-tuning's own and are ignored with a note). Epochs and learning rate default to the tagger's own
-    (4 epochs, 2e-3), not fine-tuning's."""
-    values = {"model": args.model, "data": args.data, "out": args.out}
-    missing = [f"--{k}" for k, v in values.items() if v is None]
-    if missing:
-        raise BertlabError(f"missing {', '.join(missing)}")
-    mapping = {"epochs": "epochs", "lr": "lr", "batch_size": "batch_size", "seed": "seed",
-               "train_limit": "train_limit", "eval_limit": "eval_limit", "max_seq_length": "max_length",
-               "device": "device", "eval_batch_size": "eval_batch_size"}
-    for flag, field_name in mapping.items():
-        if getattr(args, flag, None) is not None:
-            values[field_name] = getattr(args, flag)
-    cfg = FeatureNerConfig(strategy=args.feature_based, task=args.task, **values)
-    metrics = train_feature_ner(cfg)
-    print(json.dumps({"task": metrics["task"], "strategy": cfg.strategy, "layers": metrics["layers"],
-                      "dev": {k: round(v, 4) for k, v in metrics["dev"].items()}, "out": cfg.out}, indent=2))
-    return 0

@@ -63,6 +63,8 @@ from .loop import LoopConfig, Trainer, TrainResult
 from .run_dir import CHECKPOINT_DIR, check_writable, claim_run_dir, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .random_init import INIT_DIR, random_start, resolve_init
+from .runconfig import GroupedSettings
+from .settings import EpochTraining, OptimOptions, RunOptions
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
 
@@ -99,14 +101,14 @@ PAPER_GRID = {"batch_size": (16, 32), "lr": (5e-5, 3e-5, 2e-5), "epochs": (2, 3,
 GRIDS = {"paper": PAPER_GRID}
 
 
-MULTI_TASK = "multi"  # `bertlab finetune multi`: multi-task fine-tuning (train/multitask.py)
+MULTI_TASK = "multi"  # the task name of `bertlab finetune-multi` (train/multitask.py)
 
 
 @dataclass
 class MultiTaskOptions:
-    """`bertlab finetune multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
+    """`bertlab finetune-multi` (train/multitask.py): the tasks sharing one encoder and how batches mix."""
 
-    tasks: str | None = None  # comma-separated task names (multi-task fine-tuning: `bertlab finetune multi`)
+    tasks: str | None = None  # comma-separated task names
     mixing: str = "proportional"  # proportional | temperature | equal
     mixing_limit: int | None = None  # proportional / temperature: cap each task's size at K examples
     mixing_temperature: float = 2.0
@@ -124,41 +126,28 @@ class MultiTaskOptions:
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(GroupedSettings):
     """Everything a fine-tuning run needs: defaults < a JSON file (`--config`) < flags, as for pre-training
-    (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json."""
+    (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json. The settings every recipe
+    shares are the `run` and `optim` groups (train/settings.py), read flat: `cfg.lr`, `cfg.seed`."""
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or a size (tiny)
     data: str  # the task's folder (GLUE, CoNLL, SWAG) or file (SQuAD JSON); own-data tasks: the training file
     out: str
-    epochs: float = 3.0
-    lr: float | None = None  # None: by the model's width (DEFAULT_LR_BY_WIDTH)
-    batch_size: int = 16  # examples per optimizer step (micro-batch x grad_accum)
-    grad_accum: int = 1  # micro-batches per step: memory holds batch_size / grad_accum examples
+    # epochs or max_steps, batch (micro-batch x grad_accum), seeds, bf16, training / evaluation subsets
+    training: EpochTraining = field(default_factory=EpochTraining)
     max_seq_length: int | None = None  # None: the task's default (128; NER 256; SQuAD 384)
     warmup_proportion: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
     group_by_length: bool = True  # training batches of similar-length examples (see batches.shuffled_batches)
     layer_lr_decay: float | None = None  # e.g. 0.9: layer l gets lr * 0.9^(L-l); None: one lr
-    seed: int = 42  # first seed; run k uses seed + k
-    seeds: int = 1
     grid: str | None = None  # "paper"
-    bf16: bool = False
-    eval_batch_size: int = 64
     eval_every: int | None = None  # also score dev every N steps (logged in metrics.jsonl); --eval-steps
-    max_steps: int | None = None  # optimizer steps per run, instead of `epochs`
     early_stopping: int | None = None  # stop after N dev evaluations without a better score; the best is kept
-    train_limit: int | None = None  # use a seeded random subset of N training examples (quick runs, benchmarks)
-    eval_limit: int | None = None
-    device: str | None = None  # "cpu", "cuda"; None: CUDA when available
-    progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
-    # checkpoints and resume (see the module docstring): a run's training state is saved on Ctrl-C/SIGTERM,
-    # and every `save_every` steps when given (then also at a run's last step)
-    save_every: int | None = None
-    resume: bool = False
+    # seed, device, checkpoints and resume (see the module docstring: a run's training state is saved on
+    # Ctrl-C/SIGTERM, and every `save_every` steps when given, then also at a run's last step)
+    run: RunOptions = field(default_factory=RunOptions)
+    optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: by the model's width), decay, clipping
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
@@ -174,8 +163,8 @@ class FinetuneConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         split_batch(self.batch_size, grad_accum=self.grad_accum)
-        if not self.epochs > 0 or (self.lr is not None and not self.lr > 0):
-            raise ConfigError(f"epochs and lr must be positive, got {self.epochs} and {self.lr}")
+        if not self.epochs > 0:
+            raise ConfigError(f"epochs must be positive, got {self.epochs}")
         if not 0 <= self.warmup_proportion < 1:
             raise ConfigError(f"warmup-proportion must be in [0, 1), got {self.warmup_proportion}")
         if self.layer_lr_decay is not None and not 0 < self.layer_lr_decay <= 1:
@@ -186,11 +175,6 @@ class FinetuneConfig:
             raise ConfigError("max-steps and early-stopping must be at least 1")
         if self.max_seq_length is not None and not 8 <= self.max_seq_length <= 4096:
             raise ConfigError(f"max-seq-length must be in [8, 4096], got {self.max_seq_length}")
-        if self.save_every is not None and self.save_every < 1:
-            raise ConfigError(f"save-every must be at least 1, got {self.save_every}")
-        if not self.weight_decay >= 0 or not self.max_grad_norm > 0:
-            raise ConfigError(f"weight-decay must not be negative and max-grad-norm must be positive, got "
-                              f"{self.weight_decay} and {self.max_grad_norm}")
 
     @property
     def precision(self) -> str:

@@ -1,7 +1,7 @@
 """Multi-task fine-tuning (MT-DNN, Liu et al., 2019): one shared encoder, one head per task, then optionally
 each task fine-tuned on its own from the multi-task model.
 
-    bertlab finetune multi --tasks mrpc,stsb,rte --data mrpc=glue/MRPC,stsb=glue/STS-B,rte=glue/RTE \\
+    bertlab finetune-multi --tasks mrpc,stsb,rte --data mrpc=glue/MRPC,stsb=glue/STS-B,rte=glue/RTE \\
         --model DIR --out OUT [--mixing proportional|temperature|equal] [--mixing-limit K]
         [--mixing-temperature T] [--per-task-epochs E]
 
@@ -95,7 +95,7 @@ def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) ->
     options: MultiTaskOptions = cfg.multi
     names = options.names
     if len(names) < 2:
-        raise ConfigError("finetune multi needs --tasks with at least two task names, e.g. --tasks mrpc,stsb,rte")
+        raise ConfigError("finetune-multi needs --tasks with at least two task names, e.g. --tasks mrpc,stsb,rte")
     unknown = [n for n in names if n not in TASKS or n == MULTI_TASK]
     if unknown:
         raise ConfigError(f"unknown task {unknown[0]!r} in --tasks; expected names from: {', '.join(TASKS)}")

@@ -42,7 +42,8 @@ from .distributed import init_distributed, seed_everything
 from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
-from .runconfig import parse_duration
+from .runconfig import GroupedSettings, changed_settings, parse_duration
+from .settings import LoopRunOptions, PretrainEval, StepTraining, WarmupOptimOptions
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -53,46 +54,36 @@ FINAL_DIR = "final"
 
 
 @dataclass
-class PretrainConfig:
+class PretrainTraining(StepTraining):
+    batch_size: int = 128  # the paper: 256
+
+
+@dataclass
+class PretrainOptim(WarmupOptimOptions):
+    warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
+
+
+@dataclass
+class PretrainConfig(GroupedSettings):
     # what to train, on what, where
     model: str = "mini"  # preset (tiny, mini, small, ..., L4-H256) or a config.json / model folder
     data: str = ""  # DATA_DIR from `bertlab prepare`
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
     objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
-    # how long: one of the two
-    steps: int | None = None
-    time_budget: str | None = None  # "2h", "90m", "1h30m": the schedule is fitted to it
-    # batches
-    batch_size: int = 128  # sequences per optimizer step, all ranks together (the paper: 256)
-    micro_batch_size: int | None = None  # per rank per forward pass; the rest is gradient accumulation
+    # how long (steps, or a time budget the schedule is fitted to), batch over all ranks, precision
+    training: PretrainTraining = field(default_factory=PretrainTraining)
     seq_len: int = 128  # phase 1 sequence length (an instance set of that length must exist)
     phase2_seq_len: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
     phase2_fraction: float = 0.1  # share of the steps at phase2_seq_len (the paper: the last 10%)
     phase2_batch_size: int | None = None  # default: batch_size
     # optimisation
     optimizer: str = "adamw"  # adamw | lamb
-    lr: float | None = None  # None: the model width's default (DEFAULT_LR_BY_WIDTH)
-    warmup: float = 0.01  # < 1: fraction of the steps (the paper: 10k of 1M); >= 1: steps
+    optim: PretrainOptim = field(default_factory=PretrainOptim)  # lr (None: by the model's width), decay, clipping
     decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    precision: str = "auto"  # auto (bf16 where the hardware does it natively, else fp32) | fp32 | bf16 | fp16
-    # evaluation, logs, checkpoints
-    eval_every: int | None = None  # default: `num_evals` evaluations spread over the run
-    num_evals: int = 10
-    eval_batches: int | None = 50  # held-out batches per evaluation (None: the whole split)
-    eval_batch_size: int = 64
-    eval_at_start: bool = True  # held-out numbers of the untrained model, for comparison
-    save_every: int | None = None  # default: 10 checkpoints per run (plus the last one, and on signals)
-    keep_last: int = 3
-    log_every: int = 1
-    seed: int = 0
-    num_workers: int = 1  # DataLoader workers per rank
-    device: str = "auto"  # auto | cpu | cuda
-    resume: bool = False
-    progress: bool = True
-    retain_freed_memory: bool = True  # CPU: keep freed tensor memory in the process (bertlab/host_memory.py)
+    eval: PretrainEval = field(default_factory=PretrainEval)  # eval_every None: `num_evals` spread over the run
+    # seed, device, checkpoints (save_every None: 10 per run, plus the last one, and on signals), resume
+    run: LoopRunOptions = field(default_factory=LoopRunOptions)
 
     def validate(self) -> None:
         if not self.data:
@@ -109,12 +100,6 @@ class PretrainConfig:
         check_precision(self.precision)
         if not 0 < self.decay_fraction <= 1:
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
-        for name in ("lr", "max_grad_norm"):  # lr None: the default for the model's width (`default_lr`)
-            if getattr(self, name) is not None and not getattr(self, name) > 0:
-                raise ConfigError(f"{name.replace('_', '-')} must be a positive number, got {getattr(self, name)}")
-        if not self.weight_decay >= 0 or not self.warmup >= 0:
-            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
-                              f"{self.warmup}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
         for name in ("batch_size", "seq_len", "eval_batch_size"):
@@ -187,9 +172,7 @@ def _available_lengths(data_dir: str) -> list[int]:
 def stated_fields(cfg, given: Collection[str] | None) -> set[str]:
     """The settings the user stated: `given` (flags and --config keys), or for a config built in Python the
     fields that differ from the dataclass defaults (as `setup.resolve_resume_config` reads them)."""
-    if given is not None:
-        return set(given)
-    return {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != f.default}
+    return set(given) if given is not None else changed_settings(cfg)
 
 
 def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collection[str],

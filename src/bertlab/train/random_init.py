@@ -3,7 +3,7 @@ pre-training bought.
 
     bertlab finetune sst2 --model tiny --vocab vocab.txt --data glue/SST-2 --out runs/sst2-random
     bertlab finetune sst2 --model RUN/final --init random ...        # RUN/final's shape and tokenizer, new weights
-    bertlab finetune t2t --tasks sst2 --model t5-tiny --vocab spiece.model|vocab.txt --data GLUE --out OUT
+    bertlab finetune-t5 --tasks sst2 --model t5-tiny --vocab spiece.model|vocab.txt --data GLUE --out OUT
     bertlab distill --task sst2 --teacher FT/model --student every-other-layer --init random ...  # student only
 
 A size (a BERT preset: tiny ... large, L4-H256; a T5 preset: t5-tiny ... t5-large) takes its tokenizer from

@@ -10,19 +10,34 @@
 
 Precedence: the dataclass defaults, then the JSON file given with `--config`, then the flags that were
 actually passed. A field whose type is itself a dataclass (a group of related settings, e.g. fine-tuning's
-`inputs` and `method`) is an object in the JSON file and contributes its own fields as flags, so a config
-stays a handful of readable groups while the command line stays flat. Unknown keys and wrong types are one-line `ConfigError`s naming the key, so a typo in a
-run file fails before anything starts. JSON rather than YAML: no extra dependency, and `run_config.json`
-written into the run directory is itself a valid `--config` file.
+`inputs` and `tuning`, or the `run` and `optim` groups every recipe shares, `train/settings.py`) is an object
+in the JSON file and contributes its own fields as flags, so a config stays a handful of readable groups
+while the command line stays flat. Names are unique across a config and its groups, so a group's setting may
+also be given flat (`"lr": 1e-4` for `"optim": {"lr": 1e-4}`) -- as run_config.json files written before the
+groups have it -- and is read and given flat in Python (`cfg.lr`, `PretrainConfig(lr=...)`: `GroupedSettings`). Unknown keys and wrong types are one-line
+`ConfigError`s naming the key, so a typo in a run file fails before anything starts. JSON rather than YAML:
+no extra dependency, and `run_config.json` written into the run directory is itself a valid `--config` file.
+
+A field's help is written once, as a string literal right under it in its dataclass (read by `field_help`),
+so `--help` and the CLI reference come from the dataclass:
+
+    @dataclass
+    class RunOptions:
+        seed: int = 42
+        "seed of the weights, the data order and dropout"
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
+import inspect
 import math
 import re
 import sys
+import textwrap
 import types
 import typing
 from pathlib import Path
@@ -77,9 +92,158 @@ def _group_type(annotation: Any) -> type | None:
     return base if dataclasses.is_dataclass(base) and isinstance(base, type) else None
 
 
+# ---------------------------------------------------------------------------------------------- groups
+def _groups(cls: type) -> dict[str, type]:
+    """Group field name -> its dataclass (`{"run": RunOptions, "optim": OptimOptions}`)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: group for f in dataclasses.fields(cls) if (group := _group_type(hints[f.name])) is not None}
+
+
+@functools.cache
+def setting_paths(cls: type) -> dict[str, tuple[str, ...]]:
+    """Every setting of `cls` by its flat name -> where it lives: `lr` -> ("optim", "lr"), `model` -> ("model",)."""
+    groups = _groups(cls)
+    paths: dict[str, tuple[str, ...]] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in groups:
+            paths.update({name: (f.name, *path) for name, path in setting_paths(groups[f.name]).items()})
+        else:
+            paths[f.name] = (f.name,)
+    return paths
+
+
+def nested(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a JSON object) with the flat spellings of group settings (`"lr"`, as a run_config.json written
+    before the groups has them) moved into their group's object (`"optim": {"lr": ...}`); a copy."""
+    paths = setting_paths(cls)
+    out: dict[str, Any] = {}
+    flat: list[tuple[tuple[str, ...], Any]] = []
+    for key, value in data.items():
+        path = paths.get(key)
+        if path is not None and len(path) > 1:
+            flat.append((path, value))
+        else:
+            out[key] = dict(value) if isinstance(value, dict) else value
+    for path, value in flat:
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if dataclasses.is_dataclass(child) and not isinstance(child, type):
+                child = dataclasses.asdict(child)
+            node[part] = child = dict(child) if isinstance(child, dict) else {}
+            node = child
+        node[path[-1]] = value
+    return out
+
+
+def flat_dict(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `nested`: a JSON object of `cls` (nested or flat) with every setting at the top."""
+    groups = _groups(cls)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in groups and isinstance(value, dict):
+            out.update(flat_dict(groups[key], value))
+        else:
+            out[key] = value
+    return out
+
+
+def flat_settings(cfg: Any) -> dict[str, Any]:
+    """Every setting of a config by its flat name, its groups' included: {"lr": 1e-4, "seed": 42, ...}."""
+    groups = _groups(type(cfg))
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        out.update(flat_settings(value) if f.name in groups else {f.name: value})
+    return out
+
+
+def setting_defaults(cls: type) -> dict[str, Any]:
+    """The dataclass default of every setting of `cls` by its flat name (required ones left out)."""
+    groups = _groups(cls)
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in groups:
+            out.update(setting_defaults(groups[f.name]))
+        elif f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def changed_settings(cfg: Any) -> set[str]:
+    """The settings of a config built in Python that differ from their defaults (required ones always): what
+    its author stated, where there are no flags to tell."""
+    defaults = setting_defaults(type(cfg))
+    return {k for k, v in flat_settings(cfg).items() if k not in defaults or v != defaults[k]}
+
+
+class _FlatSettings(type):
+    """Metaclass of `GroupedSettings`: the constructor -- and so `dataclasses.replace` -- takes a group's
+    settings by their flat names too, `PretrainConfig(lr=1e-4)` for `PretrainConfig(optim=OptimOptions(lr=1e-4))`,
+    and a group as its JSON object; a group given as well is copied with them (`dataclasses.replace(cfg,
+    lr=...)` never changes `cfg`'s group)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        paths, groups = setting_paths(cls), _groups(cls)
+        by_group: dict[str, dict[str, Any]] = {}
+        for name in [k for k in kwargs if len(paths.get(k, ())) > 1]:
+            by_group.setdefault(paths[name][0], {})[name] = kwargs.pop(name)
+        for group in groups.keys() & kwargs.keys():  # a group as its JSON object: `PretrainConfig(**record)`
+            if isinstance(kwargs[group], dict):
+                kwargs[group] = groups[group](**kwargs[group])
+        for group, inner in by_group.items():
+            given = kwargs.get(group)
+            kwargs[group] = dataclasses.replace(given, **inner) if given is not None else groups[group](**inner)
+        return super().__call__(*args, **kwargs)
+
+
+class GroupedSettings(metaclass=_FlatSettings):
+    """Base of a config with settings groups: a group's setting is read by its flat name, `cfg.lr` for
+    `cfg.optim.lr` (names are unique across a config and its groups), and given by it to the constructor and
+    `dataclasses.replace` -- so recipes, scripts and tests use the settings as before they were grouped.
+    Setting one on the config is refused: two configs made by `dataclasses.replace` share a group object."""
+
+    def __getattr__(self, name: str) -> Any:
+        path = None if name.startswith("__") else setting_paths(type(self)).get(name)
+        if path is None or len(path) == 1:  # a top-level field not yet set (copy, unpickling) is no group's
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value: Any = self
+        for part in path:
+            value = getattr(value, part)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        path = setting_paths(type(self)).get(name)
+        if path is not None and len(path) > 1:
+            raise AttributeError(f"{name} is a setting of the {path[0]!r} group: use dataclasses.replace(cfg, "
+                                 f"{name}=...)")
+        object.__setattr__(self, name, value)
+
+
+@functools.cache
+def field_help(cls: type) -> dict[str, str]:
+    """Field name -> its help: the string literal right under the field in the class body (a subclass's own
+    over its bases'), whitespace folded. {} where the source cannot be read."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+        except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
+            continue
+        for stmt, after in zip(body, body[1:]):
+            if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+                docs[stmt.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
 def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     hints = typing.get_type_hints(cls)
-    data = dict(data)
+    data = nested(cls, data)
     for name, annotation in hints.items():  # a group given as an object (JSON) is built and checked likewise
         group = _group_type(annotation)
         if group is not None and isinstance(data.get(name), dict):
@@ -111,15 +275,18 @@ class DeprecatedSpelling(argparse.Action):
 
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[str, str] | None = None,
                          skip: tuple[str, ...] = (), aliases: dict[str, tuple[str, ...]] | None = None,
-                         renamed: dict[str, str] | None = None) -> None:
+                         renamed: dict[str, str] | None = None, defaults: dict[str, str] | None = None) -> None:
     """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`; `aliases` gives a
     field more spellings (`{"data": ("--train",)}`); `renamed` spells a field's flag otherwise than its name
     (`{"seq_len": "--max-seq-length"}`: one spelling for one setting across commands), the name's own
-    spelling kept as a hidden, deprecated alias. Every default is None in argparse, so `config_from_args` can
-    tell a flag that was given from one that was not."""
+    spelling kept as a hidden, deprecated alias. A flag's help is the field's docstring (`field_help`), or
+    `help`'s entry for a field without one; `defaults` says how the command decides a default the dataclass
+    leaves open (`{"lr": "by the model's width"}`), shown as "(default: ...)". Every default is None in
+    argparse, so `config_from_args` can tell a flag that was given from one that was not."""
     aliases = aliases or {}
     renamed = renamed or {}
-    help = help or {}
+    defaults = defaults or {}
+    help = {**(help or {}), **field_help(cls)}
     if not any("--config" in a.option_strings for a in parser._actions):
         parser.add_argument("--config", type=Path, default=None, help="JSON file of settings (flags override it)")
     hints = typing.get_type_hints(cls)
@@ -128,7 +295,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[
             continue
         group = _group_type(hints[f.name])
         if group is not None:  # a settings group: its fields are flags of their own (names must not clash)
-            add_config_arguments(parser.add_argument_group(f.name), group, help, skip, aliases)
+            add_config_arguments(parser.add_argument_group(f.name, _description(group)), group, help, skip, aliases,
+                                 renamed, defaults)
             continue
         base, _ = _base_type(hints[f.name])
         own = "--" + f.name.replace("_", "-")
@@ -137,6 +305,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[
             parser.add_argument(own, dest=f.name, action=DeprecatedSpelling, now=renamed[f.name], default=None,
                                 type=base if base in (int, float) else str, help=argparse.SUPPRESS)
         default = f.default if f.default is not dataclasses.MISSING else None
+        default = defaults.get(f.name, default)
         text = help.get(f.name, "") + (f" (default: {default})" if default not in (None, "") else "")
         if base is bool:
             parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
@@ -145,16 +314,33 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[
                                 metavar=base.__name__.upper() if base in (int, float) else None)
 
 
+def _description(cls: type) -> str | None:
+    """A settings group's own docstring (a subclass without one: its base's), for its section of `--help`."""
+    for klass in cls.__mro__:
+        doc = klass.__dict__.get("__doc__")
+        if doc and not doc.startswith(f"{klass.__name__}("):  # not the signature dataclasses writes in
+            return " ".join(doc.split())
+    return None
+
+
 def config_from_args(cls: type[T], args: argparse.Namespace, base: dict[str, Any] | None = None) -> T:
     """defaults < `base` < the `--config` file < flags given on the command line."""
-    data = dict(base or {})
+    data = nested(cls, base or {})
     source = "command line"
     if getattr(args, "config", None) is not None:
         # A run's own run_config.json is a valid file: what that run decided (`_resolved`) is not a setting.
-        data.update({k: v for k, v in read_json_object(args.config).items() if k != "_resolved"})
+        data = _merged(data, nested(cls, {k: v for k, v in read_json_object(args.config).items() if k != "_resolved"}))
         source = str(args.config)
     data.update(_given(cls, args, data))
     return config_from_dict(cls, data, source)
+
+
+def _merged(data: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`data` updated by `over`, a group's object merged key by key rather than replaced."""
+    out = dict(data)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _given(cls: type, args: argparse.Namespace, data: dict[str, Any]) -> dict[str, Any]:
@@ -173,36 +359,13 @@ def _given(cls: type, args: argparse.Namespace, data: dict[str, Any]) -> dict[st
 
 
 def given_fields(cls: type, args: argparse.Namespace) -> set[str]:
-    """The settings the user stated: the flags given on the command line and the keys of the `--config`
-    file -- what a resumed run takes from the user rather than from its own run_config.json."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    given = set(_given(cls, args, {}))  # a group counts as given when one of its flags is
+    """The settings the user stated, by their flat names (a group's own, not the group's): the flags given on
+    the command line and the keys of the `--config` file -- what a resumed run takes from the user rather
+    than from its own run_config.json."""
+    given = set(flat_dict(cls, _given(cls, args, {})))
     if getattr(args, "config", None) is not None:
-        given |= set(read_json_object(args.config)) & names
+        given |= set(flat_dict(cls, nested(cls, read_json_object(args.config)))) & set(setting_paths(cls))
     return given
-
-
-def refuse_foreign_settings(args: argparse.Namespace, own: type, other: type, what: str,
-                            ignore: tuple[str, ...] = (), renamed: dict[str, str] | None = None) -> None:
-    """A one-line `ConfigError` for a flag given on the command line that `other` (the config class the
-    subcommand's flags were also made from) has and `own` (the class this run is read into) does not -- so a
-    setting of another recipe is never silently ignored. `what` names this run ("T5 pre-training");
-    `renamed` as `add_config_arguments` was given it, so the message spells the flag as the user did."""
-    own_names = _all_field_names(own) | set(ignore)
-    for name in sorted(_all_field_names(other)):
-        if name not in own_names and getattr(args, name, None) is not None:
-            flag = (renamed or {}).get(name, "--" + name.replace("_", "-"))
-            raise ConfigError(f"{flag} is not a setting of {what}")
-
-
-def _all_field_names(cls: type) -> set[str]:
-    """Field names of `cls` and of its settings groups (the flags it contributes)."""
-    hints = typing.get_type_hints(cls)
-    names = set()
-    for f in dataclasses.fields(cls):
-        group = _group_type(hints[f.name])
-        names |= _all_field_names(group) if group is not None else {f.name}
-    return names
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|min|s|sec)?", re.I)

@@ -33,7 +33,7 @@ from ..fsio import atomic_write_text
 from ..jsonconfig import read_json_object
 from ..errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES
-from .runconfig import config_from_dict
+from .runconfig import changed_settings, config_from_dict, flat_dict, flat_settings
 
 C = TypeVar("C")
 log = logging.getLogger(__name__)
@@ -78,11 +78,12 @@ def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change
                            "--resume")
     saved = resume_base(run_file.parent) if run_file.name == RUN_CONFIG else read_json_object(run_file)
     saved.pop("_resolved", None)
-    fields = {f.name: f.default for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    saved = flat_dict(cls, saved)  # settings by their flat names, groups' too (a file from before them is flat)
+    current = flat_settings(cfg)
     if given is None:
-        given = [k for k in fields if getattr(cfg, k) != fields[k]]
+        given = changed_settings(cfg)
     may_change = set(may_change)
-    stated = {k: getattr(cfg, k) for k in given if k in fields and k not in ("out", "resume")}
+    stated = {k: current[k] for k in given if k in current and k not in ("out", "resume")}
     ignored = [k for k, v in stated.items() if k not in may_change and k in saved and v != saved[k]]
     if ignored:
         say("resume keeps the run's own " + ", ".join(f"{k} ({saved[k]!r}; {stated[k]!r} ignored)" for k in ignored)
@@ -141,8 +142,9 @@ def autocast_dtype(precision: str) -> torch.dtype | None:
 
 
 def resolve_device(name: str | None) -> torch.device:
-    """A recipe's device for one process: `name` ("cpu", "cuda", "cuda:1"), or CUDA when available."""
-    if name is None:
+    """A recipe's device for one process: `name` ("cpu", "cuda", "cuda:1"), or (None, "auto") CUDA when
+    available."""
+    if name is None or name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device 'cuda' requested but no CUDA device is available")

@@ -12,21 +12,24 @@ AdamW as the alternative, for T5 pre-training and text-to-text fine-tuning.
     adamw          BERT's AdamW (`optim.adamw`: β 0.9/0.999, ε 1e-6, decoupled weight decay)
 
 Schedules are registered by name (`SCHEDULES`) and are classes, so `LambdaLR.state_dict()` saves them and a
-resumed run continues on the same curve.
+resumed run continues on the same curve. `T5OptimOptions` is the settings group of both T5 recipes.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError
 from .optim import adamw, param_groups
+from .settings import OptimOptions
 
 OPTIMIZERS = ("adafactor", "adamw")
 ADAMW_DEFAULT_LR = 1e-3
+T5_WARMUP = 10_000  # T5's constant-rate steps before the inverse square root decay
 
 
 class InverseSqrt:
@@ -60,6 +63,26 @@ def check_optimization(optimizer: str, schedule: str) -> None:
         raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if schedule not in SCHEDULES:
         raise ConfigError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+
+
+@dataclass
+class T5OptimOptions(OptimOptions):
+    """T5's optimiser settings (the `optim` group of `pretrain-t5`; `finetune-t5` changes the defaults)."""
+
+    optimizer: str = "adafactor"
+    """adafactor (T5's) or adamw"""
+    schedule: str = "inverse-sqrt"
+    """inverse-sqrt (constant for --warmup steps, then 1/sqrt) or constant"""
+    warmup: int = T5_WARMUP
+    """steps at the constant rate before the inverse square root decay"""
+    weight_decay: float = 0.0
+    max_grad_norm: float | None = None  # Adafactor clips its updates itself
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_optimization(self.optimizer, self.schedule)
+        if self.warmup < 0:
+            raise ConfigError(f"warmup must not be negative, got {self.warmup}")
 
 
 def default_lr(optimizer: str, warmup_steps: int, schedule: str = "inverse-sqrt") -> float:

@@ -1,7 +1,7 @@
 """T5's pre-training recipe (Raffel et al., 2020, sections 3.1-3.3) on the one training loop.
 
-    bertlab pretrain --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
-                     [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
+    bertlab pretrain-t5 --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
+                        [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
 
     objective  one of T5's denoising objectives (`bertlab.models.t5.objectives`), as the data was prepared with it
                (`bertlab prepare --objective NAME`): by default the data's own; a name the data was not
@@ -22,7 +22,8 @@
                with the data's tokenizer (spiece.model, or vocab.txt with the sentinels), which `transformers`
                (encoder-decoder) and `bertlab generate` load as is
 
-`is_t5_request` decides, from what a `bertlab pretrain` command states, whether this recipe or BERT's runs.
+`is_t5_request` decides, from what a `bertlab pretrain` command states, whether it asks for T5 (the old spelling
+of `bertlab pretrain-t5`, kept for a release: `bertlab.cli.old_spellings`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -52,11 +53,13 @@ from .runconfig import parse_duration
 from .setup import (BUDGET_RESERVE, RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
                     resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
-from .t5_optim import OPTIMIZERS, SCHEDULES, build_schedule, build_t5_optimizer, check_optimization, default_lr
+from .runconfig import GroupedSettings
+from .settings import LoopRunOptions, PretrainEval, StepTraining
+from .t5_optim import (OPTIMIZERS, SCHEDULES, T5OptimOptions, build_schedule, build_t5_optimizer,
+                       default_lr)
 
 log = logging.getLogger(__name__)
 
-T5_WARMUP = 10_000  # T5's constant-rate steps before the inverse square root decay
 T5_BATCH = 128  # T5's sequences per step
 # A budgeted run on a CPU: T5's 128 x 512 takes ~30 s a step for t5-tiny on 2 cores, so a 5-minute budget
 # would do 9 steps (and the timing alone took two minutes). The batch is halved, from 128 down to CPU_MIN_BATCH,
@@ -66,7 +69,7 @@ CPU_MIN_BATCH = 8
 
 
 @dataclass
-class T5PretrainConfig:
+class T5PretrainConfig(GroupedSettings):
     # what to train, on what, where
     model: str = "t5-small"  # T5 preset, config.json or model folder
     architecture: str | None = None  # encoder-decoder | decoder-only | prefix-lm (default: the config's)
@@ -74,37 +77,14 @@ class T5PretrainConfig:
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout T5 folder to continue pre-training from
     objective: str | None = None  # a T5 objective the data was prepared for (default: the data's)
-    # how long: one of the two
-    steps: int | None = None
-    time_budget: str | None = None
-    # batches
-    # sequences per optimizer step, all ranks together. None: T5's 128 (of 512 tokens) -- except for a run with a
-    # time budget on a CPU, which takes the largest of 128, 64, ..., 8 that fits CPU_TARGET_STEPS in the budget
-    batch_size: int | None = None
-    micro_batch_size: int | None = None
-    # optimisation
-    optimizer: str = "adafactor"  # adafactor | adamw
-    schedule: str = "inverse-sqrt"  # inverse-sqrt | constant
-    lr: float | None = None  # None: adafactor 1/sqrt(warmup) (T5's 0.01), adamw 1e-3
-    warmup: int = T5_WARMUP  # steps at the constant rate before the inverse square root decay
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = None  # None: no clipping (Adafactor clips its updates itself)
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16
-    # evaluation, logs, checkpoints
-    eval_every: int | None = None
-    num_evals: int = 10
-    eval_batches: int | None = 50
-    eval_batch_size: int = 64
-    eval_at_start: bool = True
-    save_every: int | None = None
-    keep_last: int = 3
-    log_every: int = 1
-    seed: int = 0
-    num_workers: int = 1
-    device: str = "auto"
-    resume: bool = False
-    progress: bool = True
-    retain_freed_memory: bool = True
+    # steps or a time budget; batch_size None: T5's 128 (of 512 tokens) -- except for a run with a time budget on
+    # a CPU, which takes the largest of 128, 64, ..., 8 that fits CPU_TARGET_STEPS in the budget; precision
+    training: StepTraining = field(default_factory=StepTraining)
+    # optimisation: optimizer, schedule, warmup, lr (None: adafactor 1/sqrt(warmup) = T5's 0.01, adamw 1e-3),
+    # weight decay, clipping (None: Adafactor clips its updates itself)
+    optim: T5OptimOptions = field(default_factory=T5OptimOptions)
+    eval: PretrainEval = field(default_factory=PretrainEval)
+    run: LoopRunOptions = field(default_factory=LoopRunOptions)  # seed, device, checkpoints, resume
 
     def validate(self) -> None:
         if not self.data:
@@ -121,15 +101,7 @@ class T5PretrainConfig:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
-        check_precision(self.precision)
-        check_optimization(self.optimizer, self.schedule)
-        if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"lr must be a positive number, got {self.lr}")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ConfigError(f"max-grad-norm must be a positive number, got {self.max_grad_norm}")
-        if not self.weight_decay >= 0 or self.warmup < 0:
-            raise ConfigError(f"weight-decay and warmup must not be negative, got {self.weight_decay} and "
-                              f"{self.warmup}")
+        check_precision(self.precision)  # the optimiser's settings: checked by their group (T5OptimOptions)
         for name in ("batch_size", "eval_batch_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")

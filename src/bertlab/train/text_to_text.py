@@ -1,6 +1,6 @@
 """Text-to-text fine-tuning of T5 (Raffel et al., 2020, sections 2.4, 3.5.1 and 3.5.2) on the one training loop.
 
-    bertlab finetune t2t --tasks rte,mrpc,stsb --model T5_DIR --data GLUE_DIR --out OUT
+    bertlab finetune-t5 --tasks rte,mrpc,stsb --model T5_DIR --data GLUE_DIR --out OUT
         [--mixing proportional|temperature|equal] [--mixing-limit K] [--mixing-temperature T]
         [--method full|adapters] [--gradual-unfreezing K] [--squad SPEC] [--per-task-epochs E]
 
@@ -73,12 +73,14 @@ from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .random_init import random_start, resolve_init
 from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
-from .t5_optim import build_schedule, build_t5_optimizer, check_optimization, default_lr
+from .runconfig import GroupedSettings
+from .settings import EpochTraining, RunOptions
+from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, default_lr
 from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
 
-TEXT_TO_TEXT = "t2t"  # the `bertlab finetune` task name of this recipe
+TEXT_TO_TEXT = "t2t"  # the recipe's name in `bertlab finetune`'s old spelling (`finetune t2t`)
 # GLUE_DIR's subfolders, as GLUE's download script names them.
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
@@ -89,37 +91,34 @@ ADAPTERS_DIR, ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapters", "adapters.safetensor
 
 
 @dataclass
-class TextToTextConfig:
+class TextToTextOptim(T5OptimOptions):
+    """T5's fine-tuning: Adafactor at a constant rate."""
+
+    schedule: str = "constant"
+    warmup: int = 0
+
+
+@dataclass
+class TextToTextTraining(EpochTraining):
+    batch_size: int = 32  # T5: 128
+
+
+@dataclass
+class TextToTextConfig(GroupedSettings):
     model: str = ""  # a T5 folder with its tokenizer, or a size (t5-tiny) with `vocab` (train/random_init.py)
     data: str = ""  # GLUE_DIR (task subfolders) or task=PATH,task=PATH
     out: str = ""
     squad: str | None = None  # SQuAD DATA_PATH (train=FILE,dev=FILE; FILE#A:B articles) for task squad / squad2
-    epochs: float = 3.0
-    max_steps: int | None = None
-    batch_size: int = 32  # examples per optimizer step (T5: 128)
-    grad_accum: int = 1
-    optimizer: str = "adafactor"  # adafactor | adamw
-    schedule: str = "constant"  # constant (T5's fine-tuning) | inverse-sqrt
-    lr: float | None = None  # None: adafactor constant by width (FINETUNE_LR_BY_WIDTH; T5's 1e-3 from 512), adamw 1e-3
-    warmup: int = 0  # inverse-sqrt: steps at the constant rate
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = None
+    # epochs or max_steps, batch, seeds, bf16, subsets (a seeded random N training / dev examples per task)
+    training: TextToTextTraining = field(default_factory=TextToTextTraining)
+    # optimizer, schedule, warmup, lr (None: adafactor constant by width, FINETUNE_LR_BY_WIDTH; adamw 1e-3), decay
+    optim: TextToTextOptim = field(default_factory=TextToTextOptim)
     max_seq_length: int | None = None  # longest input (None: the task's default, 128 for GLUE, 384 SQuAD)
     max_target_length: int = 64  # longest target in training; and the generation limit (with max_new_tokens)
     max_new_tokens: int | None = None  # generation limit (None: the longest label's tokens + 2; SQuAD 32)
-    seed: int = 42
-    seeds: int = 1
-    bf16: bool = False
-    eval_batch_size: int = 64
-    train_limit: int | None = None  # a seeded random N training examples per task
-    eval_limit: int | None = None  # a seeded random N dev examples per task
-    device: str | None = None
-    progress: bool = True
-    retain_freed_memory: bool = True
-    # checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on Ctrl-C/SIGTERM
-    # and every `save_every` steps when given; `resume` continues the seed in progress, finished seeds are kept
-    save_every: int | None = None
-    resume: bool = False
+    # seed, device; checkpoints and resume, as `bertlab finetune TASK`'s: a run's training state is saved on
+    # Ctrl-C/SIGTERM and every `save_every` steps when given; `resume` continues the seed in progress
+    run: RunOptions = field(default_factory=RunOptions)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # method, adapter_size, unfreezing
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # tasks, mixing, limit, temperature
     vocab: str | None = None  # a random start of a size: its tokenizer (vocab.txt or SentencePiece .model)
@@ -128,7 +127,7 @@ class TextToTextConfig:
     def __post_init__(self) -> None:
         names = self.multi.names
         if not names:
-            raise ConfigError("finetune t2t: give the tasks, e.g. --tasks rte,mrpc,stsb (or --tasks sst2)")
+            raise ConfigError("finetune-t5: give the tasks, e.g. --tasks rte,mrpc,stsb (or --tasks sst2)")
         for name in names:
             if name not in TASKS:
                 raise ConfigError(f"unknown task {name!r} in --tasks; expected names from: {', '.join(TEXT_FORMATS)}")
@@ -136,13 +135,10 @@ class TextToTextConfig:
         if len(set(names)) != len(names):
             raise ConfigError(f"--tasks names a task twice: {self.multi.tasks}")
         if self.tuning.method not in T2T_METHODS:
-            raise ConfigError(f"finetune t2t: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
-        check_optimization(self.optimizer, self.schedule)
+            raise ConfigError(f"finetune-t5: --method must be one of {', '.join(T2T_METHODS)}, got {self.tuning.method!r}")
         for name in ("batch_size", "grad_accum", "seeds", "eval_batch_size", "max_target_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.lr is not None and not self.lr > 0:
-            raise ConfigError(f"lr must be a positive number, got {self.lr}")
         split_batch(self.batch_size, grad_accum=self.grad_accum)
 
     @property
@@ -187,7 +183,7 @@ def task_paths(cfg: TextToTextConfig) -> dict[str, str]:
             raise ConfigError(f"--data has no path for task {name} (give {name}=PATH)")
         else:
             if not cfg.data:
-                raise ConfigError("finetune t2t: give --data GLUE_DIR (a folder with CoLA, SST-2, MRPC, ...)")
+                raise ConfigError("finetune-t5: give --data GLUE_DIR (a folder with CoLA, SST-2, MRPC, ...)")
             folder = Path(cfg.data) / GLUE_FOLDERS[name]
             if not folder.is_dir():
                 raise ConfigError(f"{folder}: no such folder (task {name} in GLUE_DIR {cfg.data})")
@@ -306,7 +302,7 @@ def load_adapters(model, path: str | Path):
     path = Path(path)
     for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
         if not (path / name).is_file():
-            raise BertlabError(f"{path}: no {name} (not an adapters folder from `bertlab finetune t2t --method "
+            raise BertlabError(f"{path}: no {name} (not an adapters folder from `bertlab finetune-t5 --method "
                                "adapters`)")
     config = json.loads((path / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     add_adapters(model, list(config["layers"]), int(config["size"]), config.get("activation", "relu"))
@@ -465,11 +461,11 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
 
     out = Path(cfg.out)
     if not cfg.out:
-        raise ConfigError("finetune t2t: give --out OUT")
+        raise ConfigError("finetune-t5: give --out OUT")
     if cfg.resume:  # the run's own settings rule, as for one BERT task
         cfg = resolve_resume_config(TextToTextConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
     if not cfg.model:
-        raise ConfigError("finetune t2t: give --model T5_DIR (a T5 folder with its tokenizer)")
+        raise ConfigError("finetune-t5: give --model T5_DIR (a T5 folder with its tokenizer)")
     check_writable(out)
     interrupted = SweepState.interrupted_runs(out)  # the same layout: runs/<run>/checkpoints/step-*
     if interrupted and not cfg.resume:
