@@ -391,8 +391,8 @@ def family_files(request, tmp_path_factory, spm_folder):
 
 
 def test_commands_end_to_end(family_files, tmp_path, capsys):
-    """embed, finetune text-classification on a CSV, predict, fill-mask -- on a RoBERTa and an XLM-R folder; the
-    tokenizer is `transformers`' where both read the same files, and so are the predictions."""
+    """tokenize, embed, finetune text-classification on a CSV, predict, fill-mask -- on a RoBERTa and an XLM-R
+    folder; the tokenizer is `transformers`' where both read the same files, and so are the predictions."""
     from bertlab import AutoTokenizer
 
     family, files = family_files
@@ -402,6 +402,10 @@ def test_commands_end_to_end(family_files, tmp_path, capsys):
     ours, theirs = AutoTokenizer.from_pretrained(enc), transformers.AutoTokenizer.from_pretrained(enc)
     assert type(ours).__name__ == prefix + "Tokenizer"
     assert ours(texts)["input_ids"] == theirs(texts)["input_ids"]
+    capsys.readouterr()
+    assert _run("tokenize", "--vocab", enc, "--format", "json", "--special", texts[1]) == 0
+    assert json.loads(capsys.readouterr().out)["ids"] == ours(texts[1])["input_ids"]
+    assert _run("tokenize", "--vocab", enc, "--cased", texts[0]) == 2  # a WordPiece setting: one line, refused
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
     assert _run("embed", "--model", enc, "--input", tmp_path / "texts.txt", "--output", tmp_path / "e.npy") == 0
     assert np.load(tmp_path / "e.npy").shape == (3, 32)
