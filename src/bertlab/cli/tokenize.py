@@ -66,17 +66,20 @@ def family_tokenizer(path: Path, overrides: dict):
     """The tokenizer of a RoBERTa or XLM-R model folder (any family but BERT whose tokenizer has BertTokenizer's
     call surface); None for anything else, which BertTokenizer reads."""
     from ..errors import BertlabError
-    from ..models.registry import family_of, model_type_of
+    from ..models.registry import FAMILIES, family, model_type_of
     from ..tokenizer import TokenizerBase
 
-    if not (path.is_dir() and (path / "config.json").is_file()) or model_type_of(path) == "bert":
+    if not (path.is_dir() and (path / "config.json").is_file()):
         return None
-    family = family_of(path)
-    tok = family.load_tokenizer(path)
+    model_type = model_type_of(path)
+    if model_type == "bert" or model_type not in FAMILIES:  # another family's vocab.txt is still read as WordPiece
+        return None
+    found = family(model_type)
+    tok = found.load_tokenizer(path)
     if not isinstance(tok, TokenizerBase):
         return None
     if overrides:
-        raise BertlabError(f"{path}: --cased/--uncased are WordPiece settings; {family.name}'s tokenizer keeps case")
+        raise BertlabError(f"{path}: --cased/--uncased are WordPiece settings; {found.name}'s tokenizer keeps case")
     return tok
 
 
