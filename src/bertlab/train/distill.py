@@ -17,7 +17,7 @@ masked-LM data of `bertlab prepare`, the teacher a pre-trained model with its ML
   teacher's soft labels. Its gradients shrink as 1/T²; the T² factor keeps the term's weight independent of T.
 
   Where the KL is taken: at the masked positions only (`kl_positions = "masked"`, the default) -- the rows
-  the MLM head computes (`heads._masked_lm`). (1) Cost: the vocabulary projection is the largest matmul in
+  the MLM head computes (`heads.masked_lm`). (1) Cost: the vocabulary projection is the largest matmul in
   the model and ~85% of its rows would be unmasked positions, for the teacher and the student alike; kept
   to the masked rows a distillation step costs a pre-training step plus a teacher forward, and the
   (B·T, V) logits -- 500 MB per model at B 32, T 128, V 30522 in fp32 -- never exist. (2) Signal: at an
@@ -120,6 +120,7 @@ class DistillConfig:
     teacher: str = ""  # a Hugging Face-layout folder: pre-trained with its MLM head, or fine-tuned on `task`
     student: str = "every-other-layer"  # every-other-layer | every-K-layers | layers:I,J | PRESET | CONFIG | DIR
     init: str | None = None  # random: the student's weights drawn anew (the baseline); None: as --student makes it
+    student_layout: str = "bert"  # general: bert | distilbert (the student written as a DistilBERT at the end)
     data: str = ""  # DATA_DIR from `bertlab prepare` (general), or the task's folder/file (task)
     out: str = ""  # RUN_DIR / OUT_DIR
     task: str | None = None  # a task name (sst2, squad, ...): task-specific distillation
@@ -188,6 +189,11 @@ class DistillConfig:
             raise ConfigError("alpha, beta and gamma are all 0: nothing to train on")
         if self.init is not None and self.init not in INITS:
             raise ConfigError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.student_layout not in ("bert", "distilbert"):
+            raise ConfigError(f"student_layout must be bert or distilbert, got {self.student_layout!r}")
+        if self.student_layout == "distilbert" and self.task is not None:
+            raise ConfigError("student_layout distilbert: for general distillation (a task head on BERT's pooler "
+                              "has no DistilBERT equivalent)")
         if self.kl_positions not in KL_POSITIONS:
             raise ConfigError(f"kl_positions must be one of {', '.join(KL_POSITIONS)}, got {self.kl_positions!r}")
         if self.cosine_layers not in COSINE_LAYERS:
@@ -767,7 +773,12 @@ def run_distillation(cfg: DistillConfig, echo: Callable[[str], None] = print) ->
     if not cfg.resume and latest_checkpoint(cfg.out) is not None:  # before loading anything
         raise BertlabError(f"{cfg.out}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")
-    return run_task(cfg, echo) if cfg.task else run_general(cfg, echo)
+    result = run_task(cfg, echo) if cfg.task else run_general(cfg, echo)
+    if cfg.student_layout == "distilbert" and result.model_dir is not None:  # the main process saved one
+        from ..models.distilbert.convert import write_distilbert
+
+        write_distilbert(result.model_dir)  # in place: models/distilbert/convert.py
+    return result
 
 
 __all__ = ["DistillConfig", "DistillResult", "MLMDistiller", "TaskDistiller", "cosine_distance", "distillation_kl",
