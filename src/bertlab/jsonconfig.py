@@ -164,6 +164,11 @@ class FieldConfig(JsonConfig):
         raise NotImplementedError
 
     @classmethod
+    def preset_lookup(cls):
+        """No named sizes: a config file or a model folder."""
+        return (lambda name: False), None, (lambda: [])
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config"):
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")

@@ -66,7 +66,3 @@ class DistilBertConfig(FieldConfig):
                 raise ConfigError(f"{source}: field '{name}' must be in [0, 1), got {getattr(self, name)}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"{source}: field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
-
-    @classmethod
-    def preset_lookup(cls):
-        return (lambda name: False), None, (lambda: [])
