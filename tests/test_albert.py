@@ -203,3 +203,39 @@ def test_auto_classes_give_albert(albert_folder):
 
 def test_commands_end_to_end(albert_folder, tmp_path, capsys):
     end_to_end(albert_folder, tmp_path, capsys, lr=1e-3, epochs=20)  # shared blocks: smaller steps (dev 0.95)
+
+
+# ---------------------------------------------------------------------------------------------- bertlab params
+@pytest.mark.parametrize("groups", [(1, 1), (2, 3)])
+def test_params_counts_shared_blocks_once(groups, tmp_path, capsys):
+    from bertlab.cli import main
+    from bertlab.models.albert.config import AlbertConfig
+    from bertlab.models.albert.heads import AlbertForPreTraining
+    from bertlab.models.albert.modeling import AlbertModel
+    from bertlab.params import albert_parameter_table
+
+    hf = hf_config(num_hidden_layers=6, num_hidden_groups=groups[0], inner_group_num=groups[1])
+    (tmp_path / "config.json").write_text(hf.to_json_string())
+    config = AlbertConfig.from_json_file(tmp_path)
+    rows = dict(albert_parameter_table(config))
+    with torch.device("meta"):
+        built = (AlbertModel(config).num_parameters(), AlbertForPreTraining(config).num_parameters())
+        theirs = tuple(sum(p.numel() for p in m.parameters())
+                       for m in (transformers.AlbertModel(hf), transformers.AlbertForPreTraining(hf)))
+    assert (rows["total.encoder (AlbertModel)"], rows["total.pretraining (AlbertForPreTraining)"]) == built == theirs
+    assert main(["params", str(tmp_path / "config.json"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[str(tmp_path / "config.json")] == rows
+
+
+def test_params_albert_base_is_the_papers_12m(tmp_path, capsys):
+    from bertlab.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "albert", "embedding_size": 128,
+                                                      "hidden_size": 768, "num_attention_heads": 12,
+                                                      "intermediate_size": 3072, "num_hidden_layers": 12}))
+    assert main(["params", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "E=128, G=1" in out and "total.encoder (AlbertModel)" in out and "11.7M" in out
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
+    assert main(["params", str(tmp_path)]) == 2
+    assert "not model_type 'gpt2'" in capsys.readouterr().err

@@ -194,3 +194,20 @@ def test_distill_writes_its_student_as_distilbert(mlm_data, tmp_path):
     ours = AutoModel.for_head("masked-lm").from_pretrained(final)
     ids, mask = padded_batch(config["vocab_size"])
     assert compare(theirs, ours, {"input_ids": ids, "attention_mask": mask}) <= TOL
+
+
+def test_params_counts_distilbert(tmp_path, capsys):
+    from bertlab.cli import main
+    from bertlab.models.distilbert.config import DistilBertConfig
+    from bertlab.models.distilbert.heads import DistilBertForMaskedLM
+    from bertlab.models.distilbert.modeling import DistilBertModel
+
+    (tmp_path / "config.json").write_text(transformers.DistilBertConfig().to_json_string())  # DistilBERT-base
+    config = DistilBertConfig.from_json_file(tmp_path)
+    assert main(["params", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
+    with torch.device("meta"):
+        built = (DistilBertModel(config).num_parameters(), DistilBertForMaskedLM(config).num_parameters())
+        theirs = sum(p.numel() for p in transformers.DistilBertModel(transformers.DistilBertConfig()).parameters())
+    assert (rows["total.encoder (DistilBertModel)"], rows["total.masked_lm (DistilBertForMaskedLM)"]) == built
+    assert built[0] == theirs and round(built[0] / 1e6) == 66  # DistilBERT's "66M"

@@ -28,9 +28,10 @@ HELP = {
     "data": "DATA_DIR from `bertlab prepare`",
     "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
     "init_from": "Hugging Face-layout folder to continue pre-training from",
-    "objective": "a registered objective (bertlab.objectives): mlm+nsp (BERT) or mlm; T5: span-corruption, "
+    "objective": "a registered objective (bertlab.objectives): mlm+nsp (BERT), mlm, mlm+sop (sentence order, "
+                 "ALBERT's; data: prepare --mode segment-order); T5: span-corruption, "
                  "iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm (default: the data's: "
-                 "mlm+nsp on segment pairs, mlm on data without next-sentence pairs)",
+                 "mlm+nsp on segment pairs, mlm+sop on sentence-order pairs, mlm on data without pairs)",
     "steps": "optimizer steps",
     "time_budget": "wall-clock budget, e.g. 2h, 90m, 1h30m: the schedule is fitted to it",
     "batch_size": "sequences per optimizer step over all processes",

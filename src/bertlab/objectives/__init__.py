@@ -3,6 +3,7 @@
     base.py      the `Objective` class: its head, batch fields, data needs, loss, held-out evaluation
     mlm.py       masked LM alone (`mlm`, RoBERTa-style on packed sequences)
     mlm_nsp.py   masked LM + next-sentence prediction (`mlm+nsp`, BERT's)
+    mlm_sop.py   masked LM + sentence-order prediction (`mlm+sop`, ALBERT's), for BERT models too
     t5.py        T5's denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
                  `drop-tokens`, `deshuffle`, `prefix-lm`): T5ForConditionalGeneration, any architecture
 
@@ -17,6 +18,7 @@ from ..errors import ConfigError
 from .base import Evaluation, Evaluations, Objective
 from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
+from .mlm_sop import MaskedLMAndSentenceOrder
 from .t5 import T5_OBJECTIVES, TextToTextObjective, is_text_to_text
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -42,8 +44,9 @@ def get_objective(name: str) -> Objective:
 
 register_objective(MaskedLMAndNextSentence())
 register_objective(MaskedLM())
+register_objective(MaskedLMAndSentenceOrder())
 for _name in T5_OBJECTIVES:
     register_objective(TextToTextObjective(_name))
 
-__all__ = ["OBJECTIVES", "Evaluation", "Evaluations", "MaskedLM", "MaskedLMAndNextSentence", "Objective",
-           "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]
+__all__ = ["OBJECTIVES", "Evaluation", "Evaluations", "MaskedLM", "MaskedLMAndNextSentence",
+           "MaskedLMAndSentenceOrder", "Objective", "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]
