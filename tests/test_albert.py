@@ -239,3 +239,16 @@ def test_params_albert_base_is_the_papers_12m(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8}))
     assert main(["params", str(tmp_path)]) == 2
     assert "not model_type 'gpt2'" in capsys.readouterr().err
+
+
+def test_gradual_unfreezing_walks_the_shared_groups():
+    from bertlab.models.albert.config import AlbertConfig
+    from bertlab.models.albert.heads import AlbertForSequenceClassification
+    from bertlab.train import methods
+
+    model = AlbertForSequenceClassification(AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=32,
+                                                         num_hidden_layers=4, num_hidden_groups=2,
+                                                         num_attention_heads=4, intermediate_size=37))
+    tuning = methods.prepare(model, methods.TuningOptions(gradual_unfreezing=2), ["classifier"])
+    groups = model.albert.encoder.albert_layer_groups
+    assert tuning.unfreezing.blocks == [model.albert.embeddings, groups[0], groups[1]]  # each shared group once

@@ -211,3 +211,15 @@ def test_params_counts_distilbert(tmp_path, capsys):
         theirs = sum(p.numel() for p in transformers.DistilBertModel(transformers.DistilBertConfig()).parameters())
     assert (rows["total.encoder (DistilBertModel)"], rows["total.masked_lm (DistilBertForMaskedLM)"]) == built
     assert built[0] == theirs and round(built[0] / 1e6) == 66  # DistilBERT's "66M"
+
+
+def test_gradual_unfreezing_walks_distilberts_layers():
+    from bertlab.models.distilbert.config import DistilBertConfig
+    from bertlab.models.distilbert.heads import DistilBertForSequenceClassification
+    from bertlab.train import methods
+
+    model = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
+                                                                 hidden_dim=37))
+    tuning = methods.prepare(model, methods.TuningOptions(gradual_unfreezing=2), ["classifier", "pre_classifier"])
+    layers = model.distilbert.transformer.layer
+    assert tuning.unfreezing.blocks == [model.distilbert.embeddings, layers[0], layers[1]]

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, shorten
 
 # One weight matrix of any family is held under 2^32 elements (16 GiB fp32): checked before anything is
 # allocated, for a config.json from an unknown source.
@@ -154,10 +154,10 @@ class FieldConfig(JsonConfig):
             ok = isinstance(value, bool) if expected is bool else is_type(value, expected)
             if not ok:
                 raise ConfigError(f"{source}: field '{name}' must be {self._TYPE_NAMES[expected]}, got "
-                                  f"{type(value).__name__} {str(value)[:40]}")
+                                  f"{type(value).__name__} {shorten(value)}")
         act = getattr(self, "hidden_act", None)
         if act is not None and act not in KNOWN_ACTIVATIONS:
-            raise ConfigError(f"{source}: activation {act!r}; expected one of {', '.join(KNOWN_ACTIVATIONS)}")
+            raise ConfigError(f"{source}: activation {shorten(act)}; expected one of {', '.join(KNOWN_ACTIVATIONS)}")
         self.check(source)
 
     def check(self, source: str) -> None:

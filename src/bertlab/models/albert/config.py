@@ -68,3 +68,7 @@ class AlbertConfig(FieldConfig):
                 raise ConfigError(f"{source}: field '{name}' must be in [0, 1), got {getattr(self, name)}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"{source}: field 'pad_token_id' ({self.pad_token_id}) is outside the vocabulary")
+        if self.extra.get("position_embedding_type", "absolute") != "absolute":
+            raise ConfigError(f"{source}: field 'position_embedding_type' is "
+                              f"{self.extra['position_embedding_type']!r}; only 'absolute' (learned positions) is "
+                              "supported")
