@@ -115,7 +115,7 @@ def bert_config(vocab_size: int) -> BertConfig:
 
 
 def t5_tokenizer(vocab: Path):
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     return load_text_to_text_tokenizer(vocab)
 

@@ -424,7 +424,7 @@ def test_vocab_train_checks_its_output_before_learning(tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(tempfile, "mkstemp", read_only)
     monkeypatch.setattr(vocab_train, "train_vocab", lambda *a, **k: pytest.fail("learned before checking"))
-    monkeypatch.setattr("bertlab.tokenizer.sentencepiece.train_sentencepiece",
+    monkeypatch.setattr("bertlab.models.t5.tokenizer.train_sentencepiece",
                         lambda *a, **k: pytest.fail("learned before checking"))
     assert main(["vocab", "train", str(tmp_path / "corpus.txt"), "--kind", kind, "--vocab-size", "120",
                  "--out", str(tmp_path / out)]) == 2
@@ -635,7 +635,7 @@ def test_an_empty_api_key_is_refused_before_serving(tiny_model, monkeypatch, cap
 
     if env is not None:
         monkeypatch.setenv(serve_cli.API_KEY_ENV, env)
-    monkeypatch.setattr("bertlab.infer.serve.bind", lambda *a: pytest.fail("bound a port"))
+    monkeypatch.setattr("bertlab.infer.serve.process.bind", lambda *a: pytest.fail("bound a port"))
     assert main(["serve", "--model", str(tiny_model), "--port", "0", *flag]) == 2
     assert "the API key (--api-key or $BERTLAB_API_KEY) is empty" in one_line_error(capsys)
 

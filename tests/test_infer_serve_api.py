@@ -282,7 +282,7 @@ def test_the_model_thread_hands_free_heap_pages_back(dirs, monkeypatch):
     test_infer_serve_soak.py measures the effect."""
     import threading
 
-    from bertlab.infer import serve as serve_module
+    from bertlab.infer.serve import service as serve_module
 
     threads = []
     monkeypatch.setattr(serve_module, "TRIM_EVERY_S", 0.0)

@@ -94,6 +94,57 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
         t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
+    assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
+    assert importlib.import_module("bertlab.objectives.t5") is importlib.import_module("bertlab.models.t5.objectives")
+    assert importlib.import_module("bertlab.objectives.base") is importlib.import_module("bertlab.nn.objective")
+    # T5's tokenizer binding was in tokenizer/ (the SentencePiece library binding stays there)
+    t5_tokenizer = importlib.import_module("bertlab.models.t5.tokenizer")
+    assert importlib.import_module("bertlab.tokenizer.text_to_text") is t5_tokenizer
+    assert importlib.import_module("bertlab.tokenizer.sentinels") is importlib.import_module("bertlab.models.t5.sentinels")
+    for name in ("T5Tokenizer", "SentencePieceTrainConfig", "train_sentencepiece", "T5_SPECIAL_IDS"):
+        assert getattr(importlib.import_module("bertlab.tokenizer.sentencepiece"), name) is getattr(t5_tokenizer, name)
+    for name in ("T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer"):
+        assert getattr(importlib.import_module("bertlab.tokenizer"), name) is getattr(t5_tokenizer, name)
+    assert bertlab.T5Tokenizer is t5_tokenizer.T5Tokenizer and bertlab.WordPieceT5Tokenizer is t5_tokenizer.WordPieceT5Tokenizer
+    # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
+    pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    serve = importlib.import_module("bertlab.infer.serve")
+    for group in ("native", "tei", "openai", "metrics", "generate"):
+        assert importlib.import_module(f"bertlab.infer.serve_{group}") is importlib.import_module(
+            f"bertlab.infer.serve.routes_{group}")
+    for module, names in {"app": ["create_app", "ServiceMiddleware", "PUBLIC_PATHS"],
+                          "process": ["ServeSpec", "bind", "serve", "start_in_thread", "RunningServer"],
+                          "responses": ["ServiceError", "error_response", "json_response", "ERROR_KINDS"],
+                          "routes": ["register_routes", "ROUTE_GROUPS", "ROUTE_MODULES"],
+                          "service": ["Service", "ServiceModels", "load_models", "model_name", "TRIM_EVERY_S"]}.items():
+        home = importlib.import_module(f"bertlab.infer.serve.{module}")
+        for name in names:
+            assert getattr(serve, name) is getattr(home, name), name
+    assert serve.Limits is importlib.import_module("bertlab.infer.batcher").Limits
+
+
+def test_checkpoint_names_are_importable_from_the_package():
+    """`bertlab.checkpoint` was one module: every name it had is still importable from it, the very object its
+    defining module (or `bertlab.fsio`, the atomic writes) holds."""
+    import importlib
+
+    package = importlib.import_module("bertlab.checkpoint")
+    homes = {"hf_layout": ["WEIGHTS_NAME", "WEIGHTS_INDEX_NAME", "PYTORCH_WEIGHTS_NAME", "CONFIG_NAME", "TF_INDEX_NAME",
+                           "FULL_WEIGHT_FILES", "DEFAULT_BASE_PREFIX", "LoadReport", "canonical_key",
+                           "canonical_state_dict", "model_state_dict", "model_keys", "read_state_dict", "index_shards",
+                           "torch_load_failure", "check_state_dict", "load_state_dict_into", "materialize",
+                           "initialize_missing", "build_and_load"],
+             "peft": ["ADAPTER_CONFIG_NAME", "ADAPTER_WEIGHTS_NAME", "ADAPTER_FILES", "PEFT_PREFIX", "PEFT_TASK_TYPES",
+                      "is_lora_adapter_folder", "save_lora_adapter", "load_lora_adapter"],
+             "pretrained": ["load_pretrained", "save_pretrained"]}
+    for module, names in homes.items():
+        home = importlib.import_module(f"bertlab.checkpoint.{module}")
+        for name in names:
+            assert getattr(package, name) is getattr(home, name), name
+    fsio = importlib.import_module("bertlab.fsio")
+    for name in ("atomic_directory", "atomic_write_text", "remove_stale_temporaries", "current_umask", "apply_umask"):
+        assert getattr(package, name) is getattr(fsio, name), name
+    assert package.VOCAB_NAME == "vocab.txt"
 
 
 def module_level_names(path: Path) -> set[str]:

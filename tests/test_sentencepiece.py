@@ -1,4 +1,4 @@
-"""T5's tokenizers (`bertlab.tokenizer.sentencepiece`, `bertlab.tokenizer.text_to_text`): a SentencePiece model
+"""T5's tokenizers (`bertlab.models.t5.tokenizer` over `bertlab.tokenizer.sentencepiece`): a SentencePiece model
 trained here by `bertlab vocab train --kind sentencepiece` gives the ids and text of `transformers`' T5Tokenizer
 on WikiText-2 and SQuAD, sentinels included; the sentinels sit at the end of the vocabulary; saved folders load
 in `transformers`; a file that is not a model is one clear line; WordPiece plus sentinels has the same
@@ -19,9 +19,9 @@ import pytest
 
 from bertlab.cli import main
 from bertlab.tokenizer import BertTokenizer
-from bertlab.tokenizer.sentencepiece import SentencePieceError, SentencePieceTrainConfig, T5Tokenizer, \
-    train_sentencepiece
-from bertlab.tokenizer.text_to_text import TextToTextTokenizer, WordPieceT5Tokenizer, load_text_to_text_tokenizer
+from bertlab.models.t5.tokenizer import (SentencePieceTrainConfig, T5Tokenizer, TextToTextTokenizer,
+                                         WordPieceT5Tokenizer, load_text_to_text_tokenizer, train_sentencepiece)
+from bertlab.tokenizer.sentencepiece import SentencePieceError
 
 spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")

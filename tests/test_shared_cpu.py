@@ -124,7 +124,7 @@ def test_demo_refusal_from_the_command_line(tmp_path, capsys):
 
 
 def test_demo_next_commands_run_as_printed(vocab_file, tmp_path):
-    from bertlab.infer.serve_native import FillMaskRequest
+    from bertlab.infer.serve.routes_native import FillMaskRequest
     from bertlab.train.demo import REVIEWS, next_commands, write_reviews
     from bertlab.train.random_init import random_start
 

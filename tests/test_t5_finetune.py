@@ -65,7 +65,7 @@ def glue_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def t5_dir(tmp_path_factory) -> Path:
     """A tiny random T5 (encoder-decoder) with a WordPiece vocabulary plus T5's sentinels, as `pretrain` exports."""
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     root = tmp_path_factory.mktemp("t5")
     tokenizer = load_text_to_text_tokenizer(write_vocab(root / "vocab.txt"))
@@ -97,7 +97,7 @@ def test_single_task_learns_sst2_and_saves_a_loadable_model(t5_dir, glue_dir, tm
     # the saved model: Hugging Face layout with its tokenizer, scores the same when loaded again
     files = {p.name for p in (out / "model").iterdir()}
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     model, tok = T5ForConditionalGeneration.from_pretrained(out / "model"), load_text_to_text_tokenizer(out / "model")
     cfg = t2t.TextToTextConfig(model=str(out / "model"), data=str(glue_dir), out=str(tmp_path / "x"),
@@ -125,7 +125,7 @@ def test_scores_are_the_tasks_own_metric_code_and_invalid_outputs_count(glue_dir
 
 
 def test_wordpiece_round_trip_of_labels_reads_as_the_label(t5_dir):
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     tok = load_text_to_text_tokenizer(t5_dir)
     canonical = t2t.canonical_label_texts("mrpc", tok)
@@ -282,7 +282,7 @@ def test_squad_as_text(t5_dir, glue_dir, tmp_path):
 
 
 def test_one_class_answers_are_warned_about_as_on_the_bert_path(t5_dir, glue_dir, tmp_path, monkeypatch, caplog):
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     tok = load_text_to_text_tokenizer(t5_dir)
     cfg = t2t.TextToTextConfig(model=str(t5_dir), data=str(glue_dir), out=str(tmp_path / "x"),

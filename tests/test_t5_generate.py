@@ -183,7 +183,7 @@ def t5_folder(tmp_path, architecture="encoder-decoder"):
     """A lively tiny T5 with T5 on WordPiece's tokenizer (`WordPieceT5Tokenizer`): [PAD] 0 and [SEP] 1 (the
     model's pad and </s> ids), words, and 5 sentinels at the end of the 99 ids."""
     from bertlab.tokenizer import BertTokenizer
-    from bertlab.tokenizer.text_to_text import WordPieceT5Tokenizer
+    from bertlab.models.t5.tokenizer import WordPieceT5Tokenizer
 
     base = ["[PAD]", "[SEP]", "[UNK]", "[CLS]", "[MASK]"] + WORDS
     base += [f"w{i}" for i in range(99 - SENTINELS - len(base))]
@@ -236,7 +236,7 @@ def test_generate_command_with_a_sentencepiece_model(tmp_path, capsys):
     vocabulary sized to it; `bertlab generate` tokenizes, generates and decodes through it."""
     import random
 
-    from bertlab.tokenizer.sentencepiece import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+    from bertlab.models.t5.tokenizer import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
 
     rng = random.Random(0)
     (tmp_path / "corpus.txt").write_text("\n".join(" ".join(rng.choice(WORDS[:10] + ["trees", "parks", "dogs"])

@@ -1,4 +1,4 @@
-"""T5's objectives (`bertlab.data.denoising`) and their data (`t5_data`, `t5_loader`, `prepare --objective`):
+"""T5's objectives (`bertlab.models.t5.denoising`) and their data (`t5_data`, `t5_loader`, `prepare --objective`):
 span corruption realises its density and mean span length over 10,000 examples; its noise masks are those of
 an independent re-statement of T5's `random_spans_noise_mask`; sentinels are unique and in order; inputs and
 targets give back the original for every objective where that holds; everything is a function of the seed;
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.data.denoising import (DENOISING_OBJECTIVES, IGNORE_INDEX, SentinelVocab, TextToText, make_objective,
+from bertlab.models.t5.denoising import (DENOISING_OBJECTIVES, IGNORE_INDEX, SentinelVocab, TextToText, make_objective,
                                     random_spans_noise_mask, span_starts)
 from bertlab.data.readers import DataError
 

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.data.denoising import DENOISING_OBJECTIVES
+from bertlab.models.t5.denoising import DENOISING_OBJECTIVES
 from bertlab.objectives import OBJECTIVES, get_objective, is_text_to_text
-from bertlab.objectives.t5 import T5_OBJECTIVES, TargetTokenEval
+from bertlab.models.t5.objectives import T5_OBJECTIVES, TargetTokenEval
 from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.train import read_metrics
 from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, default_lr
@@ -125,7 +125,7 @@ def test_cli_pretrain_t5_exports_a_model_transformers_loads(t5_data, tmp_path, c
     assert {"config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json"} <= files
     ours = T5ForConditionalGeneration.from_pretrained(final)
     theirs = transformers.T5ForConditionalGeneration.from_pretrained(final).eval()
-    from bertlab.tokenizer.text_to_text import load_text_to_text_tokenizer
+    from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
     tok = load_text_to_text_tokenizer(final)
     assert ours.config.vocab_size == tok.vocab_size and ours.config.eos_token_id == tok.eos_token_id
@@ -160,7 +160,7 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
 SLOW_DRIVER = """
 import sys, time
 from bertlab.cli import main
-from bertlab.objectives.t5 import TextToTextObjective
+from bertlab.models.t5.objectives import TextToTextObjective
 loss = TextToTextObjective.loss
 def slow(self, model, batch):
     time.sleep(0.3)

@@ -7,7 +7,8 @@ import importlib
 
 from .models.bert.config import BertConfig, preset, preset_names
 from .errors import BertlabError, CheckpointError, ConfigError
-from .tokenizer import BertTokenizer, T5Tokenizer, WordPieceT5Tokenizer
+from .models.t5.tokenizer import T5Tokenizer, WordPieceT5Tokenizer
+from .tokenizer import BertTokenizer
 
 __version__ = "0.1.0"  # the one place: pyproject.toml reads it for the package (`bertlab --version` prints it)
 

@@ -1,5 +1,5 @@
 """Google's TensorFlow BERT variables under Hugging Face's parameter names, and a TF checkpoint read as a
-state dict -- what `checkpoint.read_state_dict` needs to load Google's files directly, without TensorFlow.
+state dict -- what `checkpoint.hf_layout.read_state_dict` needs to load Google's files directly, without TensorFlow.
 (Conversion both ways, and the inverse map `hf_to_tf_name`, are in `convert.py`.)
 
 Google's `modeling.py` names variables by TensorFlow scope; Hugging Face (and so bertlab) by module path:

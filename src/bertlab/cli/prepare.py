@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..data.denoising import DENOISING_OBJECTIVES, make_objective
+from ..models.t5.denoising import DENOISING_OBJECTIVES, make_objective
 from ..data.instances import MODES, NSP_MODES, ORDER_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
 from ..data.readers import CORPUS_FORMATS, CleaningConfig, DataError, ReaderConfig
@@ -248,7 +248,7 @@ def show_text_to_text(data_dir: str, n: int, instance_set: str | None = None) ->
     """Print the first n training examples of a text-to-text set, corrupted as the first epoch sees them: two
     lines of space-separated tokens each, sentinels written `<extra_id_N>`."""
     from ..data.t5_loader import TextToTextDataset
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     ds = TextToTextDataset(data_dir, "train", instance_set=instance_set, shuffle=False, epochs=1, batch_size=1)
     tok = load_text_to_text_tokenizer(ds.info.vocab_file)

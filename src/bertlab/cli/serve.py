@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         raise BertlabError(f"the API key (--api-key or ${API_KEY_ENV}) is empty; give a key, or leave both out to "
                            "serve without one")
     from ..infer.runtime import InferenceOptions, check_model_dir
-    from ..infer.serve import Limits, ServeSpec, bind, serve
+    from ..infer.batcher import Limits
+    from ..infer.serve.process import ServeSpec, bind, serve
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_items=args.max_items, max_text_chars=args.max_text_chars,
                     max_batch_items=args.max_batch_items, max_wait_ms=args.max_wait_ms,

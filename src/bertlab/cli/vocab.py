@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train_sentencepiece(args: argparse.Namespace) -> int:
-    from ..tokenizer.sentencepiece import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+    from ..models.t5.tokenizer import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
 
     start = time.perf_counter()
     config = SentencePieceTrainConfig(args.vocab_size, character_coverage=args.character_coverage,

@@ -13,9 +13,9 @@ Modules, in the order data flows through them:
 - `segment`: word segmenters (jieba, or a user's function) whose words group CJK characters for whole-word
   and span masking (`prepare --segmenter jieba`); their per-token word flags are stored with the shards.
 - `loader`: `PretrainingDataset` + `PretrainingCollator` for PyTorch (imports torch; the rest does not).
-- T5: `denoising` (T5's objectives -- span corruption, i.i.d. denoising, BERT-/MASS-style, drop, deshuffle,
-  prefix LM -- as pure transforms with an injected numpy generator, registered by name), `t5_data` (packed
-  text-to-text instance sets: `prepare --objective NAME`) and `t5_loader` (`TextToTextDataset` +
+- T5: `t5_data` (packed text-to-text instance sets: `prepare --objective NAME`, corrupted by T5's own
+  transforms -- span corruption, i.i.d. denoising, BERT-/MASS-style, drop, deshuffle, prefix LM -- which are
+  the family's: `models/t5/denoising.py`) and `t5_loader` (`TextToTextDataset` +
   `TextToTextCollator`: the objective applied per example from (seed, position); encoder-decoder or
   decoder-only batches; `batch_at(data_dir, step, batch_size, seed=...)`).
 

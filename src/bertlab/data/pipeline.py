@@ -121,7 +121,8 @@ class PrepareResult:
 # ---------------------------------------------------------------------------------------------- tokenizer
 def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
     from ..tokenizer import BertTokenizer
-    from ..tokenizer.sentencepiece import T5Tokenizer, is_sentencepiece_path
+    from ..models.t5.tokenizer import T5Tokenizer
+    from ..tokenizer.sentencepiece import is_sentencepiece_path
 
     if is_sentencepiece_path(vocab):
         # Corpus text is text: "<extra_id_0>" or "</s>" written in it must not become a sentinel or an eos.

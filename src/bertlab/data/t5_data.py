@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import shards as store
-from .denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
+from ..models.t5.denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
 from .readers import DataError
 
 MODE = "text-to-text"  # instances.mode of these instance sets
@@ -63,7 +63,7 @@ def is_text_to_text(instance_set: dict) -> bool:
 
 def sentinel_vocab_of(data_dir: Path, manifest: dict) -> SentinelVocab:
     """The sentinel layout of a data directory's vocabulary (its tokenizer, with T5's 100 sentinels)."""
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     tokenizer = load_text_to_text_tokenizer(Path(data_dir) / manifest["tokenizer"]["vocab_file"])
     return SentinelVocab.from_tokenizer(tokenizer)

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .denoising import IGNORE_INDEX, decoder_only_labels
+from ..labels import IGNORE_INDEX
+from ..models.t5.denoising import decoder_only_labels
 from .loader import PretrainingDataset
 from .readers import DataError
 from .t5_data import TextToTextInfo, TextToTextStore

@@ -9,11 +9,12 @@
     fill_mask.py    top-k tokens for each [MASK]
     predict.py      any fine-tuned model (classification, NER, QA, multiple choice) over JSON Lines
     batcher.py      dynamic batching of concurrent requests under a token budget; the service's limits
-    serve.py        the HTTP service: models, limits, back-pressure, the route registry, running (`serve` extra)
-    serve_native.py bertlab's own routes (/classify, /fill-mask, /qa, /health)
-    serve_tei.py    text-embeddings-inference's routes (/embed, /predict, /rerank, /tokenize, /info)
-    serve_openai.py OpenAI's /v1/embeddings and /v1/models
-    serve_metrics.py  Prometheus /metrics
+    serve/          the HTTP service (`serve` extra): service.py (models, limits, back-pressure), responses.py
+                    (errors in each API's shape), routes.py (the route registry) and its groups:
+                    routes_native.py (/classify, /fill-mask, /qa, /health), routes_tei.py (text-embeddings-
+                    inference's /embed, /predict, /rerank, /tokenize, /info), routes_openai.py (/v1/embeddings,
+                    /v1/models), routes_metrics.py (Prometheus /metrics), routes_generate.py (T5's /generate);
+                    app.py (the ASGI app, its middleware), process.py (binding, workers, shutdown)
 
 Submodules are imported where used; importing `bertlab.infer` itself loads torch and the engine registry
 (`engines.py`: the peer engines' own packages load only when one is used).

@@ -216,7 +216,7 @@ def export_ctranslate2(model_dir: str | Path, out: str | Path):
     """out/ctranslate2/model.bin: CTranslate2's converted encoder (fp32 weights; int8 or bf16 chosen when run),
     checked in CTranslate2 at float32 against PyTorch; our config and tokenizer beside it. Encoders only:
     CTranslate2 has no BERT task heads."""
-    from ..checkpoint import save_pretrained
+    from ..checkpoint.pretrained import save_pretrained
     from .export import (
         INPUT_NAMES,
         ExportReport,

@@ -292,7 +292,7 @@ ST_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
 def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling: str | None = None,
                                  normalize: bool = True) -> ExportReport:
     """The sentence-transformers folder of the model's encoder (see the module docstring)."""
-    from ..checkpoint import save_pretrained
+    from ..checkpoint.pretrained import save_pretrained
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     declared = model_pooling(model_dir)

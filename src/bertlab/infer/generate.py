@@ -4,7 +4,7 @@
                                                  --spans-->  {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"}
                                                  --filled->  "The cute dog walks in the park"
 
-The tokenizer is the folder's T5 tokenizer (`tokenizer.text_to_text.load_text_to_text_tokenizer`): SentencePiece
+The tokenizer is the folder's T5 tokenizer (`models.t5.tokenizer.load_text_to_text_tokenizer`): SentencePiece
 from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`; its end and pad ids must be the model's.
 Inputs are sorted by length and generated in buckets (`batching.run_bucketed`), so short texts do not wait
 for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-length`) is
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
-from ..tokenizer.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
+from ..models.t5.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
 from . import batching
 from .runtime import InferenceOptions, check_model_dir, load_model
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def load_generation_tokenizer(model_dir: str | Path, config) -> TextToTextTokenizer:
     """The model folder's T5 tokenizer, checked against the model: the ids it ends and pads sequences with are
     the ones generation stops on and pads with."""
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     tokenizer = load_text_to_text_tokenizer(model_dir)
     for name in ("eos_token_id", "pad_token_id"):

@@ -153,7 +153,7 @@ def checkpoint_keys(model_dir: Path) -> set[str] | None:
     None when the folder's format needs a full load to tell (a pytorch_model.bin)."""
     from safetensors import safe_open
 
-    from ..checkpoint import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+    from ..checkpoint.hf_layout import WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
     if (model_dir / WEIGHTS_NAME).is_file():
         try:

@@ -1,25 +1,26 @@
 """Pre-training objectives, by name: `OBJECTIVES["mlm+nsp"]`, `get_objective(name)`.
 
-    base.py      the `Objective` class: its head, batch fields, data needs, loss, held-out evaluation
     mlm.py       masked LM alone (`mlm`, RoBERTa-style on packed sequences)
     mlm_nsp.py   masked LM + next-sentence prediction (`mlm+nsp`, BERT's)
     mlm_sop.py   masked LM + sentence-order prediction (`mlm+sop`, ALBERT's), for BERT models too
-    t5.py        T5's denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
-                 `drop-tokens`, `deshuffle`, `prefix-lm`): T5ForConditionalGeneration, any architecture
+    T5's seven denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
+    `drop-tokens`, `deshuffle`, `prefix-lm`) are T5's folder's (`models/t5/objectives.py`), one per corruption
+    transform it registers; they are registered here under those names
 
-Adding an objective is one module with an `Objective` subclass and one `register_objective(...)` line
-here (or in the code that uses it); the recipes in `bertlab.train` look objectives up and never test
-their names.
+The `Objective` class (its model, batch fields, data needs, loss, held-out evaluation) is family-neutral and
+sits below the families, in `bertlab.nn.objective`. Adding an objective is one module with an `Objective`
+subclass and one `register_objective(...)` line here (or in the code that uses it); the recipes in
+`bertlab.train` look objectives up and never test their names.
 """
 
 from __future__ import annotations
 
 from ..errors import ConfigError
-from .base import Evaluation, Evaluations, Objective
+from ..models.t5.objectives import T5_OBJECTIVES, TextToTextObjective, is_text_to_text
+from ..nn.objective import Evaluation, Evaluations, Objective
 from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
 from .mlm_sop import MaskedLMAndSentenceOrder
-from .t5 import T5_OBJECTIVES, TextToTextObjective, is_text_to_text
 
 OBJECTIVES: dict[str, Objective] = {}
 

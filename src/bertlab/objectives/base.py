@@ -1,78 +1,8 @@
-"""What a pre-training objective is to the recipes that train with one (`train/pretrain.py`, general
-distillation in `train/distill.py`): an `Objective` object, so that a recipe asks it instead of testing its name.
+"""Moved to `bertlab.nn.objective` (the objective interface is family-neutral: every family's objectives implement
+it, T5's inside its folder); this import path is kept for code written against earlier releases."""
 
-An objective says
-    name                         its registry name (`--objective NAME`)
-    model_class                  the head it trains (`heads.BertForPreTraining`, `heads.BertForMaskedLM`, ...)
-    input_keys, label_keys       the batch fields the model reads, and the targets among them
-    needs_next_sentence_labels   whether the prepared data must carry a sentence-level label (pairs)
-    data_modes                   with such labels: the instance modes whose labels mean what it trains
-    loss(model, batch)           -> (loss, metrics): one micro-batch, as the training loop calls it
-    new_eval()                   a streaming held-out evaluation: `update(model_output, batch)` per batch,
-                                 then `compute()` -> {metric: value}; the metrics an objective reports live
-                                 with it
+import sys
 
-Evaluations are accumulators (sums and counts over every batch) rather than means of batch means, so a
-held-out number does not depend on how the split was batched.
-"""
+from ..nn import objective as _moved
 
-from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
-
-import torch
-
-if TYPE_CHECKING:
-    from ..models.bert.modeling import BertPreTrainedModel
-
-Batch = Mapping[str, torch.Tensor]
-
-
-class Evaluation(Protocol):
-    """A streaming held-out evaluation, fed one batch at a time."""
-
-    def update(self, output: Any, batch: Batch) -> None: ...
-
-    def compute(self) -> dict[str, float]: ...
-
-
-class Evaluations:
-    """Several evaluations fed the same batches; `compute` merges their metrics in order."""
-
-    def __init__(self, *parts: Evaluation):
-        self.parts = parts
-
-    def update(self, output: Any, batch: Batch) -> None:
-        for part in self.parts:
-            part.update(output, batch)
-
-    def compute(self) -> dict[str, float]:
-        return {k: v for part in self.parts for k, v in part.compute().items()}
-
-
-class Objective:
-    """A pre-training objective (see the module docstring); subclasses set the class attributes and
-    implement `loss` and `new_eval`. Instances are registered with `objectives.register_objective`."""
-
-    name: str = ""
-    model_class: type[BertPreTrainedModel]
-    input_keys: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
-    label_keys: tuple[str, ...] = ()
-    needs_next_sentence_labels: bool = False
-    data_modes: tuple[str, ...] = ()
-
-    def model_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
-        """The fields of `batch` the model is called with: inputs and targets (those present)."""
-        return {k: batch[k] for k in (*self.input_keys, *self.label_keys) if k in batch}
-
-    def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The scalar loss of one micro-batch and the metrics to log with it (0-d tensors or numbers)."""
-        raise NotImplementedError
-
-    def new_eval(self) -> Evaluation:
-        """A fresh held-out evaluation for this objective's model outputs."""
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<objective {self.name}: {self.model_class.__name__}>"
+sys.modules[__name__] = _moved

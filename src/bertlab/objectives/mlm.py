@@ -15,10 +15,7 @@ import torch.nn.functional as F
 
 from ..errors import BertlabError
 from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM
-from .base import Batch, Evaluation, Objective
-
-# A perplexity beyond e^50 says nothing more and would overflow to inf for an untrained model.
-MAX_LOG_PERPLEXITY = 50.0
+from ..nn.objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
 
 
 def masked_targets(batch: Batch) -> torch.Tensor:

@@ -78,7 +78,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checkpoint import canonical_key, load_state_dict_into, read_state_dict
+from ..checkpoint.hf_layout import canonical_key, load_state_dict_into, read_state_dict
 from ..models.bert.config import BertConfig
 from ..errors import BertlabError, ConfigError
 from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM, BertForPreTraining

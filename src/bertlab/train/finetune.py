@@ -46,10 +46,11 @@ from typing import Any, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write_text, materialize, model_keys
+from ..checkpoint.hf_layout import materialize, model_keys
 from ..models.bert.config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
+from ..fsio import atomic_write_text
 from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.metrics import brief_scores

@@ -72,7 +72,7 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from ..checkpoint import atomic_directory, remove_stale_temporaries
+from ..fsio import atomic_directory, remove_stale_temporaries
 from ..errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
 from ..host_memory import retain_freed_memory

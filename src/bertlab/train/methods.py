@@ -10,12 +10,12 @@
                 the low-rank factors and the task head train. On save the factors are merged into the weights,
                 so the saved model is a plain BERT with a head that `transformers` loads as such; with
                 `lora_merge` off, the factors and the head alone are saved, in PEFT's adapter layout over
-                the pre-trained model's folder (checkpoint.py: bertlab and `peft` load it)
+                the pre-trained model's folder (checkpoint/peft.py: bertlab and `peft` load it)
 
 The generic machinery (adapters, LoRA, freezing, unfreezing over a list of blocks) is `bertlab.nn.adapters`;
 this module holds the BERT-side choices (which layers, which blocks) and the hooks the fine-tuning recipe
 calls: `prepare` before the optimizer is built, `after_optimizer` once it is, `finish` before the weights
-are kept. A saved adapter model records its adapters in config.json and loads with them (checkpoint.py).
+are kept. A saved adapter model records its adapters in config.json and loads with them (checkpoint/).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import atomic_write_text
+from ..fsio import atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..errors import BertlabError, ConfigError
 from ..tasks import TASKS, evaluate

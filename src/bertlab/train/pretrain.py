@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import save_pretrained
+from ..checkpoint.pretrained import save_pretrained
 from ..models.bert.config import BertConfig, is_preset
 from ..errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text

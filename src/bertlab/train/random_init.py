@@ -98,7 +98,7 @@ def _write_t5(model: str, vocab: str | None, folder: Path) -> None:
     from ..models.t5.config import T5Config
     from ..models.t5.config import preset as t5_preset
     from ..models.t5.modeling import T5ForConditionalGeneration
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
     from .t5_pretrain import export_t5
 
     tokenizer = load_text_to_text_tokenizer(vocab or model)

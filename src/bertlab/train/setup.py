@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..checkpoint import atomic_write_text
+from ..fsio import atomic_write_text
 from ..jsonconfig import read_json_object
 from ..errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES

@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checkpoint import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
-                         WEIGHTS_NAME)
+from ..checkpoint.hf_layout import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
+                                    WEIGHTS_NAME)
 from ..models.bert.config import BertConfig, is_preset, preset
 from ..errors import ConfigError
 from ..models.bert.modeling import BertPreTrainedModel

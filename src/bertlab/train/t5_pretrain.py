@@ -3,7 +3,7 @@
     bertlab pretrain --model t5-small --data DATA_DIR --out RUN_DIR --steps 524288 [--objective NAME]
                      [--architecture encoder-decoder|decoder-only|prefix-lm] [--optimizer adafactor|adamw]
 
-    objective  one of T5's denoising objectives (`bertlab.objectives.t5`), as the data was prepared with it
+    objective  one of T5's denoising objectives (`bertlab.models.t5.objectives`), as the data was prepared with it
                (`bertlab prepare --objective NAME`): by default the data's own; a name the data was not
                prepared for is one line saying what it holds. The corruption is applied as batches are made
                (`data.t5_loader`), anew each epoch, from (seed, position)
@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from ..checkpoint import atomic_directory, save_pretrained
+from ..checkpoint.pretrained import save_pretrained
+from ..fsio import atomic_directory
 from ..jsonconfig import read_json_object
 from ..errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
@@ -263,7 +264,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     """`given`: the settings the user stated; on resume the others are the run's own."""
     from ..data.t5_loader import TextToTextDataset
     from ..models.t5.modeling import T5ForConditionalGeneration
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 

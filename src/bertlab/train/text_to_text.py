@@ -54,11 +54,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoint import atomic_directory, atomic_write_text
+from ..fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
-from ..objectives.t5 import IGNORE_INDEX, target_token_metrics
+from ..labels import IGNORE_INDEX
+from ..models.t5.objectives import target_token_metrics
 from ..tasks import TASKS
 from ..models.t5.config import T5Config
 from ..tasks.base import warn_if_one_class
@@ -460,7 +461,7 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
 def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """The recipe of the module docstring; returns what OUT/metrics.json holds. `given`: on resume, the
     settings stated again (as for `finetune`: only the runtime ones may change)."""
-    from ..tokenizer.text_to_text import load_text_to_text_tokenizer
+    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     out = Path(cfg.out)
     if not cfg.out:

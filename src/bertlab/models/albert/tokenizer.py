@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...tokenizer import BertTokenizer
-from ...tokenizer.sentencepiece import SPIECE_NAME, SentencePieceError, load_processor
+from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, atomic_write_bytes, import_sentencepiece,
+                                       load_processor)
 from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError
 
 SPACE = "▁"
@@ -95,11 +96,8 @@ class AlbertTokenizer(BertTokenizer):
                   "unk_token": self.unk_token, "sep_token": self.sep_token, "pad_token": self.pad_token,
                   "cls_token": self.cls_token, "mask_token": self.mask_token, "bos_token": self.cls_token,
                   "eos_token": self.sep_token}
-        for name, data in ((SPIECE_NAME, self.sp.serialized_model_proto()),
-                           (TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())):
-            tmp = d / (name + ".tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, d / name)
+        atomic_write_bytes(d / SPIECE_NAME, self.sp.serialized_model_proto())
+        atomic_write_bytes(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
         return d
 
     # -- text -> pieces ----------------------------------------------------------------------------------------
@@ -193,11 +191,9 @@ class AlbertTokenizer(BertTokenizer):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        import sentencepiece
-
         proto = state.pop("sp")
         self.__dict__.update(state)
-        self.sp = sentencepiece.SentencePieceProcessor()
+        self.sp = import_sentencepiece().SentencePieceProcessor()
         self.sp.LoadFromSerializedProto(proto)
 
     def __repr__(self) -> str:

@@ -22,13 +22,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from ...checkpoint import (CONFIG_NAME, VOCAB_NAME, LoadReport, atomic_directory, canonical_key, initialize_missing,
-                         load_state_dict_into, materialize, model_keys, model_state_dict, read_state_dict,
-                         save_pretrained)
+from ...checkpoint.hf_layout import (CONFIG_NAME, LoadReport, canonical_key, initialize_missing, load_state_dict_into,
+                                    materialize, model_keys, model_state_dict, read_state_dict)
+from ...checkpoint.pretrained import save_pretrained
 from .config import BertConfig
 from ...errors import CheckpointError
+from ...fsio import atomic_directory
 from .heads import HEADS, model_classes
 from .modeling import BertModel, BertPreTrainedModel
+from ...tokenizer.tokenizer import VOCAB_NAME
 from ...tf_checkpoint import DEFAULT_PREFIX, TFCheckpointReader, resolve_prefix, write_tf_checkpoint
 from ...tf_names import (TF_HEAD_NAMES_BACK, is_optimizer_state, read_tf_state_dict, tf_meta_state, tf_plan,
                        tf_to_hf_name, tf_to_torch)

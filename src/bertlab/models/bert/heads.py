@@ -10,7 +10,7 @@ Hugging Face's (`cls.predictions.transform.dense`, `classifier`, `qa_outputs`), 
 
 `HEADS` is BERT's head registry (`nn/heads.py`): one `HeadSpec` per kind of head -- its module class, output
 type, the checkpoint prefix of its weights, which prediction it serves (`task`) and how a teacher's logits teach
-it (`soft_target`). `predict`, `serve`, `distill` and `convert` ask a folder's family for it; `checkpoint.py`
+it (`soft_target`). `predict`, `serve`, `distill` and `convert` ask a folder's family for it; `checkpoint/`
 needs no list of heads at all (weights outside the encoder are a head's by rule). Adding a head = its class
 with `@register_head(...)`.
 """

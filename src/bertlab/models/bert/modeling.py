@@ -8,7 +8,7 @@
 
 Module and parameter names follow Hugging Face's `BertModel` exactly (`encoder.layer.0.attention.self.query`),
 so a `state_dict` moves between bertlab and `transformers` without renaming. Reading and writing files live in
-`checkpoint.py`; the task heads in `heads.py`; attention's kernels, the unpadded token layout and the fast
+`checkpoint/`; the task heads in `heads.py`; attention's kernels, the unpadded token layout and the fast
 element-wise ops in `nn/`.
 """
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...checkpoint import load_pretrained, save_pretrained
+from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
 from ...nn import AttentionMask, Dropout, TokenLayout, add_residual, attention
 from ...nn.elementwise import activate
@@ -228,7 +228,7 @@ class BertPooler(nn.Module):
 
 class BertPreTrainedModel(nn.Module):
     """What every bertlab BERT model shares: the config, Google's initialisation, and the HF-layout checkpoints
-    (`checkpoint.py` reads and writes the files; the rules that are BERT's are the class attributes here)."""
+    (`checkpoint/` reads and writes the files; the rules that are BERT's are the class attributes here)."""
 
     config_class = BertConfig
     # Hugging Face's prefix of the encoder's weights inside a `BertFor*` checkpoint (`bert.encoder...`).
@@ -270,11 +270,11 @@ class BertPreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, config: BertConfig | None = None, **kwargs):
-        """Load from a Hugging Face–layout folder (`config.json` + `model.safetensors`); see `checkpoint.py`."""
+        """Load from a Hugging Face–layout folder (`config.json` + `model.safetensors`); see `checkpoint/`."""
         return load_pretrained(cls, path, config=config, **kwargs)
 
     def save_pretrained(self, path, vocab_file=None) -> None:
-        """Write `config.json` + `model.safetensors` (and `vocab.txt`) atomically; see `checkpoint.py`."""
+        """Write `config.json` + `model.safetensors` (and `vocab.txt`) atomically; see `checkpoint/`."""
         save_pretrained(self, path, vocab_file=vocab_file)
 
     def num_parameters(self) -> int:

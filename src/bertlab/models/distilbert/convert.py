@@ -31,8 +31,10 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoint import atomic_directory, build_and_load, canonical_state_dict, read_state_dict, save_pretrained
+from ...checkpoint.hf_layout import build_and_load, canonical_state_dict, read_state_dict
+from ...checkpoint.pretrained import save_pretrained
 from ...errors import BertlabError
+from ...fsio import atomic_directory
 from ..bert.config import BertConfig
 from .config import DistilBertConfig
 from .heads import DistilBertForMaskedLM

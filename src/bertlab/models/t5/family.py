@@ -6,7 +6,7 @@ T5 has no bare encoder and no one-layer task heads: every task is text to text t
 
 from __future__ import annotations
 
-from ...tokenizer.sentencepiece import T5Tokenizer
+from .tokenizer import T5Tokenizer
 from ..family import Family
 from .config import T5Config
 

@@ -23,7 +23,7 @@ after a query exist inside the prefix), decoder-only one-directional ones, as a 
 
 Module and parameter names follow Hugging Face's `T5ForConditionalGeneration` exactly
 (`encoder.block.0.layer.0.SelfAttention.q.weight`), so `state_dict`s move between bertlab and `transformers`
-without renaming; files are `checkpoint.py`'s business, generation `generate.py`'s.
+without renaming; files are `checkpoint/`'s business, generation `generate.py`'s.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...checkpoint import load_pretrained, save_pretrained
+from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from ...errors import BertlabError
 from ...nn import AttentionMask, Dropout, attention
 from ...nn.elementwise import activate
@@ -245,7 +245,7 @@ INITIALIZERS = {
 
 
 class T5PreTrainedModel(nn.Module):
-    """The config, the initialisation and Hugging Face–layout checkpoints (the rules in `checkpoint.py`)."""
+    """The config, the initialisation and Hugging Face–layout checkpoints (the rules in `checkpoint/`)."""
 
     config_class = T5Config
     base_model_prefix = "transformer"  # Hugging Face's; T5ForConditionalGeneration files carry no prefix
@@ -276,7 +276,7 @@ class T5PreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, config: T5Config | None = None, **kwargs):
-        """Load from a Hugging Face–layout folder (`config.json` + `model.safetensors`); see `checkpoint.py`."""
+        """Load from a Hugging Face–layout folder (`config.json` + `model.safetensors`); see `checkpoint/`."""
         return load_pretrained(cls, path, config=config, **kwargs)
 
     def save_pretrained(self, path, vocab_file=None, extra_files: dict[str, str] | None = None) -> None:
