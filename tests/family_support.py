@@ -49,6 +49,15 @@ def compare(hf_model, ours, inputs: dict) -> float:
     return max(rel_err(a, b) for a, b in zip(mine, theirs))
 
 
+def compare_hidden_states(hf_model, ours, ids: torch.Tensor, mask: torch.Tensor) -> float:
+    """The largest relative error over every layer's hidden states (the embeddings' first), same count."""
+    with torch.no_grad():
+        theirs = hf_model.eval()(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        mine = ours.eval()(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(mine) == len(theirs)
+    return max(rel_err(a, b) for a, b in zip(mine, theirs))
+
+
 def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 1e-2, epochs: int = 10) -> dict:
     """embed, finetune text-classification, predict, fill-mask and serve's /v1/embeddings on `folder` (a
     masked-LM folder of some family); asserts each works and returns what it measured."""

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bertlab.errors import ConfigError
-from family_support import compare, end_to_end, padded_batch
+from family_support import compare, compare_hidden_states, end_to_end, padded_batch
 from own_data_support import news_rows
 
 transformers = pytest.importorskip("transformers")
@@ -71,6 +71,18 @@ def test_transformers_weights_give_the_same_outputs_both_ways(name, groups, tmp_
     back = getattr(transformers, name).from_pretrained(tmp_path / "ours").eval()
     assert compare(back, ours, inputs) <= TOL
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "albert"
+
+
+def test_every_layers_hidden_states_match(tmp_path):
+    """The mapped embeddings, then each layer position's output (groups of one block: transformers records
+    each block's output, bertlab each layer position's, which coincide there)."""
+    from bertlab.models.albert.modeling import AlbertModel
+
+    torch.manual_seed(0)
+    transformers.AlbertModel(hf_config(num_hidden_groups=2)).save_pretrained(tmp_path)
+    ids, mask = padded_batch(99)
+    assert compare_hidden_states(transformers.AlbertModel.from_pretrained(tmp_path),
+                                 AlbertModel.from_pretrained(tmp_path), ids, mask) <= TOL
 
 
 def test_layers_share_their_groups_weights():

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertlab.errors import ConfigError
-from family_support import compare, end_to_end, padded_batch, rel_err
+from family_support import compare, compare_hidden_states, end_to_end, padded_batch, rel_err
 from own_data_support import write_vocab
 from test_distill import _general, mlm_data  # noqa: F401  (the prepared data and teacher of distill's tests)
 
@@ -57,6 +57,16 @@ def test_transformers_weights_give_the_same_outputs_both_ways(name, sinusoidal, 
     back = getattr(transformers, name).from_pretrained(tmp_path / "ours").eval()
     assert compare(back, ours, inputs) <= TOL
     assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "distilbert"
+
+
+def test_every_layers_hidden_states_match(tmp_path):
+    from bertlab.models.distilbert.modeling import DistilBertModel
+
+    torch.manual_seed(0)
+    transformers.DistilBertModel(hf_config()).save_pretrained(tmp_path)
+    ids, mask = padded_batch(99)
+    assert compare_hidden_states(transformers.DistilBertModel.from_pretrained(tmp_path),
+                                 DistilBertModel.from_pretrained(tmp_path), ids, mask) <= TOL
 
 
 def test_sinusoidal_table_is_distilberts_and_fixed():
