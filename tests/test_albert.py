@@ -187,6 +187,9 @@ def test_tokenizer_surface_and_save(spiece_dir, tmp_path):
         "The coach, said")["input_ids"]
     with pytest.raises(Exception, match="no spiece.model"):
         AlbertTokenizer.from_pretrained(tmp_path)
+    (tmp_path / "saved" / "config.json").write_text(json.dumps({"model_type": "albert", "vocab_size": 50}))
+    with pytest.raises(Exception, match=r"spiece.model: \d+ entries but .*config.json says vocab_size 50"):
+        AlbertTokenizer.from_pretrained(tmp_path / "saved")
 
 
 # ---------------------------------------------------------------------------------------------- the family

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from ...tokenizer import BertTokenizer
 from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, atomic_write_bytes, import_sentencepiece,
                                        load_processor)
-from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError
+from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model
 
 SPACE = "▁"
 DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]",
@@ -85,7 +85,10 @@ class AlbertTokenizer(BertTokenizer):
         else:
             raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
         kwargs.update(overrides)
-        return cls(model_file, **kwargs)
+        tokenizer = cls(model_file, **kwargs)
+        if path.is_dir():  # more pieces than the model has embeddings: refused, as BertTokenizer does
+            check_fits_model(tokenizer, model_file, path / "config.json")
+        return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """spiece.model and tokenizer_config.json, as `transformers.AlbertTokenizer` writes and reads them."""
