@@ -48,7 +48,8 @@ def test_prepare_and_pretrain_a_bert_model_with_sentence_order(tmp_path, capsys)
     corpus = make_corpus(tmp_path / "corpus.txt", 60, seed=5)
     data = tmp_path / "data"
     assert main(["prepare", str(corpus), "--vocab", str(vocab), "--out", str(data), "--max-seq-length", "64",
-                 "--objective", "mlm+sop", "--dupe-factor", "2", "--quiet"]) == 0
+                 "--objective", "mlm+sop", "--dupe-factor", "2"]) == 0
+    assert "sentence-order labels (train): " in capsys.readouterr().err  # prepare reports on stderr
     assert main(["prepare", str(corpus), "--vocab", str(vocab), "--out", str(tmp_path / "x"), "--objective",
                  "mlm+sop", "--mode", "segment-pair"]) == 2
     assert "--objective mlm+sop needs sentence-order pairs: --mode segment-order" in capsys.readouterr().err
