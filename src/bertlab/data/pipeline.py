@@ -612,7 +612,7 @@ def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | No
     if not total:
         return None, None
     share = is_next / total
-    if iset["instances"]["mode"] in ORDER_MODES:  # a fair coin per pair: nothing tilts the order labels
+    if iset.get("instances", {}).get("mode") in ORDER_MODES:  # a fair coin per pair: nothing tilts the labels
         return (f"sentence-order labels (train): {is_next:,} in order / {random_next:,} swapped "
                 f"({share:.0%} / {1 - share:.0%})"), None
     line = (f"next-sentence labels (train): {is_next:,} is-next / {random_next:,} random-next "
