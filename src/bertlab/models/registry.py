@@ -19,6 +19,8 @@ from .family import Family
 FAMILIES: dict[str, str] = {
     "bert": "bertlab.models.bert.family",
     "t5": "bertlab.models.t5.family",
+    "distilbert": "bertlab.models.distilbert.family",
+    "albert": "bertlab.models.albert.family",
 }
 # Google's TensorFlow release names its config thus and has no model_type: it is BERT's
 GOOGLE_CONFIG_NAME = "bert_config.json"
