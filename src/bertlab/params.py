@@ -134,6 +134,9 @@ def t5_parameter_table(config) -> list[tuple[str, int]]:
     positions = config.relative_attention_num_buckets * nh
     encoder_layer = attention + norm + ffn + norm
     decoder_layer = attention + norm + (attention + norm if config.is_encoder_decoder else 0) + ffn + norm
+    shared = getattr(config, "share_encoder_decoder", False)
+    if shared:  # Table 2's "Enc-dec, shared": the decoder's self-attention and FFN are the encoder's
+        decoder_layer = attention + norm
     L_dec = config.num_decoder_layers
     L_enc = config.num_layers if config.is_encoder_decoder else 0
     lm_head = 0 if config.tie_word_embeddings else V * d
@@ -142,10 +145,13 @@ def t5_parameter_table(config) -> list[tuple[str, int]]:
         rows += [("encoder.layer.self_attention", attention + norm), ("encoder.layer.ffn", ffn + norm),
                  (f"encoder.layers.total (x{L_enc})", L_enc * encoder_layer),
                  ("encoder.relative_positions", positions), ("encoder.final_norm", norm)]
-    rows += [("decoder.layer.self_attention", attention + norm)]
+    if not shared:
+        rows += [("decoder.layer.self_attention", attention + norm)]
     if config.is_encoder_decoder:
         rows += [("decoder.layer.cross_attention", attention + norm)]
-    rows += [("decoder.layer.ffn", ffn + norm), (f"decoder.layers.total (x{L_dec})", L_dec * decoder_layer),
+    rows += [("decoder.layer.ffn" + (" (the encoder's)" if shared else ""), 0 if shared else ffn + norm),
+             (f"decoder.layers.total (x{L_dec}{', self-attention and FFN shared' if shared else ''})",
+              L_dec * decoder_layer),
              ("decoder.relative_positions", positions), ("decoder.final_norm", norm),
              ("lm_head" + (" (tied to the embedding)" if config.tie_word_embeddings else ""), lm_head)]
     total = V * d + (L_enc * encoder_layer + positions + norm if L_enc else 0) + L_dec * decoder_layer \
