@@ -7,7 +7,8 @@ An objective says
     name                         its registry name (`--objective NAME`)
     model_class                  the model class it trains (`BertForPreTraining`, `T5ForConditionalGeneration`, ...)
     input_keys, label_keys       the batch fields the model reads, and the targets among them
-    needs_next_sentence_labels   whether the prepared data must carry NSP labels (segment pairs)
+    needs_next_sentence_labels   whether the prepared data must carry a sentence-level label (pairs)
+    data_modes                   with such labels: the instance modes whose labels mean what it trains
     loss(model, batch)           -> (loss, metrics): one micro-batch, as the training loop calls it
     new_eval()                   a streaming held-out evaluation: `update(model_output, batch)` per batch,
                                  then `compute()` -> {metric: value}; the metrics an objective reports live
@@ -60,6 +61,7 @@ class Objective:
     input_keys: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
     label_keys: tuple[str, ...] = ()
     needs_next_sentence_labels: bool = False
+    data_modes: tuple[str, ...] = ()
 
     def model_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The fields of `batch` the model is called with: inputs and targets (those present)."""
