@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .roberta import RobertaTokenizer
-from .sentencepiece import SentencePieceError, atomic_write_bytes, import_sentencepiece, load_processor
+from .sentencepiece import (SentencePieceError, atomic_write_bytes, byte_to_char, import_sentencepiece,
+                            load_processor)
 from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
@@ -158,7 +159,7 @@ class XLMRobertaTokenizer(TokenizerBase):
             return
         pieces = self.sp.encode(part, return_type="proto").pieces
         # SentencePiece's begin/end are UTF-8 byte offsets: byte -> character of `part`
-        char_at = _byte_to_char(part)
+        char_at = byte_to_char(part)
         spans = []
         for p in pieces:
             b, e = char_at[p.begin], char_at[p.end]
@@ -191,11 +192,3 @@ class XLMRobertaTokenizer(TokenizerBase):
     def __repr__(self) -> str:
         return f"XLMRobertaTokenizer({self.model_file.name}: {len(self)} ids)"
 
-
-def _byte_to_char(text: str) -> list[int]:
-    """For each UTF-8 byte offset of `text` (and its end), the index of the character it falls in."""
-    out: list[int] = []
-    for i, ch in enumerate(text):
-        out.extend([i] * len(ch.encode("utf-8")))
-    out.append(len(text))
-    return out

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...tokenizer import BertTokenizer
-from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, atomic_write_bytes, import_sentencepiece,
-                                       load_processor)
+from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, atomic_write_bytes, byte_to_char,
+                                       import_sentencepiece, load_processor)
 from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model
 
 SPACE = "▁"
@@ -146,10 +146,10 @@ class AlbertTokenizer(BertTokenizer):
         if not pieces_text:
             return
         joined = "".join(pieces_text)
-        byte_to_char = _byte_to_char(joined)
+        char_at = byte_to_char(joined)
         first_word = words[-1] + 1 if words else 0
         for piece in self.sp.encode(joined, return_type="proto").pieces:
-            start, end = byte_to_char[piece.begin], byte_to_char[piece.end]
+            start, end = char_at[piece.begin], char_at[piece.end]
             while start < end and chars[start] is None:  # the space a ▁ stands for
                 start += 1
             if start == end:  # a lone ▁: the first character of its word
@@ -201,15 +201,6 @@ class AlbertTokenizer(BertTokenizer):
 
     def __repr__(self) -> str:
         return f"AlbertTokenizer({self.model_file.name}: {len(self)} pieces, do_lower_case={self.do_lower_case})"
-
-
-def _byte_to_char(text: str) -> list[int]:
-    """UTF-8 byte offset -> character index, for every byte boundary up to len(bytes)."""
-    table = []
-    for i, c in enumerate(text):
-        table.extend([i] * len(c.encode("utf-8")))
-    table.append(len(text))
-    return table
 
 
 def _read_config(path: Path) -> dict[str, Any]:
