@@ -1,6 +1,6 @@
 """Helpers for the per-family tests (not a test module): relative error against `transformers`, the parity
 check of one head class, and the end-to-end run of the commands on a family's model folder (embed, fine-tune a
-CSV, predict, fill-mask, serve's OpenAI embeddings)."""
+CSV, predict, fill-mask, serve's OpenAI embeddings, the ONNX and sentence-transformers exports)."""
 
 from __future__ import annotations
 
@@ -103,4 +103,31 @@ def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 1e-2, epochs: i
     expected = Embedder.from_pretrained(folder, pooling="mean", normalize=True).embed(["the team won the match",
                                                                                       "a goal"])
     np.testing.assert_allclose(served, expected, atol=1e-5)
+    exports_match(folder, tmp_path, capsys)
     return {"accuracy": accuracy, "fill_mask": filled}
+
+
+def exports_match(folder: Path, tmp_path: Path, capsys) -> None:
+    """`export onnx` (when onnx and onnxruntime are installed) and `export sentence-transformers` of a family's
+    folder: the ONNX graph gives the encoder's outputs, and sentence-transformers loads the exported folder and
+    embeds as `bertlab embed` does."""
+    import importlib.util
+
+    from bertlab.cli import main
+    from bertlab.infer.embeddings import Embedder
+
+    texts = ["the team won the match", "shares of the bank fell today"]
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxruntime"):
+        from bertlab.infer.export import EXPORTERS
+
+        checks = EXPORTERS["onnx"](folder, tmp_path / "onnx").checks
+        assert checks["max_abs_diff_vs_pytorch"] < 1e-4, checks
+    if importlib.util.find_spec("sentence_transformers"):
+        from sentence_transformers import SentenceTransformer
+
+        assert main(["--log-level", "WARNING", "export", "sentence-transformers", "--model", str(folder), "--out",
+                     str(tmp_path / "st")]) == 0
+        capsys.readouterr()
+        theirs = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
+        ours = Embedder.from_pretrained(folder, pooling="mean", normalize=True).embed(texts)
+        np.testing.assert_allclose(theirs, ours, atol=1e-5)

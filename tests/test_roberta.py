@@ -390,6 +390,14 @@ def family_files(request, tmp_path_factory, spm_folder):
     return request.param, spm_folder
 
 
+def test_exports(family_files, tmp_path, capsys):
+    """`export onnx` and `export sentence-transformers` of a RoBERTa and an XLM-R folder (family_support)."""
+    from family_support import exports_match
+
+    family, files = family_files
+    exports_match(family_folder(family, tmp_path / "enc", files, "Model"), tmp_path, capsys)
+
+
 def test_commands_end_to_end(family_files, tmp_path, capsys):
     """tokenize, embed, finetune text-classification on a CSV, predict, fill-mask -- on a RoBERTa and an XLM-R
     folder; the tokenizer is `transformers`' where both read the same files, and so are the predictions."""
@@ -493,3 +501,25 @@ def test_served_on_the_openai_route(family_files, tmp_path):
     assert resp.status == 200 and [d["index"] for d in out["data"]] == [0, 1]
     expected = Embedder.from_pretrained(folder, normalize=True).embed(["the team", "a phone"])
     np.testing.assert_allclose([d["embedding"] for d in out["data"]], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_params_counts_roberta_as_built(model_type, tmp_path, capsys):
+    """`bertlab params` counts a RoBERTa / XLM-R config by its own sizes (one token type, 514 positions, no NSP
+    head): equal to the built models and to transformers' (roberta-base: 124.6M in the encoder)."""
+    from bertlab.cli import main
+    from bertlab.models.auto import AutoConfig
+    from bertlab.models.registry import family
+
+    hf_config = (transformers.RobertaConfig if model_type == "roberta" else transformers.XLMRobertaConfig)()
+    (tmp_path / "config.json").write_text(hf_config.to_json_string())
+    assert main(["params", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
+    fam, config = family(model_type), AutoConfig.from_pretrained(tmp_path)
+    with torch.device("meta"):
+        built = (fam.base_model(config).num_parameters(), fam.heads["masked-lm"].model_class(config).num_parameters())
+        theirs = sum(p.numel() for p in transformers.AutoModel.from_config(hf_config).parameters())
+    assert (rows["total.encoder (RobertaModel)"], rows["total.masked_lm (RobertaForMaskedLM, no pooler)"]) == built
+    assert built[0] == theirs
+    if model_type == "roberta":
+        assert abs(built[0] - 124.6e6) < 0.1e6

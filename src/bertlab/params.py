@@ -63,6 +63,16 @@ def parameter_table(config: BertConfig) -> list[tuple[str, int]]:
     return rows
 
 
+def roberta_parameter_table(config) -> list[tuple[str, int]]:
+    """RoBERTa and XLM-R (a `RobertaConfig`): BERT's arithmetic on their own sizes -- one token type, 514
+    positions -- and no next-sentence head; the masked LM (`lm_head`) is BERT's: dense, LayerNorm, output bias."""
+    rows = dict(parameter_table(config))
+    kept = [(k, n) for k, n in parameter_table(config) if not k.startswith(("heads.next_sentence", "total."))]
+    encoder = rows["total.encoder (BertModel)"]
+    return [*kept, ("total.encoder (RobertaModel)", encoder),
+            ("total.masked_lm (RobertaForMaskedLM, no pooler)", encoder - rows["pooler"] + rows["heads.masked_lm"])]
+
+
 def distilbert_parameter_table(config) -> list[tuple[str, int]]:
     """DistilBERT (a `DistilBertConfig`, read through its BERT-named properties): BERT's blocks, no token type
     table, no pooler; its masked LM is a dense layer, a LayerNorm and an output bias (the projector is tied)."""

@@ -1,8 +1,8 @@
 """`bertlab params [PRESET | config.json ...] [--format table|json]`: parameter counts per model part.
 
 BERT presets (base, large, L4-H256, ...) and T5 presets (t5-small, t5-base, t5-large, t5-v1_1-*) by name; a
-config.json (or model folder) is counted by its family, from its `model_type` (BERT, T5, DistilBERT, ALBERT:
-ALBERT's shared blocks counted once)."""
+config.json (or model folder) is counted by its family, from its `model_type` (BERT, RoBERTa, XLM-R, T5,
+DistilBERT, ALBERT: ALBERT's shared blocks counted once)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from ..errors import BertlabError
 from ..jsonconfig import read_json_object
 from ..models.bert.config import BertConfig, is_preset, preset_names
 from ..params import (albert_parameter_table, distilbert_parameter_table, format_t5_table, format_table,
-                      parameter_table, t5_parameter_table)
+                      parameter_table, roberta_parameter_table, t5_parameter_table)
 from ..models.albert.config import AlbertConfig
 from ..models.distilbert.config import DistilBertConfig
+from ..models.roberta.config import RobertaConfig
+from ..models.xlm_roberta.modeling import XLMRobertaConfig
 from ..models.t5.config import MODEL_TYPE as T5_MODEL_TYPE
 from ..models.t5.config import PRESETS as T5_PRESETS
 from ..models.t5.config import T5Config
@@ -30,6 +32,9 @@ PARAMETER_TABLES = {
                lambda name, c: format_table(name, c, albert_parameter_table)),
     "distilbert": (DistilBertConfig.from_name_or_path, distilbert_parameter_table,
                    lambda name, c: format_table(name, c, distilbert_parameter_table)),
+    **{model_type: (config.from_name_or_path, roberta_parameter_table,
+                    lambda name, c: format_table(name, c, roberta_parameter_table))
+       for model_type, config in (("roberta", RobertaConfig), ("xlm-roberta", XLMRobertaConfig))},
 }
 
 
