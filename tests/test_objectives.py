@@ -93,7 +93,7 @@ def test_every_registered_objective_trains_a_step_and_evaluates(name, architectu
     loss.backward()
     assert weight(model).grad is not None
     assert train_keys <= set(metrics)
-    assert ("nsp_loss" in metrics) == objective.needs_next_sentence_labels
+    assert bool({"nsp_loss", "sop_loss"} & set(metrics)) == objective.needs_next_sentence_labels
     evaluation = objective.new_eval()
     model.eval()
     with torch.no_grad():
@@ -102,7 +102,7 @@ def test_every_registered_objective_trains_a_step_and_evaluates(name, architectu
             evaluation.update(model(**objective.model_inputs(b)), b)
     results = evaluation.compute()
     assert eval_keys <= set(results)
-    assert ("nsp_accuracy" in results) == objective.needs_next_sentence_labels
+    assert bool({"nsp_accuracy", "sop_accuracy"} & set(results)) == objective.needs_next_sentence_labels
 
 
 def test_held_out_metrics_are_the_pretraining_formulas():

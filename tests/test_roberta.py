@@ -1,7 +1,7 @@
 """RoBERTa and XLM-R: `transformers`' random-weight models load in bertlab with the same hidden states and logits
 (strict keys, padded batches), bertlab's saves load back in `transformers`; fairseq's positions hold for padded,
 unpadded-training and bucketed-inference batches; XLM-R's SentencePiece tokenizer gives `transformers`' ids and
-offsets; the commands (embed, finetune, predict, fill-mask, serve) run on an XLM-R folder."""
+offsets; the commands (embed, finetune, predict, fill-mask, serve) run on RoBERTa and XLM-R folders."""
 
 from __future__ import annotations
 
@@ -227,6 +227,9 @@ def test_xlmr_tokenizer_gives_transformers_ids_and_offsets(spm_folder):
     assert b["input_ids"] == a["input_ids"] and b["attention_mask"] == a["attention_mask"]
     assert b["offset_mapping"] == [[tuple(o) for o in row] for row in a["offset_mapping"]]
     assert all(set(row) == {0} for row in b["token_type_ids"])  # one token type
+    # longest_first shares the budget as the tokenizers library does (an odd budget: BERT's rule would differ)
+    longest = dict(truncation="longest_first", max_length=13)
+    assert ours(CASES, CASES[::-1], **longest)["input_ids"] == theirs(CASES, CASES[::-1], **longest)["input_ids"]
     words = ["Grüße", "aus", "Köln"]
     a, b = theirs(words, is_split_into_words=True), ours(words, is_split_into_words=True)
     assert b["input_ids"] == a["input_ids"] and b.word_ids() == a.word_ids()
@@ -238,7 +241,7 @@ def test_xlmr_tokenizer_on_wikitext(tmp_path, shared_data):
     learned scores of a real model do not tie.)"""
     from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
 
-    read = lambda name: [l.strip() for l in (shared_data / "wikitext-2" / name).read_text(encoding="utf-8")  # noqa
+    read = lambda name: [l.strip() for l in (shared_data / "wikitext-2" / name).read_text(encoding="utf-8")
                          .splitlines() if l.strip()]
     spm_folder = train_spm(tmp_path / "wiki", vocab_size=400, texts=read("wiki.train.raw.first1018lines") +
                            EXTRA_TEXT)
@@ -381,16 +384,23 @@ def family_folder(family: str, folder: Path, tokenizer_files: Path, architecture
 
 @pytest.fixture(scope="module", params=["xlm-roberta", "roberta"])
 def family_files(request, tmp_path_factory, spm_folder):
-    """Each family's tokenizer files; RoBERTa's byte-level BPE tokenizer is skipped where bertlab lacks it."""
+    """Each family's tokenizer files."""
     if request.param == "roberta":
-        pytest.importorskip("bertlab.tokenizer.roberta", reason="RoBERTa's byte-level BPE tokenizer is not here")
         return request.param, bpe_tokenizer_files(tmp_path_factory.mktemp("bpe"))
     return request.param, spm_folder
 
 
+def test_exports(family_files, tmp_path, capsys):
+    """`export onnx` and `export sentence-transformers` of a RoBERTa and an XLM-R folder (family_support)."""
+    from family_support import exports_match
+
+    family, files = family_files
+    exports_match(family_folder(family, tmp_path / "enc", files, "Model"), tmp_path, capsys)
+
+
 def test_commands_end_to_end(family_files, tmp_path, capsys):
-    """embed, finetune text-classification on a CSV, predict, fill-mask -- on a RoBERTa and an XLM-R folder; the
-    tokenizer is `transformers`' where both read the same files, and so are the predictions."""
+    """tokenize, embed, finetune text-classification on a CSV, predict, fill-mask -- on a RoBERTa and an XLM-R
+    folder; the tokenizer is `transformers`' where both read the same files, and so are the predictions."""
     from bertlab import AutoTokenizer
 
     family, files = family_files
@@ -400,6 +410,10 @@ def test_commands_end_to_end(family_files, tmp_path, capsys):
     ours, theirs = AutoTokenizer.from_pretrained(enc), transformers.AutoTokenizer.from_pretrained(enc)
     assert type(ours).__name__ == prefix + "Tokenizer"
     assert ours(texts)["input_ids"] == theirs(texts)["input_ids"]
+    capsys.readouterr()
+    assert _run("tokenize", "--vocab", enc, "--format", "json", "--special", texts[1]) == 0
+    assert json.loads(capsys.readouterr().out)["ids"] == ours(texts[1])["input_ids"]
+    assert _run("tokenize", "--vocab", enc, "--cased", texts[0]) == 2  # a WordPiece setting: one line, refused
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
     assert _run("embed", "--model", enc, "--input", tmp_path / "texts.txt", "--output", tmp_path / "e.npy") == 0
     assert np.load(tmp_path / "e.npy").shape == (3, 32)
@@ -463,7 +477,7 @@ def test_xlmr_finetunes_every_task_kind(task, xlmr, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)
 
 
-def test_xlmr_served_on_the_openai_route(xlmr):
+def test_served_on_the_openai_route(family_files, tmp_path):
     pytest.importorskip("fastapi")
     import http.client
 
@@ -472,7 +486,9 @@ def test_xlmr_served_on_the_openai_route(xlmr):
     from bertlab.infer.runtime import InferenceOptions
     from bertlab.infer.serve import create_app, load_models, start_in_thread
 
-    running = start_in_thread(create_app(load_models(xlmr, InferenceOptions()), Limits(max_items=8)))
+    family, files = family_files
+    folder = family_folder(family, tmp_path / "enc", files, "Model")
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions()), Limits(max_items=8)))
     try:
         conn = http.client.HTTPConnection("127.0.0.1", running.port, timeout=60)
         conn.request("POST", "/v1/embeddings", body=json.dumps({"input": ["the team", "a phone"]}),
@@ -483,5 +499,27 @@ def test_xlmr_served_on_the_openai_route(xlmr):
     finally:
         running.stop()
     assert resp.status == 200 and [d["index"] for d in out["data"]] == [0, 1]
-    expected = Embedder.from_pretrained(xlmr, normalize=True).embed(["the team", "a phone"])
+    expected = Embedder.from_pretrained(folder, normalize=True).embed(["the team", "a phone"])
     np.testing.assert_allclose([d["embedding"] for d in out["data"]], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_params_counts_roberta_as_built(model_type, tmp_path, capsys):
+    """`bertlab params` counts a RoBERTa / XLM-R config by its own sizes (one token type, 514 positions, no NSP
+    head): equal to the built models and to transformers' (roberta-base: 124.6M in the encoder)."""
+    from bertlab.cli import main
+    from bertlab.models.auto import AutoConfig
+    from bertlab.models.registry import family
+
+    hf_config = (transformers.RobertaConfig if model_type == "roberta" else transformers.XLMRobertaConfig)()
+    (tmp_path / "config.json").write_text(hf_config.to_json_string())
+    assert main(["params", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
+    fam, config = family(model_type), AutoConfig.from_pretrained(tmp_path)
+    with torch.device("meta"):
+        built = (fam.base_model(config).num_parameters(), fam.heads["masked-lm"].model_class(config).num_parameters())
+        theirs = sum(p.numel() for p in transformers.AutoModel.from_config(hf_config).parameters())
+    assert (rows["total.encoder (RobertaModel)"], rows["total.masked_lm (RobertaForMaskedLM, no pooler)"]) == built
+    assert built[0] == theirs
+    if model_type == "roberta":
+        assert abs(built[0] - 124.6e6) < 0.1e6

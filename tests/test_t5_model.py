@@ -306,3 +306,42 @@ def test_params_command_counts_t5(tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)[str(tmp_path)]
     assert rows["total (T5ForConditionalGeneration)"] == model.num_parameters()
     assert "decoder.layer.cross_attention" not in rows and "encoder.layer.ffn" not in rows
+
+
+def test_shared_encoder_decoder_counts_p_and_loads_in_transformers(tmp_path):
+    """Table 2's "Enc-dec, shared": decoder block i computes with encoder block i's self-attention and FFN (one
+    parameter each: the count is the encoder's plus the decoder's cross-attention, position table and final
+    norm, as `bertlab params` says); a gradient step keeps them one; saved, the folder holds equal copies that
+    transformers loads as a plain T5 with the same logits, and bertlab loads shared again."""
+    from bertlab.params import t5_count
+
+    config = tiny("v1.1", num_decoder_layers=2, dropout_rate=0.0, share_encoder_decoder=True)
+    torch.manual_seed(3)
+    ours = T5ForConditionalGeneration(config)
+    unshared = T5ForConditionalGeneration(tiny("v1.1", num_decoder_layers=2, dropout_rate=0.0))
+    d, inner, d_ff = config.d_model, config.inner_dim, config.d_ff
+    per_decoder_layer = 4 * d * inner + d + 3 * d * d_ff + d  # self-attention + FFN with their norms
+    assert ours.num_parameters() == t5_count(config) == unshared.num_parameters() - 2 * per_decoder_layer
+    enc, dec = ours.encoder.block[1], ours.decoder.block[1]
+    assert dec.layer[0].SelfAttention.q.weight is enc.layer[0].SelfAttention.q.weight
+    assert dec.layer[-1] is enc.layer[-1] and dec.layer[1].EncDecAttention.q.weight is not enc.layer[0].SelfAttention.q.weight
+    ids, mask, labels = padded_inputs()
+    optimizer = torch.optim.SGD(ours.parameters(), lr=0.1)
+    ours.train()
+    ours(ids, attention_mask=mask, labels=labels).loss.backward()
+    optimizer.step()
+    assert dec.layer[0].SelfAttention.q.weight is enc.layer[0].SelfAttention.q.weight
+    ours.eval()
+    with torch.no_grad():
+        expected = ours(ids, attention_mask=mask, labels=labels).logits
+    theirs, info = hf_from(ours, tmp_path)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        got = theirs(input_ids=ids, attention_mask=mask, labels=labels).logits
+    torch.testing.assert_close(got, expected, rtol=TOL, atol=TOL)
+    again = T5ForConditionalGeneration.from_pretrained(tmp_path / "ours")
+    assert again.config.share_encoder_decoder and again.num_parameters() == ours.num_parameters()
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids, attention_mask=mask, labels=labels).logits, expected, rtol=0, atol=0)
+    with pytest.raises(ConfigError, match="share_encoder_decoder"):
+        tiny(share_encoder_decoder=True)  # 2 encoder layers, 3 decoder layers

@@ -76,5 +76,5 @@ def test_an_unknown_family_is_one_line(tmp_path):
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "hidden_size": 8}))
-    with pytest.raises(BertlabError, match=r"model_type 'gpt_neox' is not supported \(supported: bert, roberta, t5, xlm-roberta\)"):
+    with pytest.raises(BertlabError, match=r"model_type 'gpt_neox' is not supported \(supported: .*\bbert, .*\bt5\b"):
         AutoModel.from_pretrained(tmp_path / "m")

@@ -13,11 +13,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, shorten
 
 # One weight matrix of any family is held under 2^32 elements (16 GiB fp32): checked before anything is
 # allocated, for a config.json from an unknown source.
 MAX_MATRIX_ELEMENTS = 1 << 32
+
+# The most labels a config may name (a num_labels of 10^12 would build a dict of that many names first)
+MAX_LABELS = 1 << 20
 
 # Activations the model knows, by the names Google's and Hugging Face's configs use.
 KNOWN_ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh", "silu", "swish", "tanh")
@@ -124,3 +127,82 @@ def is_type(value: Any, expected: type) -> bool:
     if expected is float:
         return isinstance(value, (int, float)) and math.isfinite(value)
     return isinstance(value, expected)
+
+
+class FieldConfig(JsonConfig):
+    """A family config that is a plain dataclass of JSON fields (DistilBERT's, ALBERT's): each field's type is
+    checked from its annotation ("int", "float", "str", "bool"), labels are Hugging Face's (`id2label`, or
+    `num_labels`; `label2id` derived), unknown keys are kept in `extra` and written back with `model_type`.
+    A subclass sets `model_type` and `check(source)` (its sizes and consistency)."""
+
+    model_type = ""
+    _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+    _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+    @classmethod
+    def typed_fields(cls) -> dict[str, type]:
+        return {f.name: cls._TYPES[f.type] for f in dataclasses.fields(cls) if f.type in cls._TYPES}
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label) if self.id2label else 2
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {v: k for k, v in (self.id2label or {}).items()}
+
+    def validate(self, source: str = "config") -> None:
+        for name, expected in self.typed_fields().items():
+            value = getattr(self, name)
+            ok = isinstance(value, bool) if expected is bool else is_type(value, expected)
+            if not ok:
+                raise ConfigError(f"{source}: field '{name}' must be {self._TYPE_NAMES[expected]}, got "
+                                  f"{type(value).__name__} {shorten(value)}")
+        act = getattr(self, "hidden_act", None)
+        if act is not None and act not in KNOWN_ACTIVATIONS:
+            raise ConfigError(f"{source}: activation {shorten(act)}; expected one of {', '.join(KNOWN_ACTIVATIONS)}")
+        self.check(source)
+
+    def check(self, source: str) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def preset_lookup(cls):
+        """No named sizes: a config file or a model folder."""
+        return (lambda name: False), None, (lambda: [])
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known and k not in ("label2id", "num_labels")}
+        labels = data.get("num_labels")
+        if kwargs.get("id2label") is None and isinstance(labels, int) and not isinstance(labels, bool) and labels > 0:
+            if labels > MAX_LABELS:
+                raise ConfigError(f"{source}: field 'num_labels' must be at most {MAX_LABELS:,}, got {labels:,}")
+            kwargs["id2label"] = {i: f"LABEL_{i}" for i in range(labels)}
+        if kwargs.get("id2label") is not None:
+            try:
+                kwargs["id2label"] = {int(k): str(v) for k, v in kwargs["id2label"].items()}
+            except (AttributeError, ValueError) as e:
+                raise ConfigError(f"{source}: field 'id2label' must map integer ids to names ({e})") from None
+        config = cls.build(kwargs, extra, {n for n, t in cls.typed_fields().items() if t is int})
+        config.validate(source)
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {**self.extra, **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}}
+        if self.id2label is not None:
+            data["id2label"] = {str(k): v for k, v in sorted(self.id2label.items())}
+            data["label2id"] = {v: k for k, v in sorted(self.id2label.items())}
+        else:
+            data.pop("id2label")
+        if data.get("attn_implementation") == "sdpa":  # the default is not written: config.json stays HF's
+            data.pop("attn_implementation")
+        data["model_type"] = self.model_type
+        return data

@@ -44,5 +44,12 @@ def save_pretrained(model: Model, path: str | os.PathLike, vocab_file: str | os.
         return save_lora_adapter(model, path, vocab_file, extra_files)
     tied = set(model.tied_weight_keys)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items() if k not in tied}
+    # Weights shared by design that the layout stores under each name (T5's shared encoder-decoder) are written
+    # as copies: a safetensors file holds no aliases, and transformers reads each name as its own weight.
+    seen: set[int] = set()
+    for key, tensor in state.items():
+        if tensor.data_ptr() in seen:
+            state[key] = tensor.clone()
+        seen.add(tensor.data_ptr())
     return write_model_folder(path, model, WEIGHTS_NAME, state, {}, vocab_file, extra_files, drop=ADAPTER_FILES)
 

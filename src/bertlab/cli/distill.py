@@ -26,6 +26,8 @@ HELP = {
                "or a model folder",
     "init": "random: the student's weights drawn anew whatever --student makes (the baseline a distilled student "
             "is compared with, e.g. with --alpha 0 --gamma 0); recorded in metrics.json / run_config.json",
+    "student_layout": "general: write the student as a DistilBERT (DistilBertForMaskedLM; token type 0 folded "
+                      "into the positions) instead of BERT's layout",
     "data": "DATA_DIR from `bertlab prepare` (general), or the task's folder/file (--task)",
     "out": "RUN_DIR (general) / OUT_DIR (--task)",
     "task": "task-specific distillation on this task (sst2, mrpc, squad, ...)",

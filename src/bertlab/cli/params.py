@@ -1,7 +1,8 @@
 """`bertlab params [PRESET | config.json ...] [--format table|json]`: parameter counts per model part.
 
 BERT presets (base, large, L4-H256, ...) and T5 presets (t5-small, t5-base, t5-large, t5-v1_1-*) by name; a
-config.json (or model folder) is counted by its family, from its `model_type`."""
+config.json (or model folder) is counted by its family, from its `model_type` (BERT, RoBERTa, XLM-R, T5,
+DistilBERT, ALBERT: ALBERT's shared blocks counted once)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ import argparse
 import json
 import os
 
+from ..errors import BertlabError
 from ..jsonconfig import read_json_object
 from ..models.bert.config import BertConfig, is_preset, preset_names
-from ..params import format_t5_table, format_table, parameter_table, t5_parameter_table
+from ..params import (albert_parameter_table, distilbert_parameter_table, format_t5_table, format_table,
+                      parameter_table, roberta_parameter_table, t5_parameter_table)
+from ..models.albert.config import AlbertConfig
+from ..models.distilbert.config import DistilBertConfig
+from ..models.roberta.config import RobertaConfig
+from ..models.xlm_roberta.modeling import XLMRobertaConfig
 from ..models.t5.config import MODEL_TYPE as T5_MODEL_TYPE
 from ..models.t5.config import PRESETS as T5_PRESETS
 from ..models.t5.config import T5Config
@@ -20,6 +27,14 @@ from ..models.t5.config import T5Config
 PARAMETER_TABLES = {
     "bert": (BertConfig.from_name_or_path, parameter_table, format_table),
     T5_MODEL_TYPE: (T5Config.from_name_or_path, t5_parameter_table, format_t5_table),
+    # shared weights counted once (ALBERT); BERT's blocks without token types or pooler (DistilBERT)
+    "albert": (AlbertConfig.from_name_or_path, albert_parameter_table,
+               lambda name, c: format_table(name, c, albert_parameter_table)),
+    "distilbert": (DistilBertConfig.from_name_or_path, distilbert_parameter_table,
+                   lambda name, c: format_table(name, c, distilbert_parameter_table)),
+    **{model_type: (config.from_name_or_path, roberta_parameter_table,
+                    lambda name, c: format_table(name, c, roberta_parameter_table))
+       for model_type, config in (("roberta", RobertaConfig), ("xlm-roberta", XLMRobertaConfig))},
 }
 
 
@@ -30,7 +45,10 @@ def family(name: str) -> str:
         return "bert"  # BERT's loader reports an unknown name
     path = os.path.join(name, "config.json") if os.path.isdir(name) else name
     model_type = read_json_object(path).get("model_type", "bert") if os.path.isfile(path) else "bert"
-    return model_type if model_type in PARAMETER_TABLES else "bert"
+    if model_type not in PARAMETER_TABLES:  # another family's config must not be counted as a BERT
+        raise BertlabError(f"{path}: bertlab params counts {', '.join(sorted(PARAMETER_TABLES))} configs, not "
+                           f"model_type {model_type!r}")
+    return model_type
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,8 @@
 Without CORPUS, the shards already in DATA_DIR are used, and settings not given are those of its current
 instance set. Re-running with the same inputs and settings reuses everything.
 
---objective picks what the instances are for: BERT's (mlm+nsp: segment pairs; mlm: packed full sentences) or
+--objective picks what the instances are for: BERT's (mlm+nsp: segment pairs; mlm: packed full sentences;
+mlm+sop: sentence-order pairs, ALBERT's objective, for BERT and ALBERT models) or
 one of T5's (span-corruption, iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm:
 documents packed into examples whose inputs fit --max-seq-length, default 512; the objective is applied anew
 to every example each epoch when batches are made, from the seed and the position). --vocab may then also be
@@ -25,7 +26,7 @@ import argparse
 import sys
 
 from ..models.t5.denoising import DENOISING_OBJECTIVES, make_objective
-from ..data.instances import MODES, NSP_MODES, InstanceConfig
+from ..data.instances import MODES, NSP_MODES, ORDER_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
 from ..data.readers import CORPUS_FORMATS, CleaningConfig, DataError, ReaderConfig
 
@@ -38,7 +39,8 @@ INSTANCE_DEFAULTS = {"mode": "segment-pair", "max_seq_length": 128, "short_seq_p
 T5_PARAMS = ("noise_density", "mean_span_length")
 T5_INSTANCE_FLAGS = ("max_seq_length", "seed")
 T5_MAX_SEQ_LENGTH = 512  # T5's inputs length
-BERT_OBJECTIVE_MODES = {"mlm+nsp": "segment-pair", "mlm": "full-sentences"}  # the default --mode of each
+BERT_OBJECTIVE_MODES = {"mlm+nsp": "segment-pair", "mlm": "full-sentences",  # the default --mode of each
+                        "mlm+sop": "segment-order"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -75,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="segment-pair labels exactly as Google's script (IsNext slightly under 50%%)")
     g = p.add_argument_group("objective")
     g.add_argument("--objective", default=None, metavar="NAME",
-                   help="mlm+nsp or mlm (BERT's: masks below), or a T5 objective: "
+                   help="mlm+nsp, mlm or mlm+sop (BERT's and ALBERT's: masks below), or a T5 objective: "
                         f"{', '.join(DENOISING_OBJECTIVES)}")
     g.add_argument("--noise-density", type=float, default=None,
                    help="T5 objectives: share of the tokens corrupted (default 0.15)")
@@ -149,6 +151,9 @@ def _check_objective(args: argparse.Namespace) -> None:
                             f"(--objective {', '.join(DENOISING_OBJECTIVES)})")
         if name == "mlm+nsp" and args.mode is not None and args.mode not in NSP_MODES:
             raise DataError(f"--objective mlm+nsp needs next-sentence pairs: --mode {' or '.join(NSP_MODES)}, "
+                            f"not {args.mode}")
+        if name == "mlm+sop" and args.mode is not None and args.mode not in ORDER_MODES:
+            raise DataError(f"--objective mlm+sop needs sentence-order pairs: --mode {' or '.join(ORDER_MODES)}, "
                             f"not {args.mode}")
         if name is not None and args.mode is None:
             args.mode = BERT_OBJECTIVE_MODES[name]

@@ -21,8 +21,9 @@ HELP = {
     "data": "DATA_DIR from `bertlab prepare`",
     "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
     "init_from": "Hugging Face-layout folder to continue pre-training from",
-    "objective": "mlm+nsp or mlm (default: the data's: mlm+nsp on segment pairs, mlm on data without "
-                 "next-sentence pairs)",
+    "objective": "mlm+nsp (BERT), mlm, or mlm+sop (sentence order, ALBERT's; data: prepare --mode segment-order) "
+                 "(default: the data's: mlm+nsp on segment pairs, mlm+sop on sentence-order pairs, mlm on data "
+                 "without pairs); T5's objectives: bertlab pretrain-t5",
     "family": "bert or roberta (default: a config's model_type; with a preset, the data's tokenizer: roberta on "
               "byte-level BPE data, said in one line, bert on WordPiece)",
     "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "

@@ -1,4 +1,5 @@
-"""`bertlab tokenize --vocab DIR_OR_VOCAB TEXT ...`: show how text is cut into word pieces.
+"""`bertlab tokenize --vocab DIR_OR_VOCAB TEXT ...`: show how text is cut into word pieces (or, given a RoBERTa or
+XLM-R model folder, into its family's pieces).
 
 Like `fill-mask` and `similarity`, the texts are the arguments; `--input FILE` (also spelled `--file`,
 repeatable; `-` is stdin) reads one text per line instead, and with neither, piped stdin is read. One
@@ -26,13 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", "--file", dest="inputs", action="append", metavar="FILE",
                    help="UTF-8 text file, one text per line; '-' reads stdin; repeatable")
     p.add_argument("--vocab", required=True, type=lambda v: resolve_model(v, "vocabulary file or tokenizer folder"),
-                   help="a vocab.txt or tokenizer.json, a tokenizer folder (either, + tokenizer_config.json), or a "
-                        "model's name in the local Hugging Face cache")
+                   help="a vocab.txt or tokenizer.json, a tokenizer folder (either, + tokenizer_config.json), a "
+                        "RoBERTa or XLM-R model folder, or a model's name in the local Hugging Face cache")
     case = p.add_mutually_exclusive_group()
     case.add_argument("--cased", action="store_true", help="keep case and accents (cased models)")
     case.add_argument("--uncased", action="store_true", help="lowercase and strip accents (uncased models)")
     p.add_argument("--format", choices=["tokens", "ids", "json"], default="tokens")
-    p.add_argument("--special", action="store_true", help="add [CLS] and [SEP]")
+    p.add_argument("--special", action="store_true", help="add [CLS] and [SEP] (RoBERTa, XLM-R: <s> and </s>)")
     p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
 
 
@@ -61,13 +62,34 @@ def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[st
             yield from read_lines(name).items
 
 
+def family_tokenizer(path: Path, overrides: dict):
+    """The tokenizer of a RoBERTa or XLM-R model folder (any family but BERT whose tokenizer has BertTokenizer's
+    call surface); None for anything else, which BertTokenizer reads."""
+    from ..errors import BertlabError
+    from ..models.registry import FAMILIES, family, model_type_of
+    from ..tokenizer import TokenizerBase
+
+    if not (path.is_dir() and (path / "config.json").is_file()):
+        return None
+    model_type = model_type_of(path)
+    if model_type == "bert" or model_type not in FAMILIES:  # another family's vocab.txt is still read as WordPiece
+        return None
+    found = family(model_type)
+    tok = found.load_tokenizer(path)
+    if not isinstance(tok, TokenizerBase):
+        return None
+    if overrides:
+        raise BertlabError(f"{path}: --cased/--uncased are WordPiece settings; {found.name}'s tokenizer keeps case")
+    return tok
+
+
 def run(args: argparse.Namespace) -> int:
     from ..tokenizer import BertTokenizer
 
     overrides = {}
     if args.cased or args.uncased:
         overrides["do_lower_case"] = bool(args.uncased)
-    tok = BertTokenizer.from_pretrained(args.vocab, **overrides)
+    tok = family_tokenizer(Path(args.vocab), overrides) or BertTokenizer.from_pretrained(args.vocab, **overrides)
     out = sys.stdout
     for line in texts_to_tokenize(args.texts, args.inputs):
         enc = tok(line, add_special_tokens=args.special, max_length=args.max_length,

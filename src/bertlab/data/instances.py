@@ -22,6 +22,12 @@ Modes (`InstanceConfig.mode`):
   (43% on short-sentence text). We keep every draw, but while "random" labels outnumber "next" labels so
   far, a coin that says "random" is read as "next"; IsNext comes out at 50.0%.
   `nsp_balance=False` is Google's script to the letter.
+- ``segment-order`` (ALBERT's sentence-order prediction, SOP): segments chunked as in ``segment-pair``, the
+  chunk split at a random sentence into A and B, and with probability 0.5 the two swapped (label 1 when
+  swapped, 0 in order, as ALBERT's `sentence_order_label`). B always follows A in the same document: the
+  label says only which came first, never which document a segment came from. A chunk of one sentence
+  (ALBERT's script gives those a random other document's B) is cut at a random token instead, so every pair
+  stays two consecutive segments; a one-token chunk makes no pair. With `short_seq_prob` as segment-pair.
 - ``sentence-pair`` (RoBERTa's SENTENCE-PAIR+NSP): each sentence but a document's last is an A; B is the
   next sentence or (50%) a random sentence of another document.
 - ``full-sentences`` (RoBERTa): whole sentences packed contiguously up to the length, crossing document
@@ -43,11 +49,16 @@ import numpy as np
 
 from .readers import DataError
 
-MODES = ("segment-pair", "sentence-pair", "full-sentences", "doc-sentences")
+MODES = ("segment-pair", "sentence-pair", "segment-order", "full-sentences", "doc-sentences")
 NSP_MODES = ("segment-pair", "sentence-pair")
+ORDER_MODES = ("segment-order",)
+# the modes whose instances carry a sentence-level label (`next_sentence_label` in batches): NSP or SOP
+LABELLED_PAIR_MODES = NSP_MODES + ORDER_MODES
 
 # next_sentence_label values, as Google's script writes them and Hugging Face's BertForPreTraining reads them
 IS_NEXT, RANDOM_NEXT, NO_NSP = 0, 1, -1
+# sentence-order labels (segment-order), as ALBERT's script writes them: the same two values
+IN_ORDER, SWAPPED = IS_NEXT, RANDOM_NEXT
 
 
 @dataclass(frozen=True)
@@ -69,7 +80,8 @@ class InstanceConfig:
 
     @property
     def has_nsp(self) -> bool:
-        return self.mode in NSP_MODES
+        """Whether instances carry a sentence-level label (next sentence, or sentence order)."""
+        return self.mode in LABELLED_PAIR_MODES
 
 
 class Instance(NamedTuple):
@@ -251,6 +263,42 @@ def segment_pair_instances(corpus: Corpus, document_index: int, config: Instance
         i += 1
 
 
+def segment_order_instances(corpus: Corpus, document_index: int, config: InstanceConfig,
+                            rng: random.Random) -> Iterator[Instance]:
+    """Sentence-order pairs of one document (see the module docstring): two consecutive segments, swapped
+    with probability 0.5."""
+    doc_start, lengths = corpus.doc_sentences(document_index)
+    offsets = [doc_start]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    max_num_tokens = config.max_seq_length - 3  # [CLS], [SEP], [SEP]
+    target_seq_length = max_num_tokens
+    if rng.random() < config.short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+    chunk_first, chunk_size, current_length = 0, 0, 0
+    for i in range(len(lengths)):
+        if chunk_size == 0:
+            chunk_first = i
+        chunk_size += 1
+        current_length += lengths[i]
+        if i == len(lengths) - 1 or current_length >= target_seq_length:
+            start, end = offsets[chunk_first], offsets[chunk_first + chunk_size]
+            if chunk_size >= 2:
+                cut = offsets[chunk_first + rng.randint(1, chunk_size - 1)]
+            elif end - start >= 2:
+                cut = start + rng.randint(1, end - start - 1)  # one sentence: cut at a token
+            else:
+                cut = None  # one token: no pair
+            if cut is not None:
+                a, b = [start, cut - start], [cut, end - cut]
+                label = SWAPPED if rng.random() < 0.5 else IN_ORDER
+                if label == SWAPPED:
+                    a, b = b, a
+                truncate_seq_pair(a, b, max_num_tokens, rng)
+                yield Instance(a[0], a[1], b[0], b[1], label)
+            chunk_size, current_length = 0, 0
+
+
 def sentence_pair_instances(corpus: Corpus, document_index: int, config: InstanceConfig,
                             rng: random.Random) -> Iterator[Instance]:
     """RoBERTa's SENTENCE-PAIR: (sentence, next sentence or a random sentence of another document).
@@ -321,6 +369,9 @@ def generate_instances(corpus: Corpus, doc_begin: int, doc_end: int, config: Ins
     elif config.mode == "sentence-pair":
         for d in range(doc_begin, doc_end):
             yield from sentence_pair_instances(corpus, d, config, rng)
+    elif config.mode == "segment-order":
+        for d in range(doc_begin, doc_end):
+            yield from segment_order_instances(corpus, d, config, rng)
     else:
         yield from packed_instances(corpus, doc_begin, doc_end, config)
 

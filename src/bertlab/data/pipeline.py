@@ -44,7 +44,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import shards as store
-from .instances import Corpus, InstanceConfig, generate_instances, instance_ids, instance_word_continues
+from .instances import (ORDER_MODES, Corpus, InstanceConfig, generate_instances, instance_ids,
+                        instance_word_continues)
 from .masking import MaskingConfig, VocabInfo, mask_tokens
 from .readers import DataError, ReaderConfig, ReadReport, expand_inputs, read_documents
 from .segment import NONE, get_segmenter, segmenter_id, word_continues
@@ -614,7 +615,8 @@ NSP_BALANCE_LIMITS = (0.4, 0.6)  # is-next share of the training pairs outside t
 
 
 def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | None]:
-    """(the NSP label counts of an instance set's training split as a line, a warning or None).
+    """(the NSP label counts of an instance set's training split as a line, a warning or None; sentence-order
+    labels as a line of their own, never a warning).
 
     A segment-pair chunk of one sentence (a one-sentence document above all) can only get a random next, and
     `nsp_balance` pays those back only from chunks of two or more sentences; on corpora of one- or
@@ -629,6 +631,9 @@ def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | No
     if not total:
         return None, None
     share = is_next / total
+    if iset.get("instances", {}).get("mode") in ORDER_MODES:  # a fair coin per pair: nothing tilts the labels
+        return (f"sentence-order labels (train): {is_next:,} in order / {random_next:,} swapped "
+                f"({share:.0%} / {1 - share:.0%})"), None
     line = (f"next-sentence labels (train): {is_next:,} is-next / {random_next:,} random-next "
             f"({share:.0%} / {1 - share:.0%})")
     lo, hi = NSP_BALANCE_LIMITS

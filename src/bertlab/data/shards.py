@@ -45,7 +45,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import is_write_failure, output_error
-from .instances import Corpus, Instance, instance_ids, instance_word_continues
+from .instances import LABELLED_PAIR_MODES, Corpus, Instance, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo
 from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)
 from .readers import DataError
@@ -404,7 +404,7 @@ class DataInfo:
                    vocab_sha256=tok["vocab_sha256"], do_lower_case=tok["do_lower_case"], cls_id=ids["cls"],
                    sep_id=ids["sep"], pad_id=ids["pad"], mask_id=ids["mask"], instance_set=iset["name"],
                    mode=iset["instances"]["mode"], max_seq_length=iset["instances"]["max_seq_length"],
-                   has_nsp=iset["instances"]["mode"] in ("segment-pair", "sentence-pair"),
+                   has_nsp=iset["instances"]["mode"] in LABELLED_PAIR_MODES,
                    masking=MaskingConfig(**iset["masking"]), dynamic=iset["dynamic"],
                    dupe_factor=iset["dupe_factor"], seed=iset["seed"],
                    num_instances={k: v["instances"] for k, v in iset["splits"].items()},

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..errors import BertlabError
+from ..labels import IGNORE_INDEX
 from . import batching
 from .inputs import encode
 from .runtime import InferenceOptions, length_limit, load_head, load_tokenizer
@@ -60,10 +61,10 @@ class FillMasker:
     @torch.inference_mode()
     def _logits(self, rows):
         inputs = batching.model_inputs(rows, None, self.device)
-        encoder = getattr(self.model, self.model.base_model_prefix)  # the family's encoder inside its MLM model
-        hidden = encoder(**inputs).last_hidden_state  # (B, T, H)
         at = inputs["input_ids"] == self.tokenizer.mask_token_id  # (B, T)
-        logits = self.model.mlm_head(hidden[at]).float().cpu()  # (masks in the batch, V)
+        # Any family's masked-LM head: given labels, it projects the labelled rows only (the [MASK]s), in order
+        logits = self.model(**inputs, labels=torch.where(at, inputs["input_ids"], IGNORE_INDEX)).prediction_logits
+        logits = (logits[at] if logits.dim() == 3 else logits).float().cpu()  # (masks in the batch, V)
         counts = at.sum(1).tolist()
         return at.cpu(), list(torch.split(logits, counts))
 

@@ -21,6 +21,8 @@ FAMILIES: dict[str, str] = {
     "roberta": "bertlab.models.roberta.family",
     "xlm-roberta": "bertlab.models.xlm_roberta.family",
     "t5": "bertlab.models.t5.family",
+    "distilbert": "bertlab.models.distilbert.family",
+    "albert": "bertlab.models.albert.family",
 }
 # Google's TensorFlow release names its config thus and has no model_type: it is BERT's
 GOOGLE_CONFIG_NAME = "bert_config.json"

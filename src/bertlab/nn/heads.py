@@ -10,9 +10,6 @@ head of a kind, so they work for every family. Kinds:
     token-classification      one label per token (NER)
     question-answering        a start and an end score per token (SQuAD)
     multiple-choice           one score per choice (SWAG)
-
-The losses are the same rule in every family (`masked_lm_loss`, `sequence_loss`, `token_loss`, `span_loss`), so
-a RoBERTa classifier trains on multi-label or regression data exactly as a BERT one does.
 """
 
 from __future__ import annotations
@@ -21,10 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-
-from ..labels import IGNORE_INDEX
 
 
 class TaskOutputLayer(nn.Linear):
@@ -102,47 +96,3 @@ class HeadRegistry(dict[str, HeadSpec]):
     def for_architecture(self, architecture: str) -> HeadSpec | None:
         """The head saved as `architecture` (a `config.json["architectures"]` entry); None for an unknown one."""
         return next((h for h in self.values() if h.architecture == architecture), None)
-
-
-# ---------------------------------------------------------------------------------------------- the losses
-def masked_lm(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, labels: torch.Tensor | None
-              ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """MLM logits and loss. With labels, only the predicted positions (label != -100) go through the head:
-    the vocabulary projection is the most expensive matmul of pre-training and ~85% of its rows would be
-    discarded. The loss -- mean cross-entropy over predicted positions -- is identical either way."""
-    if labels is None:
-        return head(hidden), None  # (B, T, V)
-    selected = labels.view(-1) != IGNORE_INDEX  # (B*T,)
-    logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # (N, V)
-    targets = labels.view(-1)[selected]
-    if targets.numel() == 0:  # nothing masked in this batch: a zero that still has a graph
-        return logits, logits.sum() * 0.0
-    return logits, F.cross_entropy(logits.float(), targets)
-
-
-def sequence_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """A text's (or pair's) loss: cross-entropy over the classes; mean squared error with a single label
-    (regression, STS-B); with `problem_type` "multi_label_classification" in config.json (Hugging Face's key)
-    binary cross-entropy of one sigmoid per label against multi-hot float labels."""
-    if config.extra.get("problem_type") == "multi_label_classification":
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-    if logits.size(-1) == 1:
-        return F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
-    return F.cross_entropy(logits.float(), labels.view(-1))
-
-
-def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over the tokens whose label is not -100 (padding, special tokens and, by convention, every
-    piece after a word's first)."""
-    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=IGNORE_INDEX)
-
-
-def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor,
-              end_positions: torch.Tensor) -> torch.Tensor:
-    """(CE(start) + CE(end)) / 2. Gold positions outside the window (the answer fell in another window of a
-    long context) are clamped to T and ignored, so they add nothing to the loss."""
-    T = start_logits.size(1)
-    start = start_positions.view(-1).clamp(0, T)
-    end = end_positions.view(-1).clamp(0, T)
-    return (F.cross_entropy(start_logits.float(), start, ignore_index=T)
-            + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2

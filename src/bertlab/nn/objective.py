@@ -10,7 +10,8 @@ An objective says
     model_class                  the class it trains without a family (BERT's `BertForPreTraining`; T5's
                                  `T5ForConditionalGeneration`, which names no head kind)
     input_keys, label_keys       the batch fields the model reads, and the targets among them
-    needs_next_sentence_labels   whether the prepared data must carry NSP labels (segment pairs)
+    needs_next_sentence_labels   whether the prepared data must carry a sentence-level label (pairs)
+    data_modes                   with such labels: the instance modes whose labels mean what it trains
     loss(model, batch)           -> (loss, metrics): one micro-batch, as the training loop calls it
     new_eval()                   a streaming held-out evaluation: `update(model_output, batch)` per batch,
                                  then `compute()` -> {metric: value}; the metrics an objective reports live
@@ -64,6 +65,7 @@ class Objective:
     input_keys: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
     label_keys: tuple[str, ...] = ()
     needs_next_sentence_labels: bool = False
+    data_modes: tuple[str, ...] = ()
 
     def model_class_for(self, family: Any) -> type[torch.nn.Module]:
         """The class this objective trains in `family` (a `models.family.Family`): its head of `head_kind` (one

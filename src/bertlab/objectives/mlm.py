@@ -1,7 +1,7 @@
 """Masked language modelling alone (RoBERTa-style, on packed sequences): `--objective mlm`.
 
 loss = mean cross-entropy over the masked positions (labels != -100); the MLM head computes those rows
-only (`nn.heads.masked_lm`), so `prediction_logits` is (masked tokens, vocabulary), in the order of the
+only (`heads.masked_lm`), so `prediction_logits` is (masked tokens, vocabulary), in the order of the
 masked positions. Held out: MLM loss, accuracy and perplexity over every masked token of the split.
 """
 

@@ -36,6 +36,7 @@ class MaskedLMAndNextSentence(MaskedLM):
     head_kind = "pretraining"
     label_keys = ("labels", "next_sentence_label")
     needs_next_sentence_labels = True
+    data_modes = ("segment-pair", "sentence-pair")  # data/instances.py NSP_MODES
 
     def loss(self, model, batch):
         out = model(**self.model_inputs(batch))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .bpe import BPE, WHITESPACE, BPEError, decode_pieces
-from .tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, TokenizerError, _as_int_list, _check_fits_model,
+from .tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, TokenizerError, _as_int_list, check_fits_model,
                         _clean_up, _fast_module)
 from .tokenizer_json import MAX_TOKENIZER_JSON_BYTES, TOKENIZER_JSON_NAME, _kind
 
@@ -247,7 +247,7 @@ class RobertaTokenizer(TokenizerBase):
         tokenizer = cls(vocab_path if have[0] else json_path, merges_path if have[0] else json_path, vocab=vocab,
                         merges=merges, **kwargs)
         if folder is not None:
-            _check_fits_model(tokenizer, Path(tokenizer.vocab_file), folder / "config.json")
+            check_fits_model(tokenizer, Path(tokenizer.vocab_file), folder / "config.json")
         return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:

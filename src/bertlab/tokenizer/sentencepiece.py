@@ -62,6 +62,16 @@ def load_processor(model_file: str | os.PathLike):
     return processor
 
 
+def byte_to_char(text: str) -> list[int]:
+    """For each UTF-8 byte offset of `text` (and its end), the index of the character it falls in: SentencePiece
+    reports a piece's `begin`/`end` in bytes, offsets are in characters."""
+    table: list[int] = []
+    for i, c in enumerate(text):
+        table.extend([i] * len(c.encode("utf-8")))
+    table.append(len(text))
+    return table
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` under a temporary name, then rename it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -591,7 +591,7 @@ class BertTokenizer(TokenizerBase):
             kwargs.update(overrides)
             tokenizer = cls(vocab_path, **kwargs)
         if path.is_dir():
-            _check_fits_model(tokenizer, vocab_path or json_path, path / "config.json")
+            check_fits_model(tokenizer, vocab_path or json_path, path / "config.json")
         return tokenizer
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
@@ -691,7 +691,7 @@ def folder_vocabulary(folder: str | os.PathLike) -> list[str] | None:
     return None
 
 
-def _check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config: Path) -> None:
+def check_fits_model(tokenizer: "BertTokenizer", vocab_path: Path, model_config: Path) -> None:
     """A vocabulary with more entries than the model's embedding table would hand the model ids it has no
     row for: an IndexError deep in the embedding at the first such word (a device-side assert on a GPU).
     Refused here, naming both files. (A smaller vocabulary is fine: tables are often padded.)"""

@@ -6,9 +6,10 @@ fairseq put four symbols before the SentencePiece pieces and `<mask>` after them
     <s> = 0   <pad> = 1   </s> = 2   <unk> = 3   piece i (SentencePiece id i >= 3) = i + 1   <mask> = last
 
 (SentencePiece's own `<unk>`, id 0, becomes 3; its `<s>`/`</s>` control pieces are never produced.) A text is
-`<s> A </s>`, a pair `<s> A </s></s> B </s>`, one token type. The special tokens written in a text (`<mask>`,
-`</s>`, ...) become their ids, as in `transformers`; each stretch of text between them is encoded on its own, so
-it gets SentencePiece's leading `▁`. Offsets are character spans of the original text: a piece's span leaves out
+`<s> A </s>`, a pair `<s> A </s></s> B </s>`, one token type; longest_first shares a pair's budget as RoBERTa's
+tokenizer does (the `tokenizers` library's rule). The special tokens written in a text (`<mask>`, `</s>`, ...)
+become their ids, as in `transformers`; each stretch of text between them is encoded on its own, so it gets
+SentencePiece's leading `▁`. Offsets are character spans of the original text: a piece's span leaves out
 the whitespace its `▁` stands for, and a `▁` alone covers the first character of the word it starts.
 
 What is matched: ids and offsets of `transformers.XLMRobertaTokenizer` (its tokenizers-based, "fast" one) on a
@@ -31,8 +32,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .sentencepiece import SentencePieceError, atomic_write_bytes, import_sentencepiece, load_processor
-from .tokenizer import TOKENIZER_CONFIG_NAME, BertTokenizer, Seq, _as_int_list
+from .roberta import RobertaTokenizer
+from .sentencepiece import (SentencePieceError, atomic_write_bytes, byte_to_char, import_sentencepiece,
+                            load_processor)
+from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
 XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -40,8 +43,12 @@ XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "<
 FAIRSEQ_OFFSET = 1  # a SentencePiece id i >= 3 is fairseq id i + 1
 
 
-class XLMRobertaTokenizer(BertTokenizer):
+class XLMRobertaTokenizer(TokenizerBase):
     """`XLMRobertaTokenizer(model_file)` or `.from_pretrained(folder or .model file)`; called as `BertTokenizer`."""
+
+    PAIR_SEPS = 2  # <s> A </s></s> B </s>
+    TYPE_B = 0  # one token type
+    _pair_lengths = staticmethod(RobertaTokenizer._pair_lengths)  # longest_first as the `tokenizers` library
 
     def __init__(self, model_file: str | os.PathLike, model_max_length: int = 512):
         self.model_file = Path(model_file)
@@ -61,7 +68,7 @@ class XLMRobertaTokenizer(BertTokenizer):
         self.do_lower_case = False
         self.all_special_tokens = ["<s>", "</s>", "<unk>", "<pad>", "<mask>"]
         self.all_special_ids = sorted(self.vocab[t] for t in self.all_special_tokens)
-        self._fast = None  # BertTokenizer's C encoder is WordPiece's
+        self._fast = None  # SentencePiece is the encoder
         # Special tokens written in the text: longest first, so `</s>` is not read as `<s>`'s neighbour
         self._special = re.compile("|".join(re.escape(t) for t in sorted(self.all_special_tokens, key=len,
                                                                             reverse=True)))
@@ -69,7 +76,7 @@ class XLMRobertaTokenizer(BertTokenizer):
     # -- loading and saving ----------------------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "XLMRobertaTokenizer":
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> XLMRobertaTokenizer:
         """From a folder holding `sentencepiece.bpe.model` (and `tokenizer_config.json` for model_max_length),
         or from the `.model` file itself. Keyword arguments override the folder's settings."""
         path = Path(path)
@@ -126,7 +133,7 @@ class XLMRobertaTokenizer(BertTokenizer):
 
     # -- text -> ids -------------------------------------------------------------------------------------------
 
-    def _encode_seq(self, text: str) -> Seq:
+    def _encode_seq_py(self, text: str) -> Seq:
         """One text -> (ids, offsets, word indices), no `<s>`/`</s>` around it. A word is what a `▁` starts."""
         if not isinstance(text, str):
             raise SentencePieceError(f"expected text as str, got {type(text).__name__}")
@@ -144,8 +151,6 @@ class XLMRobertaTokenizer(BertTokenizer):
                 start = m.end()
         return ids, offsets, words
 
-    _encode_seq_py = _encode_seq  # BertTokenizer's corpus path asks for the reference encoder by this name
-
     def _encode_plain(self, text: str, start: int, end: int, ids: list[int], offsets: list[tuple[int, int]],
                       words: list[int]) -> None:
         """Append the pieces of text[start:end] (no special tokens in it), offsets in `text`'s characters."""
@@ -154,7 +159,7 @@ class XLMRobertaTokenizer(BertTokenizer):
             return
         pieces = self.sp.encode(part, return_type="proto").pieces
         # SentencePiece's begin/end are UTF-8 byte offsets: byte -> character of `part`
-        char_at = _byte_to_char(part)
+        char_at = byte_to_char(part)
         spans = []
         for p in pieces:
             b, e = char_at[p.begin], char_at[p.end]
@@ -172,36 +177,6 @@ class XLMRobertaTokenizer(BertTokenizer):
                 word += 1
             words.append(word)
 
-    # -- special tokens ----------------------------------------------------------------------------------------
-
-    def num_special_tokens_to_add(self, pair: bool = False) -> int:
-        return 4 if pair else 2
-
-    def build_inputs_with_special_tokens(self, ids_a: list[int], ids_b: list[int] | None = None) -> list[int]:
-        """`<s> A </s>` or `<s> A </s></s> B </s>`."""
-        s, e = self.cls_token_id, self.sep_token_id
-        return [s, *ids_a, e] if ids_b is None else [s, *ids_a, e, e, *ids_b, e]
-
-    def _build(self, a: Seq, b: Seq | None, add_special: bool) -> tuple:
-        """One row: ids, type ids (all 0), offsets, word ids, sequence ids, special-tokens mask."""
-        if not add_special:
-            ids, types, offs, wids, seq, special = super()._build(a, b, False)
-            return ids, [0] * len(ids), offs, wids, seq, special
-        a_ids, a_off, a_w = a
-        ids = [self.cls_token_id, *a_ids, self.sep_token_id]
-        offs = [(0, 0), *a_off, (0, 0)]
-        wids = [None, *a_w, None]
-        seq = [None] + [0] * len(a_ids) + [None]
-        special = [1] + [0] * len(a_ids) + [1]
-        if b is not None:
-            b_ids, b_off, b_w = b
-            ids += [self.sep_token_id, *b_ids, self.sep_token_id]
-            offs += [(0, 0), *b_off, (0, 0)]
-            wids += [None, *b_w, None]
-            seq += [None] + [1] * len(b_ids) + [None]
-            special += [1] + [0] * len(b_ids) + [1]
-        return ids, [0] * len(ids), offs, wids, seq, special
-
     # -- ids -> text -------------------------------------------------------------------------------------------
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
@@ -211,16 +186,9 @@ class XLMRobertaTokenizer(BertTokenizer):
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False,
                clean_up_tokenization_spaces: bool = False) -> str:
-        return super().decode(_as_int_list(ids), skip_special_tokens, clean_up_tokenization_spaces)
+        text = self.convert_tokens_to_string(self.convert_ids_to_tokens(_as_int_list(ids), skip_special_tokens))
+        return _clean_up(text) if clean_up_tokenization_spaces else text
 
     def __repr__(self) -> str:
         return f"XLMRobertaTokenizer({self.model_file.name}: {len(self)} ids)"
 
-
-def _byte_to_char(text: str) -> list[int]:
-    """For each UTF-8 byte offset of `text` (and its end), the index of the character it falls in."""
-    out: list[int] = []
-    for i, ch in enumerate(text):
-        out.extend([i] * len(ch.encode("utf-8")))
-    out.append(len(text))
-    return out

@@ -113,8 +113,10 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
         model.config.extra[LORA_CONFIG_KEY].update(modules_to_save=list(new_modules),
                                                    base_model_name_or_path=base_model)
     elif options.gradual_unfreezing:
-        encoder = getattr(model, model.base_model_prefix)  # the family's encoder inside its head model
-        tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *encoder.encoder.layer], options.gradual_unfreezing)
+        encoder = getattr(model, model.base_model_prefix)  # model.bert, model.distilbert, model.albert
+        stack = next(m for m in encoder.modules() if callable(getattr(m, "blocks", None)))  # the layer stack
+        blocks = list({id(b): b for b in stack.blocks()}.values())  # bottom to top; a shared block once (ALBERT)
+        tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *blocks], options.gradual_unfreezing)
     trainable, total = parameter_counts(model)
     tuning.report.update(method=options.method, trainable_parameters=trainable, total_parameters=total)
     log.info("%s: %s of %s parameters train (%.2f%%)", options.method, f"{trainable:,}", f"{total:,}",

@@ -194,7 +194,7 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
                        say: Callable[[str], None]) -> PretrainConfig:
     """What `bertlab prepare` was told, for the settings the user did not state: the sequence length (128
     where the data has it, else its shortest instance set -- phase 1 -- with longer sets left to phase 2) and
-    the objective (mlm when those instances carry no next-sentence pairs). A stated setting that contradicts
+    the objective (mlm when those instances carry no next-sentence pairs, mlm+sop on sentence-order pairs). A stated setting that contradicts
     the data stays the user's and is refused by the checks that follow, in one line."""
     from ..data import DataInfo
 
@@ -207,6 +207,9 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
         if get_objective(cfg.objective).needs_next_sentence_labels and not info.has_nsp:
             changes["objective"] = "mlm"  # BERT's objective less NSP: what such instances were made for
             why = f"its instances are {info.mode}, without next-sentence pairs"
+        elif info.has_nsp and info.mode not in get_objective(cfg.objective).data_modes:
+            changes["objective"] = next(n for n, o in OBJECTIVES.items() if info.mode in o.data_modes)
+            why = f"its instances are {info.mode} pairs"
     if "family" not in stated and cfg.family is None and not _names_a_config(cfg) and lengths:
         kind = DataInfo.load(cfg.data, max_seq_length=seq_len if seq_len in lengths else None).tokenizer_kind
         if kind != DATA_TOKENIZERS["bert"]:  # (BERT on WordPiece data, as before families: nothing to say)
@@ -342,6 +345,11 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                   if not o.needs_next_sentence_labels and not is_text_to_text(o)]
         raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, which has no next-sentence labels for "
                           f"objective {objective.name}; use {' or '.join(others)}, or prepare segment pairs")
+    if objective.needs_next_sentence_labels and info.mode not in objective.data_modes:
+        fits = [name for name, o in OBJECTIVES.items() if info.mode in o.data_modes]
+        raise ConfigError(f"{cfg.data}: instances are {info.mode!r}, whose pair labels are not what objective "
+                          f"{objective.name} trains (needs --mode {' or '.join(objective.data_modes)}"
+                          + (f"; these fit --objective {' or '.join(fits)})" if fits else ")"))
     resolved = resolved_settings(run_dir) if cfg.resume else {}  # the first session's steps, precision, model
     if resolved.get("model_config"):
         # A resumed run's model is the one it started with (its weights come from the checkpoint): the

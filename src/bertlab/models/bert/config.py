@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import ConfigError, shorten
-from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type
+from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_LABELS, JsonConfig, is_type
 
 # Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
 # make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing
@@ -22,7 +22,6 @@ from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type
 SIZE_LIMITS = {"vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1 << 10,
                "num_attention_heads": 1 << 10, "intermediate_size": 1 << 18, "max_position_embeddings": 1 << 20,
                "type_vocab_size": 1 << 16}
-MAX_LABELS = 1 << 20
 
 
 @dataclass

@@ -26,7 +26,7 @@ from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
 from ...labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ...nn.heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
-                         TaskOutputLayer, masked_lm, sequence_loss, span_loss, token_loss)
+                         TaskOutputLayer)
 
 HEADS = HeadRegistry()  # BERT's heads by kind (`nn/heads.py`)
 register_head = HEADS.register
@@ -85,6 +85,20 @@ class BertOnlyMLMHead(nn.Module):
         self.predictions = BertLMPredictionHead(config, word_embeddings)
 
 
+def masked_lm(head: BertLMPredictionHead, hidden: torch.Tensor, labels: torch.Tensor | None):
+    """MLM logits and loss. With labels, only the predicted positions (label != -100) go through the head:
+    the vocabulary projection is the most expensive matmul of pre-training and ~85% of its rows would be
+    discarded. The loss -- mean cross-entropy over predicted positions -- is identical either way."""
+    if labels is None:
+        return head(hidden), None  # (B, T, V)
+    selected = labels.view(-1) != IGNORE_INDEX  # (B*T,)
+    logits = head(hidden.reshape(-1, hidden.size(-1))[selected])  # (N, V)
+    targets = labels.view(-1)[selected]
+    if targets.numel() == 0:  # nothing masked in this batch: a zero that still has a graph
+        return logits, logits.sum() * 0.0
+    return logits, F.cross_entropy(logits.float(), targets)
+
+
 @register_head("pretraining", output=PreTrainingOutput, prefix="cls.seq_relationship.",
                logits=lambda out: out.prediction_logits)
 class BertForPreTraining(BertPreTrainedModel):
@@ -126,11 +140,6 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights(self.cls)
 
-    @property
-    def mlm_head(self) -> nn.Module:
-        """hidden states -> vocabulary logits (fill-mask runs it at the mask positions only)."""
-        return self.cls.predictions
-
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
@@ -138,6 +147,38 @@ class BertForMaskedLM(BertPreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------- fine-tuning
+# The losses of the task heads, one rule each, for every family whose heads follow BERT's (DistilBERT, ALBERT)
+def sequence_loss(config, logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """Cross-entropy over `num_labels` classes; with a single label, regression (mean squared error); with
+    `problem_type` "multi_label_classification" in config.json, binary cross-entropy per label."""
+    if labels is None:
+        return None
+    if config.extra.get("problem_type") == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    if config.num_labels == 1:
+        return F.mse_loss(logits.view(-1).float(), labels.view(-1).float())
+    return F.cross_entropy(logits.float(), labels.view(-1))
+
+
+def token_loss(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:
+    """Cross-entropy over the tokens whose label is not -100."""
+    if labels is None:
+        return None
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=IGNORE_INDEX)
+
+
+def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor, start_positions: torch.Tensor | None,
+              end_positions: torch.Tensor | None) -> torch.Tensor | None:
+    """(CE(start) + CE(end)) / 2; gold positions outside the window are clamped to T and ignored."""
+    if start_positions is None or end_positions is None:
+        return None
+    T = start_logits.size(1)
+    start = start_positions.view(-1).clamp(0, T)
+    end = end_positions.view(-1).clamp(0, T)
+    return (F.cross_entropy(start_logits.float(), start, ignore_index=T)
+            + F.cross_entropy(end_logits.float(), end, ignore_index=T)) / 2
+
+
 def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
     return nn.Dropout(p)
@@ -164,8 +205,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.pooler_output))  # (B, num_labels)
-        loss = sequence_loss(self.config, logits, labels) if labels is not None else None
-        return HeadOutput(logits, loss, out.hidden_states, out.attentions)
+        return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
 @register_head("token-classification", output=HeadOutput, prefix="classifier.", task="ner",
@@ -187,8 +227,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                         output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
-        loss = token_loss(logits, labels) if labels is not None else None
-        return HeadOutput(logits, loss, out.hidden_states, out.attentions)
+        return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
 @register_head("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
@@ -209,10 +248,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
                 end_positions=None) -> QuestionAnsweringOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            loss = span_loss(start_logits, end_logits, start_positions, end_positions)
-        return QuestionAnsweringOutput(start_logits, end_logits, loss)
+        return QuestionAnsweringOutput(start_logits, end_logits,
+                                       span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
 @register_head("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice",

@@ -33,6 +33,13 @@ class BertModelOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 of (B, T, H): embeddings, then each layer
     attentions: tuple[torch.Tensor, ...] | None = None  # L of (B, nh, T, T)
 
+    @classmethod
+    def of(cls, x: torch.Tensor, hidden_states: list | None, attentions: list | None,
+           pooled: torch.Tensor | None = None) -> "BertModelOutput":
+        """From an encoder's last state and its lists (None unless asked for)."""
+        return cls(x, pooled, tuple(hidden_states) if hidden_states is not None else None,
+                   tuple(attentions) if attentions is not None else None)
+
     def __getitem__(self, index: int) -> Any:
         """`out[0]` is the last hidden state, as with Hugging Face's outputs (None fields are skipped)."""
         return tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)[index]
@@ -78,9 +85,9 @@ class BertSelfAttention(nn.Module):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.stacked: nn.Module | None = None
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = nn.Linear(config.hidden_size, config.hidden_size)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        # the projections, H -> H each, under the names of the family's checkpoints (DistilBERT: q_lin, ...)
+        for name in self.stacked_projections:
+            setattr(self, name, nn.Linear(config.hidden_size, config.hidden_size))
         self.dropout_p = config.attention_probs_dropout_prob
         self.attn_implementation = config.attn_implementation
 
@@ -88,17 +95,18 @@ class BertSelfAttention(nn.Module):
                 layout: TokenLayout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T, H); or (N, H), the real tokens only, when `layout` says where they sit in (B, T).
         Returns the heads' output in the same shape as x, and the probabilities if asked for."""
+        projections = [getattr(self, name) for name in self.stacked_projections]
         if self.training:
             # The three projections as one matmul against the stacked (3H, H) weight -- one pass over x
             # instead of three, forward and backward, ~10% faster than three matmuls on a CPU. The parameters
             # stay three (Hugging Face's names), concatenated per step (3H² floats, cheap).
-            w = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-            b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            w = torch.cat([p.weight for p in projections])
+            b = torch.cat([p.bias for p in projections])
             q, k, v = F.linear(x, w, b).chunk(3, dim=-1)  # 3 x (..., H)
         elif self.stacked is not None:  # int8 inference: x quantized once, one GEMM for the three
             q, k, v = self.stacked(x).chunk(3, dim=-1)
         else:  # inference: each projection may be a pre-packed layer (nn/packed_linear.py)
-            q, k, v = self.query(x), self.key(x), self.value(x)
+            q, k, v = (p(x) for p in projections)
         return attention(q, k, v, self.num_heads, mask, layout=layout, kernel=self.attn_implementation,
                          dropout_p=self.dropout_p, training=self.training, need_weights=output_attentions)
 
@@ -172,10 +180,17 @@ class BertEncoder(nn.Module):
     # Training on padded batches computes the position-wise layers on the real tokens only (`TokenLayout`);
     # the same numbers as computing everywhere. False: compute on every position (for comparisons).
     unpad_in_training: bool = True
+    # the block; a family with BERT's post-LN math under its own names (DistilBERT) sets its own
+    layer_class: type[nn.Module] = BertLayer
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(self.layer_class(config) for _ in range(config.num_hidden_layers))
+
+    def blocks(self) -> list[nn.Module]:
+        """The blocks in the order they run, each `block(x, mask, output_attentions, layout) -> (x, probs)`; a
+        block may appear more than once (ALBERT shares one block across layers)."""
+        return list(self.layer)
 
     def forward(self, x: torch.Tensor, mask: AttentionMask, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False
@@ -189,7 +204,7 @@ class BertEncoder(nn.Module):
                 and not (output_hidden_states or output_attentions):
             layout = TokenLayout.of(attention_mask)
             x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
-        for layer in self.layer:
+        for layer in self.blocks():
             x, probs = layer(x, mask, output_attentions, layout)
             if hidden_states is not None:
                 hidden_states.append(x)
@@ -299,9 +314,4 @@ class BertModel(BertPreTrainedModel):
         # kernel may run without one.
         mask = AttentionMask.padding(attention_mask)
         x, hidden_states, attentions = self.encoder(x, mask, attention_mask, output_hidden_states, output_attentions)
-        return BertModelOutput(
-            last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
-            hidden_states=tuple(hidden_states) if hidden_states is not None else None,
-            attentions=tuple(attentions) if attentions is not None else None,
-        )
+        return BertModelOutput.of(x, hidden_states, attentions, self.pooler(x) if self.pooler is not None else None)

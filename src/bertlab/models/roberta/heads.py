@@ -6,8 +6,8 @@
     question-answering        qa_outputs: a start and an end score per token
     multiple-choice           classifier on the pooled <s> of each choice (the pooler is kept here)
 
-The losses are BERT's rules (`nn/heads.py`): multi-label and regression classifiers, -100 ignored. RoBERTa has
-no next-sentence objective, so no `pretraining` head.
+The losses are BERT's rules (`models/bert/heads.py`): multi-label and regression classifiers, -100 ignored.
+RoBERTa has no next-sentence objective, so no `pretraining` head.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...nn.heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
-                         masked_lm, sequence_loss, span_loss, token_loss)
+from ...nn.heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import RobertaConfig
 from .modeling import RobertaModel, RobertaPreTrainedModel
 
@@ -72,11 +72,6 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
         self.roberta = RobertaModel(config, add_pooling_layer=False)
         self.lm_head = RobertaLMHead(config, self.roberta.embeddings.word_embeddings)
         self.init_weights(self.lm_head)
-
-    @property
-    def mlm_head(self) -> nn.Module:
-        """hidden states -> vocabulary logits (fill-mask runs it at the mask positions only)."""
-        return self.lm_head
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)

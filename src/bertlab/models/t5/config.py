@@ -64,6 +64,10 @@ class T5Config(JsonConfig):
     # (and the tokenizer's model_max_length) as the length T5 was trained and is meant to be used at.
     n_positions: int = 512
     architecture: str = "encoder-decoder"
+    # encoder-decoder only: decoder block i uses encoder block i's self-attention projections, FFN and their norms
+    # (the paper's Table 2 "Enc-dec, shared": P parameters, not 2P); its cross-attention and position table
+    # stay its own. Ours: transformers reads the folder as an unshared T5 holding equal copies.
+    share_encoder_decoder: bool = False
     attn_implementation: str = "sdpa"  # the attention kernel (`bertlab.nn.attention`): sdpa | eager
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -127,6 +131,10 @@ class T5Config(JsonConfig):
         if self.architecture not in ARCHITECTURES:
             raise ConfigError(f"{source}: field 'architecture' is {shorten(self.architecture)}; expected one of "
                               f"{', '.join(ARCHITECTURES)}")
+        if self.share_encoder_decoder and (not self.is_encoder_decoder or self.num_decoder_layers != self.num_layers):
+            raise ConfigError(f"{source}: field 'share_encoder_decoder' needs architecture 'encoder-decoder' with as "
+                              f"many decoder layers as encoder layers (got {self.architecture}, "
+                              f"{self.num_layers}/{self.num_decoder_layers})")
         for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ConfigError(f"{source}: field '{name}' ({getattr(self, name)}) is outside the vocabulary "

@@ -212,6 +212,18 @@ class T5Stack(nn.Module):
         return self.dropout(self.final_layer_norm(x))
 
 
+def share_blocks(encoder: T5Stack, decoder: T5Stack) -> None:
+    """Paper, Table 2 "Enc-dec, shared": decoder block i computes its self-attention and FFN with encoder block
+    i's weights (the same modules, so one parameter each); its cross-attention, the relative position table
+    (one-directional buckets, where the encoder's are bidirectional) and the final norm remain the decoder's."""
+    for enc, dec in zip(encoder.block, decoder.block):
+        mine, theirs = dec.layer[0], enc.layer[0]
+        for name in ("q", "k", "v", "o"):
+            setattr(mine.SelfAttention, name, getattr(theirs.SelfAttention, name))
+        mine.layer_norm = theirs.layer_norm
+        dec.layer[-1] = enc.layer[-1]  # the FFN with its norm
+
+
 # ---------------------------------------------------------------------------------------------- the model
 def _init_attention(m: T5Attention, c: T5Config) -> None:
     nn.init.normal_(m.q.weight, std=c.initializer_factor * (c.d_model * c.d_kv) ** -0.5)  # the folded 1/sqrt(d)
@@ -304,6 +316,8 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
             self.encoder = None
             self.decoder = T5Stack(config, config.num_decoder_layers, cross_attention=False,
                                    bidirectional_positions=config.architecture == "prefix-lm")
+        if config.share_encoder_decoder:
+            share_blocks(self.encoder, self.decoder)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_word_embeddings:  # one matrix for the input embedding and the output projection
             self.lm_head.weight = self.shared.weight

@@ -26,7 +26,7 @@ masked-LM data of `bertlab prepare`, the teacher a pre-trained model with its ML
   teacher's soft labels. Its gradients shrink as 1/T²; the T² factor keeps the term's weight independent of T.
 
   Where the KL is taken: at the masked positions only (`kl_positions = "masked"`, the default) -- the rows
-  the MLM head computes (`nn.heads.masked_lm`). (1) Cost: the vocabulary projection is the largest matmul in
+  the MLM head computes (`heads.masked_lm`). (1) Cost: the vocabulary projection is the largest matmul in
   the model and ~85% of its rows would be unmasked positions, for the teacher and the student alike; kept
   to the masked rows a distillation step costs a pre-training step plus a teacher forward, and the
   (B·T, V) logits -- 500 MB per model at B 32, T 128, V 30522 in fp32 -- never exist. (2) Signal: at an
@@ -97,7 +97,12 @@ def run_distillation(cfg: DistillConfig, echo: Callable[[str], None] = print) ->
     if not cfg.resume and latest_checkpoint(cfg.out) is not None:  # before loading anything
         raise BertlabError(f"{cfg.out}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")
-    return run_task(cfg, echo) if cfg.task else run_general(cfg, echo)
+    result = run_task(cfg, echo) if cfg.task else run_general(cfg, echo)
+    if cfg.student_layout == "distilbert" and result.model_dir is not None:  # the main process saved one
+        from ...models.distilbert.convert import write_distilbert
+
+        write_distilbert(result.model_dir)  # in place: models/distilbert/convert.py
+    return result
 
 
 

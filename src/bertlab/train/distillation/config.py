@@ -42,6 +42,7 @@ class DistillConfig(GroupedSettings):
     teacher: str = ""  # a Hugging Face-layout folder: pre-trained with its MLM head, or fine-tuned on `task`
     student: str = "every-other-layer"  # every-other-layer | every-K-layers | layers:I,J | PRESET | CONFIG | DIR
     init: str | None = None  # random: the student's weights drawn anew (the baseline); None: as --student makes it
+    student_layout: str = "bert"  # general: bert | distilbert (the student written as a DistilBERT at the end)
     data: str = ""  # DATA_DIR from `bertlab prepare` (general), or the task's folder/file (task)
     out: str = ""  # RUN_DIR / OUT_DIR
     task: str | None = None  # a task name (sst2, squad, ...): task-specific distillation
@@ -96,6 +97,11 @@ class DistillConfig(GroupedSettings):
             raise ConfigError("alpha, beta and gamma are all 0: nothing to train on")
         if self.init is not None and self.init not in INITS:
             raise ConfigError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.student_layout not in ("bert", "distilbert"):
+            raise ConfigError(f"student_layout must be bert or distilbert, got {self.student_layout!r}")
+        if self.student_layout == "distilbert" and self.task is not None:
+            raise ConfigError("student_layout distilbert: for general distillation (a task head on BERT's pooler "
+                              "has no DistilBERT equivalent)")
         if self.kl_positions not in KL_POSITIONS:
             raise ConfigError(f"kl_positions must be one of {', '.join(KL_POSITIONS)}, got {self.kl_positions!r}")
         if self.cosine_layers not in COSINE_LAYERS:

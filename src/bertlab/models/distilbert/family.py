@@ -1,0 +1,13 @@
+"""DistilBERT as a family: BERT's WordPiece tokenizer (`vocab.txt`), no token types."""
+
+from __future__ import annotations
+
+from ...tokenizer import BertTokenizer
+from ..family import Family
+from .config import DistilBertConfig
+from .heads import HEADS
+from .modeling import DistilBertModel
+
+FAMILY = Family(model_type="distilbert", name="DistilBERT", config_class=DistilBertConfig,
+                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained,
+                uses_token_types=False)
