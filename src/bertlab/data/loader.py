@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from .masking import VocabInfo, mask_tokens
+from .masking import VocabInfo, mask_tokens, span_boundaries
 from .readers import DataError
 from .shards import DataInfo, InstanceStore
 
@@ -178,8 +178,11 @@ class PretrainingCollator:
 
     input_ids, token_type_ids, attention_mask: [B, T]; labels: [B, T], the original id at masked positions
     and -100 elsewhere (PyTorch's ignore_index); next_sentence_label: [B] (0 = IsNext, 1 = random), present
-    only for NSP modes. T is the longest example rounded up to `pad_to_multiple_of` (at most
-    max_seq_length), or max_seq_length itself with `pad_to_max_length` (fixed shapes)."""
+    only for NSP modes; with span masking (when the data records its spans), span_left, span_right,
+    span_offset: [B, T], at each masked position its span's boundary positions (s - 1, e + 1) and its offset
+    i - s in the span, 0 elsewhere (`masking.span_boundaries`; the span-boundary objective's inputs). T is
+    the longest example rounded up to `pad_to_multiple_of` (at most max_seq_length), or max_seq_length itself
+    with `pad_to_max_length` (fixed shapes)."""
 
     def __init__(self, info: DataInfo, vocab: VocabInfo, pad_to_multiple_of: int = 8, pad_to_max_length: bool = False):
         self.info, self.vocab = info, vocab
@@ -198,6 +201,7 @@ class PretrainingCollator:
         token_type_ids = np.zeros((n, width), dtype=np.int64)
         attention_mask = np.zeros((n, width), dtype=np.int64)
         labels = np.full((n, width), -100, dtype=np.int64)
+        spans = np.zeros((3, n, width), dtype=np.int64) if info.masking.granularity == "span" else None
         for row, ex in enumerate(examples):
             ids = ex["input_ids"]
             k = len(ids)
@@ -206,9 +210,17 @@ class PretrainingCollator:
                                 ex.get("word_continues"))
                 input_ids[row, :k] = m.input_ids
                 labels[row, m.positions] = m.labels
+                positions, starts = m.positions, m.span_starts
             else:
                 input_ids[row, :k] = ids
                 labels[row, :k] = ex["labels"]
+                positions, starts = np.flatnonzero(ex["labels"] != -100).tolist(), ex.get("span_starts")
+            if spans is not None and starts is not None:
+                bounds = span_boundaries(positions, set(int(s) for s in starts))
+                if bounds:
+                    spans[:, row, positions] = np.asarray(bounds, dtype=np.int64).T
+            elif spans is not None:
+                spans = None  # static span data prepared before spans were recorded: no span fields
             token_type_ids[row, :k] = ex["token_type_ids"]
             attention_mask[row, :k] = 1
         batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
@@ -216,4 +228,7 @@ class PretrainingCollator:
         if info.has_nsp:
             batch["next_sentence_label"] = torch.tensor([ex["next_sentence_label"] for ex in examples],
                                                         dtype=torch.long)
+        if spans is not None:
+            for name, field in zip(("span_left", "span_right", "span_offset"), spans):
+                batch[name] = torch.from_numpy(np.ascontiguousarray(field))
         return batch

@@ -21,8 +21,10 @@ Granularities:
 - ``span``: SpanBERT (Joshi et al. 2020): span lengths in *words* drawn from Geometric(p=0.2) restricted
   to 1..10 (mean 3.8), each placed at a random word where it fits whole, until the budget is reached;
   80/10/10 is decided once per span. Spans never overlap and never cross a special token, so a span never
-  runs from segment A into segment B. A span is shortened only when no place for it is found (near the end
-  of the budget, or in a short sequence), so the lengths placed average 3.6-3.7 words at length 512.
+  runs from segment A into segment B; two spans may touch, so `MaskedTokens.span_starts` records where each
+  begins (the span-boundary objective needs each span's own boundaries: `span_boundaries`). A span is
+  shortened only when no place for it is found (near the end of the budget, or in a short sequence), so the
+  lengths placed average 3.6-3.7 words at length 512.
 
 Special tokens ([CLS], [SEP], [PAD], [MASK]) are never chosen. The random replacement is drawn from the whole
 vocabulary as in Google's script (`vocab_words[randint(0, len(vocab_words) - 1)]`).
@@ -155,6 +157,7 @@ class MaskedTokens(NamedTuple):
     positions: list[int]  # sorted masked positions
     labels: list[int]  # original ids at those positions
     span_words: list[int] | None = None  # span masking: the length in words of each span placed
+    span_starts: list[int] | None = None  # span masking: the first position of each span, sorted
 
 
 def mask_tokens(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng: random.Random,
@@ -242,6 +245,7 @@ def _mask_spans(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng
     taken = [False] * len(words)
     positions: list[int] = []
     span_words: list[int] = []
+    span_starts: list[int] = []
 
     def fits(w: int, length: int, room: int) -> int:
         """Tokens in the `length`-word span starting at word w, or 0 if it does not fit: it must stay clear of
@@ -290,5 +294,25 @@ def _mask_spans(ids: Sequence[int], config: MaskingConfig, vocab: VocabInfo, rng
                 elif action == "random":
                     output[i] = rng.randint(0, vocab.vocab_size - 1)
         span_words.append(length)
+        span_starts.append(words[w][0])
     positions.sort()
-    return MaskedTokens(output, positions, [ids[i] for i in positions], span_words)
+    return MaskedTokens(output, positions, [ids[i] for i in positions], span_words, sorted(span_starts))
+
+
+def span_boundaries(positions: Sequence[int], span_starts: Container[int]) -> list[tuple[int, int, int]]:
+    """For each masked position (sorted), its span's (left boundary, right boundary, offset in the span): the
+    positions just outside the span, s - 1 and e + 1, and i - s (SpanBERT's span-boundary objective).
+
+    A span is a run of consecutive masked positions; `span_starts` says where each span begins, which the
+    positions alone cannot: two spans may touch (span masking keeps them from overlapping, not from being
+    adjacent), and then the run holds both. A span never covers a special token, so its boundaries are real
+    positions of the sequence: [CLS] or [SEP] when it touches one."""
+    out: list[tuple[int, int, int]] = []
+    begin = 0
+    for k, p in enumerate(positions):
+        if k == 0 or p in span_starts or p != positions[k - 1] + 1:
+            begin = k  # a new span opens here
+        if k + 1 == len(positions) or positions[k + 1] in span_starts or positions[k + 1] != p + 1:
+            start, end = positions[begin], p
+            out.extend((start - 1, end + 1, q - start) for q in positions[begin:k + 1])
+    return out

@@ -354,6 +354,7 @@ def build_chunk(task: dict) -> tuple:
     rows: list[tuple] = []
     positions: list[list[int]] = []
     replaced: list[list[int]] = []
+    starts: list[list[int]] = []
     for inst in generate_instances(corpus, task["doc_begin"], task["doc_end"], icfg, rng):
         rows.append(tuple(inst))
         if mcfg is not None:
@@ -362,16 +363,21 @@ def build_chunk(task: dict) -> tuple:
             m = mask_tokens(ids.tolist(), mcfg, vocab, rng, instance_word_continues(inst, corpus))
             positions.append(m.positions)
             replaced.append([m.input_ids[p] for p in m.positions])
+            starts.append(m.span_starts or [])
     plan = np.asarray(rows, dtype=np.int64).reshape(-1, store.PLAN_COLUMNS)
     if mcfg is None:
-        return plan, None, None
+        return plan, None, None, None
     p = mcfg.max_predictions_per_seq
     pos = np.zeros((len(rows), p), dtype=np.uint16)
     rep = np.zeros((len(rows), p), dtype=np.int64)
+    # Span masking: which slots open a span (spans may touch, so the positions alone do not say it).
+    span = np.zeros((len(rows), p), dtype=np.uint8) if mcfg.granularity == "span" else None
     for k, (ps, rs) in enumerate(zip(positions, replaced)):
         pos[k, :len(ps)] = ps
         rep[k, :len(rs)] = rs
-    return plan, pos, rep
+        if span is not None:
+            span[k, :len(ps)] = np.isin(ps, starts[k])
+    return plan, pos, rep, span
 
 
 def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, directory: Path, workers: int,
@@ -399,14 +405,15 @@ def _build_instances(root: Path, manifest: dict, settings: InstanceSettings, dir
                                   sep_id=tok["special_ids"]["sep"]))
         splits[split] = {"copies": copies, "chunks": len(chunks)}
     writers = {split: store.InstanceWriter(directory, split,
-                                           settings.masking.max_predictions_per_seq if static else None, id_dtype)
+                                           settings.masking.max_predictions_per_seq if static else None, id_dtype,
+                                           spans=static and settings.masking.granularity == "span")
                for split in store.SPLITS}
     pool = _pool(workers)
     bar = _progress(len(tasks), "instances", "chunk", progress)
     labels = {split: np.zeros(3, dtype=np.int64) for split in store.SPLITS}
     try:
-        for task, (plan, pos, rep) in zip(tasks, ordered_map(pool, build_chunk, tasks, 2 * workers)):
-            writers[task["split"]].add(plan, pos, rep)
+        for task, (plan, pos, rep, span) in zip(tasks, ordered_map(pool, build_chunk, tasks, 2 * workers)):
+            writers[task["split"]].add(plan, pos, rep, span)
             if len(plan):
                 labels[task["split"]] += np.bincount(plan[:, 4] + 1, minlength=3)
             bar.update(1)

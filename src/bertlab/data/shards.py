@@ -18,6 +18,7 @@ A data directory (`bertlab prepare --out DATA_DIR`) looks like this::
         train.plan                  int64 [N, 5]: a_start, a_len, b_start, b_len, next_sentence_label
         train.mask_positions        uint16 [N, P]: static masking only; 0 marks an unused slot ([CLS] is
         train.mask_ids              uint16/32 [N, P]  position 0 and is never masked); the id written there
+        train.mask_span_starts      uint8 [N, P]: static span masking only: 1 where a slot opens a span
         heldout.plan ...
 
 Everything is raw little-endian arrays opened with `numpy.memmap`: nothing is parsed or loaded whole, so
@@ -161,31 +162,39 @@ class SplitWriter:
 class InstanceWriter:
     """Appends instance plans (and static masks) of one split."""
 
-    def __init__(self, directory: Path, split: str, max_predictions: int | None, id_dtype: np.dtype):
+    def __init__(self, directory: Path, split: str, max_predictions: int | None, id_dtype: np.dtype,
+                 spans: bool = False):
         self.dir, self.split = Path(directory), split
         self.max_predictions, self.id_dtype = max_predictions, np.dtype(id_dtype)
         self.count = 0
         self._plan = open(self.dir / f"{split}.plan", "wb")
         self._pos = open(self.dir / f"{split}.mask_positions", "wb") if max_predictions else None
         self._ids = open(self.dir / f"{split}.mask_ids", "wb") if max_predictions else None
+        self._spans = open(self.dir / f"{split}.mask_span_starts", "wb") if max_predictions and spans else None
 
-    def add(self, plan: np.ndarray, positions: np.ndarray | None = None, ids: np.ndarray | None = None) -> None:
+    def add(self, plan: np.ndarray, positions: np.ndarray | None = None, ids: np.ndarray | None = None,
+            span_starts: np.ndarray | None = None) -> None:
         self._plan.write(np.ascontiguousarray(plan, dtype=np.int64).tobytes())
         if self._pos is not None:
             self._pos.write(np.ascontiguousarray(positions, dtype=np.uint16).tobytes())
             self._ids.write(np.ascontiguousarray(ids, dtype=self.id_dtype).tobytes())
+        if self._spans is not None:
+            self._spans.write(np.ascontiguousarray(span_starts, dtype=np.uint8).tobytes())
         self.count += len(plan)
 
     def close(self) -> dict:
         files = {"plan": f"{self.split}.plan"}
         sizes = {f"{self.split}.plan": self.count * PLAN_COLUMNS * 8}
-        for f in (self._plan, self._pos, self._ids):
+        for f in (self._plan, self._pos, self._ids, self._spans):
             if f is not None:
                 f.close()
         if self._pos is not None:
             files.update(mask_positions=f"{self.split}.mask_positions", mask_ids=f"{self.split}.mask_ids")
             sizes[f"{self.split}.mask_positions"] = self.count * self.max_predictions * 2
             sizes[f"{self.split}.mask_ids"] = self.count * self.max_predictions * self.id_dtype.itemsize
+        if self._spans is not None:
+            files["mask_span_starts"] = f"{self.split}.mask_span_starts"
+            sizes[f"{self.split}.mask_span_starts"] = self.count * self.max_predictions
         return {"instances": self.count, "files": files, "bytes": sizes}
 
 
@@ -383,6 +392,7 @@ class DataInfo:
     num_instances: dict  # split -> count
     num_tokens: dict  # split -> count
     tokenizer_kind: str = "wordpiece"  # or "bpe" (RoBERTa's byte-level BPE: vocab.json + merges.txt beside the shards)
+    has_spans: bool = False  # span masking whose batches say each masked token's span (dynamic, or recorded)
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike, max_seq_length: int | None = None,
@@ -409,7 +419,9 @@ class DataInfo:
                    dupe_factor=iset["dupe_factor"], seed=iset["seed"],
                    num_instances={k: v["instances"] for k, v in iset["splits"].items()},
                    num_tokens={k: v["tokens"] for k, v in manifest["corpus"]["splits"].items()},
-                   tokenizer_kind=tok.get("kind", "wordpiece"))
+                   tokenizer_kind=tok.get("kind", "wordpiece"),
+                   has_spans=iset["masking"]["granularity"] == "span" and (
+                       iset["dynamic"] or all("mask_span_starts" in v["files"] for v in iset["splits"].values())))
 
 
 class InstanceStore:
@@ -438,6 +450,9 @@ class InstanceStore:
             dtype = np.dtype(manifest["tokenizer"]["token_dtype"])
             self.mask_positions = _memmap(d / s["files"]["mask_positions"], np.uint16, n * p, shape=(n, p))
             self.mask_ids = _memmap(d / s["files"]["mask_ids"], dtype, n * p, shape=(n, p))
+        # Static span masking records where each span opens (sets prepared before it did carry no spans).
+        self.span_starts = (_memmap(d / s["files"]["mask_span_starts"], np.uint8, n * p, shape=(n, p))
+                            if self.static and "mask_span_starts" in s["files"] else None)
         self.vocab = vocab_info(self.data_dir, manifest)
 
     def __len__(self) -> int:
@@ -448,7 +463,8 @@ class InstanceStore:
 
     def example(self, i: int) -> dict:
         """input_ids, token_type_ids (int64 arrays), next_sentence_label (-1 when none), and for static sets
-        labels (original id at masked positions, -100 elsewhere) with the masks applied to input_ids."""
+        labels (original id at masked positions, -100 elsewhere) with the masks applied to input_ids, and
+        with static span masking span_starts (the positions that open a span)."""
         inst = self.instance(i)
         ids, types = instance_ids(inst, self.corpus, self.info.cls_id, self.info.sep_id)
         out = {"input_ids": ids, "token_type_ids": types, "next_sentence_label": inst.next_sentence_label}
@@ -462,6 +478,8 @@ class InstanceStore:
             labels[pos] = ids[pos]
             ids[pos] = self.mask_ids[i][used]
             out["labels"] = labels
+            if self.span_starts is not None:
+                out["span_starts"] = pos[self.span_starts[i][used] > 0]
         return out
 
 

@@ -12,6 +12,9 @@ An objective says
     input_keys, label_keys       the batch fields the model reads, and the targets among them
     needs_next_sentence_labels   whether the prepared data must carry a sentence-level label (pairs)
     data_modes                   with such labels: the instance modes whose labels mean what it trains
+    data_problem(info, config)   why prepared data (`data.shards.DataInfo`) cannot train this objective on a
+                                 model of `config`, in one line; None when it can (checks beyond the
+                                 next-sentence labels above: the span-boundary objective's spans)
     loss(model, batch)           -> (loss, metrics): one micro-batch, as the training loop calls it
     new_eval()                   a streaming held-out evaluation: `update(model_output, batch)` per batch,
                                  then `compute()` -> {metric: value}; the metrics an objective reports live
@@ -77,6 +80,10 @@ class Objective:
     def model_inputs(self, batch: Batch) -> dict[str, torch.Tensor]:
         """The fields of `batch` the model is called with: inputs and targets (those present)."""
         return {k: batch[k] for k in (*self.input_keys, *self.label_keys) if k in batch}
+
+    def data_problem(self, info: Any, config: Any) -> str | None:
+        """Why the data described by `info` cannot train this objective on a model of `config`; None if it can."""
+        return None
 
     def loss(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The scalar loss of one micro-batch and the metrics to log with it (0-d tensors or numbers)."""

@@ -3,6 +3,7 @@
     mlm.py       masked LM alone (`mlm`, RoBERTa-style on packed sequences)
     mlm_nsp.py   masked LM + next-sentence prediction (`mlm+nsp`, BERT's)
     mlm_sop.py   masked LM + sentence-order prediction (`mlm+sop`, ALBERT's), for BERT models too
+    mlm_sbo.py   masked LM + span-boundary objective (`mlm+sbo`, SpanBERT's) on span-masked single segments
     T5's seven denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
     `drop-tokens`, `deshuffle`, `prefix-lm`) are T5's folder's (`models/t5/objectives.py`), one per corruption
     transform it registers; they are registered here under those names
@@ -20,6 +21,7 @@ from ..models.t5.objectives import T5_OBJECTIVES, TextToTextObjective, is_text_t
 from ..nn.objective import Evaluation, Evaluations, Objective
 from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
+from .mlm_sbo import MaskedLMAndSpanBoundary
 from .mlm_sop import MaskedLMAndSentenceOrder
 
 OBJECTIVES: dict[str, Objective] = {}
@@ -46,8 +48,9 @@ def get_objective(name: str) -> Objective:
 register_objective(MaskedLMAndNextSentence())
 register_objective(MaskedLM())
 register_objective(MaskedLMAndSentenceOrder())
+register_objective(MaskedLMAndSpanBoundary())
 for _name in T5_OBJECTIVES:
     register_objective(TextToTextObjective(_name))
 
 __all__ = ["OBJECTIVES", "Evaluation", "Evaluations", "MaskedLM", "MaskedLMAndNextSentence",
-           "MaskedLMAndSentenceOrder", "Objective", "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]
+           "MaskedLMAndSentenceOrder", "MaskedLMAndSpanBoundary", "Objective", "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]

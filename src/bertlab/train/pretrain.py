@@ -362,6 +362,9 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     else:
         family = pretraining_family(cfg, info)
         model_config = build_model_config(cfg, info, family)
+    problem = objective.data_problem(info, model_config)
+    if problem:
+        raise ConfigError(f"{cfg.data}: {problem}")
     if max(cfg.seq_len, phase2_len) > model_config.max_sequence_length:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"{model_config.max_sequence_length} positions (max_position_embeddings "

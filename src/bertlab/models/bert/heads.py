@@ -1,6 +1,7 @@
 """The output layers BERT adds on top of the encoder, each a small module stating its rule.
 
-Pre-training (section 3.1):  masked LM + next-sentence prediction.
+Pre-training (section 3.1):  masked LM + next-sentence prediction; masked LM alone; masked LM + SpanBERT's
+                             span-boundary objective.
 Fine-tuning  (section 4):    one added layer per task family -- sequence classification/regression on the
                              pooled [CLS], token classification, span-extraction QA, multiple choice.
 
@@ -16,6 +17,8 @@ with `@register_head(...)`.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -144,6 +147,86 @@ class BertForMaskedLM(BertPreTrainedModel):
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
         return PreTrainingOutput(logits, None, loss, loss, None)
+
+
+# Rows of the span-boundary head's position table: a span's offsets run below its length in tokens, which the
+# masking budget bounds (max_predictions_per_seq: 77 at length 512), so 200 rows serve sequences up to ~1300
+# tokens at 15%. A config.json may set another count under this key; `pretrain` refuses data whose budget
+# exceeds it.
+SPAN_BOUNDARY_POSITIONS_KEY = "span_boundary_positions"
+SPAN_BOUNDARY_POSITIONS = 200
+
+
+def span_boundary_positions(config: BertConfig) -> int:
+    """How many span offsets the span-boundary head of a model of `config` has embeddings for."""
+    return int(config.extra.get(SPAN_BOUNDARY_POSITIONS_KEY, SPAN_BOUNDARY_POSITIONS))
+
+
+class SpanBoundaryHead(nn.Module):
+    """SpanBERT's span-boundary representation (Joshi et al., 2020, section 3.2): for the token at offset i - s of
+    a span x_s..x_e, y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}) with p a learned embedding of the offset and f two
+    layers, h1 = LayerNorm(GELU(W1 [x_{s-1}; x_{e+1}; p])) (3H -> H), y = LayerNorm(GELU(W2 h1)) (H -> H).
+    The vocabulary projection of y is the MLM head's (tied to the word embeddings, with its bias)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        h = config.hidden_size
+        self.position_embeddings = nn.Embedding(span_boundary_positions(config), h)
+        self.dense1 = nn.Linear(3 * h, h)
+        self.LayerNorm1 = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.dense2 = nn.Linear(h, h)
+        self.LayerNorm2 = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+        """left, right: (N, H) encodings of the boundaries; offset: (N,) i - s -> y: (N, H)."""
+        h0 = torch.cat([left, right, self.position_embeddings(offset)], dim=-1)
+        h1 = self.LayerNorm1(self.act(self.dense1(h0)))
+        return self.LayerNorm2(self.act(self.dense2(h1)))
+
+
+@dataclass
+class SpanBoundaryOutput(PreTrainingOutput):
+    """`PreTrainingOutput` (MLM logits over the masked rows; no sentence-level logits) and the SBO term."""
+
+    sbo_logits: torch.Tensor | None = None  # (N_masked, V), rows in the order of the masked positions
+    sbo_loss: torch.Tensor | None = None
+
+
+@register_head("span-boundary", output=SpanBoundaryOutput, prefix="sbo.", logits=lambda out: out.prediction_logits)
+class BertForSpanBoundary(BertPreTrainedModel):
+    """Masked LM + span-boundary objective (SpanBERT); loss = mean MLM cross-entropy + mean SBO cross-entropy
+    over the masked positions. The encoder and MLM head are `BertForMaskedLM`'s, with its parameter names, so
+    `transformers.BertForMaskedLM` loads a saved model (dropping the `sbo.` weights). `span_left`,
+    `span_right`, `span_offset` ([B, T], read at the masked positions: `data.loader.PretrainingCollator`) give
+    each masked token its span's boundary positions and its offset in the span."""
+
+    tied_weight_keys = ("cls.predictions.decoder.weight",)
+    expected_unused_keys = BertForMaskedLM.expected_unused_keys
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
+        self.sbo = SpanBoundaryHead(config)
+        self.init_weights(self.cls)
+        self.init_weights(self.sbo)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, span_left=None,
+                span_right=None, span_offset=None) -> SpanBoundaryOutput:
+        out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = out.last_hidden_state
+        mlm_logits, mlm_loss = masked_lm(self.cls.predictions, hidden, labels)
+        if labels is None or span_left is None or span_right is None or span_offset is None:
+            return SpanBoundaryOutput(mlm_logits, None, mlm_loss, mlm_loss, None)
+        selected = labels != IGNORE_INDEX  # (B, T): the same rows, in the same order, as the MLM logits
+        rows = selected.nonzero()[:, 0]
+        y = self.sbo(hidden[rows, span_left[selected]], hidden[rows, span_right[selected]], span_offset[selected])
+        head = self.cls.predictions
+        sbo_logits = F.linear(y, head.decoder.weight, head.bias)  # the MLM's output embedding and bias
+        targets = labels[selected]
+        sbo_loss = F.cross_entropy(sbo_logits.float(), targets) if targets.numel() else sbo_logits.sum() * 0.0
+        return SpanBoundaryOutput(mlm_logits, None, mlm_loss + sbo_loss, mlm_loss, None, sbo_logits, sbo_loss)
 
 
 # ---------------------------------------------------------------------------------------------- fine-tuning
@@ -276,4 +359,5 @@ class BertForMultipleChoice(BertPreTrainedModel):
 
 __all__ = ["IGNORE_INDEX", "HEADS", "HeadSpec", "register_head", "head_for_architecture", "model_classes",
            "TaskOutputLayer", "BertModel", "BertModelOutput", *(h.architecture for h in HEADS.values()), "HeadOutput",
-           "PreTrainingOutput", "QuestionAnsweringOutput"]
+           "PreTrainingOutput", "QuestionAnsweringOutput", "SpanBoundaryHead", "SpanBoundaryOutput",
+           "span_boundary_positions"]
