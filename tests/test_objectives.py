@@ -44,6 +44,21 @@ def tiny_batch(seed: int = 0, B: int = 4, T: int = 16) -> dict[str, torch.Tensor
             "next_sentence_label": torch.randint(0, 2, (B,), generator=g)}
 
 
+def tiny_span_batch(seed: int = 0) -> dict[str, torch.Tensor]:
+    """`tiny_batch` with the span fields of span-masked data: each run of masked positions one span, its
+    boundaries the positions around it (position 0 is never masked there; a run at the end ends at T - 1)."""
+    from bertlab.data.masking import span_boundaries
+
+    batch = tiny_batch(seed)
+    batch["labels"][:, [0, -1]] = -100
+    fields = torch.zeros(3, *batch["labels"].shape, dtype=torch.long)
+    for row, labels in enumerate(batch["labels"]):
+        positions = (labels != -100).nonzero()[:, 0].tolist()
+        if positions:
+            fields[:, row, positions] = torch.tensor(span_boundaries(positions, set())).T
+    return {**batch, "span_left": fields[0], "span_right": fields[1], "span_offset": fields[2]}
+
+
 def tiny_text_to_text_batch(seed: int = 0, B: int = 4, T_in: int = 12, T_out: int = 6) -> dict[str, torch.Tensor]:
     """A T5 batch as `data.t5_loader` makes them: inputs with padding, targets with -100 on their padding."""
     g = torch.Generator().manual_seed(seed)
@@ -69,6 +84,9 @@ FAMILIES = {
                            {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
     "BertForMaskedLM": (lambda o: tiny_config(), tiny_batch, lambda m: m.bert.embeddings.word_embeddings.weight,
                         {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
+    "BertForSpanBoundary": (lambda o: tiny_config(), tiny_span_batch, lambda m: m.sbo.dense1.weight,
+                            {"mlm_loss", "mlm_accuracy", "sbo_loss", "sbo_accuracy"},
+                            {"mlm_loss", "mlm_accuracy", "perplexity", "sbo_loss", "sbo_accuracy"}),
     "T5ForConditionalGeneration": (lambda arch: tiny_t5(arch), tiny_text_to_text_batch, lambda m: m.shared.weight,
                                    {"token_accuracy"}, {"loss", "token_accuracy", "perplexity", "sequence_accuracy"}),
 }

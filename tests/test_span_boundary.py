@@ -105,7 +105,7 @@ def corpus_and_vocab(tmp_path_factory):
 def span_data(corpus_and_vocab, tmp_path_factory) -> Path:
     corpus, vocab = corpus_and_vocab
     out = tmp_path_factory.mktemp("sbo-static") / "data"
-    assert main(prepare_args(corpus, vocab, out, "--masking", "span")) == 0
+    assert main(prepare_args(corpus, vocab, out, "--objective", "mlm+sbo")) == 0  # span masking by default
     return out
 
 
@@ -219,3 +219,11 @@ def test_data_without_spans_is_refused_in_one_line(corpus_and_vocab, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err
     assert not (tmp_path / "run" / "final").exists()
+
+
+def test_prepare_objective_mlm_sbo_sets_span_masking(span_data, corpus_and_vocab, tmp_path, capsys):
+    info = PretrainingDataset(span_data, "train").info
+    assert (info.masking.granularity, info.mode, info.has_spans) == ("span", "full-sentences", True)
+    corpus, vocab = corpus_and_vocab
+    assert main(prepare_args(corpus, vocab, tmp_path / "x", "--objective", "mlm+sbo", "--masking", "token")) == 2
+    assert "--objective mlm+sbo needs --masking span, not token" in capsys.readouterr().err

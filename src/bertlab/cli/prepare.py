@@ -13,7 +13,8 @@ Without CORPUS, the shards already in DATA_DIR are used, and settings not given 
 instance set. Re-running with the same inputs and settings reuses everything.
 
 --objective picks what the instances are for: BERT's (mlm+nsp: segment pairs; mlm: packed full sentences;
-mlm+sop: sentence-order pairs, ALBERT's objective, for BERT and ALBERT models) or
+mlm+sop: sentence-order pairs, ALBERT's objective, for BERT and ALBERT models; mlm+sbo: SpanBERT's, packed
+full sentences with span masking) or
 one of T5's (span-corruption, iid-denoising, bert-style, mass-style, drop-tokens, deshuffle, prefix-lm:
 documents packed into examples whose inputs fit --max-seq-length, default 512; the objective is applied anew
 to every example each epoch when batches are made, from the seed and the position). --vocab may then also be
@@ -40,7 +41,7 @@ T5_PARAMS = ("noise_density", "mean_span_length")
 T5_INSTANCE_FLAGS = ("max_seq_length", "seed")
 T5_MAX_SEQ_LENGTH = 512  # T5's inputs length
 BERT_OBJECTIVE_MODES = {"mlm+nsp": "segment-pair", "mlm": "full-sentences",  # the default --mode of each
-                        "mlm+sop": "segment-order"}
+                        "mlm+sop": "segment-order", "mlm+sbo": "full-sentences"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -77,7 +78,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="segment-pair labels exactly as Google's script (IsNext slightly under 50%%)")
     g = p.add_argument_group("objective")
     g.add_argument("--objective", default=None, metavar="NAME",
-                   help="mlm+nsp, mlm or mlm+sop (BERT's and ALBERT's: masks below), or a T5 objective: "
+                   help="mlm+nsp, mlm, mlm+sop or mlm+sbo (BERT's, ALBERT's and SpanBERT's: masks below), or a "
+                        "T5 objective: "
                         f"{', '.join(DENOISING_OBJECTIVES)}")
     g.add_argument("--noise-density", type=float, default=None,
                    help="T5 objectives: share of the tokens corrupted (default 0.15)")
@@ -155,6 +157,12 @@ def _check_objective(args: argparse.Namespace) -> None:
         if name == "mlm+sop" and args.mode is not None and args.mode not in ORDER_MODES:
             raise DataError(f"--objective mlm+sop needs sentence-order pairs: --mode {' or '.join(ORDER_MODES)}, "
                             f"not {args.mode}")
+        if name == "mlm+sbo" and args.mode is not None and args.mode in (*NSP_MODES, *ORDER_MODES):
+            raise DataError(f"--objective mlm+sbo trains on single segments, not {args.mode} pairs")
+        if name == "mlm+sbo" and args.masking not in (None, "span"):
+            raise DataError(f"--objective mlm+sbo needs --masking span, not {args.masking}")
+        if name == "mlm+sbo":
+            args.masking = "span"
         if name is not None and args.mode is None:
             args.mode = BERT_OBJECTIVE_MODES[name]
 

@@ -21,7 +21,8 @@ HELP = {
     "data": "DATA_DIR from `bertlab prepare`",
     "out": "RUN_DIR: checkpoints, metrics.jsonl, final/",
     "init_from": "Hugging Face-layout folder to continue pre-training from",
-    "objective": "mlm+nsp (BERT), mlm, or mlm+sop (sentence order, ALBERT's; data: prepare --mode segment-order) "
+    "objective": "mlm+nsp (BERT), mlm, mlm+sop (sentence order, ALBERT's; data: prepare --mode segment-order), "
+                 "or mlm+sbo (span boundary, SpanBERT's; data: prepare --objective mlm+sbo) "
                  "(default: the data's: mlm+nsp on segment pairs, mlm+sop on sentence-order pairs, mlm on data "
                  "without pairs); T5's objectives: bertlab pretrain-t5",
     "family": "bert or roberta (default: a config's model_type; with a preset, the data's tokenizer: roberta on "
