@@ -84,7 +84,7 @@ FAMILIES = {
                            {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
     "BertForMaskedLM": (lambda o: tiny_config(), tiny_batch, lambda m: m.bert.embeddings.word_embeddings.weight,
                         {"mlm_loss", "mlm_accuracy"}, {"mlm_loss", "mlm_accuracy", "perplexity"}),
-    "BertForSpanBoundary": (lambda o: tiny_config(), tiny_span_batch, lambda m: m.sbo.dense1.weight,
+    "BertForSpanBoundary": (lambda o: tiny_config(), tiny_span_batch, lambda m: m.sbo.mlp1.dense.weight,
                             {"mlm_loss", "mlm_accuracy", "sbo_loss", "sbo_accuracy"},
                             {"mlm_loss", "mlm_accuracy", "perplexity", "sbo_loss", "sbo_accuracy"}),
     "T5ForConditionalGeneration": (lambda arch: tiny_t5(arch), tiny_text_to_text_batch, lambda m: m.shared.weight,

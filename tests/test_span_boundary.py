@@ -75,10 +75,10 @@ def test_head_formula_by_hand():
         expected = []
         for i, (s1, e1, k) in zip([1, 2, 3, 5], [(0, 4, 0), (0, 4, 1), (0, 4, 2), (4, 6, 0)]):
             h0 = torch.cat([x[s1], x[e1], sbo.position_embeddings.weight[k]])
-            h1 = F.layer_norm(F.gelu(sbo.dense1.weight @ h0 + sbo.dense1.bias), (32,), sbo.LayerNorm1.weight,
-                              sbo.LayerNorm1.bias, eps)
-            y = F.layer_norm(F.gelu(sbo.dense2.weight @ h1 + sbo.dense2.bias), (32,), sbo.LayerNorm2.weight,
-                             sbo.LayerNorm2.bias, eps)
+            h1 = F.layer_norm(F.gelu(sbo.mlp1.dense.weight @ h0 + sbo.mlp1.dense.bias), (32,),
+                              sbo.mlp1.LayerNorm.weight, sbo.mlp1.LayerNorm.bias, eps)
+            y = F.layer_norm(F.gelu(sbo.mlp2.dense.weight @ h1 + sbo.mlp2.dense.bias), (32,),
+                             sbo.mlp2.LayerNorm.weight, sbo.mlp2.LayerNorm.bias, eps)
             expected.append(model.bert.embeddings.word_embeddings.weight @ y + model.cls.predictions.bias)
         expected = torch.stack(expected)
         targets = torch.tensor([20, 21, 22, 23])

@@ -231,7 +231,7 @@ def test_bad_names_and_parameters_are_one_clear_line(tmp_path, capsys):
         with pytest.raises(DataError, match=message):
             make_objective(name, **params)
     for argv, message in [
-        (["--objective", "nope"], "unknown 'nope'; expected one of mlm+nsp, mlm, mlm+sop, span-corruption"),
+        (["--objective", "nope"], "unknown 'nope'; expected one of mlm+nsp, mlm, mlm+sop, mlm+sbo, span-corruption"),
         (["--objective", "span-corruption", "--mean-span-length", "0"], "--mean-span-length must be at least 1"),
         (["--objective", "span-corruption", "--noise-density", "1.5"], "--noise-density must be in (0, 1)"),
         (["--objective", "prefix-lm", "--masking", "span"], "--masking is a BERT instance setting"),

@@ -14,6 +14,8 @@ Google's `modeling.py` names variables by TensorFlow scope; Hugging Face (and so
     cls/seq_relationship/output_weights | output_bias   cls.seq_relationship.weight | bias
     output_weights | output_bias        (run_classifier) classifier.weight | bias
     cls/squad/output_weights | output_bias  (run_squad)  qa_outputs.weight | bias
+    sbo/mlp1/dense/kernel, sbo/position_embeddings ...  sbo.mlp1.dense.weight ...   (the span-boundary head,
+                                                        bertlab's names: Google released no such model)
 
 (T): `tf.layers.dense` stores its kernel as [in, out]; `nn.Linear.weight` is [out, in], so dense kernels are
 transposed. The `output_weights` variables were created by hand in Google's code already as [out, in] and are
@@ -44,10 +46,10 @@ _OPTIMIZER_STATE = re.compile(
     r"|.*/(?:adam_[^/]*|lamb_[^/]*|Adam(?:_\d+)?|Momentum|AdamWeightDecayOptimizer(?:_\d+)?)"
 )
 _DENSE = (r"bert/encoder/layer_\d+/(?:attention/self/(?:query|key|value)|attention/output/dense|intermediate/dense"
-          r"|output/dense)|bert/pooler/dense|cls/predictions/transform/dense")
+          r"|output/dense)|bert/pooler/dense|cls/predictions/transform/dense|sbo/mlp[12]/dense")
 _NORM = r"bert/embeddings/LayerNorm|bert/encoder/layer_\d+/(?:attention/output|output)/LayerNorm" \
-        r"|cls/predictions/transform/LayerNorm"
-_EMBEDDINGS = r"bert/embeddings/(?:word|position|token_type)_embeddings"
+        r"|cls/predictions/transform/LayerNorm|sbo/mlp[12]/LayerNorm"
+_EMBEDDINGS = r"bert/embeddings/(?:word|position|token_type)_embeddings|sbo/position_embeddings"
 TF_HEAD_NAMES = {  # hand-made variables, already [out, in]
     "cls/predictions/output_bias": "cls.predictions.bias",
     "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",

@@ -128,27 +128,6 @@ class BertForPreTraining(BertPreTrainedModel):
         return PreTrainingOutput(mlm_logits, nsp_logits, loss, mlm_loss, nsp_loss)
 
 
-@register_head("masked-lm", output=PreTrainingOutput, prefix="cls.predictions.",
-               logits=lambda out: out.prediction_logits)
-class BertForMaskedLM(BertPreTrainedModel):
-    """Masked LM only (RoBERTa-style pre-training, fill-mask): no pooler, no NSP."""
-
-    tied_weight_keys = ("cls.predictions.decoder.weight",)
-    # A pre-training checkpoint's pooler and NSP head: dropped without a warning (as `transformers` does).
-    expected_unused_keys = ("bert.pooler.", "pooler.", "cls.seq_relationship.")
-
-    def __init__(self, config: BertConfig):
-        super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
-        self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
-        self.init_weights(self.cls)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
-        out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
-        return PreTrainingOutput(logits, None, loss, loss, None)
-
-
 # Rows of the span-boundary head's position table: a span's offsets run below its length in tokens, which the
 # masking budget bounds (max_predictions_per_seq: 77 at length 512), so 200 rows serve sequences up to ~1300
 # tokens at 15%. A config.json may set another count under this key; `pretrain` refuses data whose budget
@@ -165,24 +144,23 @@ def span_boundary_positions(config: BertConfig) -> int:
 class SpanBoundaryHead(nn.Module):
     """SpanBERT's span-boundary representation (Joshi et al., 2020, section 3.2): for the token at offset i - s of
     a span x_s..x_e, y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}) with p a learned embedding of the offset and f two
-    layers, h1 = LayerNorm(GELU(W1 [x_{s-1}; x_{e+1}; p])) (3H -> H), y = LayerNorm(GELU(W2 h1)) (H -> H).
+    layers, h1 = LayerNorm(GELU(W1 [x_{s-1}; x_{e+1}; p])) (3H -> H), y = LayerNorm(GELU(W2 h1)) (H -> H)
+    (GELU: the config's hidden_act).
     The vocabulary projection of y is the MLM head's (tied to the word embeddings, with its bias)."""
 
     def __init__(self, config: BertConfig):
         super().__init__()
         h = config.hidden_size
         self.position_embeddings = nn.Embedding(span_boundary_positions(config), h)
-        self.dense1 = nn.Linear(3 * h, h)
-        self.LayerNorm1 = nn.LayerNorm(h, eps=config.layer_norm_eps)
-        self.dense2 = nn.Linear(h, h)
-        self.LayerNorm2 = nn.LayerNorm(h, eps=config.layer_norm_eps)
-        self.act = ACTIVATIONS[config.hidden_act]
+        # Two of the MLM head's transform layers, LayerNorm(GELU(W x + b)); the first reads [left; right; p].
+        self.mlp1 = BertPredictionHeadTransform(config)
+        self.mlp1.dense = nn.Linear(3 * h, h)
+        self.mlp2 = BertPredictionHeadTransform(config)
 
     def forward(self, left: torch.Tensor, right: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
         """left, right: (N, H) encodings of the boundaries; offset: (N,) i - s -> y: (N, H)."""
         h0 = torch.cat([left, right, self.position_embeddings(offset)], dim=-1)
-        h1 = self.LayerNorm1(self.act(self.dense1(h0)))
-        return self.LayerNorm2(self.act(self.dense2(h1)))
+        return self.mlp2(self.mlp1(h0))
 
 
 @dataclass
@@ -202,7 +180,7 @@ class BertForSpanBoundary(BertPreTrainedModel):
     each masked token its span's boundary positions and its offset in the span."""
 
     tied_weight_keys = ("cls.predictions.decoder.weight",)
-    expected_unused_keys = BertForMaskedLM.expected_unused_keys
+    expected_unused_keys = ("bert.pooler.", "pooler.", "cls.seq_relationship.")  # as BertForMaskedLM's
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
@@ -227,6 +205,27 @@ class BertForSpanBoundary(BertPreTrainedModel):
         targets = labels[selected]
         sbo_loss = F.cross_entropy(sbo_logits.float(), targets) if targets.numel() else sbo_logits.sum() * 0.0
         return SpanBoundaryOutput(mlm_logits, None, mlm_loss + sbo_loss, mlm_loss, None, sbo_logits, sbo_loss)
+
+
+@register_head("masked-lm", output=PreTrainingOutput, prefix="cls.predictions.",
+               logits=lambda out: out.prediction_logits)
+class BertForMaskedLM(BertPreTrainedModel):
+    """Masked LM only (RoBERTa-style pre-training, fill-mask): no pooler, no NSP."""
+
+    tied_weight_keys = ("cls.predictions.decoder.weight",)
+    # A pre-training checkpoint's pooler and NSP head: dropped without a warning (as `transformers` does).
+    expected_unused_keys = ("bert.pooler.", "pooler.", "cls.seq_relationship.")
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
+        self.init_weights(self.cls)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
+        out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits, loss = masked_lm(self.cls.predictions, out.last_hidden_state, labels)
+        return PreTrainingOutput(logits, None, loss, loss, None)
 
 
 # ---------------------------------------------------------------------------------------------- fine-tuning
