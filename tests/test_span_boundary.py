@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertlab import BertConfig
+from bertlab import BertConfig, BertForMaskedLM
 from bertlab.cli import main
 from bertlab.data.loader import PretrainingDataset
 from bertlab.data.masking import MaskingConfig, VocabInfo, mask_tokens, span_boundaries
@@ -189,6 +189,9 @@ def test_prepare_pretrain_mlm_sbo_then_transformers_loads_the_mlm(corpus_and_voc
         b = theirs(**batch)
     keep = batch["attention_mask"].bool()
     torch.testing.assert_close(a.prediction_logits[keep], b.logits[keep], atol=1e-4, rtol=1e-4)
+    with torch.no_grad():  # bertlab's MLM model (fill-mask) too, dropping the span-boundary head
+        c = BertForMaskedLM.from_pretrained(final)(batch["input_ids"], attention_mask=batch["attention_mask"])
+    torch.testing.assert_close(a.prediction_logits[keep], c.prediction_logits[keep])
 
 
 def test_resume_is_exact_with_dynamic_spans(dynamic_span_data, tmp_path, monkeypatch):
@@ -219,6 +222,20 @@ def test_data_without_spans_is_refused_in_one_line(corpus_and_vocab, tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and expected in err
     assert not (tmp_path / "run" / "final").exists()
+
+
+def test_phase2_data_without_spans_is_refused(corpus_and_vocab, tmp_path, capsys):
+    corpus, vocab = corpus_and_vocab
+    data = tmp_path / "data"
+    assert main(prepare_args(corpus, vocab, data, "--objective", "mlm+sbo")) == 0
+    args = prepare_args(corpus, vocab, data, "--masking", "token")
+    args[args.index("--max-seq-length") + 1] = "128"
+    assert main(args) == 0
+    capsys.readouterr()
+    argv = pretrain_args(data, tmp_path / "run", "--steps", 2)
+    argv[argv.index("--phase2-seq-len") + 1] = "128"
+    assert main(argv) == 2
+    assert "length 128: instances are masked by 'token'" in capsys.readouterr().err
 
 
 def test_prepare_objective_mlm_sbo_sets_span_masking(span_data, corpus_and_vocab, tmp_path, capsys):

@@ -362,9 +362,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     else:
         family = pretraining_family(cfg, info)
         model_config = build_model_config(cfg, info, family)
-    problem = objective.data_problem(info, model_config)
-    if problem:
-        raise ConfigError(f"{cfg.data}: {problem}")
+    for length in (cfg.seq_len, phase2_len):  # phase 2's instances are another set, prepared on their own
+        problem = length and objective.data_problem(DataInfo.load(cfg.data, max_seq_length=length), model_config)
+        if problem:
+            raise ConfigError(f"{cfg.data}: {'' if length == cfg.seq_len else f'length {length}: '}{problem}")
     if max(cfg.seq_len, phase2_len) > model_config.max_sequence_length:
         raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
                           f"{model_config.max_sequence_length} positions (max_position_embeddings "

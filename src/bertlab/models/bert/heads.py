@@ -213,8 +213,9 @@ class BertForMaskedLM(BertPreTrainedModel):
     """Masked LM only (RoBERTa-style pre-training, fill-mask): no pooler, no NSP."""
 
     tied_weight_keys = ("cls.predictions.decoder.weight",)
-    # A pre-training checkpoint's pooler and NSP head: dropped without a warning (as `transformers` does).
-    expected_unused_keys = ("bert.pooler.", "pooler.", "cls.seq_relationship.")
+    # A pre-training checkpoint's pooler and NSP head: dropped without a warning (as `transformers` does); and
+    # the span-boundary head of a model pre-trained with `mlm+sbo`, which only pre-training uses.
+    expected_unused_keys = ("bert.pooler.", "pooler.", "cls.seq_relationship.", "sbo.")
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
