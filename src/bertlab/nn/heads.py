@@ -6,6 +6,7 @@ head of a kind, so they work for every family. Kinds:
 
     pretraining               masked LM + a sentence-level objective (NSP, sentence order)
     masked-lm                 masked LM only
+    span-boundary             masked LM + SpanBERT's span-boundary objective (pre-training only)
     sequence-classification   one label (or several, or a score) per text or text pair
     token-classification      one label per token (NER)
     question-answering        a start and an end score per token (SQuAD)
