@@ -233,3 +233,24 @@ def test_gradual_unfreezing_walks_distilberts_layers():
     tuning = methods.prepare(model, methods.TuningOptions(gradual_unfreezing=2), ["classifier", "pre_classifier"])
     layers = model.distilbert.transformer.layer
     assert tuning.unfreezing.blocks == [model.distilbert.embeddings, layers[0], layers[1]]
+
+
+def test_default_learning_rate_reads_the_familys_width(distilbert_folder):
+    """Fine-tuning without --lr takes the default for the model's width, read through its own family's config
+    (DistilBERT's is `dim`; read as a BERT config it has no `hidden_size` and the run stopped)."""
+    from bertlab.train.finetune import FinetuneConfig, default_lr, with_default_lr
+
+    cfg = with_default_lr(FinetuneConfig(task="text-classification", model=str(distilbert_folder), data="x.csv",
+                                         out="unused"))
+    assert cfg.lr == default_lr(json.loads((distilbert_folder / "config.json").read_text())["dim"])
+
+
+def test_a_bert_only_command_refuses_another_family_in_one_line(distilbert_folder, tmp_path, capsys):
+    """Commands that build BERT alone (distill's teacher here) refuse another family's folder by its
+    model_type instead of reading it as a BERT config."""
+    from bertlab.cli import main
+
+    assert main(["distill", "--teacher", str(distilbert_folder), "--data", str(tmp_path), "--out",
+                 str(tmp_path / "run"), "--steps", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a 'distilbert' model, not 'bert'" in err[0], err

@@ -47,7 +47,6 @@ from typing import Any, Sequence
 import torch
 
 from ..checkpoint.hf_layout import materialize, model_keys
-from ..models.bert.config import BertConfig
 from ..data.mixing import MIXING_RULES
 from ..errors import BertlabError, ConfigError
 from ..fsio import atomic_write_text
@@ -91,7 +90,9 @@ def with_default_lr(cfg: FinetuneConfig, model_dir: str | Path | None = None) ->
     if cfg.lr is not None:
         return cfg
     model_dir = model_dir or cfg.model
-    cfg = dataclasses.replace(cfg, lr=default_lr(BertConfig.from_json_file(model_dir).hidden_size))
+    from ..models.auto import AutoConfig
+
+    cfg = dataclasses.replace(cfg, lr=default_lr(AutoConfig.from_pretrained(model_dir).hidden_size))
     log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
     return cfg
 
@@ -209,7 +210,7 @@ class RunResult:
     train_loss: float | None
     run_dir: str
     state: dict[str, torch.Tensor] | None = field(default=None, repr=False)  # weights, kept only while needed
-    config: Any = field(default=None, repr=False)  # the model's BertConfig, to rebuild it from `state`
+    config: Any = field(default=None, repr=False)  # the model's config (its family's), to rebuild it from `state`
     details: dict[str, Any] = field(default_factory=dict)  # method and parameter counts, early stopping
 
     def main_score(self, spec: TaskSpec) -> float:

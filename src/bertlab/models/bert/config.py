@@ -109,6 +109,10 @@ class BertConfig(JsonConfig):
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        model_type = data.get("model_type", cls.model_type)
+        if model_type != cls.model_type:  # another family's config read as this one would build the wrong model
+            raise ConfigError(f"{source}: a {shorten(model_type)} model, not {cls.model_type!r}; this needs "
+                              f"{cls.model_type!r} (commands that take any family read the folder's own)")
         missing = [name for name in REQUIRED_FIELDS if name not in data]
         if missing:
             raise ConfigError(f"{source}: missing required field '{missing[0]}'")
