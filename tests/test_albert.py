@@ -267,3 +267,17 @@ def test_gradual_unfreezing_walks_the_shared_groups():
     tuning = methods.prepare(model, methods.TuningOptions(gradual_unfreezing=2), ["classifier"])
     groups = model.albert.encoder.albert_layer_groups
     assert tuning.unfreezing.blocks == [model.albert.embeddings, groups[0], groups[1]]  # each shared group once
+
+
+def test_tokenizer_pickles_with_its_processor(spiece_dir):
+    """DataLoader workers and process pools get the tokenizer by pickle: the SentencePiece processor (a C++
+    object) travels as its model's bytes and is rebuilt (`tokenizer.sentencepiece.PicklableProcessor`)."""
+    import pickle
+
+    from bertlab.models.albert.tokenizer import AlbertTokenizer
+
+    tok = AlbertTokenizer.from_pretrained(spiece_dir)
+    again = pickle.loads(pickle.dumps(tok))
+    text = "The coach said the team won, naïve café!"
+    assert again(text, return_offsets_mapping=True) == tok(text, return_offsets_mapping=True)
+    assert again.decode(tok(text)["input_ids"]) == tok.decode(tok(text)["input_ids"])

@@ -72,6 +72,37 @@ def byte_to_char(text: str) -> list[int]:
     return table
 
 
+def metaspace_join(tokens: list[str]) -> str:
+    """Pieces joined, each "▁" a space, the first one's dropped (`transformers`' Metaspace decoder)."""
+    text = "".join(tokens).replace("▁", " ")
+    return text[1:] if tokens and tokens[0].startswith("▁") else text
+
+
+class PicklableProcessor:
+    """For a tokenizer holding a SentencePiece processor in `self.sp`: the processor is a C++ object, so a pickle
+    (DataLoader workers, process pools) carries its model's bytes and rebuilds it. `_unpicklable` names attributes
+    left out; `_unpickled()` re-derives them."""
+
+    _unpicklable: tuple[str, ...] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["sp"] = self.sp.serialized_model_proto()
+        for name in self._unpicklable:
+            state.pop(name, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        proto = state.pop("sp")
+        self.__dict__.update(state)
+        self.sp = import_sentencepiece().SentencePieceProcessor()
+        self.sp.LoadFromSerializedProto(proto)
+        self._unpickled()
+
+    def _unpickled(self) -> None:
+        pass
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` under a temporary name, then rename it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .roberta import RobertaTokenizer
-from .sentencepiece import (SentencePieceError, atomic_write_bytes, byte_to_char, import_sentencepiece,
-                            load_processor)
+from .sentencepiece import (PicklableProcessor, SentencePieceError, atomic_write_bytes, byte_to_char,
+                            load_processor, metaspace_join)
 from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
@@ -43,7 +43,7 @@ XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "<
 FAIRSEQ_OFFSET = 1  # a SentencePiece id i >= 3 is fairseq id i + 1
 
 
-class XLMRobertaTokenizer(TokenizerBase):
+class XLMRobertaTokenizer(PicklableProcessor, TokenizerBase):
     """`XLMRobertaTokenizer(model_file)` or `.from_pretrained(folder or .model file)`; called as `BertTokenizer`."""
 
     PAIR_SEPS = 2  # <s> A </s></s> B </s>
@@ -117,18 +117,9 @@ class XLMRobertaTokenizer(TokenizerBase):
         atomic_write_bytes(d / "special_tokens_map.json", (json.dumps(XLMR_SPECIAL_TOKENS, indent=2) + "\n").encode())
         return d
 
-    def __getstate__(self) -> dict[str, Any]:
-        # The processor is a C++ object: carry its bytes across processes (DataLoader workers, pools).
-        state = dict(self.__dict__)
-        state["sp"] = self.sp.serialized_model_proto()
-        state.pop("_special")
-        return state
+    _unpicklable = ("_special",)  # pickled as the processor's bytes (PicklableProcessor), re-derived by _setup
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        proto = state.pop("sp")
-        self.__dict__.update(state)
-        self.sp = import_sentencepiece().SentencePieceProcessor()
-        self.sp.LoadFromSerializedProto(proto)
+    def _unpickled(self) -> None:
         self._setup()
 
     # -- text -> ids -------------------------------------------------------------------------------------------
@@ -181,8 +172,7 @@ class XLMRobertaTokenizer(TokenizerBase):
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
         """Pieces joined, each `▁` a space, the first one's dropped (`transformers`' Metaspace decoder)."""
-        text = "".join(tokens).replace("▁", " ")
-        return text[1:] if tokens and tokens[0].startswith("▁") else text
+        return metaspace_join(list(tokens))
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False,
                clean_up_tokenization_spaces: bool = False) -> str:

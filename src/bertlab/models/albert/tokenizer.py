@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...tokenizer import BertTokenizer
-from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, atomic_write_bytes, byte_to_char,
-                                       import_sentencepiece, load_processor)
+from ...tokenizer.sentencepiece import (SPIECE_NAME, PicklableProcessor, SentencePieceError, atomic_write_bytes,
+                                       byte_to_char, load_processor, metaspace_join)
 from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model
 
 SPACE = "▁"
@@ -37,7 +37,7 @@ DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>",
                         mask_token="[MASK]")
 
 
-class AlbertTokenizer(BertTokenizer):
+class AlbertTokenizer(PicklableProcessor, BertTokenizer):
     """`AlbertTokenizer(model_file, do_lower_case=True, keep_accents=False)` or
     `AlbertTokenizer.from_pretrained(folder_or_model_file)`; see the module docstring."""
 
@@ -185,19 +185,7 @@ class AlbertTokenizer(BertTokenizer):
     # -- ids -> text -------------------------------------------------------------------------------------------
 
     def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
-        text = "".join(tokens).replace(SPACE, " ")
-        return text[1:] if tokens and tokens[0].startswith(SPACE) else text
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["sp"] = self.sp.serialized_model_proto()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        proto = state.pop("sp")
-        self.__dict__.update(state)
-        self.sp = import_sentencepiece().SentencePieceProcessor()
-        self.sp.LoadFromSerializedProto(proto)
+        return metaspace_join(list(tokens))
 
     def __repr__(self) -> str:
         return f"AlbertTokenizer({self.model_file.name}: {len(self)} pieces, do_lower_case={self.do_lower_case})"

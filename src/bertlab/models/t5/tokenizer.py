@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceError, SentencePieceTrainReport, atomic_write_bytes,
-                                        import_sentencepiece, is_sentencepiece_path, learn_sentencepiece,
-                                        load_processor)
+from ...tokenizer.sentencepiece import (SPIECE_NAME, PicklableProcessor, SentencePieceError, SentencePieceTrainReport,
+                                        atomic_write_bytes, is_sentencepiece_path,
+                                        learn_sentencepiece, load_processor, metaspace_join)
 from ...tokenizer.tokenizer import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
 from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, TextToTextTokenizer, sentinel_token
 
@@ -60,7 +60,7 @@ PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "</s>", "<unk>"
 T5_SPECIAL_IDS = {PAD_TOKEN: 0, EOS_TOKEN: 1, UNK_TOKEN: 2}  # how T5's models (and our trainer) lay them out
 
 
-class T5Tokenizer(SentinelTokenizer):
+class T5Tokenizer(PicklableProcessor, SentinelTokenizer):
     """T5's tokenizer over a SentencePiece model (see the module docstring). The calling interface is that of
     `BertTokenizer` where it makes sense: `tok(texts, padding=..., truncation=..., max_length=...,
     return_tensors=...)`, `encode`, `decode`, `convert_ids_to_tokens`, `from_pretrained` / `save_pretrained`;
@@ -149,20 +149,7 @@ class T5Tokenizer(SentinelTokenizer):
 
     def _join_tokens(self, tokens: list[str]) -> str:
         # transformers' T5 decoder (Metaspace): pieces joined, each "▁" a space, the first one's dropped.
-        text = "".join(tokens).replace("▁", " ")
-        return text[1:] if tokens and tokens[0].startswith("▁") else text
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The processor is a C++ object: carry its bytes across processes (DataLoader workers, pools).
-        state = dict(self.__dict__)
-        state["sp"] = self.sp.serialized_model_proto()
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        proto = state.pop("sp")
-        self.__dict__.update(state)
-        self.sp = import_sentencepiece().SentencePieceProcessor()
-        self.sp.LoadFromSerializedProto(proto)
+        return metaspace_join(tokens)
 
     def __repr__(self) -> str:
         return (f"T5Tokenizer({self.model_file.name}: {self.base_size} pieces + {self.num_sentinels} sentinels = "
