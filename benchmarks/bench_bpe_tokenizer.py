@@ -24,12 +24,11 @@ os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import argparse  # noqa: E402
-import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench_tokenizer import SHARED, timed  # noqa: E402
+from bench_tokenizer import SHARED, compare_and_time, print_medians  # noqa: E402
 
 
 def main() -> int:
@@ -75,17 +74,7 @@ def main() -> int:
             contenders["bertlab-python"] = lambda: py(lines, return_offsets_mapping=True,
                                                       return_token_type_ids=False)
 
-        a, b = contenders["bertlab"](), contenders["hf-fast"]()
-        same = a["input_ids"] == b["input_ids"] and a["offset_mapping"] == [[tuple(o) for o in r] for r in
-                                                                              b["offset_mapping"]]
-        n_tok = sum(map(len, a["input_ids"]))
-        del a, b
-        times: dict[str, list[tuple[float, float]]] = {k: [] for k in contenders}
-        for _ in range(args.repeats):
-            for name, fn in contenders.items():
-                w, c, out = timed(fn)
-                del out
-                times[name].append((w, c))
+        same, n_tok, med = compare_and_time(contenders, args.repeats)  # same answer first, then the rounds
 
     path = "C extension" if ours._fast is not None else "pure Python (C extension not built)"
     print(f"WikiText-2 {args.split}: {len(lines)} lines, {sum(map(len, lines))} characters, {n_tok} tokens; "
@@ -94,14 +83,7 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, transformers {transformers.__version__}, tokenizers "
           f"{tokenizers.__version__}, RAYON_NUM_THREADS=1, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}, median of {args.repeats}")
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
-    print(f"{'':16s} {'wall s':>8s} {'cpu s':>8s} {'Mtok/s(cpu)':>12s}")
-    for k, (w, c) in med.items():
-        print(f"{k:16s} {w:8.3f} {c:8.3f} {n_tok / c / 1e6:12.2f}")
-    ow, oc = med["bertlab"]
-    for other in [k for k in med if k != "bertlab"]:
-        w, c = med[other]
-        print(f"speed-up bertlab vs {other:14s} {c / oc:5.2f}x cpu   {w / ow:5.2f}x wall")
+    print_medians(med, n_tok, 16)
     return 0
 
 

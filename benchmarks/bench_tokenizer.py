@@ -41,6 +41,35 @@ def timed(fn):
     return time.perf_counter() - w, time.process_time() - c, out
 
 
+def compare_and_time(contenders: dict, repeats: int) -> tuple[bool, int, dict[str, tuple[float, float]]]:
+    """Ours ("bertlab") against "hf-fast" on this very input first (ids and offsets), then `repeats` rounds of
+    every contender in turn: (identical, tokens, contender -> median (wall s, cpu s))."""
+    a, b = contenders["bertlab"](), contenders["hf-fast"]()
+    same = a["input_ids"] == b["input_ids"] and a["offset_mapping"] == [[tuple(o) for o in r] for r in
+                                                                          b["offset_mapping"]]
+    n_tok = sum(map(len, a["input_ids"]))
+    del a, b
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in contenders}
+    for _ in range(repeats):
+        for name, fn in contenders.items():
+            w, c, out = timed(fn)
+            del out
+            times[name].append((w, c))
+    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
+    return same, n_tok, med
+
+
+def print_medians(med: dict[str, tuple[float, float]], n_tok: int, width: int) -> None:
+    """The medians, then bertlab's speed-up over each other contender."""
+    print(f"{'':{width}s} {'wall s':>8s} {'cpu s':>8s} {'Mtok/s(cpu)':>12s}")
+    for k, (w, c) in med.items():
+        print(f"{k:{width}s} {w:8.3f} {c:8.3f} {n_tok / c / 1e6:12.2f}")
+    ow, oc = med["bertlab"]
+    for other in [k for k in med if k != "bertlab"]:
+        w, c = med[other]
+        print(f"speed-up bertlab vs {other:{width - 2}s} {c / oc:5.2f}x cpu   {w / ow:5.2f}x wall")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--split", default="test", choices=["test", "valid", "train.raw.first1018lines"])
@@ -85,19 +114,7 @@ def main() -> int:
         py = BertTokenizer(vocab, do_lower_case=lower, use_fast=False)
         contenders["bertlab-python"] = lambda: py(lines, return_offsets_mapping=True)
 
-    # same answer first: ids and offsets of ours vs HF on this very input
-    a, b = contenders["bertlab"](), contenders["hf-fast"]()
-    same = a["input_ids"] == b["input_ids"] and a["offset_mapping"] == [[tuple(o) for o in r] for r in
-                                                                          b["offset_mapping"]]
-    n_tok = sum(map(len, a["input_ids"]))
-    del a, b
-
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in contenders}
-    for _ in range(args.repeats):
-        for name, fn in contenders.items():
-            w, c, out = timed(fn)
-            del out
-            times[name].append((w, c))
+    same, n_tok, med = compare_and_time(contenders, args.repeats)  # same answer first, then the rounds
 
     fast = "C extension" if ours._fast is not None else "pure Python (C extension not built)"
     print(f"WikiText-2 {args.split}: {len(lines)} lines, {sum(map(len, lines))} characters, {n_tok} tokens "
@@ -106,14 +123,7 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, transformers {transformers.__version__}, "
           f"tokenizers {tokenizers.__version__}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
           f"median of {args.repeats}")
-    med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in times.items()}
-    print(f"{'':18s} {'wall s':>8s} {'cpu s':>8s} {'Mtok/s(cpu)':>12s}")
-    for k, (w, c) in med.items():
-        print(f"{k:18s} {w:8.3f} {c:8.3f} {n_tok / c / 1e6:12.2f}")
-    ow, oc = med["bertlab"]
-    for other in ("hf-fast", "tokenizers", "tokenizers+lists"):
-        w, c = med[other]
-        print(f"speed-up bertlab vs {other:16s} {c / oc:5.2f}x cpu   {w / ow:5.2f}x wall")
+    print_medians(med, n_tok, 18)
 
     if args.workers:
         texts = lines * 4
