@@ -38,10 +38,11 @@ def load(folder, name):
 
 def test_dispatch_table_covers_every_task_head():
     from bertlab.models.bert.heads import HEADS
+    from bertlab.models.registry import family
     from bertlab.infer.predict import predictable_heads
 
     assert all(h.task in TASK_RUNNERS for h in HEADS.values() if h.task is not None)
-    assert {h.architecture for h in predictable_heads()} >= {
+    assert {h.architecture for h in predictable_heads(family("bert"))} >= {
         "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
         "BertForMultipleChoice"}
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from functools import partial
 
 from ..errors import BertlabError
-from ..jsonconfig import read_json_object
+from ..models.registry import model_type_of
 from ..models.bert.config import BertConfig, is_preset, preset_names
 from ..params import (albert_parameter_table, distilbert_parameter_table, format_t5_table, format_table,
                       parameter_table, roberta_parameter_table, t5_parameter_table)
@@ -29,11 +30,11 @@ PARAMETER_TABLES = {
     T5_MODEL_TYPE: (T5Config.from_name_or_path, t5_parameter_table, format_t5_table),
     # shared weights counted once (ALBERT); BERT's blocks without token types or pooler (DistilBERT)
     "albert": (AlbertConfig.from_name_or_path, albert_parameter_table,
-               lambda name, c: format_table(name, c, albert_parameter_table)),
+               partial(format_table, rows=albert_parameter_table)),
     "distilbert": (DistilBertConfig.from_name_or_path, distilbert_parameter_table,
-                   lambda name, c: format_table(name, c, distilbert_parameter_table)),
+                   partial(format_table, rows=distilbert_parameter_table)),
     **{model_type: (config.from_name_or_path, roberta_parameter_table,
-                    lambda name, c: format_table(name, c, roberta_parameter_table))
+                    partial(format_table, rows=roberta_parameter_table))
        for model_type, config in (("roberta", RobertaConfig), ("xlm-roberta", XLMRobertaConfig))},
 }
 
@@ -43,10 +44,9 @@ def family(name: str) -> str:
         return T5_MODEL_TYPE
     if is_preset(name) or not os.path.exists(name):
         return "bert"  # BERT's loader reports an unknown name
-    path = os.path.join(name, "config.json") if os.path.isdir(name) else name
-    model_type = read_json_object(path).get("model_type", "bert") if os.path.isfile(path) else "bert"
+    model_type = model_type_of(name)
     if model_type not in PARAMETER_TABLES:  # another family's config must not be counted as a BERT
-        raise BertlabError(f"{path}: bertlab params counts {', '.join(sorted(PARAMETER_TABLES))} configs, not "
+        raise BertlabError(f"{name}: bertlab params counts {', '.join(sorted(PARAMETER_TABLES))} configs, not "
                            f"model_type {model_type!r}")
     return model_type
 
@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    configs = [(name, PARAMETER_TABLES[family(name)], PARAMETER_TABLES[family(name)][0](name)) for name in args.models]
+    tables = [(name, PARAMETER_TABLES[family(name)]) for name in args.models]
+    configs = [(name, fam, fam[0](name)) for name, fam in tables]
     if args.format == "json":
         print(json.dumps({name: dict(fam[1](c)) for name, fam, c in configs}, indent=2))
     else:

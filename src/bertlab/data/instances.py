@@ -205,22 +205,29 @@ class NspBalance:
         self.excess_random = 0
 
 
-def segment_pair_instances(corpus: Corpus, document_index: int, config: InstanceConfig,
-                           rng: random.Random, balance: NspBalance | None = None) -> Iterator[Instance]:
-    """Google's `create_instances_from_document` on token ranges (see the module docstring)."""
-    if balance is None:
-        balance = NspBalance()
+def _pair_budget(corpus: Corpus, document_index: int, config: InstanceConfig,
+                 rng: random.Random) -> tuple[list[int], list[int], int, int]:
+    """A document's sentence lengths and token offsets (sentence k spans offsets[k]..offsets[k+1]), the hard
+    length of a pair (`max_seq_length` less [CLS], [SEP], [SEP]) and this document's target length."""
     doc_start, lengths = corpus.doc_sentences(document_index)
     offsets = [doc_start]
     for n in lengths:
         offsets.append(offsets[-1] + n)
     max_num_tokens = config.max_seq_length - 3  # [CLS], [SEP], [SEP]
-
     # We *usually* fill the whole sequence (padding is wasted compute) but sometimes use a shorter target
     # to narrow the gap between pre-training and fine-tuning; the target is a soft length, the max is hard.
     target_seq_length = max_num_tokens
     if rng.random() < config.short_seq_prob:
         target_seq_length = rng.randint(2, max_num_tokens)
+    return lengths, offsets, max_num_tokens, target_seq_length
+
+
+def segment_pair_instances(corpus: Corpus, document_index: int, config: InstanceConfig,
+                           rng: random.Random, balance: NspBalance | None = None) -> Iterator[Instance]:
+    """Google's `create_instances_from_document` on token ranges (see the module docstring)."""
+    if balance is None:
+        balance = NspBalance()
+    lengths, offsets, max_num_tokens, target_seq_length = _pair_budget(corpus, document_index, config, rng)
 
     chunk_first, chunk_size, current_length = 0, 0, 0
     i = 0
@@ -267,14 +274,7 @@ def segment_order_instances(corpus: Corpus, document_index: int, config: Instanc
                             rng: random.Random) -> Iterator[Instance]:
     """Sentence-order pairs of one document (see the module docstring): two consecutive segments, swapped
     with probability 0.5."""
-    doc_start, lengths = corpus.doc_sentences(document_index)
-    offsets = [doc_start]
-    for n in lengths:
-        offsets.append(offsets[-1] + n)
-    max_num_tokens = config.max_seq_length - 3  # [CLS], [SEP], [SEP]
-    target_seq_length = max_num_tokens
-    if rng.random() < config.short_seq_prob:
-        target_seq_length = rng.randint(2, max_num_tokens)
+    lengths, offsets, max_num_tokens, target_seq_length = _pair_budget(corpus, document_index, config, rng)
     chunk_first, chunk_size, current_length = 0, 0, 0
     for i in range(len(lengths)):
         if chunk_size == 0:

@@ -331,13 +331,8 @@ TASK_RUNNERS: dict[str, TaskRunner] = {r.task: r for r in (
     SequenceClassification(), TokenClassification(), QuestionAnswering(), MultipleChoice())}
 
 
-def predictable_heads(task: str | None = None, family=None) -> list[HeadSpec]:
-    """The registered heads of a family (default BERT's) a runner can predict with (of kind `task` only, when
-    given)."""
-    if family is None:
-        from ..models.registry import family as family_named
-
-        family = family_named("bert")
+def predictable_heads(family, task: str | None = None) -> list[HeadSpec]:
+    """The registered heads of a family a runner can predict with (of kind `task` only, when given)."""
     return [h for h in family.heads.values() if h.task in TASK_RUNNERS and task in (None, h.task)]
 
 
@@ -345,7 +340,7 @@ def find_head(model_dir: Path, architecture: str | None = None, task: str | None
     """The predictable head of a model folder: its config.json architecture (or `architecture`), among its
     family's heads."""
     names = [architecture] if architecture else architectures(model_dir)
-    wanted = predictable_heads(task, model_family(model_dir))
+    wanted = predictable_heads(model_family(model_dir), task)
     return next((h for h in wanted if h.architecture in names), None)
 
 
@@ -370,7 +365,7 @@ class Predictor:
         model_dir = check_model_dir(Path(model_dir))
         head = find_head(model_dir, architecture, task)
         if head is None:
-            wanted = ", ".join(h.architecture for h in predictable_heads(task, model_family(model_dir)))
+            wanted = ", ".join(h.architecture for h in predictable_heads(model_family(model_dir), task))
             if architecture is not None:
                 raise BertlabError(f"unknown architecture {architecture!r}; expected one of {wanted}")
             found = ", ".join(architectures(model_dir)) or "none"

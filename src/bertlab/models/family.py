@@ -23,8 +23,6 @@ class Family:
     base_model: type | None  # the bare encoder: `model(input_ids=, attention_mask=)` -> `.last_hidden_state`
     heads: Mapping[str, Any]  # head kind (`nn/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
-    # whether the encoder reads token type (segment) ids; RoBERTa's family and DistilBERT have one type or none
-    uses_token_types: bool = True
 
     def head(self, kind: str, purpose: str = "this command"):
         """The family's HeadSpec of `kind`; one line when the family has no such head."""
@@ -32,13 +30,6 @@ class Family:
             have = ", ".join(self.heads) or "none"
             raise BertlabError(f"{self.name} models have no {kind} head, which {purpose} needs (they have: {have})")
         return self.heads[kind]
-
-    def model_classes(self) -> dict[str, type]:
-        """Every loadable model class of the family by architecture name: the bare encoder and each head."""
-        classes = {spec.architecture: spec.model_class for spec in self.heads.values()}
-        if self.base_model is not None:
-            classes = {self.base_model.__name__: self.base_model, **classes}
-        return classes
 
     def load_tokenizer(self, folder: str | Path):
         return self.tokenizer(Path(folder))

@@ -33,10 +33,12 @@ def register_family(model_type: str, module: str) -> None:
     FAMILIES[model_type] = module
 
 
-def family(model_type: str) -> Family:
-    """The family of `model_type`; one line naming it and the supported ones when it is unknown."""
+def family(model_type: str, where: str | os.PathLike | None = None) -> Family:
+    """The family of `model_type`; one line naming it (and `where` it was read) and the supported ones when it
+    is unknown."""
     if model_type not in FAMILIES:
-        raise BertlabError(f"model_type {model_type!r} is not supported (supported: {', '.join(sorted(FAMILIES))})")
+        raise BertlabError(f"{f'{where}: ' if where is not None else ''}model_type {model_type!r} is not supported "
+                           f"(supported: {', '.join(sorted(FAMILIES))})")
     return importlib.import_module(FAMILIES[model_type]).FAMILY
 
 
@@ -59,8 +61,4 @@ def model_type_of(path: str | os.PathLike) -> str:
 
 def family_of(path: str | os.PathLike) -> Family:
     """The family of a model folder (or config file), from its `model_type`."""
-    model_type = model_type_of(path)
-    if model_type not in FAMILIES:
-        raise BertlabError(f"{path}: model_type {model_type!r} is not supported "
-                           f"(supported: {', '.join(sorted(FAMILIES))})")
-    return family(model_type)
+    return family(model_type_of(path), where=path)

@@ -9,5 +9,4 @@ from .heads import HEADS
 from .modeling import DistilBertModel
 
 FAMILY = Family(model_type="distilbert", name="DistilBERT", config_class=DistilBertConfig,
-                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained,
-                uses_token_types=False)
+                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained)

@@ -10,4 +10,4 @@ from .modeling import RobertaModel
 
 # The tokenizer: byte-level BPE (vocab.json + merges.txt, or tokenizer.json) with BertTokenizer's call surface
 FAMILY = Family(model_type="roberta", name="RoBERTa", config_class=RobertaConfig, base_model=RobertaModel,
-                heads=HEADS, tokenizer=RobertaTokenizer.from_pretrained, uses_token_types=False)
+                heads=HEADS, tokenizer=RobertaTokenizer.from_pretrained)

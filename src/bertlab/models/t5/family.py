@@ -11,4 +11,4 @@ from ..family import Family
 from .config import T5Config
 
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
-                tokenizer=T5Tokenizer.from_pretrained, uses_token_types=False)
+                tokenizer=T5Tokenizer.from_pretrained)

@@ -16,4 +16,4 @@ def load_tokenizer(folder: Path):
 
 
 FAMILY = Family(model_type="xlm-roberta", name="XLM-R", config_class=XLMRobertaConfig, base_model=XLMRobertaModel,
-                heads=HEADS, tokenizer=load_tokenizer, uses_token_types=False)
+                heads=HEADS, tokenizer=load_tokenizer)
