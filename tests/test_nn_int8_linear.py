@@ -57,13 +57,23 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
     assert isinstance(clf.classifier, (nn.Linear, PackedLinear))
 
 
-def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path):
-    """The whole encoder in int8 against fp32: per-token hidden states and mean-pooled vectors."""
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path, monkeypatch, native_bf16):
+    """The whole encoder in int8 against fp32: per-token hidden states and mean-pooled vectors -- with attention
+    in bf16 (a CPU with native bf16) and in fp32 (one without)."""
     from bertlab import BertModel
+    from bertlab.infer import runtime
 
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native_bf16)
     folder = tiny_model(tmp_path / "m", "BertModel")
     fp32 = load_model(BertModel, folder, InferenceOptions())
     int8 = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
+    bf16 = load_model(BertModel, folder, InferenceOptions(dtype="bf16"))
+    kernels = {m.attn_implementation for model in (fp32, int8, bf16) for m in model.modules()
+               if hasattr(m, "attn_implementation")}
+    assert kernels == {"sdpa", "bmm", "bmm_bf16" if native_bf16 else "sdpa"}
+    assert int8.encoder.layer[0].attention.self.attn_implementation == ("bmm_bf16" if native_bf16 else "sdpa")
+    assert bf16.encoder.layer[0].attention.self.attn_implementation == "bmm"
     # per layer: q k v stacked, the attention output, the FFN in and out; and the pooler
     assert sum(isinstance(m, int8_linear.Int8Linear) for m in int8.modules()) == 3 * 4 + 1
     g = torch.Generator().manual_seed(1)

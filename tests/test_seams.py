@@ -4,6 +4,7 @@ with nothing else changed), and the attention seam computes each mask kind and b
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import math
 
@@ -136,7 +137,7 @@ def _reference(q, k, v, allowed, bias=None, scale=None):
     return (scores.softmax(-1) @ v.double()).float()
 
 
-@pytest.mark.parametrize("kernel", ["eager", "sdpa"])
+@pytest.mark.parametrize("kernel", ["eager", "sdpa", "bmm"])
 @pytest.mark.parametrize("kind", ["bidirectional", "causal", "prefix"])
 def test_attention_mask_kinds_and_bias_match_the_formula(kernel, kind):
     g = torch.Generator().manual_seed(0)
@@ -161,6 +162,28 @@ def test_attention_mask_kinds_and_bias_match_the_formula(kernel, kind):
     want = want.transpose(1, 2).reshape(B, T, nh * hs)
     for b in range(B):  # rows of real queries (padded queries attend to something, but nothing reads them)
         torch.testing.assert_close(got[b, :lengths[b]], want[b, :lengths[b]], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("budget", [10**9, 2 * 6 * 6 * 4 * 2, 6 * 6 * 4])  # whole batch; two rows; one head
+def test_bmm_attention_in_slices_equals_the_whole(monkeypatch, budget):
+    """The bmm kernel computes a slice of rows or of one row's heads at a time; every slicing gives the same
+    numbers, with a per-row mask and a per-head bias (T5's relative positions)."""
+    attention_module = importlib.import_module("bertlab.nn.attention")  # the package exports the function by this name
+    g = torch.Generator().manual_seed(2)
+    B, T, nh, hs = 5, 6, 3, 4
+    q, k, v = (torch.randn(B, T, nh * hs, generator=g) for _ in range(3))
+    mask = AttentionMask.padding((torch.arange(T)[None] < torch.tensor([6, 2, 5, 6, 3])[:, None]).long())
+    bias = torch.randn(1, nh, T, T, generator=g)
+    want, _ = attention(q, k, v, nh, mask, bias, kernel="eager")
+    monkeypatch.setattr(attention_module, "SCORE_CHUNK_BYTES", budget)
+    got, _ = attention(q, k, v, nh, mask, bias, kernel="bmm")
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # bf16 inputs (the bf16 model) and bf16 math on fp32 inputs (the int8 model): bf16's rounding, q's dtype out
+    got16, _ = attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), nh, mask, bias, kernel="bmm")
+    mixed, _ = attention(q, k, v, nh, mask, bias, kernel="bmm_bf16")
+    assert got16.dtype == torch.bfloat16 and mixed.dtype == torch.float32
+    for y in (got16.float(), mixed):
+        torch.testing.assert_close(y, want, atol=5e-2, rtol=5e-2)
 
 
 def test_attention_on_unpadded_rows_equals_the_padded_rectangle():

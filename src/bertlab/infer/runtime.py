@@ -31,7 +31,8 @@ import torch
 from ..errors import BertlabError
 from ..jsonconfig import read_json_object
 from ..nn.adapters import lora_layers, merge_lora
-from ..nn.precision import DTYPES
+from ..nn.attention import use_attention_kernel
+from ..nn.precision import DTYPES, cpu_has_native_bf16
 from ..threads import add_threads_argument, set_threads
 from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
 
@@ -250,7 +251,23 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
 
         packed = pack_linear_layers(model)
         log.debug("%d linear layers packed for oneDNN", packed)
+    kernel = cpu_attention_kernel(model, options)
+    if kernel is not None:
+        log.debug("attention kernel %s in %d layers", kernel, use_attention_kernel(model, kernel))
     return model
+
+
+def cpu_attention_kernel(model: torch.nn.Module, options: InferenceOptions) -> str | None:
+    """The attention kernel a CPU runs fastest at the model's precision (`nn/attention.py` measures them), where
+    the model runs the default (sdpa); None: keep it. bf16: `bmm` (oneDNN's bf16 GEMMs); int8, on a CPU with
+    native bf16: `bmm_bf16`; fp32: SDPA, already the fastest there."""
+    if torch.device(options.device).type != "cpu" or getattr(model.config, "attn_implementation", None) != "sdpa":
+        return None
+    if options.dtype == "bf16":
+        return "bmm"
+    if options.dtype == "int8" and cpu_has_native_bf16():
+        return "bmm_bf16"
+    return None
 
 
 def load_tokenizer(model_dir: Path):

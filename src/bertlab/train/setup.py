@@ -32,7 +32,7 @@ import torch
 from ..fsio import atomic_write_text
 from ..jsonconfig import read_json_object
 from ..errors import BertlabError, ConfigError
-from ..nn.precision import DTYPES
+from ..nn.precision import DTYPES, cpu_has_native_bf16
 from .runconfig import changed_settings, config_from_dict, flat_dict, flat_settings
 
 C = TypeVar("C")
@@ -111,14 +111,6 @@ def resolved_settings(out_dir: str | Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- hardware
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags for f in ("avx512_bf16", "amx_bf16"))
-
-
 def check_precision(precision: str, allowed: Iterable[str] = PRECISIONS) -> None:
     """A one-line `ConfigError` unless `precision` is one of `allowed` (the run-config names, `auto` too)."""
     if precision not in allowed:
