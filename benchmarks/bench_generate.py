@@ -1,13 +1,17 @@
-"""Generation speed: bertlab's cached greedy decoding against `transformers`' `generate`, same model, same inputs.
+"""Generation speed: bertlab's cached decoding against `transformers`' `generate` and CTranslate2's
+`Translator` (float32 and int8), same model, same inputs.
 
     python benchmarks/bench_generate.py [--preset t5-small] [--batch 8] [--input-length 48]
-        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--profile]
+        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--no-ctranslate2] [--profile]
 
 The model: a random T5 of the preset's size (t5-small: 60M, vocab 32128), built by bertlab, saved in the Hugging
 Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attention) and by bertlab's inference
 runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -- the same weights on both
 sides. A third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; a fourth
-`--dtype int8` (its ids compared with fp32's position by position). Random weights repeat tokens and rarely say </s>, so both sides run to `--new-tokens` and the outputs are
+`--dtype int8` (its ids compared with fp32's position by position). CTranslate2 (where installed) gets the same
+folder through its own converter (a vocabulary of placeholder tokens, one per id, since the weights are random),
+compute_type float32 and int8, `intra_threads` = `--threads`; its fp32 ids are checked against bertlab's, its
+int8 ids compared position by position like bertlab's. Random weights repeat tokens and rarely say </s>, so both sides run to `--new-tokens` and the outputs are
 checked to be identical ids. Inputs: `--batch` rows of random ids, lengths spread over 1/2..1 x `--input-length`
 (right-padded, a fixed seed). Both sides in fp32 under `torch.inference_mode()`, interleaved round by round
 (the order alternates, so a busy machine slows both alike); medians.
@@ -34,6 +38,36 @@ from bertlab.infer.runtime import InferenceOptions, prepare  # noqa: E402
 from bertlab.models.t5 import T5ForConditionalGeneration, preset  # noqa: E402
 
 
+def ctranslate2_translators(folder: str, vocab_size: int, threads: int) -> dict:
+    """compute type -> `ctranslate2.Translator` of the T5 in `folder`; {} when CTranslate2 is not installed."""
+    try:
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+    except ImportError:
+        print("skipped CTranslate2: not installed")
+        return {}
+
+    class Placeholders:
+        """A tokenizer whose token i is the string "t<i>": what the converter reads of one."""
+        pad_token, eos_token, unk_token = "t0", "t1", "t2"
+
+        def get_vocab(self) -> dict[str, int]:
+            return {f"t{i}": i for i in range(vocab_size)}
+
+        def convert_ids_to_tokens(self, i: int) -> str:
+            return f"t{i}"
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, *args, **kwargs):
+            return Placeholders()
+
+    out = Path(folder) / "ctranslate2"
+    Converter(folder).convert(str(out), force=True)
+    return {compute_type: ctranslate2.Translator(str(out), device="cpu", compute_type=compute_type,
+                                                 intra_threads=threads, inter_threads=1)
+            for compute_type in ("float32", "int8")}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="t5-small")
@@ -43,6 +77,7 @@ def main() -> None:
     p.add_argument("--num-beams", type=int, default=1)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--no-ctranslate2", dest="ctranslate2", action="store_false", help="leave CTranslate2 out")
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
@@ -59,6 +94,7 @@ def main() -> None:
         # `bertlab generate --dtype int8`: linear layers and LM head as int8 GEMMs (nn/int8_linear.py)
         ours_int8 = prepare(T5ForConditionalGeneration.from_pretrained(tmp),
                             InferenceOptions(dtype="int8", threads=args.threads))
+        ct2 = ctranslate2_translators(tmp, ours.config.vocab_size, args.threads) if args.ctranslate2 else {}
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(2, ours.config.vocab_size, (args.batch, args.input_length), generator=g)
@@ -82,12 +118,32 @@ def main() -> None:
         with torch.inference_mode():
             return theirs.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
 
+    source = [[f"t{i}" for i in row[row_mask.bool()].tolist()] for row, row_mask in zip(ids, mask)]
+
+    def ct2_runner(translator):
+        def run():
+            results = translator.translate_batch(
+                source, beam_size=args.num_beams, max_decoding_length=args.new_tokens, min_decoding_length=0,
+                return_end_token=True, end_token=[])  # no end token: run to --new-tokens, as the others do
+            width = max(len(r.hypotheses[0]) for r in results)
+            out = torch.zeros(len(results), width + 1, dtype=torch.long)  # the decoder's start id in front
+            for i, r in enumerate(results):
+                out[i, 1:len(r.hypotheses[0]) + 1] = torch.tensor([int(t[1:]) for t in r.hypotheses[0]])
+            return out
+        return run
+
     a, b, c, d = run_ours(), run_theirs(), run_plain(), run_int8()  # warm-up, and the check
     same = a.shape == b.shape == c.shape and bool((a == b).all()) and bool((c == b).all())
     agree = float((d == a).float().mean()) if d.shape == a.shape else float("nan")
     tokens = args.batch * (a.size(1) - 1)
     contenders = {"bertlab": run_ours, "transformers": run_theirs, "bertlab, plain nn.Linear": run_plain,
                   "bertlab int8": run_int8}
+    ct2_agree = {}
+    for compute_type, translator in ct2.items():
+        name = f"CTranslate2 {compute_type}"
+        contenders[name] = ct2_runner(translator)
+        got = contenders[name]()
+        ct2_agree[name] = float((got == a).float().mean()) if got.shape == a.shape else float("nan")
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(args.rounds):
         order = list(contenders.items())
@@ -106,6 +162,10 @@ def main() -> None:
         print(f"{name:<26} {statistics.median(ts):>9.3f} {rate[name]:>9.1f}")
     print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x; bertlab int8 / fp32: "
           f"{rate['bertlab int8'] / rate['bertlab']:.2f}x, its ids equal to fp32's at {agree:.1%} of positions")
+    for name, share in ct2_agree.items():
+        ours_name = "bertlab int8" if name.endswith("int8") else "bertlab"
+        print(f"{ours_name} / {name}: {rate[ours_name] / rate[name]:.2f}x; {name}'s ids equal to bertlab fp32's "
+              f"at {share:.1%} of positions")
 
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

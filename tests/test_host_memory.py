@@ -51,3 +51,20 @@ def test_freed_tensor_memory_stays_in_the_heap():
     before, after = map(int, out.stdout.split())
     assert before < 32 << 20  # glibc's default: the block was mapped for the tensor and unmapped on free
     assert after >= 64 << 20  # raised thresholds: it went back to the heap, ready for the next step
+
+
+def test_inference_runtime_keeps_freed_memory_unless_told_not_to(tmp_path, monkeypatch):
+    """Inference commands keep freed memory in the process (fewer page faults per batch); the service opts out
+    (it trims its heap instead)."""
+    from bertlab import BertModel
+    from bertlab.infer import runtime
+
+    from infer_support import tiny_model
+
+    calls = []
+    monkeypatch.setattr(runtime, "retain_freed_memory", lambda: calls.append(True))
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    runtime.load_model(BertModel, folder, runtime.InferenceOptions())
+    assert calls == [True]
+    runtime.load_model(BertModel, folder, runtime.InferenceOptions(retain_freed_memory=False))
+    assert calls == [True]

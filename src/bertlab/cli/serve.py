@@ -10,6 +10,7 @@ The port is taken before the model loads: a busy port is one line and exit statu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 API_KEY_ENV = "BERTLAB_API_KEY"
@@ -77,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
                     max_batch_items=args.max_batch_items, max_wait_ms=args.max_wait_ms,
                     max_batch_tokens=args.max_batch_tokens, max_concurrent_requests=args.max_concurrent_requests,
                     request_timeout_s=args.request_timeout)
-    spec = ServeSpec(check_model_dir(args.model), InferenceOptions.from_args(args), limits, args.pooling,
+    # the service trims its heap now and then instead of keeping freed memory (infer/serve/service.py)
+    options = dataclasses.replace(InferenceOptions.from_args(args), retain_freed_memory=False)
+    spec = ServeSpec(check_model_dir(args.model), options, limits, args.pooling,
                      args.normalize, args.window_overlap, args.classify_model, args.qa_model, args.fill_mask_model,
                      args.api_key, args.served_model_name, args.generate_model)
     sock = bind(args.host, args.port)  # before loading: a busy port fails in a second, in one line
