@@ -123,7 +123,7 @@ def test_int8_minilm_embeddings_on_held_out_wikitext(minilm_dir, shared_data):
     ids = [fp32.tokenizer.encode(l)[:int(rng.integers(16, 513))] for l in lines]
     cos = cosine(int8.embed_ids(ids), fp32.embed_ids(ids))
     assert cos.min() >= 0.99, f"min cosine {cos.min():.5f}"
-    assert cos.mean() >= 0.997  # measured: min 0.9956, mean 0.9975 (400 texts of 16-512 tokens)
+    assert cos.mean() >= 0.997  # measured: min 0.9953, mean 0.9975 (400 texts of 16-512 tokens, bf16 attention)
 
 
 def test_int8_generate_runs_t5_with_quantized_layers(tmp_path, capsys):
