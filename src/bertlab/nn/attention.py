@@ -14,7 +14,7 @@
               eager   the formula above as written; the only kernel that returns the probabilities
               sdpa    `F.scaled_dot_product_attention`, which picks PyTorch's fastest backend for the inputs
               bmm     the formula as batched matrix multiplies, a bounded slice of the batch at a time: in bf16
-                      on a CPU ~1.5x SDPA's flash kernel (inference)
+                      on a CPU ~1.8-2x SDPA's flash kernel (inference)
               bmm_bf16  `bmm` with q, k, v in bf16 whatever the model's dtype, the output cast back: attention
                       of a model whose linear layers run in int8 on a CPU with native bf16
             `register_attention_kernel` adds one (a FlashAttention varlen kernel on a GPU, say).
@@ -135,8 +135,9 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     Why not SDPA: on a CPU, PyTorch's flash kernel is tuned for fp32 and large heads. With bf16 inputs and
     BERT's heads (hs 32-64) it runs at fp32's pace, while oneDNN's bf16 GEMMs behind `matmul` use the CPU's
     bf16 dot products: measured on all-MiniLM-L6-v2's shapes (nh 12, hs 32), one thread, AVX-512 BF16,
-    ~1.5x faster than SDPA at 64 to 512 tokens (4 x 384 tokens: 8.2 against 12.9 ms a layer). In fp32 SDPA
-    is the faster of the two, so fp32 models keep it. Training with dropout takes the eager formula."""
+    1.8-2.0x faster than SDPA at 32 to 512 tokens (4 x 384 tokens: 6.6 against 13.0 ms a layer). In fp32 SDPA
+    was as fast or faster (0.78-1.03x), so fp32 models keep it. Training with dropout takes the eager
+    formula."""
     if dropout_p > 0:
         return eager_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape
@@ -152,13 +153,14 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     if nh * per_head <= SCORE_CHUNK_BYTES:
         rows = max(1, SCORE_CHUNK_BYTES // (nh * per_head))
         chunks = [(slice(b, b + rows), slice(None)) for b in range(0, B, rows)]
+        heads_per_slice = min(rows, B) * nh
     else:
         heads = max(1, SCORE_CHUNK_BYTES // per_head)
         chunks = [(slice(b, b + 1), slice(h, h + heads)) for b in range(B) for h in range(0, nh, heads)]
+        heads_per_slice = min(heads, nh)
     kt = k.transpose(-1, -2)  # (B, nh, hs, T_k)
     # One buffer for every slice's scores: a fresh multi-MB tensor per slice costs page faults each time.
-    biggest = max((len(range(B)[r]) * len(range(nh)[h]) for r, h in chunks))
-    buffer = q.new_empty(biggest * T_q * T_k)
+    buffer = q.new_empty(heads_per_slice * T_q * T_k)
     for rows, heads in chunks:
         qc = q[rows, heads]  # (b, h, T_q, hs)
         b, h = qc.shape[:2]
@@ -179,7 +181,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
 def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
                        scale: float | None, need_weights: bool) -> tuple[torch.Tensor, None]:
     """`bmm_attention` in bf16, returned in q's dtype. For a model whose linear layers run in int8: their
-    outputs carry 8 bits anyway, and attention in bf16 is ~1.5x fp32 SDPA's speed (see `bmm_attention`).
+    outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
     One query per row (a decoder step against its K/V cache) stays in q's dtype with SDPA: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
     if q.size(-2) == 1:
