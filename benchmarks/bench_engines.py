@@ -225,11 +225,9 @@ def run_separately(args: argparse.Namespace) -> int:
                    args.shapes, "--dtypes", args.dtypes, "--json", str(out)]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             got = json.loads(out.read_text())["rows"]
+            hf = {(r["threads"], r["shape"]): r["bulk_seq_per_s"] for r in got if r["contender"] == "HF fp32"}
             for row in got:
-                hf = next(r for r in got if r["contender"] == "HF fp32" and r["threads"] == row["threads"]
-                          and r["shape"] == row["shape"])
-                row["vs_hf"] = row["bulk_seq_per_s"] / hf["bulk_seq_per_s"]
-            for row in got:
+                row["vs_hf"] = row["bulk_seq_per_s"] / hf[row["threads"], row["shape"]]
                 if row["contender"] == "HF fp32":
                     row["contender"] = f"HF fp32 (beside {engine})"
                 rows.append(row)

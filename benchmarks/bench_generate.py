@@ -10,8 +10,9 @@ runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -
 sides. A third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; a fourth
 `--dtype int8` (its ids compared with fp32's position by position). CTranslate2 (where installed) gets the same
 folder through its own converter (a vocabulary of placeholder tokens, one per id, since the weights are random),
-compute_type float32 and int8, `intra_threads` = `--threads`; its fp32 ids are checked against bertlab's, its
-int8 ids compared position by position like bertlab's. Random weights repeat tokens and rarely say </s>, so both sides run to `--new-tokens` and the outputs are
+compute_type float32 and int8, `intra_threads` = `--threads`; its timing is `translate_batch` alone, and its ids
+are compared with bertlab fp32's position by position. Random weights repeat tokens and rarely say </s>, so
+every side runs to `--new-tokens` and the outputs are
 checked to be identical ids. Inputs: `--batch` rows of random ids, lengths spread over 1/2..1 x `--input-length`
 (right-padded, a fixed seed). Both sides in fp32 under `torch.inference_mode()`, interleaved round by round
 (the order alternates, so a busy machine slows both alike); medians.
@@ -121,16 +122,18 @@ def main() -> None:
     source = [[f"t{i}" for i in row[row_mask.bool()].tolist()] for row, row_mask in zip(ids, mask)]
 
     def ct2_runner(translator):
-        def run():
-            results = translator.translate_batch(
-                source, beam_size=args.num_beams, max_decoding_length=args.new_tokens, min_decoding_length=0,
-                return_end_token=True, end_token=[])  # no end token: run to --new-tokens, as the others do
-            width = max(len(r.hypotheses[0]) for r in results)
-            out = torch.zeros(len(results), width + 1, dtype=torch.long)  # the decoder's start id in front
-            for i, r in enumerate(results):
-                out[i, 1:len(r.hypotheses[0]) + 1] = torch.tensor([int(t[1:]) for t in r.hypotheses[0]])
-            return out
+        def run():  # no end token: run to --new-tokens, as the others do
+            return translator.translate_batch(source, beam_size=args.num_beams, max_decoding_length=args.new_tokens,
+                                              min_decoding_length=0, return_end_token=True, end_token=[])
         return run
+
+    def ct2_ids(results) -> torch.Tensor:
+        """CTranslate2's token strings as an id tensor shaped like `generate`'s (the decoder's start id first)."""
+        width = max(len(r.hypotheses[0]) for r in results)
+        out = torch.zeros(len(results), width + 1, dtype=torch.long)
+        for i, r in enumerate(results):
+            out[i, 1:len(r.hypotheses[0]) + 1] = torch.tensor([int(t[1:]) for t in r.hypotheses[0]])
+        return out
 
     a, b, c, d = run_ours(), run_theirs(), run_plain(), run_int8()  # warm-up, and the check
     same = a.shape == b.shape == c.shape and bool((a == b).all()) and bool((c == b).all())
@@ -142,7 +145,7 @@ def main() -> None:
     for compute_type, translator in ct2.items():
         name = f"CTranslate2 {compute_type}"
         contenders[name] = ct2_runner(translator)
-        got = contenders[name]()
+        got = ct2_ids(contenders[name]())
         ct2_agree[name] = float((got == a).float().mean()) if got.shape == a.shape else float("nan")
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for r in range(args.rounds):
