@@ -1,9 +1,17 @@
-"""Build the optional C accelerator of the tokenizer; everything else is declared in pyproject.toml.
+"""Build the optional C accelerators (the tokenizer's encoder; CPU inference's fused element-wise loops);
+everything else is declared in pyproject.toml.
 
-`optional=True`: without a C compiler the build still succeeds and BertTokenizer runs in pure Python.
+`optional=True`: without a C compiler the build still succeeds, and the tokenizer and the int8 / attention
+paths run their pure Python and torch code instead.
 """
 
+import sys
+
 from setuptools import Extension, setup
+
+# Linux: the kernels split rows over OpenMP threads -- torch's own OpenMP runtime (libgomp), which is already
+# loaded when they are imported. Elsewhere they are built single-threaded.
+OPENMP = ["-fopenmp"] if sys.platform.startswith("linux") else []
 
 setup(
     ext_modules=[
@@ -12,6 +20,14 @@ setup(
             sources=["src/bertlab/tokenizer/_fast.c"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
-        )
+        ),
+        Extension(
+            "bertlab.nn._cpu_kernels",
+            sources=["src/bertlab/nn/_cpu_kernels.c"],
+            extra_compile_args=["-O3", "-std=c99", "-ffp-contract=off", *OPENMP],
+            extra_link_args=OPENMP,
+            libraries=["m"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
     ]
 )

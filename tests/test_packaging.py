@@ -54,7 +54,8 @@ def test_wheel_and_sdist_build_and_the_wheel_runs_in_a_fresh_venv(tmp_path):
     assert any(n.endswith("entry_points.txt") for n in names)
     with tarfile.open(sdist) as tar:
         members = tar.getnames()
-    assert f"bertlab_paper-{version}/src/bertlab/tokenizer/_fast.c" in members  # the accelerator's source ships
+    for source in ("tokenizer/_fast.c", "nn/_cpu_kernels.c"):  # the accelerators' sources ship
+        assert f"bertlab_paper-{version}/src/bertlab/{source}" in members
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv)

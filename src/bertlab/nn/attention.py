@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from .cpu_kernels import softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -173,7 +174,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
             torch.baddbmm(a, q3, k3, alpha=scale, out=scores)
         else:
             torch.bmm(q3, k3, out=scores).mul_(scale)
-        torch.softmax(scores, dim=-1, out=scores)  # in place: each row's max and sum are taken before writing
+        softmax_(scores)  # in place
         heads_out[rows, heads] = torch.bmm(scores, v[rows, heads].reshape(b * h, T_k, hs)).view(b, h, T_q, hs)
     return heads_out, None
 

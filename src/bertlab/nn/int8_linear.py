@@ -13,7 +13,8 @@ Why these choices, measured on all-MiniLM-L6-v2 (200 WikiText-2 slices of 16-128
     (per-channel weights), against 0.995 with per-row scales here. No calibration pass is needed: every scale
     is computed from the data it is applied to, so there is nothing to calibrate on the user's inputs.
   * `torch._int_mm` is the int8 GEMM itself (~4x the fp32 oneDNN-packed GEMM on a CPU with AVX-512 VNNI);
-    the quantize/dequantize around it are a few element-wise passes. `torch.ops.aten._weight_int8pack_mm`
+    quantizing its input and dequantizing its output are one fused loop each (nn/cpu_kernels.py; 3-10x
+    the torch formulas they replace, with the same numbers). `torch.ops.aten._weight_int8pack_mm`
     (weight-only int8, fp32 activations) measured ~50x slower than fp32 on this path and is not used.
   * `torch.compile` of the same function fuses the element-wise passes (~1.3-4x on a layer) but compiles for
     about a minute on a 2-core machine per process; not worth it for a command-line run.
@@ -31,16 +32,12 @@ import logging
 import torch
 from torch import nn
 
+from .cpu_kernels import dequantize_rows, quantize_rows
+
 log = logging.getLogger(__name__)
 
 # Layers narrower than this (either side) stay fp32: task heads with a few outputs.
 MIN_FEATURES = 16
-
-
-def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N, K) float -> (N, K) int8 and the (N, 1) fp32 scales with x ≈ scale · xq (symmetric, per row)."""
-    scale = x.abs().amax(1, keepdim=True).float().clamp_(min=1e-8).div_(127.0)
-    return (x / scale).round_().to(torch.int8), scale
 
 
 class Int8Linear(nn.Module):
@@ -74,12 +71,8 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        xq, xscale = quantize_rows(flat)
-        y = torch._int_mm(xq, self.qweight) * xscale  # int32 · fp32 -> fp32, one pass
-        if self.fbias is not None:
-            torch.addcmul(self.fbias, y, self.wscale, out=y)  # in place: no second (N, out) buffer
-        else:
-            y.mul_(self.wscale)
+        xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
+        y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -1,0 +1,372 @@
+/* bertlab.nn._cpu_kernels -- element-wise passes of CPU inference fused into one loop each (optional; the torch
+ * code in nn/cpu_kernels.py is the reference, and what runs without this extension).
+ *
+ * Why in C: around an int8 GEMM, quantizing its input and dequantizing its output take 6-8 torch element-wise
+ * passes over (N, K) and (N, M) tensors (abs, amax, div, round, cast; multiply, addcmul), each reading and
+ * writing memory and some allocating fresh buffers; together they cost about a third of an int8 forward
+ * pass. Here each is one loop over a row that stays in L1, and the output of the GEMM is dequantized in
+ * place. Softmax in bf16 is here too: torch's bf16 softmax widens, computes and narrows in separate passes
+ * and was ~17% of an int8 forward pass at BERT's short sequence lengths.
+ *
+ * Every function takes raw pointers and sizes: nn/cpu_kernels.py checks dtypes, devices, shapes and
+ * contiguity before calling, so nothing here re-checks them. The GIL is released while a kernel runs, and rows
+ * are split over OpenMP threads (the OpenMP runtime torch itself loaded, so the thread count the caller passes
+ * -- torch.get_num_threads() -- means the same pool).
+ *
+ * Numbers: quantize and dequantize perform the same float operations in the same order as the torch
+ * reference (no FMA contraction except where torch fuses one too: -ffp-contract=off), so their results are
+ * bit-identical to it. Softmax
+ * uses its own exp (Cephes' polynomial, < 2 ulp), so it agrees with torch's to rounding, not bit for bit.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <math.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* One build for every x86-64 CPU, with the hot loops compiled again for AVX2+FMA and AVX-512 and picked at
+ * load time (GCC's function multiversioning, Linux only); elsewhere the plain build. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MULTIVERSION
+#endif
+
+/* Below this many elements a kernel runs on one thread: waking the pool costs more than it saves. */
+#define PARALLEL_MIN_ELEMENTS (1 << 15)
+
+enum { F32 = 0, BF16 = 1 };
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest even, as torch's conversion; NaN stays NaN. */
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)rounded;
+}
+
+/* Round to nearest, ties to even (torch.round), for |v| < 2^22: adding and removing 1.5 * 2^23 leaves no
+ * fraction bits, and the FPU's default rounding is to nearest even. */
+static inline float round_even(float v) {
+    const float magic = 12582912.0f;
+    return (v + magic) - magic;
+}
+
+/* Row reductions. A float max or sum written as one sequential loop may not be reordered (no -ffast-math
+ * here), so the compiler would not vectorize it. Maxima are therefore taken over the floats' bits as integers
+ * (which may be reordered freely), and sums in 16 independent lanes of a vector (GCC's vector extension). */
+static inline uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* max |x[c]|: without its sign bit a float's bits order as its magnitude does (a NaN above every number) */
+static inline float absmax_f32(const float *x, Py_ssize_t n) {
+    uint32_t m = 0;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        uint32_t a = bits_of(x[c]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return float_of(m);
+}
+
+static inline float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
+    uint16_t m = 0;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        uint16_t a = x[c] & 0x7fffu;
+        m = a > m ? a : m;
+    }
+    return bf16_to_f32(m);
+}
+
+/* max x[c] (no NaN): as a signed integer, a non-negative float's bits order as its value does; a negative
+ * float's order reversed, which flipping its 31 low bits undoes */
+static inline float max_f32(const float *x, Py_ssize_t n) {
+    int32_t m = INT32_MIN;
+    for (Py_ssize_t c = 0; c < n; c++) {
+        int32_t i = (int32_t)bits_of(x[c]);
+        int32_t key = i ^ ((i >> 31) & 0x7fffffff);
+        m = key > m ? key : m;
+    }
+    return float_of((uint32_t)(m ^ ((m >> 31) & 0x7fffffff)));
+}
+
+typedef float f32x16 __attribute__((vector_size(64)));
+
+static inline float sum_f32(const float *x, Py_ssize_t n) {
+    f32x16 lanes = {0};
+    Py_ssize_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        f32x16 v;
+        memcpy(&v, x + c, sizeof v);
+        lanes += v;
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < 16; l++) sum += lanes[l];
+    for (; c < n; c++) sum += x[c];
+    return sum;
+}
+
+/* ------------------------------------------------------------------------------------------- quantize rows */
+/* q[r, :] = round(x[r, :] / s[r]), s[r] = max(max|x[r, :]|, 1e-8) / 127: symmetric int8, one scale per row. */
+MULTIVERSION
+static void quantize_f32(const float *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *xr = x + r * cols;
+        int8_t *qr = q + r * cols;
+        float amax = absmax_f32(xr, cols);
+        float scale = (amax > 1e-8f ? amax : 1e-8f) / 127.0f;
+        s[r] = scale;
+        for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(xr[c] / scale);
+    }
+}
+
+MULTIVERSION
+static void quantize_bf16(const uint16_t *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const uint16_t *xr = x + r * cols;
+        int8_t *qr = q + r * cols;
+        float amax = absmax_bf16(xr, cols);
+        float scale = (amax > 1e-8f ? amax : 1e-8f) / 127.0f;
+        s[r] = scale;
+        for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(bf16_to_f32(xr[c]) / scale);
+    }
+}
+
+/* ----------------------------------------------------------------------------------------- dequantize rows */
+/* y[r, c] = (float(acc[r, c]) * xs[r]) * ws[c] + b[c]   (b optional; with b the last two operations are one
+ * fused multiply-add, as torch.addcmul computes them), written over acc (same size) or to a bf16 output. */
+MULTIVERSION
+static void dequantize_f32(const int32_t *acc, float *y, const float *xs, const float *ws, const float *b,
+                           Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int32_t *ar = acc + r * cols;
+        float *yr = y + r * cols;
+        const float sx = xs[r];
+        if (b) {
+            for (Py_ssize_t c = 0; c < cols; c++) yr[c] = fmaf((float)ar[c] * sx, ws[c], b[c]);
+        } else {
+            for (Py_ssize_t c = 0; c < cols; c++) yr[c] = ((float)ar[c] * sx) * ws[c];
+        }
+    }
+}
+
+MULTIVERSION
+static void dequantize_bf16(const int32_t *acc, uint16_t *y, const float *xs, const float *ws, const float *b,
+                            Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const int32_t *ar = acc + r * cols;
+        uint16_t *yr = y + r * cols;
+        const float sx = xs[r];
+        for (Py_ssize_t c = 0; c < cols; c++) {
+            float v = ((float)ar[c] * sx) * ws[c];
+            yr[c] = f32_to_bf16(b ? fmaf((float)ar[c] * sx, ws[c], b[c]) : v);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------- softmax */
+/* e^x for x <= 0 (a softmax's x - max): e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln2 / 2, and e^r from
+ * Cephes' expf polynomial; below -87 (where 2^n would leave the normal range) it is 0, as the exact value
+ * rounds to in the float arithmetic that follows. */
+static inline float exp_nonpositive(float x) {
+    float xc = x < -87.0f ? -87.0f : x;
+    float n = round_even(xc * 1.44269504088896341f);
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * (r * r) + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, 4);
+    return x < -87.0f ? 0.0f : y * two_n;
+}
+
+/* tmp[c] = e^(x[c] - m) */
+static inline void exp_shifted(const float *x, float *tmp, float m, Py_ssize_t n) {
+    for (Py_ssize_t c = 0; c < n; c++) tmp[c] = exp_nonpositive(x[c] - m);
+}
+
+/* softmax(x[r, :]) in place: p = e^(x - max) / sum. `tmp` holds one row in fp32 (a bf16 row widened, then its
+ * exponentials until the final division). */
+MULTIVERSION
+static void softmax_f32(float *x, Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *xr = x + r * cols;
+        exp_shifted(xr, xr, max_f32(xr, cols), cols);
+        const float inv = 1.0f / sum_f32(xr, cols);
+        for (Py_ssize_t c = 0; c < cols; c++) xr[c] *= inv;
+    }
+}
+
+MULTIVERSION
+static void softmax_bf16(uint16_t *x, float *tmp, Py_ssize_t rows, Py_ssize_t cols) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        uint16_t *xr = x + r * cols;
+        for (Py_ssize_t c = 0; c < cols; c++) tmp[c] = bf16_to_f32(xr[c]);
+        exp_shifted(tmp, tmp, max_f32(tmp, cols), cols);
+        const float inv = 1.0f / sum_f32(tmp, cols);
+        for (Py_ssize_t c = 0; c < cols; c++) xr[c] = f32_to_bf16(tmp[c] * inv);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ Python entries */
+/* Each kernel splits its rows into one block per thread; a block of rows is a plain call of the loops above. */
+static int block_of(Py_ssize_t rows, int part, int parts, Py_ssize_t *start, Py_ssize_t *count) {
+    Py_ssize_t per = rows / parts, extra = rows % parts;
+    *start = part * per + (part < extra ? part : extra);
+    *count = per + (part < extra ? 1 : 0);
+    return *count > 0;
+}
+
+static int thread_count(Py_ssize_t rows, Py_ssize_t cols, long requested) {
+    if (requested < 1 || rows < 2 || rows * cols < PARALLEL_MIN_ELEMENTS) return 1;
+    return (int)(requested < rows ? requested : rows);
+}
+
+static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+static void *as_ptr(PyObject *o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+/* quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads) */
+static PyObject *py_quantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 7, "quantize_rows") < 0) return NULL;
+    void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    int8_t *q = as_ptr(args[2]);
+    float *s = as_ptr(args[3]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[4]), cols = PyLong_AsSsize_t(args[5]);
+    long threads = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    int parts = thread_count(rows, cols, threads);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (!block_of(rows, part, parts, &start, &count)) continue;
+        if (dtype == BF16)
+            quantize_bf16((const uint16_t *)x + start * cols, q + start * cols, s + start, count, cols);
+        else
+            quantize_f32((const float *)x + start * cols, q + start * cols, s + start, count, cols);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr | None, rows, cols, threads) */
+static PyObject *py_dequantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 9, "dequantize_rows") < 0) return NULL;
+    const int32_t *acc = as_ptr(args[0]);
+    void *y = as_ptr(args[1]);
+    long dtype = PyLong_AsLong(args[2]);
+    const float *xs = as_ptr(args[3]), *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[6]), cols = PyLong_AsSsize_t(args[7]);
+    long threads = PyLong_AsLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    int parts = thread_count(rows, cols, threads);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (!block_of(rows, part, parts, &start, &count)) continue;
+        if (dtype == BF16)
+            dequantize_bf16(acc + start * cols, (uint16_t *)y + start * cols, xs + start, ws, b, count, cols);
+        else
+            dequantize_f32(acc + start * cols, (float *)y + start * cols, xs + start, ws, b, count, cols);
+    }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* softmax_rows(x_ptr, dtype, rows, cols, threads): in place over contiguous rows */
+static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 5, "softmax_rows") < 0) return NULL;
+    void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[2]), cols = PyLong_AsSsize_t(args[3]);
+    long threads = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    if (rows < 1 || cols < 1) Py_RETURN_NONE;
+    int parts = thread_count(rows, cols, threads);
+    float *tmp = NULL;
+    if (dtype == BF16 && !(tmp = PyMem_RawMalloc(sizeof(float) * (size_t)cols * (size_t)parts)))
+        return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (!block_of(rows, part, parts, &start, &count)) continue;
+        if (dtype == BF16)
+            softmax_bf16((uint16_t *)x + start * cols, tmp + (Py_ssize_t)part * cols, count, cols);
+        else
+            softmax_f32((float *)x + start * cols, count, cols);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(tmp);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
+     "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
+    {"dequantize_rows", (PyCFunction)(void (*)(void))py_dequantize_rows, METH_FASTCALL,
+     "dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
+    {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
+     "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kernels_module = {
+    PyModuleDef_HEAD_INIT, "_cpu_kernels", "Fused element-wise loops of CPU inference (optional accelerator).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__cpu_kernels(void) {
+    PyObject *m = PyModule_Create(&kernels_module);
+    if (m && PyModule_AddIntConstant(m, "openmp",
+#ifdef _OPENMP
+                                     1
+#else
+                                     0
+#endif
+                                     ) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,106 @@
+"""Element-wise passes of CPU inference, each one fused loop in C where the optional extension
+`bertlab.nn._cpu_kernels` is built, and its torch formula otherwise (the reference the tests hold it to).
+
+    quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
+    dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
+    softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
+
+Why: around an int8 GEMM the torch formulas take 6-8 passes over memory (abs, amax, divide, round, cast;
+multiply, addcmul), several into fresh buffers; on all-MiniLM-L6-v2 in int8 at one thread they were about a
+third of the forward pass, and torch's bf16 softmax another sixth. The C loops keep a row in L1 and write each
+result once (see `_cpu_kernels.c` for the numbers they keep: quantize and dequantize are bit-identical to the
+formulas here; softmax agrees to rounding).
+
+The C path runs for CPU tensors that are contiguous, of a dtype it knows, and not part of an autograd graph;
+anything else takes the torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in _cpu_kernels.c
+
+
+@functools.cache
+def _extension():
+    if os.environ.get("BERTLAB_NO_CPU_KERNELS"):
+        return None
+    try:
+        from . import _cpu_kernels  # torch is imported first: its OpenMP runtime is the one the extension uses
+    except ImportError:
+        return None
+    return _cpu_kernels
+
+
+def available() -> bool:
+    """Whether the C loops are built (and not turned off)."""
+    return _extension() is not None
+
+
+def _native(*tensors: torch.Tensor) -> bool:
+    return _extension() is not None and all(
+        t.device.type == "cpu" and t.is_contiguous() and not (t.requires_grad and torch.is_grad_enabled())
+        for t in tensors)
+
+
+# ------------------------------------------------------------------------------------------- torch formulas
+def quantize_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = x.abs().amax(1, keepdim=True).float().clamp_(min=1e-8).div_(127.0)
+    return (x / scale).round_().to(torch.int8), scale
+
+
+def dequantize_rows_reference(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor,
+                              bias: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    y = acc * xscale  # int32 · fp32 -> fp32, one pass
+    if bias is not None:
+        torch.addcmul(bias, y, wscale, out=y)  # in place: no second (N, M) buffer
+    else:
+        y.mul_(wscale)
+    return y.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------------- kernels
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) fp32 or bf16 -> (N, K) int8 and the (N, 1) fp32 scales with x ≈ scale · xq: scale = max|x| / 127
+    per row (at least 1e-8 / 127), xq = round(x / scale), ties to even."""
+    if x.dtype not in _DTYPE_CODES or x.dim() != 2 or not _native(x):
+        return quantize_rows_reference(x)
+    rows, cols = x.shape
+    q = torch.empty((rows, cols), dtype=torch.int8)
+    scale = torch.empty((rows, 1), dtype=torch.float32)
+    _extension().quantize_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], q.data_ptr(), scale.data_ptr(), rows, cols,
+                               torch.get_num_threads())
+    return q, scale
+
+
+def dequantize_rows(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None,
+                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """(N, M) int32 products of int8 rows and columns -> (acc · xscale[r]) · wscale[c] + bias[c] in `dtype`
+    (fp32: written over `acc`'s memory, which the caller gives up; bf16: a new tensor). xscale (N, 1),
+    wscale (M,), bias (M,) or None, all fp32."""
+    parts = (acc, xscale, wscale) + (() if bias is None else (bias,))
+    if (acc.dtype != torch.int32 or acc.dim() != 2 or dtype not in _DTYPE_CODES or not _native(*parts)
+            or any(t.dtype != torch.float32 for t in parts[1:])):
+        return dequantize_rows_reference(acc, xscale, wscale, bias, dtype)
+    rows, cols = acc.shape
+    if xscale.numel() != rows or wscale.numel() != cols or (bias is not None and bias.numel() != cols):
+        raise ValueError(f"dequantize_rows: scales {tuple(xscale.shape)}, {tuple(wscale.shape)} do not fit "
+                         f"products {tuple(acc.shape)}")
+    out = acc.view(torch.float32) if dtype == torch.float32 else torch.empty((rows, cols), dtype=dtype)
+    _extension().dequantize_rows(acc.data_ptr(), out.data_ptr(), _DTYPE_CODES[dtype], xscale.data_ptr(),
+                                 wscale.data_ptr(), None if bias is None else bias.data_ptr(), rows, cols,
+                                 torch.get_num_threads())
+    return out
+
+
+def softmax_(x: torch.Tensor) -> torch.Tensor:
+    """softmax(x, dim=-1) written over x (fp32 or bf16; other dtypes through torch)."""
+    if x.dtype not in _DTYPE_CODES or x.numel() == 0 or not _native(x):
+        return torch.softmax(x, dim=-1, out=x)  # in place: each row's max and sum are taken before writing
+    cols = x.size(-1)
+    _extension().softmax_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], x.numel() // cols, cols, torch.get_num_threads())
+    return x

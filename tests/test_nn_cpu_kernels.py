@@ -1,0 +1,139 @@
+"""The C loops of CPU inference (nn/_cpu_kernels.c) against their torch formulas (nn/cpu_kernels.py):
+quantize and dequantize bit for bit, softmax to rounding, on one thread and split over threads; and the torch
+path taken wherever the C one does not apply."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+import torch
+
+from bertlab.nn import cpu_kernels
+from bertlab.nn.cpu_kernels import (dequantize_rows, dequantize_rows_reference, quantize_rows,
+                                    quantize_rows_reference, softmax_)
+
+needs_c = pytest.mark.skipif(not cpu_kernels.available(), reason="bertlab.nn._cpu_kernels not built")
+
+
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_the_extension_is_built_where_a_c_compiler_is():
+    """`pip install -e .` builds it (setup.py); built optional, so a failed build would otherwise go unnoticed."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None:
+        pytest.skip(f"no C compiler ({cc})")
+    code = "from bertlab.nn import cpu_kernels; print(cpu_kernels.available())"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "BERTLAB_NO_CPU_KERNELS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "True", "the C kernels were not built: run `pip install -e .` (or setup.py build_ext)"
+
+
+def rows_with_outliers(n: int, k: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    """Hidden-state-like rows: most values small, a few rows and columns far larger, an all-zero row, and
+    values on the .5 boundaries that round-half-to-even must settle."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, k, generator=g) * torch.rand(n, 1, generator=g) * 4
+    x[:, 3] *= 50
+    if n > 4 and k >= 8:
+        x[1] *= 300
+        x[2] = 0
+        x[4] = x[4].clamp(-1, 1)
+        x[4, :8] = torch.tensor([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 127.0, -127.0])  # scale 1: ties exact
+    return x.to(dtype)
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(7, 384), (300, 1536), (5, 33), (1, 17)])
+def test_quantize_rows_equals_the_torch_formula_bit_for_bit(shape, dtype, threads):
+    x = rows_with_outliers(*shape, dtype)
+    q, s = quantize_rows(x)
+    q_ref, s_ref = quantize_rows_reference(x)
+    assert q.dtype == torch.int8 and s.shape == (shape[0], 1) and s.dtype == torch.float32
+    assert torch.equal(q, q_ref) and torch.equal(s, s_ref)
+    if shape[0] > 4 and shape[1] >= 8:
+        assert q[4, :6].tolist() == [0, 2, 2, 0, -2, -2]  # ties to even, as torch.round
+    assert q.abs().max() <= 127
+
+
+@needs_c
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(9, 384, 1536), (260, 1536, 384), (3, 40, 19)])
+def test_dequantize_rows_equals_the_torch_formula_bit_for_bit(shape, dtype, bias, threads):
+    n, k, m = shape
+    g = torch.Generator().manual_seed(1)
+    xq = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    wq = torch.randint(-127, 128, (m, k), dtype=torch.int8, generator=g)
+    xs, ws = torch.rand(n, 1, generator=g) / 100, torch.rand(m, generator=g) / 100
+    b = torch.randn(m, generator=g) if bias else None
+    acc = xq.int() @ wq.int().t()
+    want = dequantize_rows_reference(acc.clone(), xs, ws, b, dtype)
+    got = dequantize_rows(acc.clone(), xs, ws, b, dtype)
+    assert got.dtype == dtype and got.shape == (n, m)
+    assert torch.equal(got, want)
+
+
+@needs_c
+def test_dequantize_rows_writes_over_the_products_in_fp32_and_checks_the_scales():
+    acc = torch.arange(12, dtype=torch.int32).view(3, 4)
+    out = dequantize_rows(acc, torch.ones(3, 1), torch.full((4,), 0.5), None)
+    assert out.data_ptr() == acc.data_ptr() and out.tolist()[1] == [2.0, 2.5, 3.0, 3.5]
+    with pytest.raises(ValueError, match="do not fit"):
+        dequantize_rows(torch.zeros(3, 4, dtype=torch.int32), torch.ones(2, 1), torch.ones(4), None)
+
+
+@needs_c
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cols", [1, 7, 16, 72, 513])
+def test_softmax_matches_torch_to_rounding(cols, dtype, threads):
+    g = torch.Generator().manual_seed(cols)
+    x = (torch.randn(6, 12, 5, cols, generator=g) * 4).to(dtype)
+    if cols > 2:
+        x[..., -2:] = torch.finfo(dtype).min  # masked keys: probability 0
+        x[0, 0, 0] = torch.finfo(dtype).min  # a row with every key masked: uniform, not NaN
+    x[1, 1, 1, 0] = 80.0  # one dominant score
+    want = torch.softmax(x.float(), dim=-1)
+    got = softmax_(x.clone())
+    assert got.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 4e-3  # bf16: its own rounding of the result
+    assert (got.float() - want).abs().max() <= tol
+    if cols > 2:
+        assert torch.all(got[1:, ..., -2:] == 0)
+        assert torch.allclose(got[0, 0, 0].float(), torch.full((cols,), 1.0 / cols), atol=1e-3)
+    assert torch.allclose(got.float().sum(-1), torch.ones(()), atol=1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
+    """Strided or grad-requiring tensors, other dtypes, and `BERTLAB_NO_CPU_KERNELS`: the torch formulas, with
+    the same results."""
+    x = rows_with_outliers(8, 64, torch.float32)
+    strided = x.t().contiguous().t()
+    assert not strided.is_contiguous()
+    for a, b in zip(quantize_rows(strided), quantize_rows_reference(x)):
+        assert torch.equal(a, b)
+    fp16 = torch.randn(4, 9).half()
+    assert torch.equal(softmax_(fp16.clone()), torch.softmax(fp16, -1))
+    leaf = torch.randn(3, 5, requires_grad=True)
+    q, s = quantize_rows(leaf)
+    assert torch.equal(q, quantize_rows_reference(leaf.detach())[0])
+
+    monkeypatch.setenv("BERTLAB_NO_CPU_KERNELS", "1")
+    cpu_kernels._extension.cache_clear()
+    try:
+        assert not cpu_kernels.available()
+        for a, b in zip(quantize_rows(x), quantize_rows_reference(x)):
+            assert torch.equal(a, b)
+    finally:
+        monkeypatch.delenv("BERTLAB_NO_CPU_KERNELS")
+        cpu_kernels._extension.cache_clear()
