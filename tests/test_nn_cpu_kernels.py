@@ -13,8 +13,13 @@ import pytest
 import torch
 
 from bertlab.nn import cpu_kernels
-from bertlab.nn.cpu_kernels import (dequantize_rows, dequantize_rows_reference, quantize_rows,
-                                    quantize_rows_reference, softmax_)
+from bertlab.nn.cpu_kernels import (
+    dequantize_rows,
+    dequantize_rows_reference,
+    quantize_rows,
+    quantize_rows_reference,
+    softmax_,
+)
 
 needs_c = pytest.mark.skipif(not cpu_kernels.available(), reason="bertlab.nn._cpu_kernels not built")
 
@@ -125,7 +130,7 @@ def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
     fp16 = torch.randn(4, 9).half()
     assert torch.equal(softmax_(fp16.clone()), torch.softmax(fp16, -1))
     leaf = torch.randn(3, 5, requires_grad=True)
-    q, s = quantize_rows(leaf)
+    q, _ = quantize_rows(leaf)
     assert torch.equal(q, quantize_rows_reference(leaf.detach())[0])
 
     monkeypatch.setenv("BERTLAB_NO_CPU_KERNELS", "1")

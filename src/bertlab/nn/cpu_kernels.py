@@ -30,7 +30,9 @@ def _extension():
     if os.environ.get("BERTLAB_NO_CPU_KERNELS"):
         return None
     try:
-        from . import _cpu_kernels  # torch is imported first: its OpenMP runtime is the one the extension uses
+        from . import (
+            _cpu_kernels,  # torch is imported first: its OpenMP runtime is the one the extension uses
+        )
     except ImportError:
         return None
     return _cpu_kernels
