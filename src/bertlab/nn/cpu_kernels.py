@@ -29,10 +29,9 @@ _DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in _cpu_kern
 def _extension():
     if os.environ.get("BERTLAB_NO_CPU_KERNELS"):
         return None
+    # torch is imported first (above): its OpenMP runtime is then the one the extension links to
     try:
-        from . import (
-            _cpu_kernels,  # torch is imported first: its OpenMP runtime is the one the extension uses
-        )
+        from . import _cpu_kernels
     except ImportError:
         return None
     return _cpu_kernels
