@@ -24,7 +24,7 @@ setup(
         Extension(
             "bertlab.nn._cpu_kernels",
             sources=["src/bertlab/nn/_cpu_kernels.c"],
-            extra_compile_args=["-O3", "-std=c99", "-ffp-contract=off", *OPENMP],
+            extra_compile_args=["-O3", "-std=c99", "-ffp-contract=fast", *OPENMP],
             extra_link_args=OPENMP,
             libraries=["m"] if sys.platform.startswith("linux") else [],
             optional=True,

@@ -14,7 +14,7 @@
  * -- torch.get_num_threads() -- means the same pool).
  *
  * Numbers: quantize and dequantize perform the same float operations in the same order as the torch
- * reference (no FMA contraction except where torch fuses one too: -ffp-contract=off), so their results are
+ * reference (a multiply-add fused exactly where torch fuses one: elsewhere there is no add to contract), so their results are
  * bit-identical to it. Softmax
  * uses its own exp (Cephes' polynomial, < 2 ulp), so it agrees with torch's to rounding, not bit for bit.
  */
@@ -66,6 +66,7 @@ static inline float round_even(float v) {
 /* Row reductions. A float max or sum written as one sequential loop may not be reordered (no -ffast-math
  * here), so the compiler would not vectorize it. Maxima are therefore taken over the floats' bits as integers
  * (which may be reordered freely), and sums in 16 independent lanes of a vector (GCC's vector extension). */
+#define BLOCK 16
 static inline uint32_t bits_of(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -97,33 +98,16 @@ static inline float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
     return bf16_to_f32(m);
 }
 
-/* max x[c] (no NaN): as a signed integer, a non-negative float's bits order as its value does; a negative
- * float's order reversed, which flipping its 31 low bits undoes */
-static inline float max_f32(const float *x, Py_ssize_t n) {
-    int32_t m = INT32_MIN;
-    for (Py_ssize_t c = 0; c < n; c++) {
-        int32_t i = (int32_t)bits_of(x[c]);
-        int32_t key = i ^ ((i >> 31) & 0x7fffffff);
-        m = key > m ? key : m;
-    }
-    return float_of((uint32_t)(m ^ ((m >> 31) & 0x7fffffff)));
+/* (A float's maximum over its signed-integer keys: as a signed integer, a non-negative float's bits order as
+ * its value does, a negative float's in reverse, which flipping its 31 low bits undoes. NaN aside.) */
+static inline int32_t order_key(float f) {
+    int32_t i = (int32_t)bits_of(f);
+    return i ^ ((i >> 31) & 0x7fffffff);
 }
+
+static inline float from_order_key(int32_t k) { return float_of((uint32_t)(k ^ ((k >> 31) & 0x7fffffff))); }
 
 typedef float f32x16 __attribute__((vector_size(64)));
-
-static inline float sum_f32(const float *x, Py_ssize_t n) {
-    f32x16 lanes = {0};
-    Py_ssize_t c = 0;
-    for (; c + 16 <= n; c += 16) {
-        f32x16 v;
-        memcpy(&v, x + c, sizeof v);
-        lanes += v;
-    }
-    float sum = 0.0f;
-    for (int l = 0; l < 16; l++) sum += lanes[l];
-    for (; c < n; c++) sum += x[c];
-    return sum;
-}
 
 /* ------------------------------------------------------------------------------------------- quantize rows */
 /* q[r, :] = round(x[r, :] / s[r]), s[r] = max(max|x[r, :]|, 1e-8) / 127: symmetric int8, one scale per row. */
@@ -205,30 +189,59 @@ static inline float exp_nonpositive(float x) {
     return x < -87.0f ? 0.0f : y * two_n;
 }
 
-/* tmp[c] = e^(x[c] - m) */
-static inline void exp_shifted(const float *x, float *tmp, float m, Py_ssize_t n) {
-    for (Py_ssize_t c = 0; c < n; c++) tmp[c] = exp_nonpositive(x[c] - m);
+/* Softmax works on a row copied into `tmp`, widened to fp32 and padded with -inf to a whole number of 16-float
+ * blocks: every loop below then runs in whole vectors. (Unpadded, a row of 72 or 124 scores left 8-12 columns
+ * to scalar tail loops in each of four passes, and those cost as much as the vector part.) */
+static inline Py_ssize_t padded(Py_ssize_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
+
+/* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
+static inline float exp_normalizer(float *tmp, Py_ssize_t n16) {
+    int32_t mk[BLOCK];
+    for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
+    for (Py_ssize_t c = 0; c < n16; c += BLOCK)
+        for (int l = 0; l < BLOCK; l++) {
+            int32_t key = order_key(tmp[c + l]);
+            mk[l] = key > mk[l] ? key : mk[l];
+        }
+    /* lanes folded in halves (a tree, 4 steps deep) rather than one after another (15): on a row of a few
+     * blocks the chain of dependent operations at the end was what a row cost */
+    for (int half = BLOCK / 2; half > 0; half /= 2)
+        for (int l = 0; l < half; l++) mk[l] = mk[l + half] > mk[l] ? mk[l + half] : mk[l];
+    const float m = from_order_key(mk[0]);
+    f32x16 lanes = {0};
+    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
+        f32x16 e;
+        for (int l = 0; l < BLOCK; l++) e[l] = tmp[c + l] = exp_nonpositive(tmp[c + l] - m);
+        lanes += e;
+    }
+    float sums[BLOCK];
+    memcpy(sums, &lanes, sizeof sums);
+    for (int half = BLOCK / 2; half > 0; half /= 2)
+        for (int l = 0; l < half; l++) sums[l] += sums[l + half];
+    return 1.0f / sums[0];
 }
 
-/* softmax(x[r, :]) in place: p = e^(x - max) / sum. `tmp` holds one row in fp32 (a bf16 row widened, then its
- * exponentials until the final division). */
+/* softmax(x[r, :]) in place: p = e^(x - max) / sum, each row through `tmp` (padded(cols) floats) */
 MULTIVERSION
-static void softmax_f32(float *x, Py_ssize_t rows, Py_ssize_t cols) {
+static void softmax_f32(float *x, float *tmp, Py_ssize_t rows, Py_ssize_t cols) {
+    const Py_ssize_t n16 = padded(cols);
     for (Py_ssize_t r = 0; r < rows; r++) {
         float *xr = x + r * cols;
-        exp_shifted(xr, xr, max_f32(xr, cols), cols);
-        const float inv = 1.0f / sum_f32(xr, cols);
-        for (Py_ssize_t c = 0; c < cols; c++) xr[c] *= inv;
+        for (Py_ssize_t c = 0; c < cols; c++) tmp[c] = xr[c];
+        for (Py_ssize_t c = cols; c < n16; c++) tmp[c] = -INFINITY;
+        const float inv = exp_normalizer(tmp, n16);
+        for (Py_ssize_t c = 0; c < cols; c++) xr[c] = tmp[c] * inv;
     }
 }
 
 MULTIVERSION
 static void softmax_bf16(uint16_t *x, float *tmp, Py_ssize_t rows, Py_ssize_t cols) {
+    const Py_ssize_t n16 = padded(cols);
     for (Py_ssize_t r = 0; r < rows; r++) {
         uint16_t *xr = x + r * cols;
         for (Py_ssize_t c = 0; c < cols; c++) tmp[c] = bf16_to_f32(xr[c]);
-        exp_shifted(tmp, tmp, max_f32(tmp, cols), cols);
-        const float inv = 1.0f / sum_f32(tmp, cols);
+        for (Py_ssize_t c = cols; c < n16; c++) tmp[c] = -INFINITY;
+        const float inv = exp_normalizer(tmp, n16);
         for (Py_ssize_t c = 0; c < cols; c++) xr[c] = f32_to_bf16(tmp[c] * inv);
     }
 }
@@ -321,9 +334,9 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize
     if (PyErr_Occurred()) return NULL;
     if (rows < 1 || cols < 1) Py_RETURN_NONE;
     int parts = thread_count(rows, cols, threads);
-    float *tmp = NULL;
-    if (dtype == BF16 && !(tmp = PyMem_RawMalloc(sizeof(float) * (size_t)cols * (size_t)parts)))
-        return PyErr_NoMemory();
+    const Py_ssize_t row_floats = padded(cols);
+    float *tmp = PyMem_RawMalloc(sizeof(float) * (size_t)row_floats * (size_t)parts);
+    if (!tmp) return PyErr_NoMemory();
     Py_BEGIN_ALLOW_THREADS
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
@@ -332,9 +345,9 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize
         Py_ssize_t start, count;
         if (!block_of(rows, part, parts, &start, &count)) continue;
         if (dtype == BF16)
-            softmax_bf16((uint16_t *)x + start * cols, tmp + (Py_ssize_t)part * cols, count, cols);
+            softmax_bf16((uint16_t *)x + start * cols, tmp + part * row_floats, count, cols);
         else
-            softmax_f32((float *)x + start * cols, count, cols);
+            softmax_f32((float *)x + start * cols, tmp + part * row_floats, count, cols);
     }
     Py_END_ALLOW_THREADS
     PyMem_RawFree(tmp);
