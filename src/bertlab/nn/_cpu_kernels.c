@@ -14,9 +14,9 @@
  * -- torch.get_num_threads() -- means the same pool).
  *
  * Numbers: quantize and dequantize perform the same float operations in the same order as the torch
- * reference (a multiply-add fused exactly where torch fuses one: elsewhere there is no add to contract), so their results are
- * bit-identical to it. Softmax
- * uses its own exp (Cephes' polynomial, < 2 ulp), so it agrees with torch's to rounding, not bit for bit.
+ * reference, a multiply-add fused exactly where torch fuses one (elsewhere they have no add to contract), so
+ * their results are bit-identical to it. Softmax uses its own exp (Cephes' polynomial, < 2 ulp), so it agrees
+ * with torch's to rounding, not bit for bit.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
