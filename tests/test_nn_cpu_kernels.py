@@ -142,3 +142,35 @@ def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
     finally:
         monkeypatch.delenv("BERTLAB_NO_CPU_KERNELS")
         cpu_kernels._extension.cache_clear()
+
+
+needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no AVX-512 VNNI (or no C kernels)")
+
+
+@needs_vnni
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48)])
+def test_few_rows_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads):
+    """Every row count its tiles split differently (8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks), with and
+    without bias."""
+    k, n = shape
+    g = torch.Generator().manual_seed(k + n)
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    packed = cpu_kernels.pack_int8_weight(w)
+    ws, b = torch.rand(n, generator=g) / 50, torch.randn(n, generator=g)
+    for m in (1, 2, 3, 5, 8, 13, 64):
+        x = rows_with_outliers(m, k, dtype, seed=m)
+        xq, xs = quantize_rows_reference(x)
+        for bias in (b, None):
+            want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, bias)
+            got = cpu_kernels.int8_linear_few_rows(x, packed, ws, bias)
+            assert torch.equal(got, want), (m, bias is None)
+
+
+def test_pack_int8_weight_layout_and_shapes_it_refuses():
+    w = torch.arange(32 * 8, dtype=torch.int32).remainder(251).sub(125).to(torch.int8).view(32, 8)
+    packed, comp = cpu_kernels.pack_int8_weight(w)
+    assert packed.shape == (2, 2, 16, 4)
+    assert torch.equal(packed[1, 1, 3], w[16 + 3, 4:8])  # block 1, k-quad 1: column 19's k = 4..7
+    assert torch.equal(comp, w.int().sum(1) * 128)
+    assert cpu_kernels.pack_int8_weight(w[:20]) is None and cpu_kernels.pack_int8_weight(w[:, :6]) is None

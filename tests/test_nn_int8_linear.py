@@ -40,6 +40,26 @@ def test_int8_linear_is_close_to_nn_linear(shape):
         assert float(row_cosine(got, want).min()) > 0.9995
 
 
+def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
+    """Up to FEW_ROWS rows the layer runs bertlab's own VNNI kernel where there is one (packing its weight on the
+    first such call), beyond them torch._int_mm; the two give identical outputs. An output width that is no
+    multiple of 16 keeps torch._int_mm."""
+    from bertlab.nn import cpu_kernels
+
+    torch.manual_seed(0)
+    for out in (80, 72):
+        q = int8_linear.Int8Linear(nn.Linear(48, out))
+        x = torch.randn(2, 5, 48)
+        with torch.inference_mode():
+            few = q(x)
+            monkeypatch.setattr(int8_linear, "FEW_ROWS", 0)
+            many = q(x)
+            monkeypatch.undo()
+        assert torch.equal(few, many)
+        packed = cpu_kernels.few_rows_available() and out % 16 == 0
+        assert bool(q.few_rows_weight) == packed
+
+
 def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):
     from bertlab import BertForMaskedLM, BertForSequenceClassification
 

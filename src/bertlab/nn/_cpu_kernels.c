@@ -246,6 +246,94 @@ static void softmax_bf16(uint16_t *x, float *tmp, Py_ssize_t rows, Py_ssize_t co
     }
 }
 
+/* --------------------------------------------------------------------------------- int8 GEMM for few rows */
+/* y = dequantize(xq · Wqᵀ) for a handful of rows (a decoder step: one row per sequence or beam), with AVX-512
+ * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/4-1/6 of
+ * its many-row rate, and T5's int8 decoding spent most of its time there. Here the weight stays put and the few
+ * rows stream past it: each 64-byte load of weights (16 columns x 4 k) feeds one VPDPBUSD per row.
+ *
+ * VPDPBUSD multiplies unsigned by signed bytes, so x goes in as x + 128 (its sign bit flipped) and
+ * 128 · Σ_k W[n, k] (`comp`, computed when packing) comes off again: Σ (x + 128) w - 128 Σ w = Σ x w, exact in
+ * int32. The products are then dequantized as dequantize_rows does, with the same operations: the result is
+ * bit-identical to torch._int_mm followed by the torch formula.
+ *
+ * Weights are packed (see nn/cpu_kernels.py) as [N / 16][K / 4][16][4]: block nb, k-quad kq holds columns
+ * nb·16 .. nb·16 + 15, each with its 4 consecutive k. */
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_VNNI_GEMM 1
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* One tile: MR rows x NB blocks of 16 columns, accumulated over all of K in MR · NB registers. Always inlined
+ * with constant MR and NB, so the accumulators are registers and the loops unrolled. */
+static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
+    const int MR, const int NB, const uint8_t *x, Py_ssize_t K, const int8_t *wp, const int32_t *comp,
+    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy) {
+    const Py_ssize_t KQ = K / 4;
+    __m512i acc[8][8];
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
+    for (Py_ssize_t kq = 0; kq < KQ; kq++) {
+        __m512i w[8];
+        for (int c = 0; c < NB; c++) w[c] = _mm512_loadu_si512(wp + ((Py_ssize_t)c * KQ + kq) * 64);
+        for (int r = 0; r < MR; r++) {
+            int32_t quad;
+            memcpy(&quad, x + r * K + kq * 4, 4);
+            const __m512i xb = _mm512_set1_epi32(quad);
+            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xb, w[c]);
+        }
+    }
+    for (int c = 0; c < NB; c++) {
+        const __m512i cc = _mm512_loadu_si512(comp + c * 16);
+        const __m512 wsc = _mm512_loadu_ps(ws + c * 16);
+        const __m512 bc = b ? _mm512_loadu_ps(b + c * 16) : _mm512_setzero_ps();
+        for (int r = 0; r < MR; r++) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], cc)), _mm512_set1_ps(xs[r]));
+            v = b ? _mm512_fmadd_ps(v, wsc, bc) : _mm512_mul_ps(v, wsc);
+            _mm512_storeu_ps(y + r * ldy + c * 16, v);
+        }
+    }
+}
+
+/* Column blocks [nb0, nb1) for all M rows (x as unsigned bytes, x + 128): groups of NB blocks, each taken by
+ * tiles of MR rows while MR fit, then by tiles of 4, 2, 1 rows; leftover blocks one at a time. MR · NB
+ * accumulators (at most 16) plus NB weight registers, of AVX-512's 32. */
+#define TILE(MR, NB) vnni_tile(MR, NB, x + r * K, K, wp + nb * KQ * 64, comp + nb * 16, xs + r, ws + nb * 16, \
+                               b ? b + nb * 16 : NULL, y + r * N + nb * 16, N)
+#define ROWS(NB) do {                                                   \
+        Py_ssize_t r = 0;                                               \
+        if ((NB) <= 2) for (; r + 8 <= M; r += 8) TILE(8, NB);          \
+        if ((NB) <= 4) for (; r + 4 <= M; r += 4) TILE(4, NB);          \
+        for (; r + 2 <= M; r += 2) TILE(2, NB);                         \
+        for (; r < M; r++) TILE(1, NB);                                 \
+    } while (0)
+static VNNI_TARGET void vnni_columns(const uint8_t *x, Py_ssize_t M, Py_ssize_t K, const int8_t *wp,
+                                     const int32_t *comp, const float *xs, const float *ws, const float *b,
+                                     float *y, Py_ssize_t N, Py_ssize_t nb0, Py_ssize_t nb1) {
+    const Py_ssize_t KQ = K / 4;
+    const int NB = M >= 8 ? 2 : M >= 4 ? 4 : 8;
+    Py_ssize_t nb = nb0;
+    for (; nb + NB <= nb1; nb += NB) {
+        switch (NB) {
+            case 2: ROWS(2); break;
+            case 4: ROWS(4); break;
+            default: ROWS(8); break;
+        }
+    }
+    for (; nb < nb1; nb++) ROWS(1);
+}
+#undef ROWS
+#undef TILE
+
+static int vnni_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+#else
+static int vnni_supported(void) { return 0; }
+#endif
+
 /* ------------------------------------------------------------------------------------------ Python entries */
 /* Each kernel splits its rows into one block per thread; a block of rows is a plain call of the loops above. */
 static int block_of(Py_ssize_t rows, int part, int parts, Py_ssize_t *start, Py_ssize_t *count) {
@@ -354,6 +442,56 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* linear_int8_few_rows(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N,
+ * threads): y (M, N) fp32 = the int8 linear layer of x (M, K) fp32 or bf16: x quantized per row (as
+ * quantize_rows), times W (N, K)ᵀ packed, dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
+ * at a few rows, each call from Python costs about as much as the arithmetic. */
+static PyObject *py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 11, "linear_int8_few_rows") < 0) return NULL;
+#ifdef HAVE_VNNI_GEMM
+    const void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    const int8_t *wp = as_ptr(args[2]);
+    const int32_t *comp = as_ptr(args[3]);
+    const float *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
+    float *y = as_ptr(args[6]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[7]), K = PyLong_AsSsize_t(args[8]), N = PyLong_AsSsize_t(args[9]);
+    long threads = PyLong_AsLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    if (!vnni_supported() || K % 4 || N % 16) {
+        PyErr_SetString(PyExc_ValueError, "linear_int8_few_rows: needs AVX-512 VNNI, K % 4 == 0 and N % 16 == 0");
+        return NULL;
+    }
+    /* x quantized per row, then + 128 as unsigned bytes (its sign bit flipped), once for all column blocks */
+    uint8_t *xu = PyMem_RawMalloc((size_t)(M * K) + sizeof(float) * (size_t)M);
+    if (!xu) return PyErr_NoMemory();
+    float *xs = (float *)(xu + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
+    if (dtype == BF16)
+        quantize_bf16(x, (int8_t *)xu, xs, M, K);
+    else
+        quantize_f32(x, (int8_t *)xu, xs, M, K);
+    for (Py_ssize_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;
+    const Py_ssize_t blocks = N / 16;
+    /* split the columns: every thread reads its own share of the weights */
+    int parts = thread_count(blocks, M * K * 16, threads);
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (block_of(blocks, part, parts, &start, &count))
+            vnni_columns(xu, M, K, wp, comp, xs, ws, b, y, N, start, start + count);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(xu);
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "linear_int8_few_rows: not built for this CPU");
+    return NULL;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
      "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
@@ -361,6 +499,8 @@ static PyMethodDef methods[] = {
      "dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
     {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
      "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
+    {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
+     "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -371,6 +511,10 @@ static struct PyModuleDef kernels_module = {
 
 PyMODINIT_FUNC PyInit__cpu_kernels(void) {
     PyObject *m = PyModule_Create(&kernels_module);
+    if (m && PyModule_AddIntConstant(m, "vnni", vnni_supported()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m && PyModule_AddIntConstant(m, "openmp",
 #ifdef _OPENMP
                                      1

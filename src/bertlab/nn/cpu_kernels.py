@@ -4,6 +4,8 @@
     quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
     dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
+    int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
+                                (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
 
 Why: around an int8 GEMM the torch formulas take 6-8 passes over memory (abs, amax, divide, round, cast;
 multiply, addcmul), several into fresh buffers; on all-MiniLM-L6-v2 in int8 at one thread they were about a
@@ -105,3 +107,39 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     cols = x.size(-1)
     _extension().softmax_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], x.numel() // cols, cols, torch.get_num_threads())
     return x
+
+
+# ------------------------------------------------------------------------------------- int8 GEMM, few rows
+def few_rows_available() -> bool:
+    """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""
+    return _extension() is not None and bool(getattr(_extension(), "vnni", 0))
+
+
+def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(N, K) int8 weight -> the layout `int8_linear_few_rows` reads, [N/16][K/4][16][4] (16 columns with 4
+    consecutive k each per 64 bytes), and the (N,) int32 correction 128 · Σ_k W[n, k] for its unsigned inputs.
+    None when N is not a multiple of 16 or K of 4."""
+    n, k = weight.shape
+    if n % 16 or k % 4:
+        return None
+    packed = weight.reshape(n // 16, 16, k // 4, 4).permute(0, 2, 1, 3).contiguous()
+    return packed, weight.sum(1, dtype=torch.int32).mul_(128)
+
+
+def int8_linear_few_rows(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
+                         bias: torch.Tensor | None) -> torch.Tensor:
+    """An int8 linear layer in one call for a few rows: x (M, K) fp32 or bf16, quantized per row as
+    `quantize_rows`, times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the
+    result of those two around torch._int_mm, in one pass over W that serves every row
+    (`few_rows_available()` must hold). Returns (M, N) fp32."""
+    weight, comp = packed
+    (m, k), n = x.shape, comp.numel()
+    if (x.dtype not in _DTYPE_CODES or not _native(x) or weight.numel() != n * k or wscale.numel() != n
+            or (bias is not None and bias.numel() != n)):
+        raise ValueError(f"int8_linear_few_rows: x {tuple(x.shape)} {x.dtype} does not fit a packed "
+                         f"({n}, {weight.numel() // max(n, 1)}) weight")
+    y = torch.empty((m, n), dtype=torch.float32)
+    _extension().linear_int8_few_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
+                                      wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(),
+                                      m, k, n, torch.get_num_threads())
+    return y
