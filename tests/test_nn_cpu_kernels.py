@@ -174,3 +174,35 @@ def test_pack_int8_weight_layout_and_shapes_it_refuses():
     assert torch.equal(packed[1, 1, 3], w[16 + 3, 4:8])  # block 1, k-quad 1: column 19's k = 4..7
     assert torch.equal(comp, w.int().sum(1) * 128)
     assert cpu_kernels.pack_int8_weight(w[:20]) is None and cpu_kernels.pack_int8_weight(w[:, :6]) is None
+
+
+@needs_c
+@pytest.mark.parametrize("hs", [64, 32, 24])
+@pytest.mark.parametrize("keys", [1, 15, 16, 37])
+def test_attention_one_query_matches_the_formula_on_cache_views(keys, hs, threads):
+    """One query per row against a K/V cache's views (rows T_max apart), with a padding mask (per row) plus a
+    transposed position bias (per head), with either alone, and with neither."""
+    from bertlab.nn.attention import AttentionMask
+
+    B, nh, T_max = 3, 4, 40
+    g = torch.Generator().manual_seed(keys * hs)
+    q = torch.randn(B, 1, nh * hs, generator=g).view(B, 1, nh, hs).transpose(1, 2)
+    cache_k, cache_v = (torch.randn(B, T_max, nh * hs, generator=g) for _ in range(2))
+    k, v = (c[:, :keys].view(B, keys, nh, hs).transpose(1, 2) for c in (cache_k, cache_v))
+    keep = torch.ones(B, keys, dtype=torch.long)
+    keep[1, : keys // 2] = 0
+    mask = AttentionMask.padding(keep).additive(1, keys, torch.float32, q.device)  # (B, 1, 1, keys) or None
+    bias = torch.randn(keys, nh, generator=g).t()[None, :, None, :]  # (1, nh, 1, keys), last stride nh
+    for add in (None, bias, mask, None if mask is None else mask + bias):
+        scores = q @ k.transpose(-1, -2) * 0.5 + (0 if add is None else add)
+        want = torch.softmax(scores, dim=-1) @ v
+        got = cpu_kernels.attention_one_query(q, k, v, add, 0.5)
+        assert got.shape == (B, nh, 1, hs)
+        assert (got - want).abs().max() < 2e-5
+
+
+def test_attention_one_query_declines_what_it_does_not_take():
+    q, k = torch.randn(2, 3, 1, 16), torch.randn(2, 3, 5, 16)
+    assert cpu_kernels.attention_one_query(q.repeat(1, 1, 2, 1), k, k, None, 1.0) is None  # two queries
+    assert cpu_kernels.attention_one_query(q.bfloat16(), k.bfloat16(), k.bfloat16(), None, 1.0) is None
+    assert cpu_kernels.attention_one_query(q, k, k, torch.zeros(2, 3, 2, 5), 1.0) is None

@@ -164,6 +164,22 @@ def test_attention_mask_kinds_and_bias_match_the_formula(kernel, kind):
         torch.testing.assert_close(got[b, :lengths[b]], want[b, :lengths[b]], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["sdpa", "bmm", "bmm_bf16"])
+def test_a_decoding_step_equals_the_last_row_of_the_full_pass(kernel):
+    """One query at the newest position against the keys so far (what a decoder's cache step computes; the
+    `bmm` kernels take it in one C call where built) equals that position's row of the whole causal pass."""
+    g = torch.Generator().manual_seed(3)
+    B, T, nh, hs = 3, 7, 4, 16
+    q, k, v = (torch.randn(B, T, nh * hs, generator=g) for _ in range(3))
+    bias = torch.randn(1, nh, T, T, generator=g)
+    keep = torch.ones(B, T, dtype=torch.long)
+    keep[2, :2] = 0  # left padding in one row (a decoder-only prompt)
+    full, _ = attention(q, k, v, nh, AttentionMask.padding(keep, "causal"), bias, kernel="eager", scale=1.0)
+    step, _ = attention(q[:, -1:], k, v, nh, AttentionMask(keep=keep.bool()), bias[:, :, -1:], kernel=kernel,
+                        scale=1.0)
+    torch.testing.assert_close(step[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
+
+
 # fp32 scores of one head: 6 x 6 x 4 bytes; of one row: 3 heads. Slices: the whole batch; rows 2, 2, 1; heads 2, 1.
 @pytest.mark.parametrize("budget", [10**9, 2 * 3 * 6 * 6 * 4, 2 * 6 * 6 * 4])
 def test_bmm_attention_in_slices_equals_the_whole(monkeypatch, budget):

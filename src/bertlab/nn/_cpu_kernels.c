@@ -36,12 +36,16 @@
 #define MULTIVERSION
 #endif
 
+/* Helpers of the multiversioned loops are always inlined: a helper compiled on its own would be built for the
+ * baseline CPU, without the vector instructions of the clone calling it. */
+#define INLINE static inline __attribute__((always_inline))
+
 /* Below this many elements a kernel runs on one thread: waking the pool costs more than it saves. */
 #define PARALLEL_MIN_ELEMENTS (1 << 15)
 
 enum { F32 = 0, BF16 = 1 };
 
-static inline float bf16_to_f32(uint16_t h) {
+INLINE float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
@@ -49,7 +53,7 @@ static inline float bf16_to_f32(uint16_t h) {
 }
 
 /* Round to nearest even, as torch's conversion; NaN stays NaN. */
-static inline uint16_t f32_to_bf16(float f) {
+INLINE uint16_t f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -58,7 +62,7 @@ static inline uint16_t f32_to_bf16(float f) {
 
 /* Round to nearest, ties to even (torch.round), for |v| < 2^22: adding and removing 1.5 * 2^23 leaves no
  * fraction bits, and the FPU's default rounding is to nearest even. */
-static inline float round_even(float v) {
+INLINE float round_even(float v) {
     const float magic = 12582912.0f;
     return (v + magic) - magic;
 }
@@ -67,20 +71,20 @@ static inline float round_even(float v) {
  * here), so the compiler would not vectorize it. Maxima are therefore taken over the floats' bits as integers
  * (which may be reordered freely), and sums in 16 independent lanes of a vector (GCC's vector extension). */
 #define BLOCK 16
-static inline uint32_t bits_of(float f) {
+INLINE uint32_t bits_of(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static inline float float_of(uint32_t u) {
+INLINE float float_of(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
 /* max |x[c]|: without its sign bit a float's bits order as its magnitude does (a NaN above every number) */
-static inline float absmax_f32(const float *x, Py_ssize_t n) {
+INLINE float absmax_f32(const float *x, Py_ssize_t n) {
     uint32_t m = 0;
     for (Py_ssize_t c = 0; c < n; c++) {
         uint32_t a = bits_of(x[c]) & 0x7fffffffu;
@@ -89,7 +93,7 @@ static inline float absmax_f32(const float *x, Py_ssize_t n) {
     return float_of(m);
 }
 
-static inline float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
+INLINE float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
     uint16_t m = 0;
     for (Py_ssize_t c = 0; c < n; c++) {
         uint16_t a = x[c] & 0x7fffu;
@@ -100,12 +104,12 @@ static inline float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
 
 /* (A float's maximum over its signed-integer keys: as a signed integer, a non-negative float's bits order as
  * its value does, a negative float's in reverse, which flipping its 31 low bits undoes. NaN aside.) */
-static inline int32_t order_key(float f) {
+INLINE int32_t order_key(float f) {
     int32_t i = (int32_t)bits_of(f);
     return i ^ ((i >> 31) & 0x7fffffff);
 }
 
-static inline float from_order_key(int32_t k) { return float_of((uint32_t)(k ^ ((k >> 31) & 0x7fffffff))); }
+INLINE float from_order_key(int32_t k) { return float_of((uint32_t)(k ^ ((k >> 31) & 0x7fffffff))); }
 
 typedef float f32x16 __attribute__((vector_size(64)));
 
@@ -171,7 +175,7 @@ static void dequantize_bf16(const int32_t *acc, uint16_t *y, const float *xs, co
 /* e^x for x <= 0 (a softmax's x - max): e^x = 2^n e^r with n = round(x / ln 2), |r| <= ln2 / 2, and e^r from
  * Cephes' expf polynomial; below -87 (where 2^n would leave the normal range) it is 0, as the exact value
  * rounds to in the float arithmetic that follows. */
-static inline float exp_nonpositive(float x) {
+INLINE float exp_nonpositive(float x) {
     float xc = x < -87.0f ? -87.0f : x;
     float n = round_even(xc * 1.44269504088896341f);
     float r = xc - n * 0.693359375f;
@@ -192,10 +196,10 @@ static inline float exp_nonpositive(float x) {
 /* Softmax works on a row copied into `tmp`, widened to fp32 and padded with -inf to a whole number of 16-float
  * blocks: every loop below then runs in whole vectors. (Unpadded, a row of 72 or 124 scores left 8-12 columns
  * to scalar tail loops in each of four passes, and those cost as much as the vector part.) */
-static inline Py_ssize_t padded(Py_ssize_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
+INLINE Py_ssize_t padded(Py_ssize_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
 
 /* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
-static inline float exp_normalizer(float *tmp, Py_ssize_t n16) {
+INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
     int32_t mk[BLOCK];
     for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
     for (Py_ssize_t c = 0; c < n16; c += BLOCK)
@@ -243,6 +247,98 @@ static void softmax_bf16(uint16_t *x, float *tmp, Py_ssize_t rows, Py_ssize_t co
         for (Py_ssize_t c = cols; c < n16; c++) tmp[c] = -INFINITY;
         const float inv = exp_normalizer(tmp, n16);
         for (Py_ssize_t c = 0; c < cols; c++) xr[c] = f32_to_bf16(tmp[c] * inv);
+    }
+}
+
+/* ------------------------------------------------------------------------------- attention, one query */
+/* A decoding step: each row has one new query against its cached keys and values. Per (row, head), with
+ * T_k keys of hs values:  s_j = scale · q·k_j + add_j,  p = softmax(s),  out = Σ_j p_j v_j.
+ * Torch's SDPA spent ~0.4 ms a call on this at T5-small's beam search (32 rows, 8 heads, <= 48 keys): its
+ * kernel is built for blocks of many queries. Here each (row, head) is a few hundred multiply-adds. */
+INLINE float dot_f32(const float *a, const float *b, Py_ssize_t n) {
+    f32x16 lanes = {0};
+    Py_ssize_t d = 0;
+    for (; d + 16 <= n; d += 16) {
+        f32x16 x, y;
+        memcpy(&x, a + d, sizeof x);
+        memcpy(&y, b + d, sizeof y);
+        lanes += x * y;
+    }
+    float sums[16];
+    memcpy(sums, &lanes, sizeof sums);
+    for (int half = 8; half > 0; half /= 2)
+        for (int l = 0; l < half; l++) sums[l] += sums[l + half];
+    float sum = sums[0];
+    for (; d < n; d++) sum += a[d] * b[d];
+    return sum;
+}
+
+/* The scores of 16 keys at once: acc[j] holds key j's q·k_j in 16 partial sums (one per 16-float slice of hs);
+ * folding the 16 vectors pairwise in halves (a transpose-and-add, 15 shuffle pairs) leaves one vector of the 16
+ * totals, where summing each vector's lanes one by one took ~15 dependent additions per key. */
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+
+INLINE void dot16_keys(const float *q, const float *k, Py_ssize_t key_stride, Py_ssize_t hs, float *out) {
+    f32x16 acc[16];
+    for (int j = 0; j < 16; j++) acc[j] = (f32x16){0};
+    for (Py_ssize_t d = 0; d < hs; d += 16) {
+        f32x16 x;
+        memcpy(&x, q + d, sizeof x);
+        for (int j = 0; j < 16; j++) {
+            f32x16 y;
+            memcpy(&y, k + j * key_stride + d, sizeof y);
+            acc[j] += x * y;
+        }
+    }
+    /* lane masks: each step sums lane pairs `width` apart, keeping the keys' order */
+    const i32x16 lo8 = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const i32x16 lo4 = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const i32x16 lo2 = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+    const i32x16 lo1 = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    f32x16 l1[8], l2[4], l3[2];
+    for (int i = 0; i < 8; i++)
+        l1[i] = __builtin_shuffle(acc[2 * i], acc[2 * i + 1], lo8) + __builtin_shuffle(acc[2 * i], acc[2 * i + 1], lo8 + 8);
+    for (int i = 0; i < 4; i++)
+        l2[i] = __builtin_shuffle(l1[2 * i], l1[2 * i + 1], lo4) + __builtin_shuffle(l1[2 * i], l1[2 * i + 1], lo4 + 4);
+    for (int i = 0; i < 2; i++)
+        l3[i] = __builtin_shuffle(l2[2 * i], l2[2 * i + 1], lo2) + __builtin_shuffle(l2[2 * i], l2[2 * i + 1], lo2 + 2);
+    const f32x16 total = __builtin_shuffle(l3[0], l3[1], lo1) + __builtin_shuffle(l3[0], l3[1], lo1 + 1);
+    memcpy(out, &total, sizeof total);
+}
+
+/* strides in elements, [0] row, [1] head, [2] position (q and out: one position); the last dimension is
+ * contiguous. `add` (scores' additive mask and bias) may broadcast over rows or heads (stride 0) or be NULL. */
+typedef struct {
+    const float *q, *k, *v, *add;
+    float *out;
+    Py_ssize_t qs[2], ks[3], vs[3], adds[2];
+    Py_ssize_t heads, hs, keys;
+    float scale;
+} OneQuery;
+
+MULTIVERSION
+static void one_query_heads(const OneQuery *a, Py_ssize_t first, Py_ssize_t count, float *tmp) {
+    const Py_ssize_t n16 = padded(a->keys);
+    for (Py_ssize_t task = first; task < first + count; task++) {
+        const Py_ssize_t b = task / a->heads, h = task % a->heads;
+        const float *q = a->q + b * a->qs[0] + h * a->qs[1];
+        const float *k = a->k + b * a->ks[0] + h * a->ks[1];
+        const float *v = a->v + b * a->vs[0] + h * a->vs[1];
+        const float *add = a->add ? a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        Py_ssize_t j = 0;
+        if (a->hs % 16 == 0)
+            for (; j + 16 <= a->keys; j += 16) dot16_keys(q, k + j * a->ks[2], a->ks[2], a->hs, tmp + j);
+        for (; j < a->keys; j++) tmp[j] = dot_f32(q, k + j * a->ks[2], a->hs);
+        for (j = 0; j < a->keys; j++) tmp[j] = a->scale * tmp[j] + (add ? add[j] : 0.0f);
+        for (Py_ssize_t j = a->keys; j < n16; j++) tmp[j] = -INFINITY;
+        const float inv = exp_normalizer(tmp, n16);
+        float *out = a->out + (b * a->heads + h) * a->hs;
+        for (Py_ssize_t d = 0; d < a->hs; d++) out[d] = 0.0f;
+        for (Py_ssize_t j = 0; j < a->keys; j++) {
+            const float p = tmp[j] * inv;
+            const float *vj = v + j * a->vs[2];
+            for (Py_ssize_t d = 0; d < a->hs; d++) out[d] += p * vj[d];
+        }
     }
 }
 
@@ -492,6 +588,44 @@ static PyObject *py_linear_int8_few_rows(PyObject *self, PyObject *const *args, 
 #endif
 }
 
+/* attention_one_query(q, q_strides(2), k, k_strides(3), v, v_strides(3), add | None, add_strides(2), out,
+ * rows, heads, hs, keys, scale, threads): fp32; see OneQuery */
+static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 21, "attention_one_query") < 0) return NULL;
+    OneQuery a;
+    a.q = as_ptr(args[0]);
+    a.qs[0] = PyLong_AsSsize_t(args[1]), a.qs[1] = PyLong_AsSsize_t(args[2]);
+    a.k = as_ptr(args[3]);
+    for (int i = 0; i < 3; i++) a.ks[i] = PyLong_AsSsize_t(args[4 + i]);
+    a.v = as_ptr(args[7]);
+    for (int i = 0; i < 3; i++) a.vs[i] = PyLong_AsSsize_t(args[8 + i]);
+    a.add = as_ptr(args[11]);
+    a.adds[0] = PyLong_AsSsize_t(args[12]), a.adds[1] = PyLong_AsSsize_t(args[13]);
+    a.out = as_ptr(args[14]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[15]);
+    a.heads = PyLong_AsSsize_t(args[16]), a.hs = PyLong_AsSsize_t(args[17]), a.keys = PyLong_AsSsize_t(args[18]);
+    a.scale = (float)PyFloat_AsDouble(args[19]);
+    long threads = PyLong_AsLong(args[20]);
+    if (PyErr_Occurred()) return NULL;
+    const Py_ssize_t tasks = rows * a.heads;
+    if (tasks < 1 || a.keys < 1) Py_RETURN_NONE;
+    int parts = thread_count(tasks, a.keys * a.hs, threads);
+    const Py_ssize_t row_floats = padded(a.keys);
+    float *tmp = PyMem_RawMalloc(sizeof(float) * (size_t)row_floats * (size_t)parts);
+    if (!tmp) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (block_of(tasks, part, parts, &start, &count)) one_query_heads(&a, start, count, tmp + part * row_floats);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(tmp);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
      "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
@@ -499,6 +633,9 @@ static PyMethodDef methods[] = {
      "dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
     {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
      "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
+    {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,
+     "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, rows, heads, hs, keys, "
+     "scale, threads)"},
     {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
      "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},

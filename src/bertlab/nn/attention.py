@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .cpu_kernels import softmax_
+from .cpu_kernels import attention_one_query, softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -148,6 +148,8 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
         bias = bias.to(q.dtype)  # (1 | B, nh, T_q, T_k)
         add = bias if add is None else bias + add
     scale = scale if scale is not None else 1.0 / math.sqrt(hs)
+    if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
+        return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
     out = q.new_empty(B, T_q, nh, hs)  # written head by head; its transpose is the (B, nh, T_q, hs) result
     heads_out = out.transpose(1, 2)
     per_head = T_q * T_k * q.element_size()  # bytes of one head's scores
@@ -185,8 +187,9 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
     One query per row (a decoder step against its K/V cache) stays in q's dtype with SDPA: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
-    if q.size(-2) == 1:
-        return sdpa_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
+    if q.size(-2) == 1:  # a decoding step: in q's dtype (bmm_attention's one-query kernel takes fp32)
+        kernel = bmm_attention if q.dtype == torch.float32 else sdpa_attention
+        return kernel(q, k, v, mask, bias, dropout_p, scale, need_weights)
     y, _ = bmm_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), mask,
                          bias, dropout_p, scale, need_weights)
     return y.to(q.dtype), None

@@ -4,6 +4,8 @@
     quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
     dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
+    attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
+                                against its K/V cache), fp32
     int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
                                 (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
 
@@ -107,6 +109,33 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     cols = x.size(-1)
     _extension().softmax_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], x.numel() // cols, cols, torch.get_num_threads())
     return x
+
+
+# ------------------------------------------------------------------------------------ attention, one query
+def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
+                        scale: float) -> torch.Tensor | None:
+    """softmax(scale · q kᵀ + add) v for q (B, nh, 1, hs) and k, v (B, nh, T_k, hs) -- any strides with hs
+    contiguous, so a K/V cache's views go in as they are -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32.
+    Returns (B, nh, 1, hs), or None where the C kernel does not apply (the caller then takes its own path)."""
+    B, nh, T_q, hs = q.shape
+    T_k = k.size(2)
+    tensors = (q, k, v) + (() if add is None else (add,))
+    if (T_q != 1 or _extension() is None or T_k == 0 or k.shape != (B, nh, T_k, hs) or v.shape != k.shape
+            or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
+                   or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
+        return None
+    add_strides = (0, 0)
+    if add is not None:
+        if add.dim() != 4 or add.size(2) != 1 or add.size(3) != T_k or add.size(0) not in (1, B) or add.size(1) not in (1, nh):
+            return None
+        add = add.contiguous()  # T5's position bias is a transposed view; (B | 1, nh | 1, 1, T_k) is small
+        add_strides = tuple(add.stride(i) if add.size(i) > 1 else 0 for i in (0, 1))
+    out = torch.empty((B, 1, nh, hs), dtype=torch.float32)
+    _extension().attention_one_query(
+        q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
+        v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), None if add is None else add.data_ptr(), *add_strides,
+        out.data_ptr(), B, nh, hs, T_k, float(scale), torch.get_num_threads())
+    return out.transpose(1, 2)  # (B, nh, 1, hs)
 
 
 # ------------------------------------------------------------------------------------- int8 GEMM, few rows
