@@ -180,6 +180,26 @@ def test_a_decoding_step_equals_the_last_row_of_the_full_pass(kernel):
     torch.testing.assert_close(step[:, 0], full[:, -1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("kernel", ["eager", "sdpa", "bmm", "bmm_bf16"])
+@pytest.mark.parametrize("T_q", [1, 3])
+def test_keys_and_values_shared_by_groups_of_query_rows(kernel, T_q):
+    """k, v with B / G rows (the beams of one input sharing its encoder's): every kernel gives what it gives on
+    the rows repeated; fewer rows that do not divide B are refused."""
+    g = torch.Generator().manual_seed(4)
+    B, G, T_k, nh, hs = 6, 3, 5, 2, 16
+    q = torch.randn(B, T_q, nh * hs, generator=g)
+    k, v = (torch.randn(B // G, T_k, nh * hs, generator=g) for _ in range(2))
+    keep = torch.ones(B, T_k, dtype=torch.long)
+    keep[4, 3:] = 0
+    mask = AttentionMask.padding(keep)
+    got, _ = attention(q, k, v, nh, mask, kernel=kernel)
+    want, _ = attention(q, k.repeat_interleave(G, 0), v.repeat_interleave(G, 0), nh, mask, kernel="eager")
+    tol = 2e-2 if kernel == "bmm_bf16" and T_q > 1 else 1e-5
+    torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+    with pytest.raises(ValueError, match="a divisor expected"):
+        attention(q, k[:1].repeat(4, 1, 1), v[:1].repeat(4, 1, 1), nh, mask, kernel=kernel)
+
+
 # fp32 scores of one head: 6 x 6 x 4 bytes; of one row: 3 heads. Slices: the whole batch; rows 2, 2, 1; heads 2, 1.
 @pytest.mark.parametrize("budget", [10**9, 2 * 3 * 6 * 6 * 4, 2 * 6 * 6 * 4])
 def test_bmm_attention_in_slices_equals_the_whole(monkeypatch, budget):

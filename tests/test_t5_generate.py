@@ -140,6 +140,26 @@ def test_cached_generation_equals_uncached(architecture, num_beams):
     assert max(len(set(row.tolist())) for row in cached) >= 3
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_beams_sharing_the_encoders_keys_and_values_match_transformers(variant, tmp_path):
+    """With the bmm kernel (what CPU inference runs in int8) the beams of one input share one row of
+    cross-attention keys and values instead of a copy each; beam search still equals transformers'."""
+    from bertlab.nn.attention import use_attention_kernel
+
+    model = lively_model(variant)
+    theirs = hf_twin(model, tmp_path)
+    use_attention_kernel(model, "bmm")
+    ids, mask = inputs()
+    with torch.no_grad():
+        cache = CachedDecoder(model, ids, mask, expand=3, max_new_tokens=4).layers[0]
+    assert cache.cross_k.size(0) == ids.size(0) and cache.self_k.size(0) == 3 * ids.size(0)
+    settings = dict(max_new_tokens=MAX_NEW, num_beams=3)
+    ours = model.generate(ids, attention_mask=mask, **settings)
+    ref = theirs.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
+    assert torch.equal(ours, after_eos_as_pad(ref))
+    assert max(len(set(row.tolist())) for row in ours) >= 4
+
+
 @pytest.mark.parametrize("architecture", ["decoder-only", "prefix-lm"])
 def test_decoder_only_padded_batch_equals_rows_alone(architecture):
     model = lively_model("v1.0", architecture)

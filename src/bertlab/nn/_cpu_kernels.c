@@ -313,6 +313,7 @@ typedef struct {
     float *out;
     Py_ssize_t qs[2], ks[3], vs[3], adds[2];
     Py_ssize_t heads, hs, keys;
+    Py_ssize_t group;  /* rows of q per row of k and v: beams of one input share its encoder's keys and values */
     float scale;
 } OneQuery;
 
@@ -322,8 +323,8 @@ static void one_query_heads(const OneQuery *a, Py_ssize_t first, Py_ssize_t coun
     for (Py_ssize_t task = first; task < first + count; task++) {
         const Py_ssize_t b = task / a->heads, h = task % a->heads;
         const float *q = a->q + b * a->qs[0] + h * a->qs[1];
-        const float *k = a->k + b * a->ks[0] + h * a->ks[1];
-        const float *v = a->v + b * a->vs[0] + h * a->vs[1];
+        const float *k = a->k + b / a->group * a->ks[0] + h * a->ks[1];
+        const float *v = a->v + b / a->group * a->vs[0] + h * a->vs[1];
         const float *add = a->add ? a->add + b * a->adds[0] + h * a->adds[1] : NULL;
         Py_ssize_t j = 0;
         if (a->hs % 16 == 0)
@@ -589,9 +590,9 @@ static PyObject *py_linear_int8_few_rows(PyObject *self, PyObject *const *args, 
 }
 
 /* attention_one_query(q, q_strides(2), k, k_strides(3), v, v_strides(3), add | None, add_strides(2), out,
- * rows, heads, hs, keys, scale, threads): fp32; see OneQuery */
+ * rows, heads, hs, keys, scale, threads, group): fp32; see OneQuery */
 static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 21, "attention_one_query") < 0) return NULL;
+    if (parse(args, nargs, 22, "attention_one_query") < 0) return NULL;
     OneQuery a;
     a.q = as_ptr(args[0]);
     a.qs[0] = PyLong_AsSsize_t(args[1]), a.qs[1] = PyLong_AsSsize_t(args[2]);
@@ -606,7 +607,12 @@ static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, P
     a.heads = PyLong_AsSsize_t(args[16]), a.hs = PyLong_AsSsize_t(args[17]), a.keys = PyLong_AsSsize_t(args[18]);
     a.scale = (float)PyFloat_AsDouble(args[19]);
     long threads = PyLong_AsLong(args[20]);
+    a.group = PyLong_AsSsize_t(args[21]);
     if (PyErr_Occurred()) return NULL;
+    if (a.group < 1) {
+        PyErr_SetString(PyExc_ValueError, "attention_one_query: group < 1");
+        return NULL;
+    }
     const Py_ssize_t tasks = rows * a.heads;
     if (tasks < 1 || a.keys < 1) Py_RETURN_NONE;
     int parts = thread_count(tasks, a.keys * a.hs, threads);
@@ -635,7 +641,7 @@ static PyMethodDef methods[] = {
      "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
     {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,
      "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, rows, heads, hs, keys, "
-     "scale, threads)"},
+     "scale, threads, group)"},
     {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
      "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},

@@ -140,7 +140,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     was as fast or faster (0.78-1.03x), so fp32 models keep it. Training with dropout takes the eager
     formula."""
     if dropout_p > 0:
-        return eager_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
+        return eager_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape
     T_k = k.size(-2)
     add = mask.additive(T_q, T_k, q.dtype, q.device) if mask is not None else None  # (B | 1, 1, T_q | 1, T_k)
@@ -150,6 +150,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     scale = scale if scale is not None else 1.0 / math.sqrt(hs)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
+    k, v = expand_shared_rows(k, v, B)
     out = q.new_empty(B, T_q, nh, hs)  # written head by head; its transpose is the (B, nh, T_q, hs) result
     heads_out = out.transpose(1, 2)
     per_head = T_q * T_k * q.element_size()  # bytes of one head's scores
@@ -188,30 +189,43 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     One query per row (a decoder step against its K/V cache) stays in q's dtype with SDPA: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
     if q.size(-2) == 1:  # a decoding step: in q's dtype (bmm_attention's one-query kernel takes fp32)
-        kernel = bmm_attention if q.dtype == torch.float32 else sdpa_attention
-        return kernel(q, k, v, mask, bias, dropout_p, scale, need_weights)
+        if q.dtype == torch.float32:
+            return bmm_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
+        return sdpa_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     y, _ = bmm_attention(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), mask,
                          bias, dropout_p, scale, need_weights)
     return y.to(q.dtype), None
+
+
+def expand_shared_rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k, v with one row per `rows // k.size(0)` query rows (see `AttentionKernel.shared_kv`) -> one per query
+    row, repeated (a copy); unchanged when they already have `rows`."""
+    if k.size(0) == rows:
+        return k, v
+    group = rows // k.size(0)
+    return k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
 
 
 @dataclass(frozen=True)
 class AttentionKernel:
     fn: Kernel
     unpadded: bool = False  # True: takes (N, nh, hs) rows with the layout's cu_seqlens instead of rectangles
+    # True: takes k, v with fewer rows than q -- query row b reads key/value row b // (B_q / B_kv) -- so the
+    # beams of one input can share its encoder's keys and values instead of holding a copy each
+    shared_kv: bool = False
 
 
 ATTENTION_KERNELS: dict[str, AttentionKernel] = {
     "eager": AttentionKernel(eager_attention),
     "sdpa": AttentionKernel(sdpa_attention),
-    "bmm": AttentionKernel(bmm_attention),
-    "bmm_bf16": AttentionKernel(bmm_bf16_attention),
+    "bmm": AttentionKernel(bmm_attention, shared_kv=True),
+    "bmm_bf16": AttentionKernel(bmm_bf16_attention, shared_kv=True),
 }
 
 
-def register_attention_kernel(name: str, fn: Kernel, unpadded: bool = False) -> None:
+def register_attention_kernel(name: str, fn: Kernel, unpadded: bool = False, shared_kv: bool = False) -> None:
     """Make `fn` selectable as `attn_implementation = name`."""
-    ATTENTION_KERNELS[name] = AttentionKernel(fn, unpadded)
+    ATTENTION_KERNELS[name] = AttentionKernel(fn, unpadded, shared_kv)
 
 
 def use_attention_kernel(model: torch.nn.Module, name: str) -> int:
@@ -236,8 +250,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
               dropout_p: float = 0.0, training: bool = False, scale: float | None = None,
               need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head attention over projected q (B, T_q, H), k and v (B, T_k, H) -- or (N, H) rows of real tokens
-    with `layout`. Returns the heads' output in q's shape, and the (B, nh, T_q, T_k) probabilities when
-    `need_weights` (which takes the eager kernel)."""
+    with `layout`. k and v may have B / G rows, each shared by G consecutive rows of q (the beams of one
+    input); kernels without `shared_kv` get them repeated. Returns the heads' output in q's shape, and the
+    (B, nh, T_q, T_k) probabilities when `need_weights` (which takes the eager kernel)."""
     impl = get_kernel("eager" if need_weights else kernel)
     p = dropout_p if training else 0.0
     if layout is not None and impl.unpadded:
@@ -245,8 +260,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
     if layout is not None:  # the kernel needs the (B, T) rectangle: pad here, drop the padding at the end
         q, k, v = layout.pad(q), layout.pad(k), layout.pad(v)
     B, T_q, H = q.shape
+    if k.size(0) != B:
+        if k.size(0) == 0 or B % k.size(0) or v.size(0) != k.size(0):
+            raise ValueError(f"attention: {k.size(0)} rows of keys for {B} rows of queries (a divisor expected)")
+        if not impl.shared_kv:
+            k, v = expand_shared_rows(k, v, B)
     # (B, T, H) -> (B, nh, T, hs)
-    q, k, v = (t.view(B, t.size(1), num_heads, H // num_heads).transpose(1, 2) for t in (q, k, v))
+    q, k, v = (t.view(t.size(0), t.size(1), num_heads, H // num_heads).transpose(1, 2) for t in (q, k, v))
     y, probs = impl.fn(q, k, v, mask, bias, p, scale, need_weights)
     y = y.transpose(1, 2).reshape(B, T_q, H)  # re-assemble the heads side by side
     return (layout.unpad(y) if layout is not None else y), probs

@@ -114,13 +114,15 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------ attention, one query
 def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
                         scale: float) -> torch.Tensor | None:
-    """softmax(scale · q kᵀ + add) v for q (B, nh, 1, hs) and k, v (B, nh, T_k, hs) -- any strides with hs
-    contiguous, so a K/V cache's views go in as they are -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32.
-    Returns (B, nh, 1, hs), or None where the C kernel does not apply (the caller then takes its own path)."""
+    """softmax(scale · q kᵀ + add) v for q (B, nh, 1, hs) and k, v (B / G, nh, T_k, hs) -- any strides with hs
+    contiguous, so a K/V cache's views go in as they are; G rows of q in turn share a row of k and v (the beams
+    of one input) -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32. Returns (B, nh, 1, hs), or None where
+    the C kernel does not apply (the caller then takes its own path)."""
     B, nh, T_q, hs = q.shape
-    T_k = k.size(2)
+    B_kv, T_k = k.size(0), k.size(2)
     tensors = (q, k, v) + (() if add is None else (add,))
-    if (T_q != 1 or _extension() is None or T_k == 0 or k.shape != (B, nh, T_k, hs) or v.shape != k.shape
+    if (T_q != 1 or _extension() is None or T_k == 0 or B_kv == 0 or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
+            or v.shape != k.shape
             or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
                    or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
         return None
@@ -134,7 +136,7 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     _extension().attention_one_query(
         q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
         v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), None if add is None else add.data_ptr(), *add_strides,
-        out.data_ptr(), B, nh, hs, T_k, float(scale), torch.get_num_threads())
+        out.data_ptr(), B, nh, hs, T_k, float(scale), torch.get_num_threads(), B // B_kv)
     return out.transpose(1, 2)  # (B, nh, 1, hs)
 
 

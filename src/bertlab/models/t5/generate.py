@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ...errors import BertlabError
 from ...nn import AttentionMask
+from ...nn.attention import get_kernel
 
 # The model (`model.T5ForConditionalGeneration`) is passed in, not imported: its `generate` method calls this
 # module, which then needs nothing from model.py but the model object.
@@ -43,7 +44,7 @@ class LayerCache:
 
     self_k: torch.Tensor  # (B, T_max, inner)
     self_v: torch.Tensor
-    cross_k: torch.Tensor | None = None  # (B, T_enc, inner)
+    cross_k: torch.Tensor | None = None  # (B or B·K, T_enc, inner): see CachedDecoder
     cross_v: torch.Tensor | None = None
 
 
@@ -52,7 +53,8 @@ class CachedDecoder:
     """The decoder while generating `rows` = B·K sequences: feed it the newest tokens, get the next-token logits.
 
     The encoder runs once on the B inputs; its output's cross-attention keys and values are computed once per
-    layer and repeated for the K beams of each input (beams of one input never exchange them)."""
+    layer and shared by the K beams of each input (beams of one input never exchange them): one row per input
+    where the attention kernel takes shared rows, else repeated for each beam."""
 
     def __init__(self, model, input_ids: torch.Tensor,
                  attention_mask: torch.Tensor | None, expand: int, max_new_tokens: int):
@@ -64,7 +66,12 @@ class CachedDecoder:
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None
         if model.encoder is not None:
-            encoder_states = model.encode(input_ids, attention_mask).repeat_interleave(expand, 0)  # (B·K, T_in, d)
+            encoder_states = model.encode(input_ids, attention_mask)  # (B, T_in, d)
+            # Beams of one input share its cross-attention keys and values where the kernel takes shared rows
+            # (K times less to compute, hold and read each step); otherwise each beam gets a copy.
+            kernel = model.decoder.block[0].layer[1].EncDecAttention.attn_implementation
+            if not get_kernel(kernel).shared_kv:
+                encoder_states = encoder_states.repeat_interleave(expand, 0)  # (B·K, T_in, d)
             self.encoder_mask = AttentionMask.padding(
                 attention_mask.repeat_interleave(expand, 0) if attention_mask is not None else None)
             self.prompt = None
