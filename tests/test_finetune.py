@@ -57,6 +57,17 @@ def test_cli_finetune_then_evaluate_sst2(tiny_model, shared_data, tmp_path, caps
     rescored = json.loads(capsys.readouterr().out)
     assert rescored["accuracy"] == pytest.approx(accuracy) and rescored["examples"] == 40
     assert (tmp_path / "again" / "dev_predictions.tsv").read_text() == (out / "dev_predictions.tsv").read_text()
+    # in int8 (the inference runtime's layers): scored as such, close to fp32; a contradictory choice refused
+    from bertlab.nn import int8_linear
+
+    if int8_linear.available():
+        assert _run("evaluate", "sst2", "--model", out / "model", "--data", shared_data / "glue" / "SST-2",
+                    "--limit", 40, "--dtype", "int8") == 0
+        int8 = json.loads(capsys.readouterr().out)
+        assert int8["dtype"] == "int8" and abs(int8["accuracy"] - accuracy) <= 0.05
+    assert _run("evaluate", "sst2", "--model", out / "model", "--data", shared_data / "glue" / "SST-2",
+                "--bf16", "--dtype", "int8") == 2
+    assert "disagree" in capsys.readouterr().err
 
 
 def test_grid_and_seeds_keep_the_best_mean(tiny_model, shared_data, tmp_path, monkeypatch):

@@ -27,7 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-length", type=int, help="tokens per sequence (default: the task's)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per prediction batch (default 64)")
     p.add_argument("--limit", type=int, metavar="N", help="score a seeded random N examples")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (the same as --dtype bf16)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default=None,
+                   help="precision to score in (default fp32): bf16 autocast, or int8 -- the CPU inference runtime's "
+                        "int8 linear layers, to measure what `--dtype int8` costs a task")
     p.add_argument("--device", help="cpu or cuda (default: cuda when available)")
 
 
@@ -37,17 +40,26 @@ def run(args: argparse.Namespace) -> int:
     from ..train.finetune import subset
     from ..train.setup import autocast_dtype, resolve_device
 
+    from ..errors import BertlabError
+    from ..infer.runtime import InferenceOptions, prepare
+
+    if args.bf16 and args.dtype not in (None, "bf16"):
+        raise BertlabError(f"--bf16 and --dtype {args.dtype} disagree; give one of them")
+    dtype = "bf16" if args.bf16 else args.dtype or "fp32"
     spec = TASKS[args.task]
     split = split_name(spec, args.data, args.split)
     device = resolve_device(args.device)
     model = spec.head_class(args.model).from_pretrained(args.model).to(device)
+    if dtype == "int8":  # refused in one line off the CPU
+        model = prepare(model, InferenceOptions(device=str(device), dtype="int8"))
     spec = spec.with_model_config(model.config)  # own-data tasks: labels, columns, windows as trained
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     examples = subset(spec.read(args.data, split), args.limit)
     scores = evaluate(spec, model, tokenizer, examples, split,
                       max_length=args.max_seq_length or spec.default_max_length, batch_size=args.batch_size,
-                      out_dir=args.out, device=device, autocast_dtype=autocast_dtype("bf16" if args.bf16 else "fp32"))
-    print(json.dumps({"task": spec.name, "split": split, "data": str(args.data), "examples": len(examples), **scores},
+                      out_dir=args.out, device=device, autocast_dtype=autocast_dtype("bf16" if dtype == "bf16" else "fp32"))
+    print(json.dumps({"task": spec.name, "split": split, "data": str(args.data), "examples": len(examples),
+                      "dtype": dtype, **scores},
                      indent=2))
     return 0
 
