@@ -160,6 +160,10 @@ def test_int8_generate_runs_t5_with_quantized_layers(tmp_path, capsys):
     fp32 = load_model(T5ForConditionalGeneration, folder, InferenceOptions())
     int8 = load_model(T5ForConditionalGeneration, folder, InferenceOptions(dtype="int8"))
     assert isinstance(int8.lm_head, int8_linear.Int8Linear)
+    self_attention = [b.layer[0].SelfAttention for b in (*int8.encoder.block, *int8.decoder.block)]
+    assert all(isinstance(a.stacked, int8_linear.Int8Linear) for a in self_attention)  # q, k, v: one GEMM
+    cross = [b.layer[1].EncDecAttention for b in int8.decoder.block]
+    assert all(getattr(a, "stacked", None) is None for a in cross)  # q reads the decoder, k and v the encoder
     g = torch.Generator().manual_seed(0)
     ids, labels = torch.randint(5, 90, (3, 10), generator=g), torch.randint(5, 90, (3, 7), generator=g)
     with torch.inference_mode():

@@ -42,8 +42,11 @@ def activate(h: torch.Tensor, name: str) -> torch.Tensor:
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout. On the CPU the keep-mask comes from 16-bit slices of 64-bit random integers, which
     is ~10x faster than `F.dropout`'s per-element Bernoulli draws (dropout was a fifth of a BERT-Mini training
-    step on CPU); p is quantised to 1/65536. Elsewhere, and in eval mode, it is `F.dropout`."""
-    if not training or p == 0.0 or x.device.type != "cpu":
+    step on CPU); p is quantised to 1/65536. In eval mode (or at p = 0) x itself, as `F.dropout` returns it;
+    elsewhere `F.dropout`."""
+    if not training or p == 0.0:
+        return x  # what F.dropout returns here, without its call: a decoding step passes dozens of these
+    if x.device.type != "cpu":
         return F.dropout(x, p, training)
     n = x.numel()
     bits = torch.randint(-2**63, 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64).view(torch.int16)[:n].view(x.shape)

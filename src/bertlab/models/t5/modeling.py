@@ -117,9 +117,11 @@ class T5Attention(nn.Module):
         self.attn_implementation = config.attn_implementation
 
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, bias: torch.Tensor | None,
-                k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """x: (B, T_q, d_model) queries' input; k, v: (B, T_k, inner) projected keys and values."""
-        y, _ = attention(self.q(x), k, v, self.num_heads, mask, bias, kernel=self.attn_implementation,
+                k: torch.Tensor, v: torch.Tensor, q: torch.Tensor | None = None) -> torch.Tensor:
+        """x: (B, T_q, d_model) queries' input; k, v: (B, T_k, inner) projected keys and values; q: the
+        projected queries when the caller has them already (self-attention's stacked int8 projection)."""
+        y, _ = attention(self.q(x) if q is None else q, k, v, self.num_heads, mask, bias,
+                         kernel=self.attn_implementation,
                          dropout_p=self.dropout_p, training=self.training, scale=1.0)
         return self.o(y)  # (B, T_q, d_model)
 
@@ -128,6 +130,10 @@ class T5LayerSelfAttention(nn.Module):
     def __init__(self, config: T5Config, has_relative_attention_bias: bool = False):
         super().__init__()
         self.SelfAttention = T5Attention(config, has_relative_attention_bias)
+        # q, k and v read the same input here (not in cross-attention): int8 inference stacks them into one
+        # layer in `stacked` (nn/int8_linear.py), the input quantized once and one GEMM for the three
+        self.SelfAttention.stacked_projections = ("q", "k", "v")
+        self.SelfAttention.stacked = None
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout_rate)
 
@@ -135,13 +141,17 @@ class T5LayerSelfAttention(nn.Module):
         """`cache`: while generating, this block's `generate.LayerCache`; `start` positions are already in it."""
         h = self.layer_norm(x)
         attn = self.SelfAttention
-        k, v = attn.k(h), attn.v(h)  # (B, T, inner)
+        q = None
+        if attn.stacked is not None:
+            q, k, v = attn.stacked(h).chunk(3, dim=-1)  # (B, T, inner) each
+        else:
+            k, v = attn.k(h), attn.v(h)  # (B, T, inner)
         if cache is not None:  # append the new positions, attend over everything so far (views, no copies)
             end = start + h.size(1)
             cache.self_k[:, start:end] = k
             cache.self_v[:, start:end] = v
             k, v = cache.self_k[:, :end], cache.self_v[:, :end]
-        return x + self.dropout(attn(h, mask, bias, k, v))
+        return x + self.dropout(attn(h, mask, bias, k, v, q))
 
 
 class T5LayerCrossAttention(nn.Module):
