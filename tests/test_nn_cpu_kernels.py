@@ -206,3 +206,34 @@ def test_attention_one_query_declines_what_it_does_not_take():
     assert cpu_kernels.attention_one_query(q.repeat(1, 1, 2, 1), k, k, None, 1.0) is None  # two queries
     assert cpu_kernels.attention_one_query(q.bfloat16(), k.bfloat16(), k.bfloat16(), None, 1.0) is None
     assert cpu_kernels.attention_one_query(q, k, k, torch.zeros(2, 3, 2, 5), 1.0) is None
+
+
+@needs_c
+@pytest.mark.parametrize("hs", [16, 32, 64])
+@pytest.mark.parametrize("T_q,T_k", [(1, 7), (5, 5), (13, 70), (40, 40)])
+def test_attention_short_matches_the_formula(T_q, T_k, hs, threads):
+    """Query tiles of 4 with a partial last one, key blocks of 16-64 with a partial last one; masks per row,
+    a causal mask per query, a bias per head as a transposed view; keys and values shared by groups of rows."""
+    B, nh, G = 4, 3, 2
+    g = torch.Generator().manual_seed(T_q * T_k + hs)
+    q = torch.randn(B, T_q, nh, hs, generator=g).transpose(1, 2)  # strided, as attention() passes it
+    k, v = (torch.randn(B // G, T_k, nh, hs, generator=g).transpose(1, 2) for _ in range(2))
+    padding = torch.zeros(B, 1, 1, T_k)
+    padding[1, ..., T_k // 2:] = torch.finfo(torch.float32).min
+    causal = torch.full((T_q, T_k), torch.finfo(torch.float32).min).triu(T_k - T_q + 1)[None, None]
+    bias = torch.randn(T_k, T_q, nh, generator=g).permute(2, 1, 0)[None]  # (1, nh, T_q, T_k), last stride T_q·nh
+    kk, vv = k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)
+    for add in (None, padding, causal, bias + padding):
+        want = torch.softmax(q @ kk.transpose(-1, -2) * 0.25 + (0 if add is None else add), dim=-1) @ vv
+        got = cpu_kernels.attention_short(q, k, v, add, 0.25)
+        assert got.shape == (B, nh, T_q, hs)
+        assert (got - want).abs().max() < 2e-5
+
+
+def test_attention_short_declines_what_it_does_not_take():
+    q = torch.randn(2, 3, 4, 16)
+    assert cpu_kernels.attention_short(q[..., :8], q[..., :8], q[..., :8], None, 1.0) is None  # hs 8
+    wide = torch.randn(2, 3, 4, 80)
+    assert cpu_kernels.attention_short(wide, wide, wide, None, 1.0) is None  # hs over 64
+    assert cpu_kernels.attention_short(q.bfloat16(), q.bfloat16(), q.bfloat16(), None, 1.0) is None
+    assert cpu_kernels.attention_short(q, q, q, torch.zeros(2, 3, 3, 4), 1.0) is None  # add for 3 queries

@@ -90,7 +90,7 @@ def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path, monkeypatch, native_
     int8 = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
     bf16 = load_model(BertModel, folder, InferenceOptions(dtype="bf16"))
     kernels = lambda model: {m.attn_implementation for m in model.modules() if hasattr(m, "attn_implementation")}  # noqa: E731
-    assert kernels(fp32) == {"sdpa"} and kernels(bf16) == {"bmm"}  # every attention layer of each model
+    assert kernels(fp32) == {"bmm"} and kernels(bf16) == {"bmm"}  # every attention layer of each model
     assert kernels(int8) == {"bmm_bf16" if native_bf16 else "bmm"}
     # per layer: q k v stacked, the attention output, the FFN in and out; and the pooler
     assert sum(isinstance(m, int8_linear.Int8Linear) for m in int8.modules()) == 3 * 4 + 1

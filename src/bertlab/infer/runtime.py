@@ -266,16 +266,14 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
 
 def cpu_attention_kernel(model: torch.nn.Module, options: InferenceOptions) -> str | None:
     """The attention kernel a CPU runs fastest at the model's precision (`nn/attention.py` measures them), where
-    the model runs the default (sdpa); None: keep it. bf16: `bmm` (oneDNN's bf16 GEMMs); int8: `bmm_bf16` on a
-    CPU with native bf16, else `bmm` (decoding steps then take the one-query C kernel: 1.3-1.7x SDPA a call
-    on T5-small's shapes); fp32: SDPA, already the fastest there."""
+    the model runs the default (sdpa); None: keep it. int8 on a CPU with native bf16: `bmm_bf16`; otherwise
+    `bmm` (bf16: oneDNN's bf16 GEMMs; fp32: the C loops, 1.2-1.9x SDPA, where built -- else its matmuls, level
+    with SDPA). fp16 keeps SDPA."""
     if torch.device(options.device).type != "cpu" or getattr(model.config, "attn_implementation", None) != "sdpa":
         return None
-    if options.dtype == "bf16":
-        return "bmm"
     if options.dtype == "int8":
         return "bmm_bf16" if cpu_has_native_bf16() else "bmm"
-    return None
+    return "bmm" if options.dtype in ("fp32", "bf16") else None
 
 
 def load_tokenizer(model_dir: Path):

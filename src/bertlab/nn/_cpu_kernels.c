@@ -343,6 +343,106 @@ static void one_query_heads(const OneQuery *a, Py_ssize_t first, Py_ssize_t coun
     }
 }
 
+/* ------------------------------------------------------------------------------ attention, short rows */
+/* Attention of a few dozen queries per (row, head), fp32: a short input, or a lone request. At these sizes
+ * batched matmuls spend most of their time per call, not per flop (MiniLM, one 72-token row: ~180 us a layer
+ * through SDPA or bmm for ~8 Mflop). Here each (row, head) is three register-tiled loops over data in L1:
+ *   S = scale · Q Kᵀ + add      4 queries x NB·16 keys of accumulators, K transposed once per head
+ *   P = softmax(S)              per row, as softmax_rows
+ *   O = P V                     4 queries x hs in accumulators (hs a multiple of 16, at most 64) */
+typedef struct {
+    const float *q, *k, *v, *add;
+    float *out;  /* (B, T_q, heads, hs) contiguous */
+    Py_ssize_t qs[3], ks[3], vs[3], adds[3];  /* strides: row, head, position (0: broadcast) */
+    Py_ssize_t heads, hs, queries, keys, group;
+    float scale;
+} Rows;
+
+/* S[r, j0 .. j0 + 16·NB) for 4 query rows q[r] (hs each) against kt (hs x n: K transposed) */
+INLINE void qk_tile(const int NB, const float *const q[4], const float *kt, Py_ssize_t n, Py_ssize_t j0,
+                    Py_ssize_t hs, float *S) {
+    f32x16 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < NB; c++) acc[r][c] = (f32x16){0};
+    for (Py_ssize_t d = 0; d < hs; d++) {
+        f32x16 kv[4];
+        for (int c = 0; c < NB; c++) memcpy(&kv[c], kt + d * n + j0 + 16 * c, sizeof kv[c]);
+        for (int r = 0; r < 4; r++) {
+            const float qd = q[r][d];
+            for (int c = 0; c < NB; c++) acc[r][c] += qd * kv[c];
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < NB; c++) memcpy(S + r * n + j0 + 16 * c, &acc[r][c], sizeof acc[r][c]);
+}
+
+/* O[r] = Σ_j P[r, j] v_j for 4 rows, hs = 16 · HB */
+INLINE void pv_tile(const int HB, const float *P, Py_ssize_t n, const float *v, Py_ssize_t v_step,
+                    Py_ssize_t keys, float *const o[4]) {
+    f32x16 acc[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < HB; c++) acc[r][c] = (f32x16){0};
+    for (Py_ssize_t j = 0; j < keys; j++) {
+        f32x16 vv[4];
+        for (int c = 0; c < HB; c++) memcpy(&vv[c], v + j * v_step + 16 * c, sizeof vv[c]);
+        for (int r = 0; r < 4; r++) {
+            const float p = P[r * n + j];
+            for (int c = 0; c < HB; c++) acc[r][c] += p * vv[c];
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        if (o[r])
+            for (int c = 0; c < HB; c++) memcpy(o[r] + 16 * c, &acc[r][c], sizeof acc[r][c]);
+}
+
+/* scratch: hs · n (K transposed) + 4 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
+MULTIVERSION
+static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t count, float *scratch) {
+    const Py_ssize_t n = padded(a->keys), hs = a->hs;
+    float *kt = scratch, *S = scratch + hs * n, *zero = S + 4 * n;
+    for (Py_ssize_t d = 0; d < hs; d++) zero[d] = 0.0f;
+    for (Py_ssize_t task = first; task < first + count; task++) {
+        const Py_ssize_t b = task / a->heads, h = task % a->heads;
+        const float *q = a->q + b * a->qs[0] + h * a->qs[1];
+        const float *k = a->k + b / a->group * a->ks[0] + h * a->ks[1];
+        const float *v = a->v + b / a->group * a->vs[0] + h * a->vs[1];
+        const float *add = a->add ? a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        for (Py_ssize_t j = 0; j < n; j++)
+            for (Py_ssize_t d = 0; d < hs; d++) kt[d * n + j] = j < a->keys ? k[j * a->ks[2] + d] : 0.0f;
+        for (Py_ssize_t i0 = 0; i0 < a->queries; i0 += 4) {
+            const float *qr[4];
+            float *orow[4];
+            for (int r = 0; r < 4; r++) {
+                const int real = i0 + r < a->queries;
+                qr[r] = real ? q + (i0 + r) * a->qs[2] : zero;
+                orow[r] = real ? a->out + ((b * a->queries + i0 + r) * a->heads + h) * hs : NULL;
+            }
+            Py_ssize_t j0 = 0;
+            for (; j0 + 64 <= n; j0 += 64) qk_tile(4, qr, kt, n, j0, hs, S);
+            switch ((n - j0) / 16) {
+                case 3: qk_tile(3, qr, kt, n, j0, hs, S); break;
+                case 2: qk_tile(2, qr, kt, n, j0, hs, S); break;
+                case 1: qk_tile(1, qr, kt, n, j0, hs, S); break;
+                default: break;
+            }
+            for (int r = 0; r < 4 && i0 + r < a->queries; r++) {
+                float *row = S + r * n;
+                const float *ar = add ? add + (i0 + r) * a->adds[2] : NULL;
+                for (Py_ssize_t j = 0; j < a->keys; j++) row[j] = a->scale * row[j] + (ar ? ar[j] : 0.0f);
+                for (Py_ssize_t j = a->keys; j < n; j++) row[j] = -INFINITY;
+                const float inv = exp_normalizer(row, n);
+                for (Py_ssize_t j = 0; j < a->keys; j++) row[j] *= inv;
+            }
+            switch (hs / 16) {
+                case 1: pv_tile(1, S, n, v, a->vs[2], a->keys, orow); break;
+                case 2: pv_tile(2, S, n, v, a->vs[2], a->keys, orow); break;
+                case 3: pv_tile(3, S, n, v, a->vs[2], a->keys, orow); break;
+                default: pv_tile(4, S, n, v, a->vs[2], a->keys, orow); break;
+            }
+        }
+    }
+}
+
 /* --------------------------------------------------------------------------------- int8 GEMM for few rows */
 /* y = dequantize(xq · Wqᵀ) for a handful of rows (a decoder step: one row per sequence or beam), with AVX-512
  * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/4-1/6 of
@@ -632,6 +732,51 @@ static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, P
     Py_RETURN_NONE;
 }
 
+/* attention_rows(q, q_strides(3), k, k_strides(3), v, v_strides(3), add | None, add_strides(3), out, rows,
+ * heads, hs, queries, keys, scale, threads, group): fp32, hs % 16 == 0 and hs <= 64; see Rows */
+static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 25, "attention_rows") < 0) return NULL;
+    Rows a;
+    a.q = as_ptr(args[0]);
+    for (int i = 0; i < 3; i++) a.qs[i] = PyLong_AsSsize_t(args[1 + i]);
+    a.k = as_ptr(args[4]);
+    for (int i = 0; i < 3; i++) a.ks[i] = PyLong_AsSsize_t(args[5 + i]);
+    a.v = as_ptr(args[8]);
+    for (int i = 0; i < 3; i++) a.vs[i] = PyLong_AsSsize_t(args[9 + i]);
+    a.add = as_ptr(args[12]);
+    for (int i = 0; i < 3; i++) a.adds[i] = PyLong_AsSsize_t(args[13 + i]);
+    a.out = as_ptr(args[16]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[17]);
+    a.heads = PyLong_AsSsize_t(args[18]), a.hs = PyLong_AsSsize_t(args[19]);
+    a.queries = PyLong_AsSsize_t(args[20]), a.keys = PyLong_AsSsize_t(args[21]);
+    a.scale = (float)PyFloat_AsDouble(args[22]);
+    long threads = PyLong_AsLong(args[23]);
+    a.group = PyLong_AsSsize_t(args[24]);
+    if (PyErr_Occurred()) return NULL;
+    if (a.group < 1 || a.hs % 16 || a.hs > 64 || a.hs < 16) {
+        PyErr_SetString(PyExc_ValueError, "attention_rows: needs group >= 1 and hs a multiple of 16 up to 64");
+        return NULL;
+    }
+    const Py_ssize_t tasks = rows * a.heads;
+    if (tasks < 1 || a.keys < 1 || a.queries < 1) Py_RETURN_NONE;
+    int parts = thread_count(tasks, a.queries * a.keys * a.hs, threads);
+    const Py_ssize_t n = padded(a.keys), per_part = a.hs * n + 4 * n + a.hs;
+    float *scratch = PyMem_RawMalloc(sizeof(float) * (size_t)per_part * (size_t)parts);
+    if (!scratch) return PyErr_NoMemory();
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
+#endif
+    for (int part = 0; part < parts; part++) {
+        Py_ssize_t start, count;
+        if (block_of(tasks, part, parts, &start, &count))
+            attention_rows_heads(&a, start, count, scratch + part * per_part);
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(scratch);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
      "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
@@ -642,6 +787,9 @@ static PyMethodDef methods[] = {
     {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,
      "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, rows, heads, hs, keys, "
      "scale, threads, group)"},
+    {"attention_rows", (PyCFunction)(void (*)(void))py_attention_rows, METH_FASTCALL,
+     "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, heads, hs, queries, "
+     "keys, scale, threads, group)"},
     {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
      "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},

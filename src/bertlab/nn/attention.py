@@ -13,10 +13,11 @@
     kernel  chosen by name, explicitly (a model's `attn_implementation`), never by global autograd state:
               eager   the formula above as written; the only kernel that returns the probabilities
               sdpa    `F.scaled_dot_product_attention`, which picks PyTorch's fastest backend for the inputs
-              bmm     the formula as batched matrix multiplies, a bounded slice of the batch at a time: in bf16
-                      on a CPU ~1.8-2x SDPA's flash kernel (inference)
-              bmm_bf16  `bmm` with q, k, v in bf16 whatever the model's dtype, the output cast back: attention
-                      of a model whose linear layers run in int8 on a CPU with native bf16
+              bmm     inference on a CPU: in bf16 the formula as batched matrix multiplies, a bounded slice of
+                      the batch at a time (~1.8-2x SDPA's flash kernel); in fp32 fused C loops per (row, head)
+                      (1.2-1.9x SDPA; see `bmm_attention`)
+              bmm_bf16  for a model whose linear layers run in int8 on a CPU with native bf16: `bmm` in bf16
+                      on long rows (q, k, v cast, the output cast back), `bmm`'s fp32 C loops up to 256 keys
             `register_attention_kernel` adds one (a FlashAttention varlen kernel on a GPU, say).
 """
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .cpu_kernels import attention_one_query, softmax_
+from .cpu_kernels import attention_one_query, attention_short, softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -136,9 +137,10 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     Why not SDPA: on a CPU, PyTorch's flash kernel is tuned for fp32 and large heads. With bf16 inputs and
     BERT's heads (hs 32-64) it runs at fp32's pace, while oneDNN's bf16 GEMMs behind `matmul` use the CPU's
     bf16 dot products: measured on all-MiniLM-L6-v2's shapes (nh 12, hs 32), one thread, AVX-512 BF16,
-    1.8-2.0x faster than SDPA at 32 to 512 tokens (4 x 384 tokens: 6.6 against 13.0 ms a layer). In fp32 SDPA
-    was as fast or faster (0.78-1.03x), so fp32 models keep it. Training with dropout takes the eager
-    formula."""
+    1.8-2.0x faster than SDPA at 32 to 512 tokens (4 x 384 tokens: 6.6 against 13.0 ms a layer). In fp32 the
+    matmuls are no faster than SDPA (on an AMD CPU both reach MKL's AVX2 path), so fp32 runs the C loops of
+    `cpu_kernels.attention_short` where built (heads of 16-64; 1.2-1.9x SDPA), and a decoding step (one query
+    per row) `cpu_kernels.attention_one_query`. Training with dropout takes the eager formula."""
     if dropout_p > 0:
         return eager_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape
@@ -150,6 +152,8 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     scale = scale if scale is not None else 1.0 / math.sqrt(hs)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
+    if (y := attention_short(q, k, v, add, scale)) is not None:
+        return y, None  # fp32: register-tiled C loops per (row, head), 1.2-1.9x SDPA from 24 to 512 tokens
     k, v = expand_shared_rows(k, v, B)
     out = q.new_empty(B, T_q, nh, hs)  # written head by head; its transpose is the (B, nh, T_q, hs) result
     heads_out = out.transpose(1, 2)
@@ -182,13 +186,20 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     return heads_out, None
 
 
+# Up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C loops: measured against
+# the bf16 matmuls on MiniLM's heads (12 x 32), one thread, 1.4x faster at 128 keys, level at 192-256, slower at
+# 384 and beyond (casting q, k, v and the output costs a fixed share; the bf16 GEMMs win on long rows).
+SHORT_KEYS = 256
+
+
 def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
                        scale: float | None, need_weights: bool) -> tuple[torch.Tensor, None]:
     """`bmm_attention` in bf16, returned in q's dtype. For a model whose linear layers run in int8: their
     outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
     One query per row (a decoder step against its K/V cache) stays in q's dtype with SDPA: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
-    if q.size(-2) == 1:  # a decoding step: in q's dtype (bmm_attention's one-query kernel takes fp32)
+    if q.size(-2) == 1 or (q.dtype == torch.float32 and k.size(-2) <= SHORT_KEYS):
+        # a decoding step, or keys few enough that bmm_attention's fp32 C loops beat casting to bf16
         if q.dtype == torch.float32:
             return bmm_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
         return sdpa_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)

@@ -140,6 +140,33 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     return out.transpose(1, 2)  # (B, nh, 1, hs)
 
 
+def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
+                    scale: float) -> torch.Tensor | None:
+    """softmax(scale · q kᵀ + add) v for q (B, nh, T_q, hs), k, v (B / G, nh, T_k, hs) (any strides, hs
+    contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
+    hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
+    B, nh, T_q, hs = q.shape
+    B_kv, T_k = k.size(0), k.size(2)
+    tensors = (q, k, v) + (() if add is None else (add,))
+    if (_extension() is None or T_q == 0 or T_k == 0 or B_kv == 0 or B % B_kv or hs % 16 or hs > 64
+            or k.shape != (B_kv, nh, T_k, hs) or v.shape != k.shape
+            or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
+                   or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
+        return None
+    add_strides = (0, 0, 0)
+    if add is not None:
+        if add.dim() != 4 or add.size(3) != T_k or any(add.size(i) not in (1, n) for i, n in enumerate((B, nh, T_q))):
+            return None
+        add = add if add.stride(-1) == 1 else add.contiguous()
+        add_strides = tuple(add.stride(i) if add.size(i) > 1 else 0 for i in range(3))
+    out = torch.empty((B, T_q, nh, hs), dtype=torch.float32)
+    _extension().attention_rows(
+        q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
+        None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, T_k, float(scale),
+        torch.get_num_threads(), B // B_kv)
+    return out.transpose(1, 2)  # (B, nh, T_q, hs)
+
+
 # ------------------------------------------------------------------------------------- int8 GEMM, few rows
 def few_rows_available() -> bool:
     """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""
