@@ -237,3 +237,14 @@ def test_attention_short_declines_what_it_does_not_take():
     assert cpu_kernels.attention_short(wide, wide, wide, None, 1.0) is None  # hs over 64
     assert cpu_kernels.attention_short(q.bfloat16(), q.bfloat16(), q.bfloat16(), None, 1.0) is None
     assert cpu_kernels.attention_short(q, q, q, torch.zeros(2, 3, 3, 4), 1.0) is None  # add for 3 queries
+
+
+def test_traced_graphs_get_the_torch_formulas():
+    """Under a trace (what an ONNX export runs) the C calls would vanish from the graph: the torch formulas run."""
+    x = torch.randn(3, 40)
+    traced = torch.jit.trace(lambda t: softmax_(t.clone()), (x,))
+    assert "softmax" in str(traced.graph)
+    torch.testing.assert_close(traced(x * 2), torch.softmax(x * 2, -1))
+    seen = []
+    torch.jit.trace(lambda t: seen.append(cpu_kernels.tracing()) or t * 1, (x,))
+    assert seen and all(seen) and not cpu_kernels.tracing()

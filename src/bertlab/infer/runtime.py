@@ -83,6 +83,9 @@ class InferenceOptions:
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
     onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
+    # CPU: the attention kernel chosen by precision (`cpu_attention_kernel`); export keeps the model's own (a
+    # traced graph must hold plain torch operators: `bmm` writes into buffers and calls C loops)
+    cpu_attention: bool = True
     engine: str = "bertlab"  # or a peer engine running the forward pass (see infer/engines.py)
     # CPU: keep freed tensor memory in the process instead of paging it in anew for every batch (`host_memory`);
     # a command's peak memory is its biggest batch either way. all-MiniLM-L6-v2, one thread: a first bulk call
@@ -269,7 +272,8 @@ def cpu_attention_kernel(model: torch.nn.Module, options: InferenceOptions) -> s
     the model runs the default (sdpa); None: keep it. int8 on a CPU with native bf16: `bmm_bf16`; otherwise
     `bmm` (bf16: oneDNN's bf16 GEMMs; fp32: the C loops, 1.2-1.9x SDPA, where built -- else its matmuls, level
     with SDPA). fp16 keeps SDPA."""
-    if torch.device(options.device).type != "cpu" or getattr(model.config, "attn_implementation", None) != "sdpa":
+    if (not options.cpu_attention or torch.device(options.device).type != "cpu"
+            or getattr(model.config, "attn_implementation", None) != "sdpa"):
         return None
     if options.dtype == "int8":
         return "bmm_bf16" if cpu_has_native_bf16() else "bmm"

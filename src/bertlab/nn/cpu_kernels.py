@@ -16,7 +16,8 @@ result once (see `_cpu_kernels.c` for the numbers they keep: quantize and dequan
 formulas here; softmax agrees to rounding).
 
 The C path runs for CPU tensors that are contiguous, of a dtype it knows, and not part of an autograd graph;
-anything else takes the torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
+anything else, and anything while torch records operators (a trace, `torch.compile`, an ONNX export), takes the
+torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
 """
 
 from __future__ import annotations
@@ -46,8 +47,14 @@ def available() -> bool:
     return _extension() is not None
 
 
+def tracing() -> bool:
+    """Whether torch is recording the operators (a trace, `torch.compile`, an ONNX export): the C calls would be
+    invisible to it, so the torch formulas run instead."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export()
+
+
 def _native(*tensors: torch.Tensor) -> bool:
-    return _extension() is not None and all(
+    return _extension() is not None and not tracing() and all(
         t.device.type == "cpu" and t.is_contiguous() and not (t.requires_grad and torch.is_grad_enabled())
         for t in tensors)
 
@@ -121,7 +128,7 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     B, nh, T_q, hs = q.shape
     B_kv, T_k = k.size(0), k.size(2)
     tensors = (q, k, v) + (() if add is None else (add,))
-    if (T_q != 1 or _extension() is None or T_k == 0 or B_kv == 0 or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
+    if (T_q != 1 or _extension() is None or tracing() or T_k == 0 or B_kv == 0 or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
             or v.shape != k.shape
             or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
                    or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
@@ -148,7 +155,7 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     B, nh, T_q, hs = q.shape
     B_kv, T_k = k.size(0), k.size(2)
     tensors = (q, k, v) + (() if add is None else (add,))
-    if (_extension() is None or T_q == 0 or T_k == 0 or B_kv == 0 or B % B_kv or hs % 16 or hs > 64
+    if (_extension() is None or tracing() or T_q == 0 or T_k == 0 or B_kv == 0 or B % B_kv or hs % 16 or hs > 64
             or k.shape != (B_kv, nh, T_k, hs) or v.shape != k.shape
             or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
                    or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):

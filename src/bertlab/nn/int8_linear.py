@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from .cpu_kernels import (dequantize_rows, few_rows_available, int8_linear_few_rows, pack_int8_weight,
-                          quantize_rows)
+                          quantize_rows, tracing)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Int8Linear(nn.Module):
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if (flat.shape[0] <= FEW_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
-                and few_rows_available()):
+                and few_rows_available() and not tracing()):
             if self.few_rows_weight is None:
                 self.few_rows_weight = pack_int8_weight(self.qweight.t()) or False
             if self.few_rows_weight:
