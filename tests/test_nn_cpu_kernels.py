@@ -246,5 +246,5 @@ def test_traced_graphs_get_the_torch_formulas():
     assert "softmax" in str(traced.graph)
     torch.testing.assert_close(traced(x * 2), torch.softmax(x * 2, -1))
     seen = []
-    torch.jit.trace(lambda t: seen.append(cpu_kernels.tracing()) or t * 1, (x,))
-    assert seen and all(seen) and not cpu_kernels.tracing()
+    torch.jit.trace(lambda t: seen.append(cpu_kernels.tracing()) or t * 1, (x,), check_trace=False)
+    assert seen == [True] and not cpu_kernels.tracing()
