@@ -239,6 +239,7 @@ def test_attention_short_declines_what_it_does_not_take():
     assert cpu_kernels.attention_short(q, q, q, torch.zeros(2, 3, 3, 4), 1.0) is None  # add for 3 queries
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
 def test_traced_graphs_get_the_torch_formulas():
     """Under a trace (what an ONNX export runs) the C calls would vanish from the graph: the torch formulas run."""
     x = torch.randn(3, 40)

@@ -545,6 +545,24 @@ static int thread_count(Py_ssize_t rows, Py_ssize_t cols, long requested) {
     return (int)(requested < rows ? requested : rows);
 }
 
+/* Runs BODY once per block of `total` items split `parts` ways, one block per OpenMP thread, without the GIL;
+ * BODY sees the block's `part`, `start` and `count`. */
+#ifdef _OPENMP
+#define PARALLEL_FOR _Pragma("omp parallel for num_threads(parts) schedule(static) if (parts > 1)")
+#else
+#define PARALLEL_FOR
+#endif
+#define FOR_EACH_BLOCK(total, parts, BODY)                                  \
+    do {                                                                    \
+        Py_BEGIN_ALLOW_THREADS                                              \
+        PARALLEL_FOR                                                        \
+        for (int part = 0; part < (parts); part++) {                        \
+            Py_ssize_t start, count;                                        \
+            if (block_of((total), part, (parts), &start, &count)) { BODY; } \
+        }                                                                   \
+        Py_END_ALLOW_THREADS                                                \
+    } while (0)
+
 static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
     if (nargs != expected) {
         PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
@@ -566,19 +584,12 @@ static PyObject *py_quantize_rows(PyObject *self, PyObject *const *args, Py_ssiz
     long threads = PyLong_AsLong(args[6]);
     if (PyErr_Occurred()) return NULL;
     int parts = thread_count(rows, cols, threads);
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (!block_of(rows, part, parts, &start, &count)) continue;
+    FOR_EACH_BLOCK(rows, parts, {
         if (dtype == BF16)
             quantize_bf16((const uint16_t *)x + start * cols, q + start * cols, s + start, count, cols);
         else
             quantize_f32((const float *)x + start * cols, q + start * cols, s + start, count, cols);
-    }
-    Py_END_ALLOW_THREADS
+    });
     Py_RETURN_NONE;
 }
 
@@ -593,19 +604,12 @@ static PyObject *py_dequantize_rows(PyObject *self, PyObject *const *args, Py_ss
     long threads = PyLong_AsLong(args[8]);
     if (PyErr_Occurred()) return NULL;
     int parts = thread_count(rows, cols, threads);
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (!block_of(rows, part, parts, &start, &count)) continue;
+    FOR_EACH_BLOCK(rows, parts, {
         if (dtype == BF16)
             dequantize_bf16(acc + start * cols, (uint16_t *)y + start * cols, xs + start, ws, b, count, cols);
         else
             dequantize_f32(acc + start * cols, (float *)y + start * cols, xs + start, ws, b, count, cols);
-    }
-    Py_END_ALLOW_THREADS
+    });
     Py_RETURN_NONE;
 }
 
@@ -622,19 +626,12 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize
     const Py_ssize_t row_floats = padded(cols);
     float *tmp = PyMem_RawMalloc(sizeof(float) * (size_t)row_floats * (size_t)parts);
     if (!tmp) return PyErr_NoMemory();
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (!block_of(rows, part, parts, &start, &count)) continue;
+    FOR_EACH_BLOCK(rows, parts, {
         if (dtype == BF16)
             softmax_bf16((uint16_t *)x + start * cols, tmp + part * row_floats, count, cols);
         else
             softmax_f32((float *)x + start * cols, tmp + part * row_floats, count, cols);
-    }
-    Py_END_ALLOW_THREADS
+    });
     PyMem_RawFree(tmp);
     Py_RETURN_NONE;
 }
@@ -671,16 +668,9 @@ static PyObject *py_linear_int8_few_rows(PyObject *self, PyObject *const *args, 
     const Py_ssize_t blocks = N / 16;
     /* split the columns: every thread reads its own share of the weights */
     int parts = thread_count(blocks, M * K * 16, threads);
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (block_of(blocks, part, parts, &start, &count))
-            vnni_columns(xu, M, K, wp, comp, xs, ws, b, y, N, start, start + count);
-    }
-    Py_END_ALLOW_THREADS
+    FOR_EACH_BLOCK(blocks, parts, {
+        vnni_columns(xu, M, K, wp, comp, xs, ws, b, y, N, start, start + count);
+    });
     PyMem_RawFree(xu);
     Py_RETURN_NONE;
 #else
@@ -719,15 +709,9 @@ static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, P
     const Py_ssize_t row_floats = padded(a.keys);
     float *tmp = PyMem_RawMalloc(sizeof(float) * (size_t)row_floats * (size_t)parts);
     if (!tmp) return PyErr_NoMemory();
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (block_of(tasks, part, parts, &start, &count)) one_query_heads(&a, start, count, tmp + part * row_floats);
-    }
-    Py_END_ALLOW_THREADS
+    FOR_EACH_BLOCK(tasks, parts, {
+        one_query_heads(&a, start, count, tmp + part * row_floats);
+    });
     PyMem_RawFree(tmp);
     Py_RETURN_NONE;
 }
@@ -763,16 +747,9 @@ static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssi
     const Py_ssize_t n = padded(a.keys), per_part = a.hs * n + 4 * n + a.hs;
     float *scratch = PyMem_RawMalloc(sizeof(float) * (size_t)per_part * (size_t)parts);
     if (!scratch) return PyErr_NoMemory();
-    Py_BEGIN_ALLOW_THREADS
-#ifdef _OPENMP
-#pragma omp parallel for num_threads(parts) schedule(static) if (parts > 1)
-#endif
-    for (int part = 0; part < parts; part++) {
-        Py_ssize_t start, count;
-        if (block_of(tasks, part, parts, &start, &count))
-            attention_rows_heads(&a, start, count, scratch + part * per_part);
-    }
-    Py_END_ALLOW_THREADS
+    FOR_EACH_BLOCK(tasks, parts, {
+        attention_rows_heads(&a, start, count, scratch + part * per_part);
+    });
     PyMem_RawFree(scratch);
     Py_RETURN_NONE;
 }

@@ -118,32 +118,44 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-# ------------------------------------------------------------------------------------ attention, one query
-def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
-                        scale: float) -> torch.Tensor | None:
-    """softmax(scale · q kᵀ + add) v for q (B, nh, 1, hs) and k, v (B / G, nh, T_k, hs) -- any strides with hs
-    contiguous, so a K/V cache's views go in as they are; G rows of q in turn share a row of k and v (the beams
-    of one input) -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32. Returns (B, nh, 1, hs), or None where
-    the C kernel does not apply (the caller then takes its own path)."""
+# ------------------------------------------------------------------------------------------------ attention
+def _attention_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None
+                        ) -> tuple[torch.Tensor | None, tuple[int, int, int]] | None:
+    """What both attention kernels check. q (B, nh, T_q, hs); k, v (B / G, nh, T_k, hs); add (B | 1, nh | 1,
+    T_q | 1, T_k) or None; all fp32 CPU tensors with hs contiguous, outside autograd and traces. Returns add
+    with its last dimension contiguous and its (row, head, query) strides, 0 where it broadcasts -- or None
+    where the C kernels do not apply."""
     B, nh, T_q, hs = q.shape
     B_kv, T_k = k.size(0), k.size(2)
     tensors = (q, k, v) + (() if add is None else (add,))
-    if (T_q != 1 or _extension() is None or tracing() or T_k == 0 or B_kv == 0 or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
+    if (_extension() is None or tracing() or 0 in (T_q, T_k, B_kv) or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
             or v.shape != k.shape
             or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
                    or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
         return None
-    add_strides = (0, 0)
-    if add is not None:
-        if add.dim() != 4 or add.size(2) != 1 or add.size(3) != T_k or add.size(0) not in (1, B) or add.size(1) not in (1, nh):
-            return None
-        add = add.contiguous()  # T5's position bias is a transposed view; (B | 1, nh | 1, 1, T_k) is small
-        add_strides = tuple(add.stride(i) if add.size(i) > 1 else 0 for i in (0, 1))
+    if add is None:
+        return None, (0, 0, 0)
+    if add.dim() != 4 or add.size(3) != T_k or any(add.size(i) not in (1, n) for i, n in enumerate((B, nh, T_q))):
+        return None
+    add = add if add.stride(-1) == 1 else add.contiguous()  # T5's position bias is a transposed view, and small
+    return add, tuple(add.stride(i) if add.size(i) > 1 else 0 for i in range(3))
+
+
+def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
+                        scale: float) -> torch.Tensor | None:
+    """softmax(scale · q kᵀ + add) v for one query per row and head: q (B, nh, 1, hs) and k, v (B / G, nh,
+    T_k, hs) -- any strides with hs contiguous, so a K/V cache's views go in as they are; G rows of q in turn
+    share a row of k and v (the beams of one input) -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32.
+    Returns (B, nh, 1, hs), or None where the C kernel does not apply (the caller then takes its own path)."""
+    B, nh, T_q, hs = q.shape
+    if T_q != 1 or (operands := _attention_operands(q, k, v, add)) is None:
+        return None
+    add, add_strides = operands
     out = torch.empty((B, 1, nh, hs), dtype=torch.float32)
     _extension().attention_one_query(
-        q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1), k.stride(2),
-        v.data_ptr(), v.stride(0), v.stride(1), v.stride(2), None if add is None else add.data_ptr(), *add_strides,
-        out.data_ptr(), B, nh, hs, T_k, float(scale), torch.get_num_threads(), B // B_kv)
+        q.data_ptr(), *q.stride()[:2], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
+        None if add is None else add.data_ptr(), *add_strides[:2], out.data_ptr(), B, nh, hs, k.size(2),
+        float(scale), torch.get_num_threads(), B // k.size(0))
     return out.transpose(1, 2)  # (B, nh, 1, hs)
 
 
@@ -153,24 +165,14 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
     hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
     B, nh, T_q, hs = q.shape
-    B_kv, T_k = k.size(0), k.size(2)
-    tensors = (q, k, v) + (() if add is None else (add,))
-    if (_extension() is None or tracing() or T_q == 0 or T_k == 0 or B_kv == 0 or B % B_kv or hs % 16 or hs > 64
-            or k.shape != (B_kv, nh, T_k, hs) or v.shape != k.shape
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
-                   or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
+    if hs % 16 or hs > 64 or (operands := _attention_operands(q, k, v, add)) is None:
         return None
-    add_strides = (0, 0, 0)
-    if add is not None:
-        if add.dim() != 4 or add.size(3) != T_k or any(add.size(i) not in (1, n) for i, n in enumerate((B, nh, T_q))):
-            return None
-        add = add if add.stride(-1) == 1 else add.contiguous()
-        add_strides = tuple(add.stride(i) if add.size(i) > 1 else 0 for i in range(3))
+    add, add_strides = operands
     out = torch.empty((B, T_q, nh, hs), dtype=torch.float32)
     _extension().attention_rows(
         q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-        None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, T_k, float(scale),
-        torch.get_num_threads(), B // B_kv)
+        None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, k.size(2),
+        float(scale), torch.get_num_threads(), B // k.size(0))
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 

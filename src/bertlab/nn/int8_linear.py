@@ -32,8 +32,14 @@ import logging
 import torch
 from torch import nn
 
-from .cpu_kernels import (dequantize_rows, few_rows_available, int8_linear_few_rows, pack_int8_weight,
-                          quantize_rows, tracing)
+from .cpu_kernels import (
+    dequantize_rows,
+    few_rows_available,
+    int8_linear_few_rows,
+    pack_int8_weight,
+    quantize_rows,
+    tracing,
+)
 
 log = logging.getLogger(__name__)
 
