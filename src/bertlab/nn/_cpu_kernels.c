@@ -445,7 +445,7 @@ static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t cou
 
 /* --------------------------------------------------------------------------------- int8 GEMM for few rows */
 /* y = dequantize(xq · Wqᵀ) for a handful of rows (a decoder step: one row per sequence or beam), with AVX-512
- * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/4-1/6 of
+ * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/8-1/3 of
  * its many-row rate, and T5's int8 decoding spent most of its time there. Here the weight stays put and the few
  * rows stream past it: each 64-byte load of weights (16 columns x 4 k) feeds one VPDPBUSD per row.
  *

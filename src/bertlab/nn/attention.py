@@ -138,9 +138,9 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     BERT's heads (hs 32-64) it runs at fp32's pace, while oneDNN's bf16 GEMMs behind `matmul` use the CPU's
     bf16 dot products: measured on all-MiniLM-L6-v2's shapes (nh 12, hs 32), one thread, AVX-512 BF16,
     1.8-2.0x faster than SDPA at 32 to 512 tokens (4 x 384 tokens: 6.6 against 13.0 ms a layer). In fp32 the
-    matmuls are no faster than SDPA (on an AMD CPU both reach MKL's AVX2 path), so fp32 runs the C loops of
-    `cpu_kernels.attention_short` where built (heads of 16-64; 1.2-1.9x SDPA), and a decoding step (one query
-    per row) `cpu_kernels.attention_one_query`. Training with dropout takes the eager formula."""
+    matmuls are no faster than SDPA (both ~100 GFLOP/s on an AMD EPYC, where oneDNN's GEMMs reach ~250), so
+    fp32 runs the C loops of `cpu_kernels.attention_short` where built (heads of 16-64; 1.2-1.9x SDPA), and a
+    decoding step (one query per row) `cpu_kernels.attention_one_query`. Training with dropout takes the eager formula."""
     if dropout_p > 0:
         return eager_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape
