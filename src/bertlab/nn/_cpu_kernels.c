@@ -1,4 +1,4 @@
-/* bertlab.nn._cpu_kernels -- element-wise passes of CPU inference fused into one loop each (optional; the torch
+/* bertlab.nn._cpu_kernels -- the loops around CPU inference's matrix multiplies, in C (optional; the torch
  * code in nn/cpu_kernels.py is the reference, and what runs without this extension).
  *
  * Why in C: around an int8 GEMM, quantizing its input and dequantizing its output take 6-8 torch element-wise
@@ -6,7 +6,9 @@
  * writing memory and some allocating fresh buffers; together they cost about a third of an int8 forward
  * pass. Here each is one loop over a row that stays in L1, and the output of the GEMM is dequantized in
  * place. Softmax in bf16 is here too: torch's bf16 softmax widens, computes and narrows in separate passes
- * and was ~17% of an int8 forward pass at BERT's short sequence lengths.
+ * and was ~17% of an int8 forward pass at BERT's short sequence lengths. And three kernels for shapes the
+ * library calls are not built for: an int8 GEMM for a few rows (AVX-512 VNNI), a decoding step's attention
+ * (one query per row), and fp32 attention over short rows, register-tiled.
  *
  * Every function takes raw pointers and sizes: nn/cpu_kernels.py checks dtypes, devices, shapes and
  * contiguity before calling, so nothing here re-checks them. The GIL is released while a kernel runs, and rows
@@ -45,18 +47,24 @@
 
 enum { F32 = 0, BF16 = 1 };
 
-INLINE float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+INLINE uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+INLINE float float_of(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
+INLINE float bf16_to_f32(uint16_t h) { return float_of((uint32_t)h << 16); }
+
 /* Round to nearest even, as torch's conversion; NaN stays NaN. */
 INLINE uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t u = bits_of(f);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)rounded;
 }
 
@@ -71,18 +79,6 @@ INLINE float round_even(float v) {
  * here), so the compiler would not vectorize it. Maxima are therefore taken over the floats' bits as integers
  * (which may be reordered freely), and sums in 16 independent lanes of a vector (GCC's vector extension). */
 #define BLOCK 16
-INLINE uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-INLINE float float_of(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* max |x[c]|: without its sign bit a float's bits order as its magnitude does (a NaN above every number) */
 INLINE float absmax_f32(const float *x, Py_ssize_t n) {
     uint32_t m = 0;
@@ -141,7 +137,7 @@ static void quantize_bf16(const uint16_t *x, int8_t *q, float *s, Py_ssize_t row
 
 /* ----------------------------------------------------------------------------------------- dequantize rows */
 /* y[r, c] = (float(acc[r, c]) * xs[r]) * ws[c] + b[c]   (b optional; with b the last two operations are one
- * fused multiply-add, as torch.addcmul computes them), written over acc (same size) or to a bf16 output. */
+ * fused multiply-add, as torch.addcmul computes them), written over acc (same size). */
 MULTIVERSION
 static void dequantize_f32(const int32_t *acc, float *y, const float *xs, const float *ws, const float *b,
                            Py_ssize_t rows, Py_ssize_t cols) {
@@ -153,20 +149,6 @@ static void dequantize_f32(const int32_t *acc, float *y, const float *xs, const 
             for (Py_ssize_t c = 0; c < cols; c++) yr[c] = fmaf((float)ar[c] * sx, ws[c], b[c]);
         } else {
             for (Py_ssize_t c = 0; c < cols; c++) yr[c] = ((float)ar[c] * sx) * ws[c];
-        }
-    }
-}
-
-MULTIVERSION
-static void dequantize_bf16(const int32_t *acc, uint16_t *y, const float *xs, const float *ws, const float *b,
-                            Py_ssize_t rows, Py_ssize_t cols) {
-    for (Py_ssize_t r = 0; r < rows; r++) {
-        const int32_t *ar = acc + r * cols;
-        uint16_t *yr = y + r * cols;
-        const float sx = xs[r];
-        for (Py_ssize_t c = 0; c < cols; c++) {
-            float v = ((float)ar[c] * sx) * ws[c];
-            yr[c] = f32_to_bf16(b ? fmaf((float)ar[c] * sx, ws[c], b[c]) : v);
         }
     }
 }
@@ -593,22 +575,18 @@ static PyObject *py_quantize_rows(PyObject *self, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
-/* dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr | None, rows, cols, threads) */
+/* dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr | None, rows, cols, threads): fp32 out */
 static PyObject *py_dequantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 9, "dequantize_rows") < 0) return NULL;
+    if (parse(args, nargs, 8, "dequantize_rows") < 0) return NULL;
     const int32_t *acc = as_ptr(args[0]);
-    void *y = as_ptr(args[1]);
-    long dtype = PyLong_AsLong(args[2]);
-    const float *xs = as_ptr(args[3]), *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
-    Py_ssize_t rows = PyLong_AsSsize_t(args[6]), cols = PyLong_AsSsize_t(args[7]);
-    long threads = PyLong_AsLong(args[8]);
+    float *y = as_ptr(args[1]);
+    const float *xs = as_ptr(args[2]), *ws = as_ptr(args[3]), *b = as_ptr(args[4]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[5]), cols = PyLong_AsSsize_t(args[6]);
+    long threads = PyLong_AsLong(args[7]);
     if (PyErr_Occurred()) return NULL;
     int parts = thread_count(rows, cols, threads);
     FOR_EACH_BLOCK(rows, parts, {
-        if (dtype == BF16)
-            dequantize_bf16(acc + start * cols, (uint16_t *)y + start * cols, xs + start, ws, b, count, cols);
-        else
-            dequantize_f32(acc + start * cols, (float *)y + start * cols, xs + start, ws, b, count, cols);
+        dequantize_f32(acc + start * cols, y + start * cols, xs + start, ws, b, count, cols);
     });
     Py_RETURN_NONE;
 }
@@ -758,7 +736,7 @@ static PyMethodDef methods[] = {
     {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
      "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
     {"dequantize_rows", (PyCFunction)(void (*)(void))py_dequantize_rows, METH_FASTCALL,
-     "dequantize_rows(acc_ptr, y_ptr, y_dtype, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
+     "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
     {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
      "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
     {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,

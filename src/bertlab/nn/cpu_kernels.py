@@ -1,4 +1,4 @@
-"""Element-wise passes of CPU inference, each one fused loop in C where the optional extension
+"""The loops around CPU inference's matrix multiplies, each in C where the optional extension
 `bertlab.nn._cpu_kernels` is built, and its torch formula otherwise (the reference the tests hold it to).
 
     quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
@@ -6,6 +6,7 @@
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
+    attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
     int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
                                 (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
 
@@ -66,13 +67,13 @@ def quantize_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 
 
 def dequantize_rows_reference(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor,
-                              bias: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                              bias: torch.Tensor | None) -> torch.Tensor:
     y = acc * xscale  # int32 · fp32 -> fp32, one pass
     if bias is not None:
         torch.addcmul(bias, y, wscale, out=y)  # in place: no second (N, M) buffer
     else:
         y.mul_(wscale)
-    return y.to(dtype)
+    return y
 
 
 # ------------------------------------------------------------------------------------------------- kernels
@@ -89,23 +90,22 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-def dequantize_rows(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None,
-                    dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """(N, M) int32 products of int8 rows and columns -> (acc · xscale[r]) · wscale[c] + bias[c] in `dtype`
-    (fp32: written over `acc`'s memory, which the caller gives up; bf16: a new tensor). xscale (N, 1),
-    wscale (M,), bias (M,) or None, all fp32."""
+def dequantize_rows(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor,
+                    bias: torch.Tensor | None) -> torch.Tensor:
+    """(N, M) int32 products of int8 rows and columns -> (acc · xscale[r]) · wscale[c] + bias[c] in fp32,
+    written over `acc`'s memory (which the caller gives up). xscale (N, 1), wscale (M,), bias (M,) or None, all
+    fp32."""
     parts = (acc, xscale, wscale) + (() if bias is None else (bias,))
-    if (acc.dtype != torch.int32 or acc.dim() != 2 or dtype not in _DTYPE_CODES or not _native(*parts)
+    if (acc.dtype != torch.int32 or acc.dim() != 2 or not _native(*parts)
             or any(t.dtype != torch.float32 for t in parts[1:])):
-        return dequantize_rows_reference(acc, xscale, wscale, bias, dtype)
+        return dequantize_rows_reference(acc, xscale, wscale, bias)
     rows, cols = acc.shape
     if xscale.numel() != rows or wscale.numel() != cols or (bias is not None and bias.numel() != cols):
         raise ValueError(f"dequantize_rows: scales {tuple(xscale.shape)}, {tuple(wscale.shape)} do not fit "
                          f"products {tuple(acc.shape)}")
-    out = acc.view(torch.float32) if dtype == torch.float32 else torch.empty((rows, cols), dtype=dtype)
-    _extension().dequantize_rows(acc.data_ptr(), out.data_ptr(), _DTYPE_CODES[dtype], xscale.data_ptr(),
-                                 wscale.data_ptr(), None if bias is None else bias.data_ptr(), rows, cols,
-                                 torch.get_num_threads())
+    out = acc.view(torch.float32)
+    _extension().dequantize_rows(acc.data_ptr(), out.data_ptr(), xscale.data_ptr(), wscale.data_ptr(),
+                                 None if bias is None else bias.data_ptr(), rows, cols, torch.get_num_threads())
     return out
 
 
