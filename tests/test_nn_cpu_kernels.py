@@ -238,6 +238,74 @@ def test_attention_short_declines_what_it_does_not_take():
     assert cpu_kernels.attention_short(q, q, q, torch.zeros(2, 3, 3, 4), 1.0) is None  # add for 3 queries
 
 
+needs_bf16_dot = pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16 (or no C kernels)")
+
+
+def _bf16_attention_reference(q, k, v, add, scale):
+    """What attention_bf16 computes: products of bf16-rounded q, k, v and probabilities, sums and softmax in fp32."""
+    bq, bk, bv = (t.to(torch.bfloat16).float() for t in (q, k, v))
+    scores = scale * bq @ bk.transpose(-1, -2) + (0 if add is None else add.float())
+    return torch.softmax(scores, dim=-1).to(torch.bfloat16).float() @ bv
+
+
+@needs_bf16_dot
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T_q,T_k,hs", [(1, 7, 32), (5, 33, 16), (13, 64, 48), (40, 97, 64), (130, 300, 32)])
+def test_attention_bf16_matches_the_formula_on_bf16_operands(dtype, T_q, T_k, hs, threads):
+    """Query tiles of 4 with a partial last one; keys padded to 32 with partial blocks; masks per row, causal
+    per query, a bias per head as a transposed view; keys and values shared by groups of rows; fp32 and bf16
+    in and out. The bound is the rounding of probabilities to bf16 (its exp differs from torch's by < 5e-5
+    relative, which can move a probability across a bf16 rounding boundary: up to 2^-8 of it, times |v|) plus,
+    for bf16 out, the output's own rounding; on average far less."""
+    B, nh, G = 4, 3, 2
+    g = torch.Generator().manual_seed(T_q * T_k + hs)
+    q = torch.randn(B, T_q, nh, hs, generator=g).transpose(1, 2).to(dtype)  # strided, as attention() passes it
+    k, v = (torch.randn(B // G, T_k, nh, hs, generator=g).transpose(1, 2).to(dtype) for _ in range(2))
+    padding = torch.zeros(B, 1, 1, T_k)
+    padding[1, ..., T_k // 2:] = torch.finfo(torch.float32).min
+    causal = torch.full((T_q, T_k), torch.finfo(torch.float32).min).triu(T_k - T_q + 1)[None, None]
+    bias = torch.randn(T_k, T_q, nh, generator=g).permute(2, 1, 0)[None]  # (1, nh, T_q, T_k), last stride T_q·nh
+    kk, vv = k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)
+    for add in (None, padding, causal, bias + padding):
+        add = None if add is None else add.to(dtype)
+        want = _bf16_attention_reference(q, kk, vv, add, 0.25)
+        got = cpu_kernels.attention_bf16(q, k, v, add, 0.25)
+        assert got.shape == (B, nh, T_q, hs) and got.dtype == dtype
+        assert (got.float() - want).abs().max() < 2e-2
+        assert (got.float() - want).abs().mean() < (1e-4 if dtype == torch.float32 else 2e-3)
+
+
+def test_attention_bf16_declines_what_it_does_not_take():
+    q = torch.randn(2, 3, 4, 16)
+    assert cpu_kernels.attention_bf16(q[..., :8], q[..., :8], q[..., :8], None, 1.0) is None  # hs 8
+    wide = torch.randn(2, 3, 4, 80)
+    assert cpu_kernels.attention_bf16(wide, wide, wide, None, 1.0) is None  # hs over 64
+    assert cpu_kernels.attention_bf16(q.half(), q.half(), q.half(), None, 1.0) is None  # fp16
+    assert cpu_kernels.attention_bf16(q, q.bfloat16(), q, None, 1.0) is None  # mixed dtypes
+    assert cpu_kernels.attention_bf16(q, q, q, torch.zeros(2, 3, 3, 4), 1.0) is None  # add for 3 queries
+
+
+@needs_bf16_dot
+def test_bf16_and_int8_attention_take_the_bf16_dot_kernel(monkeypatch):
+    """bmm_attention on bf16 and bmm_bf16_attention on fp32 (an int8 model's) both end in attention_bf16."""
+    import importlib
+
+    attention_module = importlib.import_module("bertlab.nn.attention")  # the package exports a function of that name
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 12, 40, 32, generator=g) for _ in range(3))
+    mask = attention_module.AttentionMask.padding(torch.tensor([[1] * 40, [1] * 25 + [0] * 15]))
+    want = _bf16_attention_reference(q, k, v, mask.additive(40, 40, torch.float32, q.device), 32 ** -0.5)
+    calls = []
+    monkeypatch.setattr(attention_module, "attention_bf16",
+                        lambda *args: calls.append(args[0].dtype) or cpu_kernels.attention_bf16(*args))
+    for fn, dtype in ((attention_module.bmm_attention, torch.bfloat16),
+                      (attention_module.bmm_bf16_attention, torch.float32)):
+        calls.clear()
+        got, _ = fn(q.to(dtype), k.to(dtype), v.to(dtype), mask, None, 0.0, None, False)
+        assert calls == [dtype] and got.dtype == dtype
+        assert (got.float() - want).abs().max() < 2e-2
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
 def test_traced_graphs_get_the_torch_formulas():
     """Under a trace (what an ONNX export runs) the C calls would vanish from the graph: the torch formulas run."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .cpu_kernels import attention_one_query, attention_short, softmax_
+from .cpu_kernels import attention_bf16, attention_one_query, attention_short, softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -129,6 +129,20 @@ def sdpa_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | Non
 SCORE_CHUNK_BYTES = 8 << 20
 
 
+def _additive(mask: AttentionMask | None, bias: torch.Tensor | None, q: torch.Tensor,
+              T_k: int) -> torch.Tensor | None:
+    """The scores' additive part, bias + mask, in q's dtype: (B | 1, nh | 1, T_q | 1, T_k), or None."""
+    add = mask.additive(q.size(-2), T_k, q.dtype, q.device) if mask is not None else None  # (B | 1, 1, T_q | 1, T_k)
+    if bias is not None:
+        bias = bias.to(q.dtype)  # (1 | B, nh, T_q, T_k)
+        add = bias if add is None else bias + add
+    return add
+
+
+def _scale(scale: float | None, q: torch.Tensor) -> float:
+    return scale if scale is not None else 1.0 / math.sqrt(q.size(-1))
+
+
 def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
                   scale: float | None, need_weights: bool) -> tuple[torch.Tensor, None]:
     """The formula as batched matrix multiplies, for inference: a few rows of the batch at a time, or a few
@@ -140,20 +154,20 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     1.8-2.0x faster than SDPA at 32 to 512 tokens (4 x 384 tokens: 6.6 against 13.0 ms a layer). In fp32 the
     matmuls are no faster than SDPA (both ~100 GFLOP/s on an AMD EPYC, where oneDNN's GEMMs reach ~250), so
     fp32 runs the C loops of `cpu_kernels.attention_short` where built (heads of 16-64; 1.2-1.9x SDPA), and a
-    decoding step (one query per row) `cpu_kernels.attention_one_query`. Training with dropout takes the eager formula."""
+    decoding step (one query per row) `cpu_kernels.attention_one_query`; bf16 runs `cpu_kernels.attention_bf16`
+    where the CPU has AVX-512 BF16 (measured on MiniLM's heads, one thread: 1.39x these matmuls at 32 x 48
+    tokens, 1.54x at 4 x 384). Training with dropout takes the eager formula."""
     if dropout_p > 0:
         return eager_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape
     T_k = k.size(-2)
-    add = mask.additive(T_q, T_k, q.dtype, q.device) if mask is not None else None  # (B | 1, 1, T_q | 1, T_k)
-    if bias is not None:
-        bias = bias.to(q.dtype)  # (1 | B, nh, T_q, T_k)
-        add = bias if add is None else bias + add
-    scale = scale if scale is not None else 1.0 / math.sqrt(hs)
+    add, scale = _additive(mask, bias, q, T_k), _scale(scale, q)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
     if (y := attention_short(q, k, v, add, scale)) is not None:
         return y, None  # fp32: register-tiled C loops per (row, head), 1.2-1.9x SDPA from 24 to 512 tokens
+    if q.dtype == torch.bfloat16 and (y := attention_bf16(q, k, v, add, scale)) is not None:
+        return y, None  # bf16: the same loops on AVX-512 BF16 dot products, 1.4-1.5x the matmuls below
     k, v = expand_shared_rows(k, v, B)
     out = q.new_empty(B, T_q, nh, hs)  # written head by head; its transpose is the (B, nh, T_q, hs) result
     heads_out = out.transpose(1, 2)
@@ -186,9 +200,9 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     return heads_out, None
 
 
-# Up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C loops: measured against
-# the bf16 matmuls on MiniLM's heads (12 x 32), one thread, 1.4x faster at 128 keys, level at 192-256, slower at
-# 384 and beyond (casting q, k, v and the output costs a fixed share; the bf16 GEMMs win on long rows).
+# Without AVX-512 BF16, up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C
+# loops: measured against the bf16 matmuls on MiniLM's heads (12 x 32), one thread, 1.4x faster at 128 keys,
+# level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share).
 SHORT_KEYS = 256
 
 
@@ -196,8 +210,14 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
                        scale: float | None, need_weights: bool) -> tuple[torch.Tensor, None]:
     """`bmm_attention` in bf16, returned in q's dtype. For a model whose linear layers run in int8: their
     outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
-    One query per row (a decoder step against its K/V cache) stays in q's dtype with SDPA: casting the whole
+    Where the CPU has AVX-512 BF16, `cpu_kernels.attention_bf16` reads fp32 q, k, v as they are (rounding
+    them as it packs) and returns fp32: 1.07x the fp32 C loops at 32 x 48 tokens, 1.3x at 16 x 100, 1.7-2.0x
+    at 384-512. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
+    if q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32:
+        add = _additive(mask, bias, q, k.size(-2))
+        if (y := attention_bf16(q, k, v, add, _scale(scale, q))) is not None:
+            return y, None
     if q.size(-2) == 1 or (q.dtype == torch.float32 and k.size(-2) <= SHORT_KEYS):
         # a decoding step, or keys few enough that bmm_attention's fp32 C loops beat casting to bf16
         if q.dtype == torch.float32:

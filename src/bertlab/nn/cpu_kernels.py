@@ -121,16 +121,16 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------------ attention
 def _attention_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None
                         ) -> tuple[torch.Tensor | None, tuple[int, int, int]] | None:
-    """What both attention kernels check. q (B, nh, T_q, hs); k, v (B / G, nh, T_k, hs); add (B | 1, nh | 1,
-    T_q | 1, T_k) or None; all fp32 CPU tensors with hs contiguous, outside autograd and traces. Returns add
-    with its last dimension contiguous and its (row, head, query) strides, 0 where it broadcasts -- or None
-    where the C kernels do not apply."""
+    """What the attention kernels check. q (B, nh, T_q, hs); k, v (B / G, nh, T_k, hs); add (B | 1, nh | 1,
+    T_q | 1, T_k) or None; CPU tensors of q's dtype with hs contiguous, outside autograd and traces (the dtype
+    each kernel takes is its own check). Returns add with its last dimension contiguous and its (row, head,
+    query) strides, 0 where it broadcasts -- or None where the C kernels do not apply."""
     B, nh, T_q, hs = q.shape
     B_kv, T_k = k.size(0), k.size(2)
     tensors = (q, k, v) + (() if add is None else (add,))
     if (_extension() is None or tracing() or 0 in (T_q, T_k, B_kv) or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
             or v.shape != k.shape
-            or any(t.dtype != torch.float32 or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
+            or any(t.dtype != q.dtype or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
                    or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
         return None
     if add is None:
@@ -148,7 +148,7 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     share a row of k and v (the beams of one input) -- and `add` (B | 1, nh | 1, 1, T_k) or None; fp32.
     Returns (B, nh, 1, hs), or None where the C kernel does not apply (the caller then takes its own path)."""
     B, nh, T_q, hs = q.shape
-    if T_q != 1 or (operands := _attention_operands(q, k, v, add)) is None:
+    if T_q != 1 or q.dtype != torch.float32 or (operands := _attention_operands(q, k, v, add)) is None:
         return None
     add, add_strides = operands
     out = torch.empty((B, 1, nh, hs), dtype=torch.float32)
@@ -165,7 +165,7 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
     hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
     B, nh, T_q, hs = q.shape
-    if hs % 16 or hs > 64 or (operands := _attention_operands(q, k, v, add)) is None:
+    if hs % 16 or hs > 64 or q.dtype != torch.float32 or (operands := _attention_operands(q, k, v, add)) is None:
         return None
     add, add_strides = operands
     out = torch.empty((B, T_q, nh, hs), dtype=torch.float32)
@@ -173,6 +173,31 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
         q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
         None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, k.size(2),
         float(scale), torch.get_num_threads(), B // k.size(0))
+    return out.transpose(1, 2)  # (B, nh, T_q, hs)
+
+
+def bf16_dot_available() -> bool:
+    """Whether `attention_bf16` runs here: the extension is built and the CPU has AVX-512 BF16."""
+    return _extension() is not None and bool(getattr(_extension(), "bf16dot", 0))
+
+
+def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
+                   scale: float) -> torch.Tensor | None:
+    """softmax(scale · q kᵀ + add) v with bf16 products and fp32 sums: q, k, v rounded to bf16, scores and
+    softmax in fp32, probabilities rounded to bf16 for P V. Shapes as `attention_short`; q, k, v and add all
+    fp32 or all bf16, hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs) in q's dtype, or None where the
+    C kernel does not apply (no AVX-512 BF16, other dtypes or shapes). The reference is the same formula in
+    torch on bf16-rounded operands (tests/test_nn_cpu_kernels.py)."""
+    B, nh, T_q, hs = q.shape
+    if (hs % 16 or hs > 64 or q.dtype not in _DTYPE_CODES or not bf16_dot_available()
+            or (operands := _attention_operands(q, k, v, add)) is None):
+        return None
+    add, add_strides = operands
+    out = torch.empty((B, T_q, nh, hs), dtype=q.dtype)
+    _extension().attention_bf16(
+        _DTYPE_CODES[q.dtype], q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(),
+        *v.stride()[:3], None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q,
+        k.size(2), float(scale), torch.get_num_threads(), B // k.size(0))
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 
