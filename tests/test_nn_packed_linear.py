@@ -60,6 +60,38 @@ def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path):
                                    atol=3e-2, rtol=3e-2)
 
 
+@pytest.mark.parametrize("family", ["bert", "t5"])
+def test_attention_projections_are_stacked_into_one_packed_layer(tmp_path, family):
+    """q, k and v read one input: the loader packs them as one (3H, H) layer in `stacked` and leaves the three
+    plain (state_dict unchanged); outputs as the unstacked model's. T5's have no bias; BERT's do."""
+    from bertlab import BertModel, T5ForConditionalGeneration
+
+    if family == "bert":
+        folder, cls = tiny_model(tmp_path / "m", "BertModel"), BertModel
+    else:
+        from transformers import T5Config as HFT5Config, T5ForConditionalGeneration as HFT5
+
+        torch.manual_seed(0)
+        folder = tmp_path / "t5"
+        HFT5(HFT5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
+                        decoder_start_token_id=0)).save_pretrained(folder)
+        cls = T5ForConditionalGeneration
+    model = load_model(cls, folder, InferenceOptions())
+    plain = load_model(cls, folder, InferenceOptions(onednn=False))
+    owners = [m for m in model.modules() if getattr(m, "stacked_projections", ())]
+    assert owners and all(isinstance(m.stacked, onednn.PackedLinear) for m in owners)
+    assert all(type(getattr(m, n)) is nn.Linear for m in owners for n in m.stacked_projections)
+    assert model.state_dict().keys() == plain.state_dict().keys()
+    ids = torch.randint(5, 40, (2, 9))
+    with torch.inference_mode():
+        if family == "bert":
+            torch.testing.assert_close(model(ids).last_hidden_state, plain(ids).last_hidden_state,
+                                       atol=1e-5, rtol=1e-5)
+        else:
+            torch.testing.assert_close(model(ids, decoder_input_ids=ids[:, :4]).logits,
+                                       plain(ids, decoder_input_ids=ids[:, :4]).logits, atol=1e-5, rtol=1e-5)
+
+
 def test_row_tiles_cover_every_row_with_a_bounded_set_of_shapes():
     seen = set()
     for rows in range(0, 3 * onednn.ROW_TILE + 7):

@@ -72,6 +72,26 @@ class PackedLinear(nn.Module):
         self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
         self.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
 
+    @classmethod
+    def stacked(cls, linears: list[nn.Linear]) -> "PackedLinear":
+        """One packed layer computing several that read the same input, their outputs side by side (attention's
+        query, key and value): one oneDNN call instead of three, each with its own overhead and a third of
+        the columns. Its weight and bias are new tensors, buffers outside state_dict: the originals stay where
+        they are, unpacked (so state_dict is unchanged); a forward pass that needs gradients must not use it."""
+        with torch.no_grad():
+            joint = nn.Linear(linears[0].in_features, sum(l.out_features for l in linears),
+                              bias=any(l.bias is not None for l in linears), dtype=linears[0].weight.dtype)
+            joint.weight.copy_(torch.cat([l.weight for l in linears]))
+            if joint.bias is not None:
+                joint.bias.copy_(torch.cat([l.bias if l.bias is not None else l.weight.new_zeros(l.out_features)
+                                            for l in linears]))
+        layer = cls(joint)
+        for name in ("weight", "bias"):  # plain tensors, outside state_dict: the originals are the Parameters
+            tensor = getattr(layer, name)
+            delattr(layer, name)
+            layer.register_buffer(name, None if tensor is None else tensor.detach(), persistent=False)
+        return layer
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)  # oneDNN's operator has no backward
@@ -117,17 +137,34 @@ def _probe(dtype: torch.dtype) -> bool:
         return False
 
 
-def pack_linear_layers(model: nn.Module) -> int:
-    """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many."""
+def _packable(layer: nn.Module | None) -> bool:
     # Plain nn.Linear only: a subclass does more than x Wᵀ + b (an adapter after it, a LoRA-parametrized weight)
-    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if type(child) is nn.Linear and child.weight.device.type == "cpu" and child.weight.dtype in PACKABLE
-               and not getattr(child, "superseded", False)]  # replaced in the forward pass (int8_linear.py)
-    if not targets or not available():
+    return (type(layer) is nn.Linear and layer.weight.device.type == "cpu" and layer.weight.dtype in PACKABLE
+            and not getattr(layer, "superseded", False))  # replaced in the forward pass (int8_linear.py)
+
+
+def pack_linear_layers(model: nn.Module) -> int:
+    """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many. A
+    module that declares `stacked_projections` (names of layers reading the same input) and has an empty
+    `stacked` slot gets them as one stacked packed layer there, which its forward pass uses outside training
+    (as int8_linear.py does for int8); those layers stay plain, kept for state_dict and training."""
+    if not available():
         return 0
+    stacked = 0
+    for module in model.modules():
+        names = getattr(module, "stacked_projections", ())
+        layers = [getattr(module, n, None) for n in names]
+        if (names and getattr(module, "stacked", False) is None and all(_packable(l) for l in layers)
+                and len({l.weight.dtype for l in layers}) == 1 and _probe(layers[0].weight.dtype)):
+            module.stacked = PackedLinear.stacked(layers)
+            stacked += len(layers)
+            for layer in layers:
+                layer.superseded = True
+    targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if _packable(child)]
     usable = {dtype for dtype in {child.weight.dtype for _, _, child in targets} if _probe(dtype)}
     targets = [t for t in targets if t[2].weight.dtype in usable]
     with torch.no_grad():
         for parent, name, child in targets:
             setattr(parent, name, PackedLinear(child))
-    return len(targets)
+    return len(targets) + stacked

@@ -78,7 +78,8 @@ class BertSelfAttention(nn.Module):
     The formula itself is `nn.attention`, with the kernel this model was configured with
     (`config.attn_implementation`: sdpa by default, eager for the probabilities)."""
 
-    # int8 inference stacks these three into one layer in `stacked` (nn/int8_linear.py): one quantized GEMM
+    # CPU inference stacks these three into one layer in `stacked`: one GEMM for the three, int8
+    # (nn/int8_linear.py) or oneDNN-packed fp32/bf16 (nn/packed_linear.py)
     stacked_projections = ("query", "key", "value")
 
     def __init__(self, config: BertConfig):
@@ -103,7 +104,7 @@ class BertSelfAttention(nn.Module):
             w = torch.cat([p.weight for p in projections])
             b = torch.cat([p.bias for p in projections])
             q, k, v = F.linear(x, w, b).chunk(3, dim=-1)  # 3 x (..., H)
-        elif self.stacked is not None:  # int8 inference: x quantized once, one GEMM for the three
+        elif self.stacked is not None:  # CPU inference: one GEMM for the three (int8: x quantized once)
             q, k, v = self.stacked(x).chunk(3, dim=-1)
         else:  # inference: each projection may be a pre-packed layer (nn/packed_linear.py)
             q, k, v = (p(x) for p in projections)

@@ -119,7 +119,7 @@ class T5Attention(nn.Module):
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, bias: torch.Tensor | None,
                 k: torch.Tensor, v: torch.Tensor, q: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T_q, d_model) queries' input; k, v: (B, T_k, inner) projected keys and values; q: the
-        projected queries when the caller has them already (self-attention's stacked int8 projection)."""
+        projected queries when the caller has them already (self-attention's stacked projection)."""
         y, _ = attention(self.q(x) if q is None else q, k, v, self.num_heads, mask, bias,
                          kernel=self.attn_implementation,
                          dropout_p=self.dropout_p, training=self.training, scale=1.0)
@@ -130,8 +130,8 @@ class T5LayerSelfAttention(nn.Module):
     def __init__(self, config: T5Config, has_relative_attention_bias: bool = False):
         super().__init__()
         self.SelfAttention = T5Attention(config, has_relative_attention_bias)
-        # q, k and v read the same input here (not in cross-attention): int8 inference stacks them into one
-        # layer in `stacked` (nn/int8_linear.py), the input quantized once and one GEMM for the three
+        # q, k and v read the same input here (not in cross-attention): CPU inference stacks them into one
+        # layer in `stacked`, one GEMM for the three (nn/int8_linear.py, nn/packed_linear.py)
         self.SelfAttention.stacked_projections = ("q", "k", "v")
         self.SelfAttention.stacked = None
         self.layer_norm = RMSNorm(config.d_model, eps=config.layer_norm_epsilon)
