@@ -6,9 +6,10 @@
  * writing memory and some allocating fresh buffers; together they cost about a third of an int8 forward
  * pass. Here each is one loop over a row that stays in L1, and the output of the GEMM is dequantized in
  * place. Softmax in bf16 is here too: torch's bf16 softmax widens, computes and narrows in separate passes
- * and was ~17% of an int8 forward pass at BERT's short sequence lengths. And three kernels for shapes the
+ * and was ~17% of an int8 forward pass at BERT's short sequence lengths. And four kernels for shapes the
  * library calls are not built for: an int8 GEMM for a few rows (AVX-512 VNNI), a decoding step's attention
- * (one query per row), and fp32 attention over short rows, register-tiled.
+ * (one query per row), and attention per (row, head), register-tiled: in fp32, and on AVX-512 BF16 dot
+ * products for bf16 and int8 models.
  *
  * Every function takes raw pointers and sizes: nn/cpu_kernels.py checks dtypes, devices, shapes and
  * contiguity before calling, so nothing here re-checks them. The GIL is released while a kernel runs, and rows
