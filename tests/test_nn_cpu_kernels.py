@@ -207,22 +207,31 @@ def test_attention_one_query_declines_what_it_does_not_take():
     assert cpu_kernels.attention_one_query(q, k, k, torch.zeros(2, 3, 2, 5), 1.0) is None
 
 
+def attention_case(T_q: int, T_k: int, hs: int, dtype: torch.dtype = torch.float32):
+    """q (4, 3, T_q, hs) and k, v shared by groups of 2 rows, all strided as attention() passes them; k and v
+    repeated per row (for the reference); and the additive parts to try: none, a padding mask per row, a causal
+    mask per query, and a bias per head as a transposed view (last stride T_q·nh) plus padding."""
+    B, nh, G = 4, 3, 2
+    g = torch.Generator().manual_seed(T_q * T_k + hs)
+    q = torch.randn(B, T_q, nh, hs, generator=g).transpose(1, 2).to(dtype)
+    k, v = (torch.randn(B // G, T_k, nh, hs, generator=g).transpose(1, 2).to(dtype) for _ in range(2))
+    padding = torch.zeros(B, 1, 1, T_k)
+    padding[1, ..., T_k // 2:] = torch.finfo(torch.float32).min
+    causal = torch.full((T_q, T_k), torch.finfo(torch.float32).min).triu(T_k - T_q + 1)[None, None]
+    bias = torch.randn(T_k, T_q, nh, generator=g).permute(2, 1, 0)[None]  # (1, nh, T_q, T_k)
+    adds = [None] + [a.to(dtype) for a in (padding, causal, bias + padding)]
+    return q, k, v, k.repeat_interleave(G, 0), v.repeat_interleave(G, 0), adds
+
+
 @needs_c
 @pytest.mark.parametrize("hs", [16, 32, 64])
 @pytest.mark.parametrize("T_q,T_k", [(1, 7), (5, 5), (13, 70), (40, 40)])
 def test_attention_short_matches_the_formula(T_q, T_k, hs, threads):
     """Query tiles of 4 with a partial last one, key blocks of 16-64 with a partial last one; masks per row,
     a causal mask per query, a bias per head as a transposed view; keys and values shared by groups of rows."""
-    B, nh, G = 4, 3, 2
-    g = torch.Generator().manual_seed(T_q * T_k + hs)
-    q = torch.randn(B, T_q, nh, hs, generator=g).transpose(1, 2)  # strided, as attention() passes it
-    k, v = (torch.randn(B // G, T_k, nh, hs, generator=g).transpose(1, 2) for _ in range(2))
-    padding = torch.zeros(B, 1, 1, T_k)
-    padding[1, ..., T_k // 2:] = torch.finfo(torch.float32).min
-    causal = torch.full((T_q, T_k), torch.finfo(torch.float32).min).triu(T_k - T_q + 1)[None, None]
-    bias = torch.randn(T_k, T_q, nh, generator=g).permute(2, 1, 0)[None]  # (1, nh, T_q, T_k), last stride T_q·nh
-    kk, vv = k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)
-    for add in (None, padding, causal, bias + padding):
+    B, nh = 4, 3
+    q, k, v, kk, vv, adds = attention_case(T_q, T_k, hs)
+    for add in adds:
         want = torch.softmax(q @ kk.transpose(-1, -2) * 0.25 + (0 if add is None else add), dim=-1) @ vv
         got = cpu_kernels.attention_short(q, k, v, add, 0.25)
         assert got.shape == (B, nh, T_q, hs)
@@ -257,17 +266,9 @@ def test_attention_bf16_matches_the_formula_on_bf16_operands(dtype, T_q, T_k, hs
     in and out. The bound is the rounding of probabilities to bf16 (its exp differs from torch's by < 5e-5
     relative, which can move a probability across a bf16 rounding boundary: up to 2^-8 of it, times |v|) plus,
     for bf16 out, the output's own rounding; on average far less."""
-    B, nh, G = 4, 3, 2
-    g = torch.Generator().manual_seed(T_q * T_k + hs)
-    q = torch.randn(B, T_q, nh, hs, generator=g).transpose(1, 2).to(dtype)  # strided, as attention() passes it
-    k, v = (torch.randn(B // G, T_k, nh, hs, generator=g).transpose(1, 2).to(dtype) for _ in range(2))
-    padding = torch.zeros(B, 1, 1, T_k)
-    padding[1, ..., T_k // 2:] = torch.finfo(torch.float32).min
-    causal = torch.full((T_q, T_k), torch.finfo(torch.float32).min).triu(T_k - T_q + 1)[None, None]
-    bias = torch.randn(T_k, T_q, nh, generator=g).permute(2, 1, 0)[None]  # (1, nh, T_q, T_k), last stride T_q·nh
-    kk, vv = k.repeat_interleave(G, 0), v.repeat_interleave(G, 0)
-    for add in (None, padding, causal, bias + padding):
-        add = None if add is None else add.to(dtype)
+    B, nh = 4, 3
+    q, k, v, kk, vv, adds = attention_case(T_q, T_k, hs, dtype)
+    for add in adds:
         want = _bf16_attention_reference(q, kk, vv, add, 0.25)
         got = cpu_kernels.attention_bf16(q, k, v, add, 0.25)
         assert got.shape == (B, nh, T_q, hs) and got.dtype == dtype

@@ -334,11 +334,12 @@ static void one_query_heads(const OneQuery *a, Py_ssize_t first, Py_ssize_t coun
  *   P = softmax(S)              per row, as softmax_rows
  *   O = P V                     4 queries x hs in accumulators (hs a multiple of 16, at most 64) */
 typedef struct {
-    const float *q, *k, *v, *add;
-    float *out;  /* (B, T_q, heads, hs) contiguous */
+    const void *q, *k, *v, *add;  /* `dtype` elements: F32 here; F32 or BF16 for attention_bf16 below */
+    void *out;  /* (B, T_q, heads, hs) contiguous, `dtype` */
     Py_ssize_t qs[3], ks[3], vs[3], adds[3];  /* strides: row, head, position (0: broadcast) */
     Py_ssize_t heads, hs, queries, keys, group;
     float scale;
+    int dtype;
 } Rows;
 
 /* S[r, j0 .. j0 + 16·NB) for 4 query rows q[r] (hs each) against kt (hs x n: K transposed) */
@@ -386,10 +387,10 @@ static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t cou
     for (Py_ssize_t d = 0; d < hs; d++) zero[d] = 0.0f;
     for (Py_ssize_t task = first; task < first + count; task++) {
         const Py_ssize_t b = task / a->heads, h = task % a->heads;
-        const float *q = a->q + b * a->qs[0] + h * a->qs[1];
-        const float *k = a->k + b / a->group * a->ks[0] + h * a->ks[1];
-        const float *v = a->v + b / a->group * a->vs[0] + h * a->vs[1];
-        const float *add = a->add ? a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        const float *q = (const float *)a->q + b * a->qs[0] + h * a->qs[1];
+        const float *k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1];
+        const float *v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1];
+        const float *add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL;
         for (Py_ssize_t j = 0; j < n; j++)
             for (Py_ssize_t d = 0; d < hs; d++) kt[d * n + j] = j < a->keys ? k[j * a->ks[2] + d] : 0.0f;
         for (Py_ssize_t i0 = 0; i0 < a->queries; i0 += 4) {
@@ -398,7 +399,7 @@ static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t cou
             for (int r = 0; r < 4; r++) {
                 const int real = i0 + r < a->queries;
                 qr[r] = real ? q + (i0 + r) * a->qs[2] : zero;
-                orow[r] = real ? a->out + ((b * a->queries + i0 + r) * a->heads + h) * hs : NULL;
+                orow[r] = real ? (float *)a->out + ((b * a->queries + i0 + r) * a->heads + h) * hs : NULL;
             }
             Py_ssize_t j0 = 0;
             for (; j0 + 64 <= n; j0 += 64) qk_tile(4, qr, kt, n, j0, hs, S);
@@ -522,15 +523,8 @@ static int vnni_supported(void) {
  * Layouts, per (row, head), in 32-bit words of two bf16 (the pair one VDPBF16PS lane takes):
  *   kp[jb][p][16]  key jb·16 + lane, dimensions 2p and 2p + 1           (Q Kᵀ: lanes are keys)
  *   vp[jp][hs]     dimension d of keys 2jp and 2jp + 1                  (P V: lanes are dimensions)
- *   q2[r][p], p2[r][jp]  a query's pair of dimensions, a probability row's pair of keys (broadcast) */
-typedef struct {
-    const void *q, *k, *v, *add;  /* `dtype` elements (F32 or BF16), all four alike */
-    void *out;                    /* (B, T_q, heads, hs) contiguous, `dtype` */
-    Py_ssize_t qs[3], ks[3], vs[3], adds[3];
-    Py_ssize_t heads, hs, queries, keys, group;
-    float scale;
-    int dtype;
-} RowsBF16;
+ *   q2[r][p], p2[r][jp]  a query's pair of dimensions, a probability row's pair of keys (broadcast)
+ * Operands as `Rows` above, q, k, v, add and out all of its `dtype` (F32 or BF16). */
 
 #define BF16DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -629,7 +623,7 @@ static inline __attribute__((always_inline)) BF16DOT_TARGET void scale_add_row(f
 
 /* scratch (32-bit words): kp n·hs/2, vp n·hs/2, p2 2n, q2 2·hs, S 4n, then bf16 rows of K and V n·hs/2 each;
  * n: keys padded to a multiple of 32 */
-static BF16DOT_TARGET void attention_bf16_heads(const RowsBF16 *a, Py_ssize_t first, Py_ssize_t count,
+static BF16DOT_TARGET void attention_bf16_heads(const Rows *a, Py_ssize_t first, Py_ssize_t count,
                                                 uint32_t *scratch) {
     /* keys padded to a multiple of 32: each probability row goes to bf16 32 at a time */
     const Py_ssize_t n = (a->keys + 31) / 32 * 32, hs = a->hs, hp = hs / 2, n2 = n / 2, pairs = (a->keys + 1) / 2;
@@ -899,31 +893,42 @@ static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, P
     Py_RETURN_NONE;
 }
 
-/* attention_rows(q, q_strides(3), k, k_strides(3), v, v_strides(3), add | None, add_strides(3), out, rows,
- * heads, hs, queries, keys, scale, threads, group): fp32, hs % 16 == 0 and hs <= 64; see Rows */
+/* The operands both attention entries take, from 25 arguments: q, q_strides(3), k, k_strides(3), v,
+ * v_strides(3), add | None, add_strides(3), out, rows, heads, hs, queries, keys, scale, threads, group; hs a
+ * multiple of 16 up to 64. Returns -1 with the exception set. */
+static int parse_rows(PyObject *const *args, const char *name, int dtype, Rows *a, Py_ssize_t *rows,
+                      long *threads) {
+    a->dtype = dtype;
+    a->q = as_ptr(args[0]);
+    for (int i = 0; i < 3; i++) a->qs[i] = PyLong_AsSsize_t(args[1 + i]);
+    a->k = as_ptr(args[4]);
+    for (int i = 0; i < 3; i++) a->ks[i] = PyLong_AsSsize_t(args[5 + i]);
+    a->v = as_ptr(args[8]);
+    for (int i = 0; i < 3; i++) a->vs[i] = PyLong_AsSsize_t(args[9 + i]);
+    a->add = as_ptr(args[12]);
+    for (int i = 0; i < 3; i++) a->adds[i] = PyLong_AsSsize_t(args[13 + i]);
+    a->out = as_ptr(args[16]);
+    *rows = PyLong_AsSsize_t(args[17]);
+    a->heads = PyLong_AsSsize_t(args[18]), a->hs = PyLong_AsSsize_t(args[19]);
+    a->queries = PyLong_AsSsize_t(args[20]), a->keys = PyLong_AsSsize_t(args[21]);
+    a->scale = (float)PyFloat_AsDouble(args[22]);
+    *threads = PyLong_AsLong(args[23]);
+    a->group = PyLong_AsSsize_t(args[24]);
+    if (PyErr_Occurred()) return -1;
+    if ((dtype != F32 && dtype != BF16) || a->group < 1 || a->hs % 16 || a->hs > 64 || a->hs < 16) {
+        PyErr_Format(PyExc_ValueError, "%s: needs fp32 or bf16, group >= 1 and hs a multiple of 16 up to 64", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* attention_rows(the 25 operands of parse_rows): fp32; see Rows */
 static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (parse(args, nargs, 25, "attention_rows") < 0) return NULL;
     Rows a;
-    a.q = as_ptr(args[0]);
-    for (int i = 0; i < 3; i++) a.qs[i] = PyLong_AsSsize_t(args[1 + i]);
-    a.k = as_ptr(args[4]);
-    for (int i = 0; i < 3; i++) a.ks[i] = PyLong_AsSsize_t(args[5 + i]);
-    a.v = as_ptr(args[8]);
-    for (int i = 0; i < 3; i++) a.vs[i] = PyLong_AsSsize_t(args[9 + i]);
-    a.add = as_ptr(args[12]);
-    for (int i = 0; i < 3; i++) a.adds[i] = PyLong_AsSsize_t(args[13 + i]);
-    a.out = as_ptr(args[16]);
-    Py_ssize_t rows = PyLong_AsSsize_t(args[17]);
-    a.heads = PyLong_AsSsize_t(args[18]), a.hs = PyLong_AsSsize_t(args[19]);
-    a.queries = PyLong_AsSsize_t(args[20]), a.keys = PyLong_AsSsize_t(args[21]);
-    a.scale = (float)PyFloat_AsDouble(args[22]);
-    long threads = PyLong_AsLong(args[23]);
-    a.group = PyLong_AsSsize_t(args[24]);
-    if (PyErr_Occurred()) return NULL;
-    if (a.group < 1 || a.hs % 16 || a.hs > 64 || a.hs < 16) {
-        PyErr_SetString(PyExc_ValueError, "attention_rows: needs group >= 1 and hs a multiple of 16 up to 64");
-        return NULL;
-    }
+    Py_ssize_t rows;
+    long threads;
+    if (parse_rows(args, "attention_rows", F32, &a, &rows, &threads) < 0) return NULL;
     const Py_ssize_t tasks = rows * a.heads;
     if (tasks < 1 || a.keys < 1 || a.queries < 1) Py_RETURN_NONE;
     int parts = thread_count(tasks, a.queries * a.keys * a.hs, threads);
@@ -937,34 +942,17 @@ static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssi
     Py_RETURN_NONE;
 }
 
-/* attention_bf16(dtype, q, q_strides(3), k, k_strides(3), v, v_strides(3), add | None, add_strides(3), out,
- * rows, heads, hs, queries, keys, scale, threads, group): see RowsBF16; hs % 16 == 0 and hs <= 64 */
+/* attention_bf16(dtype, the 25 operands of parse_rows): AVX-512 BF16 dot products; see attention_bf16_heads */
 static PyObject *py_attention_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (parse(args, nargs, 26, "attention_bf16") < 0) return NULL;
 #ifdef HAVE_BF16DOT
-    RowsBF16 a;
-    a.dtype = (int)PyLong_AsLong(args[0]);
-    args++;
-    a.q = as_ptr(args[0]);
-    for (int i = 0; i < 3; i++) a.qs[i] = PyLong_AsSsize_t(args[1 + i]);
-    a.k = as_ptr(args[4]);
-    for (int i = 0; i < 3; i++) a.ks[i] = PyLong_AsSsize_t(args[5 + i]);
-    a.v = as_ptr(args[8]);
-    for (int i = 0; i < 3; i++) a.vs[i] = PyLong_AsSsize_t(args[9 + i]);
-    a.add = as_ptr(args[12]);
-    for (int i = 0; i < 3; i++) a.adds[i] = PyLong_AsSsize_t(args[13 + i]);
-    a.out = as_ptr(args[16]);
-    Py_ssize_t rows = PyLong_AsSsize_t(args[17]);
-    a.heads = PyLong_AsSsize_t(args[18]), a.hs = PyLong_AsSsize_t(args[19]);
-    a.queries = PyLong_AsSsize_t(args[20]), a.keys = PyLong_AsSsize_t(args[21]);
-    a.scale = (float)PyFloat_AsDouble(args[22]);
-    long threads = PyLong_AsLong(args[23]);
-    a.group = PyLong_AsSsize_t(args[24]);
-    if (PyErr_Occurred()) return NULL;
-    if (!bf16dot_supported() || (a.dtype != F32 && a.dtype != BF16) || a.group < 1 || a.hs % 16 || a.hs > 64 ||
-        a.hs < 16) {
-        PyErr_SetString(PyExc_ValueError, "attention_bf16: needs AVX-512 BF16, fp32 or bf16, group >= 1 and hs a "
-                                          "multiple of 16 up to 64");
+    Rows a;
+    Py_ssize_t rows;
+    long threads;
+    const long dtype = PyLong_AsLong(args[0]);
+    if (PyErr_Occurred() || parse_rows(args + 1, "attention_bf16", (int)dtype, &a, &rows, &threads) < 0) return NULL;
+    if (!bf16dot_supported()) {
+        PyErr_SetString(PyExc_ValueError, "attention_bf16: this CPU has no AVX-512 BF16");
         return NULL;
     }
     const Py_ssize_t tasks = rows * a.heads;
