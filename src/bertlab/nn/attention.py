@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .cpu_kernels import attention_bf16, attention_one_query, attention_short, softmax_
+from .cpu_kernels import attention_bf16, attention_one_query, attention_short, bf16_dot_available, softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -214,7 +214,7 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     them as it packs) and returns fp32: 1.07x the fp32 C loops at 32 x 48 tokens, 1.3x at 16 x 100, 1.7-2.0x
     at 384-512. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
-    if q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32:
+    if q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32 and bf16_dot_available():
         add = _additive(mask, bias, q, k.size(-2))
         if (y := attention_bf16(q, k, v, add, _scale(scale, q))) is not None:
             return y, None

@@ -7,6 +7,8 @@
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
+    attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), fp32 or bf16 in
+                                and out, scores and softmax in fp32
     int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
                                 (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
 
