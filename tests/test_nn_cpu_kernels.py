@@ -143,6 +143,33 @@ def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
         cpu_kernels._extension.cache_clear()
 
 
+@needs_c
+@pytest.mark.parametrize("k", [16, 48, 512])
+def test_few_rows_fp32_linear_equals_f_linear(k, threads):
+    """Every row count the GEMV splits differently (tiles of 4, then 3, 2 or 1 rows), columns in whole blocks of
+    16 and a remainder (N = 37, 80, 2064), with and without bias."""
+    g = torch.Generator().manual_seed(k)
+    for n in (37, 80, 2064):
+        w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+        for m in (1, 2, 3, 4, 5, 7):
+            x = torch.randn(m, k, generator=g)
+            for bias in (b, None):
+                got = cpu_kernels.linear_few_rows(x, w, bias)
+                want = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
+                torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-5)  # sums of k products ~ N(0, k)
+
+
+@needs_c
+def test_few_rows_fp32_linear_declines_what_it_does_not_take():
+    w = torch.randn(32, 48)
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 40), torch.randn(32, 40), None) is None  # K % 16
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48).bfloat16(), w.bfloat16(), None) is None
+    assert cpu_kernels.linear_few_rows(torch.randn(48, 2).t(), w, None) is None  # not contiguous
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48), torch.randn(48, 64).t(), None) is None
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48), w, torch.randn(31)) is None  # bias size
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48, requires_grad=True), w, None) is None
+
+
 needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no AVX-512 VNNI (or no C kernels)")
 
 

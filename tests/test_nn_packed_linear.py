@@ -28,6 +28,21 @@ def test_packed_linear_equals_nn_linear(shape, dtype):
     assert packed(x).shape == (*shape[:-1], 80)
 
 
+def test_a_few_rows_take_the_gemv_and_more_take_onednn(monkeypatch):
+    """A decoding step's rows (up to GEMV_ROWS) go to the C GEMV over the plain weight; more rows to oneDNN."""
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = onednn.PackedLinear(linear)
+    calls = []
+    real = onednn.linear_few_rows
+    monkeypatch.setattr(onednn, "linear_few_rows", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    with torch.inference_mode():
+        for rows in range(1, onednn.GEMV_ROWS + 3):
+            x = torch.randn(rows, 48)
+            torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+    assert calls == list(range(1, onednn.GEMV_ROWS + 1))
+
+
 def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))

@@ -203,6 +203,23 @@ def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 
+# ------------------------------------------------------------------------------------- fp32 GEMV, few rows
+def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """x Wᵀ + b for a few rows of fp32 x (M, K), with W (N, K) as `nn.Linear` holds it: each 16 rows of W read
+    once from memory, the next requested while these are multiplied. Returns (M, N), or None where the C
+    kernel does not apply (another dtype, K not a multiple of 16, non-contiguous operands, no extension)."""
+    tensors = (x, weight) + (() if bias is None else (bias,))
+    if (x.dim() != 2 or x.dtype != torch.float32 or x.size(1) % 16 or weight.shape[1:] != x.shape[1:]
+            or (bias is not None and bias.shape != weight.shape[:1])
+            or any(t.dtype != torch.float32 for t in tensors) or not _native(*tensors)):
+        return None
+    (m, k), n = x.shape, weight.size(0)
+    y = torch.empty((m, n), dtype=torch.float32)
+    _extension().linear_f32_few_rows(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                                     y.data_ptr(), m, k, n, torch.get_num_threads())
+    return y
+
+
 # ------------------------------------------------------------------------------------- int8 GEMM, few rows
 def few_rows_available() -> bool:
     """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cpu_kernels import linear_few_rows
+
 log = logging.getLogger(__name__)
 
 # The number of rows the packed layout is tuned for; any row count works (bucketed batches hold ~2k tokens).
@@ -43,6 +45,9 @@ ROWS_HINT = 2048
 # fp32 batch-1 time against steps of 8), coarser ones up to a full tile.
 ROW_TILE = 512
 ROW_BUCKETS = (*range(8, 128, 8), *range(128, ROW_TILE + 1, 32))
+# Up to this many rows (a decoding step of a few sequences) an fp32 layer is a GEMV over the plain weight in C
+# (`cpu_kernels.linear_few_rows`): oneDNN pads them to 8 rows and streams the weights 20-50% slower.
+GEMV_ROWS = 4
 
 
 def row_tiles(rows: int) -> list[tuple[int, int, int]]:
@@ -97,6 +102,8 @@ class PackedLinear(nn.Module):
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return F.linear(x, self.weight, self.bias)  # oneDNN's operator has no backward
         flat = x.reshape(-1, self.in_features)  # (N, in)
+        if flat.shape[0] <= GEMV_ROWS and (y := linear_few_rows(flat, self.weight, self.bias)) is not None:
+            return y.view(*x.shape[:-1], self.out_features)
         tiles = row_tiles(flat.shape[0])
         if len(tiles) == 1:  # the common case: one call, no copy of the output
             y = self._tile(flat, *tiles[0])
