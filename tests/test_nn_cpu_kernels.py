@@ -170,6 +170,33 @@ def test_few_rows_fp32_linear_declines_what_it_does_not_take():
     assert cpu_kernels.linear_few_rows(torch.randn(2, 48, requires_grad=True), w, None) is None
 
 
+needs_avx512 = pytest.mark.skipif(not (cpu_kernels.available() and getattr(cpu_kernels._extension(), "avx512", 0)),
+                                  reason="no AVX-512 (or no C kernels)")
+
+
+@needs_avx512
+@pytest.mark.parametrize("B,K,V,keep", [(3, 4, 1000, 8), (2, 1, 37, 2), (1, 5, 16, 10), (4, 2, 7, 14), (2, 3, 33, 1)])
+def test_beam_topk_equals_the_sum_and_topk(B, K, V, keep, threads):
+    g = torch.Generator().manual_seed(V)
+    log_probs = torch.randn(B * K, V, generator=g).log_softmax(-1)
+    running = torch.randn(B, K, generator=g)
+    if keep <= V:  # the first step: only the first beam counts (beyond V its sums tie at -1e9, in torch's order)
+        running[0, 1:] = -1.0e9
+    best, index = cpu_kernels.beam_topk(log_probs, running, keep)
+    want = (log_probs.view(B, K, V) + running[..., None]).view(B, K * V).topk(keep)
+    assert torch.equal(best, want.values) and torch.equal(index, want.indices)
+
+
+@needs_avx512
+def test_beam_topk_breaks_ties_to_the_lower_index_and_keeps_minus_infinity():
+    log_probs = torch.tensor([[0.0, -1.0, 0.0, -float("inf")], [-1.0, 0.0, -float("inf"), -float("inf")]])
+    best, index = cpu_kernels.beam_topk(log_probs, torch.zeros(1, 2), 8)
+    assert best.tolist() == [[0.0, 0.0, 0.0, -1.0, -1.0, -float("inf"), -float("inf"), -float("inf")]]
+    assert index.tolist() == [[0, 2, 5, 1, 4, 3, 6, 7]]
+    assert cpu_kernels.beam_topk(log_probs.bfloat16(), torch.zeros(1, 2), 2) is None
+    assert cpu_kernels.beam_topk(log_probs, torch.zeros(1, 2), 9) is None  # more than K·V
+
+
 needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no AVX-512 VNNI (or no C kernels)")
 
 

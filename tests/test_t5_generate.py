@@ -12,6 +12,7 @@ import torch
 
 from bertlab import T5Config, T5ForConditionalGeneration
 from bertlab.errors import BertlabError
+from bertlab.models.t5 import generate as generate_module
 from bertlab.models.t5.generate import CachedDecoder
 
 transformers = pytest.importorskip("transformers")
@@ -95,7 +96,12 @@ def test_greedy_matches_transformers(variant, tmp_path):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("num_beams,length_penalty,early_stopping", BEAM_SETTINGS)
-def test_beam_search_matches_transformers(variant, num_beams, length_penalty, early_stopping, tmp_path):
+@pytest.mark.parametrize("topk", ["c", "torch"])
+def test_beam_search_matches_transformers(variant, num_beams, length_penalty, early_stopping, topk, tmp_path,
+                                          monkeypatch):
+    """Both ways of picking a step's candidates: the C pass (`cpu_kernels.beam_topk`, where built) and torch's."""
+    if topk == "torch":
+        monkeypatch.setattr(generate_module, "beam_topk", lambda *args: None)
     model = lively_model(variant)
     theirs = hf_twin(model, tmp_path)
     ids, mask = inputs()

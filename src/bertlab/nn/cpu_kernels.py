@@ -220,6 +220,28 @@ def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return y
 
 
+# ------------------------------------------------------------------------------------------------ beam search
+def beam_topk(log_probs: torch.Tensor, running: torch.Tensor, keep: int
+              ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A beam-search step's candidates: log_probs (B·K, V) and the beams' running scores (B, K), fp32 ->
+    the `keep` best sums log_probs[b·K + k, v] + running[b, k] of each input b over its K beams and V words,
+    (B, keep) scores descending and (B, keep) int64 indices k·V + v -- `(log_probs.view(B, K, V) +
+    running[..., None]).view(B, -1).topk(keep)` in one pass, ties to the lower index. None where the C kernel
+    does not apply (no AVX-512, other dtypes)."""
+    ext = _extension()
+    if (ext is None or not getattr(ext, "avx512", 0) or log_probs.dim() != 2 or running.dim() != 2
+            or log_probs.size(0) != running.numel() or not 1 <= keep <= running.size(1) * log_probs.size(1)
+            or log_probs.dtype != torch.float32 or running.dtype != torch.float32
+            or not _native(log_probs, running)):
+        return None
+    (B, K), V = running.shape, log_probs.size(1)
+    best = torch.empty((B, keep), dtype=torch.float32)
+    index = torch.empty((B, keep), dtype=torch.int64)
+    ext.beam_topk(log_probs.data_ptr(), running.data_ptr(), best.data_ptr(), index.data_ptr(), B, K, V, keep,
+                  torch.get_num_threads())
+    return best, index
+
+
 # ------------------------------------------------------------------------------------- int8 GEMM, few rows
 def few_rows_available() -> bool:
     """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from ...errors import BertlabError
 from ...nn import AttentionMask
 from ...nn.attention import get_kernel
+from ...nn.cpu_kernels import beam_topk
 
 # The model (`model.T5ForConditionalGeneration`) is passed in, not imported: its `generate` method calls this
 # module, which then needs nothing from model.py but the model object.
@@ -100,6 +101,7 @@ class CachedDecoder:
             self.layers.append(cache)
         self.bias = model.decoder.position_bias(T_max, T_max)  # (1, nh, T_max, T_max), sliced per step
         self.length = 0  # positions in the cache
+        self.spare = None  # one more self-attention buffer, for `reorder`
 
     def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: (rows, 1), the newest -> (rows, V) logits for the next one."""
@@ -123,10 +125,18 @@ class CachedDecoder:
 
     def reorder(self, index: torch.Tensor) -> None:
         """Beam search moved rows: row i continues what row index[i] was. Cross-attention keys and values need
-        no move (beams of one input share them)."""
+        no move (beams of one input share them). Each self-attention buffer is gathered into a spare one, which
+        takes its place, and the old one becomes the spare for the next: one copy of the filled part (gathering
+        into a temporary and copying back made two) for one extra buffer in all."""
+        n = self.length
         for cache in self.layers:
-            for buf in (cache.self_k, cache.self_v):
-                buf[:, :self.length] = buf[:, :self.length].index_select(0, index)
+            for name in ("self_k", "self_v"):
+                buf = getattr(cache, name)
+                if self.spare is None:
+                    self.spare = torch.empty_like(buf)
+                torch.index_select(buf[:, :n], 0, index, out=self.spare[:, :n])
+                setattr(cache, name, self.spare)
+                self.spare = buf
 
 
 class RecomputingDecoder:
@@ -190,8 +200,11 @@ def beam_search(decoder, start: torch.Tensor, num_beams: int, max_new_tokens: in
     for cur_len in range(1, max_length):
         logits = decoder(running[:, :, cur_len - 1].reshape(B * K, 1))  # (B·K, V)
         V = logits.size(-1)
-        log_probs = F.log_softmax(logits.float(), dim=-1).view(B, K, V) + running_scores[:, :, None]
-        top_scores, top_index = log_probs.view(B, K * V).topk(keep_k)  # (B, 2K)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        # the best 2K sums log_probs + running score over each input's K·V continuations: (B, 2K)
+        found = beam_topk(log_probs, running_scores, keep_k)  # one C pass (ties to the lower index), or:
+        top_scores, top_index = found if found is not None else \
+            (log_probs.view(B, K, V) + running_scores[:, :, None]).view(B, K * V).topk(keep_k)
         parent, token = top_index // V, top_index % V
         cand = running.gather(1, parent[:, :, None].expand(-1, -1, max_length)).clone()  # (B, 2K, max_length)
         cand[:, :, cur_len] = token
