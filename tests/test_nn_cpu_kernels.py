@@ -371,3 +371,30 @@ def test_traced_graphs_get_the_torch_formulas():
     seen = []
     torch.jit.trace(lambda t: seen.append(cpu_kernels.tracing()) or t * 1, (x,), check_trace=False)
     assert seen == [True] and not cpu_kernels.tracing()
+
+
+def test_an_onnx_export_in_progress_counts_as_tracing(monkeypatch):
+    """The flags torch.onnx.is_in_onnx_export reads, read directly: both exporters' flags are seen."""
+    assert not cpu_kernels.tracing()
+    try:
+        from torch.onnx._internal.exporter import _flags
+        from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+    except ImportError:
+        pytest.skip("this torch keeps its ONNX export flags elsewhere (the public function is used)")
+    monkeypatch.setattr(_flags, "_is_onnx_exporting", True)
+    assert cpu_kernels.tracing() and torch.onnx.is_in_onnx_export()
+    monkeypatch.setattr(_flags, "_is_onnx_exporting", False)
+    monkeypatch.setattr(GLOBALS, "in_onnx_export", True)
+    assert cpu_kernels.tracing() and torch.onnx.is_in_onnx_export()
+
+
+@needs_c
+@pytest.mark.parametrize("shape", [(1, 512), (3, 7, 48), (1000, 40)])
+def test_rms_norm_equals_the_formula(shape, threads):
+    g = torch.Generator().manual_seed(shape[-1])
+    x, w = torch.randn(shape, generator=g) * 3, torch.randn(shape[-1], generator=g)
+    want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+    torch.testing.assert_close(cpu_kernels.rms_norm(x, w, 1e-6), want, atol=1e-5, rtol=1e-6)
+    assert cpu_kernels.rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
+    assert cpu_kernels.rms_norm(x.requires_grad_(), w, 1e-6) is None  # autograd: the torch formula
+    assert cpu_kernels.rms_norm(torch.randn(4, 64)[:, ::2], torch.randn(32), 1e-6) is None  # not contiguous

@@ -4,6 +4,7 @@
     quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
     dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
+    rms_norm(x, w, eps)         T5's RMS layer norm in one call (fp32)
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
@@ -11,6 +12,8 @@
                                 and out, scores and softmax in fp32
     int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
                                 (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
+    linear_few_rows(...)        an fp32 linear layer for 1-4 rows: a GEMV over the plain weight
+    beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
 
 Why: around an int8 GEMM the torch formulas take 6-8 passes over memory (abs, amax, divide, round, cast;
 multiply, addcmul), several into fresh buffers; on all-MiniLM-L6-v2 in int8 at one thread they were about a
@@ -50,16 +53,27 @@ def available() -> bool:
     return _extension() is not None
 
 
+@functools.cache
+def _onnx_exporting():
+    """`torch.onnx.is_in_onnx_export`, which imports two modules on every call (~1 us; the C paths ask before
+    each kernel, ~50 times a decoding step): the flags it reads, read directly where this torch has them."""
+    try:
+        from torch.onnx._internal.exporter import _flags
+        from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+    except ImportError:
+        return torch.onnx.is_in_onnx_export
+    return lambda: GLOBALS.in_onnx_export or _flags._is_onnx_exporting
+
+
 def tracing() -> bool:
     """Whether torch is recording the operators (a trace, `torch.compile`, an ONNX export): the C calls would be
     invisible to it, so the torch formulas run instead."""
-    return torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.onnx.is_in_onnx_export()
+    return torch.jit.is_tracing() or torch.compiler.is_compiling() or _onnx_exporting()()
 
 
 def _native(*tensors: torch.Tensor) -> bool:
     return _extension() is not None and not tracing() and all(
-        t.device.type == "cpu" and t.is_contiguous() and not (t.requires_grad and torch.is_grad_enabled())
-        for t in tensors)
+        t.is_cpu and t.is_contiguous() and not (t.requires_grad and torch.is_grad_enabled()) for t in tensors)
 
 
 # ------------------------------------------------------------------------------------------- torch formulas
@@ -118,6 +132,19 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     cols = x.size(-1)
     _extension().softmax_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], x.numel() // cols, cols, torch.get_num_threads())
     return x
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """weight · x / sqrt(mean(x²) + eps) over the last dimension, fp32 (T5's layer norm, `nn.rms_norm`), in one
+    C call. None where it does not apply (other dtypes, non-contiguous, autograd, no extension)."""
+    if (x.dtype != torch.float32 or weight.dtype != torch.float32 or weight.dim() != 1 or x.dim() == 0
+            or x.size(-1) != weight.numel() or not _native(x, weight)):
+        return None
+    y = torch.empty_like(x)
+    cols = weight.numel()
+    _extension().rms_norm_rows(x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.numel() // max(cols, 1), cols,
+                               float(eps), torch.get_num_threads())
+    return y
 
 
 # ------------------------------------------------------------------------------------------------ attention
