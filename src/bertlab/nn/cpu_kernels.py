@@ -72,8 +72,13 @@ def tracing() -> bool:
 
 
 def _native(*tensors: torch.Tensor) -> bool:
-    return _extension() is not None and not tracing() and all(
-        t.is_cpu and t.is_contiguous() and not (t.requires_grad and torch.is_grad_enabled()) for t in tensors)
+    if _extension() is None or tracing():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:  # (a loop, not all() over a generator: a decoding step asks ~60 times)
+        if not t.is_cpu or not t.is_contiguous() or (grad and t.requires_grad):
+            return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------- torch formulas
@@ -155,19 +160,25 @@ def _attention_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     each kernel takes is its own check). Returns add with its last dimension contiguous and its (row, head,
     query) strides, 0 where it broadcasts -- or None where the C kernels do not apply."""
     B, nh, T_q, hs = q.shape
-    B_kv, T_k = k.size(0), k.size(2)
-    tensors = (q, k, v) + (() if add is None else (add,))
-    if (_extension() is None or tracing() or 0 in (T_q, T_k, B_kv) or B % B_kv or k.shape != (B_kv, nh, T_k, hs)
-            or v.shape != k.shape
-            or any(t.dtype != q.dtype or t.device.type != "cpu" or (t.stride(-1) != 1 and t is not add)
-                   or (t.requires_grad and torch.is_grad_enabled()) for t in tensors)):
+    B_kv, nh_kv, T_k, hs_kv = k.shape
+    if (_extension() is None or tracing() or not (T_q and T_k and B_kv) or B % B_kv or nh_kv != nh or hs_kv != hs
+            or v.shape != k.shape):
         return None
+    # (written out rather than as any() over a generator: a decoding step makes a dozen of these calls)
+    grad, dtype = torch.is_grad_enabled(), q.dtype
+    for t in (q, k, v):
+        if t.dtype != dtype or not t.is_cpu or t.stride(-1) != 1 or (grad and t.requires_grad):
+            return None
     if add is None:
         return None, (0, 0, 0)
-    if add.dim() != 4 or add.size(3) != T_k or any(add.size(i) not in (1, n) for i, n in enumerate((B, nh, T_q))):
+    if add.dtype != dtype or not add.is_cpu or (grad and add.requires_grad) or add.dim() != 4:
+        return None
+    add_B, add_nh, add_T, add_k = add.shape
+    if add_k != T_k or add_B not in (1, B) or add_nh not in (1, nh) or add_T not in (1, T_q):
         return None
     add = add if add.stride(-1) == 1 else add.contiguous()  # T5's position bias is a transposed view, and small
-    return add, tuple(add.stride(i) if add.size(i) > 1 else 0 for i in range(3))
+    strides = add.stride()
+    return add, (strides[0] if add_B > 1 else 0, strides[1] if add_nh > 1 else 0, strides[2] if add_T > 1 else 0)
 
 
 def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
@@ -235,12 +246,13 @@ def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """x Wᵀ + b for a few rows of fp32 x (M, K), with W (N, K) as `nn.Linear` holds it: each 16 rows of W read
     once from memory, the next requested while these are multiplied. Returns (M, N), or None where the C
     kernel does not apply (another dtype, K not a multiple of 16, non-contiguous operands, no extension)."""
-    tensors = (x, weight) + (() if bias is None else (bias,))
-    if (x.dim() != 2 or x.dtype != torch.float32 or x.size(1) % 16 or weight.shape[1:] != x.shape[1:]
-            or (bias is not None and bias.shape != weight.shape[:1])
-            or any(t.dtype != torch.float32 for t in tensors) or not _native(*tensors)):
+    if x.dim() != 2 or weight.dim() != 2 or x.dtype != torch.float32 or weight.dtype != torch.float32:
         return None
-    (m, k), n = x.shape, weight.size(0)
+    (m, k), (n, k_w) = x.shape, weight.shape
+    if k % 16 or k_w != k or (bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,))):
+        return None
+    if not (_native(x, weight) if bias is None else _native(x, weight, bias)):
+        return None
     y = torch.empty((m, n), dtype=torch.float32)
     _extension().linear_f32_few_rows(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
                                      y.data_ptr(), m, k, n, torch.get_num_threads())

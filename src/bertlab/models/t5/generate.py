@@ -99,7 +99,8 @@ class CachedDecoder:
                 cross = block.layer[1].EncDecAttention
                 cache.cross_k, cache.cross_v = cross.k(encoder_states), cross.v(encoder_states)
             self.layers.append(cache)
-        self.bias = model.decoder.position_bias(T_max, T_max)  # (1, nh, T_max, T_max), sliced per step
+        # (1, nh, T_max, T_max), sliced per step; contiguous, so each step's slice goes to the kernels as it is
+        self.bias = model.decoder.position_bias(T_max, T_max).contiguous()
         self.length = 0  # positions in the cache
         self.spare = None  # one more self-attention buffer, for `reorder`
 
