@@ -197,6 +197,18 @@ def test_beam_topk_breaks_ties_to_the_lower_index_and_keeps_minus_infinity():
     assert cpu_kernels.beam_topk(log_probs, torch.zeros(1, 2), 9) is None  # more than K·V
 
 
+@needs_avx512
+def test_argmax_rows_equals_torch_first_of_ties_and_declines_nan():
+    x = torch.randn(5, 1003, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cpu_kernels.argmax_rows(x), x.argmax(-1))
+    ties = torch.zeros(2, 40)
+    ties[0, 7] = ties[0, 9] = 1.0
+    assert cpu_kernels.argmax_rows(ties).tolist() == [7, 0] == ties.argmax(-1).tolist()
+    x[3, 5] = float("nan")
+    assert cpu_kernels.argmax_rows(x) is None  # torch's argmax picks the NaN: the caller takes it
+    assert cpu_kernels.beam_topk(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 1), 1) is None
+
+
 needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no AVX-512 VNNI (or no C kernels)")
 
 

@@ -83,7 +83,11 @@ def assert_lively(out: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_greedy_matches_transformers(variant, tmp_path):
+@pytest.mark.parametrize("argmax", ["c", "torch"])
+def test_greedy_matches_transformers(variant, argmax, tmp_path, monkeypatch):
+    """Both ways of taking the argmax: the C pass (`cpu_kernels.argmax_rows`, where built) and torch's."""
+    if argmax == "torch":
+        monkeypatch.setattr(generate_module, "argmax_rows", lambda logits: None)
     model = lively_model(variant)
     theirs = hf_twin(model, tmp_path)
     ids, mask = inputs()

@@ -871,15 +871,18 @@ INLINE void keep_best(float v, int64_t at, float *best, int64_t *index, int *n, 
     index[p] = at;
 }
 
-static AVX512F_TARGET void beam_topk_input(const float *score, const float *add, Py_ssize_t K, Py_ssize_t V,
-                                           int keep, float *best, int64_t *index) {
+/* Returns whether a sum was NaN (the caller then takes torch's path, which ranks NaN above every number). */
+static AVX512F_TARGET int beam_topk_input(const float *score, const float *add, Py_ssize_t K, Py_ssize_t V,
+                                          int keep, float *best, int64_t *index) {
     int n = 0;
+    __mmask16 nan = 0;
     for (Py_ssize_t k = 0; k < K; k++) {
         const float *row = score + k * V;
         const __m512 a = _mm512_set1_ps(add[k]);
         for (Py_ssize_t v0 = 0; v0 < V; v0 += 16) {
             const __mmask16 valid = V - v0 >= 16 ? 0xffff : (__mmask16)((1u << (V - v0)) - 1);
             const __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(valid, row + v0), a);
+            nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
             __mmask16 m = n < keep ? valid
                                    : _mm512_mask_cmp_ps_mask(valid, x, _mm512_set1_ps(best[keep - 1]), _CMP_GT_OQ);
             if (!m) continue;
@@ -891,6 +894,7 @@ static AVX512F_TARGET void beam_topk_input(const float *score, const float *add,
             }
         }
     }
+    return nan != 0;
 }
 
 static int avx512_supported(void) {
@@ -1090,8 +1094,9 @@ static PyObject *py_linear_f32_few_rows(PyObject *self, PyObject *const *args, P
     Py_RETURN_NONE;
 }
 
-/* beam_topk(score_ptr, add_ptr, best_ptr, index_ptr, B, K, V, keep, threads): score (B·K, V) and add (B·K,)
- * fp32, best (B, keep) fp32 and index (B, keep) int64 written; see beam_topk_input. Threads split the inputs. */
+/* beam_topk(score_ptr, add_ptr, best_ptr, index_ptr, B, K, V, keep, threads) -> whether a sum was NaN: score
+ * (B·K, V) and add (B·K,) fp32, best (B, keep) fp32 and index (B, keep) int64 written; see beam_topk_input.
+ * Threads split the inputs. */
 static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (parse(args, nargs, 9, "beam_topk") < 0) return NULL;
 #ifdef HAVE_BEAM_TOPK
@@ -1105,12 +1110,13 @@ static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "beam_topk: needs AVX-512 and 1 <= keep <= K * V");
         return NULL;
     }
-    int parts = thread_count(B, K * V, threads);
+    int parts = thread_count(B, K * V, threads), nan = 0;
     FOR_EACH_BLOCK(B, parts, {
         for (Py_ssize_t b = start; b < start + count; b++)
-            beam_topk_input(score + b * K * V, add + b * K, K, V, (int)keep, best + b * keep, index + b * keep);
+            if (beam_topk_input(score + b * K * V, add + b * K, K, V, (int)keep, best + b * keep, index + b * keep))
+                nan = 1;  /* (any thread may set it; none clears it) */
     });
-    Py_RETURN_NONE;
+    return PyBool_FromLong(nan);
 #else
     PyErr_SetString(PyExc_RuntimeError, "beam_topk: not built for this CPU");
     return NULL;

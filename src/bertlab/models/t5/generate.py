@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from ...errors import BertlabError
 from ...nn import AttentionMask
 from ...nn.attention import get_kernel
-from ...nn.cpu_kernels import beam_topk
+from ...nn.cpu_kernels import argmax_rows, beam_topk
 
 # The model (`model.T5ForConditionalGeneration`) is passed in, not imported: its `generate` method calls this
 # module, which then needs nothing from model.py but the model object.
@@ -166,7 +166,8 @@ def greedy_search(decoder, start: torch.Tensor, max_new_tokens: int, eos: torch.
     tokens = start
     unfinished = torch.ones(start.size(0), dtype=torch.bool, device=start.device)
     for _ in range(max_new_tokens):
-        tokens = decoder(tokens).argmax(-1)  # (B,)
+        logits = decoder(tokens)  # (B, V)
+        tokens = found if (found := argmax_rows(logits)) is not None else logits.argmax(-1)  # (B,)
         tokens = torch.where(unfinished, tokens, pad)[:, None]  # (B, 1)
         sequences.append(tokens)
         unfinished &= ~torch.isin(tokens[:, 0], eos)
