@@ -181,31 +181,48 @@ INLINE float exp_nonpositive(float x) {
  * to scalar tail loops in each of four passes, and those cost as much as the vector part.) */
 INLINE Py_ssize_t padded(Py_ssize_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
 
+/* Lane folds in registers: each step combines lanes l and l + half (half = 8, 4, 2, 1) -- the tree the folds
+ * through a stack array took, without its chain of stores and reloads (which was most of a short row's softmax) */
+typedef int32_t i32x16 __attribute__((vector_size(64)));
+static const i32x16 FOLD[4] = {
+    {8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7},
+    {4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11},
+    {2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13},
+    {1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}};
+
+INLINE int32_t fold_max_i32(i32x16 v) {
+    for (int i = 0; i < 4; i++) {
+        const i32x16 s = __builtin_shuffle(v, FOLD[i]);
+        const i32x16 greater = v > s;
+        v = (v & greater) | (s & ~greater);
+    }
+    return v[0];
+}
+
+INLINE float fold_sum_f32(f32x16 v) {
+    for (int i = 0; i < 4; i++) v += __builtin_shuffle(v, FOLD[i]);
+    return v[0];
+}
+
 /* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
 INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
-    int32_t mk[BLOCK];
+    i32x16 mk;
     for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
-    for (Py_ssize_t c = 0; c < n16; c += BLOCK)
-        for (int l = 0; l < BLOCK; l++) {
-            int32_t key = order_key(tmp[c + l]);
-            mk[l] = key > mk[l] ? key : mk[l];
-        }
-    /* lanes folded in halves (a tree, 4 steps deep) rather than one after another (15): on a row of a few
-     * blocks the chain of dependent operations at the end was what a row cost */
-    for (int half = BLOCK / 2; half > 0; half /= 2)
-        for (int l = 0; l < half; l++) mk[l] = mk[l + half] > mk[l] ? mk[l + half] : mk[l];
-    const float m = from_order_key(mk[0]);
+    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
+        i32x16 bits, key;
+        memcpy(&bits, tmp + c, sizeof bits);
+        key = bits ^ ((bits >> 31) & 0x7fffffff);  /* order_key, lane by lane */
+        const i32x16 greater = key > mk;
+        mk = (key & greater) | (mk & ~greater);
+    }
+    const float m = from_order_key(fold_max_i32(mk));
     f32x16 lanes = {0};
     for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
         f32x16 e;
         for (int l = 0; l < BLOCK; l++) e[l] = tmp[c + l] = exp_nonpositive(tmp[c + l] - m);
         lanes += e;
     }
-    float sums[BLOCK];
-    memcpy(sums, &lanes, sizeof sums);
-    for (int half = BLOCK / 2; half > 0; half /= 2)
-        for (int l = 0; l < half; l++) sums[l] += sums[l + half];
-    return 1.0f / sums[0];
+    return 1.0f / fold_sum_f32(lanes);
 }
 
 /* softmax(x[r, :]) in place: p = e^(x - max) / sum, each row through `tmp` (padded(cols) floats) */
@@ -273,8 +290,6 @@ static void rms_norm_f32(const float *x, const float *w, float *y, Py_ssize_t ro
 /* The scores of 16 keys at once: acc[j] holds key j's q·k_j in 16 partial sums (one per 16-float slice of hs);
  * folding the 16 vectors pairwise in halves (a transpose-and-add, 15 shuffle pairs) leaves one vector of the 16
  * totals, where summing each vector's lanes one by one took ~15 dependent additions per key. */
-typedef int32_t i32x16 __attribute__((vector_size(64)));
-
 /* acc[j]'s 16 lanes summed, for the 16 j at once, into out[0..15] */
 INLINE void fold16(const f32x16 acc[16], float *out) {
     /* lane masks: each step sums lane pairs `width` apart, keeping the keys' order */
@@ -508,6 +523,36 @@ INLINE void pv_tile(const int HB, const float *P, Py_ssize_t n, const float *v, 
             for (int c = 0; c < HB; c++) memcpy(o[r] + 16 * c, &acc[r][c], sizeof acc[r][c]);
 }
 
+/* dst[i · dst_stride + j] = src[j · src_stride + i] for a 16 x 16 block, rows j >= rows of src read as zeros: in
+ * registers, four stages that each exchange blocks of half the previous width between row pairs (64 two-source
+ * shuffles for 256 floats, where element by element took 256 strided stores and was ~15% of a short row's
+ * attention) */
+INLINE void transpose16(const float *src, Py_ssize_t src_stride, Py_ssize_t rows, float *dst, Py_ssize_t dst_stride) {
+    static const i32x16 lo[4] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+        {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+        {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+        {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
+    static const i32x16 hi[4] = {
+        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+        {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+        {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+        {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
+    f32x16 r[16];
+    for (int j = 0; j < 16; j++) {
+        r[j] = (f32x16){0};
+        if (j < rows) memcpy(&r[j], src + j * src_stride, sizeof r[j]);
+    }
+    for (int stage = 0, w = 8; stage < 4; stage++, w /= 2)
+        for (int i = 0; i < 16; i++)
+            if (!(i & w)) {
+                const f32x16 a = r[i], b = r[i + w];
+                r[i] = __builtin_shuffle(a, b, lo[stage]);
+                r[i + w] = __builtin_shuffle(a, b, hi[stage]);
+            }
+    for (int i = 0; i < 16; i++) memcpy(dst + i * dst_stride, &r[i], sizeof r[i]);
+}
+
 /* scratch: hs · n (K transposed) + 4 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
 MULTIVERSION
 static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t count, float *scratch) {
@@ -520,8 +565,9 @@ static void attention_rows_heads(const Rows *a, Py_ssize_t first, Py_ssize_t cou
         const float *k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1];
         const float *v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1];
         const float *add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL;
-        for (Py_ssize_t j = 0; j < n; j++)
-            for (Py_ssize_t d = 0; d < hs; d++) kt[d * n + j] = j < a->keys ? k[j * a->ks[2] + d] : 0.0f;
+        for (Py_ssize_t j0 = 0; j0 < n; j0 += 16)
+            for (Py_ssize_t d0 = 0; d0 < hs; d0 += 16)
+                transpose16(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
         for (Py_ssize_t i0 = 0; i0 < a->queries; i0 += 4) {
             const float *qr[4];
             float *orow[4];

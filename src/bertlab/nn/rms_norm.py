@@ -16,7 +16,7 @@ from . import cpu_kernels
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    if (y := cpu_kernels.rms_norm(x, weight, eps)) is not None:  # fp32 inference: one C call, the same numbers
+    if (y := cpu_kernels.rms_norm(x, weight, eps)) is not None:  # fp32 inference: one C call (equal to ~1e-7)
         return y
     variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)  # (..., 1), fp32
     x = x * torch.rsqrt(variance + eps)  # fp32 (promoted)
