@@ -2,7 +2,7 @@
 `Translator` (float32 and int8), same model, same inputs.
 
     python benchmarks/bench_generate.py [--preset t5-small] [--batch 8] [--input-length 48]
-        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--no-ctranslate2] [--profile]
+        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--no-ctranslate2] [--separate] [--profile]
 
 The model: a random T5 of the preset's size (t5-small: 60M, vocab 32128), built by bertlab, saved in the Hugging
 Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attention) and by bertlab's inference
@@ -19,12 +19,19 @@ checked to be identical ids. Inputs: `--batch` rows of random ids, lengths sprea
 
 tokens/s = generated tokens (batch x new tokens) / wall-clock seconds of the whole `generate` call, encoder
 included. `--profile` prints torch.profiler's top operators of one bertlab call.
+
+`--separate` times CTranslate2 in a process of its own (use it above one thread: in one process each runtime's
+idle worker threads spin on the cores the other needs, and both slow down -- at 2 threads, batch 1, bertlab
+int8 ran at 175 tokens/s beside CTranslate2 and 473 alone). Each process still checks the ids against bertlab
+fp32's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +76,40 @@ def ctranslate2_translators(folder: str, vocab_size: int, threads: int) -> dict:
             for compute_type in ("float32", "int8")}
 
 
+def report(result: dict) -> None:
+    print(f"{result['title']}; identical ids: {result['same']}")
+    print(f"{'':<26} {'median s':>9} {'tokens/s':>9}")
+    rate = result["tokens_per_s"]
+    for name, seconds in result["median_s"].items():
+        print(f"{name:<26} {seconds:>9.3f} {rate[name]:>9.1f}")
+    print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x; bertlab int8 / fp32: "
+          f"{rate['bertlab int8'] / rate['bertlab']:.2f}x, its ids equal to fp32's at {result['agree']:.1%} of "
+          f"positions")
+    for name, share in result["ct2_agree"].items():
+        ours_name = "bertlab int8" if name.endswith("int8") else "bertlab"
+        print(f"{ours_name} / {name}: {rate[ours_name] / rate[name]:.2f}x; {name}'s ids equal to bertlab fp32's "
+              f"at {share:.1%} of positions")
+
+
+def run_separately(args: argparse.Namespace) -> None:
+    """`--separate`: this script twice, bertlab and transformers in one process, CTranslate2 in another; the
+    results merged into one report."""
+    common = [sys.executable, __file__, "--preset", args.preset, "--batch", str(args.batch), "--input-length",
+              str(args.input_length), "--new-tokens", str(args.new_tokens), "--num-beams", str(args.num_beams),
+              "--rounds", str(args.rounds), "--threads", str(args.threads)]
+    parts = []
+    with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
+        for i, extra in enumerate((["--no-ctranslate2"], ["--only-ctranslate2"])):
+            out = Path(tmp) / f"{i}.json"
+            subprocess.run([*common, *extra, "--json", str(out)], check=True)
+            parts.append(json.loads(out.read_text()))
+    merged = {**parts[0], "ct2_agree": parts[1]["ct2_agree"],
+              "median_s": {**parts[0]["median_s"], **parts[1]["median_s"]},
+              "tokens_per_s": {**parts[0]["tokens_per_s"], **parts[1]["tokens_per_s"]}}
+    merged["title"] += " (CTranslate2 in a process of its own)"
+    report(merged)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="t5-small")
@@ -79,8 +120,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-ctranslate2", dest="ctranslate2", action="store_false", help="leave CTranslate2 out")
+    p.add_argument("--separate", action="store_true", help="time CTranslate2 in a process of its own")
+    p.add_argument("--only-ctranslate2", action="store_true", help=argparse.SUPPRESS)  # --separate's second process
+    p.add_argument("--json", type=Path, help=argparse.SUPPRESS)  # where a --separate process leaves its results
     p.add_argument("--profile", action="store_true")
     args = p.parse_args()
+    if args.separate:
+        return run_separately(args)
 
     import transformers
 
@@ -139,8 +185,8 @@ def main() -> None:
     same = a.shape == b.shape == c.shape and bool((a == b).all()) and bool((c == b).all())
     agree = float((d == a).float().mean()) if d.shape == a.shape else float("nan")
     tokens = args.batch * (a.size(1) - 1)
-    contenders = {"bertlab": run_ours, "transformers": run_theirs, "bertlab, plain nn.Linear": run_plain,
-                  "bertlab int8": run_int8}
+    contenders = {} if args.only_ctranslate2 else {"bertlab": run_ours, "transformers": run_theirs,
+                                                   "bertlab, plain nn.Linear": run_plain, "bertlab int8": run_int8}
     ct2_agree = {}
     for compute_type, translator in ct2.items():
         name = f"CTranslate2 {compute_type}"
@@ -155,20 +201,16 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - t0)
 
-    print(f"{args.preset} random weights ({ours.num_parameters() / 1e6:.1f}M), batch {args.batch}, inputs "
-          f"{args.input_length // 2}-{args.input_length} tokens, {a.size(1) - 1} new tokens, num_beams "
-          f"{args.num_beams}, {args.threads} thread(s), fp32, {args.rounds} rounds; identical ids: {same}")
-    print(f"{'':<26} {'median s':>9} {'tokens/s':>9}")
-    rate = {}
-    for name, ts in times.items():
-        rate[name] = tokens / statistics.median(ts)
-        print(f"{name:<26} {statistics.median(ts):>9.3f} {rate[name]:>9.1f}")
-    print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x; bertlab int8 / fp32: "
-          f"{rate['bertlab int8'] / rate['bertlab']:.2f}x, its ids equal to fp32's at {agree:.1%} of positions")
-    for name, share in ct2_agree.items():
-        ours_name = "bertlab int8" if name.endswith("int8") else "bertlab"
-        print(f"{ours_name} / {name}: {rate[ours_name] / rate[name]:.2f}x; {name}'s ids equal to bertlab fp32's "
-              f"at {share:.1%} of positions")
+    result = {"title": f"{args.preset} random weights ({ours.num_parameters() / 1e6:.1f}M), batch {args.batch}, "
+                       f"inputs {args.input_length // 2}-{args.input_length} tokens, {a.size(1) - 1} new tokens, "
+                       f"num_beams {args.num_beams}, {args.threads} thread(s), fp32, {args.rounds} rounds",
+              "same": same, "agree": agree, "ct2_agree": ct2_agree,
+              "median_s": {name: statistics.median(ts) for name, ts in times.items()},
+              "tokens_per_s": {name: tokens / statistics.median(ts) for name, ts in times.items()}}
+    if args.json:
+        args.json.write_text(json.dumps(result))
+    else:
+        report(result)
 
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
