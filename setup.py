@@ -23,7 +23,8 @@ setup(
         ),
         Extension(
             "bertlab.nn._cpu_kernels",
-            sources=["src/bertlab/nn/_cpu_kernels.c"],
+            sources=[f"src/bertlab/nn/csrc/{name}.c" for name in ("module", "rows", "attention", "linear", "search")],
+            depends=["src/bertlab/nn/csrc/common.h"],
             extra_compile_args=["-O3", "-std=c99", "-ffp-contract=fast", *OPENMP],
             extra_link_args=OPENMP,
             libraries=["m"] if sys.platform.startswith("linux") else [],

@@ -1,4 +1,4 @@
-"""The C loops of CPU inference (nn/_cpu_kernels.c) against their torch formulas (nn/cpu_kernels.py):
+"""The C loops of CPU inference (nn/csrc/) against their torch formulas (nn/cpu_kernels.py):
 quantize and dequantize bit for bit, softmax to rounding, on one thread and split over threads; and the torch
 path taken wherever the C one does not apply."""
 

@@ -19,7 +19,7 @@
 Why: around an int8 GEMM the torch formulas take 6-8 passes over memory (abs, amax, divide, round, cast;
 multiply, addcmul), several into fresh buffers; on all-MiniLM-L6-v2 in int8 at one thread they were about a
 third of the forward pass, and torch's bf16 softmax another sixth. The C loops keep a row in L1 and write each
-result once (see `_cpu_kernels.c` for the numbers they keep: quantize and dequantize are bit-identical to the
+result once (see `csrc/` for the numbers they keep: quantize and dequantize are bit-identical to the
 formulas here; softmax agrees to rounding).
 
 The C path runs for CPU tensors that are contiguous, of a dtype it knows, and not part of an autograd graph;
@@ -34,7 +34,7 @@ import os
 
 import torch
 
-_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in _cpu_kernels.c
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in csrc/common.h
 
 
 @functools.cache

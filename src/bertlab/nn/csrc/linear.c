@@ -1,0 +1,233 @@
+/* Linear layers for a decoding step's few rows: an int8 GEMM on AVX-512 VNNI (quantize, multiply, dequantize
+ * in one call) and an fp32 GEMV over the plain weight (see common.h). */
+#include "common.h"
+
+/* ------------------------------------------------------------------------------- fp32 linear, few rows */
+/* y (M, N) = x (M, K) · Wᵀ + b for a decoding step's few rows, W the layer's own (N, K) row-major weight (no
+ * copy of it). oneDNN's packed kernel pads such a call to 8 rows and streamed T5-small's 154 MB of decoder
+ * weights at ~20 GB/s (one thread); this reads W once, in memory order, for up to 4 rows of x at a time, at
+ * 30 GB/s for 1-2 rows and 23 GB/s for 4 (from 6 rows on, oneDNN is as fast). Sums: two chains of 16 lanes
+ * over k, then the lanes folded -- another order than oneDNN's, the same numbers to ~1e-6. K % 16 == 0; the
+ * N % 16 last columns one at a time.
+ *
+ * gemv16: y[m][j] = x_m · w_j (+ b[j]) for the 16 rows w_j = w + j·K and MR (1-4) rows x_m. W is read in memory
+ * order, row after row -- one sequential stream, which the hardware prefetcher follows, helped by a request
+ * 4 KB ahead (reading the 16 rows side by side, 16 short streams, reached 26 GB/s) -- and the 16 rows' lanes
+ * are folded at once at the end. */
+INLINE void gemv16(const int MR, const float *x, Py_ssize_t K, const float *w, const float *b, float *y,
+                   Py_ssize_t ldy) {
+    f32x16 part[4][16];
+    for (int j = 0; j < 16; j++) {
+        const float *wj = w + j * K;
+        f32x16 a0[4] = {{0}}, a1[4] = {{0}};
+        Py_ssize_t d = 0;
+        for (; d + 32 <= K; d += 32) {
+            f32x16 v0, v1;
+            memcpy(&v0, wj + d, sizeof v0);
+            memcpy(&v1, wj + d + 16, sizeof v1);
+            __builtin_prefetch(wj + d + 1024);  /* 4 KB ahead */
+            __builtin_prefetch(wj + d + 1040);
+            for (int m = 0; m < MR; m++) {
+                f32x16 x0, x1;
+                memcpy(&x0, x + m * K + d, sizeof x0);
+                memcpy(&x1, x + m * K + d + 16, sizeof x1);
+                a0[m] += x0 * v0;
+                a1[m] += x1 * v1;
+            }
+        }
+        if (d < K) {  /* K % 32 == 16 */
+            f32x16 v0;
+            memcpy(&v0, wj + d, sizeof v0);
+            for (int m = 0; m < MR; m++) {
+                f32x16 x0;
+                memcpy(&x0, x + m * K + d, sizeof x0);
+                a0[m] += x0 * v0;
+            }
+        }
+        for (int m = 0; m < MR; m++) part[m][j] = a0[m] + a1[m];
+    }
+    for (int m = 0; m < MR; m++) {
+        fold16(part[m], y + m * ldy);
+        if (b)
+            for (int j = 0; j < 16; j++) y[m * ldy + j] += b[j];
+    }
+}
+
+MULTIVERSION
+static void linear_f32_columns(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b,
+                               float *y, Py_ssize_t N, Py_ssize_t nb0, Py_ssize_t nb1) {
+    for (Py_ssize_t nb = nb0; nb < nb1; nb++) {
+        const float *wb = w + nb * 16 * K, *bb = b ? b + nb * 16 : NULL;
+        Py_ssize_t m = 0;
+        for (; m + 4 <= M; m += 4) gemv16(4, x + m * K, K, wb, bb, y + m * N + nb * 16, N);
+        switch (M - m) {
+            case 3: gemv16(3, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
+            case 2: gemv16(2, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
+            case 1: gemv16(1, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
+        }
+    }
+}
+
+MULTIVERSION
+static void linear_f32_tail(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b, float *y,
+                            Py_ssize_t N, Py_ssize_t n0) {
+    for (Py_ssize_t m = 0; m < M; m++)
+        for (Py_ssize_t n = n0; n < N; n++) y[m * N + n] = dot_f32(x + m * K, w + n * K, K) + (b ? b[n] : 0.0f);
+}
+
+/* --------------------------------------------------------------------------------- int8 GEMM for few rows */
+/* y = dequantize(xq · Wqᵀ) for a handful of rows (a decoder step: one row per sequence or beam), with AVX-512
+ * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/8-1/3 of
+ * its many-row rate, and T5's int8 decoding spent most of its time there. Here the weight stays put and the few
+ * rows stream past it: each 64-byte load of weights (16 columns x 4 k) feeds one VPDPBUSD per row.
+ *
+ * VPDPBUSD multiplies unsigned by signed bytes, so x goes in as x + 128 (its sign bit flipped) and
+ * 128 · Σ_k W[n, k] (`comp`, computed when packing) comes off again: Σ (x + 128) w - 128 Σ w = Σ x w, exact in
+ * int32. The products are then dequantized as dequantize_rows does, with the same operations: the result is
+ * bit-identical to torch._int_mm followed by the torch formula.
+ *
+ * Weights are packed (see nn/cpu_kernels.py) as [N / 16][K / 4][16][4]: block nb, k-quad kq holds columns
+ * nb·16 .. nb·16 + 15, each with its 4 consecutive k. */
+#ifdef X86_KERNELS
+#define HAVE_VNNI_GEMM 1
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+/* One tile: MR rows x NB blocks of 16 columns, accumulated over all of K in MR · NB registers. Always inlined
+ * with constant MR and NB, so the accumulators are registers and the loops unrolled. */
+static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
+    const int MR, const int NB, const uint8_t *x, Py_ssize_t K, const int8_t *wp, const int32_t *comp,
+    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy, const char *pf,
+    Py_ssize_t pf_step) {
+    const Py_ssize_t KQ = K / 4;
+    __m512i acc[8][8];
+    for (int r = 0; r < MR; r++)
+        for (int c = 0; c < NB; c++) acc[r][c] = _mm512_setzero_si512();
+    for (Py_ssize_t kq = 0; kq < KQ; kq++) {
+        __m512i w[8];
+        for (int c = 0; c < NB; c++) w[c] = _mm512_loadu_si512(wp + ((Py_ssize_t)c * KQ + kq) * 64);
+        if (pf)
+            for (Py_ssize_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + kq * pf_step + o, _MM_HINT_T0);
+        for (int r = 0; r < MR; r++) {
+            int32_t quad;
+            memcpy(&quad, x + r * K + kq * 4, 4);
+            const __m512i xb = _mm512_set1_epi32(quad);
+            for (int c = 0; c < NB; c++) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xb, w[c]);
+        }
+    }
+    for (int c = 0; c < NB; c++) {
+        const __m512i cc = _mm512_loadu_si512(comp + c * 16);
+        const __m512 wsc = _mm512_loadu_ps(ws + c * 16);
+        const __m512 bc = b ? _mm512_loadu_ps(b + c * 16) : _mm512_setzero_ps();
+        for (int r = 0; r < MR; r++) {
+            __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][c], cc)), _mm512_set1_ps(xs[r]));
+            v = b ? _mm512_fmadd_ps(v, wsc, bc) : _mm512_mul_ps(v, wsc);
+            _mm512_storeu_ps(y + r * ldy + c * 16, v);
+        }
+    }
+}
+
+/* Column blocks [nb0, nb1) for all M rows (x as unsigned bytes, x + 128): groups of NB blocks, each taken by
+ * tiles of MR rows while MR fit, then by tiles of 4, 2, 1 rows; leftover blocks one at a time. MR · NB
+ * accumulators (at most 16) plus NB weight registers, of AVX-512's 32.
+ *
+ * Prefetch: from 2 rows on, while one group of blocks is computed, the next group's weights are requested,
+ * spread evenly over the group's row tiles (`pf`, `pf_step` bytes per k-quad). A decoder step's weights are
+ * tens of MB, read once from memory: the hardware prefetcher alone kept few lines in flight, and the loads and
+ * the arithmetic took turns (T5-small's decoder step at 8 rows: 3.1 ms at 12 GB/s; with this, 1.3 ms at
+ * 30 GB/s, what one row's streaming reaches; at 32 rows 5.9 -> 4.1 ms). At one row the 8 block streams keep
+ * enough in flight already. */
+#define TILE(MR, NB) vnni_tile(MR, NB, x + r * K, K, wp + nb * KQ * 64, comp + nb * 16, xs + r, ws + nb * 16, \
+                               b ? b + nb * 16 : NULL, y + r * N + nb * 16, N,                      \
+                               next ? next + r * NB * KQ * 64 / M : NULL, MR * NB * 64 / M)
+#define ROWS(NB) do {                                                   \
+        Py_ssize_t r = 0;                                               \
+        if ((NB) <= 2) for (; r + 8 <= M; r += 8) TILE(8, NB);          \
+        if ((NB) <= 4) for (; r + 4 <= M; r += 4) TILE(4, NB);          \
+        for (; r + 2 <= M; r += 2) TILE(2, NB);                         \
+        for (; r < M; r++) TILE(1, NB);                                 \
+    } while (0)
+static VNNI_TARGET void vnni_columns(const uint8_t *x, Py_ssize_t M, Py_ssize_t K, const int8_t *wp,
+                                     const int32_t *comp, const float *xs, const float *ws, const float *b,
+                                     float *y, Py_ssize_t N, Py_ssize_t nb0, Py_ssize_t nb1) {
+    const Py_ssize_t KQ = K / 4;
+    const int NB = M >= 8 ? 2 : M >= 2 ? 4 : 8;
+    Py_ssize_t nb = nb0;
+    for (; nb + NB <= nb1; nb += NB) {
+        const char *next = NB <= 4 && nb + 2 * NB <= nb1 ? (const char *)(wp + (nb + NB) * KQ * 64) : NULL;
+        switch (NB) {
+            case 2: ROWS(2); break;
+            case 4: ROWS(4); break;
+            default: ROWS(8); break;
+        }
+    }
+    const char *next = NULL;
+    for (; nb < nb1; nb++) ROWS(1);
+}
+#undef ROWS
+#undef TILE
+
+
+#endif
+/* linear_int8_few_rows(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N,
+ * threads): y (M, N) fp32 = the int8 linear layer of x (M, K) fp32 or bf16: x quantized per row (as
+ * quantize_rows), times W (N, K)ᵀ packed, dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
+ * at a few rows, each call from Python costs about as much as the arithmetic. */
+ENTRY py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 11, "linear_int8_few_rows") < 0) return NULL;
+#ifdef HAVE_VNNI_GEMM
+    const void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    const int8_t *wp = as_ptr(args[2]);
+    const int32_t *comp = as_ptr(args[3]);
+    const float *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
+    float *y = as_ptr(args[6]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[7]), K = PyLong_AsSsize_t(args[8]), N = PyLong_AsSsize_t(args[9]);
+    long threads = PyLong_AsLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    if (!vnni_supported() || K % 4 || N % 16) {
+        PyErr_SetString(PyExc_ValueError, "linear_int8_few_rows: needs AVX-512 VNNI, K % 4 == 0 and N % 16 == 0");
+        return NULL;
+    }
+    /* x quantized per row, then + 128 as unsigned bytes (its sign bit flipped), once for all column blocks */
+    uint8_t *xu = PyMem_RawMalloc((size_t)(M * K) + sizeof(float) * (size_t)M);
+    if (!xu) return PyErr_NoMemory();
+    float *xs = (float *)(xu + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
+    if (dtype == BF16)
+        quantize_bf16(x, (int8_t *)xu, xs, M, K);
+    else
+        quantize_f32(x, (int8_t *)xu, xs, M, K);
+    for (Py_ssize_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;
+    const Py_ssize_t blocks = N / 16;
+    /* split the columns: every thread reads its own share of the weights */
+    int parts = thread_count(blocks, M * K * 16, threads);
+    FOR_EACH_BLOCK(blocks, parts, {
+        vnni_columns(xu, M, K, wp, comp, xs, ws, b, y, N, start, start + count);
+    });
+    PyMem_RawFree(xu);
+    Py_RETURN_NONE;
+#else
+    PyErr_SetString(PyExc_RuntimeError, "linear_int8_few_rows: not built for this CPU");
+    return NULL;
+#endif
+}
+
+/* linear_f32_few_rows(x_ptr, w_ptr, bias_ptr | None, y_ptr, M, K, N, threads): y (M, N) = x (M, K) · Wᵀ + b,
+ * all fp32 and contiguous, W (N, K); K % 16 == 0. Threads split the columns. */
+ENTRY py_linear_f32_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 8, "linear_f32_few_rows") < 0) return NULL;
+    const float *x = as_ptr(args[0]), *w = as_ptr(args[1]), *b = as_ptr(args[2]);
+    float *y = as_ptr(args[3]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), N = PyLong_AsSsize_t(args[6]);
+    long threads = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (K % 16) {
+        PyErr_SetString(PyExc_ValueError, "linear_f32_few_rows: needs K % 16 == 0");
+        return NULL;
+    }
+    const Py_ssize_t blocks = N / 16;
+    int parts = thread_count(blocks, M * K * 16, threads);
+    FOR_EACH_BLOCK(blocks, parts, { linear_f32_columns(x, M, K, w, b, y, N, start, start + count); });
+    if (N % 16) linear_f32_tail(x, M, K, w, b, y, N, blocks * 16);
+    Py_RETURN_NONE;
+}
+

@@ -1,0 +1,62 @@
+/* The Python module bertlab.nn._cpu_kernels: its entries (rows.c, attention.c, linear.c, search.c) and what
+ * this CPU supports, as module constants. */
+#include "common.h"
+
+static PyMethodDef methods[] = {
+    {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
+     "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
+    {"dequantize_rows", (PyCFunction)(void (*)(void))py_dequantize_rows, METH_FASTCALL,
+     "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
+    {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
+     "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
+    {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,
+     "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, rows, heads, hs, keys, "
+     "scale, threads, group)"},
+    {"attention_rows", (PyCFunction)(void (*)(void))py_attention_rows, METH_FASTCALL,
+     "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, heads, hs, queries, "
+     "keys, scale, threads, group)"},
+    {"attention_bf16", (PyCFunction)(void (*)(void))py_attention_bf16, METH_FASTCALL,
+     "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, heads, hs, "
+     "queries, keys, scale, threads, group): AVX-512 BF16 dot products"},
+    {"beam_topk", (PyCFunction)(void (*)(void))py_beam_topk, METH_FASTCALL,
+     "beam_topk(score, add, best, index, B, K, V, keep, threads): a beam step's best candidates per input"},
+    {"rms_norm_rows", (PyCFunction)(void (*)(void))py_rms_norm_rows, METH_FASTCALL,
+     "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"},
+    {"linear_f32_few_rows", (PyCFunction)(void (*)(void))py_linear_f32_few_rows, METH_FASTCALL,
+     "linear_f32_few_rows(x, w, bias, y, M, K, N, threads): y = x Wᵀ + b, W (N, K) as nn.Linear keeps it"},
+    {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
+     "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kernels_module = {
+    PyModuleDef_HEAD_INIT, "_cpu_kernels", "Fused element-wise loops of CPU inference (optional accelerator).",
+    -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__cpu_kernels(void) {
+    PyObject *m = PyModule_Create(&kernels_module);
+    if (m && PyModule_AddIntConstant(m, "vnni", vnni_supported()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (m && PyModule_AddIntConstant(m, "avx512", avx512_supported()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (m && PyModule_AddIntConstant(m, "bf16dot", bf16dot_supported()) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (m && PyModule_AddIntConstant(m, "openmp",
+#ifdef _OPENMP
+                                     1
+#else
+                                     0
+#endif
+                                     ) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
