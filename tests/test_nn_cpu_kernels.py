@@ -160,10 +160,29 @@ def test_few_rows_fp32_linear_equals_f_linear(k, threads):
 
 
 @needs_c
+def test_few_rows_bf16_linear_is_the_exact_product_rounded_once(threads):
+    """bf16 in and out, fp32 sums: the exact result rounded to bf16, give or take one bf16 step where the fp32
+    sum (off by ~1e-5 at these sizes) sits next to a rounding boundary."""
+    g = torch.Generator().manual_seed(1)
+    for k, n in ((48, 37), (512, 2064)):
+        w, b = torch.randn(n, k, generator=g).bfloat16(), torch.randn(n, generator=g).bfloat16()
+        for m in (1, 2, 3, 4, 5):
+            x = torch.randn(m, k, generator=g).bfloat16()
+            for bias in (b, None):
+                got = cpu_kernels.linear_few_rows(x, w, bias)
+                exact = x.double() @ w.double().t() + (0 if bias is None else bias.double())
+                assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+                step = exact.abs().clamp(min=1e-30).log2().floor().exp2() / 128  # one bf16 step at each value
+                assert ((got.double() - exact).abs() <= step + 1e-4).all()
+                assert (got == exact.bfloat16()).float().mean() > 0.99
+
+
+@needs_c
 def test_few_rows_fp32_linear_declines_what_it_does_not_take():
     w = torch.randn(32, 48)
     assert cpu_kernels.linear_few_rows(torch.randn(2, 40), torch.randn(32, 40), None) is None  # K % 16
-    assert cpu_kernels.linear_few_rows(torch.randn(2, 48).bfloat16(), w.bfloat16(), None) is None
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48).bfloat16(), w, None) is None  # mixed dtypes
+    assert cpu_kernels.linear_few_rows(torch.randn(2, 48).half(), w.half(), None) is None
     assert cpu_kernels.linear_few_rows(torch.randn(48, 2).t(), w, None) is None  # not contiguous
     assert cpu_kernels.linear_few_rows(torch.randn(2, 48), torch.randn(48, 64).t(), None) is None
     assert cpu_kernels.linear_few_rows(torch.randn(2, 48), w, torch.randn(31)) is None  # bias size

@@ -141,3 +141,33 @@ def test_many_row_counts_do_not_grow_memory():
         torch.testing.assert_close(packed(x), linear(x), atol=1e-4, rtol=1e-4)
     assert y.shape == (249, 1024)
     assert grown < 30, f"RSS grew {grown:.0f} MB over 200 new row counts"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_t5_decoding_steps_take_the_gemv_and_match_the_full_forward(dtype, tmp_path, monkeypatch):
+    """A T5 loaded for inference decodes one and three sequences through the GEMV (every decoder layer and the LM
+    head at 1-3 rows), and each cached step's logits equal the full forward pass's at that position (bf16: to its
+    rounding)."""
+    from bertlab.models.t5.config import T5Config
+    from bertlab.models.t5.generate import CachedDecoder
+    from bertlab.models.t5.modeling import T5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    T5ForConditionalGeneration(T5Config(vocab_size=96, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                                        relative_attention_num_buckets=8)).save_pretrained(tmp_path)
+    model = load_model(T5ForConditionalGeneration, tmp_path, InferenceOptions(dtype=dtype))
+    rows = []
+    real = onednn.linear_few_rows
+    monkeypatch.setattr(onednn, "linear_few_rows", lambda x, *a: rows.append(x.shape[0]) or real(x, *a))
+    g = torch.Generator().manual_seed(1)
+    for batch in (1, 3):
+        ids = torch.randint(5, 90, (batch, 9), generator=g)
+        target = torch.randint(5, 90, (batch, 6), generator=g)
+        with torch.inference_mode():
+            full = model(ids, decoder_input_ids=target).logits.float()  # (B, 6, V)
+            decoder = CachedDecoder(model, ids, None, 1, target.size(1))
+            rows.clear()
+            steps = torch.stack([decoder(target[:, i:i + 1]).float() for i in range(target.size(1))], 1)
+        assert rows and set(rows) == {batch}  # every step's layers through the GEMV
+        tol = 1e-4 if dtype == "fp32" else 0.1
+        torch.testing.assert_close(steps, full, atol=tol, rtol=tol)

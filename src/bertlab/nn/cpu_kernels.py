@@ -12,7 +12,7 @@
                                 and out, scores and softmax in fp32
     int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
                                 (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
-    linear_few_rows(...)        an fp32 linear layer for 1-4 rows: a GEMV over the plain weight
+    linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
     argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
 
@@ -242,21 +242,23 @@ def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 
-# ------------------------------------------------------------------------------------- fp32 GEMV, few rows
+# ----------------------------------------------------------------------------------- fp32/bf16 GEMV, few rows
 def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """x Wᵀ + b for a few rows of fp32 x (M, K), with W (N, K) as `nn.Linear` holds it: each 16 rows of W read
-    once from memory, the next requested while these are multiplied. Returns (M, N), or None where the C
-    kernel does not apply (another dtype, K not a multiple of 16, non-contiguous operands, no extension)."""
-    if x.dim() != 2 or weight.dim() != 2 or x.dtype != torch.float32 or weight.dtype != torch.float32:
+    """x Wᵀ + b for a few rows x (M, K), with W (N, K) as `nn.Linear` holds it, fp32 or bf16 (all one dtype; sums
+    in fp32, a bf16 result rounded once): each 16 rows of W read once from memory, in memory order. Returns
+    (M, N) of x's dtype, or None where the C kernel does not apply (another dtype, K not a multiple of 16,
+    non-contiguous operands, no extension)."""
+    dtype = x.dtype
+    if x.dim() != 2 or weight.dim() != 2 or dtype not in _DTYPE_CODES or weight.dtype != dtype:
         return None
     (m, k), (n, k_w) = x.shape, weight.shape
-    if k % 16 or k_w != k or (bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,))):
+    if k % 16 or k_w != k or (bias is not None and (bias.dtype != dtype or bias.shape != (n,))):
         return None
     if not (_native(x, weight) if bias is None else _native(x, weight, bias)):
         return None
-    y = torch.empty((m, n), dtype=torch.float32)
-    _extension().linear_f32_few_rows(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
-                                     y.data_ptr(), m, k, n, torch.get_num_threads())
+    y = torch.empty((m, n), dtype=dtype)
+    _extension().linear_few_rows(x.data_ptr(), weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                                 y.data_ptr(), m, k, n, _DTYPE_CODES[dtype], torch.get_num_threads())
     return y
 
 

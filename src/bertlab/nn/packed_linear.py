@@ -45,8 +45,8 @@ ROWS_HINT = 2048
 # fp32 batch-1 time against steps of 8), coarser ones up to a full tile.
 ROW_TILE = 512
 ROW_BUCKETS = (*range(8, 128, 8), *range(128, ROW_TILE + 1, 32))
-# Up to this many rows (a decoding step of a few sequences) an fp32 layer is a GEMV over the plain weight in C
-# (`cpu_kernels.linear_few_rows`): oneDNN pads them to 8 rows and streams the weights 20-50% slower.
+# Up to this many rows (a decoding step of a few sequences) a layer is a GEMV over the plain fp32 or bf16 weight in
+# C (`cpu_kernels.linear_few_rows`): oneDNN pads them to 8 rows and streams the weights 20-50% slower.
 GEMV_ROWS = 4
 
 

@@ -1,32 +1,49 @@
 /* Linear layers for a decoding step's few rows: an int8 GEMM on AVX-512 VNNI (quantize, multiply, dequantize
- * in one call) and an fp32 GEMV over the plain weight (see common.h). */
+ * in one call) and an fp32 / bf16 GEMV over the plain weight (see common.h). */
 #include "common.h"
 
-/* ------------------------------------------------------------------------------- fp32 linear, few rows */
+/* ------------------------------------------------------------------------------ fp32 / bf16 linear, few rows */
 /* y (M, N) = x (M, K) · Wᵀ + b for a decoding step's few rows, W the layer's own (N, K) row-major weight (no
- * copy of it). oneDNN's packed kernel pads such a call to 8 rows and streamed T5-small's 154 MB of decoder
- * weights at ~20 GB/s (one thread); this reads W once, in memory order, for up to 4 rows of x at a time, at
- * 30 GB/s for 1-2 rows and 23 GB/s for 4 (from 6 rows on, oneDNN is as fast). Sums: two chains of 16 lanes
- * over k, then the lanes folded -- another order than oneDNN's, the same numbers to ~1e-6. K % 16 == 0; the
- * N % 16 last columns one at a time.
+ * copy of it), fp32 or bf16 (x, W, b and y all one dtype). oneDNN's packed kernel pads such a call to 8 rows
+ * and streamed T5-small's 154 MB of fp32 decoder weights at ~20 GB/s (one thread); this reads W once, in memory
+ * order, for up to 4 rows of x at a time, at 30 GB/s for 1-2 rows and 23 GB/s for 4 (from 6 rows on, oneDNN is
+ * as fast). Sums in fp32 whatever the dtype: two chains of 16 lanes over k, then the lanes folded -- another
+ * order than oneDNN's, the same numbers to ~1e-6 in fp32; bf16 inputs are widened exactly and the fp32 result
+ * rounded to bf16 once, as oneDNN's bf16 kernel does. K % 16 == 0; the N % 16 last columns one at a time.
  *
- * gemv16: y[m][j] = x_m · w_j (+ b[j]) for the 16 rows w_j = w + j·K and MR (1-4) rows x_m. W is read in memory
- * order, row after row -- one sequential stream, which the hardware prefetcher follows, helped by a request
- * 4 KB ahead (reading the 16 rows side by side, 16 short streams, reached 26 GB/s) -- and the 16 rows' lanes
- * are folded at once at the end. */
-INLINE void gemv16(const int MR, const float *x, Py_ssize_t K, const float *w, const float *b, float *y,
-                   Py_ssize_t ldy) {
+ * gemv16: y[m][j] = x_m · w_j (+ b[j]) for the 16 rows w_j = w + j·K and MR (1-4) rows x_m (fp32: a bf16 x is
+ * widened by the caller, once). W is read in memory order, row after row -- one sequential stream, which the
+ * hardware prefetcher follows, helped by a request 4 KB ahead (reading the 16 rows side by side, 16 short
+ * streams, reached 26 GB/s) -- and the 16 rows' lanes are folded at once at the end. */
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+/* *f = 16 weights from w[i..i+16), of dtype WBF16 ? bf16 : fp32, as floats (bf16: its bits in the high half) */
+INLINE void load16(f32x16 *f, const void *w, Py_ssize_t i, const int WBF16) {
+    if (WBF16) {
+        u16x16 h;
+        memcpy(&h, (const uint16_t *)w + i, sizeof h);
+        const u32x16 u = __builtin_convertvector(h, u32x16) << 16;
+        memcpy(f, &u, sizeof *f);
+    } else {
+        memcpy(f, (const float *)w + i, sizeof *f);
+    }
+}
+
+INLINE void gemv16(const int MR, const int WBF16, const float *x, Py_ssize_t K, const void *w, const float *b,
+                   void *y, Py_ssize_t ldy) {
+    const Py_ssize_t size = WBF16 ? 2 : 4;
     f32x16 part[4][16];
     for (int j = 0; j < 16; j++) {
-        const float *wj = w + j * K;
+        const char *wj = (const char *)w + j * K * size;
         f32x16 a0[4] = {{0}}, a1[4] = {{0}};
         Py_ssize_t d = 0;
         for (; d + 32 <= K; d += 32) {
             f32x16 v0, v1;
-            memcpy(&v0, wj + d, sizeof v0);
-            memcpy(&v1, wj + d + 16, sizeof v1);
-            __builtin_prefetch(wj + d + 1024);  /* 4 KB ahead */
-            __builtin_prefetch(wj + d + 1040);
+            load16(&v0, wj, d, WBF16);
+            load16(&v1, wj, d + 16, WBF16);
+            __builtin_prefetch(wj + d * size + 4096);  /* 4 KB ahead */
+            if (!WBF16) __builtin_prefetch(wj + d * size + 4096 + 64);
             for (int m = 0; m < MR; m++) {
                 f32x16 x0, x1;
                 memcpy(&x0, x + m * K + d, sizeof x0);
@@ -37,7 +54,7 @@ INLINE void gemv16(const int MR, const float *x, Py_ssize_t K, const float *w, c
         }
         if (d < K) {  /* K % 32 == 16 */
             f32x16 v0;
-            memcpy(&v0, wj + d, sizeof v0);
+            load16(&v0, wj, d, WBF16);
             for (int m = 0; m < MR; m++) {
                 f32x16 x0;
                 memcpy(&x0, x + m * K + d, sizeof x0);
@@ -47,32 +64,60 @@ INLINE void gemv16(const int MR, const float *x, Py_ssize_t K, const float *w, c
         for (int m = 0; m < MR; m++) part[m][j] = a0[m] + a1[m];
     }
     for (int m = 0; m < MR; m++) {
-        fold16(part[m], y + m * ldy);
-        if (b)
-            for (int j = 0; j < 16; j++) y[m * ldy + j] += b[j];
-    }
-}
-
-MULTIVERSION
-static void linear_f32_columns(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b,
-                               float *y, Py_ssize_t N, Py_ssize_t nb0, Py_ssize_t nb1) {
-    for (Py_ssize_t nb = nb0; nb < nb1; nb++) {
-        const float *wb = w + nb * 16 * K, *bb = b ? b + nb * 16 : NULL;
-        Py_ssize_t m = 0;
-        for (; m + 4 <= M; m += 4) gemv16(4, x + m * K, K, wb, bb, y + m * N + nb * 16, N);
-        switch (M - m) {
-            case 3: gemv16(3, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
-            case 2: gemv16(2, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
-            case 1: gemv16(1, x + m * K, K, wb, bb, y + m * N + nb * 16, N); break;
+        float out[16];
+        fold16(part[m], out);
+        for (int j = 0; j < 16; j++) {
+            const float v = b ? out[j] + b[j] : out[j];
+            if (WBF16)
+                ((uint16_t *)y)[m * ldy + j] = f32_to_bf16(v);
+            else
+                ((float *)y)[m * ldy + j] = v;
         }
     }
 }
 
+#define GEMV_ROWS(BF)                                                                                          \
+    do {                                                                                                       \
+        const char *wb = (const char *)w + nb * 16 * K * (BF ? 2 : 4);                                         \
+        char *yb = (char *)y + nb * 16 * (BF ? 2 : 4);                                                         \
+        const Py_ssize_t row_bytes = N * (BF ? 2 : 4);                                                         \
+        Py_ssize_t m = 0;                                                                                      \
+        for (; m + 4 <= M; m += 4) gemv16(4, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N);               \
+        switch (M - m) {                                                                                       \
+            case 3: gemv16(3, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+            case 2: gemv16(2, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+            case 1: gemv16(1, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+        }                                                                                                      \
+    } while (0)
+
+/* Column blocks [nb0, nb1) of 16; x (M, K) and b fp32 (a bf16 layer's widened by the entry), W and y of the
+ * layer's dtype */
 MULTIVERSION
-static void linear_f32_tail(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b, float *y,
-                            Py_ssize_t N, Py_ssize_t n0) {
+static void linear_columns(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, const void *w, const float *b,
+                           void *y, Py_ssize_t N, Py_ssize_t nb0, Py_ssize_t nb1) {
+    for (Py_ssize_t nb = nb0; nb < nb1; nb++) {
+        const float *bb = b ? b + nb * 16 : NULL;
+        if (dtype == BF16)
+            GEMV_ROWS(1);
+        else
+            GEMV_ROWS(0);
+    }
+}
+#undef GEMV_ROWS
+
+static void linear_tail(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, const void *w, const float *b,
+                        void *y, Py_ssize_t N, Py_ssize_t n0) {
     for (Py_ssize_t m = 0; m < M; m++)
-        for (Py_ssize_t n = n0; n < N; n++) y[m * N + n] = dot_f32(x + m * K, w + n * K, K) + (b ? b[n] : 0.0f);
+        for (Py_ssize_t n = n0; n < N; n++) {
+            float sum = b ? b[n] : 0.0f;
+            for (Py_ssize_t k = 0; k < K; k++)
+                sum += x[m * K + k] * (dtype == BF16 ? bf16_to_f32(((const uint16_t *)w)[n * K + k])
+                                                      : ((const float *)w)[n * K + k]);
+            if (dtype == BF16)
+                ((uint16_t *)y)[m * N + n] = f32_to_bf16(sum);
+            else
+                ((float *)y)[m * N + n] = sum;
+        }
 }
 
 /* --------------------------------------------------------------------------------- int8 GEMM for few rows */
@@ -211,23 +256,36 @@ ENTRY py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
 #endif
 }
 
-/* linear_f32_few_rows(x_ptr, w_ptr, bias_ptr | None, y_ptr, M, K, N, threads): y (M, N) = x (M, K) · Wᵀ + b,
- * all fp32 and contiguous, W (N, K); K % 16 == 0. Threads split the columns. */
-ENTRY py_linear_f32_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 8, "linear_f32_few_rows") < 0) return NULL;
-    const float *x = as_ptr(args[0]), *w = as_ptr(args[1]), *b = as_ptr(args[2]);
-    float *y = as_ptr(args[3]);
+/* linear_few_rows(x_ptr, w_ptr, bias_ptr | None, y_ptr, M, K, N, dtype, threads): y (M, N) = x (M, K) · Wᵀ + b,
+ * all of `dtype` (F32 or BF16) and contiguous, W (N, K); K % 16 == 0. Threads split the columns. */
+ENTRY py_linear_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 9, "linear_few_rows") < 0) return NULL;
+    const void *x = as_ptr(args[0]), *w = as_ptr(args[1]), *b = as_ptr(args[2]);
+    void *y = as_ptr(args[3]);
     Py_ssize_t M = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), N = PyLong_AsSsize_t(args[6]);
-    long threads = PyLong_AsLong(args[7]);
+    long dtype = PyLong_AsLong(args[7]), threads = PyLong_AsLong(args[8]);
     if (PyErr_Occurred()) return NULL;
-    if (K % 16) {
-        PyErr_SetString(PyExc_ValueError, "linear_f32_few_rows: needs K % 16 == 0");
+    if (K % 16 || (dtype != F32 && dtype != BF16)) {
+        PyErr_SetString(PyExc_ValueError, "linear_few_rows: needs K % 16 == 0 and fp32 or bf16");
         return NULL;
+    }
+    /* a bf16 layer's x and bias widened to fp32 once (a few KB), not in each of the N / 16 blocks */
+    const float *xf = x, *bf = b;
+    float *wide = NULL;
+    if (dtype == BF16) {
+        wide = PyMem_RawMalloc(sizeof(float) * (size_t)(M * K + (b ? N : 0)));
+        if (!wide) return PyErr_NoMemory();
+        for (Py_ssize_t i = 0; i < M * K; i++) wide[i] = bf16_to_f32(((const uint16_t *)x)[i]);
+        if (b)
+            for (Py_ssize_t i = 0; i < N; i++) wide[M * K + i] = bf16_to_f32(((const uint16_t *)b)[i]);
+        xf = wide;
+        bf = b ? wide + M * K : NULL;
     }
     const Py_ssize_t blocks = N / 16;
     int parts = thread_count(blocks, M * K * 16, threads);
-    FOR_EACH_BLOCK(blocks, parts, { linear_f32_columns(x, M, K, w, b, y, N, start, start + count); });
-    if (N % 16) linear_f32_tail(x, M, K, w, b, y, N, blocks * 16);
+    FOR_EACH_BLOCK(blocks, parts, { linear_columns((int)dtype, xf, M, K, w, bf, y, N, start, start + count); });
+    if (N % 16) linear_tail((int)dtype, xf, M, K, w, bf, y, N, blocks * 16);
+    PyMem_RawFree(wide);
     Py_RETURN_NONE;
 }
 
