@@ -6,16 +6,16 @@
 
 The model: a random T5 of the preset's size (t5-small: 60M, vocab 32128), built by bertlab, saved in the Hugging
 Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attention) and by bertlab's inference
-runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -- the same weights on both
-sides. A third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; a fourth
-`--dtype int8` (its ids compared with fp32's position by position). CTranslate2 (where installed) gets the same
-folder through its own converter (a vocabulary of placeholder tokens, one per id, since the weights are random),
-compute_type float32 and int8, `intra_threads` = `--threads`; its timing is `translate_batch` alone, and its ids
-are compared with bertlab fp32's position by position. Random weights repeat tokens and rarely say </s>, so
-every side runs to `--new-tokens` and the outputs are
-checked to be identical ids. Inputs: `--batch` rows of random ids, lengths spread over 1/2..1 x `--input-length`
-(right-padded, a fixed seed). Both sides in fp32 under `torch.inference_mode()`, interleaved round by round
-(the order alternates, so a busy machine slows both alike); medians.
+runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -- the same weights on both sides. A
+third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; then
+`--dtype bf16` and `--dtype int8` (their ids compared with fp32's position by position). CTranslate2 (where installed) gets
+the same folder through its own converter (a vocabulary of placeholder tokens, one per id, since the weights are
+random), compute_type float32 and int8, `intra_threads` = `--threads`; its timing is `translate_batch` alone, and
+its ids are compared with bertlab fp32's position by position. Random weights repeat tokens and rarely say </s>, so
+every side runs to `--new-tokens` and the outputs are checked to be identical ids. Inputs: `--batch` rows of random
+ids, lengths spread over 1/2..1 x `--input-length` (right-padded, a fixed seed). Both sides in fp32 under
+`torch.inference_mode()`, interleaved round by round (the order alternates, so a busy machine slows both alike);
+medians.
 
 tokens/s = generated tokens (batch x new tokens) / wall-clock seconds of the whole `generate` call, encoder
 included. `--profile` prints torch.profiler's top operators of one bertlab call.
@@ -84,7 +84,8 @@ def report(result: dict) -> None:
         print(f"{name:<26} {seconds:>9.3f} {rate[name]:>9.1f}")
     print(f"bertlab / transformers: {rate['bertlab'] / rate['transformers']:.2f}x; bertlab int8 / fp32: "
           f"{rate['bertlab int8'] / rate['bertlab']:.2f}x, its ids equal to fp32's at {result['agree']:.1%} of "
-          f"positions")
+          f"positions; bf16 / fp32: {rate['bertlab bf16'] / rate['bertlab']:.2f}x, "
+          f"{result['agree_bf16']:.1%} of positions equal")
     for name, share in result["ct2_agree"].items():
         ours_name = "bertlab int8" if name.endswith("int8") else "bertlab"
         print(f"{ours_name} / {name}: {rate[ours_name] / rate[name]:.2f}x; {name}'s ids equal to bertlab fp32's "
@@ -139,6 +140,9 @@ def main() -> None:
         # what `bertlab generate` runs: the model through the inference runtime (oneDNN-packed linear layers)
         ours = prepare(T5ForConditionalGeneration.from_pretrained(tmp), InferenceOptions(threads=args.threads))
         # `bertlab generate --dtype int8`: linear layers and LM head as int8 GEMMs (nn/int8_linear.py)
+        # `--dtype bf16` (CTranslate2's CPU build has no bf16 to set beside it)
+        ours_bf16 = prepare(T5ForConditionalGeneration.from_pretrained(tmp),
+                            InferenceOptions(dtype="bf16", threads=args.threads))
         ours_int8 = prepare(T5ForConditionalGeneration.from_pretrained(tmp),
                             InferenceOptions(dtype="int8", threads=args.threads))
         ct2 = ctranslate2_translators(tmp, ours.config.vocab_size, args.threads) if args.ctranslate2 else {}
@@ -161,6 +165,9 @@ def main() -> None:
     def run_int8():
         return ours_int8.generate(ids, attention_mask=mask, **settings)
 
+    def run_bf16():
+        return ours_bf16.generate(ids, attention_mask=mask, **settings)
+
     def run_theirs():
         with torch.inference_mode():
             return theirs.generate(input_ids=ids, attention_mask=mask, do_sample=False, **settings)
@@ -181,12 +188,14 @@ def main() -> None:
             out[i, 1:len(r.hypotheses[0]) + 1] = torch.tensor([int(t[1:]) for t in r.hypotheses[0]])
         return out
 
-    a, b, c, d = run_ours(), run_theirs(), run_plain(), run_int8()  # warm-up, and the check
+    a, b, c, d, e = run_ours(), run_theirs(), run_plain(), run_int8(), run_bf16()  # warm-up, and the check
     same = a.shape == b.shape == c.shape and bool((a == b).all()) and bool((c == b).all())
     agree = float((d == a).float().mean()) if d.shape == a.shape else float("nan")
+    agree_bf16 = float((e == a).float().mean()) if e.shape == a.shape else float("nan")
     tokens = args.batch * (a.size(1) - 1)
     contenders = {} if args.only_ctranslate2 else {"bertlab": run_ours, "transformers": run_theirs,
-                                                   "bertlab, plain nn.Linear": run_plain, "bertlab int8": run_int8}
+                                                   "bertlab, plain nn.Linear": run_plain, "bertlab bf16": run_bf16,
+                                                   "bertlab int8": run_int8}
     ct2_agree = {}
     for compute_type, translator in ct2.items():
         name = f"CTranslate2 {compute_type}"
@@ -204,7 +213,7 @@ def main() -> None:
     result = {"title": f"{args.preset} random weights ({ours.num_parameters() / 1e6:.1f}M), batch {args.batch}, "
                        f"inputs {args.input_length // 2}-{args.input_length} tokens, {a.size(1) - 1} new tokens, "
                        f"num_beams {args.num_beams}, {args.threads} thread(s), fp32, {args.rounds} rounds",
-              "same": same, "agree": agree, "ct2_agree": ct2_agree,
+              "same": same, "agree": agree, "agree_bf16": agree_bf16, "ct2_agree": ct2_agree,
               "median_s": {name: statistics.median(ts) for name, ts in times.items()},
               "tokens_per_s": {name: tokens / statistics.median(ts) for name, ts in times.items()}}
     if args.json:
