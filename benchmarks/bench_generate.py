@@ -9,13 +9,13 @@ Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attent
 runtime, as `bertlab generate` loads it (oneDNN-packed linear layers on a CPU) -- the same weights on both sides. A
 third row runs bertlab's `model.generate` on the plain model (nn.Linear), to show what packing adds; then
 `--dtype bf16` and `--dtype int8` (their ids compared with fp32's position by position). CTranslate2 (where
-installed) gets the same folder through its own converter (a vocabulary of placeholder tokens, one per id, since the weights are
-random), compute_type float32 and int8, `intra_threads` = `--threads`; its timing is `translate_batch` alone, and
-its ids are compared with bertlab fp32's position by position. Random weights repeat tokens and rarely say </s>, so
-every side runs to `--new-tokens` and the outputs are checked to be identical ids. Inputs: `--batch` rows of random
-ids, lengths spread over 1/2..1 x `--input-length` (right-padded, a fixed seed). Both sides in fp32 under
-`torch.inference_mode()`, interleaved round by round (the order alternates, so a busy machine slows both alike);
-medians.
+installed) gets the same folder through its own converter (a vocabulary of placeholder tokens, one per id, since
+the weights are random), compute_type float32 and int8, `intra_threads` = `--threads`; its timing is
+`translate_batch` alone, and its ids are compared with bertlab fp32's position by position. Random weights repeat
+tokens and rarely say </s>, so every side runs to `--new-tokens` and the outputs are checked to be identical ids.
+Inputs: `--batch` rows of random ids, lengths spread over 1/2..1 x `--input-length` (right-padded, a fixed seed).
+Both sides in fp32 under `torch.inference_mode()`, interleaved round by round (the order alternates, so a busy
+machine slows both alike); medians.
 
 tokens/s = generated tokens (batch x new tokens) / wall-clock seconds of the whole `generate` call, encoder
 included. `--profile` prints torch.profiler's top operators of one bertlab call.
