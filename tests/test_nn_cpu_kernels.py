@@ -178,7 +178,7 @@ def test_few_rows_bf16_linear_is_the_exact_product_rounded_once(threads):
 
 
 @needs_c
-def test_few_rows_fp32_linear_declines_what_it_does_not_take():
+def test_few_rows_linear_declines_what_it_does_not_take():
     w = torch.randn(32, 48)
     assert cpu_kernels.linear_few_rows(torch.randn(2, 40), torch.randn(32, 40), None) is None  # K % 16
     assert cpu_kernels.linear_few_rows(torch.randn(2, 48).bfloat16(), w, None) is None  # mixed dtypes

@@ -76,7 +76,7 @@ INLINE void gemv16(const int MR, const int WBF16, const float *x, Py_ssize_t K, 
     }
 }
 
-#define GEMV_ROWS(BF)                                                                                          \
+#define GEMV_BLOCK(BF)                                                                                          \
     do {                                                                                                       \
         const char *wb = (const char *)w + nb * 16 * K * (BF ? 2 : 4);                                         \
         char *yb = (char *)y + nb * 16 * (BF ? 2 : 4);                                                         \
@@ -98,12 +98,12 @@ static void linear_columns(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K
     for (Py_ssize_t nb = nb0; nb < nb1; nb++) {
         const float *bb = b ? b + nb * 16 : NULL;
         if (dtype == BF16)
-            GEMV_ROWS(1);
+            GEMV_BLOCK(1);
         else
-            GEMV_ROWS(0);
+            GEMV_BLOCK(0);
     }
 }
-#undef GEMV_ROWS
+#undef GEMV_BLOCK
 
 static void linear_tail(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, const void *w, const float *b,
                         void *y, Py_ssize_t N, Py_ssize_t n0) {
