@@ -207,6 +207,19 @@ def test_beam_topk_equals_the_sum_and_topk(B, K, V, keep, threads):
 
 
 @needs_avx512
+@pytest.mark.parametrize("B,K,V,keep", [(3, 4, 1000, 8), (2, 1, 37, 2), (4, 2, 7, 14)])
+def test_beam_topk_takes_the_log_softmax_on_the_way(B, K, V, keep, threads):
+    """From logits: the same candidates as torch's log_softmax + add + topk, sums to ~1e-6 (another exp)."""
+    g = torch.Generator().manual_seed(V)
+    logits = torch.randn(B * K, V, generator=g) * 4
+    running = torch.randn(B, K, generator=g) * 3
+    best, index = cpu_kernels.beam_topk(logits, running, keep, log_softmax=True)
+    want = (logits.log_softmax(-1).view(B, K, V) + running[..., None]).view(B, K * V).topk(keep)
+    assert torch.equal(index, want.indices)
+    torch.testing.assert_close(best, want.values, atol=2e-6, rtol=1e-6)
+
+
+@needs_avx512
 def test_beam_topk_breaks_ties_to_the_lower_index_and_keeps_minus_infinity():
     log_probs = torch.tensor([[0.0, -1.0, 0.0, -float("inf")], [-1.0, 0.0, -float("inf"), -float("inf")]])
     best, index = cpu_kernels.beam_topk(log_probs, torch.zeros(1, 2), 8)

@@ -105,7 +105,7 @@ def test_beam_search_matches_transformers(variant, num_beams, length_penalty, ea
                                           monkeypatch):
     """Both ways of picking a step's candidates: the C pass (`cpu_kernels.beam_topk`, where built) and torch's."""
     if topk == "torch":
-        monkeypatch.setattr(generate_module, "beam_topk", lambda *args: None)
+        monkeypatch.setattr(generate_module, "beam_topk", lambda *args, **kwargs: None)
     model = lively_model(variant)
     theirs = hf_twin(model, tmp_path)
     ids, mask = inputs()

@@ -263,25 +263,26 @@ def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
 
 
 # ------------------------------------------------------------------------------------------------ beam search
-def beam_topk(log_probs: torch.Tensor, running: torch.Tensor, keep: int
+def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A beam-search step's candidates: log_probs (B·K, V) and the beams' running scores (B, K), fp32 ->
-    the `keep` best sums log_probs[b·K + k, v] + running[b, k] of each input b over its K beams and V words,
-    (B, keep) scores descending and (B, keep) int64 indices k·V + v -- `(log_probs.view(B, K, V) +
-    running[..., None]).view(B, -1).topk(keep)` in one pass, ties to the lower index. None where the C kernel
-    does not apply (no AVX-512, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's
-    torch path then does)."""
+    """A beam-search step's candidates: scores (B·K, V) and the beams' running scores (B, K), fp32 -> the `keep`
+    best sums scores[b·K + k, v] + running[b, k] of each input b over its K beams and V words, (B, keep) sums
+    descending and (B, keep) int64 indices k·V + v -- `(scores.view(B, K, V) + running[..., None]).view(B,
+    -1).topk(keep)` in one pass, ties to the lower index. With `log_softmax`, `scores` are logits and each row's
+    log-softmax is taken on the way, (x - max) - logsumexp as torch orders it (to ~1e-6 of torch's: another
+    exp and summation order), without writing the (B·K, V) log-probabilities. None where the C kernel does not
+    apply (no AVX-512, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's torch path
+    then does)."""
     ext = _extension()
-    if (ext is None or not getattr(ext, "avx512", 0) or log_probs.dim() != 2 or running.dim() != 2
-            or log_probs.size(0) != running.numel() or not 1 <= keep <= running.size(1) * log_probs.size(1)
-            or log_probs.dtype != torch.float32 or running.dtype != torch.float32
-            or not _native(log_probs, running)):
+    if (ext is None or not getattr(ext, "avx512", 0) or scores.dim() != 2 or running.dim() != 2
+            or scores.size(0) != running.numel() or not 1 <= keep <= running.size(1) * scores.size(1)
+            or scores.dtype != torch.float32 or running.dtype != torch.float32 or not _native(scores, running)):
         return None
-    (B, K), V = running.shape, log_probs.size(1)
+    (B, K), V = running.shape, scores.size(1)
     best = torch.empty((B, keep), dtype=torch.float32)
     index = torch.empty((B, keep), dtype=torch.int64)
-    if ext.beam_topk(log_probs.data_ptr(), running.data_ptr(), best.data_ptr(), index.data_ptr(), B, K, V, keep,
-                     torch.get_num_threads()):
+    if ext.beam_topk(scores.data_ptr(), running.data_ptr(), best.data_ptr(), index.data_ptr(), B, K, V, keep,
+                     int(log_softmax), torch.get_num_threads()):
         return None
     return best, index
 

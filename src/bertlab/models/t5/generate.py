@@ -202,11 +202,13 @@ def beam_search(decoder, start: torch.Tensor, num_beams: int, max_new_tokens: in
     for cur_len in range(1, max_length):
         logits = decoder(running[:, :, cur_len - 1].reshape(B * K, 1))  # (B·K, V)
         V = logits.size(-1)
-        log_probs = F.log_softmax(logits.float(), dim=-1)
-        # the best 2K sums log_probs + running score over each input's K·V continuations: (B, 2K)
-        found = beam_topk(log_probs, running_scores, keep_k)  # one C pass (ties to the lower index), or:
-        top_scores, top_index = found if found is not None else \
-            (log_probs.view(B, K, V) + running_scores[:, :, None]).view(B, K * V).topk(keep_k)
+        # the best 2K sums log_softmax(logits) + running score over each input's K·V continuations: (B, 2K), in
+        # C (the log-softmax on the way; ties to the lower index), or in torch
+        found = beam_topk(logits.float(), running_scores, keep_k, log_softmax=True)
+        if found is None:
+            log_probs = F.log_softmax(logits.float(), dim=-1).view(B, K, V) + running_scores[:, :, None]
+            found = log_probs.view(B, K * V).topk(keep_k)
+        top_scores, top_index = found
         parent, token = top_index // V, top_index % V
         cand = running.gather(1, parent[:, :, None].expand(-1, -1, max_length)).clone()  # (B, 2K, max_length)
         cand[:, :, cur_len] = token
