@@ -54,6 +54,12 @@ def available() -> bool:
     return _extension() is not None
 
 
+def _cpu_has(flag: str) -> bool:
+    """Whether the extension is built and found the CPU feature its module constant `flag` names ("vnni",
+    "bf16dot", "avx512")."""
+    return _extension() is not None and bool(getattr(_extension(), flag, 0))
+
+
 @functools.cache
 def _onnx_exporting():
     """`torch.onnx.is_in_onnx_export`, which imports two modules on every call (~1 us; the C paths ask before
@@ -200,6 +206,15 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
     return out.transpose(1, 2)  # (B, nh, 1, hs)
 
 
+def _rows_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
+                   add_strides: tuple[int, int, int], out: torch.Tensor, scale: float) -> tuple:
+    """The 25 operands of `attention_rows` and `attention_bf16` (csrc/attention.c, parse_rows), in its order."""
+    B, nh, T_q, hs = q.shape
+    return (q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
+            None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, k.size(2),
+            float(scale), torch.get_num_threads(), B // k.size(0))
+
+
 def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
                     scale: float) -> torch.Tensor | None:
     """softmax(scale · q kᵀ + add) v for q (B, nh, T_q, hs), k, v (B / G, nh, T_k, hs) (any strides, hs
@@ -210,16 +225,13 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
         return None
     add, add_strides = operands
     out = torch.empty((B, T_q, nh, hs), dtype=torch.float32)
-    _extension().attention_rows(
-        q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-        None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, k.size(2),
-        float(scale), torch.get_num_threads(), B // k.size(0))
+    _extension().attention_rows(*_rows_operands(q, k, v, add, add_strides, out, scale))
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 
 def bf16_dot_available() -> bool:
     """Whether `attention_bf16` runs here: the extension is built and the CPU has AVX-512 BF16."""
-    return _extension() is not None and bool(getattr(_extension(), "bf16dot", 0))
+    return _cpu_has("bf16dot")
 
 
 def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
@@ -235,10 +247,7 @@ def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch
         return None
     add, add_strides = operands
     out = torch.empty((B, T_q, nh, hs), dtype=q.dtype)
-    _extension().attention_bf16(
-        _DTYPE_CODES[q.dtype], q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(),
-        *v.stride()[:3], None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q,
-        k.size(2), float(scale), torch.get_num_threads(), B // k.size(0))
+    _extension().attention_bf16(_DTYPE_CODES[q.dtype], *_rows_operands(q, k, v, add, add_strides, out, scale))
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 
@@ -273,16 +282,15 @@ def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softma
     exp and summation order), without writing the (B·K, V) log-probabilities. None where the C kernel does not
     apply (no AVX-512, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's torch path
     then does)."""
-    ext = _extension()
-    if (ext is None or not getattr(ext, "avx512", 0) or scores.dim() != 2 or running.dim() != 2
+    if (not _cpu_has("avx512") or scores.dim() != 2 or running.dim() != 2
             or scores.size(0) != running.numel() or not 1 <= keep <= running.size(1) * scores.size(1)
             or scores.dtype != torch.float32 or running.dtype != torch.float32 or not _native(scores, running)):
         return None
     (B, K), V = running.shape, scores.size(1)
     best = torch.empty((B, keep), dtype=torch.float32)
     index = torch.empty((B, keep), dtype=torch.int64)
-    if ext.beam_topk(scores.data_ptr(), running.data_ptr(), best.data_ptr(), index.data_ptr(), B, K, V, keep,
-                     int(log_softmax), torch.get_num_threads()):
+    if _extension().beam_topk(scores.data_ptr(), running.data_ptr(), best.data_ptr(), index.data_ptr(), B, K, V,
+                              keep, int(log_softmax), torch.get_num_threads()):
         return None
     return best, index
 
@@ -300,7 +308,7 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
 # ------------------------------------------------------------------------------------- int8 GEMM, few rows
 def few_rows_available() -> bool:
     """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""
-    return _extension() is not None and bool(getattr(_extension(), "vnni", 0))
+    return _cpu_has("vnni")
 
 
 def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -204,9 +204,10 @@ def beam_search(decoder, start: torch.Tensor, num_beams: int, max_new_tokens: in
         V = logits.size(-1)
         # the best 2K sums log_softmax(logits) + running score over each input's K·V continuations: (B, 2K), in
         # C (the log-softmax on the way; ties to the lower index), or in torch
-        found = beam_topk(logits.float(), running_scores, keep_k, log_softmax=True)
+        logits = logits.float()
+        found = beam_topk(logits, running_scores, keep_k, log_softmax=True)
         if found is None:
-            log_probs = F.log_softmax(logits.float(), dim=-1).view(B, K, V) + running_scores[:, :, None]
+            log_probs = F.log_softmax(logits, dim=-1).view(B, K, V) + running_scores[:, :, None]
             found = log_probs.view(B, K * V).topk(keep_k)
         top_scores, top_index = found
         parent, token = top_index // V, top_index % V

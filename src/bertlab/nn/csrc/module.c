@@ -35,28 +35,21 @@ static struct PyModuleDef kernels_module = {
 };
 
 PyMODINIT_FUNC PyInit__cpu_kernels(void) {
-    PyObject *m = PyModule_Create(&kernels_module);
-    if (m && PyModule_AddIntConstant(m, "vnni", vnni_supported()) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (m && PyModule_AddIntConstant(m, "avx512", avx512_supported()) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (m && PyModule_AddIntConstant(m, "bf16dot", bf16dot_supported()) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    if (m && PyModule_AddIntConstant(m, "openmp",
 #ifdef _OPENMP
-                                     1
+    const int openmp = 1;
 #else
-                                     0
+    const int openmp = 0;
 #endif
-                                     ) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
+    /* what this CPU and build support, as module constants (nn/cpu_kernels.py reads them) */
+    const struct { const char *name; int value; } flags[] = {
+        {"vnni", vnni_supported()}, {"avx512", avx512_supported()}, {"bf16dot", bf16dot_supported()},
+        {"openmp", openmp},
+    };
+    PyObject *m = PyModule_Create(&kernels_module);
+    for (size_t i = 0; m && i < sizeof flags / sizeof flags[0]; i++)
+        if (PyModule_AddIntConstant(m, flags[i].name, flags[i].value) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
     return m;
 }

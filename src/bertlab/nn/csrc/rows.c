@@ -4,14 +4,14 @@
 
 /* ------------------------------------------------------------------------------------------- quantize rows */
 /* q[r, :] = round(x[r, :] / s[r]), s[r] = max(max|x[r, :]|, 1e-8) / 127: symmetric int8, one scale per row. */
+INLINE float int8_scale(float amax) { return (amax > 1e-8f ? amax : 1e-8f) / 127.0f; }
+
 MULTIVERSION
 HIDDEN void quantize_f32(const float *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols) {
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *xr = x + r * cols;
         int8_t *qr = q + r * cols;
-        float amax = absmax_f32(xr, cols);
-        float scale = (amax > 1e-8f ? amax : 1e-8f) / 127.0f;
-        s[r] = scale;
+        const float scale = s[r] = int8_scale(absmax_f32(xr, cols));
         for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(xr[c] / scale);
     }
 }
@@ -21,9 +21,7 @@ HIDDEN void quantize_bf16(const uint16_t *x, int8_t *q, float *s, Py_ssize_t row
     for (Py_ssize_t r = 0; r < rows; r++) {
         const uint16_t *xr = x + r * cols;
         int8_t *qr = q + r * cols;
-        float amax = absmax_bf16(xr, cols);
-        float scale = (amax > 1e-8f ? amax : 1e-8f) / 127.0f;
-        s[r] = scale;
+        const float scale = s[r] = int8_scale(absmax_bf16(xr, cols));
         for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(bf16_to_f32(xr[c]) / scale);
     }
 }
