@@ -189,7 +189,8 @@ def test_kl_term_is_zero_when_student_equals_teacher(kl_positions):
     same = dt.MLMDistiller(cut_layers(teacher, [0, 1, 2, 3]), teacher, 2.0, 5.0, 2.0, 1.0, [(4, 4)],
                            kl_positions=kl_positions).eval()
     loss, m = same(batch)
-    assert float(m["kl"]) == 0.0 and float(m["cos_loss"]) == pytest.approx(0.0, abs=1e-6)
+    # the teacher runs without autograd (its Add & Norm one fused C pass), the student with it: equal to ~1e-7
+    assert float(m["kl"]) == pytest.approx(0.0, abs=1e-6) and float(m["cos_loss"]) == pytest.approx(0.0, abs=1e-6)
     assert float(m["teacher_agreement"]) == 1.0
     assert float(loss.detach()) == pytest.approx(2.0 * float(m["mlm_loss"]), abs=1e-5)  # only β · MLM is left
     every_layer = dt.MLMDistiller(cut_layers(teacher, [0, 1, 2, 3]), teacher, 2.0, 5.0, 2.0, 1.0,
@@ -209,7 +210,7 @@ def test_kl_term_is_zero_when_student_equals_teacher(kl_positions):
     d = dt.TaskDistiller(cut_layers(clf, [0, 1]), clf, 2.0, 1.0, 1.0, 0.0, [(2, 2)], spec=spec).eval()
     cls_batch = {k: v for k, v in batch.items() if k != "labels"} | {"labels": torch.tensor([0, 1, 1, 0])}
     _, m = d(cls_batch)
-    assert float(m["soft_loss"]) == 0.0
+    assert float(m["soft_loss"]) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_cached_soft_labels_equal_the_live_teacher():

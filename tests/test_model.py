@@ -104,10 +104,14 @@ def test_padding_does_not_change_real_tokens(tiny_config):
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu", "tanh"])
-def test_inference_in_place_activation_equals_autograd_path(tiny_config, act):
-    """Without autograd the FFN activation overwrites its input; with it, it must not (and gradients flow)."""
+def test_inference_in_place_activation_equals_autograd_path(tiny_config, act, monkeypatch):
+    """Without autograd the FFN activation overwrites its input; with it, it must not (and gradients flow). Bit
+    for bit, with Add & Norm in torch on both paths (its fused C pass is checked below)."""
     import dataclasses
 
+    from bertlab.nn import elementwise
+
+    monkeypatch.setattr(elementwise, "add_layer_norm_", lambda *args: None)
     torch.manual_seed(0)
     model = BertModel(dataclasses.replace(tiny_config, hidden_act=act)).eval()
     ids = torch.randint(1, 99, (2, 9))
@@ -120,6 +124,18 @@ def test_inference_in_place_activation_equals_autograd_path(tiny_config, act):
     assert model.encoder.layer[0].intermediate.dense.weight.grad.abs().sum() > 0
     torch.testing.assert_close(fast, graph.detach(), atol=0, rtol=0)
     torch.testing.assert_close(no_grad, graph.detach(), atol=0, rtol=0)
+
+
+def test_inference_add_and_norm_in_one_pass_equals_the_autograd_path(tiny_config):
+    """Without autograd, fp32 on a CPU, each sub-layer's LayerNorm(y + residual) is one C pass (where built): the
+    same outputs as the autograd path's add and LayerNorm to ~1e-7."""
+    torch.manual_seed(0)
+    model = BertModel(tiny_config).eval()
+    ids = torch.randint(1, 99, (2, 9))
+    with torch.inference_mode():
+        fast = model(ids, attention_mask=torch.tensor([[1] * 9, [1] * 6 + [0] * 3])).last_hidden_state
+    graph = model(ids, attention_mask=torch.tensor([[1] * 9, [1] * 6 + [0] * 3])).last_hidden_state
+    torch.testing.assert_close(fast, graph.detach(), atol=2e-6, rtol=0)
 
 
 def test_training_on_real_tokens_only_matches_hf_and_the_padded_computation(tiny_config):

@@ -20,6 +20,7 @@ from bertlab.nn.cpu_kernels import (
     quantize_rows_reference,
     softmax_,
 )
+from bertlab.nn.elementwise import add_and_norm
 
 needs_c = pytest.mark.skipif(not cpu_kernels.available(), reason="bertlab.nn._cpu_kernels not built")
 
@@ -322,11 +323,12 @@ def attention_case(T_q: int, T_k: int, hs: int, dtype: torch.dtype = torch.float
 
 
 @needs_c
-@pytest.mark.parametrize("hs", [16, 32, 64])
-@pytest.mark.parametrize("T_q,T_k", [(1, 7), (5, 5), (13, 70), (40, 40)])
+@pytest.mark.parametrize("hs", [16, 32, 48, 64])
+@pytest.mark.parametrize("T_q,T_k", [(1, 7), (5, 5), (13, 70), (40, 40), (130, 300)])
 def test_attention_short_matches_the_formula(T_q, T_k, hs, threads):
-    """Query tiles of 4 with a partial last one, key blocks of 16-64 with a partial last one; masks per row,
-    a causal mask per query, a bias per head as a transposed view; keys and values shared by groups of rows."""
+    """Query tiles of 8 (heads up to 32) or 4 with a partial last one, key blocks of 16-64 with a partial last
+    one; masks per row, a causal mask per query, a bias per head as a transposed view; keys and values shared by
+    groups of rows."""
     B, nh = 4, 3
     q, k, v, kk, vv, adds = attention_case(T_q, T_k, hs)
     for add in adds:
@@ -442,3 +444,42 @@ def test_rms_norm_equals_the_formula(shape, threads):
     assert cpu_kernels.rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
     assert cpu_kernels.rms_norm(x.requires_grad_(), w, 1e-6) is None  # autograd: the torch formula
     assert cpu_kernels.rms_norm(torch.randn(4, 64)[:, ::2], torch.randn(32), 1e-6) is None  # not contiguous
+
+
+@needs_c
+@pytest.mark.parametrize("shape", [(1, 384), (37, 384), (5, 3, 768), (9, 20), (3, 7)])
+def test_add_and_norm_equals_layer_norm_of_the_sum(shape, threads):
+    g = torch.Generator().manual_seed(shape[-1])
+    y, res = torch.randn(shape, generator=g) * 3 + 1, torch.randn(shape, generator=g)
+    norm = torch.nn.LayerNorm(shape[-1], eps=1e-12)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(shape[-1], generator=g))
+        norm.bias.copy_(torch.randn(shape[-1], generator=g))
+        want = torch.nn.functional.layer_norm((y + res).double(), shape[-1:], norm.weight.double(),
+                                              norm.bias.double(), 1e-12).float()
+        got = cpu_kernels.add_layer_norm_(y.clone(), res, norm.weight, norm.bias, 1e-12)
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-6)
+        torch.testing.assert_close(add_and_norm(y.clone(), res, norm), want, atol=2e-6, rtol=1e-6)
+        # a large mean: the variance is taken about the mean, not as E[s²] - mean² (which cancels)
+        torch.testing.assert_close(cpu_kernels.add_layer_norm_(y + 1000, res, norm.weight, norm.bias, 1e-12),
+                                   want, atol=1e-3, rtol=1e-4)
+
+
+def test_add_and_norm_takes_torch_where_the_c_pass_does_not_apply():
+    g = torch.Generator().manual_seed(0)
+    y, res = torch.randn(4, 32, generator=g), torch.randn(4, 32, generator=g)
+    norm = torch.nn.LayerNorm(32)
+    w, b = norm.weight.detach(), norm.bias.detach()
+    assert cpu_kernels.add_layer_norm_(y.bfloat16(), res.bfloat16(), w.bfloat16(), b.bfloat16(), 1e-5) is None
+    assert cpu_kernels.add_layer_norm_(y.clone(), res, norm.weight, norm.bias, 1e-5) is None  # autograd
+    assert cpu_kernels.add_layer_norm_(y.clone(), res, w, None, 1e-5) is None  # no bias
+    assert cpu_kernels.add_layer_norm_(y.clone(), res[:2], w, b, 1e-5) is None  # shapes differ
+    assert cpu_kernels.add_layer_norm_(torch.randn(4, 64)[:, ::2], res, w, b, 1e-5) is None  # not contiguous
+    leaf = y.clone().requires_grad_()
+    out = add_and_norm(leaf * 1.0, res, norm)  # training: the torch formula, differentiable
+    out.sum().backward()
+    assert leaf.grad is not None
+    torch.testing.assert_close(out, norm(y + res))
+    without_affine = torch.nn.LayerNorm(32, elementwise_affine=False)
+    with torch.no_grad():
+        torch.testing.assert_close(add_and_norm(y.clone(), res, without_affine), without_affine(y + res))

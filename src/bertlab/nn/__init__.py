@@ -18,8 +18,8 @@ they use lives here, each piece named for what it does.
 """
 
 from .attention import ATTENTION_KERNELS, AttentionMask, attention, register_attention_kernel
-from .elementwise import ACTIVATIONS, INPLACE_ACTIVATIONS, Dropout, add_residual, dropout
+from .elementwise import ACTIVATIONS, INPLACE_ACTIVATIONS, Dropout, add_and_norm, add_residual, dropout
 from .token_layout import TokenLayout
 
 __all__ = ["ATTENTION_KERNELS", "AttentionMask", "attention", "register_attention_kernel", "ACTIVATIONS",
-           "INPLACE_ACTIVATIONS", "Dropout", "add_residual", "dropout", "TokenLayout"]
+           "INPLACE_ACTIVATIONS", "Dropout", "add_and_norm", "add_residual", "dropout", "TokenLayout"]

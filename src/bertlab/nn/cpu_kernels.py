@@ -159,6 +159,21 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     return y
 
 
+def add_layer_norm_(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                    eps: float) -> torch.Tensor | None:
+    """LayerNorm(y + residual) over the last dimension, written over y (the Transformer's "Add & Norm", post-LN),
+    fp32, in one C call. None where it does not apply (other dtypes or shapes, non-contiguous, autograd, no
+    extension); y is then unchanged."""
+    cols = y.size(-1) if y.dim() else 0
+    if (y.dtype != torch.float32 or residual.dtype != torch.float32 or weight.dtype != torch.float32
+            or bias is None or bias.dtype != torch.float32 or y.shape != residual.shape or weight.dim() != 1
+            or weight.numel() != cols or bias.numel() != cols or not cols or not _native(y, residual, weight, bias)):
+        return None
+    _extension().add_layer_norm_rows(y.data_ptr(), residual.data_ptr(), weight.data_ptr(), bias.data_ptr(),
+                                     y.data_ptr(), y.numel() // cols, cols, float(eps), torch.get_num_threads())
+    return y
+
+
 # ------------------------------------------------------------------------------------------------ attention
 def _attention_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None
                         ) -> tuple[torch.Tensor | None, tuple[int, int, int]] | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...nn import AttentionMask, Dropout, add_residual
+from ...nn import AttentionMask, Dropout, add_and_norm
 from ...nn.elementwise import activate
 from ..bert.modeling import BertEmbeddings, BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
 from .config import AlbertConfig
@@ -46,7 +46,7 @@ class AlbertAttention(BertSelfAttention):
 
     def forward(self, x, mask, output_attentions=False, layout=None):
         y, probs = super().forward(x, mask, output_attentions, layout)
-        return self.LayerNorm(add_residual(self.output_dropout(self.dense(y)), x)), probs
+        return add_and_norm(self.output_dropout(self.dense(y)), x, self.LayerNorm), probs
 
 
 class AlbertLayer(nn.Module):
@@ -63,7 +63,7 @@ class AlbertLayer(nn.Module):
 
     def forward(self, x, mask, output_attentions=False, layout=None):
         x, probs = self.attention(x, mask, output_attentions, layout)
-        return self.full_layer_layer_norm(add_residual(self.ffn_output(activate(self.ffn(x), self.hidden_act)), x)), probs
+        return add_and_norm(self.ffn_output(activate(self.ffn(x), self.hidden_act)), x, self.full_layer_layer_norm), probs
 
 
 class AlbertLayerGroup(nn.Module):

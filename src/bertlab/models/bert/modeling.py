@@ -23,7 +23,7 @@ from torch import nn
 
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
-from ...nn import AttentionMask, Dropout, TokenLayout, add_residual, attention
+from ...nn import AttentionMask, Dropout, TokenLayout, add_and_norm, attention
 from ...nn.elementwise import activate
 
 @dataclass
@@ -122,7 +122,7 @@ class BertSelfOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(add_residual(self.dropout(self.dense(y)), residual))
+        return add_and_norm(self.dropout(self.dense(y)), residual, self.LayerNorm)
 
 
 class BertAttention(nn.Module):
@@ -158,7 +158,7 @@ class BertOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, h: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(add_residual(self.dropout(self.dense(h)), residual))
+        return add_and_norm(self.dropout(self.dense(h)), residual, self.LayerNorm)
 
 
 class BertLayer(nn.Module):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...nn import AttentionMask, Dropout, add_residual
+from ...nn import AttentionMask, Dropout, add_and_norm
 from ...nn.elementwise import activate
 from ..bert.modeling import BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
 from .config import DistilBertConfig
@@ -96,8 +96,8 @@ class TransformerBlock(nn.Module):
 
     def forward(self, x, mask, output_attentions=False, layout=None):
         y, probs = self.attention(x, mask, output_attentions, layout)
-        x = self.sa_layer_norm(add_residual(y, x))
-        return self.output_layer_norm(add_residual(self.ffn(x), x)), probs
+        x = add_and_norm(y, x, self.sa_layer_norm)
+        return add_and_norm(self.ffn(x), x, self.output_layer_norm), probs
 
 
 class Transformer(BertEncoder):

@@ -170,25 +170,37 @@ INLINE float fold_sum_f32(f32x16 v) {
     return v[0];
 }
 
-/* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
-INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
-    i32x16 mk;
-    for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
-    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
-        i32x16 bits, key;
-        memcpy(&bits, tmp + c, sizeof bits);
-        key = bits ^ ((bits >> 31) & 0x7fffffff);  /* order_key, lane by lane */
-        const i32x16 greater = key > mk;
-        mk = (key & greater) | (mk & ~greater);
-    }
-    const float m = from_order_key(fold_max_i32(mk));
+/* *mk = the lane-wise maximum of *mk and x's order keys: a running maximum, folded once at the end (INT32_MIN
+ * lanes to start) */
+INLINE void max_keys(i32x16 *mk, const f32x16 *x) {
+    i32x16 bits, key;
+    memcpy(&bits, x, sizeof bits);
+    key = bits ^ ((bits >> 31) & 0x7fffffff);  /* order_key, lane by lane */
+    const i32x16 greater = key > *mk;
+    *mk = (key & greater) | (*mk & ~greater);
+}
+
+/* tmp[0:n16] -> e^(tmp - m), returning their sum */
+INLINE float exp_sum(float *tmp, Py_ssize_t n16, float m) {
     f32x16 lanes = {0};
     for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
         f32x16 e;
         for (int l = 0; l < BLOCK; l++) e[l] = tmp[c + l] = exp_nonpositive(tmp[c + l] - m);
         lanes += e;
     }
-    return 1.0f / fold_sum_f32(lanes);
+    return fold_sum_f32(lanes);
+}
+
+/* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
+INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
+    i32x16 mk;
+    for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
+    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
+        f32x16 x;
+        memcpy(&x, tmp + c, sizeof x);
+        max_keys(&mk, &x);
+    }
+    return 1.0f / exp_sum(tmp, n16, from_order_key(fold_max_i32(mk)));
 }
 
 INLINE float dot_f32(const float *a, const float *b, Py_ssize_t n) {
@@ -326,6 +338,7 @@ DECLARE(py_quantize_rows);
 DECLARE(py_dequantize_rows);
 DECLARE(py_softmax_rows);
 DECLARE(py_rms_norm_rows);
+DECLARE(py_add_layer_norm_rows);
 DECLARE(py_attention_one_query);
 DECLARE(py_attention_rows);
 DECLARE(py_attention_bf16);

@@ -20,6 +20,9 @@ static PyMethodDef methods[] = {
      "queries, keys, scale, threads, group): AVX-512 BF16 dot products"},
     {"beam_topk", (PyCFunction)(void (*)(void))py_beam_topk, METH_FASTCALL,
      "beam_topk(score, add, best, index, B, K, V, keep, threads): a beam step's best candidates per input"},
+    {"add_layer_norm_rows", (PyCFunction)(void (*)(void))py_add_layer_norm_rows, METH_FASTCALL,
+     "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): LayerNorm(y + residual) over each "
+     "contiguous row, fp32"},
     {"rms_norm_rows", (PyCFunction)(void (*)(void))py_rms_norm_rows, METH_FASTCALL,
      "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"},
     {"linear_few_rows", (PyCFunction)(void (*)(void))py_linear_few_rows, METH_FASTCALL,

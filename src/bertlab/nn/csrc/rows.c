@@ -83,6 +83,61 @@ static void rms_norm_f32(const float *x, const float *w, float *y, Py_ssize_t ro
     }
 }
 
+/* The Transformer's "Add & Norm" in fp32, post-LN: out = LayerNorm(y + residual) = (s - mean(s)) / sqrt(var(s) + eps)
+ * · w + b, s = y + residual, over each row. One pass over y and the residual (out may be y), then two over the
+ * row's sum while it is in L1: the mean, then the variance as the mean of squared deviations (as torch's
+ * LayerNorm, not E[s²] - mean², which cancels). Where torch took two calls and three trips through memory. */
+MULTIVERSION
+static void add_layer_norm_f32(const float *y, const float *res, const float *w, const float *b, float *out,
+                               Py_ssize_t rows, Py_ssize_t cols, float eps) {
+    const Py_ssize_t whole = cols / BLOCK * BLOCK;
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *yr = y + r * cols, *rr = res + r * cols;
+        float *o = out + r * cols;
+        f32x16 lanes = {0};
+        for (Py_ssize_t c = 0; c < whole; c += BLOCK) {
+            f32x16 a, x;
+            memcpy(&a, yr + c, sizeof a);
+            memcpy(&x, rr + c, sizeof x);
+            a += x;
+            memcpy(o + c, &a, sizeof a);
+            lanes += a;
+        }
+        float sum = fold_sum_f32(lanes);
+        for (Py_ssize_t c = whole; c < cols; c++) sum += o[c] = yr[c] + rr[c];
+        const float mean = sum / (float)cols;
+        lanes = (f32x16){0};
+        for (Py_ssize_t c = 0; c < whole; c += BLOCK) {
+            f32x16 a;
+            memcpy(&a, o + c, sizeof a);
+            a -= mean;
+            lanes += a * a;
+        }
+        float sq = fold_sum_f32(lanes);
+        for (Py_ssize_t c = whole; c < cols; c++) sq += (o[c] - mean) * (o[c] - mean);
+        const float inv = 1.0f / sqrtf(sq / (float)cols + eps);
+        for (Py_ssize_t c = 0; c < cols; c++) o[c] = (o[c] - mean) * inv * w[c] + b[c];
+    }
+}
+
+/* add_layer_norm_rows(y_ptr, residual_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, threads): fp32, contiguous
+ * (out may be y); see add_layer_norm_f32 */
+ENTRY py_add_layer_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 9, "add_layer_norm_rows") < 0) return NULL;
+    const float *y = as_ptr(args[0]), *res = as_ptr(args[1]), *w = as_ptr(args[2]), *b = as_ptr(args[3]);
+    float *out = as_ptr(args[4]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[5]), cols = PyLong_AsSsize_t(args[6]);
+    const float eps = (float)PyFloat_AsDouble(args[7]);
+    long threads = PyLong_AsLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    if (rows < 1 || cols < 1) Py_RETURN_NONE;
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, {
+        add_layer_norm_f32(y + start * cols, res + start * cols, w, b, out + start * cols, count, cols, eps);
+    });
+    Py_RETURN_NONE;
+}
+
 /* quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads) */
 ENTRY py_quantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (parse(args, nargs, 7, "quantize_rows") < 0) return NULL;
