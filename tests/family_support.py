@@ -122,6 +122,7 @@ def exports_match(folder: Path, tmp_path: Path, capsys) -> None:
 
         checks = EXPORTERS["onnx"](folder, tmp_path / "onnx").checks
         assert checks["max_abs_diff_vs_pytorch"] < 1e-4, checks
+    engines_match(folder, texts)
     if importlib.util.find_spec("sentence_transformers"):
         from sentence_transformers import SentenceTransformer
 
@@ -131,3 +132,34 @@ def exports_match(folder: Path, tmp_path: Path, capsys) -> None:
         theirs = SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(texts)
         ours = Embedder.from_pretrained(folder, pooling="mean", normalize=True).embed(texts)
         np.testing.assert_allclose(theirs, ours, atol=1e-5)
+
+
+def engines_match(folder: Path, texts: list[str]) -> None:
+    """`embed --engine onnxruntime|openvino|ctranslate2` (those installed) on a family's folder, converted on load:
+    the same embeddings as bertlab's own runtime; CTranslate2 refuses in one line a family it has no converter
+    for."""
+    import importlib.util
+
+    import pytest
+
+    from bertlab.errors import BertlabError
+    from bertlab.infer.embeddings import Embedder
+    from bertlab.infer.engines import CTRANSLATE2_FAMILIES
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.models.registry import family_of
+
+    ours = Embedder.from_pretrained(folder).embed(texts)
+    # OpenVINO's f32 kernels differ from PyTorch by ~1e-3 (its own GELU and softmax); the others by ~1e-6
+    for engine, needs, bound in (("onnxruntime", ("onnx", "onnxruntime"), 1e-5),
+                                 ("openvino", ("openvino", "onnx", "onnxruntime"), 1e-4),
+                                 ("ctranslate2", ("ctranslate2", "transformers"), 1e-5)):
+        if not all(importlib.util.find_spec(m) for m in needs):
+            continue
+        if engine == "ctranslate2" and family_of(folder).model_type not in CTRANSLATE2_FAMILIES:
+            with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for"):
+                Embedder.from_pretrained(folder, options=InferenceOptions(engine=engine))
+            continue
+        theirs = Embedder.from_pretrained(folder, options=InferenceOptions(engine=engine)).embed(texts)
+        cos = (ours * theirs).sum(-1) / np.linalg.norm(ours, axis=-1) / np.linalg.norm(theirs, axis=-1)
+        assert cos.min() > 1 - bound, (engine, cos)
+

@@ -110,7 +110,7 @@ def test_ctranslate2_refuses_task_heads_and_embed_refuses_a_head_folder(tmp_path
     from bertlab.infer.predict import Predictor
 
     folder = tiny_model(tmp_path / "clf", "BertForSequenceClassification")
-    with pytest.raises(BertlabError, match="ctranslate2 runs BERT encoders only"):
+    with pytest.raises(BertlabError, match="ctranslate2 runs encoders only"):
         Predictor.from_pretrained(folder, InferenceOptions(engine="ctranslate2"))
     with pytest.raises(BertlabError, match="not its encoder alone"):
         Embedder.from_pretrained(folder, options=InferenceOptions(engine="onnxruntime"))

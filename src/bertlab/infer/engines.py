@@ -9,6 +9,9 @@ tokenizer, length buckets, long-document windows, pooling and outputs: only the 
     openvino      openvino       fp32, bf16            DIR/openvino/openvino_model.xml (+ .bin)
     ctranslate2   ctranslate2    fp32, int8            DIR/ctranslate2/model.bin  (encoders only: no task heads)
 
+Every encoder family runs on ONNX Runtime and OpenVINO (the export traces the family's own model); CTranslate2
+converts BERT, RoBERTa, XLM-R and DistilBERT (`CTRANSLATE2_FAMILIES`), and refuses ALBERT in one line.
+
 `--model DIR` may be an export folder (the engine's file is used as it is) or any bertlab model folder (the
 model is converted for the engine into a temporary folder first, a few seconds, with one log line saying so).
 An engine whose package is not installed is refused in one line naming the extra to install.
@@ -29,7 +32,7 @@ import torch
 from torch import nn
 
 from ..errors import BertlabError
-from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, require_engine
+from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, model_family, require_engine
 
 log = logging.getLogger(__name__)
 
@@ -131,16 +134,17 @@ def engine_file(engine: str, folder: Path, dtype: str) -> Path:
 def load_engine_model(cls: type, model_dir: Path, options, head: bool) -> EngineModel:
     """`cls` (a bertlab model class) run by `options.engine`: from the engine's file in `model_dir`, else converted
     into a temporary folder first."""
-    from ..models.bert.config import BertConfig
-
     engine = options.engine
     require_engine(engine, options.dtype)
+    if engine == "ctranslate2" and model_family(model_dir).model_type not in CTRANSLATE2_FAMILIES:
+        raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {model_family(model_dir).name} "
+                           "models; use --engine onnxruntime, openvino or bertlab for this model")
     if head and engine == "ctranslate2":
-        raise BertlabError(f"{model_dir}: --engine ctranslate2 runs BERT encoders only (no task heads); "
+        raise BertlabError(f"{model_dir}: --engine ctranslate2 runs encoders only (no task heads); "
                            "use --engine onnxruntime, openvino or bertlab for this model")
     from .predict import find_head
 
-    config = BertConfig.from_json_file(model_dir)
+    config = model_family(model_dir).config_class.from_json_file(model_dir)
     spec = find_head(model_dir)  # the export of a folder with a task head computes its logits
     if head and spec is None:
         raise BertlabError(f"{model_dir}: --engine {engine} runs encoders and fine-tuned task heads, not this model's "
@@ -212,6 +216,10 @@ def export_openvino(model_dir: str | Path, out: str | Path):
     return ExportReport(out, files, {"max_abs_diff_vs_pytorch": diff})
 
 
+# the families (config.json's model_type) whose encoders CTranslate2's converter takes
+CTRANSLATE2_FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert")
+
+
 def export_ctranslate2(model_dir: str | Path, out: str | Path):
     """out/ctranslate2/model.bin: CTranslate2's converted encoder (fp32 weights; int8 or bf16 chosen when run),
     checked in CTranslate2 at float32 against PyTorch; our config and tokenizer beside it. Encoders only:
@@ -233,17 +241,22 @@ def export_ctranslate2(model_dir: str | Path, out: str | Path):
     from ctranslate2.converters import TransformersConverter
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
+    family = model_family(model_dir)
+    if family.model_type not in CTRANSLATE2_FAMILIES:
+        raise BertlabError(f"{model_dir}: CTranslate2 has no converter for {family.name} models; use --engine "
+                           "onnxruntime or openvino (or export onnx / openvino)")
     if find_head(model_dir) is not None:
-        raise BertlabError(f"{model_dir}: CTranslate2 runs BERT encoders only (no task heads); export this model "
+        raise BertlabError(f"{model_dir}: CTranslate2 runs encoders only (no task heads); export this model "
                            "with `bertlab export onnx` or `openvino`")
     exportable = load_exportable(model_dir)
     tmp = _new_folder(out)
     try:
-        # CTranslate2 converts a Hugging Face folder: ours, written as BertModel (its loader's architecture)
+        # CTranslate2 converts a Hugging Face folder: ours, written as the family's bare encoder (BertModel,
+        # DistilBertModel, ...: the architecture its loaders read)
         hf = tmp / "hf"
         save_pretrained(exportable.model, hf)
         config = json.loads((hf / "config.json").read_text())
-        config["architectures"] = ["BertModel"]
+        config["architectures"] = [family.base_model.__name__]
         config.setdefault("position_embedding_type", "absolute")  # the converter reads it; ours is always absolute
         _write_json(hf / "config.json", config)
         exportable.tokenizer.save_pretrained(hf)
