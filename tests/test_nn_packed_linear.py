@@ -122,6 +122,35 @@ def _rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_padding_rows_are_read_from_the_inputs_own_storage_where_it_has_them(dtype, monkeypatch):
+    """A chain of layers, as a model's: each output is a view of oneDNN's padded buffer, so the next layer reads
+    its padding rows from there (no F.pad), whatever they hold (NaN here); single tile and several (ROW_TILE 64);
+    the same numbers as nn.Linear, and the padded copy where the storage ends with the rows."""
+    torch.manual_seed(0)
+    first, second = nn.Linear(48, 64).to(dtype), nn.Linear(64, 48).to(dtype)
+    pads = []
+    real_pad = onednn.F.pad
+    monkeypatch.setattr(onednn.F, "pad", lambda *a, **k: pads.append(1) or real_pad(*a, **k))
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    for tile in (512, 64):
+        monkeypatch.setattr(onednn, "ROW_TILE", tile)
+        for rows in (13, 70, 150):
+            pads.clear()
+            x = torch.randn(rows, 48).to(dtype)
+            with torch.inference_mode():
+                h = onednn.PackedLinear(first)(x)  # (rows, 64): its input has no slack, so one padded copy
+                base = h.untyped_storage().nbytes() // h.element_size()
+                assert base >= onednn.row_tiles(rows)[-1][0] * 64 + onednn.row_tiles(rows)[-1][2] * 64
+                h.as_strided((base - h.numel(),), (1,), h.numel()).fill_(float("nan"))  # the padding rows: NaN
+                y = onednn.PackedLinear(second)(h)
+                want = second(first(x))
+            torch.testing.assert_close(y, want, atol=tol, rtol=tol)
+            assert not torch.isnan(y).any()
+            padded_tiles = sum(p != stop - start for start, stop, p in onednn.row_tiles(rows))
+            assert len(pads) == padded_tiles  # the first layer's only; none for the second
+
+
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc (Linux)")
 def test_many_row_counts_do_not_grow_memory():
     """Issue 20: each new row count used to leave a ~1 MB oneDNN primitive cached (up to 1,024 of them), so a
