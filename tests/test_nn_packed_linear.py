@@ -114,7 +114,7 @@ def test_row_tiles_cover_every_row_with_a_bounded_set_of_shapes():
         assert [r for a, b, _ in tiles for r in range(a, b)] == list(range(rows))
         assert all(b - a <= padded < b - a + 32 for a, b, padded in tiles)
         seen |= {padded for _, _, padded in tiles}
-    assert seen == set(onednn.ROW_BUCKETS) and len(seen) < 30
+    assert seen == set(onednn.ROW_BUCKETS) and len(seen) <= 44
 
 
 def _rss_mb() -> float:
@@ -166,7 +166,7 @@ def test_many_row_counts_do_not_grow_memory():
         for rows in range(50, 250):  # was ~+120 MB
             y = packed(inputs[:rows])
         grown = _rss_mb() - before
-        x = torch.randn(1100, 256)  # three tiles, the last padded
+        x = torch.randn(2 * onednn.ROW_TILE + 76, 256)  # three tiles, the last padded
         torch.testing.assert_close(packed(x), linear(x), atol=1e-4, rtol=1e-4)
     assert y.shape == (249, 1024)
     assert grown < 30, f"RSS grew {grown:.0f} MB over 200 new row counts"
