@@ -20,10 +20,12 @@ import torch
 
 T = TypeVar("T")
 
-# Tokens per forward pass. On a CPU ~2k already keeps the matmuls at full speed, and larger batches were
-# slower (measured with all-MiniLM-L6-v2: 8k tokens 4% below 2k): their (T, 4H) activations are fresh
-# multi-megabyte buffers each layer, paid for in page faults. A GPU wants far more rows per kernel.
-DEFAULT_MAX_TOKENS = 2048
+# Tokens per forward pass. On a CPU ~1k already keeps the matmuls at full speed, and larger batches were
+# slower (measured with all-MiniLM-L6-v2, one thread, 256-512-token inputs: 2k tokens 3% below 1k in fp32, 6% in
+# int8; 8k 4% below 2k): their (T, 4H) activations leave the caches, and a batch over oneDNN's row tile
+# (nn/packed_linear.py, 1,024 rows) is cut into calls whose outputs are copied into one. Short inputs measured
+# the same at 1k and 2k. A GPU wants far more rows per kernel.
+DEFAULT_MAX_TOKENS = 1024
 DEFAULT_MAX_TOKENS_GPU = 16384
 DEFAULT_MAX_BATCH = 256
 

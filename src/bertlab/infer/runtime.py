@@ -79,7 +79,7 @@ class InferenceOptions:
     dtype: str = "fp32"
     max_length: int | None = None  # tokens incl. [CLS]/[SEP]; None: the model's limit
     on_long: str = "truncate"  # or "reject"
-    max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 2048 CPU, 16384 GPU
+    max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 1024 CPU, 16384 GPU
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
     onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
@@ -142,7 +142,7 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="a text over --max-length: cut it and warn (default), or stop with an error")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="padded tokens per forward pass; inputs are sorted by length and bucketed under it "
-                        "(default 2048 on CPU, 16384 on GPU)")
+                        "(default 1024 on CPU, 16384 on GPU)")
     p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
     add_threads_argument(p, "torch's choice")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
