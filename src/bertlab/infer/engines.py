@@ -136,15 +136,16 @@ def load_engine_model(cls: type, model_dir: Path, options, head: bool) -> Engine
     into a temporary folder first."""
     engine = options.engine
     require_engine(engine, options.dtype)
-    if engine == "ctranslate2" and model_family(model_dir).model_type not in CTRANSLATE2_FAMILIES:
-        raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {model_family(model_dir).name} "
-                           "models; use --engine onnxruntime, openvino or bertlab for this model")
+    family = model_family(model_dir)
+    if engine == "ctranslate2" and family.model_type not in CTRANSLATE2_FAMILIES:
+        raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {family.name} models; use "
+                           "--engine onnxruntime, openvino or bertlab for this model")
     if head and engine == "ctranslate2":
         raise BertlabError(f"{model_dir}: --engine ctranslate2 runs encoders only (no task heads); "
                            "use --engine onnxruntime, openvino or bertlab for this model")
     from .predict import find_head
 
-    config = model_family(model_dir).config_class.from_json_file(model_dir)
+    config = family.config_class.from_json_file(model_dir)
     spec = find_head(model_dir)  # the export of a folder with a task head computes its logits
     if head and spec is None:
         raise BertlabError(f"{model_dir}: --engine {engine} runs encoders and fine-tuned task heads, not this model's "

@@ -81,4 +81,3 @@ def add_and_norm(y: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) ->
             out := add_layer_norm_(y, residual, norm.weight, norm.bias, norm.eps)) is not None:
         return out
     return norm(add_residual(y, residual))
-
