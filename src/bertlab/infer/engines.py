@@ -137,9 +137,8 @@ def load_engine_model(cls: type, model_dir: Path, options, head: bool) -> Engine
     engine = options.engine
     require_engine(engine, options.dtype)
     family = model_family(model_dir)
-    if engine == "ctranslate2" and family.model_type not in CTRANSLATE2_FAMILIES:
-        raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {family.name} models; use "
-                           "--engine onnxruntime, openvino or bertlab for this model")
+    if engine == "ctranslate2":
+        _require_ctranslate2_converter(model_dir, family)
     if head and engine == "ctranslate2":
         raise BertlabError(f"{model_dir}: --engine ctranslate2 runs encoders only (no task heads); "
                            "use --engine onnxruntime, openvino or bertlab for this model")
@@ -221,6 +220,12 @@ def export_openvino(model_dir: str | Path, out: str | Path):
 CTRANSLATE2_FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert")
 
 
+def _require_ctranslate2_converter(model_dir: Path, family) -> None:
+    if family.model_type not in CTRANSLATE2_FAMILIES:
+        raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {family.name} models; use "
+                           "--engine onnxruntime or openvino (`bertlab export onnx` or `openvino`), or bertlab")
+
+
 def export_ctranslate2(model_dir: str | Path, out: str | Path):
     """out/ctranslate2/model.bin: CTranslate2's converted encoder (fp32 weights; int8 or bf16 chosen when run),
     checked in CTranslate2 at float32 against PyTorch; our config and tokenizer beside it. Encoders only:
@@ -243,9 +248,7 @@ def export_ctranslate2(model_dir: str | Path, out: str | Path):
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     family = model_family(model_dir)
-    if family.model_type not in CTRANSLATE2_FAMILIES:
-        raise BertlabError(f"{model_dir}: CTranslate2 has no converter for {family.name} models; use --engine "
-                           "onnxruntime or openvino (or export onnx / openvino)")
+    _require_ctranslate2_converter(model_dir, family)
     if find_head(model_dir) is not None:
         raise BertlabError(f"{model_dir}: CTranslate2 runs encoders only (no task heads); export this model "
                            "with `bertlab export onnx` or `openvino`")

@@ -133,8 +133,8 @@ class PackedLinear(nn.Module):
         if len(tiles) == 1:  # the common case: one call, no copy of the output
             y = self._tile(flat, *tiles[0])
         else:  # allocated with the last tile's padded rows too, as oneDNN's own output is (see _tile)
-            start, _, padded = tiles[-1]
-            y = flat.new_empty(start + padded, self.out_features)[:flat.shape[0]]
+            last_start, _, last_padded = tiles[-1]
+            y = flat.new_empty(last_start + last_padded, self.out_features)[:flat.shape[0]]
             for start, stop, padded in tiles:
                 y[start:stop] = self._tile(flat, start, stop, padded)
         return y.view(*x.shape[:-1], self.out_features)
