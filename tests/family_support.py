@@ -58,9 +58,14 @@ def compare_hidden_states(hf_model, ours, ids: torch.Tensor, mask: torch.Tensor)
     return max(rel_err(a, b) for a, b in zip(mine, theirs))
 
 
-def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 1e-2, epochs: int = 10) -> dict:
+def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 3e-3, epochs: int = 30,
+               min_accuracy: float = 0.6) -> dict:
     """embed, finetune text-classification, predict, fill-mask and serve's /v1/embeddings on `folder` (a
-    masked-LM folder of some family); asserts each works and returns what it measured."""
+    masked-LM folder of some family); asserts each works and returns what it measured.
+
+    The folder's weights are random, so how far fine-tuning gets depends on the initialisation, which differs
+    between `transformers` versions: `lr`, `epochs` and `min_accuracy` are set per family so that every one of
+    several initialisations passes, not only the one this machine draws."""
     from bertlab.cli import main
     from bertlab.infer.embeddings import Embedder
 
@@ -78,7 +83,7 @@ def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 1e-2, epochs: i
                "--text-column", "text", "--label-column", "category", "--out", out, "--epochs", epochs,
                "--batch-size", 16, "--lr", lr, "--no-progress", "--seed", 0) == 0
     accuracy = json.loads((out / "metrics.json").read_text())["best_run"]["dev"]["accuracy"]
-    assert accuracy > 0.6  # four topics: chance is 0.25
+    assert accuracy > min_accuracy, accuracy  # four topics: chance is 0.25
     capsys.readouterr()
     (tmp_path / "new.jsonl").write_text(json.dumps({"text": "the coach said the team and the goal"}) + "\n")
     assert run("predict", "--model", out / "model", "--input", tmp_path / "new.jsonl") == 0
