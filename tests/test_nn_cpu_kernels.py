@@ -195,6 +195,40 @@ needs_avx512 = pytest.mark.skipif(not (cpu_kernels.available() and getattr(cpu_k
 
 
 @needs_avx512
+@pytest.mark.parametrize("k", [1, 7, 48, 384])
+def test_f32_gemm_equals_the_float64_product(k, threads):
+    """Any row count (tiles of 12 rows and each tail of 1-11, chunks of 192 rows and what is left), any column
+    count (whole panels of 32 and a last one of 2, 1 or 4 columns), any K, with and without bias."""
+    g = torch.Generator().manual_seed(k)
+    for n in (2, 32, 33, 100):
+        w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+        panels = cpu_kernels.pack_f32_panels(w)
+        assert panels.shape == (-(-n // 32), k, 32)
+        for m in (1, 5, 11, 12, 13, 25, 192, 205, 397):
+            x = torch.randn(m, k, generator=g)
+            for bias in (b, None):
+                got = cpu_kernels.linear_f32(x, panels, bias, n)
+                want = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
+                assert got.shape == (m, n)
+                torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-5)  # sums of k products ~ N(0, k)
+
+
+@needs_avx512
+def test_f32_gemm_declines_what_it_does_not_take():
+    w, b = torch.randn(40, 48), torch.randn(40)
+    panels = cpu_kernels.pack_f32_panels(w)
+    x = torch.randn(3, 48)
+    assert cpu_kernels.linear_f32(x, panels, b, 40) is not None
+    assert cpu_kernels.linear_f32(x.bfloat16(), panels, b, 40) is None  # another dtype
+    assert cpu_kernels.linear_f32(torch.randn(48, 3).t(), panels, b, 40) is None  # not contiguous
+    assert cpu_kernels.linear_f32(torch.randn(3, 40), panels, b, 40) is None  # K is not the panels'
+    assert cpu_kernels.linear_f32(x, panels, b, 70) is None  # more columns than the panels hold
+    assert cpu_kernels.linear_f32(x, panels, torch.randn(39), 40) is None  # bias size
+    assert cpu_kernels.linear_f32(x, panels, b.double(), 40) is None
+    assert cpu_kernels.linear_f32(torch.randn(3, 48, requires_grad=True), panels, b, 40) is None
+
+
+@needs_avx512
 @pytest.mark.parametrize("B,K,V,keep", [(3, 4, 1000, 8), (2, 1, 37, 2), (1, 5, 16, 10), (4, 2, 7, 14), (2, 3, 33, 1)])
 def test_beam_topk_equals_the_sum_and_topk(B, K, V, keep, threads):
     g = torch.Generator().manual_seed(V)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from bertlab.nn import cpu_kernels
 from bertlab.nn import packed_linear as onednn
 from bertlab.infer.runtime import InferenceOptions, load_model
 
@@ -14,10 +15,20 @@ from infer_support import tiny_model
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear operators")
 
+needs_f32_gemm = pytest.mark.skipif(not cpu_kernels.f32_gemm_available(), reason="no C fp32 GEMM here (AVX-512)")
 
+
+def oneDNN_only(monkeypatch):
+    """fp32 layers made from here on take oneDNN, as on a CPU without AVX-512 (bf16 always does)."""
+    monkeypatch.setattr(onednn, "f32_gemm_available", lambda: False)
+
+
+@pytest.mark.parametrize("kernel", ["own", "onednn"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (1, 1, 48), (0, 48)])
-def test_packed_linear_equals_nn_linear(shape, dtype):
+@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (1, 1, 48), (0, 48), (5, 20, 48)])
+def test_packed_linear_equals_nn_linear(shape, dtype, kernel, monkeypatch):
+    if kernel == "onednn":
+        oneDNN_only(monkeypatch)
     torch.manual_seed(0)
     linear = nn.Linear(48, 80).to(dtype)
     x = torch.randn(shape).to(dtype)
@@ -28,8 +39,9 @@ def test_packed_linear_equals_nn_linear(shape, dtype):
     assert packed(x).shape == (*shape[:-1], 80)
 
 
-def test_a_few_rows_take_the_gemv_and_more_take_onednn(monkeypatch):
-    """A decoding step's rows (up to GEMV_ROWS) go to the C GEMV over the plain weight; more rows to oneDNN."""
+def test_a_few_rows_take_the_gemv_and_more_take_the_packed_kernel(monkeypatch):
+    """A decoding step's rows (up to GEMV_ROWS) go to the C GEMV over the plain weight; more rows to the packed
+    kernel."""
     torch.manual_seed(0)
     linear = nn.Linear(48, 80)
     packed = onednn.PackedLinear(linear)
@@ -41,6 +53,25 @@ def test_a_few_rows_take_the_gemv_and_more_take_onednn(monkeypatch):
             x = torch.randn(rows, 48)
             torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
     assert calls == list(range(1, onednn.GEMV_ROWS + 1))
+
+
+@needs_f32_gemm
+def test_fp32_layers_take_the_c_gemm_and_keep_no_onednn_copy(monkeypatch):
+    """fp32 on AVX-512: the weight lives in the GEMM's panels only; an input of another dtype or a trace gets
+    torch's own operator (its error, its graph) instead of the kernel reading the wrong bytes."""
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = onednn.PackedLinear(linear)
+    assert packed.packed is None and packed.panels.shape == (3, 48, 32)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", None, raising=False)  # oneDNN must not be called
+    x = torch.randn(2, 9, 48)
+    with torch.inference_mode():
+        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+        with pytest.raises(RuntimeError):
+            packed(x.double())  # as nn.Linear refuses it
+    traced = torch.jit.trace(packed, x, check_trace=False)
+    assert "aten::linear" in str(traced.graph)
+    torch.testing.assert_close(traced(x), linear(x), atol=1e-5, rtol=1e-5)
 
 
 def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
@@ -124,9 +155,10 @@ def _rss_mb() -> float:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_padding_rows_are_read_from_the_inputs_own_storage_where_it_has_them(dtype, monkeypatch):
-    """A chain of layers, as a model's: each output is a view of oneDNN's padded buffer, so the next layer reads
-    its padding rows from there (no F.pad), whatever they hold (NaN here); single tile and several (ROW_TILE 64);
-    the same numbers as nn.Linear, and the padded copy where the storage ends with the rows."""
+    """A chain of layers on oneDNN, as a model's: each output is a view of oneDNN's padded buffer, so the next
+    layer reads its padding rows from there (no F.pad), whatever they hold (NaN here); single tile and several
+    (ROW_TILE 64); the same numbers as nn.Linear, and the padded copy where the storage ends with the rows."""
+    oneDNN_only(monkeypatch)
     torch.manual_seed(0)
     first, second = nn.Linear(48, 64).to(dtype), nn.Linear(64, 48).to(dtype)
     pads = []
@@ -152,9 +184,13 @@ def test_padding_rows_are_read_from_the_inputs_own_storage_where_it_has_them(dty
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="needs /proc (Linux)")
-def test_many_row_counts_do_not_grow_memory():
-    """Issue 20: each new row count used to leave a ~1 MB oneDNN primitive cached (up to 1,024 of them), so a
-    service's memory grew with every new batch shape; 200 row counts now cost no more than the first 50."""
+@pytest.mark.parametrize("kernel", ["own", "onednn"])
+def test_many_row_counts_do_not_grow_memory(kernel, monkeypatch):
+    """Each new row count used to leave a ~1 MB oneDNN primitive cached (up to 1,024 of them), so a service's
+    memory grew with every new batch shape; 200 row counts now cost no more than the first 50, on oneDNN's row
+    buckets and on the C GEMM (which keeps nothing per shape)."""
+    if kernel == "onednn":
+        oneDNN_only(monkeypatch)
     torch.manual_seed(0)
     linear = nn.Linear(256, 1024)
     packed = onednn.PackedLinear(linear)

@@ -12,8 +12,9 @@ rules, so they are stated once here:
     checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
     line instead of predictions from a randomly initialised layer;
   * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`);
-  * on a CPU (fp32, bf16) the linear layers run from oneDNN-packed weights (`nn/packed_linear.py`, ~10% faster,
-    same numbers to ~1e-6); `--no-onednn` keeps plain `nn.Linear`.
+  * on a CPU (fp32, bf16) the linear layers run from weights packed once (`nn/packed_linear.py`): fp32 on
+    AVX-512 by bertlab's own GEMM, bf16 and fp32 elsewhere by oneDNN's (same numbers to ~1e-6, 15-20% faster
+    than `nn.Linear` with the C GEMM); `--no-onednn` keeps plain `nn.Linear`.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class InferenceOptions:
     max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 1024 CPU, 16384 GPU
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
-    onednn: bool = True  # CPU: linear layers from oneDNN-packed weights (see nn/packed_linear.py)
+    onednn: bool = True  # CPU: linear layers from packed weights, C GEMM or oneDNN (see nn/packed_linear.py)
     # CPU: the attention kernel chosen by precision (`cpu_attention_kernel`); export keeps the model's own (a
     # traced graph must hold plain torch operators: `bmm` writes into buffers and calls C loops)
     cpu_attention: bool = True
@@ -146,7 +147,8 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
     add_threads_argument(p, "torch's choice")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
-                   help="on CPU: plain nn.Linear instead of oneDNN-packed weights")
+                   help="on CPU: plain nn.Linear instead of packed weights (bertlab's fp32 GEMM on AVX-512, "
+                        "oneDNN's for bf16 and elsewhere)")
 
 
 def add_engine_argument(p: argparse.ArgumentParser) -> None:
@@ -260,7 +262,7 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
         from ..nn.packed_linear import pack_linear_layers
 
         packed = pack_linear_layers(model)
-        log.debug("%d linear layers packed for oneDNN", packed)
+        log.debug("%d linear layers packed", packed)
     kernel = cpu_attention_kernel(model, options)
     if kernel is not None:
         log.debug("attention kernel %s in %d layers", kernel, use_attention_kernel(model, kernel))

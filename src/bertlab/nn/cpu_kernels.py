@@ -286,6 +286,44 @@ def linear_few_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return y
 
 
+# --------------------------------------------------------------------------------------- fp32 GEMM, panels
+PANEL = 32  # columns per panel of a packed fp32 weight (linear.c)
+
+
+def f32_gemm_available() -> bool:
+    """The C fp32 GEMM runs here: the extension is built and the CPU has AVX-512."""
+    return _cpu_has("avx512")
+
+
+def pack_f32_panels(weight: torch.Tensor) -> torch.Tensor:
+    """W (N, K) fp32, as `nn.Linear` holds it -> (ceil(N / 32), K, 32): panel p holds W[p·32 + c, k] at [p, k, c],
+    the last panel's missing columns zero. `linear_f32` streams a panel in memory order for each tile of rows."""
+    n, k = weight.shape
+    panels = -(-n // PANEL)
+    padded = torch.zeros(panels * PANEL, k, dtype=torch.float32)
+    padded[:n] = weight.detach()
+    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+
+
+def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """x (M, K) · Wᵀ + b, fp32, with W (n, K) packed by `pack_f32_panels` into `panels`: any M, no padded rows.
+    The sum over k runs in k order from the bias, one FMA chain per output (~1e-6 of `F.linear`'s, another
+    summation order). Returns (M, n), or None where the C kernel does not apply (no AVX-512, another dtype, a
+    non-contiguous x, a trace)."""
+    if (x.dim() != 2 or x.dtype != torch.float32 or panels.dtype != torch.float32 or not f32_gemm_available()
+            or panels.shape != (-(-n // PANEL), x.shape[1], PANEL)):
+        return None
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
+        return None
+    if not (_native(x, panels) if bias is None else _native(x, panels, bias)):
+        return None
+    m, k = x.shape
+    y = torch.empty((m, n), dtype=torch.float32)
+    _extension().linear_f32(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
+                            y.data_ptr(), m, k, n, torch.get_num_threads())
+    return y
+
+
 # ------------------------------------------------------------------------------------------------ beam search
 def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:
