@@ -213,6 +213,43 @@ def test_f32_gemm_equals_the_float64_product(k, threads):
                 torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-5)  # sums of k products ~ N(0, k)
 
 
+needs_bf16dot = pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16 (or no C kernels)")
+
+
+@needs_bf16dot
+@pytest.mark.parametrize("k", [2, 48, 384])
+def test_bf16_gemm_is_the_exact_product_rounded_once(k, threads):
+    """bf16 in and out, fp32 sums from the fp32 bias: the exact result rounded to bf16, give or take one bf16 step
+    where the fp32 sum sits next to a rounding boundary; every row tail, a last panel of 2, 1 or 4 columns."""
+    g = torch.Generator().manual_seed(k)
+    for n in (2, 32, 33, 100):
+        w, b = torch.randn(n, k, generator=g).bfloat16(), torch.randn(n, generator=g).bfloat16()
+        panels = cpu_kernels.pack_bf16_panels(w)
+        assert panels.shape == (-(-n // 32), k // 2, 32, 2)
+        for m in (1, 5, 11, 12, 13, 25, 205):
+            x = torch.randn(m, k, generator=g).bfloat16()
+            for bias in (b, None):
+                got = cpu_kernels.linear_bf16(x, panels, None if bias is None else bias.float(), n)
+                exact = x.double() @ w.double().t() + (0 if bias is None else bias.double())
+                assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+                step = exact.abs().clamp(min=1e-30).log2().floor().exp2() / 128  # one bf16 step at each value
+                assert ((got.double() - exact).abs() <= step + 1e-4).all()
+                assert (got == exact.bfloat16()).float().mean() > 0.98
+
+
+@needs_bf16dot
+def test_bf16_gemm_declines_what_it_does_not_take():
+    w, b = torch.randn(40, 48).bfloat16(), torch.randn(40)
+    panels = cpu_kernels.pack_bf16_panels(w)
+    x = torch.randn(3, 48).bfloat16()
+    assert cpu_kernels.linear_bf16(x, panels, b, 40) is not None
+    assert cpu_kernels.linear_bf16(x.float(), panels, b, 40) is None  # another dtype
+    assert cpu_kernels.linear_bf16(x, panels, b.bfloat16(), 40) is None  # the bias goes in fp32
+    assert cpu_kernels.linear_bf16(torch.randn(48, 3).bfloat16().t(), panels, b, 40) is None  # not contiguous
+    assert cpu_kernels.linear_bf16(torch.randn(3, 47).bfloat16(), panels, b, 40) is None  # K odd, not the panels'
+    assert cpu_kernels.linear_bf16(x, panels, torch.randn(39), 40) is None
+
+
 @needs_avx512
 def test_f32_gemm_declines_what_it_does_not_take():
     w, b = torch.randn(40, 48), torch.randn(40)

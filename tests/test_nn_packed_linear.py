@@ -15,12 +15,10 @@ from infer_support import tiny_model
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear operators")
 
-needs_f32_gemm = pytest.mark.skipif(not cpu_kernels.f32_gemm_available(), reason="no C fp32 GEMM here (AVX-512)")
-
-
 def oneDNN_only(monkeypatch):
-    """fp32 layers made from here on take oneDNN, as on a CPU without AVX-512 (bf16 always does)."""
+    """Layers made from here on take oneDNN, as on a CPU without AVX-512 (fp32) or AVX-512 BF16 (bf16)."""
     monkeypatch.setattr(onednn, "f32_gemm_available", lambda: False)
+    monkeypatch.setattr(onednn, "bf16_dot_available", lambda: False)
 
 
 @pytest.mark.parametrize("kernel", ["own", "onednn"])
@@ -55,23 +53,29 @@ def test_a_few_rows_take_the_gemv_and_more_take_the_packed_kernel(monkeypatch):
     assert calls == list(range(1, onednn.GEMV_ROWS + 1))
 
 
-@needs_f32_gemm
-def test_fp32_layers_take_the_c_gemm_and_keep_no_onednn_copy(monkeypatch):
-    """fp32 on AVX-512: the weight lives in the GEMM's panels only; an input of another dtype or a trace gets
-    torch's own operator (its error, its graph) instead of the kernel reading the wrong bytes."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_c_gemm_layers_keep_no_onednn_copy(dtype, monkeypatch):
+    """fp32 on AVX-512, bf16 on AVX-512 BF16: the weight lives in the GEMM's panels only; an input of another
+    dtype or a trace gets torch's own operator (its error, its graph) instead of the kernel reading the wrong
+    bytes."""
+    available = cpu_kernels.f32_gemm_available if dtype == torch.float32 else cpu_kernels.bf16_dot_available
+    if not available():
+        pytest.skip("no C GEMM for this dtype here")
     torch.manual_seed(0)
-    linear = nn.Linear(48, 80)
+    linear = nn.Linear(48, 80).to(dtype)
     packed = onednn.PackedLinear(linear)
-    assert packed.packed is None and packed.panels.shape == (3, 48, 32)
+    assert packed.packed is None and packed.panels.shape[:2] == ((3, 48) if dtype == torch.float32 else (3, 24))
+    assert list(packed.state_dict()) == ["weight", "bias"]
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", None, raising=False)  # oneDNN must not be called
-    x = torch.randn(2, 9, 48)
+    x = torch.randn(2, 9, 48).to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
     with torch.inference_mode():
-        torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(packed(x), linear(x), atol=tol, rtol=tol)
         with pytest.raises(RuntimeError):
             packed(x.double())  # as nn.Linear refuses it
     traced = torch.jit.trace(packed, x, check_trace=False)
     assert "aten::linear" in str(traced.graph)
-    torch.testing.assert_close(traced(x), linear(x), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(traced(x), linear(x), atol=tol, rtol=tol)
 
 
 def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():

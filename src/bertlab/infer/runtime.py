@@ -12,9 +12,9 @@ rules, so they are stated once here:
     checkpoint has its weights *before* building the model, so a plain encoder folder gives one clear
     line instead of predictions from a randomly initialised layer;
   * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`);
-  * on a CPU (fp32, bf16) the linear layers run from weights packed once (`nn/packed_linear.py`): fp32 on
-    AVX-512 by bertlab's own GEMM, bf16 and fp32 elsewhere by oneDNN's (same numbers to ~1e-6, 15-20% faster
-    than `nn.Linear` with the C GEMM); `--no-onednn` keeps plain `nn.Linear`.
+  * on a CPU (fp32, bf16) the linear layers run from weights packed once (`nn/packed_linear.py`): by
+    bertlab's own GEMMs where the CPU has AVX-512 (fp32) or AVX-512 BF16 (bf16), by oneDNN's elsewhere (same
+    numbers to ~1e-6 in fp32); `--no-onednn` keeps plain `nn.Linear`.
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
     add_threads_argument(p, "torch's choice")
     p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
-                   help="on CPU: plain nn.Linear instead of packed weights (bertlab's fp32 GEMM on AVX-512, "
-                        "oneDNN's for bf16 and elsewhere)")
+                   help="on CPU: plain nn.Linear instead of packed weights (bertlab's GEMMs on AVX-512 / "
+                        "AVX-512 BF16, oneDNN's elsewhere)")
 
 
 def add_engine_argument(p: argparse.ArgumentParser) -> None:

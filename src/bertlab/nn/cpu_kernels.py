@@ -324,6 +324,36 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     return y
 
 
+def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
+    """W (N, K) bf16, K even -> (ceil(N / 32), K / 2, 32, 2): panel p holds the pair W[p·32 + c, 2k'], W[p·32 + c,
+    2k' + 1] at [p, k', c], the last panel's missing columns zero -- the operand order of AVX-512 BF16's dot
+    product, which `linear_bf16` takes a pair of k at a time."""
+    n, k = weight.shape
+    panels = -(-n // PANEL)
+    padded = torch.zeros(panels * PANEL, k, dtype=torch.bfloat16)
+    padded[:n] = weight.detach()
+    return padded.view(panels, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+
+
+def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
+    """x (M, K) · Wᵀ + b in bf16 on AVX-512 BF16 dot products, with W (n, K) packed by `pack_bf16_panels` and the
+    bias in fp32 (`bias.float()`): exact products, fp32 sums from the bias, rounded to bf16 once -- oneDNN's
+    bf16 numbers up to the summation order. Returns (M, n) bf16, or None where the kernel does not apply (no
+    AVX-512 BF16, another dtype, K odd, a non-contiguous x, a trace)."""
+    if (x.dim() != 2 or x.dtype != torch.bfloat16 or panels.dtype != torch.bfloat16 or not bf16_dot_available()
+            or panels.shape != (-(-n // PANEL), x.shape[1] // 2, PANEL, 2) or x.shape[1] % 2):
+        return None
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
+        return None
+    if not (_native(x, panels) if bias is None else _native(x, panels, bias)):
+        return None
+    m, k = x.shape
+    y = torch.empty((m, n), dtype=torch.bfloat16)
+    _extension().linear_bf16(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
+                             y.data_ptr(), m, k, n, torch.get_num_threads())
+    return y
+
+
 # ------------------------------------------------------------------------------------------------ beam search
 def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -2,18 +2,21 @@
 
 A BERT forward pass on a CPU is ~85% matrix multiplies (`nn.Linear`); `torch.nn.functional.linear` re-reads
 each weight in its plain (row-major) layout on every call and first copies the bias into the output. Two
-kernels take a weight packed once instead:
+kinds of kernel take a weight packed once instead:
 
-* fp32 on a CPU with AVX-512: bertlab's own GEMM (`cpu_kernels.linear_f32`, C), over the weight cut into panels
-  of 32 columns. It takes any row count as it is and costs no more per call than a C function, where oneDNN's
-  kernel through torch costs ~10 us a call and is built per row count. For all-MiniLM-L6-v2 on one Zen 5 core
-  it measured 1.10x oneDNN's packed kernel on short inputs in bulk, 1.075x on long ones and 1.05x at batch 1
-  (2 threads: 1.06x, 1.06x, 1.17x), with embeddings the same to 2e-7.
-* bf16, and fp32 without AVX-512: oneDNN's inner-product kernel with the weight reordered once into its blocked
-  layout (`torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`: the operators
-  PyTorch's own compiler substitutes when it freezes a model), ~10% faster than `F.linear` in fp32; bf16
-  matmuls go through oneDNN anyway, but reorder the weight on every call.
-Either way the numbers are `nn.Linear`'s to ~1e-6 in fp32 (another summation order), bf16 identical.
+* bertlab's own GEMMs (C, `cpu_kernels.linear_f32` / `linear_bf16`): fp32 on a CPU with AVX-512, bf16 on one
+  with AVX-512 BF16 dot products, over the weight cut into panels of 32 columns. They take any row count as it
+  is and cost no more per call than a C function, where oneDNN's kernel through torch costs ~10 us a call and
+  is built per row count. For all-MiniLM-L6-v2 on one Zen 5 core, against oneDNN's packed kernel: fp32 1.07-1.10x
+  on short inputs in bulk, 1.04-1.075x on long ones, 1.05-1.07x at batch 1 (2 threads: 1.06x, 1.06x, 1.17x),
+  embeddings the same to 2e-7; bf16 1.05x, 1.05x, 1.13x (2 threads: 1.08x, 1.09x, 1.20x).
+* elsewhere, oneDNN's inner-product kernel with the weight reordered once into its blocked layout
+  (`torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`: the operators PyTorch's
+  own compiler substitutes when it freezes a model), ~10% faster than `F.linear` in fp32; bf16 matmuls go
+  through oneDNN anyway, but reorder the weight on every call.
+Either way the numbers are `nn.Linear`'s to ~1e-6 in fp32 (another summation order); in bf16 the products are
+exact and summed in fp32, rounded to bf16 once, on every path (a last-bit difference where the order moves a
+sum across a rounding boundary).
 
 `pack_linear_layers(model)` swaps every `nn.Linear` for a `PackedLinear` that keeps the original parameters
 (so `state_dict()` is unchanged) and, for the forward pass, the packed copy. Inference only: the packed
@@ -44,9 +47,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cpu_kernels import (
+    bf16_dot_available,
     f32_gemm_available,
+    linear_bf16,
     linear_f32,
     linear_few_rows,
+    pack_bf16_panels,
     pack_f32_panels,
 )
 
@@ -108,10 +114,18 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
-        # fp32 on AVX-512: the weight in the C GEMM's panels, and no oneDNN copy; otherwise oneDNN's blocked layout
-        own = linear.weight.dtype == torch.float32 and f32_gemm_available()
-        self.panels = pack_f32_panels(linear.weight) if own else None
-        self.packed = None if own else torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
+        # fp32 on AVX-512 and bf16 on AVX-512 BF16: the weight in the C GEMMs' panels, and no oneDNN copy;
+        # otherwise oneDNN's blocked layout
+        dtype, k = linear.weight.dtype, linear.in_features
+        self.panels, self.kernel, self.panel_bias = None, None, None
+        if dtype == torch.float32 and f32_gemm_available():
+            self.panels, self.kernel = pack_f32_panels(linear.weight), linear_f32
+            self.panel_bias = None if linear.bias is None else linear.bias.detach()  # not a Parameter again
+        elif dtype == torch.bfloat16 and k % 2 == 0 and bf16_dot_available():
+            self.panels, self.kernel = pack_bf16_panels(linear.weight), linear_bf16
+            self.panel_bias = None if linear.bias is None else linear.bias.detach().float()
+        self.packed = (None if self.panels is not None
+                       else torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT))
         # the plain weight and bias again, as a plain attribute: a Module's parameter lookups cost ~0.5 us each,
         # and a decoding step's GEMVs make dozens
         self.plain = (linear.weight, linear.bias)
@@ -144,7 +158,7 @@ class PackedLinear(nn.Module):
         if flat.shape[0] <= GEMV_ROWS and (y := linear_few_rows(flat, *self.plain)) is not None:
             return y.view(*x.shape[:-1], self.out_features)
         if self.panels is not None:  # any row count, exactly: no buckets, no padding rows
-            y = linear_f32(flat.contiguous(), self.panels, self.bias, self.out_features)
+            y = self.kernel(flat.contiguous(), self.panels, self.panel_bias, self.out_features)
             if y is None:  # another dtype, a trace: torch's own operator, with its errors
                 return F.linear(x, self.weight, self.bias)
             return y.view(*x.shape[:-1], self.out_features)
@@ -168,7 +182,7 @@ class PackedLinear(nn.Module):
         return y[:stop - start]
 
     def extra_repr(self) -> str:
-        kernel = "the C GEMM" if self.panels is not None else "oneDNN"
+        kernel = "oneDNN" if self.panels is None else "the C GEMM"
         return f"in_features={self.in_features}, out_features={self.out_features}, packed for {kernel}"
 
 

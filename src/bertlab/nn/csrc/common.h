@@ -4,8 +4,8 @@
  * argument parsing. The kernels, by family:
  *   rows.c       quantize, dequantize, softmax, RMS norm: one pass over each row
  *   attention.c  a decoding step's attention (one query), short rows in fp32, and on AVX-512 BF16 dot products
- *   linear.c     the fp32 GEMM over packed panels (AVX-512); for a few rows: an int8 GEMM on AVX-512 VNNI, an
- *                fp32 / bf16 GEMV
+ *   linear.c     fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); for a few rows: an int8
+ *                GEMM on AVX-512 VNNI, an fp32 / bf16 GEMV
  *   search.c     a beam-search step's best candidates (and greedy's argmax)
  *   module.c     the Python module: its entries and what the CPU supports
  *
@@ -346,6 +346,7 @@ DECLARE(py_attention_bf16);
 DECLARE(py_linear_int8_few_rows);
 DECLARE(py_linear_few_rows);
 DECLARE(py_linear_f32);
+DECLARE(py_linear_bf16);
 DECLARE(py_beam_topk);
 
 #endif

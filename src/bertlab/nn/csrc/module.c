@@ -29,6 +29,8 @@ static PyMethodDef methods[] = {
      "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as nn.Linear keeps it"},
     {"linear_f32", (PyCFunction)(void (*)(void))py_linear_f32, METH_FASTCALL,
      "linear_f32(x, panels, bias, y, M, K, N, threads): y = x Wᵀ + b, fp32, W packed in panels of 32 columns"},
+    {"linear_bf16", (PyCFunction)(void (*)(void))py_linear_bf16, METH_FASTCALL,
+     "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot products"},
     {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
      "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},
