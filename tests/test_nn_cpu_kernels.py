@@ -318,16 +318,16 @@ needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no
 
 @needs_vnni
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48)])
+@pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48), (64, 80)])
 def test_few_rows_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads):
-    """Every row count its tiles split differently (8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks), with and
-    without bias."""
+    """Every row count its tiles split differently (8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks; from 16 rows panels
+    of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over), with and without bias."""
     k, n = shape
     g = torch.Generator().manual_seed(k + n)
     w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
     packed = cpu_kernels.pack_int8_weight(w)
     ws, b = torch.rand(n, generator=g) / 50, torch.randn(n, generator=g)
-    for m in (1, 2, 3, 5, 8, 13, 64):
+    for m in (1, 2, 3, 5, 8, 13, 16, 23, 64, 205):
         x = rows_with_outliers(m, k, dtype, seed=m)
         xq, xs = quantize_rows_reference(x)
         for bias in (b, None):

@@ -41,21 +41,23 @@ def test_int8_linear_is_close_to_nn_linear(shape):
 
 
 def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
-    """Up to FEW_ROWS rows the layer runs bertlab's own VNNI kernel where there is one (packing its weight on the
-    first such call), beyond them torch._int_mm; the two give identical outputs. An output width that is no
-    multiple of 16 keeps torch._int_mm."""
+    """Up to VNNI_MAX_ROWS rows the layer runs bertlab's own VNNI kernel where there is one (packing its
+    weight on the first such call), beyond them torch._int_mm; the two give identical outputs, in the few-rows
+    tiles and in the 12-row panel tiles (from 16 rows on, a last panel of one block where the blocks are odd). An
+    output width that is no multiple of 16 keeps torch._int_mm."""
     from bertlab.nn import cpu_kernels
 
     torch.manual_seed(0)
-    for out in (80, 72):
+    for out in (80, 72, 96):
         q = int8_linear.Int8Linear(nn.Linear(48, out))
-        x = torch.randn(2, 5, 48)
-        with torch.inference_mode():
-            few = q(x)
-            monkeypatch.setattr(int8_linear, "FEW_ROWS", 0)
-            many = q(x)
-            monkeypatch.undo()
-        assert torch.equal(few, many)
+        for shape in ((2, 5, 48), (3, 17, 48), (1, 400, 48)):  # 400 rows: torch._int_mm either way
+            x = torch.randn(shape)
+            with torch.inference_mode():
+                own = q(x)
+                monkeypatch.setattr(int8_linear, "VNNI_MAX_ROWS", 0)
+                int_mm = q(x)
+                monkeypatch.undo()
+            assert torch.equal(own, int_mm), shape
         packed = cpu_kernels.few_rows_available() and out % 16 == 0
         assert bool(q.few_rows_weight) == packed
 

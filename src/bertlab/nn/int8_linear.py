@@ -46,10 +46,12 @@ log = logging.getLogger(__name__)
 # Layers narrower than this (either side) stay fp32: task heads with a few outputs.
 MIN_FEATURES = 16
 
-# Up to this many rows (a decoder step's sequences or beams, a short input's tokens) the product runs in
-# bertlab's own VNNI kernel (nn/cpu_kernels.py) where the CPU has it: measured against torch._int_mm on T5 and
-# MiniLM shapes, one thread, 1.0-6x faster from 1 to 64 rows (2-8 rows: 3-6x), equal or slower beyond.
-FEW_ROWS = 64
+# Up to this many rows the product runs in bertlab's own VNNI kernel (nn/cpu_kernels.py) where the CPU has it,
+# beyond them in torch._int_mm: on T5 and MiniLM shapes, one thread, the kernel measured 3-6x faster at 2-8 rows
+# (a decoder step's sequences or beams) and, with its 12-row panel tiles from 16 rows on, 1.15-1.5x at 32-128
+# (quantize and dequantize included on both sides; a lone input of up to 128 tokens: batch-1 latency 1.07x
+# end to end). A bulk batch (~700 rows) measured the same either way at one thread and 0.94x at two.
+VNNI_MAX_ROWS = 128
 
 
 class Int8Linear(nn.Module):
@@ -86,7 +88,7 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        if (flat.shape[0] <= FEW_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
+        if (flat.shape[0] <= VNNI_MAX_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
                 and few_rows_available() and not tracing()):
             if self.few_rows_weight is None:
                 self.few_rows_weight = pack_int8_weight(self.qweight.t()) or False
