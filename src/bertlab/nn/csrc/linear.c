@@ -142,7 +142,7 @@ static void linear_tail(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, c
 
 /* rows [0, MR) of x against one panel: y[m][0..cols) = b + x_m · panel, cols ≤ 32 (the last panel's fewer) */
 INLINE void panel_tile(const int MR, const float *x, Py_ssize_t K, const float *panel, const float *b,
-                       float *y, Py_ssize_t ldy, int cols) {
+                       float *y, Py_ssize_t ldy, int cols, const char *pf, Py_ssize_t pf_step) {
     f32x16 acc0[GEMM_MR], acc1[GEMM_MR], b0, b1;
     memcpy(&b0, b, sizeof b0);
     memcpy(&b1, b + 16, sizeof b1);
@@ -154,6 +154,7 @@ INLINE void panel_tile(const int MR, const float *x, Py_ssize_t K, const float *
         f32x16 w0, w1;
         memcpy(&w0, panel + k * PANEL, sizeof w0);
         memcpy(&w1, panel + k * PANEL + 16, sizeof w1);
+        if (pf) __builtin_prefetch(pf + k * pf_step);
         for (int m = 0; m < MR; m++) {
             const float v = x[m * K + k];
             acc0[m] += v * w0;
@@ -186,11 +187,19 @@ static AVX512_TARGET void gemm_panels(const float *x, Py_ssize_t M, Py_ssize_t K
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             float *yp = y + p * PANEL;
+            /* the next panel, requested while this one is multiplied: each tile asks for its share of it, a
+             * k-th of that share per k (the panels are one stream in memory, but the first tile of a panel
+             * would otherwise wait for it -- every weight comes from memory once per call) */
+            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;
+            const Py_ssize_t rows = m1 - m0, share = (Py_ssize_t)PANEL * 4 * GEMM_MR / rows;
             Py_ssize_t m = m0;
             for (; m + GEMM_MR <= m1; m += GEMM_MR)
-                panel_tile(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols);
+                panel_tile(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols,
+                           next ? next + (m - m0) * K * PANEL * 4 / rows : NULL, share);
             switch (m1 - m) {  /* the last rows, with MR a constant in each case */
-#define TAIL(r) case r: panel_tile(r, x + m * K, K, panel, bias, yp + m * N, N, cols); break;
+#define TAIL(r) case r: panel_tile(r, x + m * K, K, panel, bias, yp + m * N, N, cols,                         \
+                                   next ? next + (m - m0) * K * PANEL * 4 / rows : NULL,                   \
+                                   (Py_ssize_t)PANEL * 4 * r / rows); break;
                 TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
 #undef TAIL
             }
@@ -237,7 +246,7 @@ ENTRY py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 static inline __attribute__((always_inline)) BF16_TARGET void panel_tile_bf16(
         const int MR, const uint16_t *x, Py_ssize_t K, const uint16_t *panel, const float *b, uint16_t *y,
-        Py_ssize_t ldy, int cols) {
+        Py_ssize_t ldy, int cols, const char *pf, Py_ssize_t pf_step) {
     __m512 acc0[GEMM_MR], acc1[GEMM_MR];
     const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
     for (int m = 0; m < MR; m++) {
@@ -247,6 +256,7 @@ static inline __attribute__((always_inline)) BF16_TARGET void panel_tile_bf16(
     for (Py_ssize_t kp = 0; kp < K / 2; kp++) {
         const __m512i w0 = _mm512_loadu_si512(panel + kp * 2 * PANEL);
         const __m512i w1 = _mm512_loadu_si512(panel + kp * 2 * PANEL + PANEL);
+        if (pf) _mm_prefetch(pf + kp * pf_step, _MM_HINT_T0);
         for (int m = 0; m < MR; m++) {
             int32_t pair;
             memcpy(&pair, x + m * K + 2 * kp, sizeof pair);
@@ -280,11 +290,17 @@ static BF16_TARGET void gemm_panels_bf16(const uint16_t *x, Py_ssize_t M, Py_ssi
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             uint16_t *yp = y + p * PANEL;
+            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;  /* as in gemm_panels */
+            const Py_ssize_t rows = m1 - m0;
             Py_ssize_t m = m0;
             for (; m + GEMM_MR <= m1; m += GEMM_MR)
-                panel_tile_bf16(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols);
+                panel_tile_bf16(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols,
+                                next ? next + (m - m0) * K * PANEL * 2 / rows : NULL,
+                                (Py_ssize_t)PANEL * 4 * GEMM_MR / rows);
             switch (m1 - m) {
-#define TAIL(r) case r: panel_tile_bf16(r, x + m * K, K, panel, bias, yp + m * N, N, cols); break;
+#define TAIL(r) case r: panel_tile_bf16(r, x + m * K, K, panel, bias, yp + m * N, N, cols,                   \
+                                        next ? next + (m - m0) * K * PANEL * 2 / rows : NULL,              \
+                                        (Py_ssize_t)PANEL * 4 * r / rows); break;
                 TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
 #undef TAIL
             }
@@ -378,11 +394,13 @@ static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
 #define VNNI_PANEL_ROWS 16
 static inline __attribute__((always_inline)) VNNI_TARGET void vnni_panel_tile(
     const int MR, const uint8_t *x, Py_ssize_t K, const int8_t *w0p, const int8_t *w1p, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy) {
+    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy, const char *pf,
+    Py_ssize_t pf_step) {
     __m512i acc0[12], acc1[12];
     for (int r = 0; r < MR; r++) acc0[r] = acc1[r] = _mm512_setzero_si512();
     for (Py_ssize_t kq = 0; kq < K / 4; kq++) {
         const __m512i w0 = _mm512_loadu_si512(w0p + kq * 64), w1 = _mm512_loadu_si512(w1p + kq * 64);
+        if (pf) _mm_prefetch(pf + kq * pf_step, _MM_HINT_T0);
         for (int r = 0; r < MR; r++) {
             int32_t quad;
             memcpy(&quad, x + r * K + kq * 4, 4);
@@ -412,9 +430,14 @@ static inline __attribute__((always_inline)) VNNI_TARGET Py_ssize_t vnni_panels(
         const Py_ssize_t m1 = m0 + GEMM_MC < M ? m0 + GEMM_MC : M;
         for (Py_ssize_t nb = nb0; nb < last; nb += 2) {
             const int8_t *w0p = wp + nb * KQ * 64, *w1p = wp + (nb + 1) * KQ * 64;
+            /* the next pair of blocks (the two lie one after the other), requested as in gemm_panels */
+            const char *next = nb + 2 < last ? (const char *)(wp + (nb + 2) * KQ * 64) : NULL;
+            const Py_ssize_t rows = m1 - m0;
             Py_ssize_t r = m0;
 #define PANEL_TILE(MR) vnni_panel_tile(MR, x + r * K, K, w0p, w1p, comp + nb * 16, xs + r, ws + nb * 16, \
-                                       b ? b + nb * 16 : NULL, y + r * N + nb * 16, N)
+                                       b ? b + nb * 16 : NULL, y + r * N + nb * 16, N,                  \
+                                       next ? next + (r - m0) * KQ * 128 / rows : NULL,                 \
+                                       (Py_ssize_t)128 * (MR) / rows)
             for (; r + 12 <= m1; r += 12) PANEL_TILE(12);
             switch (m1 - r) {
                 case 11: PANEL_TILE(11); break;
