@@ -295,14 +295,45 @@ def f32_gemm_available() -> bool:
     return _cpu_has("avx512")
 
 
+def _zero_padded(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """W (N, K) -> (ceil(N / 32) · 32, K) of `dtype`, the rows past N zero: the last panel's missing columns."""
+    n, k = weight.shape
+    padded = torch.zeros(-(-n // PANEL) * PANEL, k, dtype=dtype)
+    padded[:n] = weight.detach()
+    return padded
+
+
 def pack_f32_panels(weight: torch.Tensor) -> torch.Tensor:
     """W (N, K) fp32, as `nn.Linear` holds it -> (ceil(N / 32), K, 32): panel p holds W[p·32 + c, k] at [p, k, c],
     the last panel's missing columns zero. `linear_f32` streams a panel in memory order for each tile of rows."""
-    n, k = weight.shape
-    panels = -(-n // PANEL)
-    padded = torch.zeros(panels * PANEL, k, dtype=torch.float32)
-    padded[:n] = weight.detach()
-    return padded.view(panels, PANEL, k).transpose(1, 2).contiguous()
+    padded = _zero_padded(weight, torch.float32)
+    return padded.view(-1, PANEL, padded.shape[1]).transpose(1, 2).contiguous()
+
+
+def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
+    """W (N, K) bf16, K even -> (ceil(N / 32), K / 2, 32, 2): panel p holds the pair W[p·32 + c, 2k'], W[p·32 + c,
+    2k' + 1] at [p, k', c], the last panel's missing columns zero -- the operand order of AVX-512 BF16's dot
+    product, which `linear_bf16` takes a pair of k at a time."""
+    padded = _zero_padded(weight, torch.bfloat16)
+    return padded.view(-1, PANEL, padded.shape[1] // 2, 2).permute(0, 2, 1, 3).contiguous()
+
+
+def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int,
+                dtype: torch.dtype, panel_shape) -> torch.Tensor | None:
+    """What the panel GEMMs share: x (M, K) of `dtype`, `panels` of `dtype` and of the shape `panel_shape(K)`
+    its packing gives, the bias fp32 (n,) or None, all contiguous on the CPU outside a trace -- else None --
+    then the C entry `entry` into a fresh (M, n) output of `dtype`."""
+    if x.dim() != 2 or x.dtype != dtype or panels.dtype != dtype or panels.shape != panel_shape(x.shape[1]):
+        return None
+    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
+        return None
+    if not (_native(x, panels) if bias is None else _native(x, panels, bias)):
+        return None
+    m, k = x.shape
+    y = torch.empty((m, n), dtype=dtype)
+    getattr(_extension(), entry)(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
+                                 y.data_ptr(), m, k, n, torch.get_num_threads())
+    return y
 
 
 def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -310,29 +341,9 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     The sum over k runs in k order from the bias, one FMA chain per output (~1e-6 of `F.linear`'s, another
     summation order). Returns (M, n), or None where the C kernel does not apply (no AVX-512, another dtype, a
     non-contiguous x, a trace)."""
-    if (x.dim() != 2 or x.dtype != torch.float32 or panels.dtype != torch.float32 or not f32_gemm_available()
-            or panels.shape != (-(-n // PANEL), x.shape[1], PANEL)):
+    if not f32_gemm_available():
         return None
-    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
-        return None
-    if not (_native(x, panels) if bias is None else _native(x, panels, bias)):
-        return None
-    m, k = x.shape
-    y = torch.empty((m, n), dtype=torch.float32)
-    _extension().linear_f32(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
-                            y.data_ptr(), m, k, n, torch.get_num_threads())
-    return y
-
-
-def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
-    """W (N, K) bf16, K even -> (ceil(N / 32), K / 2, 32, 2): panel p holds the pair W[p·32 + c, 2k'], W[p·32 + c,
-    2k' + 1] at [p, k', c], the last panel's missing columns zero -- the operand order of AVX-512 BF16's dot
-    product, which `linear_bf16` takes a pair of k at a time."""
-    n, k = weight.shape
-    panels = -(-n // PANEL)
-    padded = torch.zeros(panels * PANEL, k, dtype=torch.bfloat16)
-    padded[:n] = weight.detach()
-    return padded.view(panels, PANEL, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
 
 
 def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -340,18 +351,10 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
     bias in fp32 (`bias.float()`): exact products, fp32 sums from the bias, rounded to bf16 once -- oneDNN's
     bf16 numbers up to the summation order. Returns (M, n) bf16, or None where the kernel does not apply (no
     AVX-512 BF16, another dtype, K odd, a non-contiguous x, a trace)."""
-    if (x.dim() != 2 or x.dtype != torch.bfloat16 or panels.dtype != torch.bfloat16 or not bf16_dot_available()
-            or panels.shape != (-(-n // PANEL), x.shape[1] // 2, PANEL, 2) or x.shape[1] % 2):
+    if not bf16_dot_available() or x.dim() != 2 or x.shape[1] % 2:
         return None
-    if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
-        return None
-    if not (_native(x, panels) if bias is None else _native(x, panels, bias)):
-        return None
-    m, k = x.shape
-    y = torch.empty((m, n), dtype=torch.bfloat16)
-    _extension().linear_bf16(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
-                             y.data_ptr(), m, k, n, torch.get_num_threads())
-    return y
+    return _panel_gemm("linear_bf16", x, panels, bias, n, torch.bfloat16,
+                       lambda k: (-(-n // PANEL), k // 2, PANEL, 2))
 
 
 # ------------------------------------------------------------------------------------------------ beam search
