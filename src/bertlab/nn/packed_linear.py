@@ -133,8 +133,8 @@ class PackedLinear(nn.Module):
     @classmethod
     def stacked(cls, linears: list[nn.Linear]) -> "PackedLinear":
         """One packed layer computing several that read the same input, their outputs side by side (attention's
-        query, key and value): one oneDNN call instead of three, each with its own overhead and a third of
-        the columns. Its weight and bias are new tensors, buffers outside state_dict: the originals stay where
+        query, key and value): one GEMM call instead of three, each with its own overhead and a third of the
+        columns. Its weight and bias are new tensors, buffers outside state_dict: the originals stay where
         they are, unpacked (so state_dict is unchanged); a forward pass that needs gradients must not use it."""
         with torch.no_grad():
             joint = nn.Linear(linears[0].in_features, sum(l.out_features for l in linears),
@@ -153,7 +153,7 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-            return F.linear(x, self.weight, self.bias)  # oneDNN's operator has no backward
+            return F.linear(x, self.weight, self.bias)  # the packed kernels have no backward
         flat = x.reshape(-1, self.in_features)  # (N, in)
         if flat.shape[0] <= GEMV_ROWS and (y := linear_few_rows(flat, *self.plain)) is not None:
             return y.view(*x.shape[:-1], self.out_features)
