@@ -48,8 +48,8 @@ MIN_FEATURES = 16
 
 # Up to this many rows the product runs in bertlab's own VNNI kernel (nn/cpu_kernels.py) where the CPU has it,
 # beyond them in torch._int_mm: on T5 and MiniLM shapes, one thread, the kernel measured 3-6x faster at 2-8 rows
-# (a decoder step's sequences or beams) and, with its 12-row panel tiles from 16 rows on, 1.15-1.5x at 32-128
-# (quantize and dequantize included on both sides; a lone input of up to 128 tokens: batch-1 latency 1.07x
+# (a decoder step's sequences or beams) and, with its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128
+# (quantize and dequantize included on both sides; a lone input of up to 128 tokens: batch-1 latency 1.03-1.07x
 # end to end). A bulk batch (~700 rows) measured the same either way at one thread and 0.94x at two.
 VNNI_MAX_ROWS = 128
 

@@ -1,6 +1,6 @@
-/* Linear layers: the fp32 GEMM of CPU inference over weights packed in panels (AVX-512), and for a decoding
- * step's few rows an int8 GEMM on AVX-512 VNNI (quantize, multiply, dequantize in one call) and an fp32 / bf16
- * GEMV over the plain weight (see common.h). */
+/* Linear layers of CPU inference: fp32 and bf16 GEMMs over weights packed in panels (AVX-512, AVX-512 BF16); an
+ * int8 GEMM on AVX-512 VNNI (quantize, multiply, dequantize in one call), by panels from 16 rows and tuned for a
+ * decoding step's few rows below; an fp32 / bf16 GEMV over the plain weight for 1-4 rows (see common.h). */
 #include "common.h"
 
 /* ------------------------------------------------------------------------------ fp32 / bf16 linear, few rows */
@@ -131,7 +131,7 @@ static void linear_tail(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, c
  * Why not oneDNN's packed kernel, which the rest of the matrix multiplies use: each call through torch costs
  * ~10 us before any arithmetic, and its primitives are built per row count, so a call's rows are padded to a
  * few bucket sizes (a 70-token input computes 72 rows, a 700-token batch up to 31 spare rows). This kernel
- * takes any M exactly, at 255-265 GFLOP/s on one Zen 5 core for BERT's shapes from 32 rows to 700 (oneDNN:
+ * takes any M exactly, at 245-265 GFLOP/s on one Zen 5 core for BERT's shapes from 32 rows to 700 (oneDNN:
  * 180-250 below 128 rows, ~250 above), and is called without the dispatcher's overhead. */
 #ifdef X86_KERNELS
 #define HAVE_F32_GEMM 1
@@ -139,6 +139,37 @@ static void linear_tail(int dtype, const float *x, Py_ssize_t M, Py_ssize_t K, c
 #define PANEL 32
 #define GEMM_MR 12
 #define GEMM_MC 192
+/* Bytes of a panel per step of its k loop, in every dtype: 32 columns of fp32, of bf16 pairs, of int8 quads */
+#define PANEL_STEP 128
+
+/* Rows [M0, M1) by tiles of GEMM_MR rows, then the last 1-11 rows with MR a constant in each case (the tile's
+ * registers are then known at compile time): TILE(MR) runs with `m` at the tile's first row. */
+#define ROW_TILES(M0, M1, TILE)                                                              \
+    do {                                                                                     \
+        Py_ssize_t m = (M0);                                                                 \
+        for (; m + GEMM_MR <= (M1); m += GEMM_MR) TILE(GEMM_MR);                             \
+        switch ((M1) - m) {                                                                  \
+            case 11: TILE(11); break;                                                        \
+            case 10: TILE(10); break;                                                        \
+            case 9: TILE(9); break;                                                          \
+            case 8: TILE(8); break;                                                          \
+            case 7: TILE(7); break;                                                          \
+            case 6: TILE(6); break;                                                          \
+            case 5: TILE(5); break;                                                          \
+            case 4: TILE(4); break;                                                          \
+            case 3: TILE(3); break;                                                          \
+            case 2: TILE(2); break;                                                          \
+            case 1: TILE(1); break;                                                          \
+        }                                                                                    \
+    } while (0)
+
+/* The next panel (`bytes` long, NULL if none), requested while this one is multiplied: the tile at row `m` of a
+ * chunk of `rows` asks for its share of it, a k-step's part of that share per step (PANEL_STEP · MR / rows
+ * bytes). The panels are one stream in memory, but the first tile of a panel would otherwise wait for it --
+ * every weight comes from memory once per call. */
+INLINE const char *next_share(const char *next, Py_ssize_t bytes, Py_ssize_t m, Py_ssize_t rows) {
+    return next ? next + m * bytes / rows : NULL;
+}
 
 /* rows [0, MR) of x against one panel: y[m][0..cols) = b + x_m · panel, cols ≤ 32 (the last panel's fewer) */
 INLINE void panel_tile(const int MR, const float *x, Py_ssize_t K, const float *panel, const float *b,
@@ -187,22 +218,12 @@ static AVX512_TARGET void gemm_panels(const float *x, Py_ssize_t M, Py_ssize_t K
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             float *yp = y + p * PANEL;
-            /* the next panel, requested while this one is multiplied: each tile asks for its share of it, a
-             * k-th of that share per k (the panels are one stream in memory, but the first tile of a panel
-             * would otherwise wait for it -- every weight comes from memory once per call) */
             const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;
-            const Py_ssize_t rows = m1 - m0, share = (Py_ssize_t)PANEL * 4 * GEMM_MR / rows;
-            Py_ssize_t m = m0;
-            for (; m + GEMM_MR <= m1; m += GEMM_MR)
-                panel_tile(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols,
-                           next ? next + (m - m0) * K * PANEL * 4 / rows : NULL, share);
-            switch (m1 - m) {  /* the last rows, with MR a constant in each case */
-#define TAIL(r) case r: panel_tile(r, x + m * K, K, panel, bias, yp + m * N, N, cols,                         \
-                                   next ? next + (m - m0) * K * PANEL * 4 / rows : NULL,                   \
-                                   (Py_ssize_t)PANEL * 4 * r / rows); break;
-                TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
-#undef TAIL
-            }
+            const Py_ssize_t rows = m1 - m0, bytes = K * PANEL * 4;
+#define TILE(MR) panel_tile(MR, x + m * K, K, panel, bias, yp + m * N, N, cols,                     \
+                            next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
+            ROW_TILES(m0, m1, TILE);
+#undef TILE
         }
     }
 }
@@ -290,20 +311,12 @@ static BF16_TARGET void gemm_panels_bf16(const uint16_t *x, Py_ssize_t M, Py_ssi
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             uint16_t *yp = y + p * PANEL;
-            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;  /* as in gemm_panels */
-            const Py_ssize_t rows = m1 - m0;
-            Py_ssize_t m = m0;
-            for (; m + GEMM_MR <= m1; m += GEMM_MR)
-                panel_tile_bf16(GEMM_MR, x + m * K, K, panel, bias, yp + m * N, N, cols,
-                                next ? next + (m - m0) * K * PANEL * 2 / rows : NULL,
-                                (Py_ssize_t)PANEL * 4 * GEMM_MR / rows);
-            switch (m1 - m) {
-#define TAIL(r) case r: panel_tile_bf16(r, x + m * K, K, panel, bias, yp + m * N, N, cols,                   \
-                                        next ? next + (m - m0) * K * PANEL * 2 / rows : NULL,              \
-                                        (Py_ssize_t)PANEL * 4 * r / rows); break;
-                TAIL(1) TAIL(2) TAIL(3) TAIL(4) TAIL(5) TAIL(6) TAIL(7) TAIL(8) TAIL(9) TAIL(10) TAIL(11)
-#undef TAIL
-            }
+            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;
+            const Py_ssize_t rows = m1 - m0, bytes = K * PANEL * 2;
+#define TILE(MR) panel_tile_bf16(MR, x + m * K, K, panel, bias, yp + m * N, N, cols,                \
+                                 next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
+            ROW_TILES(m0, m1, TILE);
+#undef TILE
         }
     }
 }
@@ -389,14 +402,14 @@ static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
  * accumulators), as the fp32 and bf16 GEMMs do, GEMM_MC rows at a time: the weights are then reused by many
  * rows and no longer the stream to hide, and the wider tile does twice the multiply-adds per broadcast row of
  * the 8 x 2 one. Against torch._int_mm with its quantize and dequantize passes, per layer of MiniLM's shapes:
- * 1.0-1.4x at 32-128 rows, where the few-rows tiles fell to 0.83-0.99x from 72 rows on. The same integer sums,
+ * 1.15-1.7x at 32-128 rows, where the few-rows tiles fell to 0.83-1.02x at 128 rows. The same integer sums,
  * the same dequantize: identical outputs. */
 #define VNNI_PANEL_ROWS 16
 static inline __attribute__((always_inline)) VNNI_TARGET void vnni_panel_tile(
     const int MR, const uint8_t *x, Py_ssize_t K, const int8_t *w0p, const int8_t *w1p, const int32_t *comp,
     const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy, const char *pf,
     Py_ssize_t pf_step) {
-    __m512i acc0[12], acc1[12];
+    __m512i acc0[GEMM_MR], acc1[GEMM_MR];
     for (int r = 0; r < MR; r++) acc0[r] = acc1[r] = _mm512_setzero_si512();
     for (Py_ssize_t kq = 0; kq < K / 4; kq++) {
         const __m512i w0 = _mm512_loadu_si512(w0p + kq * 64), w1 = _mm512_loadu_si512(w1p + kq * 64);
@@ -430,29 +443,14 @@ static inline __attribute__((always_inline)) VNNI_TARGET Py_ssize_t vnni_panels(
         const Py_ssize_t m1 = m0 + GEMM_MC < M ? m0 + GEMM_MC : M;
         for (Py_ssize_t nb = nb0; nb < last; nb += 2) {
             const int8_t *w0p = wp + nb * KQ * 64, *w1p = wp + (nb + 1) * KQ * 64;
-            /* the next pair of blocks (the two lie one after the other), requested as in gemm_panels */
+            /* the next pair of blocks (the two lie one after the other), as gemm_panels requests its next panel */
             const char *next = nb + 2 < last ? (const char *)(wp + (nb + 2) * KQ * 64) : NULL;
-            const Py_ssize_t rows = m1 - m0;
-            Py_ssize_t r = m0;
-#define PANEL_TILE(MR) vnni_panel_tile(MR, x + r * K, K, w0p, w1p, comp + nb * 16, xs + r, ws + nb * 16, \
-                                       b ? b + nb * 16 : NULL, y + r * N + nb * 16, N,                  \
-                                       next ? next + (r - m0) * KQ * 128 / rows : NULL,                 \
-                                       (Py_ssize_t)128 * (MR) / rows)
-            for (; r + 12 <= m1; r += 12) PANEL_TILE(12);
-            switch (m1 - r) {
-                case 11: PANEL_TILE(11); break;
-                case 10: PANEL_TILE(10); break;
-                case 9: PANEL_TILE(9); break;
-                case 8: PANEL_TILE(8); break;
-                case 7: PANEL_TILE(7); break;
-                case 6: PANEL_TILE(6); break;
-                case 5: PANEL_TILE(5); break;
-                case 4: PANEL_TILE(4); break;
-                case 3: PANEL_TILE(3); break;
-                case 2: PANEL_TILE(2); break;
-                case 1: PANEL_TILE(1); break;
-            }
-#undef PANEL_TILE
+            const Py_ssize_t rows = m1 - m0, bytes = KQ * 128;
+#define TILE(MR) vnni_panel_tile(MR, x + m * K, K, w0p, w1p, comp + nb * 16, xs + m, ws + nb * 16,        \
+                                 b ? b + nb * 16 : NULL, y + m * N + nb * 16, N,                           \
+                                 next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
+            ROW_TILES(m0, m1, TILE);
+#undef TILE
         }
     }
     return last;  /* the first block left to the caller: an odd one out */
