@@ -287,18 +287,24 @@ def test_every_registered_head_is_what_its_entry_says(name, tiny_config):
 
 
 def test_an_unpadded_kernel_gets_the_rows_and_their_boundaries():
-    """A kernel registered `unpadded=True` is handed the (N, H) rows and the layout (a varlen kernel's
-    inputs) instead of a padded rectangle; the output goes back as rows."""
+    """A kernel registered `unpadded=True` is handed (N, nh, hs) rows and the layout (a varlen kernel's
+    inputs) instead of a padded rectangle; its (N, nh, hs) output goes back as (N, H) rows. A kernel that
+    declines (returns None) gets the padded rectangles instead."""
     from bertlab.nn.attention import ATTENTION_KERNELS, eager_attention, register_attention_kernel
 
-    seen = {}
+    seen = []
 
-    def rows_kernel(q, k, v, mask, bias, dropout_p, scale, need_weights, *, layout):
-        seen.update(shape=tuple(q.shape), cu_seqlens=layout.cu_seqlens.tolist())
-        B, T, H = layout.batch_size, layout.seq_len, q.size(-1)
-        split = lambda t: layout.pad(t).view(B, T, 2, H // 2).transpose(1, 2)  # noqa: E731
+    def rows_kernel(q, k, v, mask, bias, dropout_p, scale, need_weights, layout=None):
+        if layout is None:  # declined below: the rectangles come here
+            seen.append(("rectangle", tuple(q.shape)))
+            return eager_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
+        seen.append(("rows", tuple(q.shape), layout.cu_seqlens.tolist()))
+        if decline:
+            return None
+        B, T, (N, nh, hs) = layout.batch_size, layout.seq_len, q.shape
+        split = lambda t: layout.pad(t.reshape(N, nh * hs)).view(B, T, nh, hs).transpose(1, 2)  # noqa: E731
         y, _ = eager_attention(split(q), split(k), split(v), mask, bias, dropout_p, scale, need_weights)
-        return layout.unpad(y.transpose(1, 2).reshape(B, T, H)), None
+        return layout.unpad(y.transpose(1, 2).reshape(B, T, nh * hs)).view(N, nh, hs)
 
     register_attention_kernel("test-rows", rows_kernel, unpadded=True)
     try:
@@ -306,13 +312,38 @@ def test_an_unpadded_kernel_gets_the_rows_and_their_boundaries():
         attention_mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
         q, k, v = (torch.randn(2, 4, 8, generator=g) for _ in range(3))
         layout, mask = TokenLayout.of(attention_mask), AttentionMask.padding(attention_mask)
-        got, _ = attention(layout.unpad(q), layout.unpad(k), layout.unpad(v), 2, mask, layout=layout,
-                           kernel="test-rows")
         want, _ = attention(q, k, v, 2, mask, kernel="sdpa")
-        assert seen == {"shape": (6, 8), "cu_seqlens": [0, 2, 6]}
-        torch.testing.assert_close(got, want[attention_mask.bool()])
+        for decline in (False, True):
+            seen.clear()
+            got, _ = attention(layout.unpad(q), layout.unpad(k), layout.unpad(v), 2, mask, layout=layout,
+                               kernel="test-rows")
+            assert seen[0] == ("rows", (6, 2, 4), [0, 2, 6])
+            assert seen[1:] == ([("rectangle", (2, 2, 4, 4))] if decline else [])
+            torch.testing.assert_close(got, want[attention_mask.bool()])
     finally:
         del ATTENTION_KERNELS["test-rows"]
+
+
+def test_packed_rows_attend_within_their_documents():
+    """A packed row's attention mask numbers its documents (1, 2, ...; 0 padding): each document's tokens
+    attend to their own document only, whether the layers run unpadded (the rectangles are then one
+    document per row) or on the padded batch (a block-diagonal mask) -- the same as running each document
+    as a row of its own."""
+    g = torch.Generator().manual_seed(4)
+    packed = torch.tensor([[1, 1, 1, 2, 2, 0], [1, 1, 2, 2, 3, 3]])
+    q, k, v = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
+    docs = [(0, slice(0, 3)), (0, slice(3, 5)), (1, slice(0, 2)), (1, slice(2, 4)), (1, slice(4, 6))]
+    want = torch.cat([attention(q[b:b + 1, s], k[b:b + 1, s], v[b:b + 1, s], 2, kernel="eager")[0][0]
+                      for b, s in docs])  # (N, H): each document alone
+    layout, mask = TokenLayout.of(packed), AttentionMask.padding(packed)
+    assert layout.packed and layout.cu_seqlens.tolist() == [0, 3, 5, 7, 9, 11]
+    for kernel in ("eager", "sdpa", "bmm"):
+        rows, _ = attention(layout.unpad(q), layout.unpad(k), layout.unpad(v), 2, mask, layout=layout, kernel=kernel)
+        torch.testing.assert_close(rows, want, msg=f"{kernel}, unpadded")
+        full, _ = attention(q, k, v, 2, mask, kernel=kernel)
+        torch.testing.assert_close(full[packed > 0], want, msg=f"{kernel}, padded")
+    with pytest.raises(ValueError, match="document numbers"):
+        AttentionMask.padding(torch.tensor([[1, -1]]))
 
 
 @pytest.mark.parametrize("kernel", ["eager", "sdpa"])

@@ -13,9 +13,11 @@ embeddings, features, fill-mask, predict and the service's dynamic batcher.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
 T = TypeVar("T")
@@ -28,10 +30,16 @@ T = TypeVar("T")
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_MAX_TOKENS_GPU = 16384
 DEFAULT_MAX_BATCH = 256
+# The padding a large bucket may hold, as a share of its real tokens (see `plan_batches`). On a CPU every padded
+# position is computed. On a GPU the encoder unpads (variable-length attention), so padding costs next to
+# nothing there and fewer, larger batches win: measured on an H200 with MiniLM's shape, 1,024 rows of 16-128
+# tokens, max_batch 256, the 2% rule made ~6x more forward passes than the token budget alone.
+MAX_WASTE = 0.02
+MAX_WASTE_GPU = float("inf")
 
 
 def plan_batches(lengths: Sequence[int], max_tokens: int = DEFAULT_MAX_TOKENS,
-                 max_batch: int = DEFAULT_MAX_BATCH, sort: bool = True, max_waste: float = 0.02) -> list[list[int]]:
+                 max_batch: int = DEFAULT_MAX_BATCH, sort: bool = True, max_waste: float = MAX_WASTE) -> list[list[int]]:
     """Indices of `lengths` grouped into batches whose padded size (rows x longest row) stays within
     `max_tokens` and whose row count stays within `max_batch`; a row longer than `max_tokens` gets a
     batch of its own. With `sort` (the point of it all) rows are taken shortest first, so each batch
@@ -64,12 +72,16 @@ def plan_batches(lengths: Sequence[int], max_tokens: int = DEFAULT_MAX_TOKENS,
 
 def pad_rows(rows: Sequence[Sequence[int]], pad_value: int = 0, width: int | None = None) -> torch.Tensor:
     """Right-pad integer rows into a (B, width) long tensor (width: the longest row)."""
-    width = max((len(r) for r in rows), default=0) if width is None else width
-    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            out[i, :len(r)] = torch.as_tensor(r, dtype=torch.long)
-    return out
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    width = int(lengths.max(initial=0)) if width is None else width
+    if lengths.size and lengths.max() > width:
+        raise ValueError(f"a row of {int(lengths.max())} ids does not fit a width of {width}")
+    # one pass over all ids, not one tensor per row: a GPU runs a batch of 256 rows faster than Python
+    # copies them row by row
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    out = np.full((len(rows), width), pad_value, dtype=np.int64)
+    out[np.arange(width)[None, :] < lengths[:, None]] = flat
+    return torch.from_numpy(out)
 
 
 def model_inputs(input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int]] | None = None,
@@ -84,11 +96,12 @@ def model_inputs(input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Se
 
 
 def run_bucketed(fn: Callable[[list[int]], Sequence[T]], lengths: Sequence[int],
-                 max_tokens: int = DEFAULT_MAX_TOKENS, max_batch: int = DEFAULT_MAX_BATCH) -> list[T]:
+                 max_tokens: int = DEFAULT_MAX_TOKENS, max_batch: int = DEFAULT_MAX_BATCH,
+                 max_waste: float = MAX_WASTE) -> list[T]:
     """Call `fn(indices)` once per length bucket; `fn` returns one result per index, in the order given.
     Returns all results in input order."""
     results: list[Any] = [None] * len(lengths)
-    for batch in plan_batches(lengths, max_tokens, max_batch):
+    for batch in plan_batches(lengths, max_tokens, max_batch, max_waste=max_waste):
         out = fn(batch)
         if len(out) != len(batch):
             raise RuntimeError(f"batch function returned {len(out)} results for {len(batch)} rows")

@@ -155,7 +155,8 @@ class Embedder:
         normalize = self.normalize if normalize is None else normalize
         out = np.empty((len(input_ids), self.dim), dtype=np.float32)
         lengths = [len(r) for r in input_ids]
-        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch):
+        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
+                                           max_waste=self.options.max_waste):
             rows = [input_ids[i] for i in batch]
             types = [token_type_ids[i] for i in batch] if token_type_ids is not None else None
             out[batch] = self._forward(rows, types, normalize)

@@ -108,7 +108,8 @@ class FeatureExtractor:
                      offsets=need_words and not split_into_words, words=need_words,
                      split_into_words=split_into_words, where=where)
         results: list = [None] * len(enc)
-        for batch in batching.plan_batches(enc.lengths, self.options.max_tokens, self.options.max_batch):
+        for batch in batching.plan_batches(enc.lengths, self.options.max_tokens, self.options.max_batch,
+                                           max_waste=self.options.max_waste):
             states = self._forward([enc.input_ids[i] for i in batch], [enc.token_type_ids[i] for i in batch])
             for row, i in enumerate(batch):
                 n = len(enc.input_ids[i])

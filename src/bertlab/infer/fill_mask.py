@@ -52,7 +52,8 @@ class FillMasker:
             if self.tokenizer.mask_token_id not in ids:
                 raise BertlabError(f"{where(i)}: every {mask} was truncated away (limit {self.max_length} tokens)")
         return batching.run_bucketed(lambda b: self._batch([enc.input_ids[i] for i in b], top_k),
-                                     enc.lengths, self.options.max_tokens, self.options.max_batch)
+                                     enc.lengths, self.options.max_tokens, self.options.max_batch,
+                                     max_waste=self.options.max_waste)
 
     def logits(self, input_ids: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """(masks, V) MLM logits at each row's [MASK] positions, fp32 (what `fill` ranks)."""

@@ -96,7 +96,8 @@ class Generator:
             out = self.model.generate(ids, attention_mask=mask, **self.settings)[:, 1:].tolist()
             return [_until_eos(row, self.model.config.eos_token_id) for row in out]
 
-        return batching.run_bucketed(batch, [len(r) for r in rows], self.options.max_tokens, self.options.max_batch)
+        return batching.run_bucketed(batch, [len(r) for r in rows], self.options.max_tokens,
+                                     self.options.max_batch, max_waste=self.options.max_waste)
 
     @torch.inference_mode()
     def generate(self, texts: Sequence[str], where: Callable[[int], str] | None = None) -> list[dict[str, Any]]:

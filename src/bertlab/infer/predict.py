@@ -410,7 +410,8 @@ class Predictor:
         features = self.runner.featurize(examples, self, where)
         outputs: list[Any] = [None] * len(features)
         lengths = [self.runner.length(f) for f in features]
-        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch):
+        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
+                                           max_waste=self.options.max_waste):
             with torch.inference_mode():
                 rows = self.runner.outputs(self.model, self.runner.inputs([features[i] for i in batch], self.device))
             for i, out in zip(batch, rows):

@@ -36,7 +36,7 @@ from ..nn.adapters import lora_layers, merge_lora
 from ..nn.attention import use_attention_kernel
 from ..nn.precision import DTYPES, cpu_has_native_bf16
 from ..threads import add_threads_argument, set_threads
-from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU
+from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU, MAX_WASTE, MAX_WASTE_GPU
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,12 @@ class InferenceOptions:
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise BertlabError(f"device {self.device!r} requested but no CUDA device is available")
         set_threads(self.threads)
+
+    @property
+    def max_waste(self) -> float:
+        """The padding a length bucket may hold (`batching.plan_batches`): bounded on a CPU, where padded
+        positions are computed; unbounded on a GPU, where the encoder skips them."""
+        return MAX_WASTE if torch.device(self.device).type == "cpu" else MAX_WASTE_GPU
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -9,16 +9,19 @@
     bias    an optional additive (1 | B, nh, T_q, T_k) tensor: T5's relative position bias
     scale   1/√d_k by default (BERT); T5 folds it into its initialisation and passes 1.0
     layout  a `TokenLayout` when q, k, v hold only the real tokens, (N, H): a kernel that needs the (B, T)
-            rectangle gets it padded; a variable-length kernel can take the rows as they are
+            rectangle gets it padded; a variable-length kernel can take the rows as they are. A packed row
+            (several documents, numbered 1, 2, ... by the attention mask) attends within each document only
     kernel  chosen by name, explicitly (a model's `attn_implementation`), never by global autograd state:
               eager   the formula above as written; the only kernel that returns the probabilities
-              sdpa    `F.scaled_dot_product_attention`, which picks PyTorch's fastest backend for the inputs
+              sdpa    `F.scaled_dot_product_attention`, which picks PyTorch's fastest backend for the inputs;
+                      on a GPU in bf16/fp16 it takes unpadded tokens as they are, through PyTorch's
+                      variable-length FlashAttention (`varlen_flash`), with no (B, T) rectangle at all
               bmm     inference on a CPU: in bf16 the formula as batched matrix multiplies, a bounded slice of
                       the batch at a time (~1.8-2x SDPA's flash kernel); in fp32 fused C loops per (row, head)
                       (1.2-1.9x SDPA; see `bmm_attention`)
               bmm_bf16  for a model whose linear layers run in int8 on a CPU with native bf16: `bmm` in bf16
                       on long rows (q, k, v cast, the output cast back), `bmm`'s fp32 C loops up to 256 keys
-            `register_attention_kernel` adds one (a FlashAttention varlen kernel on a GPU, say).
+            `register_attention_kernel` adds one.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class AttentionMask:
     kind: str = "bidirectional"
     keep: torch.Tensor | None = None  # (B, T_k) bool, True = a real token; None: no padding anywhere
     prefix_lengths: torch.Tensor | None = None  # (B,) for kind "prefix": visible-to-all keys per row
+    # (B, T) document numbers of packed rows (0 padding, 1, 2, ...): a query sees keys of its own document
+    # only; None: one document per row
+    documents: torch.Tensor | None = None
     _additive: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -51,16 +57,22 @@ class AttentionMask:
             raise ValueError(f"attention mask kind {self.kind!r}; expected one of {', '.join(MASK_KINDS)}")
         if (self.kind == "prefix") != (self.prefix_lengths is not None):
             raise ValueError("a prefix mask needs prefix_lengths, and only a prefix mask takes them")
+        if self.documents is not None and self.kind == "prefix":
+            raise ValueError("a prefix mask cannot hold packed rows (its prefix is a row's, not a document's)")
 
     @classmethod
     def padding(cls, attention_mask: torch.Tensor | None, kind: str = "bidirectional",
                 prefix_lengths: torch.Tensor | None = None) -> AttentionMask:
-        """From a (B, T) 1/0 attention mask. No padding at all gives `keep=None`, so a fused kernel may run
-        without a mask tensor."""
-        keep = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            keep = attention_mask.bool()
-        return cls(kind, keep, prefix_lengths)
+        """From a (B, T) attention mask: 1/0, or 0 at padding and 1, 2, ... numbering the documents of packed
+        rows. No padding at all gives `keep=None`, so a fused kernel may run without a mask tensor."""
+        keep = documents = None
+        if attention_mask is not None:
+            low, high = torch.stack([attention_mask.min(), attention_mask.max()]).tolist()  # one device sync
+            if low < 0:
+                raise ValueError(f"attention mask values must be 0 (padding) or document numbers 1, 2, ...; got {low}")
+            keep = attention_mask.bool() if low == 0 else None
+            documents = attention_mask if high > 1 else None
+        return cls(kind, keep, prefix_lengths, documents)
 
     def visible(self, T_q: int, T_k: int, device: torch.device) -> torch.Tensor | None:
         """(B | 1, 1, T_q, T_k) bool, True where query i may attend to key j; None when all may."""
@@ -73,6 +85,10 @@ class AttentionMask:
             if self.kind == "prefix":
                 order = order | (j[None, None] < self.prefix_lengths.to(device)[:, None, None, None])
             allowed = order if allowed is None else allowed & order
+        if self.documents is not None:  # packed rows: block-diagonal, one block per document
+            docs = self.documents.to(device)
+            same = docs[:, None, -T_q:, None] == docs[:, None, None, :]  # (B, 1, T_q, T_k)
+            allowed = same if allowed is None else allowed & same
         return allowed
 
     def additive(self, T_q: int, T_k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -108,19 +124,83 @@ def eager_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | No
 
 
 def sdpa_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
-                   scale: float | None, need_weights: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   scale: float | None, need_weights: bool, layout: TokenLayout | None = None):
     """PyTorch's fused attention. CPU training with dropout goes to the eager formula instead: SDPA takes that
     same math path there, but with the slow per-element dropout (see `elementwise.dropout`). (A caller who
-    wants the probabilities never gets here: `attention` runs eager for them.)"""
+    wants the probabilities never gets here: `attention` runs eager for them.)
+
+    With `layout`, q, k, v are (N, nh, hs) rows of real tokens: on a GPU in bf16/fp16 PyTorch's
+    variable-length FlashAttention takes them as they are (`varlen_flash`) and the result is (N, nh, hs);
+    None where it does not run (the caller then pads to rectangles)."""
+    if layout is not None:
+        if bias is None and (mask is None or mask.kind != "prefix") and varlen_flash_runs(q.device, q.dtype, q.size(-1)):
+            return varlen_flash(q, k, v, layout, dropout_p, scale, causal=mask is not None and mask.kind == "causal")
+        return None
     if dropout_p > 0 and q.device.type == "cpu":
         return eager_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
     T_q, T_k = q.size(-2), k.size(-2)
-    if mask is not None and mask.kind == "causal" and mask.keep is None and bias is None and T_q == T_k:
+    if mask is not None and mask.kind == "causal" and mask.keep is None and mask.documents is None \
+            and bias is None and T_q == T_k:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale), None
     attn_mask = mask.additive(T_q, T_k, q.dtype, q.device) if mask is not None else None
     if bias is not None:
         attn_mask = bias.to(q.dtype) if attn_mask is None else bias.to(q.dtype) + attn_mask
     return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale), None
+
+
+# ------------------------------------------------------------------------------- variable-length, on a GPU
+# (device, dtype, head size) -> whether varlen FlashAttention runs: answered once, then a dict lookup (a plain
+# dict, which torch.compile reads without stopping its graph; the answer reads the GPU's properties and backend
+# flags, which do not change during a run)
+_VARLEN_RUNS: dict[tuple, bool] = {}
+
+
+def varlen_flash_runs(device: torch.device, dtype: torch.dtype, head_size: int) -> bool:
+    """Whether PyTorch's variable-length FlashAttention runs for inputs on `device` in `dtype`: a CUDA GPU of
+    compute capability 8.0+ (Ampere or newer), bf16 or fp16, heads of a multiple of 8 up to 256, the flash
+    backend enabled."""
+    if device.type != "cuda":
+        return False
+    key = (device, dtype, head_size)
+    if key not in _VARLEN_RUNS:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        _VARLEN_RUNS[key] = (dtype in (torch.float16, torch.bfloat16) and head_size % 8 == 0 and head_size <= 256
+                             and hasattr(torch.ops.aten, "_flash_attention_forward")
+                             and torch.backends.cuda.flash_sdp_enabled()
+                             and torch.cuda.get_device_capability(index)[0] >= 8)
+    return _VARLEN_RUNS[key]
+
+
+def varlen_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layout: TokenLayout, dropout_p: float,
+                 scale: float | None, causal: bool = False, window: tuple[int, int] | None = None) -> torch.Tensor:
+    """softmax(scale · q kᵀ) v within each sequence of `layout`, for q, k, v (N, nh, hs) rows of real tokens
+    (any row stride, hs contiguous) -> (N, nh, hs). One FlashAttention launch for the whole batch: no padding
+    computed, no (B, T) rectangle or mask tensor made, sequences of a packed row kept apart by `cu_seqlens`.
+    `window` (left, right): query i sees keys i - left .. i + right only (local attention, as ModernBERT's
+    sliding-window layers). PyTorch's own varlen kernel (the op behind `torch.nn.attention.varlen`, which
+    leaves out dropout), with its autograd; dropout as SDPA applies it."""
+    cu = layout.cu_seqlens
+    left, right = window if window is not None else (-1, -1)
+    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, layout.max_seqlen, layout.max_seqlen, dropout_p,
+                                                   causal, False, scale=scale, window_size_left=left,
+                                                   window_size_right=right)[0]
+
+
+def attention_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype projections of `x` come out in: the autocast dtype where autocast is on for x's device."""
+    try:
+        if torch.is_autocast_enabled(x.device.type):
+            return torch.get_autocast_dtype(x.device.type)
+    except (TypeError, AttributeError, RuntimeError):  # torch < 2.4: autocast state by device kind only
+        if x.is_cuda and torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+    return x.dtype
+
+
+def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
+    """Whether attention kernel `kernel` takes the unpadded rows of `x` (N, H) as they are here, so a model
+    may unpad for inference too (training unpads anyway)."""
+    return get_kernel(kernel).unpadded and varlen_flash_runs(x.device, attention_dtype(x), head_size)
 
 
 # The most bytes of attention scores `bmm_attention` holds at once. A whole batch's (B, nh, T_q, T_k) scores
@@ -240,7 +320,9 @@ def expand_shared_rows(k: torch.Tensor, v: torch.Tensor, rows: int) -> tuple[tor
 @dataclass(frozen=True)
 class AttentionKernel:
     fn: Kernel
-    unpadded: bool = False  # True: takes (N, nh, hs) rows with the layout's cu_seqlens instead of rectangles
+    # True: given a `layout=`, takes (N, nh, hs) rows with the layout's cu_seqlens instead of rectangles and
+    # returns (N, nh, hs) -- or None where it does not run for these inputs (they are padded for it then)
+    unpadded: bool = False
     # True: takes k, v with fewer rows than q -- query row b reads key/value row b // (B_q / B_kv) -- so the
     # beams of one input can share its encoder's keys and values instead of holding a copy each
     shared_kv: bool = False
@@ -248,7 +330,7 @@ class AttentionKernel:
 
 ATTENTION_KERNELS: dict[str, AttentionKernel] = {
     "eager": AttentionKernel(eager_attention),
-    "sdpa": AttentionKernel(sdpa_attention),
+    "sdpa": AttentionKernel(sdpa_attention, unpadded=True),
     "bmm": AttentionKernel(bmm_attention, shared_kv=True),
     "bmm_bf16": AttentionKernel(bmm_bf16_attention, shared_kv=True),
 }
@@ -287,9 +369,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int,
     impl = get_kernel("eager" if need_weights else kernel)
     p = dropout_p if training else 0.0
     if layout is not None and impl.unpadded:
-        return impl.fn(q, k, v, mask, bias, p, scale, need_weights, layout=layout)
-    if layout is not None:  # the kernel needs the (B, T) rectangle: pad here, drop the padding at the end
+        N, H = q.shape
+        rows = [t.view(N, num_heads, H // num_heads) for t in (q, k, v)]  # (N, nh, hs)
+        y = impl.fn(*rows, mask, bias, p, scale, need_weights, layout=layout)
+        if y is not None:
+            return y.reshape(N, H), None
+    if layout is not None:  # the kernel needs rectangles: pad here, drop the padding at the end
+        packed, layout = layout.packed, layout.sequences  # a packed row's documents become rows of their own
         q, k, v = layout.pad(q), layout.pad(k), layout.pad(v)
+        if packed and mask is not None:
+            mask = AttentionMask(mask.kind, layout.keep())
     B, T_q, H = q.shape
     if k.size(0) != B:
         if k.size(0) == 0 or B % k.size(0) or v.size(0) != k.size(0):

@@ -285,7 +285,7 @@ class Service:
         def logits(items: list[tuple[list[int], list[int]]]) -> list:
             out: list = [None] * len(items)
             plan = batching.plan_batches([len(r) for r, _ in items], predictor.options.max_tokens,
-                                         predictor.options.max_batch)
+                                         predictor.options.max_batch, max_waste=predictor.options.max_waste)
             for batch in plan:
                 features = [{"input_ids": items[i][0], "token_type_ids": items[i][1]} for i in batch]
                 with torch.inference_mode():

@@ -24,6 +24,7 @@ from torch import nn
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
 from ...nn import AttentionMask, Dropout, TokenLayout, add_and_norm, attention
+from ...nn.attention import takes_rows
 from ...nn.elementwise import activate
 
 @dataclass
@@ -179,7 +180,8 @@ class BertEncoder(nn.Module):
     """`num_hidden_layers` blocks, one after the other: x_l = Layer_l(x_{l-1})."""
 
     # Training on padded batches computes the position-wise layers on the real tokens only (`TokenLayout`);
-    # the same numbers as computing everywhere. False: compute on every position (for comparisons).
+    # the same numbers as computing everywhere. False: compute on every position (for comparisons). Where
+    # attention takes the real tokens as they are (varlen on a GPU), inference unpads as well.
     unpad_in_training: bool = True
     # the block; a family with BERT's post-LN math under its own names (DistilBERT) sets its own
     layer_class: type[nn.Module] = BertLayer
@@ -193,6 +195,13 @@ class BertEncoder(nn.Module):
         block may appear more than once (ALBERT shares one block across layers)."""
         return list(self.layer)
 
+    def attention_takes_rows(self, x: torch.Tensor) -> bool:
+        """Whether the blocks' attention kernel takes x's real tokens as they are (variable-length attention on
+        a GPU): then inference unpads too, and no layer computes on padding or builds a (B, T) rectangle."""
+        attn = next((m for m in self.blocks()[0].modules() if isinstance(getattr(m, "attn_implementation", None), str)
+                     and hasattr(m, "num_heads")), None)
+        return attn is not None and takes_rows(attn.attn_implementation, x, x.size(-1) // attn.num_heads)
+
     def forward(self, x: torch.Tensor, mask: AttentionMask, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False
                 ) -> tuple[torch.Tensor, list[torch.Tensor] | None, list[torch.Tensor] | None]:
@@ -201,10 +210,10 @@ class BertEncoder(nn.Module):
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         layout = None
-        if self.training and self.unpad_in_training and mask.keep is not None \
-                and not (output_hidden_states or output_attentions):
-            layout = TokenLayout.of(attention_mask)
-            x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
+        if (mask.keep is not None or mask.documents is not None) and not (output_hidden_states or output_attentions):
+            if (self.training and self.unpad_in_training) or self.attention_takes_rows(x):
+                layout = TokenLayout.of(attention_mask)
+                x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
         for layer in self.blocks():
             x, probs = layer(x, mask, output_attentions, layout)
             if hidden_states is not None:
