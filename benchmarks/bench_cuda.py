@@ -24,7 +24,9 @@ attention, bf16 autocast (inference: the model in bf16), fused AdamW -- against 
    and in 64-512 tokens, from token-id lists to embeddings on the host: HF on batches of 1 / 32 / 256 in
    input order padded to their longest; bertlab's model on the same batches; bertlab's `Embedder`
    (length-bucketed, the CLI's defaults). Accuracy: minimum cosine of each to HF's fp32 embeddings.
-4. Learning: BERT-Small (4 x 512) from the same initial weights, same batches and schedule (AdamW lr 5e-4,
+4. Packing (`--data-packed`): MLM-only BERT-Base on FULL-SENTENCES rows of 512, HF and bertlab with attention
+   across the row against bertlab with document attention (`pretrain --document-attention`).
+5. Learning: BERT-Small (4 x 512) from the same initial weights, same batches and schedule (AdamW lr 5e-4,
    10% warmup, linear decay), ours through `Trainer` (bf16, its default on a GPU), HF in a plain loop under
    bf16 autocast; held-out MLM loss of both, ours within 2% of HF's.
 """
@@ -160,6 +162,7 @@ def compile_report(data: Path) -> dict:
     layout, mask = TokenLayout.of(b["attention_mask"]), AttentionMask.padding(b["attention_mask"])
     x = torch.randn(layout.index.numel(), model.config.hidden_size, device=DEV, requires_grad=True)
     with torch.autocast(DEV.type, dtype=torch.bfloat16):
+        model.bert.encoder.attention_takes_rows(x)  # as the encoder asks before its layers run, outside them
         ex = torch._dynamo.explain(model.bert.encoder.layer[0])(x, mask, False, layout)
     return {"graphs": ex.graph_count, "breaks": ex.graph_break_count,
             "reasons": [str(r.reason).splitlines()[0][:200] + " @ " + "; ".join(
@@ -229,6 +232,53 @@ def pretrain_speed(data: Path, seq: int, batch_size: int, rounds: int, steps: in
     for m in variants.values():
         m.cpu()
     del variants, opts
+    empty_cache()
+    return out
+
+
+def packing_speed(data: Path, batch_size: int, rounds: int, steps: int, peak: float) -> dict:
+    """MLM-only pre-training of BERT-Base on packed FULL-SENTENCES rows of 512: HF and bertlab with attention
+    across the row, and bertlab with document attention (each document of a row attends to itself only: one
+    variable-length sequence per document)."""
+    from bertlab import BertForMaskedLM
+    from bertlab.data import PretrainingDataset
+
+    config = preset(SIZES["base"], vocab_size=30522)
+    ours, theirs = twin_models(config, "BertForMaskedLM", BertForMaskedLM)
+    docs = BertForMaskedLM(config)
+    docs.load_state_dict(ours.state_dict())
+    ds = PretrainingDataset(data, "train", seed=0, batch_size=batch_size, max_seq_length=512)
+    plain = [to_cuda(b) for b in islice(ds.dataloader(), 3 if QUICK else 8)]
+    packed = [to_cuda(b) for b in islice(ds.dataloader(collate_fn=ds.collator(document_attention=True)),
+                                          3 if QUICK else 8)]
+    variants = {"HF, attention across the row": (theirs.to(DEV).train(), plain),
+                "bertlab, attention across the row": (ours.to(DEV).train(), plain),
+                "bertlab, document attention": (docs.to(DEV).train(), packed)}
+    opts = {k: (optimizer_for(m, "hf") if k.startswith("HF") else adamw(m, 1e-4)) for k, (m, _) in variants.items()}
+    tokens = [int(b["attention_mask"].count_nonzero()) for b in plain]
+    masked = [int((b["labels"] != -100).sum()) for b in plain]
+    for name, (model, batches) in variants.items():
+        for b in batches:
+            train_step(model, opts[name], b)
+    sync()
+    times = {k: [] for k in variants}
+    order = list(variants)
+    for r in range(rounds):
+        for name in order[r % 3:] + order[:r % 3]:
+            model, batches = variants[name]
+            for i in range(steps):
+                j = (r * steps + i) % len(batches)
+                times[name].append((cuda_time(lambda: train_step(model, opts[name], batches[j]), 1, warmup=0)[0], j))
+    out = {"batch_size": batch_size, "documents_per_row": float(statistics.mean(
+        float(b["attention_mask"].max(1).values.float().mean()) for b in packed)), "variants": {}}
+    base = None
+    for name in order:
+        tps = statistics.median(tokens[j] / t for t, j in times[name])
+        flops = statistics.median(model_flops(config, tokens[j], masked[j], 512) / t for t, j in times[name])
+        base = base or tps
+        out["variants"][name] = {"tokens_per_s": tps, "ratio_to_hf": tps / base, "mfu": flops / peak}
+    for m, _ in variants.values():
+        m.cpu()
     empty_cache()
     return out
 
@@ -356,6 +406,12 @@ def report(res: dict) -> str:
             lines.append(f"  batch {bs:>3}: " + "; ".join(
                 f"{k} {v['seq_per_s']:.0f}/s x{v['ratio_to_hf']:.2f} cos {v['min_cosine_to_hf_fp32']:.4f}"
                 for k, v in row.items()))
+    if "packing" in res:
+        pk = res["packing"]
+        lines.append(f"MLM-only BERT-Base on packed rows of 512, batch {pk['batch_size']}, "
+                     f"{pk['documents_per_row']:.2f} documents a row:")
+        for k, v in pk["variants"].items():
+            lines.append(f"  {k:42s} {v['tokens_per_s'] / 1e3:8.1f}k tok/s  x{v['ratio_to_hf']:.2f}  MFU {v['mfu']:.1%}")
     if "learning" in res:
         lr = res["learning"]
         lines.append(f"learning BERT-Small {lr['steps']} steps: held-out MLM loss ours {lr['ours']['mlm_loss']:.4f} "
@@ -370,12 +426,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data128", type=Path, required=True)
     ap.add_argument("--data512", type=Path, required=True)
+    ap.add_argument("--data-packed", type=Path, default=None,
+                    help="full-sentences data of 512 (`prepare --mode full-sentences`): the packing rows")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=6, help="steps per variant per round")
     ap.add_argument("--learn-steps", type=int, default=400)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--only", default="compile,pretrain,inference,learning")
+    ap.add_argument("--only", default="compile,pretrain,packing,inference,learning")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="tiny models, few steps: a smoke test of this script")
     args = ap.parse_args(argv)
@@ -416,6 +474,9 @@ def main(argv=None) -> int:
             section(f"pretrain-{seq}", lambda: res["pretrain"].append(
                 pretrain_speed(data, seq, bs, args.rounds, args.steps, res["peak_tflops"] * 1e12,
                                not args.no_compile)))
+    if "packing" in only and args.data_packed is not None:
+        section("packing", lambda: res.__setitem__("packing", packing_speed(
+            args.data_packed, 4 if args.quick else 32, args.rounds, args.steps, res["peak_tflops"] * 1e12)))
     if "inference" in only:
         res["inference"] = []
         stream = [i for b in load_batches(args.data128, "train", 64, 128, 20) for row in b["input_ids"].tolist()

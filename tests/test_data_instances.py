@@ -7,10 +7,12 @@ import collections
 import random
 import statistics
 
+import numpy as np
 import pytest
 
-from bertlab.data.instances import (IS_NEXT, NO_NSP, RANDOM_NEXT, Corpus, InstanceConfig, generate_instances,
-                                    instance_ids, packed_instances, segment_pair_instances)
+from bertlab.data.instances import (IS_NEXT, NO_NSP, RANDOM_NEXT, Corpus, Instance, InstanceConfig,
+                                    generate_instances, instance_documents, instance_ids, packed_instances,
+                                    segment_pair_instances)
 from bertlab.data.masking import MaskingConfig, VocabInfo, mask_tokens, sample_span_length
 
 # ------------------------------------------------------------------------------------------------------------
@@ -336,6 +338,28 @@ def test_full_sentences_packing_and_separators():
         assert (ids == SEP).sum() == 1 + len(inner)
         assert inst.a_start in sentence_ends  # whole sentences
     assert crossing > 0
+
+
+def test_instance_documents_number_each_document_of_a_packed_row():
+    """Document numbers follow the [SEP]s: [CLS] and the first document are 1, each [SEP] closes its document,
+    the tokens after it are the next; the numbers match the corpus' documents token for token."""
+    docs = synthetic_documents(2, 40, sentences=(1, 8), words=(2, 10))
+    corpus = Corpus.from_documents(docs)
+    doc_of_token = np.searchsorted(corpus.doc_token_ends, np.arange(corpus.num_tokens), side="right")
+    several = 0
+    for inst in packed_instances(corpus, 0, corpus.num_documents, InstanceConfig("full-sentences", 64)):
+        ids, _ = instance_ids(inst, corpus, CLS, SEP)
+        numbers = instance_documents(inst, corpus)
+        assert numbers.shape == ids.shape and numbers[0] == 1 and (np.diff(numbers) >= 0).all()
+        seps = np.flatnonzero(ids == SEP)
+        assert numbers.max() == len(seps) and (numbers[seps] == np.arange(1, len(seps) + 1)).all()
+        real = (ids != CLS) & (ids != SEP)
+        want = doc_of_token[inst.a_start:inst.a_start + inst.a_len]
+        assert (numbers[real] - 1 == want - want[0]).all()
+        several += numbers.max() > 1
+    assert several > 0
+    pair = Instance(0, 5, 10, 7, IS_NEXT)
+    assert (instance_documents(pair, corpus) == 1).all() and len(instance_documents(pair, corpus)) == 15
 
 
 def test_doc_sentences_stays_within_documents():

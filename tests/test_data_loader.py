@@ -78,6 +78,23 @@ def test_batch_format_dynamic_without_nsp(dirs):
     assert (batch["token_type_ids"] == 0).all()
 
 
+def test_document_attention_numbers_the_documents_of_packed_rows(dirs):
+    """With document attention the mask numbers each row's documents (the same rows, the same tokens); on
+    pair data it is refused in one line; token counts stay the real tokens."""
+    from bertlab.train.batches import count_tokens
+
+    ds = PretrainingDataset(dirs["dynamic"], seed=0, batch_size=8)
+    plain = next(iter(ds.dataloader()))
+    packed = next(iter(ds.dataloader(collate_fn=ds.collator(document_attention=True))))
+    assert torch.equal(plain["input_ids"], packed["input_ids"]) and torch.equal(plain["labels"], packed["labels"])
+    assert torch.equal(packed["attention_mask"] > 0, plain["attention_mask"].bool())
+    assert int(packed["attention_mask"].max()) > 1  # some row holds several documents
+    assert count_tokens(packed) == count_tokens(plain) == int(plain["attention_mask"].sum())
+    static = PretrainingDataset(dirs["static"], seed=0, batch_size=8)
+    with pytest.raises(DataError, match="document attention needs packed data"):
+        static.collator(document_attention=True)
+
+
 def test_same_seed_same_batches_other_seed_other_order(dirs):
     def first_batches(seed, **kw):
         ds = PretrainingDataset(dirs["dynamic"], seed=seed, batch_size=4, **kw)

@@ -6,6 +6,8 @@ padding and both segment ids; then the parts of the model a parity test cannot s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -231,3 +233,21 @@ def test_cuda_bf16(tiny_config):
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         out = model(batch[0], attention_mask=batch[1], token_type_ids=batch[2])
     assert torch.isfinite(out.last_hidden_state).all()
+
+
+def test_a_packed_row_computes_each_document_as_if_alone(tiny_config):
+    """An attention mask numbering a row's documents (1, 2, ...; 0 padding) keeps attention within each
+    document: every document's states equal those of the document run on its own at the same positions, in
+    training (unpadded, one sequence per document) and in eval (padded, block-diagonal mask)."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = BertModel(config)
+    ids = torch.randint(5, config.vocab_size, (2, 12))
+    packed = torch.tensor([[1] * 5 + [2] * 4 + [3] * 2 + [0], [1] * 7 + [2] * 5])
+    docs = [(0, 0, 5), (0, 5, 9), (0, 9, 11), (1, 0, 7), (1, 7, 12)]
+    for training in (True, False):
+        model.train(training)
+        out = model(ids, attention_mask=packed).last_hidden_state
+        for b, start, end in docs:
+            alone = model(ids[b:b + 1, start:end], position_ids=torch.arange(start, end)[None]).last_hidden_state
+            torch.testing.assert_close(out[b, start:end], alone[0], atol=1e-5, rtol=1e-5)

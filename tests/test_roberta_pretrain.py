@@ -305,3 +305,20 @@ def test_prepare_from_a_bpe_tokenizer_json_gives_the_same_data(bpe_data, tmp_pat
         got, want = (np.concatenate([np.asarray(s) for s in open_corpus(d, m, split).shards]).tolist()
                      for d, m in ((out, a), (data["full-sentences"], b)))
         assert got == want and got
+
+
+def test_document_attention_keeps_packed_documents_apart_in_pre_training(bpe_data, tmp_path):
+    """`--document-attention` on full-sentences data: the same batches and initial weights, but each document
+    of a row attends to itself only -- so the first step's loss differs from the plain run's, the setting is
+    kept in run_config.json, and tokens/s still counts real tokens."""
+    root, _, bpe, data = bpe_data
+    d = data["full-sentences"]
+    config = roberta_config(tmp_path / "config.json", DataInfo.load(d).vocab_size)
+    losses = {}
+    for name, extra in (("plain", []), ("documents", ["--document-attention"])):
+        out = tmp_path / name
+        assert run(*pretrain_args(d, out, config, "--steps", 2, "--no-eval-at-start", *extra)) == 0
+        rows = [r for r in read_metrics(out) if "loss" in r]
+        losses[name] = rows[0]["loss"]
+        assert json.loads((out / "run_config.json").read_text())["document_attention"] == bool(extra)
+    assert losses["plain"] != losses["documents"]

@@ -32,6 +32,8 @@ HELP = {
     "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
+    "document_attention": "packed data (prepare --mode full-sentences): each document of a row attends to itself "
+                          "only, not across the row (on a GPU, one variable-length sequence per document)",
     "optimizer": "adamw or lamb",
     "decay_fraction": "share of the steps after warmup over which the learning rate decays linearly to 0 (1: the "
                       "paper's; below 1 the peak is held first, warmup-stable-decay)",

@@ -54,6 +54,8 @@ NSP_MODES = ("segment-pair", "sentence-pair")
 ORDER_MODES = ("segment-order",)
 # the modes whose instances carry a sentence-level label (`next_sentence_label` in batches): NSP or SOP
 LABELLED_PAIR_MODES = NSP_MODES + ORDER_MODES
+# the modes that pack whole sentences into a row (full-sentences may hold several documents in one)
+PACKED_MODES = ("full-sentences", "doc-sentences")
 
 # next_sentence_label values, as Google's script writes them and Hugging Face's BertForPreTraining reads them
 IS_NEXT, RANDOM_NEXT, NO_NSP = 0, 1, -1
@@ -384,6 +386,23 @@ def instance_ids(inst: Instance, corpus: Corpus, cls_id: int, sep_id: int) -> tu
     if inst.b_start >= 0:
         types[inst.a_len + 2:] = 1
     return ids, types
+
+
+def instance_documents(inst: Instance, corpus: Corpus) -> np.ndarray:
+    """Which document each position of `instance_ids` belongs to, numbered 1, 2, ... within the instance: a
+    packed instance's [CLS] and first document are 1, each [SEP] belongs to the document it closes. A pair
+    instance is one document (all 1). The attention mask of document attention (`PretrainingCollator`)."""
+    if inst.b_start >= 0:
+        return np.ones(inst.a_len + inst.b_len + 3, dtype=np.int64)
+    end = inst.a_start + inst.a_len
+    dte = corpus.doc_token_ends
+    lo = int(np.searchsorted(dte, inst.a_start, side="right"))
+    hi = int(np.searchsorted(dte, end, side="left"))
+    cuts = dte[lo:hi] - inst.a_start  # token offsets where a document ends inside the instance
+    docs = np.ones(inst.a_len + len(cuts) + 2, dtype=np.int64)
+    for k, c in enumerate(cuts):  # the k-th [SEP] sits after c tokens, k earlier [SEP]s and the [CLS]
+        docs[int(c) + k + 2:] = k + 2
+    return docs
 
 
 def instance_word_continues(inst: Instance, corpus: Corpus) -> np.ndarray | None:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from .instances import PACKED_MODES
 from .masking import VocabInfo, mask_tokens, span_boundaries
 from .readers import DataError
 from .shards import DataInfo, InstanceStore
@@ -182,11 +183,20 @@ class PretrainingCollator:
     span_offset: [B, T], at each masked position its span's boundary positions (s - 1, e + 1) and its offset
     i - s in the span, 0 elsewhere (`masking.span_boundaries`; the span-boundary objective's inputs). T is
     the longest example rounded up to `pad_to_multiple_of` (at most max_seq_length), or max_seq_length itself
-    with `pad_to_max_length` (fixed shapes)."""
+    with `pad_to_max_length` (fixed shapes).
 
-    def __init__(self, info: DataInfo, vocab: VocabInfo, pad_to_multiple_of: int = 8, pad_to_max_length: bool = False):
+    `document_attention` (packed data): the attention mask numbers the documents of each row 1, 2, ... (0 at
+    padding) instead of holding 1s, so each document attends to itself only (`nn.AttentionMask`); positions
+    still run along the row, as in RoBERTa's FULL-SENTENCES."""
+
+    def __init__(self, info: DataInfo, vocab: VocabInfo, pad_to_multiple_of: int = 8, pad_to_max_length: bool = False,
+                 document_attention: bool = False):
+        if document_attention and info.mode not in PACKED_MODES:
+            raise DataError(f"document attention needs packed data (prepare --mode full-sentences); this data's "
+                            f"instances are {info.mode}")
         self.info, self.vocab = info, vocab
         self.pad_to_multiple_of, self.pad_to_max_length = pad_to_multiple_of, pad_to_max_length
+        self.document_attention = document_attention
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         info = self.info
@@ -222,7 +232,7 @@ class PretrainingCollator:
             elif spans is not None:
                 spans = None  # static span data prepared before spans were recorded: no span fields
             token_type_ids[row, :k] = ex["token_type_ids"]
-            attention_mask[row, :k] = 1
+            attention_mask[row, :k] = ex["documents"] if self.document_attention else 1
         batch = {"input_ids": torch.from_numpy(input_ids), "token_type_ids": torch.from_numpy(token_type_ids),
                  "attention_mask": torch.from_numpy(attention_mask), "labels": torch.from_numpy(labels)}
         if info.has_nsp:

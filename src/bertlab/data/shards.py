@@ -46,7 +46,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import is_write_failure, output_error
-from .instances import LABELLED_PAIR_MODES, Corpus, Instance, instance_ids, instance_word_continues
+from .instances import (LABELLED_PAIR_MODES, PACKED_MODES, Corpus, Instance, instance_documents, instance_ids,
+                        instance_word_continues)
 from .masking import MaskingConfig, VocabInfo
 from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)
 from .readers import DataError
@@ -468,6 +469,8 @@ class InstanceStore:
         inst = self.instance(i)
         ids, types = instance_ids(inst, self.corpus, self.info.cls_id, self.info.sep_id)
         out = {"input_ids": ids, "token_type_ids": types, "next_sentence_label": inst.next_sentence_label}
+        if self.info.mode in PACKED_MODES:  # where each document of a packed row lies (document attention)
+            out["documents"] = instance_documents(inst, self.corpus)
         if not self.static and self.corpus.word_shards is not None:
             out["word_continues"] = instance_word_continues(inst, self.corpus)  # for the collator's masking
         if self.static:

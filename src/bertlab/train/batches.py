@@ -37,10 +37,11 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 def count_tokens(batch: Batch) -> int:
-    """Real (non-padding) tokens of a batch, for tokens/s: the attention mask's sum, else input_ids' size."""
+    """Real (non-padding) tokens of a batch, for tokens/s: the attention mask's non-zero entries (a packed
+    row's mask numbers its documents), else input_ids' size."""
     if isinstance(batch, Mapping):
         if isinstance(batch.get("attention_mask"), torch.Tensor):
-            return int(batch["attention_mask"].sum())
+            return int(batch["attention_mask"].count_nonzero())
         if isinstance(batch.get("input_ids"), torch.Tensor):
             return batch["input_ids"].numel()
     return 0

@@ -85,6 +85,9 @@ class PretrainConfig(GroupedSettings):
     phase2_seq_len: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
     phase2_fraction: float = 0.1  # share of the steps at phase2_seq_len (the paper: the last 10%)
     phase2_batch_size: int | None = None  # default: batch_size
+    # packed data (prepare --mode full-sentences): each document of a row attends to itself only, not across the
+    # row (on a GPU one variable-length sequence per document; positions still run along the row)
+    document_attention: bool = False
     # optimisation
     optimizer: str = "adamw"  # adamw | lamb
     optim: PretrainOptim = field(default_factory=PretrainOptim)  # lr (None: by the model's width), decay, clipping
@@ -168,12 +171,12 @@ def evaluate_pretraining(model: torch.nn.Module, batches: Iterable[dict], device
 
 
 def heldout_batches(data_dir: str, seq_len: int, seed: int, batch_size: int,
-                    max_batches: int | None) -> Iterable[dict]:
+                    max_batches: int | None, document_attention: bool = False) -> Iterable[dict]:
     """The held-out split of `data_dir` at `seq_len`: its first `max_batches` batches (None: all of them)."""
     from ..data import PretrainingDataset
 
-    loader = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size,
-                                max_seq_length=seq_len).dataloader(num_workers=0)
+    ds = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size, max_seq_length=seq_len)
+    loader = ds.dataloader(num_workers=0, collate_fn=ds.collator(document_attention=document_attention))
     return islice(loader, max_batches) if max_batches else loader
 
 
@@ -395,13 +398,14 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         ds = PretrainingDataset(cfg.data, "train", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
                                 start_index=start_sample, batch_size=micro, max_seq_length=length)
         return ds.dataloader(num_workers=cfg.num_workers, pin_memory=dist.device.type == "cuda",
-                             persistent_workers=False)
+                             persistent_workers=False, collate_fn=ds.collator(document_attention=cfg.document_attention))
 
     # Open every split now: a bad data directory is reported before training, not at the first evaluation.
     stream(cfg.seq_len, micro1, 0)
     if phase2_len:
         stream(phase2_len, micro2, 0)
-    heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+    heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
+                    cfg.document_attention)
 
     # ---- run length: given, or fitted to the time budget by timing real steps on this machine
     steps = resolved.get("steps") or cfg.steps
@@ -451,7 +455,8 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
+                                  cfg.document_attention)
         return evaluate_pretraining(m, batches, dist.device, objective)
 
     loop = pretraining_loop(cfg, steps, run_dir, accum, precision)
