@@ -66,6 +66,12 @@ def steps_on_disk(run: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run / "checkpoints").iterdir() if p.name.startswith("step-"))
 
 
+def numbers(run: Path) -> list[dict]:
+    """metrics.jsonl without its timings (which no two runs share)."""
+    timing = ("elapsed", "tokens_per_s", "step_time")
+    return [{k: v for k, v in row.items() if k not in timing} for row in read_metrics(run)]
+
+
 def same_weights(a: Path, b: Path) -> bool:
     wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -139,6 +145,56 @@ def test_resume_with_fewer_flags_keeps_the_runs_settings_and_checkpoints(data_di
     saved = json.loads((run / "run_config.json").read_text())
     assert (saved["run"]["keep_last"], saved["run"]["save_every"], saved["out"]) == (6, 2, str(run))
     assert same_weights(reference / "final", run / "final")
+
+
+def test_resume_restores_the_runs_thread_count_and_says_when_one_is_stated(data_dir, tmp_path, caplog):
+    """A run started with a thread count other than this machine's default (2 threads here, where the module
+    runs at 1) resumes with its own count when `--threads` is not stated again -- its metrics and final weights
+    bitwise those of the uninterrupted run -- and a `--threads` stated again wins, said in one line."""
+    assert torch.get_num_threads() == 1  # the default `--threads` chooses here (the `one_thread` fixture)
+    reference = tmp_path / "reference"
+    assert main([*pretrain_args(data_dir, reference, "--steps", 6, "--save-every", 2), "--threads", "2"]) == 0
+    saved = json.loads((reference / "run_config.json").read_text())["_resolved"]["numerics"]
+    assert saved["threads"] == 2
+    run = tmp_path / "run"
+    assert run_interrupted(data_dir, run, 4, "--steps", 6, "--save-every", 2, "--threads", 2) == 130
+    torch.set_num_threads(1)
+    caplog.clear()
+    assert main(resume_args(run)) == 0
+    assert not [r for r in caplog.records if "resume runs with" in r.getMessage()]
+    assert numbers(run) == numbers(reference)
+    assert same_weights(reference / "final", run / "final")
+    torch.set_num_threads(1)
+
+    stated = tmp_path / "stated"
+    assert run_interrupted(data_dir, stated, 4, "--steps", 6, "--save-every", 2, "--threads", 2) == 130
+    caplog.clear()
+    assert main(resume_args(stated, "--threads", 1)) == 0
+    lines = [r.getMessage() for r in caplog.records if "resume runs with" in r.getMessage()]
+    assert len(lines) == 1 and "--threads 1 (the run used 2)" in lines[0], lines
+    torch.set_num_threads(1)
+
+
+def test_resume_restores_the_c_kernels_the_run_evaluated_with(data_dir, tmp_path, monkeypatch):
+    """The C kernels (held-out evaluation's attention and layer norm) are part of a run's numbers: a run
+    started without them resumes without them."""
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("the C kernels are not built")
+    run = tmp_path / "run"
+    monkeypatch.setenv("BERTLAB_NO_CPU_KERNELS", "1")
+    cpu_kernels.use_c_kernels(False)
+    try:
+        assert run_interrupted(data_dir, run, 4, "--steps", 6, "--save-every", 2) == 130
+        assert json.loads((run / "run_config.json").read_text())["_resolved"]["numerics"]["cpu_kernels"] is False
+        monkeypatch.delenv("BERTLAB_NO_CPU_KERNELS")
+        cpu_kernels.use_c_kernels(True)
+        assert main(resume_args(run)) == 0
+        assert not cpu_kernels.available()  # restored: off, as the run started
+    finally:
+        monkeypatch.undo()  # the environment as it was, and the kernels as it says
+        cpu_kernels._extension.cache_clear()
 
 
 def test_a_signal_adds_no_held_out_row_at_its_stop_step(data_dir, tmp_path):

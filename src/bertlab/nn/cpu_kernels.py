@@ -54,6 +54,17 @@ def available() -> bool:
     return _extension() is not None
 
 
+def use_c_kernels(on: bool) -> bool:
+    """Turn the C path on (where built) or off for this process, as `BERTLAB_NO_CPU_KERNELS` would at its start;
+    what a resumed run calls to evaluate with the kernels it started with. Returns `available()` after."""
+    if on:
+        os.environ.pop("BERTLAB_NO_CPU_KERNELS", None)
+    else:
+        os.environ["BERTLAB_NO_CPU_KERNELS"] = "1"
+    _extension.cache_clear()
+    return available()
+
+
 def _cpu_has(flag: str) -> bool:
     """Whether the extension is built and found the CPU feature its module constant `flag` names ("vnni",
     "bf16dot", "avx512")."""
