@@ -38,7 +38,7 @@ from typing import Any
 from .roberta import RobertaTokenizer
 from .sentencepiece import (PicklableProcessor, SentencePieceError, atomic_write_bytes, byte_to_char,
                             load_processor, metaspace_join, sentencepiece_model_type)
-from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
+from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up, check_valid_unicode
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
 XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -139,6 +139,7 @@ class XLMRobertaTokenizer(PicklableProcessor, TokenizerBase):
         """One text -> (ids, offsets, word indices), no `<s>`/`</s>` around it. A word is what a `▁` starts."""
         if not isinstance(text, str):
             raise SentencePieceError(f"expected text as str, got {type(text).__name__}")
+        check_valid_unicode(text, SentencePieceError)
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
         words: list[int] = []

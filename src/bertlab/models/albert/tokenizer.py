@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from ...tokenizer import BertTokenizer
 from ...tokenizer.sentencepiece import (SPIECE_NAME, PicklableProcessor, SentencePieceError, atomic_write_bytes,
                                        byte_to_char, load_processor, metaspace_join)
-from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model
+from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model, check_valid_unicode
 
 SPACE = "▁"
 DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]",
@@ -163,6 +163,7 @@ class AlbertTokenizer(PicklableProcessor, BertTokenizer):
     def _encode_seq(self, text: str) -> Seq:
         if not isinstance(text, str):
             raise TokenizerError(f"expected text as str, got {type(text).__name__}")
+        check_valid_unicode(text, SentencePieceError)
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
         words: list[int] = []
