@@ -378,11 +378,12 @@ def test_one_class_predictions_are_warned_about(caplog):
     assert "predicted '1' for all 872 examples" in record.getMessage() and "--epochs" in record.getMessage()
 
 
-def test_mean_sd_text_for_one_run_and_several():
-    from bertlab.cli.finetune import mean_sd_text
+def test_mean_sd_for_one_run_and_several_are_numbers():
+    """The printed summary's dev scores are numbers, as its test scores are (they were strings)."""
+    from bertlab.cli.finetune import mean_sd
 
-    assert mean_sd_text({"mean": 0.8, "sd": 0.0, "runs": [0.8]}) == "0.8000"
-    assert mean_sd_text({"mean": 0.8, "sd": 0.01, "runs": [0.79, 0.81]}) == "0.8000 ± 0.0100"
+    assert mean_sd({"mean": 0.80001, "sd": 0.0, "runs": [0.8]}) == 0.8
+    assert mean_sd({"mean": 0.8, "sd": 0.01, "runs": [0.79, 0.81]}) == {"mean": 0.8, "sd": 0.01}
 
 
 def test_finetune_output_folder_is_not_overwritten_silently(tmp_path):
