@@ -525,6 +525,75 @@ def test_int8_quantisation_on_a_full_disk_is_one_line_and_keeps_its_side_files_i
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> Path:
+    """A bare encoder folder (what CTranslate2 converts)."""
+    root = tmp_path_factory.mktemp("faults-encoder")
+    vocab = write_vocab(root / "vocab.txt")
+    config = BertConfig(vocab_size=len(vocab.read_text().splitlines()), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    save_pretrained(BertModel(config), root / "model", vocab_file=vocab)
+    return root / "model"
+
+
+def test_openvino_export_on_a_full_disk_is_one_line_naming_the_output(tiny_encoder, tmp_path, monkeypatch, capsys):
+    """OpenVINO's writer fails on a full disk with a C++ stream error that carries no errno (`RuntimeError:
+    basic_ios::clear: iostream error`, a 13-line traceback): the line says disk full, names OUT, exit 2."""
+    ov = pytest.importorskip("openvino")
+    pytest.importorskip("onnxruntime")
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("Exception from src/core/src/pass/serialize.cpp:1: basic_ios::clear: iostream error")
+
+    monkeypatch.setattr(ov, "save_model", full_disk)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+    out = tmp_path / "out"
+    assert main(["export", "openvino", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert line.split("error: ", 1)[1].startswith(f"{out}: cannot write (disk full: 4,096 bytes free"), line
+    assert list(tmp_path.iterdir()) == []
+    # the ONNX step inside it: named as OUT too, not the hidden temporary folder it writes into
+    failing_writes(monkeypatch, tmp_path / ".out", errno.ENOSPC)
+    assert main(["export", "openvino", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert line.split("error: ", 1)[1] == f"{out}: cannot write (disk full)", line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctranslate2_export_on_a_full_disk_names_the_output(tiny_encoder, tmp_path, monkeypatch, capsys):
+    """The converter's OSError has no file name: the line said "writing the output: disk full"."""
+    pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(TransformersConverter, "convert", full_disk)
+    out = tmp_path / "out"
+    assert main(["export", "ctranslate2", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    assert one_line_error(capsys).split("error: ", 1)[1] == f"{out}: cannot write (disk full)"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("engine", ["onnx", "sentence-transformers"])
+def test_export_to_a_read_only_place_names_the_output_not_its_temporary_folder(engine, tiny_encoder, tmp_path,
+                                                                             monkeypatch, capsys):
+    pytest.importorskip("onnxruntime")
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self.name.startswith(".out.tmp-"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    out = tmp_path / "out"
+    assert main(["export", engine, "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys).split("error: ", 1)[1]
+    assert line == f"{out}: cannot write (read-only file system)", line
+
+
 def test_cli_last_resort_turns_untranslated_io_errors_into_one_line(monkeypatch, capsys):
     import bertlab.cli.params as params
 
