@@ -168,3 +168,19 @@ def engines_match(folder: Path, texts: list[str]) -> None:
         cos = (ours * theirs).sum(-1) / np.linalg.norm(ours, axis=-1) / np.linalg.norm(theirs, axis=-1)
         assert cos.min() > 1 - bound, (engine, cos)
 
+
+
+# Characters random tokenizer inputs are drawn from: letters and digits, runs of spaces, punctuation, accents,
+# Cyrillic, CJK, tabs and newlines, no-break, zero-width and ideographic spaces, a ligature, compatibility
+# forms, a combining mark after a letter, an emoji. (The SentencePiece parity tests and docs/guide/families.md.)
+RANDOM_TEXT_ALPHABET = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") * 4 + [" "] * 30
+                        + list(".,;:!?'\"()-–—`") + list("éèàüößçñøåÆŒ") + list("ЖжКиї") + list("中文字日本語한국")
+                        + ["\t", "\n", "\u00a0", "\u200b", "\u3000", "ﬁ", "Ⅻ", "①", "e\u0301", "\u0308", "🙂"])
+
+
+def random_texts(n: int, seed: int = 0, longest: int = 40) -> list[str]:
+    """`n` strings of 1..`longest` characters drawn from RANDOM_TEXT_ALPHABET."""
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice(RANDOM_TEXT_ALPHABET) for _ in range(rng.randint(1, longest))) for _ in range(n)]

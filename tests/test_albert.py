@@ -173,6 +173,19 @@ def test_tokenizer_gives_transformers_ids_offsets_and_text(spiece_dir, settings)
         (a["input_ids"], a["token_type_ids"], a["attention_mask"])
 
 
+def test_tokenizer_is_the_sentencepiece_librarys_encode_on_random_strings(spiece_dir):
+    """The reference on any string is the `sentencepiece` library: its `encode` of ALBERT's normalised text
+    (docs/guide/families.md says how far `transformers` is from it on random strings)."""
+    from bertlab.models.albert.tokenizer import AlbertTokenizer
+    from family_support import random_texts
+
+    ours = AlbertTokenizer.from_pretrained(spiece_dir)
+    sp = spm.SentencePieceProcessor(model_file=str(spiece_dir / "spiece.model"))
+    for text in random_texts(1000, seed=4):
+        want = [ours.cls_token_id] + sp.encode(ours.normalize_with_origins(text)[0]) + [ours.sep_token_id]
+        assert ours(text)["input_ids"] == want, repr(text)
+
+
 def test_tokenizer_surface_and_save(spiece_dir, tmp_path):
     from bertlab.models.albert.tokenizer import AlbertTokenizer
 

@@ -113,3 +113,22 @@ def test_a_current_spelling_is_left_alone(argv, capsys):
     if argv[0] in ("finetune", "pretrain"):
         assert new_spelling(argv) == argv
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv, usage, hint", [
+    (["embed", "--model", "MODEL", "--text-colum", "text"], "usage: bertlab embed",
+     "unrecognized arguments: --text-colum text (--text-colum: did you mean --text-column?)"),
+    (["predict", "--model", "MODEL", "--zzzzzz"], "usage: bertlab predict", "unrecognized arguments: --zzzzzz\n"),
+    (["finetune", "sst2", "--epoch", "2"], "usage: bertlab finetune", "(--epoch: did you mean --epochs?)"),
+    (["vocab", "train", "c.txt", "--vocab-size", "9", "--out", "o", "--kin", "bpe"], "usage: bertlab vocab train",
+     "(--kin: did you mean --kind?)"),
+])
+def test_a_misspelled_or_shortened_flag_is_refused_with_the_commands_usage_and_the_closest_flag(argv, usage, hint,
+                                                                                                tmp_path, capsys):
+    """No abbreviations: a prefix of a flag (`--text-colum`) is not silently taken for it; the error shows the
+    subcommand's usage (not the top-level one) and suggests the closest flag, where one is close."""
+    with pytest.raises(SystemExit) as e:
+        main([str(tmp_path) if a == "MODEL" else a for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and hint in err, err

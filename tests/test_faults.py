@@ -66,6 +66,12 @@ def steps_on_disk(run: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run / "checkpoints").iterdir() if p.name.startswith("step-"))
 
 
+def numbers(run: Path) -> list[dict]:
+    """metrics.jsonl without its timings (which no two runs share)."""
+    timing = ("elapsed", "tokens_per_s", "step_time")
+    return [{k: v for k, v in row.items() if k not in timing} for row in read_metrics(run)]
+
+
 def same_weights(a: Path, b: Path) -> bool:
     wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
@@ -139,6 +145,56 @@ def test_resume_with_fewer_flags_keeps_the_runs_settings_and_checkpoints(data_di
     saved = json.loads((run / "run_config.json").read_text())
     assert (saved["run"]["keep_last"], saved["run"]["save_every"], saved["out"]) == (6, 2, str(run))
     assert same_weights(reference / "final", run / "final")
+
+
+def test_resume_restores_the_runs_thread_count_and_says_when_one_is_stated(data_dir, tmp_path, caplog):
+    """A run started with a thread count other than this machine's default (2 threads here, where the module
+    runs at 1) resumes with its own count when `--threads` is not stated again -- its metrics and final weights
+    bitwise those of the uninterrupted run -- and a `--threads` stated again wins, said in one line."""
+    assert torch.get_num_threads() == 1  # the default `--threads` chooses here (the `one_thread` fixture)
+    reference = tmp_path / "reference"
+    assert main([*pretrain_args(data_dir, reference, "--steps", 6, "--save-every", 2), "--threads", "2"]) == 0
+    saved = json.loads((reference / "run_config.json").read_text())["_resolved"]["numerics"]
+    assert saved["threads"] == 2
+    run = tmp_path / "run"
+    assert run_interrupted(data_dir, run, 4, "--steps", 6, "--save-every", 2, "--threads", 2) == 130
+    torch.set_num_threads(1)
+    caplog.clear()
+    assert main(resume_args(run)) == 0
+    assert not [r for r in caplog.records if "resume runs with" in r.getMessage()]
+    assert numbers(run) == numbers(reference)
+    assert same_weights(reference / "final", run / "final")
+    torch.set_num_threads(1)
+
+    stated = tmp_path / "stated"
+    assert run_interrupted(data_dir, stated, 4, "--steps", 6, "--save-every", 2, "--threads", 2) == 130
+    caplog.clear()
+    assert main(resume_args(stated, "--threads", 1)) == 0
+    lines = [r.getMessage() for r in caplog.records if "resume runs with" in r.getMessage()]
+    assert len(lines) == 1 and "--threads 1 (the run used 2)" in lines[0], lines
+    torch.set_num_threads(1)
+
+
+def test_resume_restores_the_c_kernels_the_run_evaluated_with(data_dir, tmp_path, monkeypatch):
+    """The C kernels (held-out evaluation's attention and layer norm) are part of a run's numbers: a run
+    started without them resumes without them."""
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("the C kernels are not built")
+    run = tmp_path / "run"
+    monkeypatch.setenv("BERTLAB_NO_CPU_KERNELS", "1")
+    cpu_kernels.use_c_kernels(False)
+    try:
+        assert run_interrupted(data_dir, run, 4, "--steps", 6, "--save-every", 2) == 130
+        assert json.loads((run / "run_config.json").read_text())["_resolved"]["numerics"]["cpu_kernels"] is False
+        monkeypatch.delenv("BERTLAB_NO_CPU_KERNELS")
+        cpu_kernels.use_c_kernels(True)
+        assert main(resume_args(run)) == 0
+        assert not cpu_kernels.available()  # restored: off, as the run started
+    finally:
+        monkeypatch.undo()  # the environment as it was, and the kernels as it says
+        cpu_kernels._extension.cache_clear()
 
 
 def test_a_signal_adds_no_held_out_row_at_its_stop_step(data_dir, tmp_path):
@@ -467,6 +523,75 @@ def test_int8_quantisation_on_a_full_disk_is_one_line_and_keeps_its_side_files_i
     assert line.split("error: ", 1)[1].startswith(f"{out}: cannot write (disk full") and len(line) < 300, line
     assert side_dirs and all(d.startswith(str(tmp_path / ".out.tmp-")) for d in side_dirs), side_dirs
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory) -> Path:
+    """A bare encoder folder (what CTranslate2 converts)."""
+    root = tmp_path_factory.mktemp("faults-encoder")
+    vocab = write_vocab(root / "vocab.txt")
+    config = BertConfig(vocab_size=len(vocab.read_text().splitlines()), hidden_size=32, num_hidden_layers=1,
+                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    save_pretrained(BertModel(config), root / "model", vocab_file=vocab)
+    return root / "model"
+
+
+def test_openvino_export_on_a_full_disk_is_one_line_naming_the_output(tiny_encoder, tmp_path, monkeypatch, capsys):
+    """OpenVINO's writer fails on a full disk with a C++ stream error that carries no errno (`RuntimeError:
+    basic_ios::clear: iostream error`, a 13-line traceback): the line says disk full, names OUT, exit 2."""
+    ov = pytest.importorskip("openvino")
+    pytest.importorskip("onnxruntime")
+
+    def full_disk(*args, **kwargs):
+        raise RuntimeError("Exception from src/core/src/pass/serialize.cpp:1: basic_ios::clear: iostream error")
+
+    monkeypatch.setattr(ov, "save_model", full_disk)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 4096, 4096))
+    out = tmp_path / "out"
+    assert main(["export", "openvino", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert line.split("error: ", 1)[1].startswith(f"{out}: cannot write (disk full: 4,096 bytes free"), line
+    assert list(tmp_path.iterdir()) == []
+    # the ONNX step inside it: named as OUT too, not the hidden temporary folder it writes into
+    failing_writes(monkeypatch, tmp_path / ".out", errno.ENOSPC)
+    assert main(["export", "openvino", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert line.split("error: ", 1)[1] == f"{out}: cannot write (disk full)", line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctranslate2_export_on_a_full_disk_names_the_output(tiny_encoder, tmp_path, monkeypatch, capsys):
+    """The converter's OSError has no file name: the line said "writing the output: disk full"."""
+    pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    def full_disk(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(TransformersConverter, "convert", full_disk)
+    out = tmp_path / "out"
+    assert main(["export", "ctranslate2", "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    assert one_line_error(capsys).split("error: ", 1)[1] == f"{out}: cannot write (disk full)"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("engine", ["onnx", "sentence-transformers"])
+def test_export_to_a_read_only_place_names_the_output_not_its_temporary_folder(engine, tiny_encoder, tmp_path,
+                                                                             monkeypatch, capsys):
+    pytest.importorskip("onnxruntime")
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self.name.startswith(".out.tmp-"):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    out = tmp_path / "out"
+    assert main(["export", engine, "--model", str(tiny_encoder), "--out", str(out)]) == 2
+    line = one_line_error(capsys).split("error: ", 1)[1]
+    assert line == f"{out}: cannot write (read-only file system)", line
 
 
 def test_cli_last_resort_turns_untranslated_io_errors_into_one_line(monkeypatch, capsys):

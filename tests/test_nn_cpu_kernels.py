@@ -554,3 +554,41 @@ def test_add_and_norm_takes_torch_where_the_c_pass_does_not_apply():
     without_affine = torch.nn.LayerNorm(32, elementwise_affine=False)
     with torch.no_grad():
         torch.testing.assert_close(add_and_norm(y.clone(), res, without_affine), without_affine(y + res))
+
+
+def with_non_finite_rows(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """`x` with NaN, inf and -inf put into some rows (one each, and one row with all three); which rows."""
+    x = x.clone()
+    bad = [0, x.shape[0] // 2, x.shape[0] - 1]
+    x[bad[0], 1] = float("nan")
+    x[bad[1], 2] = float("inf")
+    x[bad[2], 0] = float("-inf")
+    x[bad[2], 3] = float("nan")
+    return x, sorted(set(bad))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 3, 16, 40, 205])
+def test_non_finite_rows_stay_non_finite_on_every_int8_path(m, dtype, threads):
+    """A row holding NaN or inf comes out all NaN -- from the torch formulas, the C quantize and dequantize
+    around torch._int_mm, and the VNNI kernel alike, as F.linear gives a non-finite row -- and the other rows
+    are unchanged: the C paths stay bit for bit the formulas' on non-finite input."""
+    k, n = 64, 48
+    g = torch.Generator().manual_seed(m)
+    w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    ws, b = torch.rand(n, generator=g) / 50, torch.randn(n, generator=g)
+    x, bad = with_non_finite_rows(rows_with_outliers(m, k, dtype, seed=m))
+    good = [r for r in range(m) if r not in bad]
+    xq, xs = quantize_rows_reference(x)
+    want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, b)
+    assert want[bad].isnan().all() and want[good].isfinite().all()
+    paths = {}
+    if cpu_kernels.available():
+        q, s = quantize_rows(x)
+        assert torch.equal(q, xq) and torch.equal(s.isnan(), xs.isnan()) and torch.equal(s.nan_to_num(), xs.nan_to_num())
+        paths["C quantize + dequantize"] = dequantize_rows(torch._int_mm(q, w.t()), s, ws, b)
+    if cpu_kernels.few_rows_available():
+        paths["VNNI kernel"] = cpu_kernels.int8_linear_few_rows(x, cpu_kernels.pack_int8_weight(w), ws, b)
+    for name, got in paths.items():
+        assert got[bad].isnan().all(), name
+        assert torch.equal(got[good], want[good]), name

@@ -187,3 +187,29 @@ def test_int8_serve_loads_quantized_models(tmp_path):
     assert any(isinstance(m, int8_linear.Int8Linear) for m in int8.model.modules())
     texts = ["the cat sat on the mat", "paris is the capital of france"]
     assert (fp32.embed(texts) * int8.embed(texts)).sum(-1).min() > 0.999
+
+
+@pytest.mark.parametrize("features", [(1, 32), (8, 32), (32, 1), (15, 16)])
+def test_int8_linear_refuses_layers_below_its_contract(features):
+    """Both sides >= MIN_FEATURES (what `quantize_linear_layers` swaps): below it the product is not exact
+    (in_features 1 gave a relative error of ~1e5), so the layer is refused rather than run."""
+    with pytest.raises(ValueError, match=f">= {int8_linear.MIN_FEATURES}"):
+        int8_linear.Int8Linear(nn.Linear(*features))
+    int8_linear.Int8Linear(nn.Linear(16, 16))  # at the bound: taken
+
+
+@pytest.mark.parametrize("rows", [1, 7, 200])
+def test_int8_linear_gives_non_finite_rows_where_f_linear_does(rows):
+    """A model whose activations blew up must not be served as plausible vectors in int8: a row with NaN or
+    inf comes out non-finite, as from F.linear, on whichever path its row count takes; the rest stays close."""
+    torch.manual_seed(rows)
+    linear = nn.Linear(64, 48)
+    x = torch.randn(rows, 64)
+    x[0, 5] = float("nan")
+    x[-1, 7] = float("inf")
+    with torch.inference_mode():
+        got, want = int8_linear.Int8Linear(linear)(x), linear(x)
+    bad = [0, rows - 1]
+    assert not want[bad].isfinite().any() and not got[bad].isfinite().any()
+    if rows > 2:
+        assert got[1:-1].isfinite().all() and float(row_cosine(got[1:-1], want[1:-1]).min()) > 0.999

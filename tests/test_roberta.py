@@ -235,6 +235,37 @@ def test_xlmr_tokenizer_gives_transformers_ids_and_offsets(spm_folder):
     assert b["input_ids"] == a["input_ids"] and b.word_ids() == a.word_ids()
 
 
+def test_xlmr_tokenizer_is_the_sentencepiece_librarys_encode_on_random_strings(spm_folder):
+    """The reference the XLM-R tokenizer matches on any string is the `sentencepiece` library: its `encode`
+    under fairseq's ids. (`transformers` agrees on natural text, tests above; on random strings it differs --
+    docs/guide/families.md has the rates -- so it is not the reference here.)"""
+    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from family_support import random_texts
+
+    ours = XLMRobertaTokenizer.from_pretrained(spm_folder)
+    sp = spm.SentencePieceProcessor(model_file=str(spm_folder / "sentencepiece.bpe.model"))
+    for text in random_texts(1000, seed=3):
+        want = [0] + [i + 1 if i >= 3 else ours.unk_token_id for i in sp.encode(text)] + [2]
+        assert ours(text)["input_ids"] == want, repr(text)
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "char"])
+def test_xlmr_refuses_a_sentencepiece_model_that_is_not_unigram(model_type, tmp_path):
+    """transformers reads an XLM-R file's pieces as a unigram model whatever its type, so a BPE-type model would
+    be split differently there than by its own algorithm: refused in one line, from the folder and the auto
+    class alike."""
+    from bertlab.models.auto import AutoTokenizer
+    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+
+    folder = train_spm(tmp_path / model_type, model_type=model_type)
+    (folder / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
+    for load in (XLMRobertaTokenizer.from_pretrained, AutoTokenizer.from_pretrained):
+        with pytest.raises(BertlabError, match=f"sentencepiece.bpe.model: a SentencePiece model of {model_type} "
+                                               "type; XLM-R's tokenizer takes unigram models only") as e:
+            load(folder)
+        assert "\n" not in str(e.value)
+
+
 def test_xlmr_tokenizer_on_wikitext(tmp_path, shared_data):
     """A model learned on WikiText-2's training lines, on its validation lines. (On the tiny model above, pieces
     of equal score make some words' best split a tie, which the two Viterbi searches may break differently;

@@ -260,3 +260,32 @@ def test_tokenizer_pickles_with_its_processor(pair):
     text = "The <extra_id_0> walks in <extra_id_1> park."
     assert again(text)["input_ids"] == ours(text)["input_ids"]
     assert again.decode(ours(text)["input_ids"]) == ours.decode(ours(text)["input_ids"])
+
+
+def test_a_lone_surrogate_is_the_same_one_line_in_every_tokenizer(tmp_path):
+    """A text with no UTF-8 form (a lone surrogate, from a bad decode upstream) is one line naming the code point
+    and its index -- the byte-level BPE's line -- in the SentencePiece tokenizers too (XLM-R, ALBERT, T5), where
+    the library below raised a raw pybind11 RuntimeError."""
+    from bertlab.errors import BertlabError
+    from bertlab.models.albert.tokenizer import AlbertTokenizer
+    from bertlab.tokenizer.roberta import RobertaTokenizer
+    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from test_albert import train_spiece
+    from test_roberta import bpe_tokenizer_files, train_spm
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the team said the goal number {i} was good\n" for i in range(200)))
+    t5_model, _ = train_sentencepiece([corpus], SentencePieceTrainConfig(45, threads=1), tmp_path / "t5.model")
+    tokenizers = {
+        "bpe": RobertaTokenizer.from_pretrained(bpe_tokenizer_files(tmp_path / "bpe")),
+        "xlm-r": XLMRobertaTokenizer.from_pretrained(train_spm(tmp_path / "xlmr")),
+        "albert": AlbertTokenizer.from_pretrained(train_spiece(tmp_path / "albert", corpus.read_text().splitlines())),
+        "t5": T5Tokenizer(t5_model),
+    }
+    want = "cannot encode a lone surrogate (U+D800 at index 4); text must be valid Unicode"
+    for name, tok in tokenizers.items():
+        for call in (lambda: tok("abc \ud800 def"), lambda: tok(["fine", "abc \ud800 def"])):
+            with pytest.raises(BertlabError) as e:
+                call()
+            assert str(e.value) == want, name
+        assert tok("abc \u00e9 def")["input_ids"]  # valid non-ASCII text is unaffected

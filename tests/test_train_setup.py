@@ -12,6 +12,7 @@ import torch
 
 from bertlab.models.bert.config import is_preset
 from bertlab.errors import BertlabError, ConfigError
+from bertlab.nn import cpu_kernels
 from bertlab.train.distillation import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
 from bertlab.train.distillation import DistillConfig
 from bertlab.train.pretrain import RESUME_MAY_CHANGE, PretrainConfig
@@ -38,7 +39,9 @@ def test_resume_keeps_saved_runtime_settings_not_given_again(saved_run):
     cfg = resume(saved_run)  # `bertlab pretrain --out RUN --resume`
     assert (cfg.save_every, cfg.keep_last, cfg.data, cfg.steps, cfg.lr) == (2, 5, "DATA", 10, 5e-4)
     assert cfg.resume is True
-    assert resolved_settings(saved_run) == {"steps": 10, "precision": "fp32"}
+    resolved = resolved_settings(saved_run)
+    assert resolved == {"steps": 10, "precision": "fp32", "numerics": resolved["numerics"]}
+    assert set(resolved["numerics"]) == {"threads", "cpu_kernels"}  # what a resume restores (test_faults.py)
 
 
 def test_resume_a_given_runtime_flag_wins_the_rest_stays_saved(saved_run, caplog):
@@ -88,7 +91,8 @@ def test_run_record_is_a_valid_config_file(tmp_path):
     cfg = PretrainConfig(data="D", out=str(tmp_path), steps=3)
     write_run_config(tmp_path, run_record(cfg, {"steps": 3}))
     record = json.loads((tmp_path / RUN_CONFIG).read_text())
-    assert record["_resolved"] == {"steps": 3}
+    assert record["_resolved"] == {"steps": 3, "numerics": {"threads": torch.get_num_threads(),
+                                                          "cpu_kernels": cpu_kernels.available()}}
     record.pop("_resolved")
     assert PretrainConfig(**record) == cfg
     assert dataclasses.asdict(cfg) == record

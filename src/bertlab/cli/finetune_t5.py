@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .finetune import HELP as FINETUNE_HELP, mean_sd_text, run_recipe
+from .finetune import HELP as FINETUNE_HELP, mean_sd, run_recipe
 from .finetune_multi import HELP as MULTI_HELP
 
 HELP = FINETUNE_HELP | MULTI_HELP | {
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(metrics, int):  # stopped by a signal
         return metrics
     print(json.dumps({"tasks": metrics["tasks"], "mixing_rates": metrics["mixing_rates"],
-                      "dev": {task: {k: mean_sd_text(v) for k, v in scores.items()}
+                      "dev": {task: {k: mean_sd(v) for k, v in scores.items()}
                               for task, scores in metrics["dev"].items()},
                       "per_task": metrics["per_task"], "out": str(cfg.out)}, indent=2, ensure_ascii=False))
     return 0

@@ -51,7 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         description="Learn a WordPiece vocabulary (likelihood-based merges, Schuster & Nakajima 2012) from "
                     "UTF-8 text files and write it in Google's vocab.txt layout: [PAD], [unused0..98], [UNK], "
                     "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces. "
-                    "--kind bpe learns RoBERTa's byte-level BPE, --kind sentencepiece T5's unigram model.")
+                    "--kind bpe learns RoBERTa's byte-level BPE, --kind sentencepiece T5's unigram model.",
+        allow_abbrev=False)  # as every command (cli/__init__.py): a flag's prefix is an error, not that flag
     t.add_argument("corpus", nargs="+", metavar="CORPUS", help="UTF-8 text files, read line by line")
     t.add_argument("--kind", choices=KINDS, default="wordpiece",
                    help="wordpiece (BERT's vocab.txt, default), bpe (RoBERTa's byte-level BPE: a folder with "

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BertlabError
+from ..errors import BertlabError, OutputError
 from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, model_family, require_engine
 
 log = logging.getLogger(__name__)
@@ -186,8 +186,10 @@ def export_openvino(model_dir: str | Path, out: str | Path):
         _new_folder,
         check_against_pytorch,
         export_onnx,
+        failed_export,
         load_exportable,
         require,
+        write_failure_without_errno,
     )
 
     require(("openvino", "onnx", "onnxruntime"), "bertlab export openvino", extra="openvino")
@@ -196,9 +198,16 @@ def export_openvino(model_dir: str | Path, out: str | Path):
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     tmp = _new_folder(out)
     try:
-        export_onnx(model_dir, tmp / "onnx")
+        try:
+            export_onnx(model_dir, tmp / "onnx")
+        except OutputError as e:  # it names its own output, a folder inside the hidden temporary one
+            raise OutputError(str(e).replace(str(tmp / "onnx"), str(out), 1)) from None
         (tmp / OPENVINO_FILE).parent.mkdir()
-        ov.save_model(ov.convert_model(str(tmp / "onnx" / "model.onnx")), str(tmp / OPENVINO_FILE))
+        onnx_file = tmp / "onnx" / "model.onnx"
+        try:
+            ov.save_model(ov.convert_model(str(onnx_file)), str(tmp / OPENVINO_FILE))
+        except RuntimeError as e:  # its C++ stream error carries no errno: a full disk said as one
+            raise write_failure_without_errno(e, "OpenVINO's IR", out, tmp, onnx_file.stat().st_size) from None
         for name in (tmp / "onnx").iterdir():  # config and tokenizer files
             if name.suffix != ".onnx":
                 name.rename(tmp / name.name)
@@ -210,9 +219,8 @@ def export_openvino(model_dir: str | Path, out: str | Path):
         diff = check_against_pytorch(lambda b: runner(*(b[k].numpy() for k in INPUT_NAMES)), exportable,
                                      "OpenVINO export: OpenVINO", atol=OPENVINO_ATOL)
         files = _finish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except BaseException as e:
+        failed_export(e, tmp, out)
     return ExportReport(out, files, {"max_abs_diff_vs_pytorch": diff})
 
 
@@ -238,6 +246,7 @@ def export_ctranslate2(model_dir: str | Path, out: str | Path):
         _new_folder,
         _write_json,
         check_against_pytorch,
+        failed_export,
         load_exportable,
         require,
     )
@@ -278,9 +287,8 @@ def export_ctranslate2(model_dir: str | Path, out: str | Path):
         diff = check_against_pytorch(lambda b: runner(*(b[k].numpy() for k in INPUT_NAMES)), exportable,
                                      "CTranslate2 export: CTranslate2")
         files = _finish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except BaseException as e:
+        failed_export(e, tmp, out)
     return ExportReport(out, files, {"max_abs_diff_vs_pytorch": diff})
 
 

@@ -37,7 +37,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -97,8 +97,31 @@ def _new_folder(out: Path) -> Path:
         raise BertlabError(f"{out}: the folder {out.parent} does not exist")
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as e:  # a read-only or full OUT's parent: named as the folder the user gave, not the hidden one
+        raise output_error(out, e) from None
     return tmp
+
+
+def failed_export(error: BaseException, tmp: Path, out: Path) -> NoReturn:
+    """Every exporter's `except BaseException as e:` -- `tmp` removed, then `error` raised again, except that a
+    failure to write anything under `tmp` becomes `OUT: cannot write (disk full)`, naming the folder the user
+    gave (the hidden temporary one means nothing to them)."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    if isinstance(error, Exception) and not isinstance(error, BertlabError) and is_write_failure(error, tmp):
+        raise output_error(out, error) from None
+    raise error
+
+
+def write_failure_without_errno(error: Exception, what: str, out: Path, folder: Path, need: int) -> BertlabError:
+    """A C++ writer's failure that carries no errno (OpenVINO's `basic_ios::clear: iostream error`): disk full
+    when `folder` has less room than `need` bytes, else the writer's first line -- one line either way."""
+    free = shutil.disk_usage(folder).free
+    if free < need:
+        return OutputError(f"{out}: cannot write (disk full: {free:,} bytes free; {what} needs about {need:,})")
+    first = (str(error).strip().splitlines() or [""])[0]
+    return BertlabError(f"{out}: {what} failed ({type(error).__name__}: {first[:200]})")
 
 
 def _finish(tmp: Path, out: Path) -> list[str]:
@@ -185,10 +208,7 @@ def export_onnx(model_dir: str | Path, out: str | Path, quantize: str | None = N
         exportable.tokenizer.save_pretrained(tmp)
         files = _finish(tmp, out)
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and not isinstance(e, BertlabError) and is_write_failure(e, tmp):
-            raise output_error(out, e) from None  # `OUT: cannot write (disk full)`: the folder the user named
-        raise
+        failed_export(e, tmp, out)
     return ExportReport(out, files, checks)
 
 
@@ -329,9 +349,8 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
                     {"max_seq_length": limit, "do_lower_case": False})  # the tokenizer lower-cases itself
         files = _finish(folder, out)
         tmp.rmdir()
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except BaseException as e:
+        failed_export(e, tmp, out)
     return ExportReport(out, files, {"pooling": pooling, "normalize": normalize, "max_seq_length": limit})
 
 

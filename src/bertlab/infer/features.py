@@ -159,8 +159,10 @@ class FeatureExtractor:
 
 
 def write_features(extractor: FeatureExtractor, inputs: Sequence, output: str | Path | None,
-                   split_into_words: bool = False, where=None, model_name: str = "") -> int:
-    """Run `extractor` over `inputs` and write the result by the output's suffix; returns the rows written."""
+                   split_into_words: bool = False, where=None, model_name: str = "",
+                   ids: Sequence | None = None) -> int:
+    """Run `extractor` over `inputs` and write the result by the output's suffix; returns the rows written.
+    `ids`: a table's row ids, written as each JSON line's "id" (or FILE.ids.json beside an array)."""
     from ..progress import track
 
     kind = output_kind(output)
@@ -169,11 +171,16 @@ def write_features(extractor: FeatureExtractor, inputs: Sequence, output: str | 
     if kind == "jsonl":
         with text_output(output) as f:
             for index, units, feats in items:
-                f.write(json_line({"linex_index": index, "features": [
+                head = {"id": ids[index]} if ids is not None else {}
+                f.write(json_line({**head, "linex_index": index, "features": [
                     {unit_key: unit, "layers": [{"index": layer, "values": [round(float(x), 6) for x in vec]}
                                                 for layer, vec in zip(extractor.layers, unit_feats)]}
                     for unit, unit_feats in zip(units, feats)]}))
         return len(inputs)
+    if ids is not None:
+        from .input_files import write_ids
+
+        write_ids(output, list(ids))
     offsets = [0]
     metadata = {"layers": ",".join(map(str, extractor.layers)), "align": extractor.align, "model": model_name,
                 "layout": "features[offsets[i]:offsets[i+1]] are input i's units; shape (units, layers, hidden)"}

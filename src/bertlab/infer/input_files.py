@@ -151,3 +151,79 @@ def select_text(record: dict[str, Any], columns: TextColumns, where: str) -> dic
     if columns.text_pair is not None and columns.text_pair in record:
         picked["text_pair"] = record[columns.text_pair]
     return picked
+
+
+@dataclass
+class TextInputs:
+    """The texts `embed`, `features`, `fill-mask` and `similarity` read (`read_texts`), with each one's id and
+    place. `ids` is None for one-text-per-line input (its rows are its lines, as always); for a table it holds
+    each row's id column (id, guid, ...), else its line (record) number, for the output rows to carry.
+    `pairs` holds a table's second texts (`with_pair`), None elsewhere."""
+
+    items: list[str]
+    source: str
+    ids: list[Any] | None = None
+    pairs: list[str] | None = None
+    places: list[str] | None = None
+
+    def where(self, i: int) -> str:
+        return self.places[i] if self.places is not None else f"{self.source}:{i + 1}"
+
+    @property
+    def table(self) -> bool:
+        return self.ids is not None
+
+
+def read_texts(path: str | Path | None, text_column: str | None = None, format: str | None = None,
+               with_pair: bool = False, text_pair_column: str | None = None) -> TextInputs:
+    """The texts of `path` (stdin for None / '-'): a table (told by the file name, or `format`) as `predict`
+    reads one -- the text from `text_column`, else a common name (text, sentence, ...), and with `with_pair`
+    the second text from `text_pair_column`, else a common name (text_pair, sentence2, ...) -- or anything else
+    one text per line, as it is (a line that looks like JSON is still that text)."""
+    kind = input_format(path, format)
+    if kind == TEXT_FORMAT:
+        if text_column is not None or text_pair_column is not None:
+            raise BertlabError(f"{path or '<stdin>'}: --text-column applies to tables (.csv, .tsv, .jsonl, .json, "
+                               ".parquet, or --format); this input is one text per line")
+        lines = read_lines(path)
+        return TextInputs(lines.items, lines.source)
+    if path is None or str(path) == "-":
+        raise BertlabError(f"--format {kind}: tables are read from a file (--input FILE), not stdin")
+    table = read_table(path, kind)
+    text, pair = table_columns(table.columns, TextColumns(text_column, text_pair_column), table.path)
+    if with_pair and pair is None:
+        raise BertlabError(f"{table.path}: no second-text column among {', '.join(table.columns)}; name it "
+                           "with --text-pair-column")
+    id_column = guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
+    texts, seconds, ids, places = [], [], [], []
+    for row in table.rows:
+        texts.append(table.text(row, text))
+        if with_pair:
+            seconds.append(table.text(row, pair))
+        ids.append(row.values.get(id_column, row.line) if id_column is not None else row.line)
+        places.append(table.where(row))
+    if not texts:
+        raise BertlabError(f"{table.path}: no rows; expected a header and one row per text")
+    return TextInputs(texts, str(table.path), ids, seconds if with_pair else None, places)
+
+
+def add_text_input_arguments(p, what: str = "one text per line") -> None:
+    """`--input`, `--format` and `--text-column` as `embed`, `features`, `fill-mask` and `similarity` spell them."""
+    p.add_argument("--input", metavar="FILE",
+                   help=f"a table (.csv, .tsv, .jsonl, .json, .parquet: its text column, the id carried into the "
+                        f"output), or {what} (default: stdin)")
+    p.add_argument("--input-format", choices=INPUT_FORMATS,
+                   help="how to read --input when its name does not say (text: one text per line)")
+    p.add_argument("--text-column", metavar="NAME",
+                   help="a table's column holding the text (default: text, sentence, ...)")
+
+
+def write_ids(output: str | Path, ids: list[Any]) -> Path:
+    """FILE.ids.json beside an array output (.npy / .safetensors): the table's id of each row, in order."""
+    import json
+
+    from ..fsio import atomic_write_text
+
+    target = Path(str(output) + ".ids.json")
+    atomic_write_text(target, json.dumps(ids) + "\n")
+    return target

@@ -54,6 +54,17 @@ def available() -> bool:
     return _extension() is not None
 
 
+def use_c_kernels(on: bool) -> bool:
+    """Turn the C path on (where built) or off for this process, as `BERTLAB_NO_CPU_KERNELS` would at its start;
+    what a resumed run calls to evaluate with the kernels it started with. Returns `available()` after."""
+    if on:
+        os.environ.pop("BERTLAB_NO_CPU_KERNELS", None)
+    else:
+        os.environ["BERTLAB_NO_CPU_KERNELS"] = "1"
+    _extension.cache_clear()
+    return available()
+
+
 def _cpu_has(flag: str) -> bool:
     """Whether the extension is built and found the CPU feature its module constant `flag` names ("vnni",
     "bf16dot", "avx512")."""
@@ -91,7 +102,9 @@ def _native(*tensors: torch.Tensor) -> bool:
 # ------------------------------------------------------------------------------------------- torch formulas
 def quantize_rows_reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = x.abs().amax(1, keepdim=True).float().clamp_(min=1e-8).div_(127.0)
-    return (x / scale).round_().to(torch.int8), scale
+    # A row with NaN or inf has a non-finite scale (amax and clamp keep NaN) and q = 0 -- what NaN / NaN and
+    # x / inf cast to int8 are not guaranteed to give -- so everything dequantized from it is NaN.
+    return (x / scale).round_().to(torch.int8).masked_fill_(~scale.isfinite(), 0), scale
 
 
 def dequantize_rows_reference(acc: torch.Tensor, xscale: torch.Tensor, wscale: torch.Tensor,
@@ -107,7 +120,8 @@ def dequantize_rows_reference(acc: torch.Tensor, xscale: torch.Tensor, wscale: t
 # ------------------------------------------------------------------------------------------------- kernels
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(N, K) fp32 or bf16 -> (N, K) int8 and the (N, 1) fp32 scales with x ≈ scale · xq: scale = max|x| / 127
-    per row (at least 1e-8 / 127), xq = round(x / scale), ties to even."""
+    per row (at least 1e-8 / 127), xq = round(x / scale), ties to even. A row holding NaN or inf: scale NaN or
+    inf, xq 0 (so what is dequantized from it is NaN, never finite)."""
     if x.dtype not in _DTYPE_CODES or x.dim() != 2 or not _native(x):
         return quantize_rows_reference(x)
     rows, cols = x.shape

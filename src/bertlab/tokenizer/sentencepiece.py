@@ -62,6 +62,56 @@ def load_processor(model_file: str | os.PathLike):
     return processor
 
 
+# TrainerSpec.model_type (sentencepiece_model.proto), as the trainer records it in every model file
+SENTENCEPIECE_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if i >= len(data):
+            raise ValueError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value) of a serialized protobuf message: varints as ints, the rest as bytes."""
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            value, i = data[i:i + size], i + size
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            value, i = data[i:i + size], i + size
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield number, wire, value
+
+
+def sentencepiece_model_type(processor) -> str:
+    """"unigram", "bpe", "word" or "char": the algorithm the model was trained as (its TrainerSpec), read from
+    the serialized model without the protobuf package; a model that does not say is unigram (the default)."""
+    try:
+        for number, wire, value in _fields(processor.serialized_model_proto()):
+            if number == 2 and wire == 2:  # ModelProto.trainer_spec
+                for n, w, v in _fields(value):
+                    if n == 3 and w == 0:  # TrainerSpec.model_type
+                        return SENTENCEPIECE_MODEL_TYPES.get(v, f"type {v}")
+    except ValueError:
+        pass  # the processor loaded it, so it is a model; an unreadable spec reads as the default
+    return "unigram"
+
+
 def byte_to_char(text: str) -> list[int]:
     """For each UTF-8 byte offset of `text` (and its end), the index of the character it falls in: SentencePiece
     reports a piece's `begin`/`end` in bytes, offsets are in characters."""

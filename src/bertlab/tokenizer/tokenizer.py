@@ -773,6 +773,18 @@ def _read_config(path: Path) -> dict[str, Any]:
     return out
 
 
+def check_valid_unicode(text: str, error: type[Exception] = TokenizerError) -> None:
+    """The one line every tokenizer gives for a text with no UTF-8 form (a lone surrogate, from a bad decode
+    upstream), instead of whatever the library below would raise (SentencePiece: a raw pybind11 error)."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise error(f"cannot encode a lone surrogate (U+{ord(text[e.start]):04X} at index {e.start}); text must "
+                    "be valid Unicode") from None
+
+
 def _is_batched(text: Any, split_words: bool) -> bool:
     if isinstance(text, str):
         if split_words:

@@ -5,6 +5,8 @@
                                    valid `--config` file
     resolve_resume_config          on `--resume`, the saved run config rules; flags change only the
                                    runtime (and optimiser) settings a recipe lists as may-change
+    numerics, restore_numerics     what changes a run's numbers besides its config (CPU threads, the C
+                                   kernels): recorded in `_resolved`, restored on `--resume`
     resume_base                    the saved settings, as the base of a resumed command's flags
     resolved_settings              what the first session of a resumed run decided
     resolve_precision              `auto` -> bf16 where the hardware does it natively, else fp32
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,8 +53,49 @@ BUDGET_RESERVE = 0.08
 
 # ---------------------------------------------------------------------------------------------- run config
 def run_record(cfg: Any, resolved: dict[str, Any]) -> dict[str, Any]:
-    """What OUT/run_config.json holds: the config's fields, and under `_resolved` what the run decided."""
-    return dataclasses.asdict(cfg) | {"_resolved": resolved}
+    """What OUT/run_config.json holds: the config's fields, and under `_resolved` what the run decided,
+    with this process's `numerics` (which a resume restores)."""
+    return dataclasses.asdict(cfg) | {"_resolved": {**resolved, "numerics": numerics()}}
+
+
+def numerics() -> dict[str, Any]:
+    """The settings of this process that change a run's numbers but are not in its config: torch's intra-op
+    threads (a reduction split over another number of threads rounds differently) and whether the C kernels
+    run (evaluation's attention and layer norm take them under no_grad)."""
+    from ..nn import cpu_kernels
+
+    return {"threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels.available()}
+
+
+def restore_numerics(saved: dict[str, Any] | None, say: Callable[[str], None]) -> None:
+    """A resumed run goes on with the `numerics` its run recorded -- so it ends bitwise equal to an uninterrupted
+    run -- except what the user stated again (`--threads N`, BERTLAB_NO_CPU_KERNELS), which wins and is said in
+    one line. A run from before they were recorded (`saved` None) keeps this process's."""
+    from ..nn import cpu_kernels
+    from ..threads import set_threads, stated_threads
+
+    if not saved:
+        return
+    overridden, restored = [], []
+    threads, stated = saved.get("threads"), stated_threads()
+    if threads is not None and stated is not None and stated != threads:
+        overridden.append(f"--threads {stated} (the run used {threads})")
+    elif threads is not None and torch.get_num_threads() != threads:
+        set_threads(threads)
+        restored.append(f"{threads} CPU threads")
+    kernels = saved.get("cpu_kernels")
+    if kernels is not None and kernels != cpu_kernels.available():
+        if kernels and os.environ.get("BERTLAB_NO_CPU_KERNELS"):
+            overridden.append("BERTLAB_NO_CPU_KERNELS (the run used the C kernels)")
+        elif cpu_kernels.use_c_kernels(kernels) == kernels:
+            restored.append("the C kernels " + ("on" if kernels else "off"))
+        else:
+            overridden.append("no C kernels (not built here; the run used them)")
+    if restored:
+        log.info("resume restores the run's %s", ", ".join(restored))
+    if overridden:
+        say("resume runs with " + ", ".join(overridden) + " as stated: the continuation is not bitwise an "
+            "uninterrupted run's")
 
 
 def write_run_config(out_dir: str | Path, record: dict[str, Any]) -> None:
@@ -76,8 +120,8 @@ def resolve_resume_config(cls: type[C], cfg: C, run_file: str | Path, may_change
     if not run_file.is_file():
         raise BertlabError(f"{run_file.parent}: nothing to resume (no {run_file.name}); start the run without "
                            "--resume")
-    saved = resume_base(run_file.parent) if run_file.name == RUN_CONFIG else read_json_object(run_file)
-    saved.pop("_resolved", None)
+    saved = read_json_object(run_file)
+    restore_numerics(saved.pop("_resolved", {}).get("numerics"), say)
     saved = flat_dict(cls, saved)  # settings by their flat names, groups' too (a file from before them is flat)
     current = flat_settings(cfg)
     if given is None:

@@ -15,7 +15,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ...tokenizer.tokenizer import (BatchEncoding, TokenizerError, _as_int_list, _as_rows, _longest_first,
-                                   _padding_mode, _to_tensors, _truncation_strategy, padded_length)
+                                   _padding_mode, _to_tensors, _truncation_strategy, check_valid_unicode,
+                                   padded_length)
 
 NUM_SENTINELS = 100  # T5's extra_ids
 SENTINEL_PATTERN = re.compile(r"<extra_id_(\d+)>")
@@ -150,6 +151,7 @@ class SentinelTokenizer:
     def _encode_text(self, text: str) -> list[int]:
         """Ids of one text without the eos: plain stretches through the base tokenizer, each on its own, and
         the special tokens written in the text by id (unless `split_special_tokens`)."""
+        check_valid_unicode(text)
         if self.split_special_tokens:
             return self._encode_plain(text) if text else []
         ids: list[int] = []

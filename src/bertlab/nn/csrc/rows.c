@@ -3,8 +3,12 @@
 #include "common.h"
 
 /* ------------------------------------------------------------------------------------------- quantize rows */
-/* q[r, :] = round(x[r, :] / s[r]), s[r] = max(max|x[r, :]|, 1e-8) / 127: symmetric int8, one scale per row. */
-INLINE float int8_scale(float amax) { return (amax > 1e-8f ? amax : 1e-8f) / 127.0f; }
+/* q[r, :] = round(x[r, :] / s[r]), s[r] = max(max|x[r, :]|, 1e-8) / 127: symmetric int8, one scale per row.
+ * A row holding NaN or inf keeps it in its scale (absmax's bit maximum ranks NaN above inf above every finite
+ * value; the clamp lets NaN through, as torch's clamp does) and gets q = 0 (a NaN cast to int8 is undefined in
+ * C), so every product dequantized from it is 0 · NaN or 0 · inf = NaN, as the torch formulas give: a blown-up
+ * activation stays visible instead of turning into plausible numbers. */
+INLINE float int8_scale(float amax) { return (amax > 1e-8f || amax != amax ? amax : 1e-8f) / 127.0f; }
 
 MULTIVERSION
 HIDDEN void quantize_f32(const float *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols) {
@@ -12,6 +16,10 @@ HIDDEN void quantize_f32(const float *x, int8_t *q, float *s, Py_ssize_t rows, P
         const float *xr = x + r * cols;
         int8_t *qr = q + r * cols;
         const float scale = s[r] = int8_scale(absmax_f32(xr, cols));
+        if (!isfinite(scale)) {
+            memset(qr, 0, (size_t)cols);
+            continue;
+        }
         for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(xr[c] / scale);
     }
 }
@@ -22,6 +30,10 @@ HIDDEN void quantize_bf16(const uint16_t *x, int8_t *q, float *s, Py_ssize_t row
         const uint16_t *xr = x + r * cols;
         int8_t *qr = q + r * cols;
         const float scale = s[r] = int8_scale(absmax_bf16(xr, cols));
+        if (!isfinite(scale)) {
+            memset(qr, 0, (size_t)cols);
+            continue;
+        }
         for (Py_ssize_t c = 0; c < cols; c++) qr[c] = (int8_t)round_even(bf16_to_f32(xr[c]) / scale);
     }
 }

@@ -63,7 +63,8 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
                              cfg.resolved("gamma"), layer_map, kl_positions=cfg.kl_positions)
     distiller.to(dist.device).train()
     teacher.to(dist.device)
-    precision = resolve_precision(cfg.precision, dist.device)
+    earlier = resolved_settings(cfg.out) if cfg.resume else {}  # what the run's first session decided
+    precision = earlier.get("precision") or resolve_precision(cfg.precision, dist.device)
 
     micro, accum = split_batch(cfg.resolved("batch_size"), cfg.micro_batch_size, dist.world_size)
     samples_per_step = micro * accum * dist.world_size
@@ -84,7 +85,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
         return evaluate_pretraining(model, batches, dist.device, objective)
 
     # ---- run length: given, or fitted to the time budget by timing real steps
-    steps = (resolved_settings(cfg.out) if cfg.resume else {}).get("steps") or cfg.steps
+    steps = earlier.get("steps") or cfg.steps
     if steps is None:
         per_step = time_step(distiller, lambda m, b: m(b), stream(0), accum, precision, dist.device)
         # Held-out evaluations (GENERAL_EVALS by default, and the teacher's once) come out of the budget too.

@@ -18,7 +18,7 @@ from ...errors import ConfigError
 from ..batches import shuffled_batches, steps_for_epochs
 from ..distributed import init_distributed, seed_everything
 from ..run_dir import CHECKPOINT_DIR, check_writable
-from ..setup import autocast_dtype, resolve_precision, run_record, split_batch
+from ..setup import autocast_dtype, resolve_precision, resolved_settings, run_record, split_batch
 from ..students import build_student, hidden_layer_map
 from .config import MODEL_DIR, DistillConfig, DistillResult
 from .distillers import TaskDistiller, soft_target
@@ -115,7 +115,9 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
             raise ConfigError(f"max sequence length {max_length} exceeds the {who}'s max_position_embeddings "
                               f"({model.config.max_position_embeddings})")
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
-    precision = resolve_precision(cfg.precision, dist.device)
+    # a resumed run keeps the precision its first session resolved (`auto` may resolve otherwise elsewhere)
+    precision = (resolved_settings(cfg.out) if cfg.resume else {}).get("precision") \
+        or resolve_precision(cfg.precision, dist.device)
     amp_dtype = autocast_dtype(precision)
     teacher.to(dist.device)
 
