@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("generate", "text-to-text generation with a T5 model (greedy or beam search; span filling)"),
     "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
+    "evaluate-retrieval": ("evaluate_retrieval", "score an embedding model (and a reranker) on a retrieval set as "
+                                                 "BEIR does: nDCG@k, MRR@k, Recall@k, MAP@k; a TREC run file"),
 }
 # Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
