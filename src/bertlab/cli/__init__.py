@@ -43,10 +43,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
     "evaluate-retrieval": ("evaluate_retrieval", "score an embedding model (and a reranker) on a retrieval set as "
                                                  "BEIR does: nDCG@k, MRR@k, Recall@k, MAP@k; a TREC run file"),
+    "finetune-embeddings": ("finetune_embeddings", "fine-tune a sentence-embedding model on your pairs (MNRL, GradCache, "
+                                                   "Matryoshka, CoSENT, MarginMSE); a sentence-transformers folder"),
 }
 # Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
-                     "distill")
+                     "distill", "finetune-embeddings")
 
 
 def main(argv: list[str] | None = None) -> int:
