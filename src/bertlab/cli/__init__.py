@@ -45,10 +45,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                                  "BEIR does: nDCG@k, MRR@k, Recall@k, MAP@k; a TREC run file"),
     "finetune-embeddings": ("finetune_embeddings", "fine-tune a sentence-embedding model on your pairs (MNRL, GradCache, "
                                                    "Matryoshka, CoSENT, MarginMSE); a sentence-transformers folder"),
+    "mine-negatives": ("mine_negatives", "hard negatives for (anchor, positive) pairs, ranked by an embedding model"),
+    "finetune-reranker": ("finetune_reranker", "fine-tune a cross-encoder reranker (BCE, listwise, teacher "
+                                               "distillation); served by /rerank"),
 }
 # Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
-                     "distill", "finetune-embeddings")
+                     "distill", "finetune-embeddings", "finetune-reranker")
 
 
 def main(argv: list[str] | None = None) -> int:
