@@ -1,8 +1,9 @@
 """Fine-tuning an embedding model on own pairs, bertlab against sentence-transformers' trainer, side by side.
 
-    python benchmarks/bench_retrieval.py [--train-pairs 2000] [--heldout-queries 2000] [--threads 1]
+    python benchmarks/bench_retrieval.py [--train-pairs 1000] [--heldout-queries 1000] [--threads 1]
         [--batch-size 32] [--lr 5e-5] [--warmup 0.1] [--seed 42] [--max-seq-length 256] [--parallel]
         [--json out.json]
+    python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 64   # GradCache's memory
 
 Needs the test extra and `datasets` (sentence-transformers' trainer reads a `datasets.Dataset`).
 
@@ -139,10 +140,35 @@ def evaluate(model: str, beir: Path, out: Path, threads: int) -> dict:
     return {k: round(metrics[k], 4) for k in ("ndcg@10", "mrr@10", "recall@100")}
 
 
+def peak_rss_mb(cmd: list[str]) -> tuple[float, float]:
+    """(peak resident MB, seconds) of a child process (its `ru_maxrss`, from `os.wait4`)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.read().decode()[-3000:]}")
+    return usage.ru_maxrss / 1024, time.perf_counter() - start
+
+
+def memory(model: str, train: Path, tmp: Path, a: argparse.Namespace) -> dict:
+    """Peak memory of one optimizer step: mnrl at batch 64 and 1,024, cached-mnrl at 1,024 (mini-batch 32)."""
+    rows = {}
+    for loss, batch in (("mnrl", 64), ("mnrl", 1024), ("cached-mnrl", 1024)):
+        cmd = [sys.executable, "-m", "bertlab.cli", "finetune-embeddings", "--model", model, "--train", str(train),
+               "--out", str(tmp / f"mem-{loss}-{batch}"), "--loss", loss, "--batch-size", str(batch), "--max-steps", "1",
+               "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads), "--no-progress",
+               "--mini-batch-size", "32"]
+        peak, seconds = peak_rss_mb(cmd)
+        rows[f"{loss} batch {batch}"] = {"peak_rss_mb": round(peak), "seconds": round(seconds, 1)}
+        print(f"{loss} batch {batch}: {rows[f'{loss} batch {batch}']}", flush=True)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--train-pairs", type=int, default=2000)
-    p.add_argument("--heldout-queries", type=int, default=2000)
+    p.add_argument("--train-pairs", type=int, default=1000)
+    p.add_argument("--heldout-queries", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-5)
@@ -155,6 +181,8 @@ def main() -> None:
     p.add_argument("--parallel", action="store_true",
                    help="train both at once, each on --threads threads (a shared machine's load then falls on both "
                         "alike; whichever finishes first leaves the other a quieter machine)")
+    p.add_argument("--memory", action="store_true",
+                   help="instead: peak memory of one step of mnrl at batch 64 and 1,024 and cached-mnrl at 1,024")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
@@ -163,6 +191,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         train, beir = build_data(SQUAD, tmp, a.train_pairs, a.heldout_queries, a.seed)
+        if a.memory:
+            result = memory(model, train, tmp, a)
+            if a.json:
+                a.json.write_text(json.dumps({"settings": {"max_seq_length": a.max_seq_length, "threads": a.threads},
+                                              "memory": result}, indent=2) + "\n")
+            return
         rows: dict[str, dict] = {}
         if not a.no_eval:
             rows["all-MiniLM-L6-v2, as shipped"] = evaluate(model, beir, tmp / "eval-base", a.threads)

@@ -112,7 +112,7 @@ def _progress(what: str, unit: str, enabled: bool):
 
 
 def retrieve(embed_queries, embed_passages, dim: int, data: RetrievalSet, top_k: int, vectors_path: Path,
-             store: str = "float16", progress: bool = False) -> dict[str, dict[str, float]]:
+             store: str = "float16", progress: bool = False) -> search.HitsRun:
     """The run of exact search: query id -> {passage id: score} for its `top_k` passages."""
     corpus = search.encode_to_disk(embed_passages, data.corpus_texts, dim, vectors_path, store,
                                    _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress))

@@ -15,7 +15,7 @@ Scores are cosine similarities when the vectors are L2-normalised (the default),
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -94,13 +94,32 @@ def exact_search(queries: np.ndarray, corpus: DiskVectors, top_k: int) -> tuple[
     return out_idx, out_scores
 
 
+class HitsRun(Mapping):
+    """A run (query id -> {passage id: score}) over the (Q, k) arrays of `exact_search`, each query's dict made
+    when asked for: the metrics and the run file walk it query by query, so memory holds the arrays (12 bytes a
+    hit), not Q x k Python objects (~100 bytes a hit)."""
+
+    def __init__(self, query_ids: Sequence[str], corpus_ids: Sequence[str], idx: np.ndarray, scores: np.ndarray):
+        self.rows = {qid: i for i, qid in enumerate(query_ids)}
+        self.corpus_ids, self.idx, self.scores = corpus_ids, idx, scores
+
+    def __getitem__(self, qid: str) -> dict[str, float]:
+        i = self.rows[qid]
+        return {self.corpus_ids[j]: s for j, s in zip(self.idx[i].tolist(), self.scores[i].tolist())}
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
 def run_from_hits(query_ids: Sequence[str], corpus_ids: Sequence[str], idx: np.ndarray,
-                  scores: np.ndarray) -> dict[str, dict[str, float]]:
-    return {qid: {corpus_ids[j]: float(s) for j, s in zip(row_idx.tolist(), row_scores.tolist())}
-            for qid, row_idx, row_scores in zip(query_ids, idx, scores)}
+                  scores: np.ndarray) -> HitsRun:
+    return HitsRun(query_ids, corpus_ids, idx, scores)
 
 
-def rerank(run: dict[str, dict[str, float]], queries: dict[str, str], passages: Callable[[str], str],
+def rerank(run: Mapping[str, Mapping[str, float]], queries: dict[str, str], passages: Callable[[str], str],
            score_pairs: Callable[[list[tuple[str, str]]], list[float]], top: int,
            progress: Callable | None = None) -> dict[str, dict[str, float]]:
     """Each query's `top` best passages scored anew by `score_pairs` (a cross-encoder), ranked by those scores;
@@ -114,7 +133,7 @@ def rerank(run: dict[str, dict[str, float]], queries: dict[str, str], passages: 
     return out
 
 
-def write_trec_run(path: Path, run: dict[str, dict[str, float]], tag: str = "bertlab") -> None:
+def write_trec_run(path: Path, run: Mapping[str, Mapping[str, float]], tag: str = "bertlab") -> None:
     """`qid Q0 docid rank score tag` per line, each query's passages in trec_eval's order."""
     with open(path, "w", encoding="utf-8") as f:
         for qid, hits in run.items():
