@@ -184,3 +184,16 @@ def test_command_bad_input_is_one_line(tmp_path, capsys):
     assert main(["evaluate-retrieval", "--model", str(model), "--data", str(folder)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "passage id 'd9'" in err
+
+
+def test_bm25_row(tmp_path):
+    pytest.importorskip("bm25s")
+    model = tiny_model(tmp_path / "model")
+    folder = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
+    out = tmp_path / "out"
+    assert main(["evaluate-retrieval", "--model", str(model), "--data", str(folder), "--out", str(out),
+                 "--k-values", "1,10", "--bm25", "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    # the words of each query are in its passage only: BM25 puts every relevant passage first
+    assert results["bm25"]["mrr@10"] == 1.0 and results["bm25"]["ndcg@1"] == 1.0
+    assert len((out / "run.bm25.trec").read_text().splitlines()) == 12

@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{results['data']}: {results['queries']:,} queries, {results['passages']:,} passages "
           f"({results['seconds']:.1f}s, peak memory {results['peak_memory_mb']:.0f} MB)")
     print(f"{results['model']}:\n{format_metrics(results['metrics'])}")
+    if "bm25" in results:
+        print(f"BM25 (bm25s):\n{format_metrics(results['bm25'])}")
     if "reranked" in results:
         print(f"reranked top {results['rerank_top']} by {results['reranker']}:\n{format_metrics(results['reranked'])}")
     if cfg.out:

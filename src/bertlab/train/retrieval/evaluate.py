@@ -67,6 +67,8 @@ class RetrievalEvalConfig:
     """the corpus vectors on disk: float16, float32 or int8"""
     keep_vectors: bool = False
     """keep the corpus vectors (OUT_DIR/corpus_vectors.npy) instead of deleting them at the end"""
+    bm25: bool = False
+    """also score BM25 (the bm25s library: pip install 'bertlab-paper[retrieval]') on the same set, for comparison"""
     reranker: str | None = None
     """a cross-encoder folder (sequence classifier with one output) to rerank each query's top passages"""
     rerank_top: int = 100
@@ -164,6 +166,21 @@ def cross_encoder_scorer(model_dir: str, options):
     return lambda pairs: [answer["score"] for answer in predictor.predict_parsed(pairs)]
 
 
+def bm25_run(data: RetrievalSet, top_k: int) -> search.HitsRun:
+    """BM25 (Lucene's variant, k1 1.5, b 0.75, English stopwords, no stemming: bm25s's defaults) over the set."""
+    try:
+        import bm25s
+    except ImportError:
+        raise BertlabError("--bm25 needs the bm25s library: pip install 'bertlab-paper[retrieval]'") from None
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(data.corpus_texts, stopwords="en", show_progress=False), show_progress=False)
+    query_ids = list(data.queries)
+    tokens = bm25s.tokenize([data.queries[q] for q in query_ids], stopwords="en", return_ids=False,
+                            show_progress=False)
+    idx, scores = retriever.retrieve(tokens, k=min(top_k, len(data.corpus_ids)), show_progress=False, n_threads=1)
+    return search.run_from_hits(query_ids, data.corpus_ids, np.asarray(idx), np.asarray(scores, dtype=np.float32))
+
+
 def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     """The whole command (see the module docstring); returns what results.json holds."""
     from ...infer.embeddings import Embedder
@@ -192,6 +209,11 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
                "seconds": round(retrieved_at - started, 1)}
     if out is not None:
         search.write_trec_run(out / "run.trec", run)
+    if cfg.bm25:
+        bm25 = bm25_run(data, top_k)
+        results["bm25"] = evaluate_run(bm25, data.qrels, cfg.cutoffs)
+        if out is not None:
+            search.write_trec_run(out / "run.bm25.trec", bm25)
     if cfg.reranker:
         passages = dict(zip(data.corpus_ids, data.corpus_texts))
         scorer = cross_encoder_scorer(cfg.reranker, options)
