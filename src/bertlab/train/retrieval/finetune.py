@@ -93,8 +93,8 @@ class EmbeddingFinetuneConfig:
     """write a Normalize module: vectors L2-normalised (default: as the start folder; yes for a plain folder)"""
     max_seq_length: int | None = None
     """tokens per text (default: the start folder's max_seq_length, else the model's)"""
-    no_duplicates: bool = True
-    """no two rows in a batch share a text (no false in-batch negatives)"""
+    allow_duplicates: bool = False
+    """let a batch hold rows that share a text (by default none do: no false in-batch negatives)"""
     epochs: float = 1.0
     """passes over the training rows"""
     max_steps: int | None = None
@@ -353,7 +353,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         raise ConfigError(f"matryoshka-dims {cfg.dims} exceed the model's {hidden} dimensions")
     model = SentenceEncoder(encoder, settings.pooling).to(device)
     data = tokenize_rows(rows, tokenizer, max_length, settings.query_prompt, settings.passage_prompt)
-    plan = EpochPlan(data, cfg.batch_size, cfg.seed, cfg.no_duplicates)
+    plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates)
     steps = cfg.max_steps or plan.steps_for(cfg.epochs)
     log.info("%d rows (%s), %d distinct texts; %d steps of %d rows; loss %s; pooling %s%s", len(rows),
              ", ".join(f"{r}={c}" for r, c in rows.columns.items()), len(data.ids), steps, cfg.batch_size, cfg.loss,
