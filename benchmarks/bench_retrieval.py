@@ -3,7 +3,8 @@
     python benchmarks/bench_retrieval.py [--train-pairs 1000] [--heldout-queries 1000] [--threads 1]
         [--batch-size 32] [--lr 5e-5] [--warmup 0.1] [--seed 42] [--max-seq-length 256] [--parallel]
         [--json out.json]
-    python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 64   # GradCache's memory
+    python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 32   # GradCache's memory
+    python benchmarks/bench_retrieval.py --reranker [--rerank-top 20]    # a reranker on mined negatives
 
 Needs the test extra and `datasets` (sentence-transformers' trainer reads a `datasets.Dataset`).
 
@@ -165,6 +166,36 @@ def memory(model: str, train: Path, tmp: Path, a: argparse.Namespace) -> dict:
     return rows
 
 
+def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.Namespace) -> dict:
+    """Negatives mined with the model, a cross-encoder trained on them (listwise), the model's top
+    `--rerank-top` reranked by it: nDCG@10 before and after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def bertlab(*args: str) -> str:
+        run = subprocess.run([sys.executable, "-m", "bertlab.cli", *args, "--no-progress"], capture_output=True,
+                             text=True, env=env)
+        if run.returncode:
+            raise SystemExit(f"bertlab {args[0]} failed:\n{run.stderr[-3000:]}")
+        return run.stdout
+
+    groups = tmp / "groups.csv"
+    bertlab("mine-negatives", "--model", model, "--train", str(train), "--output", str(groups), "--num-negatives", "3",
+            "--threads", str(a.threads))
+    start = time.perf_counter()
+    bertlab("finetune-reranker", "--model", model, "--train", str(groups), "--out", str(tmp / "rr"), "--loss", "listwise",
+            "--batch-size", "8", "--lr", "3e-5", "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads))
+    trained = time.perf_counter() - start
+    bertlab("evaluate-retrieval", "--model", model, "--data", str(beir), "--out", str(tmp / "rr-eval"), "--k-values",
+            "1,10,100", "--reranker", str(tmp / "rr" / "final"), "--rerank-top", str(a.rerank_top),
+            "--threads", str(a.threads))
+    results = json.loads((tmp / "rr-eval" / "results.json").read_text())
+    row = {"retriever": {k: round(results["metrics"][k], 4) for k in ("ndcg@10", "mrr@10")},
+           "reranked": {k: round(results["reranked"][k], 4) for k in ("ndcg@10", "mrr@10")},
+           "rerank_top": a.rerank_top, "reranker_train_seconds": round(trained, 1)}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-pairs", type=int, default=1000)
@@ -183,6 +214,10 @@ def main() -> None:
                         "alike; whichever finishes first leaves the other a quieter machine)")
     p.add_argument("--memory", action="store_true",
                    help="instead: peak memory of one step of mnrl at batch 64 and 1,024 and cached-mnrl at 1,024")
+    p.add_argument("--reranker", action="store_true",
+                   help="instead: mine negatives with the model, train a reranker on them (listwise), rerank the "
+                        "model's top --rerank-top on the held-out set")
+    p.add_argument("--rerank-top", type=int, default=20)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
@@ -191,6 +226,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         train, beir = build_data(SQUAD, tmp, a.train_pairs, a.heldout_queries, a.seed)
+        if a.reranker:
+            result = reranker_check(model, train, beir, tmp, a)
+            if a.json:
+                a.json.write_text(json.dumps({"settings": {k: getattr(a, k) for k in (
+                    "train_pairs", "heldout_queries", "threads", "max_seq_length", "rerank_top")},
+                    "reranker": result}, indent=2) + "\n")
+            return
         if a.memory:
             result = memory(model, train, tmp, a)
             if a.json:

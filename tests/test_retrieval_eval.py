@@ -197,3 +197,30 @@ def test_bm25_row(tmp_path):
     # the words of each query are in its passage only: BM25 puts every relevant passage first
     assert results["bm25"]["mrr@10"] == 1.0 and results["bm25"]["ndcg@1"] == 1.0
     assert len((out / "run.bm25.trec").read_text().splitlines()) == 12
+
+
+@pytest.mark.slow
+def test_squad_retrieval_equals_pytrec_eval(tmp_path, shared_data, minilm_dir):
+    """Every answerable SQuAD v1.1 dev question against all dev paragraphs with all-MiniLM-L6-v2: the figures
+    of results.json are pytrec_eval's on the run file (the guide's table)."""
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    from bertlab.tasks.retrieval.squad import squad_retrieval_set, write_beir
+
+    data = squad_retrieval_set(shared_data / "squad" / "dev-v1.1.json")
+    assert (len(data.queries), len(data.corpus_ids)) == (10570, 2067)
+    folder = write_beir(data, tmp_path / "squad")
+    out = tmp_path / "out"
+    assert main(["evaluate-retrieval", "--model", str(minilm_dir), "--data", str(folder), "--out", str(out),
+                 "--k-values", "10,100", "--no-progress"]) == 0
+    ours = json.loads((out / "results.json").read_text())["metrics"]
+    run: dict = {}
+    for line in (out / "run.trec").read_text().splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        run.setdefault(qid, {})[doc] = float(score)
+    per = pytrec_eval.RelevanceEvaluator(data.qrels, {"ndcg_cut.10", "recall.100"}).evaluate(run)
+    top10 = {q: {d: run[q][d] for d in ranked(run[q])[:10]} for q in run}
+    rr = pytrec_eval.RelevanceEvaluator(data.qrels, {"recip_rank"}).evaluate(top10)
+    assert ours["ndcg@10"] == pytest.approx(np.mean([v["ndcg_cut_10"] for v in per.values()]), abs=1e-4)
+    assert ours["recall@100"] == pytest.approx(np.mean([v["recall_100"] for v in per.values()]), abs=1e-4)
+    assert ours["mrr@10"] == pytest.approx(np.mean([v["recip_rank"] for v in rr.values()]), abs=1e-4)
+    assert ours["ndcg@10"] == pytest.approx(0.7719, abs=2e-3)
