@@ -41,10 +41,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("generate", "text-to-text generation with a T5 model (greedy or beam search; span filling)"),
     "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
+    "evaluate-retrieval": ("evaluate_retrieval", "score an embedding model (and a reranker) on a retrieval set as "
+                                                 "BEIR does: nDCG@k, MRR@k, Recall@k, MAP@k; a TREC run file"),
+    "finetune-embeddings": ("finetune_embeddings", "fine-tune a sentence-embedding model on your pairs (MNRL, GradCache, "
+                                                   "Matryoshka, CoSENT, MarginMSE); a sentence-transformers folder"),
+    "mine-negatives": ("mine_negatives", "hard negatives for (anchor, positive) pairs, ranked by an embedding model"),
+    "finetune-reranker": ("finetune_reranker", "fine-tune a cross-encoder reranker (BCE, listwise, teacher "
+                                               "distillation); served by /rerank"),
 }
 # Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
-                     "distill")
+                     "distill", "finetune-embeddings", "finetune-reranker")
 
 
 def main(argv: list[str] | None = None) -> int:

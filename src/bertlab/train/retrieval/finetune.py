@@ -1,0 +1,407 @@
+"""`finetune-embeddings`: a bi-encoder (sentence-embedding model) fine-tuned on the user's pairs.
+
+From any family folder bertlab loads -- a sentence-transformers folder keeps its pooling, normalisation,
+prompts and length limit (`st_folder.read_settings`), flags override them. The rows (`tasks.retrieval.pairs`)
+are tokenized once (each distinct text once, its prompt before it); batches are drawn by a no-duplicates
+sampler (`no_duplicate_batches`); each column is embedded (pooling in fp32) and a loss of `losses.py` applied;
+the shared training loop (`loop.Trainer`) runs it: AdamW, linear warmup and decay, clipping, bf16, checkpoints,
+exact resume, metrics.jsonl, progress.
+
+With `validation` (a BEIR-layout folder) the model is evaluated every `eval_every` steps and at the end
+(`evaluate.evaluate_embedder`: exact search, trec_eval's metrics), and the best by `metric` is kept in
+OUT/best. OUT/final (and OUT/best) are sentence-transformers folders (`st_folder.write_settings`): the
+encoder in the Hugging Face layout, its tokenizer, modules.json, pooling, Normalize, prompts, Matryoshka
+dimensions -- `SentenceTransformer(OUT/final)` embeds as bertlab does, `bertlab serve` serves it.
+
+The no-duplicates sampler: each epoch's order is a permutation seeded by (seed, epoch); a batch takes rows in
+that order, skipping (for a later batch) any row with a text already in the batch, so no anchor meets a copy of
+its own positive as an in-batch "negative" (sentence-transformers' NoDuplicatesBatchSampler). Batches are a
+function of (seed, epoch) only, so resume seeks to any step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ...errors import BertlabError, ConfigError
+from ...fsio import atomic_directory
+from ...tasks.retrieval.data import load_retrieval_set
+from ...tasks.retrieval.pairs import TrainingRows, read_rows
+from ..loop import LoopConfig, Trainer
+from ..optim import adamw, linear_warmup_decay
+from ..setup import resolve_device, resolve_resume_config, run_record, write_run_config
+from .evaluate import evaluate_embedder
+from .losses import LOSS_ROWS, build_objective, cached_loss, plain_loss
+from .st_folder import EmbeddingSettings, read_settings, write_settings
+
+log = logging.getLogger(__name__)
+
+RUN_CONFIG = "run_config.json"
+BEST_RECORD = "validation.json"
+
+
+@dataclass
+class EmbeddingFinetuneConfig:
+    """`bertlab finetune-embeddings`'s settings; the string under each field is its `--help`."""
+
+    model: str | None = None
+    """the starting model: a sentence-transformers folder, any Hugging Face-layout folder bertlab loads, or a
+    model's name in the local Hugging Face cache"""
+    train: str | None = None
+    """the training rows: CSV/TSV/JSONL/Parquet of anchor, positive[, negative ...] (mnrl), sentence1,
+    sentence2, score (cosent, cosine), or query, positive, negative, margin (margin-mse)"""
+    out: str | None = None
+    """OUT_DIR: final/ and best/ (sentence-transformers folders), checkpoints, metrics.jsonl, run_config.json"""
+    loss: str = "mnrl"
+    """mnrl (in-batch and hard negatives), cached-mnrl (the same with GradCache: large batches in small memory),
+    cosent or cosine (scored pairs), margin-mse (a teacher's margins)"""
+    scale: float = 20.0
+    """mnrl, cosent: the similarity scale (1 / temperature)"""
+    symmetric: bool = False
+    """mnrl: add the positive -> anchors direction, the two averaged"""
+    mini_batch_size: int = 32
+    """cached-mnrl: texts per forward pass (memory); the gradient is the whole batch's"""
+    matryoshka_dims: str | None = None
+    """train the leading dimensions to work alone too, e.g. 384,256,128,64 (the loss summed over them)"""
+    matryoshka_weights: str | None = None
+    """weights of the matryoshka terms, one per dimension (default: all 1)"""
+    anchor_column: str | None = None
+    """the anchor (query) column (default: anchor, query, question, sentence1, ...)"""
+    positive_column: str | None = None
+    """the positive column (default: positive, passage, document, answer, sentence2, ...)"""
+    negative_columns: str | None = None
+    """comma-separated hard-negative columns (default: every column named negative*)"""
+    score_column: str | None = None
+    """the score (cosent, cosine) or margin (margin-mse) column (default: score / label / margin)"""
+    query_prompt: str | None = None
+    """text put before every anchor, e.g. 'query: ' (default: the start folder's prompt; saved with the model)"""
+    passage_prompt: str | None = None
+    """text put before every positive and negative, e.g. 'passage: ' (default: the start folder's prompt)"""
+    pooling: str | None = None
+    """cls, mean or max (default: the start folder's sentence-transformers pooling, else mean)"""
+    normalize: bool | None = None
+    """write a Normalize module: vectors L2-normalised (default: as the start folder; yes for a plain folder)"""
+    max_seq_length: int | None = None
+    """tokens per text (default: the start folder's max_seq_length, else the model's)"""
+    allow_duplicates: bool = False
+    """let a batch hold rows that share a text (by default none do: no false in-batch negatives)"""
+    epochs: float = 1.0
+    """passes over the training rows"""
+    max_steps: int | None = None
+    """optimizer steps instead of --epochs"""
+    batch_size: int = 32
+    """rows per optimizer step"""
+    lr: float = 5e-5
+    """peak learning rate"""
+    warmup: float = 0.1
+    """warmup: a fraction of the steps (< 1) or a step count"""
+    weight_decay: float = 0.0
+    """AdamW's weight decay, not on biases and norm weights"""
+    max_grad_norm: float | None = 1.0
+    """gradient clipping norm"""
+    adam_eps: float = 1e-8
+    """AdamW's ε"""
+    bf16: bool = False
+    """bf16 autocast (CPU or GPU)"""
+    validation: str | None = None
+    """a BEIR-layout folder to evaluate on during training; the best model is kept in OUT/best"""
+    validation_split: str = "test"
+    """which qrels/<split>.tsv of --validation"""
+    eval_every: int | None = None
+    """steps between validations (default: the end only)"""
+    metric: str = "ndcg@10"
+    """the validation metric that picks the best model"""
+    seed: int = 42
+    """seed of the batch order and dropout"""
+    device: str | None = None
+    """cpu or cuda (default: CUDA when available)"""
+    save_every: int | None = None
+    """steps between checkpoints of the training state (one is always written on Ctrl-C / SIGTERM)"""
+    resume: bool = False
+    """continue the interrupted run in --out from its last checkpoint, exactly, with the run's own settings"""
+    progress: bool = True
+    """progress: a bar on a terminal, a line every 30 s in a log file"""
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSS_ROWS:
+            raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSS_ROWS)}")
+        if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent"):
+            raise ConfigError(f"batch-size must be at least 2 for {self.loss}: it learns from the batch's other rows")
+        for name in ("epochs", "lr", "scale"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        self.dims  # parses
+
+    @property
+    def dims(self) -> list[int]:
+        if not self.matryoshka_dims:
+            return []
+        try:
+            dims = [int(d) for d in str(self.matryoshka_dims).split(",") if d.strip()]
+        except ValueError:
+            raise ConfigError(f"matryoshka-dims must be comma-separated integers, got {self.matryoshka_dims!r}") from None
+        if not dims or min(dims) < 1:
+            raise ConfigError(f"matryoshka-dims must be positive integers, got {self.matryoshka_dims!r}")
+        return sorted(set(dims), reverse=True)
+
+    @property
+    def weights(self) -> list[float] | None:
+        if not self.matryoshka_weights:
+            return None
+        try:
+            return [float(w) for w in str(self.matryoshka_weights).split(",") if w.strip()]
+        except ValueError:
+            raise ConfigError(f"matryoshka-weights must be comma-separated numbers, got {self.matryoshka_weights!r}") \
+                from None
+
+
+# settings a resumed run may take anew (the rest are the run's own)
+MAY_CHANGE = ("progress", "save_every", "eval_every", "device")
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class SentenceEncoder(nn.Module):
+    """An encoder and its pooling: one column's inputs -> (B, H) fp32 sentence embeddings (not normalised)."""
+
+    def __init__(self, encoder: nn.Module, pooling: str):
+        super().__init__()
+        from ...infer.embeddings import POOLINGS
+
+        self.encoder, self.pooling, self.pool = encoder, pooling, POOLINGS[pooling]
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        hidden = self.encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                              token_type_ids=inputs["token_type_ids"]).last_hidden_state
+        return self.pool(hidden.float(), inputs["attention_mask"])
+
+
+def encode(model: nn.Module, inputs) -> torch.Tensor:
+    return model(inputs)
+
+
+# ---------------------------------------------------------------------------------------------- the data
+@dataclass
+class TokenizedRows:
+    """Each distinct text's token ids once; per role, each row's index into them."""
+
+    ids: list[list[int]]
+    rows: dict[str, list[int]]  # role -> text index per row
+    labels: list[float] | None
+
+    def __len__(self) -> int:
+        return len(self.rows["anchor"])
+
+
+def tokenize_rows(rows: TrainingRows, tokenizer, max_length: int, query_prompt: str = "",
+                  passage_prompt: str = "") -> TokenizedRows:
+    from ...infer.inputs import encode as encode_texts
+
+    index: dict[str, int] = {}
+    by_role: dict[str, list[int]] = {}
+    for role, texts in rows.texts.items():
+        prompt = query_prompt if role == "anchor" else passage_prompt
+        by_role[role] = [index.setdefault(prompt + t, len(index)) for t in texts]
+    unique = list(index)
+    return TokenizedRows(encode_texts(tokenizer, unique, max_length).input_ids, by_role, rows.labels)
+
+
+def no_duplicate_batches(data: TokenizedRows, batch_size: int, seed: int, epoch: int,
+                         no_duplicates: bool = True) -> list[list[int]]:
+    """Epoch `epoch`'s batches of row indices (see the module docstring); a function of (seed, epoch)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(len(data), generator=g).tolist()
+    if not no_duplicates:
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    texts = [tuple(data.rows[role][i] for role in data.rows) for i in range(len(data))]
+    remaining = dict.fromkeys(order)
+    batches = []
+    while remaining:
+        seen: set[int] = set()
+        batch: list[int] = []
+        for i in remaining:
+            if seen.intersection(texts[i]):
+                continue
+            batch.append(i)
+            seen.update(texts[i])
+            if len(batch) == batch_size:
+                break
+        for i in batch:
+            del remaining[i]
+        batches.append(batch)
+    return batches
+
+
+def collate(data: TokenizedRows, batch: Sequence[int]) -> dict:
+    from ...infer.batching import model_inputs
+
+    out: dict = {role: model_inputs([data.ids[rows[i]] for i in batch]) for role, rows in data.rows.items()}
+    if data.labels is not None:
+        out["labels"] = torch.tensor([data.labels[i] for i in batch], dtype=torch.float32)
+    return out
+
+
+def count_batch_tokens(batch: dict) -> int:
+    return sum(int(v["attention_mask"].sum()) for v in batch.values() if isinstance(v, dict))
+
+
+class EpochPlan:
+    """Batches epoch after epoch, each epoch's computed when first needed; `batches(step)` starts at `step`."""
+
+    def __init__(self, data: TokenizedRows, batch_size: int, seed: int, no_duplicates: bool):
+        self.data, self.batch_size, self.seed, self.no_duplicates = data, batch_size, seed, no_duplicates
+        self._epochs: dict[int, list[list[int]]] = {}
+
+    def epoch(self, e: int) -> list[list[int]]:
+        if e not in self._epochs:
+            self._epochs[e] = no_duplicate_batches(self.data, self.batch_size, self.seed, e, self.no_duplicates)
+        return self._epochs[e]
+
+    def steps_for(self, epochs: float) -> int:
+        whole = int(epochs)
+        steps = sum(len(self.epoch(e)) for e in range(whole))
+        return steps + int(round((epochs - whole) * len(self.epoch(whole)))) if epochs > whole else steps
+
+    def batches(self, step: int) -> Iterator[dict]:
+        e = 0
+        while step >= len(self.epoch(e)):
+            step -= len(self.epoch(e))
+            e += 1
+        while True:
+            for batch in self.epoch(e)[step:]:
+                yield collate(self.data, batch)
+            e, step = e + 1, 0
+
+
+# ---------------------------------------------------------------------------------------------- output
+def save_folder(model: SentenceEncoder, tokenizer, settings: EmbeddingSettings, max_length: int, out: Path) -> Path:
+    """`out` as a sentence-transformers folder, written whole or not at all."""
+    from ...checkpoint.pretrained import save_pretrained
+
+    with atomic_directory(out, keep_existing=False) as tmp:
+        save_pretrained(model.encoder, tmp)
+        tokenizer.save_pretrained(tmp)
+        write_settings(tmp, settings, model.encoder.config.hidden_size, max_length)
+    return out
+
+
+@dataclass
+class EmbeddingFinetuneResult:
+    out_dir: Path
+    final: Path | None
+    best: Path | None
+    train: object  # loop.TrainResult
+    validation: dict
+    best_validation: dict
+    rows: int
+    steps: int
+
+
+def _settings(cfg: EmbeddingFinetuneConfig, model_dir: Path, start: EmbeddingSettings | None = None) -> EmbeddingSettings:
+    settings = start or read_settings(model_dir)
+    for name in ("pooling", "normalize", "query_prompt", "passage_prompt"):
+        if getattr(cfg, name) is not None:
+            setattr(settings, name, getattr(cfg, name))
+    if cfg.loss == "margin-mse" and cfg.normalize is None:
+        settings.normalize = False  # margins are dot products; a Normalize module would change what was learned
+        settings.similarity = "dot"
+    settings.matryoshka_dims = cfg.dims
+    return settings
+
+
+def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) -> EmbeddingFinetuneResult:
+    from ...infer.embeddings import POOLINGS, Embedder
+    from ...infer.runtime import length_limit, model_family
+
+    if not cfg.out:
+        raise ConfigError("give --out OUT_DIR")
+    out = Path(cfg.out)
+    cfg = resolve_resume_config(EmbeddingFinetuneConfig, cfg, out / RUN_CONFIG, MAY_CHANGE, given)
+    if not cfg.model or not cfg.train:
+        raise ConfigError("give --model (the starting model) and --train (the training rows)")
+    if not cfg.resume and (out / "checkpoints").is_dir() and any((out / "checkpoints").iterdir()):
+        raise BertlabError(f"{out}: holds a run already; continue it with --resume or choose a new --out")
+    model_dir = Path(cfg.model)
+    family = model_family(model_dir)
+    if family.base_model is None:
+        raise BertlabError(f"{model_dir}: {family.name} models have no bare encoder to embed with")
+    settings = _settings(cfg, model_dir)
+    if settings.pooling not in POOLINGS:
+        raise ConfigError(f"unknown pooling {settings.pooling!r}; expected one of {', '.join(POOLINGS)}")
+
+    kind = LOSS_ROWS[cfg.loss]
+    rows = read_rows(cfg.train, kind, cfg.anchor_column, cfg.positive_column,
+                     [c.strip() for c in cfg.negative_columns.split(",")] if cfg.negative_columns else None,
+                     cfg.score_column)
+    if len(rows) < 2 and kind != "margin":
+        raise BertlabError(f"{cfg.train}: {len(rows)} row; training needs at least 2")
+    device = resolve_device(cfg.device)
+    tokenizer = family.load_tokenizer(model_dir)
+    encoder = family.base_model.from_pretrained(model_dir)
+    max_length = length_limit(model_dir, encoder.config, tokenizer, cfg.max_seq_length or settings.max_seq_length)
+    hidden = encoder.config.hidden_size
+    if cfg.dims and max(cfg.dims) > hidden:
+        raise ConfigError(f"matryoshka-dims {cfg.dims} exceed the model's {hidden} dimensions")
+    model = SentenceEncoder(encoder, settings.pooling).to(device)
+    data = tokenize_rows(rows, tokenizer, max_length, settings.query_prompt, settings.passage_prompt)
+    plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates)
+    steps = cfg.max_steps or plan.steps_for(cfg.epochs)
+    log.info("%d rows (%s), %d distinct texts; %d steps of %d rows; loss %s; pooling %s%s", len(rows),
+             ", ".join(f"{r}={c}" for r, c in rows.columns.items()), len(data.ids), steps, cfg.batch_size, cfg.loss,
+             settings.pooling, f"; prompts {settings.query_prompt!r} / {settings.passage_prompt!r}"
+             if settings.query_prompt or settings.passage_prompt else "")
+
+    objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
+    loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
+        else plain_loss(objective, encode)
+    optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
+    warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
+    scheduler = linear_warmup_decay(optimizer, warmup, steps)
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "pooling": settings.pooling,
+                                           "normalize": settings.normalize, "rows": len(rows)}))
+    evaluate, best = None, {"value": None, "metrics": {}}
+    if cfg.validation:
+        valset = load_retrieval_set(cfg.validation, cfg.validation_split)
+        cutoffs = sorted({int(cfg.metric.split("@")[1]) if "@" in cfg.metric else 10, 1, 10, 100})
+        record = out / "best" / BEST_RECORD
+        if cfg.resume and record.is_file():
+            best = json.loads(record.read_text())
+
+        def evaluate(m):
+            embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.normalize, max_length)
+            metrics = evaluate_embedder(embedder, settings, valset, cutoffs, out)
+            if cfg.metric not in metrics:
+                raise ConfigError(f"metric {cfg.metric!r} is not one of {', '.join(metrics)}")
+            if best["value"] is None or metrics[cfg.metric] > best["value"]:
+                best.update(value=metrics[cfg.metric], metrics=metrics, step=trainer.step)
+                save_folder(m, tokenizer, settings, max_length, out / "best")
+                (out / "best" / BEST_RECORD).write_text(json.dumps(best, indent=2) + "\n")
+            return metrics
+
+    loop = LoopConfig(max_steps=steps, out_dir=out, precision="bf16" if cfg.bf16 else "fp32",
+                      max_grad_norm=cfg.max_grad_norm, eval_every=cfg.eval_every if cfg.validation else None,
+                      save_every=cfg.save_every, keep_last=1, seed=cfg.seed, progress=cfg.progress)
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, plan.batches, loop, evaluate=evaluate,
+                      token_counter=count_batch_tokens)
+    started = time.perf_counter()
+    result = trainer.fit(resume=cfg.resume)
+    final = None
+    if not result.interrupted:
+        final = save_folder(model, tokenizer, settings, max_length, out / "final")
+        summary = {"steps": result.step, "rows": len(rows), "train_seconds": round(result.elapsed, 1),
+                   "wall_seconds": round(time.perf_counter() - started, 1), "loss": result.metrics.get("loss"),
+                   "validation": result.eval_metrics, "best": best}
+        (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return EmbeddingFinetuneResult(out, final, (out / "best") if best["value"] is not None else None, result,
+                                   result.eval_metrics, best, len(rows), steps)
