@@ -199,6 +199,21 @@ def sst2_accuracy(model_dir: Path, engines: list[str], dtypes: list[str], thread
     return out
 
 
+# The instruction sets the kernels and the peers dispatch on, as /proc/cpuinfo names them
+CPU_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI", "avx_vnni": "AVX-VNNI",
+             "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8"}
+
+
+def cpu_flags() -> list[str]:
+    """Which of `CPU_FLAGS` this CPU has, by their usual names (every table's provenance names them)."""
+    try:
+        line = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags"))
+    except (OSError, StopIteration):
+        return []
+    have = set(line.split(":", 1)[1].split())
+    return [name for flag, name in CPU_FLAGS.items() if flag in have]
+
+
 def provenance() -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -208,7 +223,7 @@ def provenance() -> dict:
     cpu = next((l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
                 if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit, "cpu": cpu,
-            "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
+            "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__}
 
 
@@ -279,7 +294,8 @@ def main() -> int:
             print(table([r for r in rows if r["threads"] == threads]), flush=True)
     info = {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()],
             "settings": {k: v for k, v in vars(args).items() if k != "json"}}
-    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']}, {info['cores']} cores | load "
+    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} ({', '.join(info['cpu_flags']) or 'no AVX2'}), "
+          f"{info['cores']} cores | load "
           f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']}")
     if args.json:
         args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,

@@ -116,3 +116,26 @@ def test_over_long_line_is_truncated_with_a_warning(tiny_dir, caplog):
         out = emb.embed(["the cat", "dog " * 200])
     assert out.shape == (2, 32)
     assert "1 text over 128 tokens, truncated: text 2" in caplog.text
+
+
+def test_bf16_on_a_cpu_without_native_bf16_runs_fp32_and_says_so(monkeypatch, caplog):
+    """bf16 is emulated where the CPU lacks AVX-512 BF16 / AMX (slower than fp32): --dtype bf16 runs fp32 there
+    with one line; auto picks bf16 only where it is native; peer engines keep what they were asked."""
+    import logging
+
+    from bertlab.infer import runtime
+    from bertlab.infer.runtime import InferenceOptions
+
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger=runtime.log.name):
+        assert InferenceOptions(dtype="bf16").dtype == "fp32"
+    said = [r.getMessage() for r in caplog.records if "bf16" in r.getMessage()]
+    assert len(said) == 1 and "running fp32" in said[0] and "\n" not in said[0]
+    assert InferenceOptions(dtype="auto").dtype == "fp32"
+    assert InferenceOptions(dtype="int8").dtype == "int8"
+    assert runtime.resolve_dtype("bf16", "cpu", engine="openvino") == "bf16"
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=runtime.log.name):
+        assert InferenceOptions(dtype="bf16").dtype == "bf16" and InferenceOptions(dtype="auto").dtype == "bf16"
+    assert not caplog.records

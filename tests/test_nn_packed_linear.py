@@ -90,9 +90,12 @@ def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
     assert x.grad is not None and model[0].weight.grad is not None
 
 
-def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path):
+def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path, monkeypatch):
     folder = tiny_model(tmp_path / "m", "BertForMaskedLM")
     from bertlab import BertForMaskedLM
+    from bertlab.infer import runtime
+
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)  # bf16 as asked, whatever this CPU has
 
     packed = load_model(BertForMaskedLM, folder, InferenceOptions())
     plain = load_model(BertForMaskedLM, folder, InferenceOptions(onednn=False))
