@@ -147,7 +147,7 @@ def engines_match(folder: Path, texts: list[str]) -> None:
 
     import pytest
 
-    from bertlab.errors import BertlabError
+    from bertlab.core.errors import BertlabError
     from bertlab.infer.embeddings import Embedder
     from bertlab.infer.engines import CTRANSLATE2_FAMILIES
     from bertlab.infer.runtime import InferenceOptions

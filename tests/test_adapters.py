@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bertlab import BertConfig, BertForSequenceClassification, BertTokenizer
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.nn.adapters import (AdaptedLinear, GradualUnfreezing, add_adapters, add_lora, merge_lora,
                                  parameter_counts)
 from bertlab.tasks import TASKS
@@ -225,7 +225,7 @@ def test_a_lora_adapter_trained_with_peft_loads_in_bertlab(tmp_path):
 
 
 def test_a_lora_adapter_folder_with_problems_is_one_clear_error(tiny, tmp_path):
-    from bertlab.errors import CheckpointError
+    from bertlab.core.errors import CheckpointError
 
     folder = tmp_path / "adapter"
     folder.mkdir()

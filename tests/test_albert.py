@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from family_support import compare, compare_hidden_states, end_to_end, padded_batch
 from own_data_support import news_rows
 

@@ -86,7 +86,7 @@ def test_old_import_paths_still_work():
 
     assert importlib.import_module("bertlab.config").BertConfig is config.BertConfig is bertlab.BertConfig
     assert importlib.import_module("bertlab.config").read_json_object is importlib.import_module(
-        "bertlab.jsonconfig").read_json_object
+        "bertlab.core.jsonconfig").read_json_object
     assert importlib.import_module("bertlab.model").BertModel is modeling.BertModel is bertlab.BertModel
     assert importlib.import_module("bertlab.heads").HEADS is heads.HEADS
     assert importlib.import_module("bertlab.convert").convert_tf_to_hf is importlib.import_module(
@@ -97,7 +97,7 @@ def test_old_import_paths_still_work():
     assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
     assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
     assert importlib.import_module("bertlab.objectives.t5") is importlib.import_module("bertlab.models.t5.objectives")
-    assert importlib.import_module("bertlab.objectives.base") is importlib.import_module("bertlab.nn.objective")
+    assert importlib.import_module("bertlab.objectives.base") is importlib.import_module("bertlab.models.objective")
     # T5's tokenizer binding was in tokenizer/ (the SentencePiece library binding stays there)
     t5_tokenizer = importlib.import_module("bertlab.models.t5.tokenizer")
     assert importlib.import_module("bertlab.tokenizer.text_to_text") is t5_tokenizer
@@ -132,7 +132,7 @@ def test_old_import_paths_still_work():
 
 def test_checkpoint_names_are_importable_from_the_package():
     """`bertlab.checkpoint` was one module: every name it had is still importable from it, the very object its
-    defining module (or `bertlab.fsio`, the atomic writes) holds."""
+    defining module (or `bertlab.core.fsio`, the atomic writes) holds."""
     import importlib
 
     package = importlib.import_module("bertlab.checkpoint")
@@ -148,7 +148,7 @@ def test_checkpoint_names_are_importable_from_the_package():
         home = importlib.import_module(f"bertlab.checkpoint.{module}")
         for name in names:
             assert getattr(package, name) is getattr(home, name), name
-    fsio = importlib.import_module("bertlab.fsio")
+    fsio = importlib.import_module("bertlab.core.fsio")
     for name in ("atomic_directory", "atomic_write_text", "remove_stale_temporaries", "current_umask", "apply_umask"):
         assert getattr(package, name) is getattr(fsio, name), name
     assert package.VOCAB_NAME == "vocab.txt"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertlab import T5Config, T5ForConditionalGeneration
-from bertlab.errors import BertlabError, CheckpointError, ConfigError
+from bertlab.core.errors import BertlabError, CheckpointError, ConfigError
 from bertlab.nn.relative_position import relative_position_bucket
 from bertlab.models.t5 import PRESETS, preset
 

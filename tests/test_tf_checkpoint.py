@@ -20,7 +20,7 @@ from bertlab import BertConfig, BertForPreTraining, BertForQuestionAnswering, Be
 from bertlab.cli import main as cli_main
 from bertlab.models.bert.convert import (convert_tf_to_hf, export_tf_checkpoint, hf_to_tf_name, is_optimizer_state,
                              read_tf_state_dict, tf_to_hf_name)
-from bertlab.errors import CheckpointError
+from bertlab.core.errors import CheckpointError
 from bertlab.models.bert.heads import model_classes
 from bertlab.tf_checkpoint import (TFCheckpointReader, _crc_bytes, _read_table, _write_table, crc32c, mask_crc,
                                    resolve_prefix, unmask_crc, write_tf_checkpoint)

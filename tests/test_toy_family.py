@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from own_data_support import news_rows, write_csv, write_vocab
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.train.feature_ner import (STRATEGIES, FeatureNerConfig, WordFeatures, prepare_data,
                                        strategy_layers, train_feature_ner)
 from bertlab.infer.features import FeatureExtractor

@@ -32,7 +32,7 @@ import re
 import numpy as np
 import torch
 
-from .errors import CheckpointError
+from .core.errors import CheckpointError
 from .tf_checkpoint import TFCheckpointReader
 
 log = logging.getLogger(__name__)

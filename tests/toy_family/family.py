@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.checkpoint import load_pretrained, save_pretrained
-from bertlab.jsonconfig import JsonConfig
+from bertlab.core.jsonconfig import JsonConfig
 from bertlab.models.family import Family
-from bertlab.nn.heads import HeadOutput, HeadRegistry, TaskOutputLayer
+from bertlab.models.heads import HeadOutput, HeadRegistry, TaskOutputLayer
 from bertlab.tokenizer import BertTokenizer
 
 

@@ -24,10 +24,10 @@ the umask, like any other tool's output. A failed write (disk full, read-only) i
 
 The package: `hf_layout.py` (file names, key rules, reading, loading, writing full weights), `peft.py` (LoRA
 adapter folders in PEFT's layout) and `pretrained.py` (`load_pretrained` / `save_pretrained`, which send a
-folder to one or the other); the atomic writes are `bertlab.fsio`'s. Every name is importable from here.
+folder to one or the other); the atomic writes are `bertlab.core.fsio`'s. Every name is importable from here.
 """
 
-from ..fsio import (apply_umask, atomic_directory, atomic_write_text, current_umask,  # noqa: F401
+from ..core.fsio import (apply_umask, atomic_directory, atomic_write_text, current_umask,  # noqa: F401
                     remove_stale_temporaries)
 from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401
 from .hf_layout import (CONFIG_NAME, DEFAULT_BASE_PREFIX, FULL_WEIGHT_FILES, PYTORCH_WEIGHTS_NAME,  # noqa: F401

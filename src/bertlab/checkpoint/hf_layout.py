@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, some_of
-from ..fsio import atomic_directory
-from ..model_names import inside_model_folder
+from ..core.errors import CheckpointError, some_of
+from ..core.fsio import atomic_directory
+from ..core.model_names import inside_model_folder
 from ..nn.adapters import add_saved_adapters
 from ..tokenizer.tokenizer import VOCAB_NAME
 

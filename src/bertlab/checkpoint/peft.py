@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, ConfigError, shorten
-from ..jsonconfig import read_json_object
-from ..model_names import resolve_model
+from ..core.errors import CheckpointError, ConfigError, shorten
+from ..core.jsonconfig import read_json_object
+from ..core.model_names import resolve_model
 from ..nn.adapters import LORA_CONFIG_KEY, add_lora, check_lora_settings, compile_layer_pattern, lora_layers
 from .hf_layout import (CONFIG_NAME, FULL_WEIGHT_FILES, LoadReport, Model, build_and_load, model_keys, read_state_dict,
                         write_model_folder)

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..nn.adapters import lora_layers
 from .hf_layout import WEIGHTS_NAME, Model, build_and_load, read_state_dict, resolve_dir, write_model_folder
 from .peft import ADAPTER_FILES, is_lora_adapter_folder, load_lora_adapter, save_lora_adapter

@@ -42,14 +42,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "an HTTP service: OpenAI /v1/embeddings, TEI /embed /rerank /predict, /metrics, batching"),
     "export": ("export", "a model as ONNX (optionally int8) or as a sentence-transformers folder"),
 }
-# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
+# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/core/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
                      "distill")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import BertlabError
-    from ..threads import prepare_wait_policy, use_threads
+    from ..core.errors import BertlabError
+    from ..core.threads import prepare_wait_policy, use_threads
 
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if a in COMMANDS), None)
@@ -94,7 +94,7 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
     """The whole argparse tree of `bertlab`. `full` adds every subcommand's options (the documentation's CLI
     reference and its command checks read it); `main` adds only the chosen one's, so a command starts fast."""
     from .. import __version__
-    from ..threads import add_threads_argument
+    from ..core.threads import add_threads_argument
 
     parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.")
     parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
@@ -114,7 +114,7 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
 def io_error_line(error: BaseException) -> str | None:
     """`PATH: disk full` for an OSError (or one behind a torch/safetensors error) that names a file or is a
     write failure; None for anything else."""
-    from ..errors import WRITE_ERRNOS, describe_os_error, os_error_of
+    from ..core.errors import WRITE_ERRNOS, describe_os_error, os_error_of
 
     os_error = os_error_of(error)
     if os_error is None or (os_error.filename is None and os_error.errno not in WRITE_ERRNOS):

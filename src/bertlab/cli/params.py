@@ -11,7 +11,7 @@ import json
 import os
 from functools import partial
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from ..models.registry import model_type_of
 from ..models.bert.config import BertConfig, is_preset, preset_names
 from ..params import (albert_parameter_table, distilbert_parameter_table, format_t5_table, format_table,
@@ -19,7 +19,7 @@ from ..params import (albert_parameter_table, distilbert_parameter_table, format
 from ..models.albert.config import AlbertConfig
 from ..models.distilbert.config import DistilBertConfig
 from ..models.roberta.config import RobertaConfig
-from ..models.xlm_roberta.modeling import XLMRobertaConfig
+from ..models.xlm_roberta.config import XLMRobertaConfig
 from ..models.t5.config import MODEL_TYPE as T5_MODEL_TYPE
 from ..models.t5.config import PRESETS as T5_PRESETS
 from ..models.t5.config import T5Config

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.runconfig import config_from_args, given_fields
 
     if args.overwrite and not args.demo:
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError("--overwrite goes with --demo (a pre-training run continues with --resume)")
     if args.demo:
@@ -106,7 +106,7 @@ def report(result, command: str, out: str, loader: str | None = None) -> int:
             print(f"{name}: " + "  ".join(f"{k} {v:.4f}" for k, v in values.items()))
     if result.final_dir is not None:
         if loader is None:
-            from ..jsonconfig import read_json_object
+            from ..core.jsonconfig import read_json_object
 
             loader = (read_json_object(result.final_dir / "config.json").get("architectures") or ["the model"])[0]
         print(f"model: {result.final_dir} (load with {loader}.from_pretrained or transformers)")

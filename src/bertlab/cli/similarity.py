@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.embeddings import Embedder, cosine
     from ..infer.inputs import read_lines
     from ..infer.runtime import InferenceOptions

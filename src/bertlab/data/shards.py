@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import is_write_failure, output_error
+from ..core.errors import is_write_failure, output_error
 from .instances import LABELLED_PAIR_MODES, Corpus, Instance, instance_ids, instance_word_continues
 from .masking import MaskingConfig, VocabInfo
 from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)

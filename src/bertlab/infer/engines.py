@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, model_family, require_engine
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from ..tasks.files import ID_COLUMNS, SUFFIXES, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, FORMATS, guess_column, read_table
 from .inputs import parse_record, read_lines
 

@@ -2,7 +2,7 @@
 
 Recipes, tasks, inference and serving never name a family's classes; they ask the family of a folder (read from
 its `config.json`'s `model_type`, see `registry.py`) for its config class, its bare encoder, the head of a kind
-(`nn/heads.py`) and its tokenizer. A new family is a folder with a `family.py` and one line in the registry.
+(`models/heads.py`) and its tokenizer. A new family is a folder with a `family.py` and one line in the registry.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Family:
     name: str  # as people write it: "BERT", "RoBERTa"
     config_class: type  # `.from_json_file(folder or file)`, `.from_dict`, `.to_dict()`
     base_model: type | None  # the bare encoder: `model(input_ids=, attention_mask=)` -> `.last_hidden_state`
-    heads: Mapping[str, Any]  # head kind (`nn/heads.py`) -> HeadSpec
+    heads: Mapping[str, Any]  # head kind (`models/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
 
     def head(self, kind: str, purpose: str = "this command"):

@@ -11,8 +11,8 @@ import importlib
 import os
 from pathlib import Path
 
-from ..errors import BertlabError
-from ..jsonconfig import read_json_object
+from ..core.errors import BertlabError
+from ..core.jsonconfig import read_json_object
 from .family import Family
 
 # model_type -> the module whose FAMILY describes it

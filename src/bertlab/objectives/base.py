@@ -3,6 +3,6 @@ it, T5's inside its folder); this import path is kept for code written against e
 
 import sys
 
-from ..nn import objective as _moved
+from ..models import objective as _moved
 
 sys.modules[__name__] = _moved

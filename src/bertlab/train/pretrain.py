@@ -41,7 +41,7 @@ from ..checkpoint.pretrained import save_pretrained
 from ..models.bert.config import BertConfig, is_preset
 from ..models.family import Family
 from ..models.registry import FAMILIES, family as family_named, model_type_of
-from ..errors import BertlabError, ConfigError
+from ..core.errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
 from .batches import time_step, to_device
@@ -517,7 +517,7 @@ def warmup_steps(warmup: float | int, total: int) -> int:
 def budget_outcome(result: TrainResult, budget_s: float, first_plan: int, scheduler) -> str:
     """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
     learning rate was then; and, when the machine slowed it down, that it did a fraction of its usual steps."""
-    from ..progress import format_duration
+    from ..core.progress import format_duration
 
     planned = getattr(scheduler, "total_steps", first_plan)
     refits = getattr(scheduler, "refits", 0)

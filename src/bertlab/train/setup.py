@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..fsio import atomic_write_text
-from ..jsonconfig import read_json_object
-from ..errors import BertlabError, ConfigError
+from ..core.fsio import atomic_write_text
+from ..core.jsonconfig import read_json_object
+from ..core.errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES, cpu_has_native_bf16
 from .runconfig import changed_settings, config_from_dict, flat_dict, flat_settings
 

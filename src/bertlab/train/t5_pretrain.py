@@ -39,9 +39,9 @@ from typing import Any
 import torch
 
 from ..checkpoint.pretrained import save_pretrained
-from ..fsio import atomic_directory
-from ..jsonconfig import read_json_object
-from ..errors import ConfigError
+from ..core.fsio import atomic_directory
+from ..core.jsonconfig import read_json_object
+from ..core.errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
 from .batches import time_step

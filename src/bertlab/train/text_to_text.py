@@ -54,11 +54,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fsio import atomic_directory, atomic_write_text
+from ..core.fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
-from ..errors import BertlabError, ConfigError
+from ..core.errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
-from ..labels import IGNORE_INDEX
+from ..core.labels import IGNORE_INDEX
 from ..models.t5.objectives import target_token_metrics
 from ..tasks import TASKS
 from ..models.t5.config import T5Config

@@ -26,8 +26,8 @@ from ...checkpoint.hf_layout import (CONFIG_NAME, LoadReport, canonical_key, ini
                                     materialize, model_keys, model_state_dict, read_state_dict)
 from ...checkpoint.pretrained import save_pretrained
 from .config import BertConfig
-from ...errors import CheckpointError
-from ...fsio import atomic_directory
+from ...core.errors import CheckpointError
+from ...core.fsio import atomic_directory
 from .heads import HEADS, model_classes
 from .modeling import BertModel, BertPreTrainedModel
 from ...tokenizer.tokenizer import VOCAB_NAME

@@ -33,8 +33,8 @@ import torch
 
 from ...checkpoint.hf_layout import build_and_load, canonical_state_dict, read_state_dict
 from ...checkpoint.pretrained import save_pretrained
-from ...errors import BertlabError
-from ...fsio import atomic_directory
+from ...core.errors import BertlabError
+from ...core.fsio import atomic_directory
 from ..bert.config import BertConfig
 from .config import DistilBertConfig
 from .heads import DistilBertForMaskedLM

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ...nn import AttentionMask, Dropout, attention
 from ...nn.elementwise import activate
 from ...nn.relative_position import relative_position_bias

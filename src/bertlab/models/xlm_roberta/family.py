@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..family import Family
-from .modeling import HEADS, XLMRobertaConfig, XLMRobertaModel
+from .config import XLMRobertaConfig
+from .modeling import HEADS, XLMRobertaModel
 
 
 def load_tokenizer(folder: Path):
     """XLM-R's SentencePiece tokenizer (`sentencepiece.bpe.model`, fairseq's ids)."""
-    from ...tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from .tokenizer import XLMRobertaTokenizer
 
     return XLMRobertaTokenizer.from_pretrained(folder)
 

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from ...checkpoint.hf_layout import canonical_key, load_state_dict_into, read_state_dict
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ...models.bert.config import BertConfig
 from ...models.bert.heads import BertForMaskedLM, BertForPreTraining
 from ...models.bert.modeling import BertPreTrainedModel

@@ -32,10 +32,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .roberta import RobertaTokenizer
-from .sentencepiece import (PicklableProcessor, SentencePieceError, atomic_write_bytes, byte_to_char,
+from ...tokenizer.roberta import RobertaTokenizer
+from ...tokenizer.sentencepiece import (PicklableProcessor, SentencePieceError, atomic_write_bytes, byte_to_char,
                             load_processor, metaspace_join)
-from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
+from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
 XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
