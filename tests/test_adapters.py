@@ -334,12 +334,10 @@ def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
     news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
     tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
     out = tmp_path / "out"
-    # the old spelling `finetune multi`, kept for a release: runs finetune-multi and says so in one line
-    assert main(["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+    assert main(["--log-level", "WARNING", "finetune-multi", "--tasks", "text-classification,token-classification",
                  "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
                  "--out", str(out), "--mixing", "equal", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
                  "--per-task-epochs", "1", "--no-progress"]) == 0
-    assert "bertlab: finetune multi is now finetune-multi" in capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["mixing_rates"] == {"text-classification": 0.5, "token-classification": 0.5}
     assert metrics["steps"] == 8  # one epoch over both tasks' batches: 4 + 4

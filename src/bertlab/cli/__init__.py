@@ -57,11 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     busy = prepare_wait_policy() if chosen in TRAINING_COMMANDS else None
     command = chosen or "bertlab"
     try:
-        if chosen in ("finetune", "pretrain"):  # `finetune t2t`, ...: the recipe's own command, said once
-            from .old_spellings import new_spelling
-
-            argv = new_spelling(argv)
-            chosen = next(a for a in argv if a in COMMANDS)
         parser = build_parser(full=False, chosen=chosen)
         args = parser.parse_args(argv)  # option types may raise a BertlabError (model_names.model_path)
         command = args.command

@@ -10,8 +10,7 @@ come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, t
 run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for pretrain and distill.
 
 The other fine-tuning recipes are commands of their own: `finetune-multi` (several tasks, one encoder),
-`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER); `finetune multi`,
-`finetune t2t` and `finetune TASK --feature-based` still reach them for a release (`cli/old_spellings.py`).
+`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER).
 """
 
 from __future__ import annotations

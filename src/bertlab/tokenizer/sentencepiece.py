@@ -10,7 +10,6 @@ bertlab starts without it, and an install without it says so in one line when it
 
 from __future__ import annotations
 
-import importlib
 import os
 import tempfile
 from collections.abc import Iterable
@@ -176,15 +175,3 @@ def learn_sentencepiece(paths: Iterable[str | os.PathLike], trainer_args: dict[s
         raise TokenizerError(f"corpus is empty: no text in {', '.join(str(p) for p in files)}")
     return buffer.getvalue(), report
 
-
-# `T5Tokenizer` and T5's trainer settings lived here; they are T5's folder's now (`bertlab.models.t5.tokenizer`).
-# These names still resolve from this module, for code written against earlier releases: by name on first use,
-# so the tokenizer layer never imports a model family (which imports it).
-_MOVED_TO_T5 = ("T5Tokenizer", "SentencePieceTrainConfig", "train_sentencepiece", "T5_SPECIAL_IDS", "PAD_TOKEN",
-                "EOS_TOKEN", "UNK_TOKEN", "SPECIAL_TOKENS_MAP_NAME")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_T5:
-        return getattr(importlib.import_module("bertlab.models.t5.tokenizer"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -411,7 +411,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
                  ) -> torch.Tensor:
-        """Greedy (num_beams=1) or beam search decoding; see `bertlab.t5.generate.generate`."""
+        """Greedy (num_beams=1) or beam search decoding; see `bertlab.models.t5.generate.generate`."""
         from .generate import generate
 
         return generate(self, input_ids, attention_mask, **kwargs)
