@@ -15,7 +15,8 @@ every model family and every head loads through the same code. Both bare `BertMo
 `bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta` LayerNorm names of early TensorFlow
 conversions. Weights are read only from safetensors or, for `pytorch_model.bin`, through
 `torch.load(weights_only=True)`, which cannot run code; a folder holding Google's TensorFlow
-`bert_model.ckpt.index` (or that `.index` file) is read through `tf_names.py`, without TensorFlow.
+`bert_model.ckpt.index` (or that `.index` file) is read through the model class's `read_tf_checkpoint` hook
+(BERT's: `models/bert/tf_names.py`), without TensorFlow.
 
 Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
 so a crash mid-save leaves the previous checkpoint as it was; the temporary folders of a process that died

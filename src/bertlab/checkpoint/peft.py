@@ -103,7 +103,8 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
         except TypeError as e:
             raise ConfigError(f"{folder}: {e}") from None
     base_config = config.replace(extra={k: v for k, v in config.extra.items() if k != LORA_CONFIG_KEY})
-    model, report = build_and_load(cls, base_config, read_state_dict(base), str(base))
+    model, report = build_and_load(cls, base_config, read_state_dict(base, getattr(cls, "read_tf_checkpoint", None)),
+                                   str(base))
     try:
         add_lora(model, targets, adapter["r"], float(adapter["lora_alpha"]))
     except (ValueError, KeyError) as e:
