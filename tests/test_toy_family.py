@@ -78,3 +78,17 @@ def test_an_unknown_family_is_one_line(tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "hidden_size": 8}))
     with pytest.raises(BertlabError, match=r"model_type 'gpt_neox' is not supported \(supported: .*\bbert, .*\bt5\b"):
         AutoModel.from_pretrained(tmp_path / "m")
+
+
+def test_bertlab_params_counts_the_toy_family_from_its_folder(toy_folder, capsys):
+    """`bertlab params` reaches a family's parameter table through the registry line alone (its folder's
+    `params.py`), and the count is the built model's."""
+    from bertlab.cli import main
+    from toy_family.family import ToyModel
+
+    assert main(["params", str(toy_folder), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[str(toy_folder)]
+    model = ToyModel.from_pretrained(toy_folder)
+    assert rows["total.encoder (ToyModel)"] == sum(p.numel() for p in model.parameters())
+    assert main(["params", str(toy_folder)]) == 0
+    assert capsys.readouterr().out.startswith(f"{toy_folder}  (H=16, V=")

@@ -2,7 +2,7 @@
 
 Recipes, tasks, inference and serving never name a family's classes; they ask the family of a folder (read from
 its `config.json`'s `model_type`, see `registry.py`) for its config class, its bare encoder, the head of a kind
-(`models/heads.py`) and its tokenizer. A new family is a folder with a `family.py` and one line in the registry.
+(`models/heads.py`), its tokenizer and its parameter table. A new family is a folder with a `family.py` and one line in the registry.
 """
 
 from __future__ import annotations
@@ -16,6 +16,18 @@ from ..core.errors import BertlabError
 
 
 @dataclass(frozen=True)
+class ParameterTable:
+    """A family's parameter arithmetic (`bertlab params`), in its folder's `params.py` as `PARAMETERS`: counted
+    from the config alone, so the command reads no weights and imports no model code."""
+
+    config_class: type  # `.from_name_or_path(preset name or config.json / folder)`
+    rows: Callable[[Any], list[tuple[str, int]]]  # config -> (row name, count); the last rows are the totals
+    sizes: Callable[[Any], str]  # config -> the sizes a table's header shows ("L=12, H=768, ...")
+    is_preset: Callable[[str], bool] = lambda name: False  # whether a name is one of the family's presets
+    presets: str = ""  # the presets as `--help` lists them
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str  # config.json's "model_type"
     name: str  # as people write it: "BERT", "RoBERTa"
@@ -23,6 +35,7 @@ class Family:
     base_model: type | None  # the bare encoder: `model(input_ids=, attention_mask=)` -> `.last_hidden_state`
     heads: Mapping[str, Any]  # head kind (`models/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
+    parameters: ParameterTable | None = None  # its `params.py`'s PARAMETERS (`registry.parameter_table`)
 
     def head(self, kind: str, purpose: str = "this command"):
         """The family's HeadSpec of `kind`; one line when the family has no such head."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .tokenizer import T5Tokenizer
 from ..family import Family
 from .config import T5Config
+from .params import PARAMETERS
 
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
-                tokenizer=T5Tokenizer.from_pretrained)
+                tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS)

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..family import Family
 from .config import XLMRobertaConfig
 from .modeling import HEADS, XLMRobertaModel
+from .params import PARAMETERS
 
 
 def load_tokenizer(folder: Path):
@@ -17,4 +18,4 @@ def load_tokenizer(folder: Path):
 
 
 FAMILY = Family(model_type="xlm-roberta", name="XLM-R", config_class=XLMRobertaConfig, base_model=XLMRobertaModel,
-                heads=HEADS, tokenizer=load_tokenizer)
+                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS)
