@@ -92,3 +92,20 @@ def test_bertlab_params_counts_the_toy_family_from_its_folder(toy_folder, capsys
     assert rows["total.encoder (ToyModel)"] == sum(p.numel() for p in model.parameters())
     assert main(["params", str(toy_folder)]) == 0
     assert capsys.readouterr().out.startswith(f"{toy_folder}  (H=16, V=")
+
+
+def test_the_toy_family_declares_its_pretraining_data_engines_and_checkpoint_names(toy_folder):
+    """What `pretrain` (the data's tokenizer kind), the engines (CTranslate2's converter) and `checkpoint/`
+    (TensorFlow names) know of a family, they read from its FAMILY and its classes: no side table to edit."""
+    from bertlab.checkpoint.hf_layout import read_state_dict
+    from bertlab.infer.engines import _require_ctranslate2_converter
+    from bertlab.models.registry import data_tokenizers, family_of
+    from toy_family.family import ToyModel
+
+    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "toy": "wordpiece"}
+    with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for Toy models"):
+        _require_ctranslate2_converter(toy_folder, family_of(toy_folder))
+    assert getattr(ToyModel, "read_tf_checkpoint", None) is None  # so a TensorFlow checkpoint is refused
+    tf_index = Path(__file__).parent / "data" / "tf_ckpt" / "bert_model.ckpt.index"
+    with pytest.raises(BertlabError, match="does not read"):
+        read_state_dict(tf_index, getattr(ToyModel, "read_tf_checkpoint", None))

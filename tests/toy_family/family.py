@@ -116,4 +116,4 @@ class ToyForSequenceClassification(ToyPreTrainedModel):
 
 
 FAMILY = Family(model_type="toy", name="Toy", config_class=ToyConfig, base_model=ToyModel, heads=HEADS,
-                tokenizer=BertTokenizer.from_pretrained)
+                tokenizer=BertTokenizer.from_pretrained, data_tokenizer="wordpiece")

@@ -36,6 +36,10 @@ class Family:
     heads: Mapping[str, Any]  # head kind (`models/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
     parameters: ParameterTable | None = None  # its `params.py`'s PARAMETERS (`registry.parameter_table`)
+    # The tokenizer kind (a prepared data manifest's) that `bertlab pretrain` trains it on: "wordpiece", "bpe";
+    # None: `pretrain` does not pre-train it
+    data_tokenizer: str | None = None
+    engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
 
     def head(self, kind: str, purpose: str = "this command"):
         """The family's HeadSpec of `kind`; one line when the family has no such head."""

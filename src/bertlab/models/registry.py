@@ -70,6 +70,13 @@ def preset_family(name: str) -> str | None:
     return None
 
 
+def data_tokenizers() -> dict[str, str]:
+    """model_type -> the tokenizer kind of the data `bertlab pretrain` trains it on, for each family it pre-trains
+    (every family is imported: the recipe is about to build one)."""
+    kinds = {model_type: family(model_type).data_tokenizer for model_type in FAMILIES}
+    return {model_type: kind for model_type, kind in kinds.items() if kind is not None}
+
+
 def model_type_of(path: str | os.PathLike) -> str:
     """The `model_type` of a model folder or config file. A config without one is BERT's, as every config
     written before `transformers` added the field (and Google's `bert_config.json`) is."""

@@ -10,4 +10,5 @@ from .modeling import BertModel
 from .params import PARAMETERS
 
 FAMILY = Family(model_type="bert", name="BERT", config_class=BertConfig, base_model=BertModel, heads=HEADS,
-                tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS)
+                tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS,
+                data_tokenizer="wordpiece", engines=frozenset({"ctranslate2"}))

@@ -10,4 +10,5 @@ from .modeling import DistilBertModel
 from .params import PARAMETERS
 
 FAMILY = Family(model_type="distilbert", name="DistilBERT", config_class=DistilBertConfig,
-                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS)
+                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS,
+                engines=frozenset({"ctranslate2"}))

@@ -11,4 +11,5 @@ from .params import PARAMETERS
 
 # The tokenizer: byte-level BPE (vocab.json + merges.txt, or tokenizer.json) with BertTokenizer's call surface
 FAMILY = Family(model_type="roberta", name="RoBERTa", config_class=RobertaConfig, base_model=RobertaModel,
-                heads=HEADS, tokenizer=RobertaTokenizer.from_pretrained, parameters=PARAMETERS)
+                heads=HEADS, tokenizer=RobertaTokenizer.from_pretrained, parameters=PARAMETERS,
+                data_tokenizer="bpe", engines=frozenset({"ctranslate2"}))

@@ -18,4 +18,5 @@ def load_tokenizer(folder: Path):
 
 
 FAMILY = Family(model_type="xlm-roberta", name="XLM-R", config_class=XLMRobertaConfig, base_model=XLMRobertaModel,
-                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS)
+                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS,
+                engines=frozenset({"ctranslate2"}))
