@@ -195,3 +195,25 @@ def test_no_name_is_defined_in_two_parts_of_the_package():
     twice = {name: sorted(units) for name, units in where.items()
              if len(units) > 1 and not units <= families}
     assert not twice, f"defined in more than one part of bertlab: {twice}"
+
+
+def test_every_family_folder_is_in_the_import_contracts():
+    """A family folder under models/ has its place in the `models` contract and a layers contract of its own
+    that places every module of the folder, so a new family (or a new module in one) cannot slip past them."""
+    import re
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    layers_of = {c["containers"][0]: c["layers"] for c in contracts if c["type"] == "layers"}
+
+    def names(layers: list[str]) -> set[str]:
+        return {name.strip() for layer in layers for name in re.split(r"[|:]", layer) if name.strip()}
+
+    models = ROOT / "src" / "bertlab" / "models"
+    folders = sorted(p.name for p in models.iterdir() if (p / "__init__.py").is_file())
+    assert folders and set(folders) <= names(layers_of["bertlab.models"])
+    for folder in folders:
+        container = f"bertlab.models.{folder}"
+        assert container in layers_of, f"no layers contract for {container}"
+        modules = {p.stem for p in (models / folder).glob("*.py") if p.stem != "__init__"}
+        assert modules <= names(layers_of[container]), f"{container}: {sorted(modules - names(layers_of[container]))}"
