@@ -238,9 +238,9 @@ def main() -> int:
 
     transformers.utils.logging.set_verbosity_error()  # its load report table, on stdout
     transformers.utils.logging.disable_progress_bar()  # its "Loading weights" bar, once per seed
-    # bertlab's Trainer keeps freed CPU memory in the process (bertlab.host_memory), and that is
+    # bertlab's Trainer keeps freed CPU memory in the process (bertlab.core.host_memory), and that is
     # process-wide: set here, before either side runs, Hugging Face trains under the same allocator setting.
-    from bertlab.host_memory import retain_freed_memory
+    from bertlab.core.host_memory import retain_freed_memory
 
     retained = retain_freed_memory()
     model_dir = args.model or installed_minilm()

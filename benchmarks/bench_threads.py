@@ -7,7 +7,7 @@ What runs: README command 1's training (`bertlab pretrain --demo`'s BERT-Tiny on
 64 x 64 tokens, MLM + NSP), as `bertlab pretrain --model CONFIG --data DATA --steps N --threads T` in its own
 process per measurement, so that each process chooses its threads and OpenMP wait policy at its start as a user's
 does. Variants: `default` (no --threads: the machine's free physical cores, OMP_WAIT_POLICY=PASSIVE when it is
-busy -- bertlab/threads.py), `2` and `1` (--threads 2 / 1; the wait policy still follows the machine), and
+busy -- bertlab/core/threads.py), `2` and `1` (--threads 2 / 1; the wait policy still follows the machine), and
 `torch` (as before bertlab chose: torch imported first, so OpenMP keeps its own wait policy, and torch's default
 of one thread per logical CPU).
 

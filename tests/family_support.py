@@ -147,9 +147,8 @@ def engines_match(folder: Path, texts: list[str]) -> None:
 
     import pytest
 
-    from bertlab.errors import BertlabError
+    from bertlab.core.errors import BertlabError
     from bertlab.infer.embeddings import Embedder
-    from bertlab.infer.engines import CTRANSLATE2_FAMILIES
     from bertlab.infer.runtime import InferenceOptions
     from bertlab.models.registry import family_of
 
@@ -160,7 +159,7 @@ def engines_match(folder: Path, texts: list[str]) -> None:
                                  ("ctranslate2", ("ctranslate2", "transformers"), 1e-5)):
         if not all(importlib.util.find_spec(m) for m in needs):
             continue
-        if engine == "ctranslate2" and family_of(folder).model_type not in CTRANSLATE2_FAMILIES:
+        if engine == "ctranslate2" and "ctranslate2" not in family_of(folder).engines:
             with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for"):
                 Embedder.from_pretrained(folder, options=InferenceOptions(engine=engine))
             continue

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bertlab import BertConfig, BertForSequenceClassification, BertTokenizer
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.nn.adapters import (AdaptedLinear, GradualUnfreezing, add_adapters, add_lora, merge_lora,
                                  parameter_counts)
 from bertlab.tasks import TASKS
@@ -225,7 +225,7 @@ def test_a_lora_adapter_trained_with_peft_loads_in_bertlab(tmp_path):
 
 
 def test_a_lora_adapter_folder_with_problems_is_one_clear_error(tiny, tmp_path):
-    from bertlab.errors import CheckpointError
+    from bertlab.core.errors import CheckpointError
 
     folder = tmp_path / "adapter"
     folder.mkdir()
@@ -334,12 +334,10 @@ def test_multi_task_shares_one_encoder(tiny, tmp_path, capsys):
     news = write_csv(news_rows(64, 1), tmp_path / "news.csv")
     tags = write_jsonl(tagged_rows(64, 2), tmp_path / "tags.jsonl")
     out = tmp_path / "out"
-    # the old spelling `finetune multi`, kept for a release: runs finetune-multi and says so in one line
-    assert main(["--log-level", "WARNING", "finetune", "multi", "--tasks", "text-classification,token-classification",
+    assert main(["--log-level", "WARNING", "finetune-multi", "--tasks", "text-classification,token-classification",
                  "--data", f"text-classification={news},token-classification={tags}", "--model", str(tiny),
                  "--out", str(out), "--mixing", "equal", "--epochs", "1", "--batch-size", "16", "--lr", "1e-3",
                  "--per-task-epochs", "1", "--no-progress"]) == 0
-    assert "bertlab: finetune multi is now finetune-multi" in capsys.readouterr().err
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["mixing_rates"] == {"text-classification": 0.5, "token-classification": 0.5}
     assert metrics["steps"] == 8  # one epoch over both tasks' batches: 4 + 4

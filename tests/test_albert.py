@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from family_support import compare, compare_hidden_states, end_to_end, padded_batch
 from own_data_support import news_rows
 
@@ -244,7 +244,7 @@ def test_params_counts_shared_blocks_once(groups, tmp_path, capsys):
     from bertlab.models.albert.config import AlbertConfig
     from bertlab.models.albert.heads import AlbertForPreTraining
     from bertlab.models.albert.modeling import AlbertModel
-    from bertlab.params import albert_parameter_table
+    from bertlab.models.albert.params import albert_parameter_table
 
     hf = hf_config(num_hidden_layers=6, num_hidden_groups=groups[0], inner_group_num=groups[1])
     (tmp_path / "config.json").write_text(hf.to_json_string())

@@ -86,33 +86,22 @@ def test_each_recipe_command_lists_its_own_settings_alone(name, capsys):
     assert "adafactor" not in text or name in ("finetune-t5", "pretrain-t5")
 
 
-@pytest.mark.parametrize("old, new", [
-    (["finetune", "t2t", "--tasks", "sst2"], ["finetune-t5", "--tasks", "sst2"]),
-    (["--log-level", "WARNING", "finetune", "multi", "--tasks", "a,b"], ["--log-level", "WARNING", "finetune-multi",
-                                                                         "--tasks", "a,b"]),
-    (["finetune", "ner", "--feature-based", "last", "--out", "O"], ["finetune-features", "ner", "--strategy", "last",
-                                                                   "--out", "O"]),
-    (["finetune", "ner", "--feature-based=last"], ["finetune-features", "ner", "--strategy", "last"]),
-    (["pretrain", "--model", "t5-tiny", "--data", "D"], ["pretrain-t5", "--model", "t5-tiny", "--data", "D"]),
-    (["pretrain", "--objective", "span-corruption", "--data", "D"], ["pretrain-t5", "--objective", "span-corruption",
-                                                                     "--data", "D"]),
+@pytest.mark.parametrize("argv, says", [
+    (["finetune", "t2t", "--tasks", "sst2"], "t2t"),
+    (["finetune", "multi", "--tasks", "a,b"], "multi"),
+    (["finetune", "ner", "--feature-based", "last", "--out", "O"], "--feature-based"),
 ])
-def test_an_old_recipe_spelling_becomes_its_command_with_one_line(old, new, capsys):
-    from bertlab.cli.old_spellings import new_spelling
+def test_the_retired_recipe_spellings_are_refused_in_one_line(argv, says, capsys):
+    """`finetune t2t`, `finetune multi` and `finetune --feature-based` are `finetune-t5`, `finetune-multi` and
+    `finetune-features` (CHANGELOG.md): the old spelling is an error, never another recipe run silently."""
+    from bertlab.cli import main
 
-    assert new_spelling(old) == new
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and f"is now {new[new.index('WARNING') + 1] if 'WARNING' in new else new[0]}" in err
-
-
-@pytest.mark.parametrize("argv", [["finetune", "sst2", "--model", "multi"], ["pretrain", "--model", "tiny"],
-                                  ["pretrain", "--demo"], ["finetune-t5", "--tasks", "sst2"]])
-def test_a_current_spelling_is_left_alone(argv, capsys):
-    from bertlab.cli.old_spellings import new_spelling
-
-    if argv[0] in ("finetune", "pretrain"):
-        assert new_spelling(argv) == argv
-    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit) as exit_:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1] and "Traceback" not in "\n".join(err)
 
 
 @pytest.mark.parametrize("argv, usage, hint", [

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from family_support import compare, compare_hidden_states, end_to_end, padded_batch, rel_err
 from own_data_support import write_vocab
 from test_distill import _general, mlm_data  # noqa: F401  (the prepared data and teacher of distill's tests)
@@ -175,7 +175,7 @@ def test_bert_student_written_as_distilbert_gives_its_hidden_states(tmp_path):
 
 
 def test_a_pooler_task_head_is_refused(tmp_path):
-    from bertlab.errors import BertlabError
+    from bertlab.core.errors import BertlabError
     from bertlab.models.bert.config import BertConfig
     from bertlab.models.bert.heads import BertForSequenceClassification
     from bertlab.models.distilbert.convert import write_distilbert

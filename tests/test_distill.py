@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from bertlab import BertConfig
 from bertlab.cli import main
 from bertlab.train.students import build_student, cut_layers, every_kth_layer, hidden_layer_map, parse_layers
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.models.bert.heads import (BertForMaskedLM, BertForPreTraining, BertForQuestionAnswering,
                            BertForSequenceClassification)
 from bertlab.models.bert.modeling import BertModel

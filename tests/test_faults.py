@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from bertlab import BertConfig, BertForPreTraining, BertModel, BertTokenizer
 from bertlab.checkpoint import atomic_directory, read_state_dict, save_pretrained
 from bertlab.cli import main
-from bertlab.errors import BertlabError, CheckpointError, ConfigError, OutputError
+from bertlab.core.errors import BertlabError, CheckpointError, ConfigError, OutputError
 from bertlab.objectives import get_objective
 from bertlab.tasks import TASKS
 from bertlab.train import read_metrics

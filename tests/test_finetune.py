@@ -10,7 +10,7 @@ import torch
 
 from bertlab import BertForSequenceClassification, BertTokenizer
 from bertlab.cli import main
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.tasks import TASKS, UnknownTaskError
 from bertlab.train import finetune as ft
 from tasks_support import tiny_model_dir

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from bertlab import BertConfig, BertForPreTraining
-from bertlab import progress as progress_mod
+from bertlab.core import progress as progress_mod
 from bertlab.cli import main
-from bertlab.model_names import ModelNotFoundError, hf_hub_cache, resolve_model
+from bertlab.core.model_names import ModelNotFoundError, hf_hub_cache, resolve_model
 from bertlab.train import LoopConfig, Trainer, adamw, read_metrics
 from bertlab.train.budget import BudgetScheduler, RefittedLinearDecay
 
@@ -67,10 +67,10 @@ def test_progress_is_a_bar_on_a_terminal_and_nothing_when_disabled():
 
 
 def test_every_long_command_reports_through_the_one_progress_module():
-    """No module draws its own tqdm bar: they all go through bertlab.progress (bar or log lines)."""
-    src = Path(progress_mod.__file__).parent
-    users = {p.relative_to(src).as_posix() for p in src.rglob("*.py") if "bertlab.progress" in p.read_text()
-             or "from ..progress import" in p.read_text() or "from .. import progress" in p.read_text()}
+    """No module draws its own tqdm bar: they all go through bertlab.core.progress (bar or log lines)."""
+    src = Path(progress_mod.__file__).parents[1]
+    users = {p.relative_to(src).as_posix() for p in src.rglob("*.py") if "bertlab.core.progress" in p.read_text()
+             or "from ..core.progress import" in p.read_text() or "from ..core import progress" in p.read_text()}
     assert {"train/loop.py", "data/pipeline.py", "tokenizer/train.py", "infer/features.py", "cli/embed.py",
             "cli/predict.py"} <= users
     direct = [p.relative_to(src).as_posix() for p in src.rglob("*.py")
@@ -387,7 +387,7 @@ def test_mean_sd_for_one_run_and_several_are_numbers():
 
 
 def test_finetune_output_folder_is_not_overwritten_silently(tmp_path):
-    from bertlab.errors import ConfigError
+    from bertlab.core.errors import ConfigError
     from bertlab.train.finetune import claim_output_dir
 
     out = tmp_path / "out"

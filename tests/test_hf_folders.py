@@ -15,9 +15,9 @@ import torch
 
 from bertlab.checkpoint import read_state_dict
 from bertlab.cli import main
-from bertlab.errors import BertlabError, CheckpointError
+from bertlab.core.errors import BertlabError, CheckpointError
 from bertlab.models.bert.heads import BertForSequenceClassification
-from bertlab.model_names import resolve_model
+from bertlab.core.model_names import resolve_model
 from bertlab.tokenizer import BertTokenizer
 from bertlab.tokenizer import tokenizer_json as tj
 
@@ -294,7 +294,7 @@ def test_prepare_takes_a_folder_saved_by_transformers(hf_folder, tmp_path):
 def test_vocabulary_checks_read_tokenizer_json_too(hf_folder, tmp_path):
     """A teacher / student / --init-from folder with only tokenizer.json is compared by its tokens: the same
     tokens in another order (same size) are refused, the same vocabulary as a vocab.txt folder is accepted."""
-    from bertlab.errors import ConfigError
+    from bertlab.core.errors import ConfigError
     from bertlab.tokenizer import folder_vocabulary
     from bertlab.train.students import check_same_vocab_file
 

@@ -1,4 +1,4 @@
-"""Retaining freed CPU tensor memory (bertlab/host_memory.py): glibc keeps a freed 64 MiB tensor in its heap
+"""Retaining freed CPU tensor memory (bertlab/core/host_memory.py): glibc keeps a freed 64 MiB tensor in its heap
 for reuse once the thresholds are raised. (That the Trainer raises them only when configured: test_train_loop.)"""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_freed_tensor_memory_stays_in_the_heap():
     # In a fresh process: the setting is process-wide and cannot be undone.
     code = textwrap.dedent("""
         import ctypes, torch
-        from bertlab.host_memory import retain_freed_memory
+        from bertlab.core.host_memory import retain_freed_memory
 
         class MallInfo2(ctypes.Structure):
             _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.infer import runtime
 from bertlab.infer.embeddings import Embedder
 from bertlab.infer.runtime import InferenceOptions

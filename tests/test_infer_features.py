@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.infer.features import FeatureExtractor, parse_layers
 from bertlab.infer.runtime import InferenceOptions
 

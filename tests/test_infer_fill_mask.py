@@ -9,7 +9,7 @@ import torch
 
 from bertlab import BertForMaskedLM
 from bertlab.cli import main
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.infer.fill_mask import FillMasker
 from bertlab.tokenizer import BertTokenizer
 

@@ -11,7 +11,7 @@ import torch
 
 import bertlab
 from bertlab.cli import main
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.infer.predict import TASK_RUNNERS, Predictor
 from bertlab.infer.runtime import InferenceOptions
 from bertlab.tokenizer import BertTokenizer

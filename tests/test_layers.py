@@ -74,51 +74,59 @@ def test_no_import_cycles():
     assert strongly_connected(edges) == []
 
 
-def test_old_import_paths_still_work():
-    """Code written against earlier releases imports BERT, T5 and distillation from their old homes: the same
-    objects."""
+# Module paths retired before 1.0 (CHANGELOG.md says where each went): none may come back as a shim.
+RETIRED_MODULES = ["bertlab.config", "bertlab.model", "bertlab.heads", "bertlab.convert", "bertlab.t5",
+                   "bertlab.t5.config", "bertlab.t5.model", "bertlab.t5.generate", "bertlab.data.denoising",
+                   "bertlab.objectives.base", "bertlab.objectives.t5", "bertlab.tokenizer.sentinels",
+                   "bertlab.tokenizer.text_to_text", "bertlab.infer.serve_generate", "bertlab.infer.serve_metrics",
+                   "bertlab.infer.serve_native", "bertlab.infer.serve_openai", "bertlab.infer.serve_tei",
+                   "bertlab.train.distill", "bertlab.cli.old_spellings", "bertlab.errors", "bertlab.fsio",
+                   "bertlab.progress", "bertlab.host_memory", "bertlab.threads", "bertlab.jsonconfig",
+                   "bertlab.model_names", "bertlab.labels", "bertlab.nn.objective", "bertlab.nn.heads",
+                   "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names"]
+
+
+@pytest.mark.parametrize("module", RETIRED_MODULES)
+def test_a_retired_module_path_is_gone_and_the_changelog_says_where_it_went(module):
     import importlib
 
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert f"`{module}`" in changelog, f"CHANGELOG.md does not say where {module} went"
+
+
+def test_no_module_reaches_another_by_name_through_importlib():
+    """Imports are import statements, which the contracts see: a module found by a string
+    (`importlib.import_module("bertlab....")`, `__getattr__` hooks) would be invisible to them. The registries'
+    lazy loads (families, tasks, the CLI's commands, route modules) name their modules in tables; nothing
+    else finds a module by name."""
+    allowed = {"models/registry.py", "tasks/__init__.py", "cli/__init__.py", "infer/serve/app.py",
+               "__init__.py"}  # the last: the package's lazy public names (PEP 562), which reach down only
+    found = []
+    for path in sorted((ROOT / "src" / "bertlab").rglob("*.py")):
+        rel = path.relative_to(ROOT / "src" / "bertlab").as_posix()
+        if "import_module(" in path.read_text(encoding="utf-8") and rel not in allowed:
+            found.append(rel)
+    assert found == []
+
+
+def test_the_public_names_stay_importable_from_the_package():
     import bertlab
     from bertlab.models.bert import config, heads, modeling
-    from bertlab.models.t5 import config as t5_config
     from bertlab.models.t5 import modeling as t5_modeling
+    from bertlab.models.t5 import tokenizer as t5_tokenizer
 
-    assert importlib.import_module("bertlab.config").BertConfig is config.BertConfig is bertlab.BertConfig
-    assert importlib.import_module("bertlab.config").read_json_object is importlib.import_module(
-        "bertlab.jsonconfig").read_json_object
-    assert importlib.import_module("bertlab.model").BertModel is modeling.BertModel is bertlab.BertModel
-    assert importlib.import_module("bertlab.heads").HEADS is heads.HEADS
-    assert importlib.import_module("bertlab.convert").convert_tf_to_hf is importlib.import_module(
-        "bertlab.models.bert.convert").convert_tf_to_hf
-    assert importlib.import_module("bertlab.t5").T5Config is t5_config.T5Config
-    assert importlib.import_module("bertlab.t5.model").T5ForConditionalGeneration is \
-        t5_modeling.T5ForConditionalGeneration is bertlab.T5ForConditionalGeneration
-    assert importlib.import_module("bertlab.t5").T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
-    assert importlib.import_module("bertlab.data.denoising") is importlib.import_module("bertlab.models.t5.denoising")
-    assert importlib.import_module("bertlab.objectives.t5") is importlib.import_module("bertlab.models.t5.objectives")
-    assert importlib.import_module("bertlab.objectives.base") is importlib.import_module("bertlab.nn.objective")
-    # T5's tokenizer binding was in tokenizer/ (the SentencePiece library binding stays there)
-    t5_tokenizer = importlib.import_module("bertlab.models.t5.tokenizer")
-    assert importlib.import_module("bertlab.tokenizer.text_to_text") is t5_tokenizer
-    assert importlib.import_module("bertlab.tokenizer.sentinels") is importlib.import_module("bertlab.models.t5.sentinels")
-    for name in ("T5Tokenizer", "SentencePieceTrainConfig", "train_sentencepiece", "T5_SPECIAL_IDS"):
-        assert getattr(importlib.import_module("bertlab.tokenizer.sentencepiece"), name) is getattr(t5_tokenizer, name)
-    for name in ("T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer"):
-        assert getattr(importlib.import_module("bertlab.tokenizer"), name) is getattr(t5_tokenizer, name)
+    assert bertlab.BertConfig is config.BertConfig and bertlab.BertModel is modeling.BertModel
+    assert bertlab.BertForMaskedLM is heads.BertForMaskedLM
+    assert bertlab.T5ForConditionalGeneration is t5_modeling.T5ForConditionalGeneration
     assert bertlab.T5Tokenizer is t5_tokenizer.T5Tokenizer and bertlab.WordPieceT5Tokenizer is t5_tokenizer.WordPieceT5Tokenizer
-    old_distill = importlib.import_module("bertlab.train.distill")
-    from bertlab.train.distillation import config as distill_config, losses, task
-    assert old_distill.DistillConfig is distill_config.DistillConfig and old_distill.run_distillation is \
-        importlib.import_module("bertlab.train.distillation").run_distillation
-    assert old_distill.distillation_kl is losses.distillation_kl and old_distill._with_soft_labels is \
-        task._with_soft_labels
-    # the HTTP service was one module with its route groups beside it (`infer/serve.py`, `infer/serve_*.py`)
+    for name in bertlab.__all__:
+        assert getattr(bertlab, name) is not None, name
     pytest.importorskip("fastapi", reason="the serve extra is not installed")
+    import importlib
+
     serve = importlib.import_module("bertlab.infer.serve")
-    for group in ("native", "tei", "openai", "metrics", "generate"):
-        assert importlib.import_module(f"bertlab.infer.serve_{group}") is importlib.import_module(
-            f"bertlab.infer.serve.routes_{group}")
     for module, names in {"app": ["create_app", "ServiceMiddleware", "PUBLIC_PATHS"],
                           "process": ["ServeSpec", "bind", "serve", "start_in_thread", "RunningServer"],
                           "responses": ["ServiceError", "error_response", "json_response", "ERROR_KINDS"],
@@ -132,7 +140,7 @@ def test_old_import_paths_still_work():
 
 def test_checkpoint_names_are_importable_from_the_package():
     """`bertlab.checkpoint` was one module: every name it had is still importable from it, the very object its
-    defining module (or `bertlab.fsio`, the atomic writes) holds."""
+    defining module (or `bertlab.core.fsio`, the atomic writes) holds."""
     import importlib
 
     package = importlib.import_module("bertlab.checkpoint")
@@ -148,7 +156,7 @@ def test_checkpoint_names_are_importable_from_the_package():
         home = importlib.import_module(f"bertlab.checkpoint.{module}")
         for name in names:
             assert getattr(package, name) is getattr(home, name), name
-    fsio = importlib.import_module("bertlab.fsio")
+    fsio = importlib.import_module("bertlab.core.fsio")
     for name in ("atomic_directory", "atomic_write_text", "remove_stale_temporaries", "current_umask", "apply_umask"):
         assert getattr(package, name) is getattr(fsio, name), name
     assert package.VOCAB_NAME == "vocab.txt"
@@ -187,3 +195,25 @@ def test_no_name_is_defined_in_two_parts_of_the_package():
     twice = {name: sorted(units) for name, units in where.items()
              if len(units) > 1 and not units <= families}
     assert not twice, f"defined in more than one part of bertlab: {twice}"
+
+
+def test_every_family_folder_is_in_the_import_contracts():
+    """A family folder under models/ has its place in the `models` contract and a layers contract of its own
+    that places every module of the folder, so a new family (or a new module in one) cannot slip past them."""
+    import re
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    layers_of = {c["containers"][0]: c["layers"] for c in contracts if c["type"] == "layers"}
+
+    def names(layers: list[str]) -> set[str]:
+        return {name.strip() for layer in layers for name in re.split(r"[|:]", layer) if name.strip()}
+
+    models = ROOT / "src" / "bertlab" / "models"
+    folders = sorted(p.name for p in models.iterdir() if (p / "__init__.py").is_file())
+    assert folders and set(folders) <= names(layers_of["bertlab.models"])
+    for folder in folders:
+        container = f"bertlab.models.{folder}"
+        assert container in layers_of, f"no layers contract for {container}"
+        modules = {p.stem for p in (models / folder).glob("*.py") if p.stem != "__init__"}
+        assert modules <= names(layers_of[container]), f"{container}: {sorted(modules - names(layers_of[container]))}"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.infer.runtime import InferenceOptions, load_model
 from bertlab.nn import int8_linear
 from bertlab.nn.packed_linear import PackedLinear

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from bertlab import BertConfig
 from bertlab.cli import main
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.objectives import OBJECTIVES, MaskedLM, get_objective, register_objective
 from bertlab.objectives.mlm import MaskedLMEval, masked_targets
 from bertlab.train import read_metrics

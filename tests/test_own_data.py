@@ -442,7 +442,7 @@ def test_input_options_group_from_file_and_flags(tmp_path):
     run_config.json round-trips; a typo inside the group is a one-line error naming it."""
     import argparse
 
-    from bertlab.errors import ConfigError
+    from bertlab.core.errors import ConfigError
     from bertlab.train.runconfig import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()

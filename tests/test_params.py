@@ -9,7 +9,7 @@ import torch
 
 from bertlab import BertForPreTraining, BertModel, preset, preset_names
 from bertlab.cli import main
-from bertlab.params import count, parameter_table
+from bertlab.models.bert.params import count, parameter_table
 
 transformers = pytest.importorskip("transformers")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.errors import DataError
+from bertlab.core.errors import DataError
 from bertlab.tasks.retrieval.data import load_retrieval_set
 from bertlab.tasks.retrieval.metrics import evaluate_run, ranked
 from bertlab.train.retrieval import search

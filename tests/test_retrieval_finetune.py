@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.tasks.retrieval.pairs import read_rows
 from bertlab.train.retrieval import finetune, losses
 

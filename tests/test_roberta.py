@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from own_data_support import TOPICS, choice_rows, news_rows, squad_file, tagged_rows, write_csv, write_jsonl
 
 transformers = pytest.importorskip("transformers")
@@ -206,7 +206,7 @@ CASES = ["Hello world", "  Hello   world  ", "the team said the goal", "a<mask>b
 
 
 def test_xlmr_tokenizer_gives_transformers_ids_and_offsets(spm_folder):
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
 
     ours = XLMRobertaTokenizer.from_pretrained(spm_folder)
     theirs = transformers.XLMRobertaTokenizer.from_pretrained(spm_folder)
@@ -239,7 +239,7 @@ def test_xlmr_tokenizer_is_the_sentencepiece_librarys_encode_on_random_strings(s
     """The reference the XLM-R tokenizer matches on any string is the `sentencepiece` library: its `encode`
     under fairseq's ids. (`transformers` agrees on natural text, tests above; on random strings it differs --
     docs/guide/families.md has the rates -- so it is not the reference here.)"""
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
     from family_support import random_texts
 
     ours = XLMRobertaTokenizer.from_pretrained(spm_folder)
@@ -255,7 +255,7 @@ def test_xlmr_refuses_a_sentencepiece_model_that_is_not_unigram(model_type, tmp_
     be split differently there than by its own algorithm: refused in one line, from the folder and the auto
     class alike."""
     from bertlab.models.auto import AutoTokenizer
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
 
     folder = train_spm(tmp_path / model_type, model_type=model_type)
     (folder / "config.json").write_text(json.dumps({"model_type": "xlm-roberta"}))
@@ -270,7 +270,7 @@ def test_xlmr_tokenizer_on_wikitext(tmp_path, shared_data):
     """A model learned on WikiText-2's training lines, on its validation lines. (On the tiny model above, pieces
     of equal score make some words' best split a tie, which the two Viterbi searches may break differently;
     learned scores of a real model do not tie.)"""
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
 
     read = lambda name: [l.strip() for l in (shared_data / "wikitext-2" / name).read_text(encoding="utf-8")
                          .splitlines() if l.strip()]
@@ -285,7 +285,7 @@ def test_xlmr_tokenizer_on_wikitext(tmp_path, shared_data):
 
 
 def test_xlmr_tokenizer_surface(spm_folder, tmp_path):
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
 
     tok = XLMRobertaTokenizer.from_pretrained(spm_folder)
     assert tok.model_max_length == 512 and tok.num_special_tokens_to_add(pair=True) == 4
@@ -314,7 +314,7 @@ def test_xlmr_tokenizer_surface(spm_folder, tmp_path):
 # ---------------------------------------------------------------------------------------------- XLM-R folders
 def xlmr_folder(folder: Path, spm_folder: Path, architecture: str = "XLMRobertaModel", seed: int = 0, **config):
     """A random-weight XLM-R of `transformers`' `architecture` with the test SentencePiece model beside it."""
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
 
     tok = XLMRobertaTokenizer.from_pretrained(spm_folder)
     torch.manual_seed(seed)

@@ -266,10 +266,10 @@ def test_a_lone_surrogate_is_the_same_one_line_in_every_tokenizer(tmp_path):
     """A text with no UTF-8 form (a lone surrogate, from a bad decode upstream) is one line naming the code point
     and its index -- the byte-level BPE's line -- in the SentencePiece tokenizers too (XLM-R, ALBERT, T5), where
     the library below raised a raw pybind11 RuntimeError."""
-    from bertlab.errors import BertlabError
+    from bertlab.core.errors import BertlabError
     from bertlab.models.albert.tokenizer import AlbertTokenizer
     from bertlab.tokenizer.roberta import RobertaTokenizer
-    from bertlab.tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
     from test_albert import train_spiece
     from test_roberta import bpe_tokenizer_files, train_spm
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from bertlab.cli import main
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from test_data_prepare import write_vocab
 from test_t5_finetune import write_glue
 
@@ -154,7 +154,7 @@ def four_threads():
 def test_default_threads_are_the_physical_cores(monkeypatch, four_threads):
     """Busy cores are not subtracted: with sleeping OpenMP workers 2 threads beside a busy process beat 1
     (bench_threads.py); the busy machine gets the passive wait policy instead (test below)."""
-    from bertlab import threads
+    from bertlab.core import threads
 
     monkeypatch.setattr(threads, "physical_cores", lambda: 4)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
@@ -177,7 +177,7 @@ def test_default_threads_are_the_physical_cores(monkeypatch, four_threads):
 def test_physical_cores_and_busy_cores_read_this_machine():
     import os
 
-    from bertlab import threads
+    from bertlab.core import threads
 
     assert 1 <= threads.physical_cores() <= (os.cpu_count() or 1)
     assert 0.0 <= threads.busy_cores(0.05) <= (os.cpu_count() or 1) + 0.01
@@ -187,9 +187,9 @@ def test_wait_policy_is_set_before_torch_is_imported_and_never_after(monkeypatch
     import subprocess
     import sys
 
-    from bertlab import threads
+    from bertlab.core import threads
 
-    code = ("import os, sys; from bertlab.threads import prepare_wait_policy; b = prepare_wait_policy(busy={busy}); "
+    code = ("import os, sys; from bertlab.core.threads import prepare_wait_policy; b = prepare_wait_policy(busy={busy}); "
             "import torch; print(os.environ.get('OMP_WAIT_POLICY'), b)")
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
     for busy, want in ((1.0, "PASSIVE 1.0"), (0.0, "None 0.0")):
@@ -207,7 +207,7 @@ def test_training_commands_take_threads_and_log_the_choice(glue_dir, tmp_path, c
 
     vocab = write_vocab(tmp_path / "vocab.txt")
     start = random_start("bert", "tiny", str(vocab), model, seed=0).folder
-    with caplog.at_level("INFO", logger="bertlab.threads"):
+    with caplog.at_level("INFO", logger="bertlab.core.threads"):
         assert _run("finetune", "sst2", "--model", start, "--data", glue_dir / "SST-2", "--out", tmp_path / "o",
                     "--max-steps", 1, "--batch-size", 8, "--no-progress", "--threads", 1) == 0
     assert "CPU threads: 1 (as --threads asked" in caplog.text

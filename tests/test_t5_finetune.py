@@ -340,9 +340,7 @@ def test_interrupted_then_resumed_equals_the_uninterrupted_run(t5_dir, glue_dir,
     assert (out / "runs" / "seed-43" / "checkpoints" / "step-00000002").is_dir() and not (out / "metrics.json").exists()
     assert main(t2t_args(t5_dir, glue_dir, out, *args)) == 2
     assert "pass --resume" in capsys.readouterr().err
-    # the old spelling, kept for a release: runs finetune-t5 and says so in one line
-    assert main(["--log-level", "WARNING", "finetune", "t2t", "--out", str(out), "--resume"]) == 0
-    assert "bertlab: finetune t2t is now finetune-t5; the old spelling goes in a later release" in capsys.readouterr().err
+    assert main(["--log-level", "WARNING", "finetune-t5", "--out", str(out), "--resume"]) == 0
 
     ours, theirs = load_file(str(out / "model" / "model.safetensors")), load_file(str(reference / "model" /
                                                                                      "model.safetensors"))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertlab import T5Config, T5ForConditionalGeneration
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.models.t5 import generate as generate_module
 from bertlab.models.t5.generate import CachedDecoder
 

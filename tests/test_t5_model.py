@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertlab import T5Config, T5ForConditionalGeneration
-from bertlab.errors import BertlabError, CheckpointError, ConfigError
+from bertlab.core.errors import BertlabError, CheckpointError, ConfigError
 from bertlab.nn.relative_position import relative_position_bucket
 from bertlab.models.t5 import PRESETS, preset
 
@@ -275,7 +275,7 @@ def test_missing_weight_is_an_error(tmp_path):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_presets_param_counts(name):
-    from bertlab.params import t5_count
+    from bertlab.models.t5.params import t5_count
 
     config = preset(name)
     with torch.device("meta"):
@@ -294,7 +294,7 @@ def test_presets_param_counts(name):
 
 def test_params_command_counts_t5(tmp_path, capsys):
     from bertlab.cli import main
-    from bertlab.params import t5_count
+    from bertlab.models.t5.params import t5_count
 
     assert main(["params", "t5-small", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)["t5-small"]
@@ -313,7 +313,7 @@ def test_shared_encoder_decoder_counts_p_and_loads_in_transformers(tmp_path):
     parameter each: the count is the encoder's plus the decoder's cross-attention, position table and final
     norm, as `bertlab params` says); a gradient step keeps them one; saved, the folder holds equal copies that
     transformers loads as a plain T5 with the same logits, and bertlab loads shared again."""
-    from bertlab.params import t5_count
+    from bertlab.models.t5.params import t5_count
 
     config = tiny("v1.1", num_decoder_layers=2, dropout_rate=0.0, share_encoder_decoder=True)
     torch.manual_seed(3)

@@ -148,9 +148,7 @@ def test_resume_after_interrupt_is_bitwise_exact(t5_data, tmp_path, monkeypatch,
         assert main(t5_args(t5_data / "span-corruption", run, *args)) == 130
     assert not (run / "final").exists()
     capsys.readouterr()
-    # the old spelling: `pretrain` of a T5 run, kept for a release, runs pretrain-t5 and says so in one line
-    assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress"]) == 0
-    assert capsys.readouterr().err.count("is now pretrain-t5; the old spelling goes in a later release") == 1
+    assert main(["--log-level", "WARNING", "pretrain-t5", "--out", str(run), "--resume", "--no-progress"]) == 0
     a, b = read_weights(reference / "final"), read_weights(run / "final")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     config = json.loads((run / "final" / "config.json").read_text())

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from bertlab.models.bert.heads import QuestionAnsweringOutput
 from bertlab.tasks import TASKS
 from bertlab.tasks.base import DataError, evaluate

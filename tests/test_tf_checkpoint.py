@@ -20,7 +20,7 @@ from bertlab import BertConfig, BertForPreTraining, BertForQuestionAnswering, Be
 from bertlab.cli import main as cli_main
 from bertlab.models.bert.convert import (convert_tf_to_hf, export_tf_checkpoint, hf_to_tf_name, is_optimizer_state,
                              read_tf_state_dict, tf_to_hf_name)
-from bertlab.errors import CheckpointError
+from bertlab.core.errors import CheckpointError
 from bertlab.models.bert.heads import model_classes
 from bertlab.tf_checkpoint import (TFCheckpointReader, _crc_bytes, _read_table, _write_table, crc32c, mask_crc,
                                    resolve_prefix, unmask_crc, write_tf_checkpoint)
@@ -435,3 +435,16 @@ def test_export_bfloat16_model(tmp_path, config):
         assert {e.dtype_name for e in ckpt.entries.values()} == {"bfloat16"}
         np.testing.assert_array_equal(ckpt.read("bert/pooler/dense/kernel"),
                                       model.pooler.dense.weight.detach().float().numpy().T)
+
+
+def test_checkpoint_reads_tensorflow_names_only_through_the_family_hook(tmp_path):
+    """`checkpoint/` knows no family's variable names: BERT's classes hand it Google's map
+    (`read_tf_checkpoint`); without a hook a TensorFlow checkpoint is one line, never BERT's names guessed."""
+    from bertlab.checkpoint.hf_layout import read_state_dict
+    from bertlab.models.bert.modeling import BertPreTrainedModel
+
+    index = FIXTURES / "bert_model.ckpt.index"
+    ours = read_state_dict(index, BertPreTrainedModel.read_tf_checkpoint)
+    assert ours.keys() == read_tf_state_dict(index).keys()
+    with pytest.raises(CheckpointError, match="a TensorFlow checkpoint, which this model family does not read"):
+        read_state_dict(index)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.errors import BertlabError
+from bertlab.core.errors import BertlabError
 from own_data_support import news_rows, write_csv, write_vocab
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -78,3 +78,34 @@ def test_an_unknown_family_is_one_line(tmp_path):
     (tmp_path / "m" / "config.json").write_text(json.dumps({"model_type": "gpt_neox", "hidden_size": 8}))
     with pytest.raises(BertlabError, match=r"model_type 'gpt_neox' is not supported \(supported: .*\bbert, .*\bt5\b"):
         AutoModel.from_pretrained(tmp_path / "m")
+
+
+def test_bertlab_params_counts_the_toy_family_from_its_folder(toy_folder, capsys):
+    """`bertlab params` reaches a family's parameter table through the registry line alone (its folder's
+    `params.py`), and the count is the built model's."""
+    from bertlab.cli import main
+    from toy_family.family import ToyModel
+
+    assert main(["params", str(toy_folder), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)[str(toy_folder)]
+    model = ToyModel.from_pretrained(toy_folder)
+    assert rows["total.encoder (ToyModel)"] == sum(p.numel() for p in model.parameters())
+    assert main(["params", str(toy_folder)]) == 0
+    assert capsys.readouterr().out.startswith(f"{toy_folder}  (H=16, V=")
+
+
+def test_the_toy_family_declares_its_pretraining_data_engines_and_checkpoint_names(toy_folder):
+    """What `pretrain` (the data's tokenizer kind), the engines (CTranslate2's converter) and `checkpoint/`
+    (TensorFlow names) know of a family, they read from its FAMILY and its classes: no side table to edit."""
+    from bertlab.checkpoint.hf_layout import read_state_dict
+    from bertlab.infer.engines import _require_ctranslate2_converter
+    from bertlab.models.registry import data_tokenizers, family_of
+    from toy_family.family import ToyModel
+
+    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "toy": "wordpiece"}
+    with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for Toy models"):
+        _require_ctranslate2_converter(toy_folder, family_of(toy_folder))
+    assert getattr(ToyModel, "read_tf_checkpoint", None) is None  # so a TensorFlow checkpoint is refused
+    tf_index = Path(__file__).parent / "data" / "tf_ckpt" / "bert_model.ckpt.index"
+    with pytest.raises(BertlabError, match="does not read"):
+        read_state_dict(tf_index, getattr(ToyModel, "read_tf_checkpoint", None))

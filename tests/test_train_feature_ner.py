@@ -1,5 +1,5 @@
 """Feature-based NER: the strategies' layers, the feature cache (computed once, reused), the BiLSTM tagger
-end to end on a tiny CoNLL folder, and the `finetune --feature-based` hook."""
+end to end on a tiny CoNLL folder."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.errors import ConfigError
+from bertlab.core.errors import ConfigError
 from bertlab.train.feature_ner import (STRATEGIES, FeatureNerConfig, WordFeatures, prepare_data,
                                        strategy_layers, train_feature_ner)
 from bertlab.infer.features import FeatureExtractor
@@ -108,13 +108,3 @@ def test_finetune_features_command(setup, tmp_path, capsys, monkeypatch):
     assert "needs a token-classification task" in capsys.readouterr().err
 
 
-def test_the_old_feature_based_spelling_runs_finetune_features(setup, tmp_path, capsys, monkeypatch):
-    """`finetune TASK --feature-based STRATEGY`, kept for a release: the same run, and one line naming the new
-    command."""
-    model, data, _ = setup
-    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path / "cache"))
-    assert main(["finetune", "conll2003", "--feature-based=embeddings", "--model", str(model), "--data", str(data),
-                 "--out", str(tmp_path / "o"), "--epochs", "1", "--batch-size", "8", "--max-seq-length", "64"]) == 0
-    captured = capsys.readouterr()
-    assert json.loads(captured.out)["strategy"] == "embeddings"
-    assert captured.err.count("is now finetune-features TASK --strategy") == 1

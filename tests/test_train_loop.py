@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertlab import BertConfig, BertForPreTraining
-from bertlab.errors import BertlabError, CheckpointError
+from bertlab.core.errors import BertlabError, CheckpointError
 from bertlab.train import loop
 from bertlab.train import (LoopConfig, NonFiniteLossError, Trainer, adamw, checkpoint_dirs, linear_warmup_decay,
                            read_metrics, shuffled_batches)

@@ -394,7 +394,7 @@ def test_torchrun_two_processes_end_to_end(data_dir, tmp_path):
 def test_run_config_file_then_flags(tmp_path):
     import argparse
 
-    from bertlab.errors import ConfigError
+    from bertlab.core.errors import ConfigError
     from bertlab.train.runconfig import add_config_arguments, config_from_args
 
     parser = argparse.ArgumentParser()

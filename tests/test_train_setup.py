@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertlab.models.bert.config import is_preset
-from bertlab.errors import BertlabError, ConfigError
+from bertlab.core.errors import BertlabError, ConfigError
 from bertlab.nn import cpu_kernels
 from bertlab.train.distillation import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
 from bertlab.train.distillation import DistillConfig

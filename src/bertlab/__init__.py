@@ -6,7 +6,7 @@ The public API is importable from here: `from bertlab import BertConfig, BertMod
 import importlib
 
 from .models.bert.config import BertConfig, preset, preset_names
-from .errors import BertlabError, CheckpointError, ConfigError
+from .core.errors import BertlabError, CheckpointError, ConfigError
 from .models.t5.tokenizer import T5Tokenizer, WordPieceT5Tokenizer
 from .tokenizer import BertTokenizer
 

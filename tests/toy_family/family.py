@@ -11,9 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.checkpoint import load_pretrained, save_pretrained
-from bertlab.jsonconfig import JsonConfig
+from bertlab.core.jsonconfig import JsonConfig
 from bertlab.models.family import Family
-from bertlab.nn.heads import HeadOutput, HeadRegistry, TaskOutputLayer
+from bertlab.models.heads import HeadOutput, HeadRegistry, TaskOutputLayer
 from bertlab.tokenizer import BertTokenizer
 
 
@@ -116,4 +116,4 @@ class ToyForSequenceClassification(ToyPreTrainedModel):
 
 
 FAMILY = Family(model_type="toy", name="Toy", config_class=ToyConfig, base_model=ToyModel, heads=HEADS,
-                tokenizer=BertTokenizer.from_pretrained)
+                tokenizer=BertTokenizer.from_pretrained, data_tokenizer="wordpiece")

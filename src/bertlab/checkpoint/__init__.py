@@ -15,7 +15,8 @@ every model family and every head loads through the same code. Both bare `BertMo
 `bert.`-prefixed `BertFor*` keys are accepted, as are the `gamma`/`beta` LayerNorm names of early TensorFlow
 conversions. Weights are read only from safetensors or, for `pytorch_model.bin`, through
 `torch.load(weights_only=True)`, which cannot run code; a folder holding Google's TensorFlow
-`bert_model.ckpt.index` (or that `.index` file) is read through `tf_names.py`, without TensorFlow.
+`bert_model.ckpt.index` (or that `.index` file) is read through the model class's `read_tf_checkpoint` hook
+(BERT's: `models/bert/tf_names.py`), without TensorFlow.
 
 Saving is atomic: everything is written into a temporary sibling folder which then replaces the target,
 so a crash mid-save leaves the previous checkpoint as it was; the temporary folders of a process that died
@@ -24,10 +25,10 @@ the umask, like any other tool's output. A failed write (disk full, read-only) i
 
 The package: `hf_layout.py` (file names, key rules, reading, loading, writing full weights), `peft.py` (LoRA
 adapter folders in PEFT's layout) and `pretrained.py` (`load_pretrained` / `save_pretrained`, which send a
-folder to one or the other); the atomic writes are `bertlab.fsio`'s. Every name is importable from here.
+folder to one or the other); the atomic writes are `bertlab.core.fsio`'s. Every name is importable from here.
 """
 
-from ..fsio import (apply_umask, atomic_directory, atomic_write_text, current_umask,  # noqa: F401
+from ..core.fsio import (apply_umask, atomic_directory, atomic_write_text, current_umask,  # noqa: F401
                     remove_stale_temporaries)
 from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401
 from .hf_layout import (CONFIG_NAME, DEFAULT_BASE_PREFIX, FULL_WEIGHT_FILES, PYTORCH_WEIGHTS_NAME,  # noqa: F401

@@ -11,15 +11,16 @@ import logging
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, some_of
-from ..fsio import atomic_directory
-from ..model_names import inside_model_folder
+from ..core.errors import CheckpointError, some_of
+from ..core.fsio import atomic_directory
+from ..core.model_names import inside_model_folder
 from ..nn.adapters import add_saved_adapters
 from ..tokenizer.tokenizer import VOCAB_NAME
 
@@ -123,8 +124,12 @@ def resolve_dir(path: str | os.PathLike) -> Path:
     return p.parent if p.is_file() else p
 
 
-def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The raw tensors of a checkpoint folder (or of one weights file), on the CPU."""
+def read_state_dict(path: str | os.PathLike,
+                    read_tf_checkpoint: Callable[[Path], dict[str, torch.Tensor]] | None = None
+                    ) -> dict[str, torch.Tensor]:
+    """The raw tensors of a checkpoint folder (or of one weights file), on the CPU. A TensorFlow checkpoint
+    (`.index`) is read by `read_tf_checkpoint`, the hook of the model family whose variable names it holds
+    (a model class's `read_tf_checkpoint`: BERT's maps Google's names); this layer knows no family's names."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -141,10 +146,10 @@ def read_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
                 f"{p}: no weights found (expected {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME}, {PYTORCH_WEIGHTS_NAME} "
                 f"or {TF_INDEX_NAME})"
             )
-    if p.suffix == ".index":  # a TensorFlow checkpoint: Google's names mapped to these, kernels transposed
-        from ..tf_names import read_tf_state_dict  # TensorFlow's reader is loaded only for these files
-
-        return read_tf_state_dict(p)
+    if p.suffix == ".index":  # a TensorFlow checkpoint: the family maps its names to these
+        if read_tf_checkpoint is None:
+            raise CheckpointError(f"{p}: a TensorFlow checkpoint, which this model family does not read")
+        return read_tf_checkpoint(p)
     if p.name.endswith(".index.json"):
         state: dict[str, torch.Tensor] = {}
         for shard in index_shards(p):

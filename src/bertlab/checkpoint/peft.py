@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError, ConfigError, shorten
-from ..jsonconfig import read_json_object
-from ..model_names import resolve_model
+from ..core.errors import CheckpointError, ConfigError, shorten
+from ..core.jsonconfig import read_json_object
+from ..core.model_names import resolve_model
 from ..nn.adapters import LORA_CONFIG_KEY, add_lora, check_lora_settings, compile_layer_pattern, lora_layers
 from .hf_layout import (CONFIG_NAME, FULL_WEIGHT_FILES, LoadReport, Model, build_and_load, model_keys, read_state_dict,
                         write_model_folder)
@@ -103,7 +103,8 @@ def load_lora_adapter(cls: type, folder: Path, config: Any = None, **config_over
         except TypeError as e:
             raise ConfigError(f"{folder}: {e}") from None
     base_config = config.replace(extra={k: v for k, v in config.extra.items() if k != LORA_CONFIG_KEY})
-    model, report = build_and_load(cls, base_config, read_state_dict(base), str(base))
+    model, report = build_and_load(cls, base_config, read_state_dict(base, getattr(cls, "read_tf_checkpoint", None)),
+                                   str(base))
     try:
         add_lora(model, targets, adapter["r"], float(adapter["lora_alpha"]))
     except (ValueError, KeyError) as e:

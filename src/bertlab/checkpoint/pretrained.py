@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..nn.adapters import lora_layers
 from .hf_layout import WEIGHTS_NAME, Model, build_and_load, read_state_dict, resolve_dir, write_model_folder
 from .peft import ADAPTER_FILES, is_lora_adapter_folder, load_lora_adapter, save_lora_adapter
@@ -30,7 +30,7 @@ def load_pretrained(cls: type, path: str | os.PathLike, config: Any = None, retu
             config = config.replace(**config_overrides)
         except TypeError as e:
             raise ConfigError(f"{folder}: {e}") from None
-    state = read_state_dict(path)
+    state = read_state_dict(path, getattr(cls, "read_tf_checkpoint", None))
     model, report = build_and_load(cls, config, state, str(folder))
     report.log(str(folder), getattr(cls, "expected_unused_keys", ()))
     model.eval()  # as Hugging Face: a loaded model starts in eval mode; train() before training

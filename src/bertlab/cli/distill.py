@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.distillation import DistillConfig, run_distillation
     from ..train.runconfig import config_from_args
 

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
     from ..infer.runtime import InferenceOptions
-    from ..progress import track
+    from ..core.progress import track
 
     lines = read_texts(args.input, args.text_column, args.input_format)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),

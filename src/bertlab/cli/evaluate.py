@@ -13,7 +13,7 @@ from ..tasks import TASKS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..model_names import model_path
+    from ..core.model_names import model_path
 
     p.add_argument("task", metavar="TASK", choices=list(TASKS), help=f"one of: {' '.join(TASKS)}")
     p.add_argument("--model", metavar="MODEL_DIR", required=True, type=model_path,
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.finetune import subset
     from ..train.setup import autocast_dtype, resolve_device
 
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.runtime import InferenceOptions, prepare
 
     if args.bf16 and args.dtype not in (None, "bf16"):
@@ -74,7 +74,7 @@ def split_name(spec, data: str, given: str | None) -> str:
     import re
     from pathlib import Path
 
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..tasks.base import FolderTask
 
     if given is not None:

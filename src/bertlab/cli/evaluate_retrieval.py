@@ -34,7 +34,7 @@ def format_metrics(metrics: dict[str, float]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.retrieval.evaluate import RetrievalEvalConfig, run_evaluation
     from ..train.runconfig import config_from_args
 

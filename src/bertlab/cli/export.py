@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.export import EXPORTERS
 
     if args.format != "sentence-transformers" and (args.pooling is not None or not args.normalize):

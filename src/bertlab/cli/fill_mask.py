@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.fill_mask import FillMasker
     from ..infer.input_files import TextInputs, read_texts
     from ..infer.outputs import json_line

@@ -10,8 +10,7 @@ come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, t
 run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for pretrain and distill.
 
 The other fine-tuning recipes are commands of their own: `finetune-multi` (several tasks, one encoder),
-`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER); `finetune multi`,
-`finetune t2t` and `finetune TASK --feature-based` still reach them for a release (`cli/old_spellings.py`).
+`finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER).
 """
 
 from __future__ import annotations
@@ -106,7 +105,7 @@ def mean_sd(score: dict) -> float | dict[str, float]:
 
 def resolved_model(model: str | None) -> str | None:
     """A folder, or a model's name in the local Hugging Face cache, as a path; a size (tiny, t5-tiny) as it is."""
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.random_init import names_a_size
 
     return str(resolve_model(model)) if model and not names_a_size(model) else model

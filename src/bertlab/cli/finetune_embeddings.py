@@ -28,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.retrieval.finetune import EmbeddingFinetuneConfig, run_finetune
     from ..train.runconfig import config_from_args, given_fields
 

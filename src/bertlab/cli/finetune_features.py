@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.feature_ner import FeatureNerConfig, train_feature_ner
     from ..train.runconfig import config_from_args
 

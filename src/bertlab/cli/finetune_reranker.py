@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
     from ..train.retrieval.reranker import RerankerConfig, run_reranker
     from ..train.runconfig import config_from_args, given_fields
 

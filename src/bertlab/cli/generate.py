@@ -31,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.generate import Generator
     from ..infer.inputs import Lines, read_lines
     from ..infer.outputs import json_line, text_output

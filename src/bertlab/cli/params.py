@@ -1,68 +1,73 @@
 """`bertlab params [PRESET | config.json ...] [--format table|json]`: parameter counts per model part.
 
-BERT presets (base, large, L4-H256, ...) and T5 presets (t5-small, t5-base, t5-large, t5-v1_1-*) by name; a
-config.json (or model folder) is counted by its family, from its `model_type` (BERT, RoBERTa, XLM-R, T5,
-DistilBERT, ALBERT: ALBERT's shared blocks counted once)."""
+A preset of any family by name (BERT's base, large, L4-H256, ...; T5's t5-small, ...); a config.json (or model
+folder) is counted by its family, from its `model_type`, with the parameter table in that family's folder
+(`models/<family>/params.py`: ALBERT's shared blocks counted once)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-from functools import partial
 
-from ..errors import BertlabError
-from ..models.registry import model_type_of
-from ..models.bert.config import BertConfig, is_preset, preset_names
-from ..params import (albert_parameter_table, distilbert_parameter_table, format_t5_table, format_table,
-                      parameter_table, roberta_parameter_table, t5_parameter_table)
-from ..models.albert.config import AlbertConfig
-from ..models.distilbert.config import DistilBertConfig
-from ..models.roberta.config import RobertaConfig
-from ..models.xlm_roberta.modeling import XLMRobertaConfig
-from ..models.t5.config import MODEL_TYPE as T5_MODEL_TYPE
-from ..models.t5.config import PRESETS as T5_PRESETS
-from ..models.t5.config import T5Config
-
-# model family -> (config from a preset name or path, rows, table)
-PARAMETER_TABLES = {
-    "bert": (BertConfig.from_name_or_path, parameter_table, format_table),
-    T5_MODEL_TYPE: (T5Config.from_name_or_path, t5_parameter_table, format_t5_table),
-    # shared weights counted once (ALBERT); BERT's blocks without token types or pooler (DistilBERT)
-    "albert": (AlbertConfig.from_name_or_path, albert_parameter_table,
-               partial(format_table, rows=albert_parameter_table)),
-    "distilbert": (DistilBertConfig.from_name_or_path, distilbert_parameter_table,
-                   partial(format_table, rows=distilbert_parameter_table)),
-    **{model_type: (config.from_name_or_path, roberta_parameter_table,
-                    partial(format_table, rows=roberta_parameter_table))
-       for model_type, config in (("roberta", RobertaConfig), ("xlm-roberta", XLMRobertaConfig))},
-}
+from ..core.errors import BertlabError
+from ..models.family import ParameterTable
+from ..models.registry import FAMILIES, model_type_of, parameter_table, preset_family
 
 
-def family(name: str) -> str:
-    if name in T5_PRESETS:
-        return T5_MODEL_TYPE
-    if is_preset(name) or not os.path.exists(name):
-        return "bert"  # BERT's loader reports an unknown name
-    model_type = model_type_of(name)
-    if model_type not in PARAMETER_TABLES:  # another family's config must not be counted as a BERT
-        raise BertlabError(f"{name}: bertlab params counts {', '.join(sorted(PARAMETER_TABLES))} configs, not "
-                           f"model_type {model_type!r}")
-    return model_type
+def table_of(name: str) -> ParameterTable:
+    """The parameter table that counts `name`: the family whose preset it is, else its config's family. A name
+    that is neither is BERT's to report ("neither a preset ... nor an existing file")."""
+    model_type = preset_family(name)
+    if model_type is None:
+        if not os.path.exists(name):
+            model_type = "bert"
+        else:
+            model_type = model_type_of(name)
+            if model_type not in FAMILIES:  # another family's config must not be counted as a BERT
+                raise BertlabError(f"{name}: bertlab params counts {', '.join(sorted(FAMILIES))} configs, not "
+                                   f"model_type {model_type!r}")
+    return parameter_table(model_type, where=name)
+
+
+def _config(table: ParameterTable, name: str):
+    """A preset's config, or a config.json's (or model folder's); a family need not have presets."""
+    if os.path.exists(name) and not table.is_preset(name):
+        return table.config_class.from_json_file(name)
+    return table.config_class.from_name_or_path(name)
+
+
+def format_table(name: str, table: ParameterTable, config) -> str:
+    """The rows of `table` for `config` under a header of its sizes."""
+    lines = [f"{name}  ({table.sizes(config)})"]
+    for row, n in table.rows(config):
+        lines.append(f"  {row:<42} {n:>14,}  {_human(n):>8}")
+    return "\n".join(lines)
+
+
+def _human(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    presets = []
+    for model_type in FAMILIES:
+        try:
+            table = parameter_table(model_type)
+        except BertlabError:
+            continue
+        if table.presets:
+            presets.append(table.presets)
     p.add_argument("models", nargs="*", default=["base", "large"],
-                   help=f"presets ({', '.join(preset_names()[:6])}, L2-H128 ... L12-H768; {', '.join(T5_PRESETS)}) "
-                        "or config.json paths (default: base large)")
+                   help=f"presets ({'; '.join(presets)}) or config.json paths (default: base large)")
     p.add_argument("--format", choices=["table", "json"], default="table")
 
 
 def run(args: argparse.Namespace) -> int:
-    tables = [(name, PARAMETER_TABLES[family(name)]) for name in args.models]
-    configs = [(name, fam, fam[0](name)) for name, fam in tables]
+    tables = [(name, table_of(name)) for name in args.models]
+    configs = [(name, table, _config(table, name)) for name, table in tables]
     if args.format == "json":
-        print(json.dumps({name: dict(fam[1](c)) for name, fam, c in configs}, indent=2))
+        print(json.dumps({name: dict(table.rows(c)) for name, table, c in configs}, indent=2))
     else:
-        print("\n\n".join(fam[2](name, c) for name, fam, c in configs))
+        print("\n\n".join(format_table(name, table, c) for name, table, c in configs))
     return 0

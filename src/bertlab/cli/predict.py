@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.outputs import json_line, text_output
     from ..infer.predict import Predictor
     from ..infer.runtime import InferenceOptions
-    from ..progress import track
+    from ..core.progress import track
 
     options = InferenceOptions.from_args(args)
     if is_t5_folder(args.model):  # a T5 model answers by generating text (infer/generate.py)

@@ -25,8 +25,6 @@ HELP = {
                  "or mlm+sbo (span boundary, SpanBERT's; data: prepare --objective mlm+sbo) "
                  "(default: the data's: mlm+nsp on segment pairs, mlm+sop on sentence-order pairs, mlm on data "
                  "without pairs); T5's objectives: bertlab pretrain-t5",
-    "family": "bert or roberta (default: a config's model_type; with a preset, the data's tokenizer: roberta on "
-              "byte-level BPE data, said in one line, bert on WordPiece)",
     "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "
                "(--seq-len: the old spelling)",
     "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
@@ -58,10 +56,20 @@ def add_run_arguments(p: argparse.ArgumentParser, cls: type, doc: str, help: dic
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
 
 
+def family_help() -> str:
+    """`--family`'s help, from the families that say which data `pretrain` trains them on (the registry)."""
+    from ..models.registry import data_tokenizers
+
+    kinds = data_tokenizers()
+    return (f"{' or '.join(kinds)} (default: a config's model_type; with a preset, the family of the data's "
+            f"tokenizer, said in one line when not {next(iter(kinds))}: "
+            f"{', '.join(f'{family} on {kind} data' for family, kind in kinds.items())})")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.pretrain import PretrainConfig
 
-    add_run_arguments(p, PretrainConfig, __doc__, HELP, DEFAULTS, RENAMED)
+    add_run_arguments(p, PretrainConfig, __doc__, {**HELP, "family": family_help()}, DEFAULTS, RENAMED)
     g = p.add_argument_group("demo")
     g.add_argument("--demo", action="store_true",
                    help="build a vocabulary and data from the Python docs (pydoc_data.topics) or --demo-corpus, "
@@ -82,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train.runconfig import config_from_args, given_fields
 
     if args.overwrite and not args.demo:
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError("--overwrite goes with --demo (a pre-training run continues with --resume)")
     if args.demo:
@@ -108,7 +116,7 @@ def report(result, command: str, out: str, loader: str | None = None) -> int:
             print(f"{name}: " + "  ".join(f"{k} {v:.4f}" for k, v in values.items()))
     if result.final_dir is not None:
         if loader is None:
-            from ..jsonconfig import read_json_object
+            from ..core.jsonconfig import read_json_object
 
             loader = (read_json_object(result.final_dir / "config.json").get("architectures") or ["the model"])[0]
         print(f"model: {result.final_dir} (load with {loader}.from_pretrained or transformers)")

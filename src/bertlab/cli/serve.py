@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.batcher import Limits
     from ..infer.embeddings import POOLINGS
     from ..infer.runtime import add_engine_argument, add_inference_arguments
-    from ..model_names import model_path
+    from ..core.model_names import model_path
     from .embed import add_embedding_arguments
 
     add_inference_arguments(p)
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
 
     missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:

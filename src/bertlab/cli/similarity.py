@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.embeddings import Embedder, cosine
     from ..infer.input_files import TEXT_FORMAT, input_format, read_texts
     from ..infer.inputs import read_lines

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..model_names import resolve_model
+    from ..core.model_names import resolve_model
 
     p.add_argument("texts", nargs="*", metavar="TEXT", help="text(s) to tokenize")
     p.add_argument("--input", "--file", dest="inputs", action="append", metavar="FILE",
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[str]:
     """The arguments, else the --input files (or stdin) line by line; old-style file arguments still work."""
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..infer.inputs import read_lines
 
     if texts and inputs:
@@ -65,7 +65,7 @@ def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[st
 def family_tokenizer(path: Path, overrides: dict):
     """The tokenizer of a RoBERTa or XLM-R model folder (any family but BERT whose tokenizer has BertTokenizer's
     call surface); None for anything else, which BertTokenizer reads."""
-    from ..errors import BertlabError
+    from ..core.errors import BertlabError
     from ..models.registry import FAMILIES, family, model_type_of
     from ..tokenizer import TokenizerBase
 

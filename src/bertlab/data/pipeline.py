@@ -239,7 +239,7 @@ def _is_heldout(ordinal: int, fraction: float) -> bool:
 
 
 def _progress(total: int | None, desc: str, unit: str, enabled: bool | None):
-    from ..progress import progress
+    from ..core.progress import progress
 
     return progress(total=total, desc=desc, unit=unit, unit_scale=True, enabled=enabled, leave=False)
 

@@ -57,7 +57,7 @@ from typing import IO, Iterable, Iterator
 
 import numpy as np
 
-from ..errors import DataError
+from ..core.errors import DataError
 
 CORPUS_FORMATS = ("auto", "google", "plain", "jsonl", "wikitext")
 

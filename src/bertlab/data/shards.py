@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import is_write_failure, output_error
+from ..core.errors import is_write_failure, output_error
 from .instances import (LABELLED_PAIR_MODES, PACKED_MODES, Corpus, Instance, instance_documents, instance_ids,
                         instance_word_continues)
 from .masking import MaskingConfig, VocabInfo

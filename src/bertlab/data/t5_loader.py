@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..labels import IGNORE_INDEX
+from ..core.labels import IGNORE_INDEX
 from ..models.t5.denoising import decoder_only_labels
 from .loader import PretrainingDataset
 from .readers import DataError

@@ -42,7 +42,7 @@ class Limits:
     request_timeout_s: float = 60.0  # a request not answered by then gets 504 and is dropped from the queue
 
     def __post_init__(self) -> None:
-        from ..errors import BertlabError
+        from ..core.errors import BertlabError
 
         for name in ("max_body_bytes", "max_items", "max_text_chars", "max_batch_items", "max_batch_tokens",
                      "max_concurrent_requests"):

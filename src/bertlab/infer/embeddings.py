@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from . import batching
 from .inputs import encode
 from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer

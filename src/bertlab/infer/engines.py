@@ -10,7 +10,8 @@ tokenizer, length buckets, long-document windows, pooling and outputs: only the 
     ctranslate2   ctranslate2    fp32, int8            DIR/ctranslate2/model.bin  (encoders only: no task heads)
 
 Every encoder family runs on ONNX Runtime and OpenVINO (the export traces the family's own model); CTranslate2
-converts BERT, RoBERTa, XLM-R and DistilBERT (`CTRANSLATE2_FAMILIES`), and refuses ALBERT in one line.
+converts the families that list it in their `engines` (BERT, RoBERTa, XLM-R, DistilBERT), and refuses the
+others (ALBERT) in one line.
 
 `--model DIR` may be an export folder (the engine's file is used as it is) or any bertlab model folder (the
 model is converted for the engine into a temporary folder first, a few seconds, with one log line saying so).
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import BertlabError, OutputError
+from ..core.errors import BertlabError, OutputError
 from .runtime import ENGINE_LOADERS, ENGINE_PRECISIONS, check_model_dir, model_family, require_engine
 
 log = logging.getLogger(__name__)
@@ -224,12 +225,8 @@ def export_openvino(model_dir: str | Path, out: str | Path):
     return ExportReport(out, files, {"max_abs_diff_vs_pytorch": diff})
 
 
-# the families (config.json's model_type) whose encoders CTranslate2's converter takes
-CTRANSLATE2_FAMILIES = ("bert", "roberta", "xlm-roberta", "distilbert")
-
-
 def _require_ctranslate2_converter(model_dir: Path, family) -> None:
-    if family.model_type not in CTRANSLATE2_FAMILIES:
+    if "ctranslate2" not in family.engines:  # the families whose encoders CTranslate2's converter takes
         raise BertlabError(f"{model_dir}: --engine ctranslate2 has no converter for {family.name} models; use "
                            "--engine onnxruntime or openvino (`bertlab export onnx` or `openvino`), or bertlab")
 

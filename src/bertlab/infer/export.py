@@ -42,7 +42,7 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
-from ..errors import BertlabError, OutputError, is_write_failure, output_error
+from ..core.errors import BertlabError, OutputError, is_write_failure, output_error
 from .batching import model_inputs
 from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
 from .runtime import InferenceOptions, check_model_dir, length_limit, load_encoder, load_model, load_tokenizer

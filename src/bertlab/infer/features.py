@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from . import batching
 from .inputs import encode
 from .outputs import NpyWriter, SafetensorsWriter, json_line, output_kind, text_output
@@ -163,7 +163,7 @@ def write_features(extractor: FeatureExtractor, inputs: Sequence, output: str | 
                    ids: Sequence | None = None) -> int:
     """Run `extractor` over `inputs` and write the result by the output's suffix; returns the rows written.
     `ids`: a table's row ids, written as each JSON line's "id" (or FILE.ids.json beside an array)."""
-    from ..progress import track
+    from ..core.progress import track
 
     kind = output_kind(output)
     items = track(extractor.extract(inputs, split_into_words, where), len(inputs), "features", "input")

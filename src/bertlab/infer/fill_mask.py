@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from ..errors import BertlabError
-from ..labels import IGNORE_INDEX
+from ..core.errors import BertlabError
+from ..core.labels import IGNORE_INDEX
 from . import batching
 from .inputs import encode
 from .runtime import InferenceOptions, length_limit, load_head, load_tokenizer

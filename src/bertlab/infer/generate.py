@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from ..models.t5.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
 from . import batching
 from .runtime import InferenceOptions, check_model_dir, load_model

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from ..tasks.files import ID_COLUMNS, SUFFIXES, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, FORMATS, guess_column, read_table
 from .inputs import parse_record, read_lines
 
@@ -222,7 +222,7 @@ def write_ids(output: str | Path, ids: list[Any]) -> Path:
     """FILE.ids.json beside an array output (.npy / .safetensors): the table's id of each row, in order."""
     import json
 
-    from ..fsio import atomic_write_text
+    from ..core.fsio import atomic_write_text
 
     target = Path(str(output) + ".ids.json")
     atomic_write_text(target, json.dumps(ids) + "\n")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import IO, Any, Iterator
 
 import numpy as np
 
-from ..errors import BertlabError, OutputError, is_write_failure, output_error
+from ..core.errors import BertlabError, OutputError, is_write_failure, output_error
 
 ARRAY_SUFFIXES = (".npy", ".safetensors")
 

@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import BertlabError
-from ..nn.heads import HeadSpec
+from ..core.errors import BertlabError
+from ..models.heads import HeadSpec
 from . import batching
 from .inputs import encode, parse_record
 from .runtime import (InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer,

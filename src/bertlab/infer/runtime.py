@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
-from ..errors import BertlabError
-from ..host_memory import retain_freed_memory
-from ..jsonconfig import read_json_object
+from ..core.errors import BertlabError
+from ..core.host_memory import retain_freed_memory
+from ..core.jsonconfig import read_json_object
 from ..nn.adapters import lora_layers, merge_lora
 from ..nn.attention import use_attention_kernel
 from ..nn.precision import DTYPES, cpu_has_native_bf16
-from ..threads import add_threads_argument, set_threads
+from ..core.threads import add_threads_argument, set_threads
 from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU, MAX_WASTE, MAX_WASTE_GPU
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class InferenceOptions:
 
 def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     """The options every inference command takes."""
-    from ..model_names import model_path
+    from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, required=model_required, metavar="DIR|NAME",
                    help="a Hugging Face-layout BERT folder (config.json, weights, vocab.txt or tokenizer.json), or the "
@@ -245,7 +245,7 @@ def load_encoder(model_dir: Path, options: InferenceOptions) -> Any:
 
 
 def load_head(kind: str, model_dir: Path, options: InferenceOptions, purpose: str = "this command") -> Any:
-    """The folder's family's head of `kind` (`nn/heads.py`), refused when the checkpoint lacks its weights."""
+    """The folder's family's head of `kind` (`models/heads.py`), refused when the checkpoint lacks its weights."""
     head = model_family(model_dir).head(kind, purpose)
     return load_model(head.model_class, model_dir, options, head_prefix=head.prefix, purpose=purpose)
 

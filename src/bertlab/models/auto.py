@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from .registry import family_of
 
 
@@ -33,7 +33,7 @@ class AutoModel:
 
     @staticmethod
     def for_head(kind: str):
-        """A loader of the head `kind` (`nn/heads.py`): `.from_pretrained(folder)` builds the folder's family's
+        """A loader of the head `kind` (`models/heads.py`): `.from_pretrained(folder)` builds the folder's family's
         class for it (a new head is initialised on a plain encoder folder)."""
         return _HeadLoader(kind)
 

@@ -2,7 +2,7 @@
 
 Recipes, tasks, inference and serving never name a family's classes; they ask the family of a folder (read from
 its `config.json`'s `model_type`, see `registry.py`) for its config class, its bare encoder, the head of a kind
-(`nn/heads.py`) and its tokenizer. A new family is a folder with a `family.py` and one line in the registry.
+(`models/heads.py`), its tokenizer and its parameter table. A new family is a folder with a `family.py` and one line in the registry.
 """
 
 from __future__ import annotations
@@ -12,7 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
+
+
+@dataclass(frozen=True)
+class ParameterTable:
+    """A family's parameter arithmetic (`bertlab params`), in its folder's `params.py` as `PARAMETERS`: counted
+    from the config alone, so the command reads no weights and imports no model code."""
+
+    config_class: type  # `.from_name_or_path(preset name or config.json / folder)`
+    rows: Callable[[Any], list[tuple[str, int]]]  # config -> (row name, count); the last rows are the totals
+    sizes: Callable[[Any], str]  # config -> the sizes a table's header shows ("L=12, H=768, ...")
+    is_preset: Callable[[str], bool] = lambda name: False  # whether a name is one of the family's presets
+    presets: str = ""  # the presets as `--help` lists them
 
 
 @dataclass(frozen=True)
@@ -21,8 +33,13 @@ class Family:
     name: str  # as people write it: "BERT", "RoBERTa"
     config_class: type  # `.from_json_file(folder or file)`, `.from_dict`, `.to_dict()`
     base_model: type | None  # the bare encoder: `model(input_ids=, attention_mask=)` -> `.last_hidden_state`
-    heads: Mapping[str, Any]  # head kind (`nn/heads.py`) -> HeadSpec
+    heads: Mapping[str, Any]  # head kind (`models/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
+    parameters: ParameterTable | None = None  # its `params.py`'s PARAMETERS (`registry.parameter_table`)
+    # The tokenizer kind (a prepared data manifest's) that `bertlab pretrain` trains it on: "wordpiece", "bpe";
+    # None: `pretrain` does not pre-train it
+    data_tokenizer: str | None = None
+    engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
 
     def head(self, kind: str, purpose: str = "this command"):
         """The family's HeadSpec of `kind`; one line when the family has no such head."""

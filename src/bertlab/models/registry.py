@@ -2,7 +2,8 @@
 map it), and the family of a folder.
 
 A family is imported only when a folder of it is used, so `bertlab params` or a BERT run never imports T5.
-Adding a family is one line here (or `register_family` at run time) and a folder with a `family.py`.
+Adding a family is one line here (or `register_family` at run time) and a folder with a `family.py` (and a
+`params.py` beside it for `bertlab params`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import importlib
 import os
 from pathlib import Path
 
-from ..errors import BertlabError
-from ..jsonconfig import read_json_object
-from .family import Family
+from ..core.errors import BertlabError
+from ..core.jsonconfig import read_json_object
+from .family import Family, ParameterTable
 
 # model_type -> the module whose FAMILY describes it
 FAMILIES: dict[str, str] = {
@@ -40,6 +41,40 @@ def family(model_type: str, where: str | os.PathLike | None = None) -> Family:
         raise BertlabError(f"{f'{where}: ' if where is not None else ''}model_type {model_type!r} is not supported "
                            f"(supported: {', '.join(sorted(FAMILIES))})")
     return importlib.import_module(FAMILIES[model_type]).FAMILY
+
+
+def parameter_table(model_type: str, where: str | os.PathLike | None = None) -> ParameterTable:
+    """The parameter table of `model_type` (its folder's `params.py`), without importing the family's model code:
+    `bertlab params` counts any family's config from its arithmetic alone."""
+    if model_type not in FAMILIES:
+        family(model_type, where)  # raises the one line naming the supported ones
+    module = FAMILIES[model_type].rpartition(".")[0] + ".params"
+    try:
+        return importlib.import_module(module).PARAMETERS
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise BertlabError(f"{f'{where}: ' if where is not None else ''}model_type {model_type!r} has no parameter "
+                           f"table") from None
+
+
+def preset_family(name: str) -> str | None:
+    """The `model_type` of the family that has a preset called `name`, or None; families asked in the
+    registry's order."""
+    for model_type in FAMILIES:
+        try:
+            if parameter_table(model_type).is_preset(name):
+                return model_type
+        except BertlabError:  # a family without a parameter table has no presets to count
+            continue
+    return None
+
+
+def data_tokenizers() -> dict[str, str]:
+    """model_type -> the tokenizer kind of the data `bertlab pretrain` trains it on, for each family it pre-trains
+    (every family is imported: the recipe is about to build one)."""
+    kinds = {model_type: family(model_type).data_tokenizer for model_type in FAMILIES}
+    return {model_type: kind for model_type, kind in kinds.items() if kind is not None}
 
 
 def model_type_of(path: str | os.PathLike) -> str:

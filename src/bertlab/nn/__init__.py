@@ -10,8 +10,6 @@
     rms_norm.py       RMS layer norm (scale only, statistics in fp32), as T5 uses it
     relative_position.py  T5's log-spaced relative position buckets and the additive attention bias from a table
     adapters.py       bottleneck adapters, LoRA, freezing and gradual unfreezing, by module names
-    objective.py      the `Objective` interface every family's pre-training objectives implement (loss, held-out
-                      evaluation, batch fields), and the perplexity cap they share
 
 The model files (`model.py`, and the families beside it) read like their papers; the performance machinery
 they use lives here, each piece named for what it does.

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from ..errors import shorten
+from ..core.errors import shorten
 from .elementwise import ACTIVATIONS
 
 ADAPTERS_CONFIG_KEY = "adapters"  # config.json: {"size", "activation", "layers": [module names]}

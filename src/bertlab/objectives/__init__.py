@@ -9,16 +9,16 @@
     transform it registers; they are registered here under those names
 
 The `Objective` class (its model, batch fields, data needs, loss, held-out evaluation) is family-neutral and
-sits below the families, in `bertlab.nn.objective`. Adding an objective is one module with an `Objective`
+sits below the families, in `bertlab.models.objective`. Adding an objective is one module with an `Objective`
 subclass and one `register_objective(...)` line here (or in the code that uses it); the recipes in
 `bertlab.train` look objectives up and never test their names.
 """
 
 from __future__ import annotations
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..models.t5.objectives import T5_OBJECTIVES, TextToTextObjective, is_text_to_text
-from ..nn.objective import Evaluation, Evaluations, Objective
+from ..models.objective import Evaluation, Evaluations, Objective
 from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
 from .mlm_sbo import MaskedLMAndSpanBoundary

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from ..models.bert.heads import IGNORE_INDEX, BertForMaskedLM
-from ..nn.objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
+from ..models.objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
 
 
 def masked_targets(batch: Batch) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.bert.heads import BertForPreTraining
-from ..nn.objective import Batch, Evaluation, Evaluations
+from ..models.objective import Batch, Evaluation, Evaluations
 from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics
 
 

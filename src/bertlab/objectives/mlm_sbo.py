@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.bert.heads import SPAN_BOUNDARY_POSITIONS_KEY, BertForSpanBoundary, span_boundary_positions
-from ..nn.objective import Batch, Evaluation, Evaluations
+from ..models.objective import Batch, Evaluation, Evaluations
 from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics, masked_targets
 
 SPAN_KEYS = ("span_left", "span_right", "span_offset")

@@ -77,7 +77,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
-from ..errors import DataError
+from ..core.errors import DataError
 from ..models.bert.heads import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class TaskSpec:
 
     @property
     def head_kind(self) -> str:
-        """The kind of head the task adds (`nn/heads.py`): sequence-classification, question-answering, ..."""
+        """The kind of head the task adds (`models/heads.py`): sequence-classification, question-answering, ..."""
         return self.head.head_spec.name
 
     def head_class(self, model: str | Path | Any) -> type:

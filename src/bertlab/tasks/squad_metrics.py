@@ -26,7 +26,7 @@ import re
 import string
 from typing import Iterable, Mapping, Sequence
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)

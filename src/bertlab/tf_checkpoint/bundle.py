@@ -11,7 +11,7 @@ from typing import Iterable, Iterator, Mapping
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .crc32c import _byte_view, crc32c, mask_crc, unmask_crc
 from .protobuf import (_BUNDLE_VERSION, _DTYPE_BY_NUMPY, DT_BFLOAT16, DT_STRING, HEADER, TF_DTYPES, TensorEntry, _int,
                        _message, _parse_message, _read_varint, _varint)

@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import CheckpointError
+from ..core.errors import CheckpointError
 from .crc32c import crc32c, mask_crc, unmask_crc
 from .protobuf import _read_varint, _varint
 

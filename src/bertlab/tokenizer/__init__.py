@@ -4,15 +4,12 @@ vocab.txt I/O), `tokenizer_json` (reading the `tokenizers` library's tokenizer.j
 (learning a vocabulary). An optional C extension `_fast` speeds up encoding; the Python code is the reference.
 
 `sentencepiece`: SentencePiece models through the `sentencepiece` library (reading one, learning one with
-a family's settings), which every family on SentencePiece shares. T5's binding on top of these -- its
-sentinels, `T5Tokenizer`, `WordPieceT5Tokenizer` -- is T5's folder's (`bertlab.models.t5.tokenizer`,
-`bertlab.models.t5.sentinels`); its names still resolve from here for code written against earlier releases.
+a family's settings), which every family on SentencePiece shares. A family's binding on top of these (T5's
+sentinels and `T5Tokenizer`, ALBERT's and XLM-R's tokenizers) is in its folder under `bertlab.models`.
 
 `bpe` (byte-level BPE, family-neutral), `roberta` (`RobertaTokenizer`: RoBERTa's special tokens and layout over
 it, vocab.json / merges.txt / tokenizer.json) and `bpe_train` (learning merges).
 """
-
-import importlib
 
 from .basic import SPECIAL_TOKENS, BasicTokenizer
 from .roberta import RobertaTokenizer
@@ -20,18 +17,8 @@ from .sentencepiece import SentencePieceError
 from .tokenizer import BatchEncoding, BertTokenizer, TokenizerBase, TokenizerError, folder_vocabulary
 from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
-# Found by name on first use: the family imports this layer, so this layer does not import the family.
-_T5_NAMES = ("T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer", "load_text_to_text_tokenizer")
-
-
-def __getattr__(name: str):
-    if name in _T5_NAMES:
-        return getattr(importlib.import_module("bertlab.models.t5.tokenizer"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 __all__ = ["BasicTokenizer", "BatchEncoding", "BertTokenizer", "RobertaTokenizer", "TokenizerBase", "SPECIAL_TOKENS",
            "TokenizerError", "VocabError", "WordPiece", "load_vocab", "read_vocab", "save_vocab",
-           "SentencePieceError", "T5Tokenizer", "TextToTextTokenizer", "WordPieceT5Tokenizer",
-           "load_text_to_text_tokenizer", "folder_vocabulary"]
+           "SentencePieceError", "folder_vocabulary"]
 from .basic import SPECIAL_TOKENS, BasicTokenizer

@@ -10,7 +10,7 @@ bertlab starts without it, and an install without it says so in one line when it
 
 from __future__ import annotations
 
-import importlib
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .tokenizer import TokenizerError
+from .tokenizer import TOKENIZER_CONFIG_NAME, TokenizerError
 
 SPIECE_NAME = "spiece.model"
 INSTALL_HINT = "pip install sentencepiece (a dependency of bertlab: pip install -e . installs it)"
@@ -153,6 +153,71 @@ class PicklableProcessor:
         pass
 
 
+class SentencePieceBinding(PicklableProcessor):
+    """What every family's SentencePiece tokenizer (T5's, ALBERT's, XLM-R's, in their folders) shares: the model
+    file found in a folder (`MODEL_NAME`) or given itself, Hugging Face's `tokenizer_config.json` read once
+    (`read_tokenizer_config`), and the processor carried through pickling. A binding says which settings of the
+    config its constructor takes (`config_kwargs`) and may check the loaded tokenizer against the folder
+    (`_check_folder`)."""
+
+    MODEL_NAME = SPIECE_NAME
+    FAMILY_NAME = ""  # "ALBERT's": said when a folder lacks the model file
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any):
+        """From a folder holding `MODEL_NAME` (and `tokenizer_config.json`), or from the `.model` file itself.
+        Keyword arguments override the folder's settings."""
+        path = Path(path)
+        kwargs: dict[str, Any] = {}
+        if path.is_dir():
+            model_file = path / cls.MODEL_NAME
+            if not model_file.is_file():
+                raise SentencePieceError(f"{path}: no {cls.MODEL_NAME} in this folder{cls._missing_hint(path)}")
+            cfg_path = path / TOKENIZER_CONFIG_NAME
+            if cfg_path.is_file():
+                kwargs.update(cls.config_kwargs(read_tokenizer_config(cfg_path), cfg_path))
+        elif path.is_file():
+            model_file = path
+        else:
+            raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
+        kwargs.update(overrides)
+        tokenizer = cls(model_file, **kwargs)
+        if path.is_dir():
+            tokenizer._check_folder(model_file, path)
+        return tokenizer
+
+    @classmethod
+    def config_kwargs(cls, cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+        """The constructor arguments this binding takes from a tokenizer_config.json: model_max_length here."""
+        return model_max_length_of(cfg)
+
+    @classmethod
+    def _missing_hint(cls, folder: Path) -> str:
+        return f" ({cls.FAMILY_NAME} SentencePiece model)" if cls.FAMILY_NAME else ""
+
+    def _check_folder(self, model_file: Path, folder: Path) -> None:
+        pass
+
+
+def read_tokenizer_config(path: Path) -> dict[str, Any]:
+    """A Hugging Face tokenizer_config.json as a dict; anything else is one line."""
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SentencePieceError(f"{path}: cannot read tokenizer config: {getattr(e, 'msg', e)}") from None
+    if not isinstance(cfg, dict):
+        raise SentencePieceError(f"{path}: tokenizer config must be a JSON object")
+    return cfg
+
+
+def model_max_length_of(cfg: dict[str, Any]) -> dict[str, Any]:
+    """{"model_max_length": n} when the config states a real limit (Hugging Face writes 1e30 for none), else {}."""
+    mml = cfg.get("model_max_length")
+    if isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 10**9:
+        return {"model_max_length": mml}
+    return {}
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write `data` to `path` under a temporary name, then rename it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -226,15 +291,3 @@ def learn_sentencepiece(paths: Iterable[str | os.PathLike], trainer_args: dict[s
         raise TokenizerError(f"corpus is empty: no text in {', '.join(str(p) for p in files)}")
     return buffer.getvalue(), report
 
-
-# `T5Tokenizer` and T5's trainer settings lived here; they are T5's folder's now (`bertlab.models.t5.tokenizer`).
-# These names still resolve from this module, for code written against earlier releases: by name on first use,
-# so the tokenizer layer never imports a model family (which imports it).
-_MOVED_TO_T5 = ("T5Tokenizer", "SentencePieceTrainConfig", "train_sentencepiece", "T5_SPECIAL_IDS", "PAD_TOKEN",
-                "EOS_TOKEN", "UNK_TOKEN", "SPECIAL_TOKENS_MAP_NAME")
-
-
-def __getattr__(name: str):
-    if name in _MOVED_TO_T5:
-        return getattr(importlib.import_module("bertlab.models.t5.tokenizer"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

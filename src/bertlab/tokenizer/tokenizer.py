@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from .basic import BasicTokenizer
 from .tokenizer_json import TOKENIZER_JSON_NAME, read_tokenizer_json
 from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab

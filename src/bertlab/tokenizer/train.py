@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BertlabError, OutputError, output_error
+from ..core.errors import BertlabError, OutputError, output_error
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def corpus_lines(files: list[Path], stats: WordCounts, *, on_decode_error: str =
     file and line number (the first ten as warnings; `stats.bad_lines` counts them all) and, per
     `on_decode_error`, skipped ("skip"), decoded with U+FFFD replacement characters ("replace"), or turned
     into a `CorpusError` ("error"). Shared by the WordPiece and SentencePiece trainers."""
-    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
+    from ..core.progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     reported = 0
     bar = progress_bar(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True, desc=desc,
@@ -418,7 +418,7 @@ def learn_wordpiece(
 def _merge(words: list[tuple[str, int]], alphabet: list[str], n_pieces: int, score_fn, min_pair: int,
            progress: bool | None) -> list[str]:
     """The merge loop: up to `n_pieces` new tokens, in the order they were learned."""
-    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
+    from ..core.progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     units: list[str] = list(alphabet)             # unit id -> string
     unit_id = {u: i for i, u in enumerate(units)}
@@ -591,7 +591,7 @@ def _prune_pieces(words: list[tuple[str, int]], alphabet: list[str], candidates:
     learned last) is removed and only the words whose encoding used it are re-encoded -- removing a piece a
     word's encoding did not use cannot change that encoding -- which updates the other pieces' counts.
     """
-    from ..progress import progress as progress_bar  # a bar on a terminal, lines in a log file
+    from ..core.progress import progress as progress_bar  # a bar on a terminal, lines in a log file
 
     tokens = alphabet + candidates
     vocab = {t: i for i, t in enumerate(tokens)}

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 
 class VocabError(BertlabError, ValueError):

@@ -2,8 +2,7 @@
 
     pretrain.py     pre-training (MLM + NSP, or another objective of `bertlab.objectives`)
     finetune.py     fine-tuning on a task, with seeds and the paper's grid
-    distillation/   general and task-specific distillation (`distill.py`: its old import path); `students.py`
-                    builds the student
+    distillation/   general and task-specific distillation; `students.py` builds the student
     feature_ner.py  the paper's feature-based NER: a BiLSTM over frozen, cached features (Table 7)
     setup.py        what every recipe sets up alike: resume config, precision, batch split, time budget
     runconfig.py    typed run configs: dataclass defaults < --config FILE < flags

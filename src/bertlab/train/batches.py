@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from .distributed import isolated_rng
 from .setup import autocast_dtype
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 # Share of the budget the re-fitted plan leaves free. The first fit keeps setup.BUDGET_RESERVE (8%) for what a

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 from .loop import read_metrics
 
 PLOT_EXTRA = "pip install 'bertlab-paper[plot]' (or pip install matplotlib)"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import BertlabError
+from ..core.errors import BertlabError
 
 # Sentences in the docs' own style (keywords in quotes, not copied from them), each with one [MASK] whose word
 # the docs' usage determines. Chosen by `benchmarks/bench_demo_probes.py` from 21 candidates on two demo runs
@@ -242,7 +242,7 @@ def prepare_demo_data(work: Path, corpus: list[Path] | None, settings: DemoSetti
 def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None = None, resume: bool = False,
              progress: bool = True, settings: DemoSettings = DemoSettings(), echo=print,
              overwrite: bool = False) -> int:
-    from ..progress import format_duration
+    from ..core.progress import format_duration
     from .run_dir import check_writable
     from .pretrain import PretrainConfig, run_pretraining
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as torch_dist
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

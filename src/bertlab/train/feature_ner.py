@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .batches import shuffled_batches, steps_for_epochs
 from .distributed import seed_everything
 from .loop import LoopConfig, Trainer

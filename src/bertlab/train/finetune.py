@@ -48,8 +48,8 @@ import torch
 
 from ..checkpoint.hf_layout import materialize, model_keys
 from ..data.mixing import MIXING_RULES
-from ..errors import BertlabError, ConfigError
-from ..fsio import atomic_write_text
+from ..core.errors import BertlabError, ConfigError
+from ..core.fsio import atomic_write_text
 from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.metrics import brief_scores

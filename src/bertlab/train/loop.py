@@ -72,10 +72,10 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from ..fsio import atomic_directory, remove_stale_temporaries
-from ..errors import BertlabError, CheckpointError, ConfigError, output_error
+from ..core.fsio import atomic_directory, remove_stale_temporaries
+from ..core.errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
-from ..host_memory import retain_freed_memory
+from ..core.host_memory import retain_freed_memory
 from .batches import Batch, count_tokens, to_device
 from .distributed import _current_dist, get_rng_state, isolated_rng, seed_everything, set_rng_state
 from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, STATE_FILE, STATE_FORMAT, _jsonable,
@@ -558,7 +558,7 @@ class Trainer:
             self.model.train()
             self.last_eval = results
             self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
-            from .. import progress
+            from ..core import progress
 
             progress.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
         if self.dist.world_size > 1:
@@ -634,10 +634,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ logs
     def _progress_bar(self):
-        """A tqdm bar on a terminal, a progress line every 30 s in a log file (`bertlab.progress`)."""
+        """A tqdm bar on a terminal, a progress line every 30 s in a log file (`bertlab.core.progress`)."""
         if not (self.config.progress and self.dist.is_main):
             return None
-        from ..progress import progress
+        from ..core.progress import progress
 
         return progress(total=self.config.max_steps, initial=self.step, unit="step", desc="train", smoothing=0.1)
 

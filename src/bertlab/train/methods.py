@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
                            parameter_counts)
 

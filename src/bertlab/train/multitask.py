@@ -39,9 +39,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fsio import atomic_write_text
+from ..core.fsio import atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
-from ..errors import BertlabError, ConfigError
+from ..core.errors import BertlabError, ConfigError
 from ..tasks import TASKS, evaluate
 from ..tasks.base import feature_lengths
 from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 NO_DECAY_PATTERNS = ("bias", "LayerNorm", "layer_norm")
 

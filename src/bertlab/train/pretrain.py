@@ -40,8 +40,8 @@ import torch
 from ..checkpoint.pretrained import save_pretrained
 from ..models.bert.config import BertConfig, is_preset
 from ..models.family import Family
-from ..models.registry import FAMILIES, family as family_named, model_type_of
-from ..errors import BertlabError, ConfigError
+from ..models.registry import FAMILIES, data_tokenizers, family as family_named, model_type_of
+from ..core.errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
 from .batches import time_step, to_device
@@ -118,13 +118,10 @@ class PretrainConfig(GroupedSettings):
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
-        if self.family is not None and self.family not in DATA_TOKENIZERS:
-            raise ConfigError(f"family must be one of {', '.join(DATA_TOKENIZERS)}, got {self.family!r}"
+        if self.family is not None and self.family not in (kinds := data_tokenizers()):
+            raise ConfigError(f"family must be one of {', '.join(kinds)}, got {self.family!r}"
                               + (" (T5: `bertlab pretrain-t5`)" if self.family in FAMILIES else ""))
 
-
-# The families this recipe pre-trains, and the kind of tokenizer (the data manifest's) each one's folders ship
-DATA_TOKENIZERS = {"bert": "wordpiece", "roberta": "bpe"}
 
 
 # Peak learning rate by hidden size when --lr is not given. The paper's 1e-4 (batch 256) is for BERT-base;
@@ -215,8 +212,9 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
             why = f"its instances are {info.mode} pairs"
     if "family" not in stated and cfg.family is None and not _names_a_config(cfg) and lengths:
         kind = DataInfo.load(cfg.data, max_seq_length=seq_len if seq_len in lengths else None).tokenizer_kind
-        if kind != DATA_TOKENIZERS["bert"]:  # (BERT on WordPiece data, as before families: nothing to say)
-            changes["family"] = next((f for f, k in DATA_TOKENIZERS.items() if k == kind), None)
+        kinds = data_tokenizers()
+        if kind != kinds["bert"]:  # (BERT on WordPiece data, as before families: nothing to say)
+            changes["family"] = next((f for f, k in kinds.items() if k == kind), None)
     if changes:
         shown = ", ".join(f"--{k.replace('_', '-') if k != 'seq_len' else 'max-seq-length'} {v}"
                           for k, v in changes.items())
@@ -241,14 +239,15 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
     chosen = cfg.family or named or "bert"
     if named is not None and named != chosen:
         raise ConfigError(f"{source}: model_type {named!r} but --family {chosen}; give a {chosen} config or preset")
-    if chosen not in DATA_TOKENIZERS:
+    kinds = data_tokenizers()
+    if chosen not in kinds:
         raise ConfigError(f"{source}: model_type {chosen!r} is not pre-trained by this command (it trains "
-                          f"{', '.join(DATA_TOKENIZERS)}{'; T5: `bertlab pretrain-t5`' if chosen == 't5' else ''})")
-    if DATA_TOKENIZERS[chosen] != info.tokenizer_kind:
-        fits = next((f for f, k in DATA_TOKENIZERS.items() if k == info.tokenizer_kind), None)
+                          f"{', '.join(kinds)}{'; T5: `bertlab pretrain-t5`' if chosen == 't5' else ''})")
+    if kinds[chosen] != info.tokenizer_kind:
+        fits = next((f for f, k in kinds.items() if k == info.tokenizer_kind), None)
         raise ConfigError(f"{cfg.data}: tokenized with a {info.tokenizer_kind} vocabulary, but {chosen} models use "
-                          f"{DATA_TOKENIZERS[chosen]}" + (f"; use --family {fits}" if fits else "")
-                          + f", or prepare the data with a {DATA_TOKENIZERS[chosen]} vocabulary")
+                          f"{kinds[chosen]}" + (f"; use --family {fits}" if fits else "")
+                          + f", or prepare the data with a {kinds[chosen]} vocabulary")
     return family_named(chosen)
 
 
@@ -522,7 +521,7 @@ def warmup_steps(warmup: float | int, total: int) -> int:
 def budget_outcome(result: TrainResult, budget_s: float, first_plan: int, scheduler) -> str:
     """One line on how a budgeted run ended: the plan completed, or the budget cut it short, and where the
     learning rate was then; and, when the machine slowed it down, that it did a fraction of its usual steps."""
-    from ..progress import format_duration
+    from ..core.progress import format_duration
 
     planned = getattr(scheduler, "total_steps", first_plan)
     refits = getattr(scheduler, "refits", 0)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..models.bert.config import BertConfig, is_preset, preset
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 INITS = ("pretrained", "random")
 INIT_DIR = "init"  # OUT/init: the random start of a fine-tuning run

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ..checkpoint.hf_layout import torch_load_failure
-from ..errors import BertlabError, CheckpointError, ConfigError, output_error
+from ..core.errors import BertlabError, CheckpointError, ConfigError, output_error
 
 log = logging.getLogger(__name__)
 

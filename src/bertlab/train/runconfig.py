@@ -43,8 +43,8 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..jsonconfig import read_json_object
-from ..errors import ConfigError
+from ..core.jsonconfig import read_json_object
+from ..core.errors import ConfigError
 
 T = TypeVar("T")
 

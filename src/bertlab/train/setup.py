@@ -32,9 +32,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from ..fsio import atomic_write_text
-from ..jsonconfig import read_json_object
-from ..errors import BertlabError, ConfigError
+from ..core.fsio import atomic_write_text
+from ..core.jsonconfig import read_json_object
+from ..core.errors import BertlabError, ConfigError
 from ..nn.precision import DTYPES, cpu_has_native_bf16
 from .runconfig import changed_settings, config_from_dict, flat_dict, flat_settings
 
@@ -72,7 +72,7 @@ def restore_numerics(saved: dict[str, Any] | None, say: Callable[[str], None]) -
     run -- except what the user stated again (`--threads N`, BERTLAB_NO_CPU_KERNELS), which wins and is said in
     one line. A run from before they were recorded (`saved` None) keeps this process's."""
     from ..nn import cpu_kernels
-    from ..threads import set_threads, stated_threads
+    from ..core.threads import set_threads, stated_threads
 
     if not saved:
         return

@@ -33,7 +33,7 @@ from pathlib import Path
 from ..checkpoint.hf_layout import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
                                     WEIGHTS_NAME)
 from ..models.bert.config import BertConfig, is_preset, preset
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..models.bert.modeling import BertPreTrainedModel
 
 _EVERY_K = re.compile(r"every-(\d+)-layers?")

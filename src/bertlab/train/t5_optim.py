@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .optim import adamw, param_groups
 from .settings import OptimOptions
 

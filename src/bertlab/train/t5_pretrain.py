@@ -21,9 +21,6 @@
     output     RUN_DIR/{run_config.json, metrics.jsonl, checkpoints/, final/}; final/ is the Hugging Face layout
                with the data's tokenizer (spiece.model, or vocab.txt with the sentinels), which `transformers`
                (encoder-decoder) and `bertlab generate` load as is
-
-`is_t5_request` decides, from what a `bertlab pretrain` command states, whether it asks for T5 (the old spelling
-of `bertlab pretrain-t5`, kept for a release: `bertlab.cli.old_spellings`).
 """
 
 from __future__ import annotations
@@ -34,14 +31,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from ..checkpoint.pretrained import save_pretrained
-from ..fsio import atomic_directory
-from ..jsonconfig import read_json_object
-from ..errors import ConfigError
+from ..core.fsio import atomic_directory
+from ..core.errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
 from .batches import time_step
@@ -50,7 +45,7 @@ from .loop import Trainer
 from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, budget_outcome, evaluate_pretraining,
                        pretraining_loop, resume_or_refuse, start_run)
 from .runconfig import parse_duration
-from .setup import (BUDGET_RESERVE, RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .setup import (BUDGET_RESERVE, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
                     resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
 from .runconfig import GroupedSettings
@@ -107,60 +102,6 @@ class T5PretrainConfig(GroupedSettings):
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
-
-
-# ---------------------------------------------------------------------------------------------- which recipe
-def _is_t5_model(source: Any) -> bool:
-    if not isinstance(source, str) or not source:
-        return False
-    if source in PRESETS:
-        return True
-    path = Path(source)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file() or path.suffix != ".json":
-        return False
-    try:
-        return read_json_object(path).get("model_type") == "t5"
-    except Exception:  # an unreadable config is the recipe's to report, in its own words
-        return False
-
-
-def _has_text_to_text_data(data_dir: Any) -> bool:
-    from ..data.shards import MANIFEST
-    from ..data.t5_data import is_text_to_text as is_t5_set
-
-    if not isinstance(data_dir, str) or not (Path(data_dir) / MANIFEST).is_file():
-        return False
-    try:
-        manifest = read_json_object(Path(data_dir) / MANIFEST)
-    except Exception:
-        return False
-    sets = manifest.get("instance_sets") or []
-    default = next((s for s in sets if s.get("name") == manifest.get("default_instance_set")), None)
-    if default is not None:  # what BERT's loader would read, were this BERT's run
-        return is_t5_set(default)
-    return bool(sets) and all(is_t5_set(s) for s in sets)
-
-
-def is_t5_request(stated: Mapping[str, Any]) -> bool:
-    """Whether a `bertlab pretrain` command (its stated settings: flags and `--config` keys) is T5's: a resumed
-    run of T5, a T5 objective, a T5 model, or -- when none of those is said -- data of text-to-text examples."""
-    if stated.get("resume") and stated.get("out"):
-        run_file = Path(stated["out"]) / RUN_CONFIG
-        if run_file.is_file():
-            saved = read_json_object(run_file)
-            return "architecture" in saved or _is_t5_model(saved.get("model"))
-    model = stated.get("init_from") or stated.get("model")
-    objective = stated.get("objective")
-    if isinstance(objective, str) and objective in OBJECTIVES:
-        t5 = is_text_to_text(OBJECTIVES[objective])
-        if model and _is_t5_model(model) != t5:
-            raise ConfigError(f"objective {objective} trains {'T5' if t5 else 'BERT'}, but {model} is a "
-                              f"{'BERT' if t5 else 'T5'} model")
-        return t5
-    if model:
-        return _is_t5_model(model)
-    return _has_text_to_text_data(stated.get("data"))
 
 
 # ---------------------------------------------------------------------------------------------- data, model
@@ -355,5 +296,5 @@ def cpu_batch_for_budget(model, loss_fn, stream, precision: str, dist, budget_s:
     return batch
 
 
-__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5", "is_t5_request",
+__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5",
            "run_t5_pretraining", "select_data"]

@@ -54,11 +54,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..fsio import atomic_directory, atomic_write_text
+from ..core.fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
-from ..errors import BertlabError, ConfigError
+from ..core.errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
-from ..labels import IGNORE_INDEX
+from ..core.labels import IGNORE_INDEX
 from ..models.t5.objectives import target_token_metrics
 from ..tasks import TASKS
 from ..models.t5.config import T5Config
@@ -80,7 +80,6 @@ from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
 
-TEXT_TO_TEXT = "t2t"  # the recipe's name in `bertlab finetune`'s old spelling (`finetune t2t`)
 # GLUE_DIR's subfolders, as GLUE's download script names them.
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI"}
@@ -531,5 +530,5 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
     return metrics
 
 
-__all__ = ["GLUE_FOLDERS", "TEXT_TO_TEXT", "TextToTextConfig", "finetune_text_to_text", "load_adapters",
+__all__ = ["GLUE_FOLDERS", "TextToTextConfig", "finetune_text_to_text", "load_adapters",
            "prepare_tuning", "unfreezing_blocks"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ..batcher import Limits
 from ..runtime import InferenceOptions
 from .app import create_app
@@ -151,7 +151,7 @@ def serve(spec: ServeSpec, sock: socket.socket, workers: int = 1, log_level: str
 
 
 def _worker(spec: ServeSpec, sock: socket.socket, log_level: str) -> None:
-    from ...threads import set_threads
+    from ...core.threads import set_threads
 
     set_threads(spec.options.threads)
     _server(spec.app(), log_level).run(sockets=[sock])

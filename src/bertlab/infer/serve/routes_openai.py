@@ -23,7 +23,7 @@ import numpy as np
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from ...errors import shorten as shorten_text
+from ...core.errors import shorten as shorten_text
 from .responses import ServiceError, json_response
 from .routes import register_routes
 from .routes_tei import shorten

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import BertlabError
-from ...host_memory import trim_heap
+from ...core.errors import BertlabError
+from ...core.host_memory import trim_heap
 from ..batcher import DynamicBatcher, Limits
 from ..runtime import InferenceOptions, check_model_dir, checkpoint_keys, has_weights
 from .responses import ServiceError

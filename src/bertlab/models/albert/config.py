@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
-from ...jsonconfig import FieldConfig
+from ...core.errors import ConfigError
+from ...core.jsonconfig import FieldConfig
 
 SIZE_LIMITS = {"vocab_size": 1 << 22, "embedding_size": 1 << 16, "hidden_size": 1 << 16,
                "num_hidden_layers": 1 << 10, "num_hidden_groups": 1 << 10, "inner_group_num": 1 << 6,

@@ -7,6 +7,7 @@ from .config import AlbertConfig
 from .heads import HEADS
 from .modeling import AlbertModel
 from .tokenizer import AlbertTokenizer
+from .params import PARAMETERS
 
 FAMILY = Family(model_type="albert", name="ALBERT", config_class=AlbertConfig, base_model=AlbertModel, heads=HEADS,
-                tokenizer=AlbertTokenizer.from_pretrained)
+                tokenizer=AlbertTokenizer.from_pretrained, parameters=PARAMETERS)

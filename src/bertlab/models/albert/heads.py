@@ -1,5 +1,5 @@
 """ALBERT's heads, as Hugging Face's `AlbertFor*` classes have them (same parameter names), registered under the
-standard kinds (`nn/heads.py`):
+standard kinds (`models/heads.py`):
 
     pretraining               masked LM + sentence-order prediction (`sop_classifier` on the pooled [CLS])
     masked-lm                 predictions: dense H -> E, act, LayerNorm, decoder E -> V tied to the word
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS
-from ...nn.heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import AlbertConfig
 from .modeling import AlbertModel, AlbertPreTrainedModel

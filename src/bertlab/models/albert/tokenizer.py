@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...tokenizer import BertTokenizer
-from ...tokenizer.sentencepiece import (SPIECE_NAME, PicklableProcessor, SentencePieceError, atomic_write_bytes,
-                                       byte_to_char, load_processor, metaspace_join)
+from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, SentencePieceError,
+                                       atomic_write_bytes, byte_to_char, load_processor, metaspace_join,
+                                       model_max_length_of)
 from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model, check_valid_unicode
 
 SPACE = "▁"
@@ -39,7 +40,7 @@ DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>",
                         mask_token="[MASK]")
 
 
-class AlbertTokenizer(PicklableProcessor, BertTokenizer):
+class AlbertTokenizer(SentencePieceBinding, BertTokenizer):
     """`AlbertTokenizer(model_file, do_lower_case=True, keep_accents=False)` or
     `AlbertTokenizer.from_pretrained(folder_or_model_file)`; see the module docstring."""
 
@@ -70,27 +71,24 @@ class AlbertTokenizer(PicklableProcessor, BertTokenizer):
 
     # -- loading and saving ----------------------------------------------------------------------------------
 
+    FAMILY_NAME = "ALBERT's"
+
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "AlbertTokenizer":
-        """From a folder with `spiece.model` (and Hugging Face's `tokenizer_config.json`: do_lower_case,
-        keep_accents, special tokens, model_max_length), or a `.model` file. Keyword arguments override."""
-        path = Path(path)
-        kwargs: dict[str, Any] = {}
-        if path.is_dir():
-            model_file = path / SPIECE_NAME
-            if not model_file.is_file():
-                raise SentencePieceError(f"{path}: no {SPIECE_NAME} in this folder (ALBERT's SentencePiece model)")
-            if (path / TOKENIZER_CONFIG_NAME).is_file():
-                kwargs.update(_read_config(path / TOKENIZER_CONFIG_NAME))
-        elif path.is_file():
-            model_file = path
-        else:
-            raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
-        kwargs.update(overrides)
-        tokenizer = cls(model_file, **kwargs)
-        if path.is_dir():  # more pieces than the model has embeddings: refused, as BertTokenizer does
-            check_fits_model(tokenizer, model_file, path / "config.json")
-        return tokenizer
+    def config_kwargs(cls, cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+        """From Hugging Face's `tokenizer_config.json`: do_lower_case, keep_accents, special tokens,
+        model_max_length."""
+        out: dict[str, Any] = {k: bool(cfg[k]) for k in ("do_lower_case", "keep_accents") if k in cfg}
+        for key in DEFAULT_SPECIALS:
+            value = cfg.get(key)
+            if isinstance(value, dict):  # an AddedToken written out: {"content": "[MASK]", ...}
+                value = value.get("content")
+            if isinstance(value, str):
+                out[key] = value
+        return {**out, **model_max_length_of(cfg)}
+
+    def _check_folder(self, model_file: Path, folder: Path) -> None:
+        # more pieces than the model has embeddings: refused, as BertTokenizer does
+        check_fits_model(self, model_file, folder / "config.json")
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """spiece.model and tokenizer_config.json, as `transformers.AlbertTokenizer` writes and reads them."""
@@ -192,24 +190,3 @@ class AlbertTokenizer(PicklableProcessor, BertTokenizer):
 
     def __repr__(self) -> str:
         return f"AlbertTokenizer({self.model_file.name}: {len(self)} pieces, do_lower_case={self.do_lower_case})"
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    """The constructor arguments an ALBERT tokenizer_config.json holds."""
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise TokenizerError(f"{path}: not a readable tokenizer config ({e})") from None
-    if not isinstance(cfg, dict):
-        raise TokenizerError(f"{path}: expected a JSON object")
-    out: dict[str, Any] = {k: bool(cfg[k]) for k in ("do_lower_case", "keep_accents") if k in cfg}
-    for key in DEFAULT_SPECIALS:
-        value = cfg.get(key)
-        if isinstance(value, dict):  # an AddedToken written out: {"content": "[MASK]", ...}
-            value = value.get("content")
-        if isinstance(value, str):
-            out[key] = value
-    limit = cfg.get("model_max_length")
-    if isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit < 1 << 31:
-        out["model_max_length"] = limit
-    return out

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError, shorten
-from ...jsonconfig import KNOWN_ACTIVATIONS, MAX_LABELS, JsonConfig, is_type
+from ...core.errors import ConfigError, shorten
+from ...core.jsonconfig import KNOWN_ACTIVATIONS, MAX_LABELS, JsonConfig, is_type
 
 # Sane upper bounds, checked before anything is allocated: a config.json from an unknown source must not
 # make the loader ask for terabytes (hidden_size 10^12 overflows torch's size arithmetic instead of failing

@@ -26,13 +26,13 @@ from ...checkpoint.hf_layout import (CONFIG_NAME, LoadReport, canonical_key, ini
                                     materialize, model_keys, model_state_dict, read_state_dict)
 from ...checkpoint.pretrained import save_pretrained
 from .config import BertConfig
-from ...errors import CheckpointError
-from ...fsio import atomic_directory
+from ...core.errors import CheckpointError
+from ...core.fsio import atomic_directory
 from .heads import HEADS, model_classes
 from .modeling import BertModel, BertPreTrainedModel
 from ...tokenizer.tokenizer import VOCAB_NAME
 from ...tf_checkpoint import DEFAULT_PREFIX, TFCheckpointReader, resolve_prefix, write_tf_checkpoint
-from ...tf_names import (TF_HEAD_NAMES_BACK, is_optimizer_state, read_tf_state_dict, tf_meta_state, tf_plan,
+from .tf_names import (TF_HEAD_NAMES_BACK, is_optimizer_state, read_tf_state_dict, tf_meta_state, tf_plan,
                        tf_to_hf_name, tf_to_torch)
 
 log = logging.getLogger(__name__)

@@ -7,6 +7,8 @@ from ..family import Family
 from .config import BertConfig
 from .heads import HEADS
 from .modeling import BertModel
+from .params import PARAMETERS
 
 FAMILY = Family(model_type="bert", name="BERT", config_class=BertConfig, base_model=BertModel, heads=HEADS,
-                tokenizer=BertTokenizer.from_pretrained)
+                tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS,
+                data_tokenizer="wordpiece", engines=frozenset({"ctranslate2"}))

@@ -9,7 +9,7 @@ Every head returns an output object with `.loss` (when labels are given) and its
 Hugging Face's (`cls.predictions.transform.dense`, `classifier`, `qa_outputs`), so `transformers`' matching
 `BertFor*` class loads what we save and vice versa.
 
-`HEADS` is BERT's head registry (`nn/heads.py`): one `HeadSpec` per kind of head -- its module class, output
+`HEADS` is BERT's head registry (`models/heads.py`): one `HeadSpec` per kind of head -- its module class, output
 type, the checkpoint prefix of its weights, which prediction it serves (`task`) and how a teacher's logits teach
 it (`soft_target`). `predict`, `serve`, `distill` and `convert` ask a folder's family for it; `checkpoint/`
 needs no list of heads at all (weights outside the encoder are a head's by rule). Adding a head = its class
@@ -26,12 +26,12 @@ from torch import nn
 
 from .config import BertConfig
 from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
-from ...labels import IGNORE_INDEX
+from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
-from ...nn.heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
+from ..heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
                          TaskOutputLayer)
 
-HEADS = HeadRegistry()  # BERT's heads by kind (`nn/heads.py`)
+HEADS = HeadRegistry()  # BERT's heads by kind (`models/heads.py`)
 register_head = HEADS.register
 
 

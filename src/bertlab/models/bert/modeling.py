@@ -15,6 +15,7 @@ element-wise ops in `nn/`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -251,6 +252,14 @@ class BertPreTrainedModel(nn.Module):
     ignored_checkpoint_keys: tuple[str, ...] = ("embeddings.position_ids", "embeddings.token_type_ids")
     # Parameters in the checkpoint that are aliases of others (tied); saved once, re-tied on load.
     tied_weight_keys: tuple[str, ...] = ()
+
+    @staticmethod
+    def read_tf_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+        """Google's TensorFlow checkpoint as a state dict under these classes' names (`tf_names.py`): the
+        family's hook, through which `checkpoint/` reads `.index` files without knowing BERT's names."""
+        from .tf_names import read_tf_state_dict  # TensorFlow's reader is loaded only for these files
+
+        return read_tf_state_dict(path)
 
     def __init__(self, config: BertConfig):
         super().__init__()

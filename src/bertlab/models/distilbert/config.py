@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError
-from ...jsonconfig import FieldConfig
+from ...core.errors import ConfigError
+from ...core.jsonconfig import FieldConfig
 
 SIZE_LIMITS = {"vocab_size": 1 << 22, "dim": 1 << 16, "n_layers": 1 << 10, "n_heads": 1 << 10,
                "hidden_dim": 1 << 18, "max_position_embeddings": 1 << 20}

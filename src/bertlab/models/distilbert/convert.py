@@ -33,8 +33,8 @@ import torch
 
 from ...checkpoint.hf_layout import build_and_load, canonical_state_dict, read_state_dict
 from ...checkpoint.pretrained import save_pretrained
-from ...errors import BertlabError
-from ...fsio import atomic_directory
+from ...core.errors import BertlabError
+from ...core.fsio import atomic_directory
 from ..bert.config import BertConfig
 from .config import DistilBertConfig
 from .heads import DistilBertForMaskedLM
@@ -114,7 +114,7 @@ def write_distilbert(source: str | os.PathLike, target: str | os.PathLike | None
         raise BertlabError(f"{source}: a {architecture} cannot be written as a DistilBERT (convertible: "
                            f"{', '.join(CONVERTIBLE)}: an encoder and its masked-LM head)")
     config = distilbert_config(bert)
-    state = distilbert_state_dict(read_state_dict(source), str(source))
+    state = distilbert_state_dict(read_state_dict(source, DistilBertModel.read_tf_checkpoint), str(source))
     cls = DistilBertForMaskedLM if "vocab_projector.bias" in state else DistilBertModel
     model, report = build_and_load(cls, config, state, str(source))
     if report.initialized or report.unused:

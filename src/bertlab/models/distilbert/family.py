@@ -7,6 +7,8 @@ from ..family import Family
 from .config import DistilBertConfig
 from .heads import HEADS
 from .modeling import DistilBertModel
+from .params import PARAMETERS
 
 FAMILY = Family(model_type="distilbert", name="DistilBERT", config_class=DistilBertConfig,
-                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained)
+                base_model=DistilBertModel, heads=HEADS, tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS,
+                engines=frozenset({"ctranslate2"}))

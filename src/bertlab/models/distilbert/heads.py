@@ -1,5 +1,5 @@
 """DistilBERT's heads, as Hugging Face's `DistilBertFor*` classes have them (same parameter names), registered
-under the standard kinds (`nn/heads.py`):
+under the standard kinds (`models/heads.py`):
 
     masked-lm                 vocab_projector(vocab_layer_norm(act(vocab_transform(h)))), the projector tied
                               to the word embeddings, with its own bias
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS
-from ...nn.heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import DistilBertConfig
 from .modeling import DistilBertModel, DistilBertPreTrainedModel

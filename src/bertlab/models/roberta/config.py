@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..bert.config import BertConfig, is_preset, preset_names
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 
 
 @dataclass

@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...nn.heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import RobertaConfig
 from .modeling import RobertaModel, RobertaPreTrainedModel
 
-HEADS = HeadRegistry()  # RoBERTa's heads by kind (`nn/heads.py`)
+HEADS = HeadRegistry()  # RoBERTa's heads by kind (`models/heads.py`)
 
 
 def classifier_dropout(config: RobertaConfig) -> nn.Dropout:

@@ -15,7 +15,7 @@
 
 Checkpoints are Hugging Face's layout. What T5 needs from the layers above the family stays there: its packed
 shards and batches (`data/t5_data.py`, `data/t5_loader.py`, on the shard store and loader), GLUE and SQuAD as
-text (`tasks/text_to_text.py`, on those tasks) and the `finetune t2t` recipe (`train/text_to_text.py`).
+text (`tasks/text_to_text.py`, on those tasks) and the `finetune-t5` recipe (`train/text_to_text.py`).
 """
 
 from .config import ARCHITECTURES, PRESETS, T5Config, preset

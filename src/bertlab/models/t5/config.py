@@ -20,8 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...errors import ConfigError, shorten
-from ...jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type as _is_type
+from ...core.errors import ConfigError, shorten
+from ...core.jsonconfig import KNOWN_ACTIVATIONS, JsonConfig, is_type as _is_type
 
 MODEL_TYPE = "t5"
 ARCHITECTURES = ("encoder-decoder", "decoder-only", "prefix-lm")

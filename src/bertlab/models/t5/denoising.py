@@ -52,8 +52,8 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from ...errors import DataError
-from ...labels import IGNORE_INDEX
+from ...core.errors import DataError
+from ...core.labels import IGNORE_INDEX
 
 
 

@@ -1,7 +1,7 @@
 """T5 as a family: what the registry (`models/registry.py`) hands to recipes and inference.
 
 T5 has no bare encoder and no one-layer task heads: every task is text to text through
-`T5ForConditionalGeneration` (`bertlab finetune t2t`, `generate`), so `base_model` is None and `heads` empty.
+`T5ForConditionalGeneration` (`bertlab finetune-t5`, `generate`), so `base_model` is None and `heads` empty.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from .tokenizer import T5Tokenizer
 from ..family import Family
 from .config import T5Config
+from .params import PARAMETERS
 
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
-                tokenizer=T5Tokenizer.from_pretrained)
+                tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ...nn import AttentionMask
 from ...nn.attention import get_kernel
 from ...nn.cpu_kernels import argmax_rows, beam_topk

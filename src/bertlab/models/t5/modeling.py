@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ...nn import AttentionMask, Dropout, attention
 from ...nn.elementwise import activate
 from ...nn.relative_position import relative_position_bias
@@ -411,7 +411,7 @@ class T5ForConditionalGeneration(T5PreTrainedModel):
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs: Any
                  ) -> torch.Tensor:
-        """Greedy (num_beams=1) or beam search decoding; see `bertlab.t5.generate.generate`."""
+        """Greedy (num_beams=1) or beam search decoding; see `bertlab.models.t5.generate.generate`."""
         from .generate import generate
 
         return generate(self, input_ids, attention_mask, **kwargs)

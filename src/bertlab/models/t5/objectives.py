@@ -25,9 +25,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...errors import BertlabError
-from ...labels import IGNORE_INDEX
-from ...nn.objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
+from ...core.errors import BertlabError
+from ...core.labels import IGNORE_INDEX
+from ..objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
 from .config import ARCHITECTURES
 from .denoising import DENOISING_OBJECTIVES
 from .modeling import T5ForConditionalGeneration

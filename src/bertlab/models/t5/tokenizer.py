@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...tokenizer.sentencepiece import (SPIECE_NAME, PicklableProcessor, SentencePieceError, SentencePieceTrainReport,
-                                        atomic_write_bytes, is_sentencepiece_path,
-                                        learn_sentencepiece, load_processor, metaspace_join)
+from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, SentencePieceError, SentencePieceTrainReport,
+                                        atomic_write_bytes, is_sentencepiece_path, learn_sentencepiece,
+                                        load_processor, metaspace_join, model_max_length_of)
 from ...tokenizer.tokenizer import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
 from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, TextToTextTokenizer, sentinel_token
 
@@ -60,7 +60,7 @@ PAD_TOKEN, EOS_TOKEN, UNK_TOKEN = "<pad>", "</s>", "<unk>"
 T5_SPECIAL_IDS = {PAD_TOKEN: 0, EOS_TOKEN: 1, UNK_TOKEN: 2}  # how T5's models (and our trainer) lay them out
 
 
-class T5Tokenizer(PicklableProcessor, SentinelTokenizer):
+class T5Tokenizer(SentencePieceBinding, SentinelTokenizer):
     """T5's tokenizer over a SentencePiece model (see the module docstring). The calling interface is that of
     `BertTokenizer` where it makes sense: `tok(texts, padding=..., truncation=..., max_length=...,
     return_tensors=...)`, `encode`, `decode`, `convert_ids_to_tokens`, `from_pretrained` / `save_pretrained`;
@@ -97,24 +97,18 @@ class T5Tokenizer(PicklableProcessor, SentinelTokenizer):
     # -- loading and saving ----------------------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "T5Tokenizer":
-        """From a SentencePiece `.model` file, or a folder with `spiece.model` (and Hugging Face's
-        `tokenizer_config.json` for extra_ids and model_max_length). Keyword arguments override the file."""
-        path = Path(path)
-        kwargs: dict[str, Any] = {}
-        if path.is_dir():
-            model_file = path / SPIECE_NAME
-            if not model_file.is_file():
-                raise SentencePieceError(f"{path}: no {SPIECE_NAME} in this folder")
-            cfg_path = path / TOKENIZER_CONFIG_NAME
-            if cfg_path.is_file():
-                kwargs.update(_read_t5_config(cfg_path))
-        elif path.is_file():
-            model_file = path
-        else:
-            raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
-        kwargs.update(overrides)
-        return cls(model_file, **kwargs)
+    def config_kwargs(cls, cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+        """From Hugging Face's `tokenizer_config.json`: extra_ids (or the sentinels it lists) and
+        model_max_length."""
+        out: dict[str, Any] = {}
+        extra = cfg.get("extra_ids")
+        if extra is None and isinstance(cfg.get("additional_special_tokens"), list):
+            extra = sum(1 for t in cfg["additional_special_tokens"] if SENTINEL_PATTERN.fullmatch(str(t)))
+        if extra is not None:
+            if not isinstance(extra, int) or isinstance(extra, bool):
+                raise SentencePieceError(f"{path}: extra_ids must be a whole number, got {extra!r}")
+            out["extra_ids"] = extra
+        return {**out, **model_max_length_of(cfg)}
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write spiece.model, tokenizer_config.json and special_tokens_map.json (Hugging Face's T5 layout),
@@ -154,28 +148,6 @@ class T5Tokenizer(PicklableProcessor, SentinelTokenizer):
     def __repr__(self) -> str:
         return (f"T5Tokenizer({self.model_file.name}: {self.base_size} pieces + {self.num_sentinels} sentinels = "
                 f"{self.vocab_size})")
-
-
-def _read_t5_config(path: Path) -> dict[str, Any]:
-    """The constructor arguments a Hugging Face tokenizer_config.json holds for T5."""
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise SentencePieceError(f"{path}: cannot read tokenizer config: {getattr(e, 'msg', e)}") from None
-    if not isinstance(cfg, dict):
-        raise SentencePieceError(f"{path}: tokenizer config must be a JSON object")
-    out: dict[str, Any] = {}
-    extra = cfg.get("extra_ids")
-    if extra is None and isinstance(cfg.get("additional_special_tokens"), list):
-        extra = sum(1 for t in cfg["additional_special_tokens"] if SENTINEL_PATTERN.fullmatch(str(t)))
-    if extra is not None:
-        if not isinstance(extra, int) or isinstance(extra, bool):
-            raise SentencePieceError(f"{path}: extra_ids must be a whole number, got {extra!r}")
-        out["extra_ids"] = extra
-    mml = cfg.get("model_max_length")
-    if isinstance(mml, int) and 0 < mml < 10**9:  # HF writes 1e30 for "no limit"
-        out["model_max_length"] = mml
-    return out
 
 
 class WordPieceT5Tokenizer(SentinelTokenizer):

@@ -5,15 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..family import Family
-from .modeling import HEADS, XLMRobertaConfig, XLMRobertaModel
+from .config import XLMRobertaConfig
+from .modeling import HEADS, XLMRobertaModel
+from .params import PARAMETERS
 
 
 def load_tokenizer(folder: Path):
     """XLM-R's SentencePiece tokenizer (`sentencepiece.bpe.model`, fairseq's ids)."""
-    from ...tokenizer.xlm_roberta import XLMRobertaTokenizer
+    from .tokenizer import XLMRobertaTokenizer
 
     return XLMRobertaTokenizer.from_pretrained(folder)
 
 
 FAMILY = Family(model_type="xlm-roberta", name="XLM-R", config_class=XLMRobertaConfig, base_model=XLMRobertaModel,
-                heads=HEADS, tokenizer=load_tokenizer)
+                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS,
+                engines=frozenset({"ctranslate2"}))

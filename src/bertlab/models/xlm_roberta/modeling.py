@@ -1,20 +1,11 @@
-"""XLM-R's config and model classes: RoBERTa's, named as `transformers` names them (model_type "xlm-roberta")."""
+"""XLM-R's model classes: RoBERTa's, named as `transformers` names them (model_type "xlm-roberta")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from ...nn.heads import HeadRegistry
+from ..heads import HeadRegistry
 from ..roberta import heads as roberta
-from ..roberta.config import RobertaConfig
 from ..roberta.modeling import RobertaModel
-
-
-@dataclass
-class XLMRobertaConfig(RobertaConfig):
-    vocab_size: int = 250002
-
-    model_type = "xlm-roberta"
+from .config import XLMRobertaConfig
 
 
 class XLMRobertaModel(RobertaModel):

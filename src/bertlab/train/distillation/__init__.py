@@ -77,7 +77,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ...errors import BertlabError, ConfigError
+from ...core.errors import BertlabError, ConfigError
 from ..run_dir import latest_checkpoint
 from ..setup import RUN_CONFIG, resolve_resume_config
 from .config import RESUME_MAY_CHANGE, DistillConfig, DistillResult

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ..loop import TrainResult
 from ..random_init import INITS
 from ..runconfig import GroupedSettings, parse_duration

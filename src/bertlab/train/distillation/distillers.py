@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ...models.bert.heads import IGNORE_INDEX
 from .losses import MASKED_LOGIT, cosine_distance, distillation_kl
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ...objectives import get_objective
 from ..batches import time_step
 from ..distributed import init_distributed, seed_everything

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ..batches import shuffled_batches, steps_for_epochs
 from ..distributed import init_distributed, seed_everything
 from ..run_dir import CHECKPOINT_DIR, check_writable

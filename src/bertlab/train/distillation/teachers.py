@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from ...checkpoint.hf_layout import canonical_key, load_state_dict_into, read_state_dict
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from ...models.bert.config import BertConfig
 from ...models.bert.heads import BertForMaskedLM, BertForPreTraining
 from ...models.bert.modeling import BertPreTrainedModel
@@ -22,7 +22,7 @@ def load_mlm_teacher(path: str | Path) -> BertPreTrainedModel:
     if not folder.is_dir():
         raise ConfigError(f"--teacher {path}: no such model folder")
     config = BertConfig.from_json_file(folder)
-    state = read_state_dict(folder)
+    state = read_state_dict(folder, BertPreTrainedModel.read_tf_checkpoint)
     keys = {canonical_key(k) for k in state}
     if "cls.predictions.transform.dense.weight" not in keys:
         raise ConfigError(f"{folder}: the teacher has no masked-LM head (cls.predictions.*); general distillation "

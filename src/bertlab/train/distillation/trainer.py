@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import nn
 
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ..loop import LoopConfig, Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..run_dir import latest_checkpoint

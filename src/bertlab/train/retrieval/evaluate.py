@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import BertlabError, ConfigError
+from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
 from . import search
@@ -108,7 +108,7 @@ def peak_memory_mb() -> float:
 def _progress(what: str, unit: str, enabled: bool):
     if not enabled:
         return None
-    from ...progress import track
+    from ...core.progress import track
 
     return lambda items, total: track(items, total, what, unit)
 

@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ...errors import BertlabError, ConfigError
-from ...fsio import atomic_directory
+from ...core.errors import BertlabError, ConfigError
+from ...core.fsio import atomic_directory
 from ...tasks.retrieval.data import load_retrieval_set
 from ...tasks.retrieval.pairs import TrainingRows, read_rows
 from ..loop import LoopConfig, Trainer

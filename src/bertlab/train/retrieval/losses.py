@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 
 Embeddings = Mapping[str, torch.Tensor]
 Objective = Callable[[Embeddings, "torch.Tensor | None"], torch.Tensor]

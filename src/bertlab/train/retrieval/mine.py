@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import ConfigError
-from ...fsio import atomic_write_text
+from ...core.errors import ConfigError
+from ...core.fsio import atomic_write_text
 from ...tasks.retrieval.data import CORPUS_TEXT_COLUMNS
 from ...tasks.retrieval.pairs import read_rows
 from ...tasks.files import guess_column, read_table

@@ -29,8 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ...errors import BertlabError, ConfigError
-from ...fsio import atomic_directory
+from ...core.errors import BertlabError, ConfigError
+from ...core.fsio import atomic_directory
 from ...tasks.files import guess_column, read_table
 from ..batches import shuffled_batches, steps_for_epochs
 from ..loop import LoopConfig, Trainer

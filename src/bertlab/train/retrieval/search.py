@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...errors import BertlabError
+from ...core.errors import BertlabError
 from ...tasks.retrieval.metrics import ranked
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ import re
 import numpy as np
 import torch
 
-from .errors import CheckpointError
-from .tf_checkpoint import TFCheckpointReader
+from ...core.errors import CheckpointError
+from ...tf_checkpoint import TFCheckpointReader
 
 log = logging.getLogger(__name__)
 

@@ -33,12 +33,13 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
-from .roberta import RobertaTokenizer
-from .sentencepiece import (PicklableProcessor, SentencePieceError, atomic_write_bytes, byte_to_char,
-                            load_processor, metaspace_join, sentencepiece_model_type)
-from .tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up, check_valid_unicode
+from ...tokenizer.roberta import RobertaTokenizer
+from ...tokenizer.sentencepiece import (SentencePieceBinding, SentencePieceError,
+                                        atomic_write_bytes, byte_to_char, load_processor, metaspace_join,
+                                        sentencepiece_model_type)
+from ...tokenizer.tokenizer import (TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up,
+                                    check_valid_unicode)
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
 XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -46,7 +47,7 @@ XLMR_SPECIAL_TOKENS = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "<
 FAIRSEQ_OFFSET = 1  # a SentencePiece id i >= 3 is fairseq id i + 1
 
 
-class XLMRobertaTokenizer(PicklableProcessor, TokenizerBase):
+class XLMRobertaTokenizer(SentencePieceBinding, TokenizerBase):
     """`XLMRobertaTokenizer(model_file)` or `.from_pretrained(folder or .model file)`; called as `BertTokenizer`."""
 
     PAIR_SEPS = 2  # <s> A </s></s> B </s>
@@ -86,35 +87,13 @@ class XLMRobertaTokenizer(PicklableProcessor, TokenizerBase):
 
     # -- loading and saving ----------------------------------------------------------------------------------
 
+    MODEL_NAME = XLMR_MODEL_NAME
+
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> XLMRobertaTokenizer:
-        """From a folder holding `sentencepiece.bpe.model` (and `tokenizer_config.json` for model_max_length),
-        or from the `.model` file itself. Keyword arguments override the folder's settings."""
-        path = Path(path)
-        kwargs: dict[str, Any] = {}
-        if path.is_dir():
-            model_file = path / XLMR_MODEL_NAME
-            if not model_file.is_file():
-                has_json = (path / "tokenizer.json").is_file()
-                raise SentencePieceError(f"{path}: no {XLMR_MODEL_NAME} in this folder" + (
-                    " (its tokenizer.json alone is not read: copy the model's sentencepiece.bpe.model beside it)"
-                    if has_json else ""))
-            cfg_path = path / TOKENIZER_CONFIG_NAME
-            if cfg_path.is_file():
-                try:
-                    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise SentencePieceError(f"{cfg_path}: cannot read tokenizer config: {getattr(e, 'msg', e)}") \
-                        from None
-                mml = cfg.get("model_max_length") if isinstance(cfg, dict) else None
-                if isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 10**9:  # HF writes 1e30: none
-                    kwargs["model_max_length"] = mml
-        elif path.is_file():
-            model_file = path
-        else:
-            raise SentencePieceError(f"{path}: no such SentencePiece model file or tokenizer folder")
-        kwargs.update(overrides)
-        return cls(model_file, **kwargs)
+    def _missing_hint(cls, folder: Path) -> str:
+        if (folder / "tokenizer.json").is_file():
+            return f" (its tokenizer.json alone is not read: copy the model's {XLMR_MODEL_NAME} beside it)"
+        return ""
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write sentencepiece.bpe.model, tokenizer_config.json and special_tokens_map.json (Hugging Face's

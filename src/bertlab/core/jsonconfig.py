@@ -44,7 +44,7 @@ def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
 
 
 class JsonConfig:
-    """What every model family's config shares (BertConfig here, T5Config in `bertlab.t5`): built from a JSON
+    """What every model family's config shares (BertConfig here, T5Config in `bertlab.models.t5`): built from a JSON
     object field by field, so a bad field is reported against its file before anything is constructed; written
     back as sorted JSON; found by preset name or path. A family sets `config_files` (the names a model folder
     may hold its config under, first found wins) and `preset_lookup()` -> (is_preset, preset, names)."""

@@ -5,7 +5,7 @@ It knows no model: every family's objectives implement it (BERT's in `objectives
 
 An objective says
     name                         its registry name (`--objective NAME`)
-    head_kind                    the kind of head it trains (`nn/heads.py`: "masked-lm", "pretraining"): a family
+    head_kind                    the kind of head it trains (`models/heads.py`: "masked-lm", "pretraining"): a family
                                  gives the class (`model_class_for(family)`: RobertaForMaskedLM for RoBERTa's)
     model_class                  the class it trains without a family (BERT's `BertForPreTraining`; T5's
                                  `T5ForConditionalGeneration`, which names no head kind)
