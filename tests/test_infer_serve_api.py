@@ -430,3 +430,98 @@ def test_workers_share_the_port(dirs):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _load(port: int, clients: int, body: dict) -> tuple[list, list[threading.Thread]]:
+    statuses: list = []
+
+    def client():
+        try:
+            statuses.append(call(port, "POST", "/embed", body)[0])
+        except OSError as e:  # refused: never accepted, so not lost; reset: accepted, then lost
+            statuses.append(type(e).__name__)
+
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    return statuses, threads
+
+
+def test_sigterm_drains_requests_in_flight_with_several_workers(dirs):
+    """`--workers 2` under load: SIGTERM finishes every accepted request in every worker, then exits 143 as one
+    worker does; a client arriving after it is refused, never accepted into a queue no worker reads and then
+    reset (the parent's copy of the listening socket kept queueing connections until it exited)."""
+    port = _free_port()
+    proc = _start_cli(["--model", str(dirs["enc"]), "--workers", "2", "--max-batch-items", "64",
+                       "--max-batch-tokens", "8192"], port)
+    try:
+        statuses, threads = _load(port, 48, {"inputs": ["the cat sat on the mat " * 20] * 64})
+        deadline = time.monotonic() + 60
+        while not statuses:  # the first answer: the rest are accepted and queued in both workers
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        answered_before = len(statuses)
+        for t in threads:
+            t.join()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGTERM, err
+        assert answered_before < 48, "every request was answered before SIGTERM: nothing was in flight"
+        assert statuses.count(200) > answered_before and all(s in (200, "ConnectionRefusedError")
+                                                             for s in statuses), statuses
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The server processes `--workers` spawned under `pid` (not multiprocessing's resource tracker)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children
+            if "spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads the process tree from /proc")
+def test_a_dead_worker_is_replaced(dirs, tmp_path):
+    """A worker killed with -9 (the OOM killer) was never replaced: the port ran at half capacity and clients
+    that reached the dead one's queue saw disconnects while /health said ok. Now a replacement starts, says
+    so, and the service answers every request again; SIGTERM still ends it as usual."""
+    port = _free_port()
+    log = tmp_path / "serve.log"  # a file, not a pipe nobody reads while the test runs
+    with log.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--port", str(port), "--model",
+                                 str(dirs["enc"]), "--workers", "2"], env={**os.environ, "PYTHONPATH": str(SRC)},
+                                stdout=sink, stderr=subprocess.STDOUT, text=True)
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _workers_of(proc.pid)) < 2 or call_ok(port) is False:
+            assert time.monotonic() < deadline and proc.poll() is None, (workers, log.read_text())
+            time.sleep(0.2)
+        time.sleep(3)  # both loaded and serving
+        os.kill(workers[0], signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while True:  # a replacement
+            now = _workers_of(proc.pid)
+            if len(now) == 2 and workers[0] not in now:
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, (now, log.read_text())
+            time.sleep(0.2)
+        time.sleep(5)  # the replacement loads its model and starts accepting
+        assert [call(port, "POST", "/embed", {"inputs": "the cat"})[0] for _ in range(20)] == [200] * 20
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM, log.read_text()
+        assert f"worker 0 (pid {workers[0]}) exited with status -9; starting a replacement" in log.read_text()
+    finally:
+        if proc.poll() is None:
+            for pid in _workers_of(proc.pid):  # not left behind holding the port
+                os.kill(pid, signal.SIGKILL)
+            proc.kill()
+            proc.wait()
+
+
+def call_ok(port: int) -> bool:
+    try:
+        return call(port, "GET", "/health")[0] == 200
+    except OSError:
+        return False

@@ -5,6 +5,7 @@ flight) and `start_in_thread` (a server in a background thread, for tests and no
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -20,6 +21,14 @@ from ..batcher import Limits
 from ..runtime import InferenceOptions
 from .app import create_app
 from .service import ServiceModels, load_models
+
+log = logging.getLogger(__name__)
+
+# A worker that dies on its own is replaced (`serve`), unless workers died more than MAX_RESTARTS times each
+# within RESTART_WINDOW_S: then something is wrong with every one of them (memory, the model) and the service
+# stops with status 1 instead of restarting forever.
+MAX_RESTARTS = 3
+RESTART_WINDOW_S = 60
 
 
 @dataclass
@@ -121,11 +130,16 @@ def serve(spec: ServeSpec, sock: socket.socket, workers: int = 1, log_level: str
 
     if spec.options.threads is None:  # share the cores out instead of every worker taking all of them
         spec.options.threads = max(1, (os.cpu_count() or 1) // workers)
+    from multiprocessing.connection import wait
+
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_worker, args=(spec, sock, log_level), name=f"bertlab-serve-{i}")
-                 for i in range(workers)]
-    for p in processes:
-        p.start()
+
+    def start(i: int):
+        process = context.Process(target=_worker, args=(spec, sock, log_level), name=f"bertlab-serve-{i}")
+        process.start()
+        return process
+
+    processes = [start(i) for i in range(workers)]
     if announce:
         announce(None)
 
@@ -133,14 +147,38 @@ def serve(spec: ServeSpec, sock: socket.socket, workers: int = 1, log_level: str
 
     def forward(signum, frame):
         received.append(signum)
+        # This process's copy of the listening socket goes first: while it stays open the kernel keeps queueing
+        # new connections that no worker will accept, and resets them when this process exits; closed, once the
+        # workers have closed theirs, a new client is refused (never accepted, so never lost).
+        sock.close()
         for p in processes:
             if p.is_alive():
                 os.kill(p.pid, signal.SIGTERM)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    replaced: list[float] = []  # when workers were replaced: a worker that keeps dying is not restarted forever
+    failed = False
     try:
-        for p in processes:
-            p.join()
+        while any(p.exitcode is None for p in processes):
+            # (a timeout too: each worker's exit status is also polled once a second, whatever the sentinels say)
+            wait([p.sentinel for p in processes if p.exitcode is None], timeout=1.0)
+            for i, p in enumerate(processes):
+                if p.exitcode is None or received or failed:
+                    continue
+                # A worker died on its own (killed, out of memory): its requests in flight are lost, but the
+                # port keeps its full capacity -- a replacement takes its place, and says so.
+                now = time.monotonic()
+                replaced[:] = [t for t in replaced if now - t < RESTART_WINDOW_S] + [now]
+                if len(replaced) > MAX_RESTARTS * workers:
+                    log.error("bertlab serve: workers keep dying (%d replaced in %ds, the last with exit status "
+                              "%s); stopping", len(replaced) - 1, RESTART_WINDOW_S, p.exitcode)
+                    forward(signal.SIGTERM, None)
+                    received.clear()  # stopped for a failure, not by a signal: exit status 1 below
+                    failed = True
+                    break
+                log.warning("bertlab serve: worker %d (pid %d) exited with status %s; starting a replacement",
+                            i, p.pid, p.exitcode)
+                processes[i] = start(i)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
