@@ -125,13 +125,16 @@ def test_demo_refusal_from_the_command_line(tmp_path, capsys):
 
 def test_demo_next_commands_run_as_printed(vocab_file, tmp_path):
     from bertlab.infer.serve.routes_native import FillMaskRequest
-    from bertlab.train.demo import REVIEWS, next_commands, write_reviews
+    from bertlab.train.demo import SECTIONS, next_commands, section_rows, write_sections
     from bertlab.train.random_init import random_start
 
     model = random_start("bert", "tiny", str(vocab_file), tmp_path / "m", seed=0).folder  # a demo-sized BERT
-    reviews = write_reviews(tmp_path / "demo" / "reviews.csv")
-    fill, finetune, serve = next_commands(model, tmp_path, reviews)
-    assert {label for _, label in REVIEWS} == {"positive", "negative"}
+    sections = write_sections(tmp_path / "demo" / "sections.csv")
+    fill, finetune, serve = next_commands(model, tmp_path, sections)
+    rows = section_rows()
+    counts = {label: sum(1 for _, l in rows if l == label) for label in SECTIONS}
+    assert len(rows) >= 400 and min(counts.values()) >= 90, counts  # enough rows of each label to learn from
+    assert len({text for text, _ in rows}) == len(rows) and "chance 0.25" in finetune
     argv = shlex.split(finetune.split("#")[0])
     assert argv[:2] == ["bertlab", "finetune"] and Path(argv[argv.index("--train") + 1]).is_file()
     assert _run(*argv[1:], "--max-steps", 2, "--no-progress") == 0  # as printed, only shorter

@@ -45,47 +45,63 @@ PROBES = [
     ("the operands are evaluated from [MASK] to right.", "left"),
 ]
 
-# A small labelled file in the docs' own words, written beside the demo's data so that its `finetune` next
-# command runs as printed on any machine (GLUE's files are a download away: the docs' Fine-tuning page).
-REVIEWS = [(text, "positive") for text in (
-    "this function is clear and useful.", "the example shows exactly how the method works.",
-    "the new syntax is simple and easy to read.", "this module makes the code much shorter.",
-    "the documentation explains every argument well.", "a good default that works in most cases.",
-    "the standard library has a useful class for this.", "this statement is short and its meaning is clear.",
-    "the error message names the line and the value.", "iteration over the object is fast and simple.",
-    "the context manager closes the file, which is good.", "a helpful attribute that saves a lot of code.",
-    "the interface is clean and the names are clear.", "it works well with every built-in type.",
-    "this is the best way to format a string.", "the result is correct and easy to check.")] + [
-    (text, "negative") for text in (
-    "the error message is confusing and names nothing.", "this function is slow and hard to use.",
-    "the old syntax is deprecated and should not be used.", "this method raises an exception too often.",
-    "the documentation of this argument is wrong.", "a bad default that fails in most cases.",
-    "the behaviour of this operator is surprising and unclear.", "this statement is long and its meaning is obscure.",
-    "the exception hides the real problem.", "iteration over the object is slow and breaks easily.",
-    "the file is never closed, which is a bug.", "an unhelpful attribute that nobody needs.",
-    "the interface is messy and the names are misleading.", "it fails with most built-in types.",
-    "this is the worst way to format a string.", "the result is wrong and hard to check.")]
+# A labelled file from the same documentation the demo pre-trains on, written beside its data so that its
+# `finetune` next command runs as printed on any machine (GLUE's files are a download away: the docs'
+# Fine-tuning page), and big enough to show learning: each sentence of four groups of topics, labelled with
+# its group. A tiny file (32 made-up remarks) scored chance on its 4 dev rows.
+SECTIONS = {"strings": ("formatstrings", "string-methods", "strings"),
+            "exceptions": ("assert", "exceptions", "raise", "try"),
+            "debugger": ("debugger",),
+            "types": ("dict", "numeric-types", "sequence-types", "typesmapping", "typesseq", "typesseq-mutable")}
+SECTION_ROWS = 120  # sentences per label at most: 458 rows, 98-120 a label
 
 
-def write_reviews(path: Path) -> Path:
-    """REVIEWS as a CSV (text, label), for the `finetune text-classification` next command."""
+def section_rows() -> list[tuple[str, str]]:
+    """(sentence, label) for `SECTIONS`: the prose sentences of each group's topics, in topic order, at most
+    `SECTION_ROWS` a label (every k-th sentence, so each topic of a group is represented)."""
+    from ..data.readers import split_sentences
+
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise BertlabError("this Python has no pydoc_data.topics, which the demo's labelled file comes from") from None
+    rows, seen = [], set()
+    for label, names in SECTIONS.items():
+        sentences = [s for name in names for paragraph in topics.get(name, "").split("\n\n")
+                     if (text := " ".join(paragraph.split())) and is_prose(text)
+                     for s in split_sentences(text) if len(s.split()) >= 4]
+        sentences = [s for s in dict.fromkeys(sentences) if s not in seen]  # a sentence once, under one label
+        seen.update(sentences)
+        step = max(1, len(sentences) // SECTION_ROWS)
+        rows += [(s, label) for s in sentences[::step][:SECTION_ROWS]]
+    return rows
+
+
+def write_sections(path: Path) -> Path:
+    """`section_rows` as a CSV (text, label), for the `finetune text-classification` next command."""
     import csv
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
-        writer.writerows(REVIEWS)
+        writer.writerows(section_rows())
     return path
 
 
-def next_commands(model: Path, out: Path, reviews: Path) -> list[str]:
+# What the next command's fine-tuning reached from a demo model (masked-word accuracy 0.27, a busy machine's run):
+# dev accuracy 0.91, 0.89 and 0.91 over the 46 rows it holds out, seeds 1-3. The line says what to expect, so
+# a result far below it is news
+SECTIONS_EXPECTED = "about 0.9 dev accuracy (4 labels: chance 0.25)"
+
+
+def next_commands(model: Path, out: Path, sections: Path) -> list[str]:
     """What to try next, each runnable as printed: its files exist, the service's JSON is labelled as such."""
     probe = "this [MASK] should return a new object."
     body = '{"texts": ["' + probe + '"]}'
     return [f'  bertlab fill-mask --model {model} --format text "every object is an [MASK] of some class."',
-            f"  bertlab finetune text-classification --model {model} --train {reviews} --out {out / 'reviews'} "
-            "--epochs 10   # your own CSV, or a GLUE task (the docs' Fine-tuning page)",
+            f"  bertlab finetune text-classification --model {model} --train {sections} --out {out / 'sections'} "
+            f"--epochs 10   # which docs' section a sentence is from: {SECTIONS_EXPECTED}; or your own CSV",
             f"  bertlab serve --model {model}   # then: curl -H 'Content-Type: application/json' -d '{body}' "
             "localhost:8000/fill-mask"]
 
@@ -315,9 +331,9 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
          f"transformers.BertForPreTraining / pipeline('fill-mask', model=...)")
     if curves is not None:
         echo(f"      curves: {curves} (loss, held-out accuracy, learning rate, tokens/s)")
-    reviews = write_reviews(work / "reviews.csv")
+    sections = write_sections(work / "sections.csv")
     echo(f"done in {format_duration(time.perf_counter() - started)}. Next:")
-    for line in next_commands(model, out, reviews):
+    for line in next_commands(model, out, sections):
         echo(line)
     return 0
 
