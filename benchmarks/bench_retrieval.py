@@ -183,7 +183,8 @@ def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.N
             "--threads", str(a.threads))
     start = time.perf_counter()
     bertlab("finetune-reranker", "--model", model, "--train", str(groups), "--out", str(tmp / "rr"), "--loss", "listwise",
-            "--batch-size", "8", "--lr", "3e-5", "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads))
+            "--batch-size", "8", "--lr", str(a.rerank_lr), "--epochs", str(a.rerank_epochs),
+            "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads))
     trained = time.perf_counter() - start
     bertlab("evaluate-retrieval", "--model", model, "--data", str(beir), "--out", str(tmp / "rr-eval"), "--k-values",
             "1,10,100", "--reranker", str(tmp / "rr" / "final"), "--rerank-top", str(a.rerank_top),
@@ -218,6 +219,8 @@ def main() -> None:
                    help="instead: mine negatives with the model, train a reranker on them (listwise), rerank the "
                         "model's top --rerank-top on the held-out set")
     p.add_argument("--rerank-top", type=int, default=20)
+    p.add_argument("--rerank-lr", type=float, default=3e-5, help="--reranker: the reranker's learning rate")
+    p.add_argument("--rerank-epochs", type=float, default=1.0, help="--reranker: epochs over the mined groups")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
