@@ -36,13 +36,14 @@ class TokenLayout:
     packed_sequences: TokenLayout | None = None
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> TokenLayout:
+    def of(cls, attention_mask: torch.Tensor, packed: bool | None = None) -> TokenLayout:
         """From a (B, T) mask: 0 at padding; 1 at real tokens, or 1, 2, ... numbering a packed row's documents
-        (each document's tokens contiguous)."""
+        (each document's tokens contiguous). `packed`: whether any row holds several documents, where the caller
+        knows (`AttentionMask.documents`); None reads it off the mask (one more wait for the device)."""
         B, T = attention_mask.shape
         flat = attention_mask.reshape(-1)
         index = flat.nonzero().squeeze(1)
-        if not bool((flat > 1).any()):
+        if not (bool((flat > 1).any()) if packed is None else packed):
             lengths = torch.bincount(index // T, minlength=B)  # (B,)
             return cls(index, B, T, _boundaries(lengths[lengths > 0]))
         # a new sequence wherever the row or the document number changes from the token before

@@ -213,7 +213,7 @@ class BertEncoder(nn.Module):
         layout = None
         if (mask.keep is not None or mask.documents is not None) and not (output_hidden_states or output_attentions):
             if (self.training and self.unpad_in_training) or self.attention_takes_rows(x):
-                layout = TokenLayout.of(attention_mask)
+                layout = TokenLayout.of(attention_mask, packed=mask.documents is not None)
                 x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
         for layer in self.blocks():
             x, probs = layer(x, mask, output_attentions, layout)
