@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bench_pretrain  # noqa: E402
 from bench_pretrain import hf_evaluate, model_flops, optimizer_for  # noqa: E402
 
 from bertlab import BertConfig, BertForPreTraining, BertModel, preset  # noqa: E402
@@ -129,12 +130,8 @@ def twin_models(config, hf_class: str, ours_class, seed: int = 0):
 
 # ---------------------------------------------------------------------------------------------- pre-training
 def train_step(model, optimizer, batch) -> None:
-    with torch.autocast(DEV.type, dtype=torch.bfloat16):
-        loss = model(**batch).loss
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    """bench_pretrain's step (forward, backward, clip at 1.0, optimizer step) under bf16 autocast on DEV."""
+    bench_pretrain.train_step(model, optimizer, batch, torch.bfloat16, DEV.type)
 
 
 def static_bytes(model, optimizer) -> int:

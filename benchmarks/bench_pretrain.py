@@ -113,8 +113,8 @@ def optimizer_for(model, side: str, lr: float = 1e-4):
                              lr=lr, betas=(0.9, 0.999), eps=1e-6, fused=True)
 
 
-def train_step(model, optimizer, batch, dtype) -> torch.Tensor:
-    with torch.autocast("cpu", dtype=dtype or torch.float32, enabled=dtype is not None):
+def train_step(model, optimizer, batch, dtype, device_type: str = "cpu") -> torch.Tensor:
+    with torch.autocast(device_type, dtype=dtype or torch.float32, enabled=dtype is not None):
         loss = model(**batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
