@@ -154,7 +154,7 @@ def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget
         if name == "bert-mlm":
             result = run_pretraining(PretrainConfig(
                 model=str(config_file), data=str(bert_data), out=str(out), objective="mlm", steps=steps,
-                batch_size=BATCH, seq_len=SEQ, phase2_seq_len=0, lr=1e-3, warmup=0.01, precision="fp32",
+                batch_size=BATCH, max_seq_length=SEQ, phase2_max_seq_length=0, lr=1e-3, warmup=0.01, precision="fp32",
                 eval_batches=4, eval_batch_size=64, num_evals=2, num_workers=0, progress=False), echo=lambda s: None)
         else:
             result = run_t5_pretraining(T5PretrainConfig(

@@ -68,7 +68,7 @@ def run_variant(variant: str, data_dir: Path, config_file: Path, steps: int, set
     proc = subprocess.run(command("pretrain", "--model", str(config_file), "--data", str(data_dir), "--out", str(out),
                                   "--steps", str(steps), "--batch-size", str(settings.batch_size),
                                   "--max-seq-length", str(settings.seq_len), "--lr", str(settings.lr),
-                                  "--phase2-seq-len", "0", "--num-evals", "1", "--no-eval-at-start",
+                                  "--phase2-max-seq-length", "0", "--num-evals", "1", "--no-eval-at-start",
                                   "--eval-batches", "1", "--num-workers", "0", "--no-progress", *threads),
                           capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started

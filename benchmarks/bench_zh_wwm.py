@@ -1,6 +1,6 @@
 """What jieba whole-word masking changes on the shipped Chinese corpus, against character masking.
 
-    .venv/bin/python benchmarks/bench_zh_wwm.py [--copies 20] [--seq-len 64] [--json out.json]
+    .venv/bin/python benchmarks/bench_zh_wwm.py [--copies 20] [--max-seq-length 64] [--json out.json]
 
 A vocabulary is trained on tests/data/zh (`bertlab vocab train`'s code), the corpus is prepared once with
 `--segmenter jieba` (segment pairs, dynamic masking), and the same instances are then masked `--copies`
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ZH = ROOT / "tests" / "data" / "zh"
 
 
-def measure(store, variant: str, copies: int, seq_len: int) -> dict:
+def measure(store, variant: str, copies: int, max_seq_length: int) -> dict:
     from bertlab.data.instances import instance_word_continues
     from bertlab.data.masking import MaskingConfig, join_words, mask_tokens
     from bertlab.tokenizer import read_vocab
@@ -38,7 +38,7 @@ def measure(store, variant: str, copies: int, seq_len: int) -> dict:
 
     tokens = read_vocab(store.info.vocab_file)
     cjk = [len(t) == 1 and is_cjk(ord(t)) for t in tokens]
-    config = MaskingConfig.for_length(seq_len, granularity="token" if variant == "token" else "whole-word")
+    config = MaskingConfig.for_length(max_seq_length, granularity="token" if variant == "token" else "whole-word")
     total = masked = masked_cjk = masked_cjk_multi = touched = whole = runs = run_tokens = 0
     for i in range(len(store)):
         ex = store.example(i)
@@ -73,7 +73,7 @@ def measure(store, variant: str, copies: int, seq_len: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--copies", type=int, default=20, help="masks drawn per instance and variant")
-    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--max-seq-length", type=int, default=64)
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     try:
@@ -90,14 +90,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         texts = [ZH / "corpus.txt", ZH / "sentiment" / "train.tsv", ZH / "sentiment" / "dev.tsv"]
         vocab = write_vocab(train_vocab(texts, 1500)[0], Path(tmp) / "vocab.txt")
-        settings = InstanceSettings(InstanceConfig("segment-pair", args.seq_len),
-                                    MaskingConfig.for_length(args.seq_len, granularity="whole-word"), dynamic=True)
+        settings = InstanceSettings(InstanceConfig("segment-pair", args.max_seq_length),
+                                    MaskingConfig.for_length(args.max_seq_length, granularity="whole-word"), dynamic=True)
         prepare([ZH / "corpus.txt"], vocab, Path(tmp) / "data", CorpusSettings(heldout_fraction=0.0,
                 segmenter="jieba"), settings, workers=1, progress=False, echo=lambda s: None)
         store = InstanceStore(Path(tmp) / "data")
-        rows = [measure(store, v, args.copies, args.seq_len)
+        rows = [measure(store, v, args.copies, args.max_seq_length)
                 for v in ("token", "whole-word (## only)", "whole-word + jieba")]
-    print(f"{len(store)} instances of {args.seq_len} tokens from tests/data/zh/corpus.txt, {args.copies} masks each\n")
+    print(f"{len(store)} instances of {args.max_seq_length} tokens from tests/data/zh/corpus.txt, {args.copies} masks each\n")
     print(f"| {'variant':<22} | masked / tokens | masked CJK chars in multi-char words | multi-char words "
           "masked whole | mean masked run |")
     print(f"|{'-' * 24}|----------------:|-------------------------------------:|"

@@ -70,10 +70,10 @@ RECIPE_FLAGS = {
                     ("--lora-rank", "--grid", "--text-column", "--feature-based", "--strategy", "--warmup-proportion")),
     "finetune-features": (("--strategy", "--lstm-hidden", "--cache-dir", "--max-seq-length"),
                           ("--mixing", "--optimizer", "--feature-based", "--lora-rank", "--grid", "--save-every")),
-    "pretrain": (("--phase2-seq-len", "--demo", "--optimizer", "--max-seq-length"),
+    "pretrain": (("--phase2-max-seq-length", "--demo", "--optimizer", "--max-seq-length"),
                  ("--architecture", "--schedule", "--mixing", "--tasks")),
     "pretrain-t5": (("--architecture", "--schedule", "--objective", "--time-budget"),
-                    ("--phase2-seq-len", "--demo", "--max-seq-length", "--mixing")),
+                    ("--phase2-max-seq-length", "--demo", "--max-seq-length", "--mixing")),
 }
 
 

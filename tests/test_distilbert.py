@@ -191,7 +191,7 @@ def test_distill_writes_its_student_as_distilbert(mlm_data, tmp_path):
 
     cfg = _general(mlm_data, tmp_path / "run", steps=2, eval_every=2, save_every=2)
     flags = [f"--{k.replace('_', '-')}={getattr(cfg, k)}"
-             for k in ("teacher", "data", "out", "steps", "batch_size", "seq_len", "lr", "precision", "eval_every",
+             for k in ("teacher", "data", "out", "steps", "batch_size", "max_seq_length", "lr", "precision", "eval_every",
                        "eval_batches", "save_every", "num_workers", "device", "seed") if getattr(cfg, k) is not None]
     assert main(["--log-level", "WARNING", "distill", *flags, "--no-progress", "--student-layout", "distilbert"]) == 0
     final = tmp_path / "run" / "final"

@@ -80,7 +80,7 @@ def mlm_data(tmp_path_factory) -> dict[str, Path]:
 
 def _general(mlm_data, out: Path, **kw) -> dt.DistillConfig:
     settings = dict(teacher=str(mlm_data["teacher"]), data=str(mlm_data["data"]), out=str(out), steps=6,
-                    batch_size=8, seq_len=32, lr=1e-3, precision="fp32", eval_every=3, eval_batches=2, save_every=3,
+                    batch_size=8, max_seq_length=32, lr=1e-3, precision="fp32", eval_every=3, eval_batches=2, save_every=3,
                     num_workers=0, device="cpu", progress=False, seed=3)
     settings.update(kw)
     return dt.DistillConfig(**settings)
@@ -327,7 +327,7 @@ def test_general_bad_input_stops_before_training(mlm_data, tmp_path):
     # a teacher without the MLM head
     BertModel(BertConfig.from_json_file(mlm_data["teacher"])).save_pretrained(tmp_path / "bare")
     assert _run("distill", "--teacher", tmp_path / "bare", "--data", mlm_data["data"], "--out", tmp_path / "d",
-                "--steps", 2, "--seq-len", 32) == 2
+                "--steps", 2, "--max-seq-length", 32) == 2
     for d in "abcd":
         assert not checkpoint_dirs(tmp_path / d)
     with pytest.raises(ConfigError, match="--steps N or --time-budget"):
@@ -515,3 +515,17 @@ def test_init_random_draws_the_students_weights_anew(shared_data, tmp_path):
     assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["student_init"]["init"] == "pretrained"
     with pytest.raises(ConfigError, match="init must be one of"):
         dt.run_distillation(dt.DistillConfig(out=str(tmp_path / "bad"), init="fresh", **common))
+
+
+def test_a_run_config_written_with_seq_len_loads_under_max_seq_length():
+    """General distillation's length was `seq_len` beside the task recipe's `max_seq_length`: an old file's
+    `seq_len` is the general run's `max_seq_length` now, and a task run (which never read it) keeps the task's."""
+    from bertlab.train.runconfig import config_from_dict
+
+    general = config_from_dict(dt.DistillConfig, {"teacher": "t", "data": "d", "out": "o", "seq_len": 64,
+                                                  "max_seq_length": None})
+    assert general.max_seq_length == 64 and general.resolved("max_seq_length") == 64
+    task = config_from_dict(dt.DistillConfig, {"teacher": "t", "data": "d", "out": "o", "task": "sst2",
+                                               "seq_len": 128, "max_seq_length": None})
+    assert task.max_seq_length is None and task.resolved("max_seq_length") is None
+    assert dt.DistillConfig(teacher="t", data="d", out="o").resolved("max_seq_length") == 128

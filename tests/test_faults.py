@@ -46,7 +46,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def pretrain_args(data_dir, out, *extra):
     return ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(data_dir), "--out", str(out),
-            "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+            "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",
             "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32", "--no-eval-at-start",
             *map(str, extra)]
 

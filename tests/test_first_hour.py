@@ -462,7 +462,7 @@ def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_defau
     assert [default_lr(h) for h in (128, 256, 512, 768, 1024)] == [1e-3, 5e-4, 2e-4, 1e-4, 1e-4]
     out = tmp_path / "run"
     assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
-                 str(out), "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+                 str(out), "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",
                  "--no-progress", "--num-workers", "0", "--precision", "fp32", "--time-budget", "3s",
                  "--no-eval-at-start"]) == 0
     text = capsys.readouterr().out
@@ -483,7 +483,7 @@ def test_a_pessimistic_first_fit_is_refitted_upwards_without_running_out_of_data
     monkeypatch.setattr(pt, "time_step", lambda *a, **k: 0.1)  # a step takes ~0.02 s here
     out = tmp_path / "run"
     assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
-                 str(out), "--batch-size", "4", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+                 str(out), "--batch-size", "4", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",
                  "--no-progress", "--num-workers", "0", "--precision", "fp32", "--time-budget", "5s",
                  "--no-eval-at-start", "--num-evals", "2", "--eval-batch-size", "8"]) == 0
     text = capsys.readouterr().out

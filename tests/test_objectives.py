@@ -199,7 +199,7 @@ def data_dir(tmp_path_factory):
 
 def test_a_new_objective_pretrains_end_to_end(counted_objective, data_dir, tmp_path):
     cfg = PretrainConfig(model="tiny", data=str(data_dir), out=str(tmp_path / "run"), objective="mlm+count",
-                         steps=3, batch_size=8, seq_len=64, phase2_seq_len=0, eval_batches=2, num_workers=0,
+                         steps=3, batch_size=8, max_seq_length=64, phase2_max_seq_length=0, eval_batches=2, num_workers=0,
                          lr=1e-3, precision="fp32", progress=False)
     result = run_pretraining(cfg, echo=lambda s: None)
     assert result.final_dir is not None and result.eval_after["masked_tokens"] > 0

@@ -154,7 +154,7 @@ def test_batches_carry_the_spans_the_masker_chose(span_data, dynamic_span_data):
 
 def pretrain_args(data, out, *extra):
     return ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(data), "--out", str(out),
-            "--objective", "mlm+sbo", "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0",
+            "--objective", "mlm+sbo", "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0",
             "--eval-batches", "2", "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32",
             *map(str, extra)]
 
@@ -233,7 +233,7 @@ def test_phase2_data_without_spans_is_refused(corpus_and_vocab, tmp_path, capsys
     assert main(args) == 0
     capsys.readouterr()
     argv = pretrain_args(data, tmp_path / "run", "--steps", 2)
-    argv[argv.index("--phase2-seq-len") + 1] = "128"
+    argv[argv.index("--phase2-max-seq-length") + 1] = "128"
     assert main(argv) == 2
     assert "length 128: instances are masked by 'token'" in capsys.readouterr().err
 

@@ -346,7 +346,7 @@ def test_a_sentencepiece_vocabulary_with_a_bert_objective_is_refused_before_any_
     assert main(["prepare", str(t5_data / "spiece" / "spiece.model"), "--vocab", str(t5_data / "spiece"), "--out",
                  str(out), "--objective", "mlm", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "serves the T5 objectives only" in err[0]
+    assert len(err) == 1 and "serves the text-to-text objectives only" in err[0]
     assert not list(out.glob("corpus-*"))
     bad = tmp_path / "bad.model"
     bad.write_bytes(b"\x00not a model")

@@ -109,3 +109,28 @@ def test_the_toy_family_declares_its_pretraining_data_engines_and_checkpoint_nam
     tf_index = Path(__file__).parent / "data" / "tf_ckpt" / "bert_model.ckpt.index"
     with pytest.raises(BertlabError, match="does not read"):
         read_state_dict(tf_index, getattr(ToyModel, "read_tf_checkpoint", None))
+
+
+def test_pretrain_and_prepare_reach_families_through_the_registry(toy_folder, tmp_path):
+    """`pretrain --family toy` is accepted on WordPiece data and refused on BPE data with the toy family's own
+    words; a family another command pre-trains is pointed to it; `prepare` reads a SentencePiece model with the
+    conventions of the family that declares one (`corpus_tokenizer`), not a name of its own."""
+    from types import SimpleNamespace
+
+    from bertlab.core.errors import ConfigError
+    from bertlab.models import registry
+    from bertlab.train.pretrain import PretrainConfig, pretraining_family
+
+    cfg = PretrainConfig(data=str(tmp_path / "data"), out=str(tmp_path / "run"), family="toy")
+    assert pretraining_family(cfg, SimpleNamespace(tokenizer_kind="wordpiece")).name == "Toy"
+    with pytest.raises(ConfigError, match="tokenized with a bpe vocabulary, but toy models use wordpiece; use "
+                                          "--family roberta"):
+        pretraining_family(cfg, SimpleNamespace(tokenizer_kind="bpe"))
+    with pytest.raises(ConfigError, match=r"family must be one of bert, roberta, toy, got 't5' \(T5: `bertlab "
+                                          r"pretrain-t5`\)"):
+        PretrainConfig(data="d", out="r", family="t5", steps=1).validate()
+    assert registry.pretrain_command("toy") == "pretrain" and registry.pretrain_command("xlm-roberta") is None
+    assert registry.data_tokenizers("pretrain-t5") == {"t5": "sentencepiece"}
+    assert registry.data_family_names("bpe") == "RoBERTa"
+    assert registry.corpus_tokenizer("wordpiece") is None  # tokenizer/'s WordPiece serves every family
+    assert registry.corpus_tokenizer("sentencepiece") is registry.family("t5").corpus_tokenizer

@@ -158,7 +158,7 @@ def data_dir(tmp_path_factory) -> Path:
 
 def pretrain_args(data_dir, out, *extra):
     return ["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(data_dir), "--out", str(out),
-            "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "2",
+            "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "2",
             "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32", *map(str, extra)]
 
 
@@ -236,11 +236,11 @@ def test_kill_9_then_resume_is_bitwise_exact(data_dir, tmp_path):
 def test_phase2_and_mlm_objective(data_dir, tmp_path):
     out = tmp_path / "run"
     args = pretrain_args(data_dir, out, "--steps", 5, "--objective", "mlm")
-    args[args.index("--phase2-seq-len") + 1] = "128"
+    args[args.index("--phase2-max-seq-length") + 1] = "128"
     args += ["--phase2-fraction", "0.4", "--eval-every", "100"]
     assert main(args) == 0
     resolved = json.loads((out / "run_config.json").read_text())["_resolved"]
-    assert resolved["phase2_seq_len"] == 128 and resolved["phase2_start"] == 3
+    assert resolved["phase2_max_seq_length"] == 128 and resolved["phase2_start"] == 3
     config = json.loads((out / "final" / "config.json").read_text())
     assert config["architectures"] == ["BertForMaskedLM"]
     last = [r for r in read_metrics(out) if "eval/mlm_loss" in r][-1]
@@ -249,8 +249,8 @@ def test_phase2_and_mlm_objective(data_dir, tmp_path):
 
 def test_settings_come_from_the_data_manifest(tmp_path, capsys):
     """Data prepared as full sentences (no next-sentence pairs) at one length only: `pretrain` needs neither
-    --objective mlm nor the length again; a stated length the data lacks is one line; the old spelling
-    --seq-len still works, with a deprecation line."""
+    --objective mlm nor the length again; a stated length the data lacks is one line; a run_config.json written
+    when the length was `seq_len` still loads, and the --seq-len flag is gone (one spelling: --max-seq-length)."""
     from bertlab.data import CorpusSettings, InstanceConfig, InstanceSettings, MaskingConfig, prepare
     from test_data_prepare import make_corpus, write_vocab
 
@@ -265,7 +265,7 @@ def test_settings_come_from_the_data_manifest(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "manifest: --max-seq-length 48, --objective mlm" in out
     saved = json.loads((tmp_path / "run" / "run_config.json").read_text())
-    assert saved["seq_len"] == 48 and saved["objective"] == "mlm"
+    assert saved["max_seq_length"] == 48 and saved["objective"] == "mlm" and "seq_len" not in saved
     assert json.loads((tmp_path / "run" / "final" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
 
     assert main([*base, "--out", str(tmp_path / "r2"), "--max-seq-length", "128"]) == 2
@@ -275,10 +275,18 @@ def test_settings_come_from_the_data_manifest(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no next-sentence labels" in err
 
-    assert main([*base, "--out", str(tmp_path / "r4"), "--seq-len", "48"]) == 0
+    with pytest.raises(SystemExit):
+        main([*base, "--out", str(tmp_path / "r4"), "--seq-len", "48"])
+    assert "unrecognized arguments: --seq-len" in capsys.readouterr().err
+
+    old = {k: v for k, v in saved.items() if k not in ("_resolved", "out", "objective")}
+    old["seq_len"], old["phase2_seq_len"] = old.pop("max_seq_length"), old.pop("phase2_max_seq_length")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main([*base, "--out", str(tmp_path / "r5"), "--config", str(tmp_path / "old.json")]) == 0
     captured = capsys.readouterr()
-    assert "--seq-len is now --max-seq-length" in captured.err
-    assert "manifest: --objective mlm" in captured.out  # the length was stated, the objective came from the data
+    assert "manifest: --objective mlm" in captured.out  # the old file stated the length; the objective came from the data
+    again = json.loads((tmp_path / "r5" / "run_config.json").read_text())
+    assert again["max_seq_length"] == 48 and "seq_len" not in again
 
 
 def test_time_budget_fits_the_schedule(data_dir, tmp_path, capsys):

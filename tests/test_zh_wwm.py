@@ -272,7 +272,7 @@ def end_to_end(tmp_path: Path, steps: int, epochs: int) -> dict:
                  "--dupe-factor", "2", "--workers", "1", "--quiet"]) == 0
     run = tmp_path / "run"
     assert main([*quiet, "pretrain", "--model", "tiny", "--data", str(data), "--out", str(run), "--steps", str(steps),
-                 "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "2",
+                 "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "2",
                  "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32"]) == 0
     ft = tmp_path / "ft"
     assert main([*quiet, "finetune", "sst2", "--model", str(run / "final"), "--data", str(SENTIMENT), "--out",

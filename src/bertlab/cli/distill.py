@@ -38,8 +38,7 @@ HELP = {
     "kl_positions": "general: masked (the MLM head's rows) or all (every real token, as DistilBERT)",
     "cosine_layers": "last hidden state only, or all layers against the teacher layers they map to",
     "epochs": "task: passes over the training set",
-    "seq_len": "general: sequence length of the instance set",
-    "max_seq_length": "task: tokens per sequence (default: the task's)",
+    "max_seq_length": "tokens per sequence: general, the instance set's (default 128); task, default the task's",
     "train_limit": "task: train on a seeded random N examples",
     "eval_limit": "task: score a seeded random N dev examples",
     "transfer_limit": "task (GLUE-style): N more training examples without their labels; the teacher's soft "

@@ -1,4 +1,5 @@
-"""`bertlab pretrain`: pre-train BERT on a directory from `bertlab prepare` (T5: `bertlab pretrain-t5`).
+"""`bertlab pretrain`: pre-train an encoder (BERT, RoBERTa: `--family`) on a directory from `bertlab prepare`
+(T5: `bertlab pretrain-t5`).
 
     bertlab pretrain --model mini --data DATA_DIR --out RUN_DIR --steps 10000 --batch-size 256
     bertlab pretrain --model base --data DATA_DIR --out RUN_DIR --time-budget 2h --bf16
@@ -25,9 +26,8 @@ HELP = {
                  "or mlm+sbo (span boundary, SpanBERT's; data: prepare --objective mlm+sbo) "
                  "(default: the data's: mlm+nsp on segment pairs, mlm+sop on sentence-order pairs, mlm on data "
                  "without pairs); T5's objectives: bertlab pretrain-t5",
-    "seq_len": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set "
-               "(--seq-len: the old spelling)",
-    "phase2_seq_len": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
+    "max_seq_length": "phase-1 sequence length: 128 where DATA_DIR has it, else its shortest instance set",
+    "phase2_max_seq_length": "phase-2 length (default: the longest longer instance set in DATA_DIR; 0: no phase 2)",
     "phase2_fraction": "share of steps in phase 2",
     "phase2_batch_size": "global batch in phase 2",
     "document_attention": "packed data (prepare --mode full-sentences): each document of a row attends to itself "
@@ -38,21 +38,20 @@ HELP = {
 }
 
 
-RENAMED = {"seq_len": "--max-seq-length"}
 # how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
 DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up", "save_every": "10 per run",
             "eval_every": "--num-evals per run"}  # one spelling across commands: as `prepare` and `finetune` spell it
 
 
 def add_run_arguments(p: argparse.ArgumentParser, cls: type, doc: str, help: dict[str, str],
-                      defaults: dict[str, str], renamed: dict[str, str] | None = None) -> None:
+                      defaults: dict[str, str]) -> None:
     """The flags of a long run (pretrain, pretrain-t5, distill): the command module's docstring `doc` past its
     first paragraph as the description, one flag per setting of `cls`, and `--bf16`."""
     from ..train.runconfig import add_config_arguments
 
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.description = doc.split("\n\n", 1)[1]
-    add_config_arguments(p, cls, help, renamed=renamed, defaults=defaults)
+    add_config_arguments(p, cls, help, defaults=defaults)
     p.add_argument("--bf16", dest="precision", action="store_const", const="bf16", help="same as --precision bf16")
 
 
@@ -69,7 +68,7 @@ def family_help() -> str:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.pretrain import PretrainConfig
 
-    add_run_arguments(p, PretrainConfig, __doc__, {**HELP, "family": family_help()}, DEFAULTS, RENAMED)
+    add_run_arguments(p, PretrainConfig, __doc__, {**HELP, "family": family_help()}, DEFAULTS)
     g = p.add_argument_group("demo")
     g.add_argument("--demo", action="store_true",
                    help="build a vocabulary and data from the Python docs (pydoc_data.topics) or --demo-corpus, "

@@ -12,14 +12,15 @@ Two stages, each reusable on its own:
 2. **Instances** (`instances-<key>/`): the corpus is cut into chunks of whole documents of about
    `chunk_tokens` tokens; each (copy, chunk) is built by a worker from the memory-mapped shards with its own
    `random.Random(f"{seed}:{split}:{copy}:{chunk}")`, so results are the same on 1 core or 64. Static
-   masking (Google) masks each of `dupe_factor` copies differently here; dynamic masking (RoBERTa) writes
+   masking (Google's) masks each of `dupe_factor` copies differently here; dynamic masking writes
    the clean instances once and leaves masking to the collator.
 
 A different `--max-seq-length`, mode or masking makes a new instance set from the same shards (phase 2
-of BERT's schedule: 512-token instances after 128); all sets stay listed in the manifest.
+of the original schedule: 512-token instances after 128); all sets stay listed in the manifest.
 
-T5: `--vocab` may be a SentencePiece model (a `.model` file or a folder with `spiece.model`), tokenized with
-`T5Tokenizer`; and `instances` may be `t5_data.TextToTextSettings` (`--objective span-corruption` ...), which
+`--vocab` may also be a byte-level BPE tokenizer, or a SentencePiece model (a `.model` file or a folder with
+`spiece.model`), read with the conventions of the family pre-trained on it (`load_tokenizer`); and `instances`
+may be `t5_data.TextToTextSettings` (`--objective span-corruption` ...), which
 makes a text-to-text instance set of packed examples from the same shards (`t5_data.py`). For the NSP modes
 `prepare` reports the training split's label balance and warns outside 40/60 (`nsp_balance_report`).
 """
@@ -80,7 +81,7 @@ class CorpusSettings:
 class InstanceSettings:
     instances: InstanceConfig = field(default_factory=InstanceConfig)
     masking: MaskingConfig = field(default_factory=MaskingConfig)
-    dynamic: bool = False  # True: mask in the collator (RoBERTa); False: dupe_factor masked copies (Google)
+    dynamic: bool = False  # True: mask in the collator (dynamic); False: dupe_factor masked copies (Google's, static)
     dupe_factor: int = 10
     seed: int = 12345  # Google's default random_seed
     chunk_tokens: int = 1 << 18
@@ -122,18 +123,23 @@ class PrepareResult:
 
 # ---------------------------------------------------------------------------------------------- tokenizer
 def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
+    """The tokenizer `prepare` reads a corpus with, by the vocabulary's kind: WordPiece and byte-level BPE are
+    `tokenizer/`'s; a SentencePiece model is read with the conventions (special ids, sentinels) of the family
+    pre-trained on such data (`Family.corpus_tokenizer`). Special-token text written in a corpus stays text."""
+    from ..models.registry import corpus_tokenizer, data_family_names
     from ..tokenizer import BertTokenizer
-    from ..models.t5.tokenizer import T5Tokenizer
     from ..tokenizer.roberta import RobertaTokenizer, is_bpe_path
     from ..tokenizer.sentencepiece import is_sentencepiece_path
 
     if is_sentencepiece_path(vocab):
-        # Corpus text is text: "<extra_id_0>" or "</s>" written in it must not become a sentinel or an eos.
-        return T5Tokenizer.from_pretrained(vocab, split_special_tokens=True)
-    if is_bpe_path(vocab):  # RoBERTa's byte-level BPE: "<s>" or "<mask>" written in the corpus stays text too
+        read = corpus_tokenizer("sentencepiece")
+        if read is None:
+            raise DataError(f"{vocab}: a SentencePiece model, which no model family is pre-trained on")
+        return read(Path(vocab))
+    if is_bpe_path(vocab):  # byte-level BPE: "<s>" or "<mask>" written in the corpus stays text too
         if do_lower_case:
-            raise DataError(f"{vocab}: a byte-level BPE vocabulary is cased (RoBERTa's); lower-casing is a "
-                            "WordPiece setting, leave out --do-lower-case")
+            raise DataError(f"{vocab}: a byte-level BPE vocabulary is cased ({data_family_names('bpe')}'s); "
+                            "lower-casing is a WordPiece setting, leave out --do-lower-case")
         return RobertaTokenizer.from_pretrained(vocab, split_special_tokens=True)
 
     overrides = {} if do_lower_case is None else {"do_lower_case": do_lower_case}
@@ -180,7 +186,7 @@ def tokenize_documents(documents: Sequence[Sequence[str]], dtype: str) -> tuple:
     for doc in documents:
         n = 0
         for sentence in doc:
-            # (a tokenizer that reads special tokens literally needs no escaping: SentencePiece for T5)
+            # (a tokenizer that reads special tokens literally needs no escaping: SentencePiece)
             text = sentence if getattr(tok, "split_special_tokens", False) else _escape_specials(sentence)
             if segment is None:
                 piece = tok.encode(text, add_special_tokens=False)
@@ -497,10 +503,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
             if tokenizer_kind(tokenizer) == "bpe":
                 # vocab.json + merges.txt + tokenizer_config.json as the tokenizer saves them, whichever form
-                # it was read from (a tokenizer.json too): the data keeps a folder RoBERTa's tokenizer loads
+                # it was read from (a tokenizer.json too): the data keeps a folder the BPE tokenizer loads
                 vocab_file, bpe_files = vocab_path, _saved_files(tokenizer)
             else:
-                vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for T5
+                vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for SentencePiece
                 vocab_file = vocab_path / vocab_name if vocab_path.is_dir() else vocab_path
                 if (vocab_file.suffix == ".json" or not vocab_file.is_file()) and hasattr(tokenizer, "ids_to_tokens"):
                     # a tokenizer.json (a folder as transformers 5.x saves it): the data keeps its vocab.txt form
@@ -517,8 +523,9 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
         seconds["hash"] = time.perf_counter() - t0
         text_to_text = isinstance(instances, TextToTextSettings)
         if not text_to_text and "cls" not in tok_info["special_ids"]:  # checked before any work is done
-            raise DataError(f"{tok_info['source']}: a SentencePiece vocabulary serves the T5 objectives only "
-                            "(--objective span-corruption, ...); BERT's need a WordPiece vocab.txt")
+            raise DataError(f"{tok_info['source']}: a SentencePiece vocabulary serves the text-to-text objectives "
+                            "only (--objective span-corruption, ...); masked LM objectives need a WordPiece "
+                            "vocab.txt or a byte-level BPE tokenizer")
         if tok_info.get("kind") == "bpe":
             check_bpe_instances(tok_info["source"], instances)
 
@@ -665,27 +672,29 @@ def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
 
 
 def tokenizer_kind(tokenizer) -> str:
-    """wordpiece (BERT's vocab.txt), bpe (RoBERTa's byte-level BPE) or sentencepiece (T5's)."""
+    """wordpiece (a vocab.txt), bpe (byte-level BPE) or sentencepiece (a SentencePiece model)."""
     if getattr(tokenizer, "model_file", None) is not None:
         return "sentencepiece"
     return "bpe" if hasattr(tokenizer, "bpe") else "wordpiece"
 
 
 def check_bpe_instances(source: str, instances) -> None:
-    """What byte-level BPE data is made for: RoBERTa's masked LM on packed sequences, token by token. Next-sentence
-    pairs are refused (RoBERTa dropped NSP and its family has no NSP head), and so are whole-word and span masking:
-    a BPE piece without a leading 'Ġ' does not say exactly whether it continues a word (punctuation, digits and a
-    sentence's first word lack it as well), and RoBERTa masked tokens."""
+    """What byte-level BPE data is made for: masked LM on packed sequences, token by token. Next-sentence pairs
+    are refused (the families pre-trained on it dropped NSP and have no NSP head), and so are whole-word and span
+    masking: a BPE piece without a leading 'Ġ' does not say exactly whether it continues a word (punctuation,
+    digits and a sentence's first word lack it as well), and the published byte-level BPE models masked tokens."""
+    from ..models.registry import data_family_names
+
     if isinstance(instances, TextToTextSettings):
-        raise DataError(f"{source}: a byte-level BPE vocabulary serves RoBERTa's masked LM; the T5 objectives need "
-                        "a SentencePiece model")
+        raise DataError(f"{source}: a byte-level BPE vocabulary serves masked LM ({data_family_names('bpe')}); "
+                        "the text-to-text objectives need a SentencePiece model")
     if instances.instances.has_nsp:
-        raise DataError(f"{source}: byte-level BPE data is for RoBERTa, which has no next-sentence objective; use "
+        raise DataError(f"{source}: byte-level BPE data is for {data_family_names('bpe')}, which has no "
+                        "next-sentence objective; use "
                         f"--mode full-sentences or doc-sentences, not {instances.instances.mode}")
     if instances.masking.granularity != "token":
         raise DataError(f"{source}: --masking {instances.masking.granularity} is not supported with a byte-level "
-                        "BPE vocabulary (its pieces do not mark word continuations exactly); use --masking token, "
-                        "as RoBERTa did")
+                        "BPE vocabulary (its pieces do not mark word continuations exactly); use --masking token")
 
 
 def _saved_files(tokenizer) -> dict[str, bytes]:
@@ -697,7 +706,7 @@ def _saved_files(tokenizer) -> dict[str, bytes]:
 
 def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None,
                     bpe_files: dict[str, bytes] | None = None) -> dict:
-    if getattr(tokenizer, "model_file", None) is not None:  # T5's SentencePiece tokenizer
+    if getattr(tokenizer, "model_file", None) is not None:  # a SentencePiece tokenizer
         return {"kind": "sentencepiece", "vocab_file": None, "vocab_name": tokenizer.model_file.name, "source": str(vocab_file),
                 "vocab_sha256": store.sha256_file(vocab_file), "vocab_size": tokenizer.vocab_size,
                 "do_lower_case": False, "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}",

@@ -36,9 +36,14 @@ class Family:
     heads: Mapping[str, Any]  # head kind (`models/heads.py`) -> HeadSpec
     tokenizer: Callable[[Path], Any]  # a model folder -> its tokenizer (the call surface of `BertTokenizer`)
     parameters: ParameterTable | None = None  # its `params.py`'s PARAMETERS (`registry.parameter_table`)
-    # The tokenizer kind (a prepared data manifest's) that `bertlab pretrain` trains it on: "wordpiece", "bpe";
-    # None: `pretrain` does not pre-train it
+    # The tokenizer kind (a prepared data manifest's) that its pre-training command trains it on: "wordpiece",
+    # "bpe", "sentencepiece"; None: no command pre-trains it
     data_tokenizer: str | None = None
+    pretrain_command: str = "pretrain"  # the `bertlab` command that pre-trains it ("pretrain-t5" for T5's objectives)
+    # How `prepare` reads a vocabulary of its `data_tokenizer` kind when that tokenizer is the family's own rather
+    # than one in `tokenizer/` (a path -> a tokenizer that keeps special-token text in a corpus as text); None: the
+    # kind's tokenizer in `tokenizer/` (WordPiece, byte-level BPE) serves
+    corpus_tokenizer: Callable[[Path], Any] | None = None
     engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
 
     def head(self, kind: str, purpose: str = "this command"):

@@ -25,6 +25,9 @@ FAMILIES: dict[str, str] = {
     "distilbert": "bertlab.models.distilbert.family",
     "albert": "bertlab.models.albert.family",
 }
+# The family of a config without a model_type (every config written before `transformers` added the field), and
+# the one `bertlab pretrain` builds when neither the config nor the data says otherwise
+DEFAULT_MODEL_TYPE = "bert"
 # Google's TensorFlow release names its config thus and has no model_type: it is BERT's
 GOOGLE_CONFIG_NAME = "bert_config.json"
 
@@ -70,11 +73,36 @@ def preset_family(name: str) -> str | None:
     return None
 
 
-def data_tokenizers() -> dict[str, str]:
-    """model_type -> the tokenizer kind of the data `bertlab pretrain` trains it on, for each family it pre-trains
-    (every family is imported: the recipe is about to build one)."""
-    kinds = {model_type: family(model_type).data_tokenizer for model_type in FAMILIES}
-    return {model_type: kind for model_type, kind in kinds.items() if kind is not None}
+def data_tokenizers(command: str = "pretrain") -> dict[str, str]:
+    """model_type -> the tokenizer kind of the data `bertlab COMMAND` trains it on, for each family that command
+    pre-trains (every family is imported: the recipe is about to build one)."""
+    families = {model_type: family(model_type) for model_type in FAMILIES}
+    return {model_type: f.data_tokenizer for model_type, f in families.items()
+            if f.data_tokenizer is not None and f.pretrain_command == command}
+
+
+def pretrain_command(model_type: str) -> str | None:
+    """The command that pre-trains `model_type`'s family, or None when none does."""
+    f = family(model_type)
+    return f.pretrain_command if f.data_tokenizer is not None else None
+
+
+def data_family_names(kind: str) -> str:
+    """The families pre-trained on data of tokenizer `kind`, as people write them ("RoBERTa"; "" when none), for
+    messages that say what such data is for."""
+    names = [family(model_type).name for model_type in FAMILIES]
+    kinds = [family(model_type).data_tokenizer for model_type in FAMILIES]
+    return ", ".join(name for name, k in zip(names, kinds) if k == kind)
+
+
+def corpus_tokenizer(kind: str):
+    """The loader (path -> tokenizer) that `prepare` tokenizes a corpus with for a vocabulary of `kind` that a
+    family owns (SentencePiece: T5's conventions), or None when `tokenizer/` has it."""
+    for model_type in FAMILIES:
+        f = family(model_type)
+        if f.data_tokenizer == kind and f.corpus_tokenizer is not None:
+            return f.corpus_tokenizer
+    return None
 
 
 def model_type_of(path: str | os.PathLike) -> str:
@@ -85,10 +113,10 @@ def model_type_of(path: str | os.PathLike) -> str:
         if (path / "config.json").is_file():
             path = path / "config.json"
         elif (path / GOOGLE_CONFIG_NAME).is_file():
-            return "bert"
+            return DEFAULT_MODEL_TYPE
         else:
             raise BertlabError(f"{path}: not a model folder (no config.json)")
-    model_type = read_json_object(path).get("model_type", "bert")
+    model_type = read_json_object(path).get("model_type", DEFAULT_MODEL_TYPE)
     if not isinstance(model_type, str):
         raise BertlabError(f"{path}: field 'model_type' must be a string, got {model_type!r}")
     return model_type

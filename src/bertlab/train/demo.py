@@ -121,7 +121,7 @@ class DemoSettings:
     vocab_size: int = 1000  # a small WordPiece vocabulary: a cheap MLM softmax, frequent pieces
     model: str = "tiny"  # preset: 2 layers, 128 wide
     dropout: float = 0.0  # a few minutes of training underfit; dropout only slows them down
-    seq_len: int = 64  # twice the segment pairs of 128: more distinct NSP pairs, a larger held-out set
+    max_seq_length: int = 64  # twice the segment pairs of 128: more distinct NSP pairs, a larger held-out set
     masked_lm_prob: float = 0.25  # more predictions per sequence: more signal per update (80/10/10 as BERT)
     # 20 static copies, each with its own segment split, random-next partner and masks. Masks drawn afresh
     # (dynamic) keep one set of pairs: the ~900 pairs of this corpus are memorised within minutes (train NSP
@@ -235,7 +235,7 @@ def prepare_demo_data(work: Path, corpus: list[Path] | None, settings: DemoSetti
 
     # 3. data
     data_dir = work / "data"
-    length = settings.seq_len
+    length = settings.max_seq_length
     masking = MaskingConfig.for_length(length, masked_lm_prob=settings.masked_lm_prob)
     result = prepare(files, vocab_file, data_dir, CorpusSettings(heldout_fraction=settings.heldout_fraction),
                      InstanceSettings(InstanceConfig("segment-pair", length, short_seq_prob=settings.short_seq_prob),
@@ -270,7 +270,7 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
         claim_demo_dir(out, overwrite)
     work = out / "demo"
     data_dir, config_file, held = prepare_demo_data(work, corpus, settings, echo)
-    length = settings.seq_len
+    length = settings.max_seq_length
 
     # 4. pre-training, for what is left of the demo's time
     from ..models.bert.config import BertConfig
@@ -288,9 +288,9 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
          f"(the step plan is re-fitted to the machine's speed as it goes):")
     cfg = PretrainConfig(data=str(data_dir), out=str(run_dir), model=str(config_file), time_budget=f"{budget:.0f}s",
                          resume=resume and (run_dir / "run_config.json").exists(), progress=progress,
-                         seq_len=length, batch_size=settings.batch_size, lr=settings.lr, warmup=settings.warmup,
+                         max_seq_length=length, batch_size=settings.batch_size, lr=settings.lr, warmup=settings.warmup,
                          decay_fraction=settings.decay_fraction,
-                         phase2_seq_len=0, eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0,
+                         phase2_max_seq_length=0, eval_batches=None, eval_batch_size=64, keep_last=2, num_workers=0,
                          num_evals=settings.num_evals, seed=settings.seed)
     run = run_pretraining(cfg, echo=lambda s: echo("      " + s))
     if run.train.interrupted:

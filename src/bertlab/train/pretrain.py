@@ -38,9 +38,10 @@ from pathlib import Path
 import torch
 
 from ..checkpoint.pretrained import save_pretrained
-from ..models.bert.config import BertConfig, is_preset
+from ..core.jsonconfig import JsonConfig
 from ..models.family import Family
-from ..models.registry import FAMILIES, data_tokenizers, family as family_named, model_type_of
+from ..models.registry import (DEFAULT_MODEL_TYPE, FAMILIES, data_tokenizers, family as family_named, model_type_of,
+                               pretrain_command)
 from ..core.errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
@@ -78,12 +79,12 @@ class PretrainConfig(GroupedSettings):
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
     objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
-    family: str | None = None  # bert | roberta; None: the config's model_type, else by the data's tokenizer
+    family: str | None = None  # a model_type this command pre-trains; None: the config's, else the data's tokenizer's
     # how long (steps, or a time budget the schedule is fitted to), batch over all ranks, precision
     training: PretrainTraining = field(default_factory=PretrainTraining)
-    seq_len: int = 128  # phase 1 sequence length (an instance set of that length must exist)
-    phase2_seq_len: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
-    phase2_fraction: float = 0.1  # share of the steps at phase2_seq_len (the paper: the last 10%)
+    max_seq_length: int = 128  # phase 1 sequence length (an instance set of that length must exist)
+    phase2_max_seq_length: int | None = None  # None: the longest longer set in the data (512), if any; 0: off
+    phase2_fraction: float = 0.1  # share of the steps at phase2_max_seq_length (the paper: the last 10%)
     phase2_batch_size: int | None = None  # default: batch_size
     # packed data (prepare --mode full-sentences): each document of a row attends to itself only, not across the
     # row (on a GPU one variable-length sequence per document; positions still run along the row)
@@ -113,14 +114,14 @@ class PretrainConfig(GroupedSettings):
             raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if not 0 <= self.phase2_fraction < 1:
             raise ConfigError(f"phase2_fraction must be in [0, 1), got {self.phase2_fraction}")
-        for name in ("batch_size", "seq_len", "eval_batch_size"):
+        for name in ("batch_size", "max_seq_length", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.time_budget is not None:
             parse_duration(self.time_budget)
         if self.family is not None and self.family not in (kinds := data_tokenizers()):
             raise ConfigError(f"family must be one of {', '.join(kinds)}, got {self.family!r}"
-                              + (" (T5: `bertlab pretrain-t5`)" if self.family in FAMILIES else ""))
+                              + _other_command(self.family))
 
 
 
@@ -167,12 +168,12 @@ def evaluate_pretraining(model: torch.nn.Module, batches: Iterable[dict], device
     return evaluation.compute()
 
 
-def heldout_batches(data_dir: str, seq_len: int, seed: int, batch_size: int,
+def heldout_batches(data_dir: str, max_seq_length: int, seed: int, batch_size: int,
                     max_batches: int | None, document_attention: bool = False) -> Iterable[dict]:
-    """The held-out split of `data_dir` at `seq_len`: its first `max_batches` batches (None: all of them)."""
+    """The held-out split of `data_dir` at `max_seq_length`: its first `max_batches` batches (None: all of them)."""
     from ..data import PretrainingDataset
 
-    ds = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size, max_seq_length=seq_len)
+    ds = PretrainingDataset(data_dir, "heldout", seed=seed, batch_size=batch_size, max_seq_length=max_seq_length)
     loader = ds.dataloader(num_workers=0, collate_fn=ds.collator(document_attention=document_attention))
     return islice(loader, max_batches) if max_batches else loader
 
@@ -199,11 +200,11 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
     from ..data import DataInfo
 
     changes: dict = {}
-    if "seq_len" not in stated and lengths and cfg.seq_len not in lengths:
-        changes["seq_len"] = lengths[0]
-    seq_len = changes.get("seq_len", cfg.seq_len)
-    if "objective" not in stated and seq_len in lengths:
-        info = DataInfo.load(cfg.data, max_seq_length=seq_len)
+    if "max_seq_length" not in stated and lengths and cfg.max_seq_length not in lengths:
+        changes["max_seq_length"] = lengths[0]
+    max_seq_length = changes.get("max_seq_length", cfg.max_seq_length)
+    if "objective" not in stated and max_seq_length in lengths:
+        info = DataInfo.load(cfg.data, max_seq_length=max_seq_length)
         if get_objective(cfg.objective).needs_next_sentence_labels and not info.has_nsp:
             changes["objective"] = "mlm"  # BERT's objective less NSP: what such instances were made for
             why = f"its instances are {info.mode}, without next-sentence pairs"
@@ -211,12 +212,13 @@ def settings_from_data(cfg: PretrainConfig, lengths: list[int], stated: Collecti
             changes["objective"] = next(n for n, o in OBJECTIVES.items() if info.mode in o.data_modes)
             why = f"its instances are {info.mode} pairs"
     if "family" not in stated and cfg.family is None and not _names_a_config(cfg) and lengths:
-        kind = DataInfo.load(cfg.data, max_seq_length=seq_len if seq_len in lengths else None).tokenizer_kind
+        length = max_seq_length if max_seq_length in lengths else None
+        kind = DataInfo.load(cfg.data, max_seq_length=length).tokenizer_kind
         kinds = data_tokenizers()
-        if kind != kinds["bert"]:  # (BERT on WordPiece data, as before families: nothing to say)
+        if kind != kinds[DEFAULT_MODEL_TYPE]:  # (the default family on its own data, as before families: nothing to say)
             changes["family"] = next((f for f, k in kinds.items() if k == kind), None)
     if changes:
-        shown = ", ".join(f"--{k.replace('_', '-') if k != 'seq_len' else 'max-seq-length'} {v}"
+        shown = ", ".join(f"--{k.replace('_', '-')} {v}"
                           for k, v in changes.items())
         reasons = ([why] if "objective" in changes else []) + \
             ([f"its tokens are {kind}, {changes['family']}'s tokenizer"] if "family" in changes else [])
@@ -229,6 +231,19 @@ def _names_a_config(cfg: PretrainConfig) -> bool:
     return cfg.init_from is not None or not is_preset(cfg.model)
 
 
+def is_preset(name: str) -> bool:
+    """Whether `name` is one of the presets (`mini`, `L4-H256`) the pre-trained families share: the default
+    family's, which the others take their sizes from."""
+    return family_named(DEFAULT_MODEL_TYPE).config_class.preset_lookup()[0](name)
+
+
+def _other_command(model_type: str) -> str:
+    """" (... `bertlab pretrain-t5`)" when another command pre-trains `model_type`'s family, else ""."""
+    if model_type not in FAMILIES or (command := pretrain_command(model_type)) in (None, "pretrain"):
+        return ""
+    return f" ({family_named(model_type).name}: `bertlab {command}`)"
+
+
 def pretraining_family(cfg: PretrainConfig, info) -> Family:
     """The family to pre-train: `cfg.family` (set from the data by `settings_from_data` when not stated), else the
     model config's `model_type`, else BERT's. It must be one whose tokenizer made the data, and agree with a
@@ -236,13 +251,13 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
     source = cfg.init_from or cfg.model
     # (a path that does not exist is reported by the config reader: "neither a preset ... nor an existing file")
     named = model_type_of(source) if _names_a_config(cfg) and Path(source).exists() else None
-    chosen = cfg.family or named or "bert"
+    chosen = cfg.family or named or DEFAULT_MODEL_TYPE
     if named is not None and named != chosen:
         raise ConfigError(f"{source}: model_type {named!r} but --family {chosen}; give a {chosen} config or preset")
     kinds = data_tokenizers()
     if chosen not in kinds:
         raise ConfigError(f"{source}: model_type {chosen!r} is not pre-trained by this command (it trains "
-                          f"{', '.join(kinds)}{'; T5: `bertlab pretrain-t5`' if chosen == 't5' else ''})")
+                          f"{', '.join(kinds)}){_other_command(chosen)}")
     if kinds[chosen] != info.tokenizer_kind:
         fits = next((f for f, k in kinds.items() if k == info.tokenizer_kind), None)
         raise ConfigError(f"{cfg.data}: tokenized with a {info.tokenizer_kind} vocabulary, but {chosen} models use "
@@ -251,14 +266,15 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
     return family_named(chosen)
 
 
-def build_model_config(cfg: PretrainConfig, info, family: Family | None = None) -> BertConfig:
-    """The model's config in `family` (BERT's by default), checked against the data: same vocabulary, long enough
-    positions. A preset takes the data's vocabulary and special ids (RoBERTa: pad 1, positions from 2)."""
+def build_model_config(cfg: PretrainConfig, info, family: Family | None = None) -> JsonConfig:
+    """The model's config in `family` (the default family's when None), checked against the data: same
+    vocabulary, long enough positions. A preset takes the data's vocabulary and special ids (pad; a config that
+    carries bos/eos ids, as RoBERTa's does, takes the data's first and separator tokens for them)."""
     source = cfg.init_from or cfg.model
-    config_class = family.config_class if family is not None else BertConfig
+    config_class = (family or family_named(DEFAULT_MODEL_TYPE)).config_class
     config = config_class.from_name_or_path(source)
     if cfg.init_from is None and is_preset(cfg.model):  # a preset takes its vocabulary from the data
-        extra = config.extra if config.model_type == "bert" else \
+        extra = config.extra if "bos_token_id" not in config.to_dict() else \
             {**config.extra, "bos_token_id": info.cls_id, "eos_token_id": info.sep_id}  # RoBERTa's <s>, </s>
         config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id, extra=extra)
     elif config.vocab_size != info.vocab_size:
@@ -331,13 +347,13 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     lengths = _available_lengths(cfg.data)
     if not cfg.resume:  # a resumed run keeps its own settings (run_config.json), decided at its start
         cfg = settings_from_data(cfg, lengths, stated_fields(cfg, given), say)
-    if cfg.seq_len not in lengths:
-        raise ConfigError(f"{cfg.data}: no instances of length {cfg.seq_len} (have {lengths}); make them with "
-                          f"`bertlab prepare --out {cfg.data} --max-seq-length {cfg.seq_len}`")
-    info = DataInfo.load(cfg.data, max_seq_length=cfg.seq_len)
-    phase2_len = cfg.phase2_seq_len
+    if cfg.max_seq_length not in lengths:
+        raise ConfigError(f"{cfg.data}: no instances of length {cfg.max_seq_length} (have {lengths}); make them "
+                          f"with `bertlab prepare --out {cfg.data} --max-seq-length {cfg.max_seq_length}`")
+    info = DataInfo.load(cfg.data, max_seq_length=cfg.max_seq_length)
+    phase2_len = cfg.phase2_max_seq_length
     if phase2_len is None:
-        longer = [n for n in lengths if n > cfg.seq_len]
+        longer = [n for n in lengths if n > cfg.max_seq_length]
         phase2_len = longer[-1] if longer and cfg.phase2_fraction > 0 else 0
     elif phase2_len and phase2_len not in lengths:
         raise ConfigError(f"{cfg.data}: no instances of length {phase2_len} for phase 2 (have {lengths})")
@@ -356,7 +372,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     if resolved.get("model_config"):
         # A resumed run's model is the one it started with (its weights come from the checkpoint): the
         # --init-from folder is not read again, so it may have moved or changed since.
-        family = family_named(resolved["model_config"].get("model_type", "bert"))
+        family = family_named(resolved["model_config"].get("model_type", DEFAULT_MODEL_TYPE))
         model_config = family.config_class.from_dict(resolved["model_config"], source=str(run_dir / RUN_CONFIG))
         if model_config.vocab_size != info.vocab_size:
             raise ConfigError(f"{run_dir / RUN_CONFIG}: the run's model has vocab_size {model_config.vocab_size} "
@@ -364,12 +380,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     else:
         family = pretraining_family(cfg, info)
         model_config = build_model_config(cfg, info, family)
-    for length in (cfg.seq_len, phase2_len):  # phase 2's instances are another set, prepared on their own
+    for length in (cfg.max_seq_length, phase2_len):  # phase 2's instances are another set, prepared on their own
         problem = length and objective.data_problem(DataInfo.load(cfg.data, max_seq_length=length), model_config)
         if problem:
-            raise ConfigError(f"{cfg.data}: {'' if length == cfg.seq_len else f'length {length}: '}{problem}")
-    if max(cfg.seq_len, phase2_len) > model_config.max_sequence_length:
-        raise ConfigError(f"sequence length {max(cfg.seq_len, phase2_len)} exceeds the model's "
+            raise ConfigError(f"{cfg.data}: {'' if length == cfg.max_seq_length else f'length {length}: '}{problem}")
+    if max(cfg.max_seq_length, phase2_len) > model_config.max_sequence_length:
+        raise ConfigError(f"sequence length {max(cfg.max_seq_length, phase2_len)} exceeds the model's "
                           f"{model_config.max_sequence_length} positions (max_position_embeddings "
                           f"{model_config.max_position_embeddings})")
 
@@ -400,17 +416,17 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
                              persistent_workers=False, collate_fn=ds.collator(document_attention=cfg.document_attention))
 
     # Open every split now: a bad data directory is reported before training, not at the first evaluation.
-    stream(cfg.seq_len, micro1, 0)
+    stream(cfg.max_seq_length, micro1, 0)
     if phase2_len:
         stream(phase2_len, micro2, 0)
-    heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
+    heldout_batches(cfg.data, cfg.max_seq_length, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
                     cfg.document_attention)
 
     # ---- run length: given, or fitted to the time budget by timing real steps on this machine
     steps = resolved.get("steps") or cfg.steps
     if steps is None:
         budget = parse_duration(cfg.time_budget)
-        t1 = time_step(model, loss_fn, stream(cfg.seq_len, micro1, 0), accum, precision, dist.device)
+        t1 = time_step(model, loss_fn, stream(cfg.max_seq_length, micro1, 0), accum, precision, dist.device)
         t2 = time_step(model, loss_fn, stream(phase2_len, micro2, 0), accum, precision, dist.device) \
             if phase2_len else t1
         f = cfg.phase2_fraction if phase2_len else 0.0
@@ -418,7 +434,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         eval_seqs = heldout_sequences(info.num_instances.get("heldout", 0), cfg.eval_batches, cfg.eval_batch_size)
         eval_s = eval_seconds(eval_seqs, micro1 * accum * dist.world_size, t1)
         steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
-        say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.seq_len}"
+        say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.max_seq_length}"
             + (f", {t2:.2f}s at {phase2_len}" if phase2_len else "") + f" -> {steps} steps")
     phase2_start = steps - int(round(cfg.phase2_fraction * steps)) if phase2_len else steps
     samples1 = micro1 * accum * dist.world_size
@@ -427,10 +443,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     def batches(step: int) -> Iterator[dict]:
         # Phase 1 then phase 2; each stream seeks to the sample the step starts at (no replay).
         if not phase2_len:  # one phase, endless: the loop's max_steps (which a budget refit moves) ends it
-            yield from stream(cfg.seq_len, micro1, step * samples1)
+            yield from stream(cfg.max_seq_length, micro1, step * samples1)
             return
         if step < phase2_start:
-            yield from islice(stream(cfg.seq_len, micro1, step * samples1), (phase2_start - step) * accum)
+            yield from islice(stream(cfg.max_seq_length, micro1, step * samples1), (phase2_start - step) * accum)
             step = phase2_start
         if phase2_len:
             yield from stream(phase2_len, micro2, (step - phase2_start) * samples2)
@@ -454,7 +470,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- evaluation on the held-out split (at phase 1 length, so numbers compare across the run)
     def evaluate(m: torch.nn.Module) -> dict[str, float]:
-        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
+        batches = heldout_batches(cfg.data, cfg.max_seq_length, cfg.seed, cfg.eval_batch_size, cfg.eval_batches,
                                   cfg.document_attention)
         return evaluate_pretraining(m, batches, dist.device, objective)
 
@@ -468,12 +484,12 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     resume_or_refuse(trainer, cfg, run_dir, dist, say)
     if dist.is_main:
         write_run_config(run_dir, run_record(cfg, {
-            "steps": steps, "phase2_seq_len": phase2_len, "phase2_start": phase2_start, "precision": precision, "lr": lr,
-            "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
+            "steps": steps, "phase2_max_seq_length": phase2_len, "phase2_start": phase2_start, "precision": precision,
+            "lr": lr, "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
             "model_config": model_config.to_dict()}))
 
     say(f"pre-training {model_cls.__name__} ({model.num_parameters() / 1e6:.1f}M parameters) on {cfg.data}: "
-        f"{steps} steps x {cfg.batch_size} sequences of {cfg.seq_len}"
+        f"{steps} steps x {cfg.batch_size} sequences of {cfg.max_seq_length}"
         + (f" (last {steps - phase2_start} at {phase2_len})" if phase2_len else "")
         + f", peak lr {lr:g}{'' if cfg.lr is not None else ' (the default for its width)'}, {precision}, "
         f"{dist.world_size} process(es), grad accumulation {accum}")

@@ -36,7 +36,6 @@ import functools
 import inspect
 import math
 import re
-import sys
 import textwrap
 import types
 import typing
@@ -112,9 +111,33 @@ def setting_paths(cls: type) -> dict[str, tuple[str, ...]]:
     return paths
 
 
+# Settings renamed since a run_config.json was written: old name -> name now (one name per idea: the sequence
+# length is `max_seq_length` wherever it is configured). An old file's value is taken where the new name is absent
+# or None; a config whose old names need more than that says so in its `upgrade_settings`.
+RENAMED_SETTINGS = {"seq_len": "max_seq_length", "phase2_seq_len": "phase2_max_seq_length"}
+
+
+def upgraded(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with the settings of `cls` renamed since it was written under their names now (a copy); a class's
+    own `upgrade_settings(data)` decides where a plain rename would be wrong."""
+    own = getattr(cls, "upgrade_settings", None)
+    if own is not None:
+        return own(dict(data))
+    paths = setting_paths(cls)
+    out = dict(data)
+    for old, new in RENAMED_SETTINGS.items():
+        if old in out and old not in paths and new in paths:
+            value = out.pop(old)
+            if out.get(new) is None:
+                out[new] = value
+    return out
+
+
 def nested(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a JSON object) with the flat spellings of group settings (`"lr"`, as a run_config.json written
-    before the groups has them) moved into their group's object (`"optim": {"lr": ...}`); a copy."""
+    before the groups has them) moved into their group's object (`"optim": {"lr": ...}`), and renamed settings
+    under their names now (`upgraded`); a copy."""
+    data = upgraded(cls, data)
     paths = setting_paths(cls)
     out: dict[str, Any] = {}
     flat: list[tuple[tuple[str, ...], Any]] = []
@@ -137,10 +160,11 @@ def nested(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def flat_dict(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """The inverse of `nested`: a JSON object of `cls` (nested or flat) with every setting at the top."""
+    """The inverse of `nested`: a JSON object of `cls` (nested or flat) with every setting at the top, under its
+    name now."""
     groups = _groups(cls)
     out: dict[str, Any] = {}
-    for key, value in data.items():
+    for key, value in upgraded(cls, data).items():
         if key in groups and isinstance(value, dict):
             out.update(flat_dict(groups[key], value))
         else:
@@ -260,31 +284,15 @@ def config_from_dict(cls: type[T], data: dict[str, Any], source: str = "config")
     return cls(**{k: _coerce(k, v, hints[k], source) for k, v in data.items()})
 
 
-class DeprecatedSpelling(argparse.Action):
-    """An old flag spelling kept for a release: it sets the same setting and says, once, what replaced it."""
-
-    def __init__(self, option_strings, dest, now: str = "", **kwargs):
-        super().__init__(option_strings, dest, **kwargs)
-        self.now = now
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(f"bertlab: {option_string} is now {self.now}; the old spelling goes in a later release",
-              file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[str, str] | None = None,
                          skip: tuple[str, ...] = (), aliases: dict[str, tuple[str, ...]] | None = None,
-                         renamed: dict[str, str] | None = None, defaults: dict[str, str] | None = None) -> None:
+                         defaults: dict[str, str] | None = None) -> None:
     """One `--flag` per dataclass field (underscores become dashes), plus `--config FILE`; `aliases` gives a
-    field more spellings (`{"data": ("--train",)}`); `renamed` spells a field's flag otherwise than its name
-    (`{"seq_len": "--max-seq-length"}`: one spelling for one setting across commands), the name's own
-    spelling kept as a hidden, deprecated alias. A flag's help is the field's docstring (`field_help`), or
+    field more spellings (`{"data": ("--train",)}`). A flag's help is the field's docstring (`field_help`), or
     `help`'s entry for a field without one; `defaults` says how the command decides a default the dataclass
     leaves open (`{"lr": "by the model's width"}`), shown as "(default: ...)". Every default is None in
     argparse, so `config_from_args` can tell a flag that was given from one that was not."""
     aliases = aliases or {}
-    renamed = renamed or {}
     defaults = defaults or {}
     help = {**(help or {}), **field_help(cls)}
     if not any("--config" in a.option_strings for a in parser._actions):
@@ -296,14 +304,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls: type, help: dict[
         group = _group_type(hints[f.name])
         if group is not None:  # a settings group: its fields are flags of their own (names must not clash)
             add_config_arguments(parser.add_argument_group(f.name, _description(group)), group, help, skip, aliases,
-                                 renamed, defaults)
+                                 defaults)
             continue
         base, _ = _base_type(hints[f.name])
         own = "--" + f.name.replace("_", "-")
-        flags = [renamed.get(f.name, own), *aliases.get(f.name, ())]
-        if f.name in renamed:
-            parser.add_argument(own, dest=f.name, action=DeprecatedSpelling, now=renamed[f.name], default=None,
-                                type=base if base in (int, float) else str, help=argparse.SUPPRESS)
+        flags = [own, *aliases.get(f.name, ())]
         default = f.default if f.default is not dataclasses.MISSING else None
         default = defaults.get(f.name, default)
         text = help.get(f.name, "") + (f" (default: {default})" if default not in (None, "") else "")

@@ -6,10 +6,20 @@ T5 has no bare encoder and no one-layer task heads: every task is text to text t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .tokenizer import T5Tokenizer
 from ..family import Family
 from .config import T5Config
 from .params import PARAMETERS
 
+
+def corpus_tokenizer(vocab: Path) -> T5Tokenizer:
+    """`prepare`'s tokenizer for a SentencePiece vocabulary: corpus text is text, so "<extra_id_0>" or "</s>"
+    written in it does not become a sentinel or an eos."""
+    return T5Tokenizer.from_pretrained(vocab, split_special_tokens=True)
+
+
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
-                tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS)
+                tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS, data_tokenizer="sentencepiece",
+                pretrain_command="pretrain-t5", corpus_tokenizer=corpus_tokenizer)

@@ -24,7 +24,7 @@ COSINE_LAYERS = ("last", "all")
 GENERAL_OBJECTIVE = "mlm"
 GENERAL_EVALS = 10  # held-out evaluations over a general distillation run unless --eval-every says otherwise
 # Defaults that differ between the two recipes (None in DistillConfig means "the recipe's default").
-GENERAL_DEFAULTS = dict(alpha=5.0, beta=2.0, gamma=1.0, batch_size=128, lr=1e-4, warmup=0.05)
+GENERAL_DEFAULTS = dict(alpha=5.0, beta=2.0, gamma=1.0, batch_size=128, lr=1e-4, warmup=0.05, max_seq_length=128)
 TASK_DEFAULTS = dict(alpha=1.0, beta=1.0, gamma=0.0, batch_size=32, lr=5e-5, warmup=0.1)
 
 
@@ -57,8 +57,7 @@ class DistillConfig(GroupedSettings):
     # data), time_budget (general), batch_size (default 128 general, 32 task), micro_batch_size, precision
     training: StepTraining = field(default_factory=StepTraining)
     epochs: float = 3.0  # task only
-    seq_len: int = 128  # general: the instance set's length
-    max_seq_length: int | None = None  # task: default the task's (128; SQuAD 384)
+    max_seq_length: int | None = None  # general: the instance set's length (128); task: default the task's (SQuAD 384)
     train_limit: int | None = None  # task: a seeded random subset of N training examples
     eval_limit: int | None = None  # task: a seeded random subset of N dev examples
     transfer_limit: int | None = None  # task: N more training examples without their labels (a transfer set)
@@ -71,6 +70,16 @@ class DistillConfig(GroupedSettings):
     # seed, device, checkpoints (save_every None: general 10 per run; task: on signals only, see the
     # docstring), resume; num_workers: general only
     run: DistillRunOptions = field(default_factory=DistillRunOptions)
+
+    @classmethod
+    def upgrade_settings(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A run_config.json written when general distillation's length was `seq_len` (beside the task recipe's
+        `max_seq_length`): it is `max_seq_length` now, for a general run only (a task run never read it)."""
+        if "seq_len" in data:
+            old = data.pop("seq_len")
+            if data.get("task") is None and data.get("max_seq_length") is None:
+                data["max_seq_length"] = old
+        return data
 
     def resolved(self, name: str) -> Any:
         """A field's value, or the recipe's default for it when it is None."""
@@ -111,7 +120,7 @@ class DistillConfig(GroupedSettings):
             raise ConfigError(f"steps must be at least 1, got {self.steps}")
         if not self.epochs > 0 or not self.resolved("lr") > 0:
             raise ConfigError(f"epochs and lr must be positive, got {self.epochs} and {self.resolved('lr')}")
-        for name in ("batch_size", "micro_batch_size"):
+        for name in ("batch_size", "micro_batch_size", "max_seq_length"):
             if self.resolved(name) is not None and self.resolved(name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {self.resolved(name)}")
         if self.time_budget is not None:

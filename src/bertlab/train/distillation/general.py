@@ -40,21 +40,22 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
 
     # ---- teacher, data, student: every mismatch reported before the first step
     teacher = load_mlm_teacher(cfg.teacher)
-    info = DataInfo.load(cfg.data, max_seq_length=cfg.seq_len)
-    if info.max_seq_length != cfg.seq_len:
-        raise ConfigError(f"{cfg.data}: no instances of length {cfg.seq_len} (found {info.max_seq_length}); "
-                          f"pass --seq-len {info.max_seq_length} or prepare that length")
+    length = cfg.resolved("max_seq_length")
+    info = DataInfo.load(cfg.data, max_seq_length=length)
+    if info.max_seq_length != length:
+        raise ConfigError(f"{cfg.data}: no instances of length {length} (found {info.max_seq_length}); "
+                          f"pass --max-seq-length {info.max_seq_length} or prepare that length")
     if teacher.config.vocab_size != info.vocab_size:
         raise ConfigError(f"{cfg.teacher}: the teacher's vocabulary has {teacher.config.vocab_size} tokens, "
                           f"{cfg.data} was prepared with {info.vocab_size} ({info.vocab_file})")
     check_same_vocabulary(cfg.teacher, info)
-    if cfg.seq_len > teacher.config.max_position_embeddings:
-        raise ConfigError(f"sequence length {cfg.seq_len} exceeds the teacher's max_position_embeddings "
+    if length > teacher.config.max_position_embeddings:
+        raise ConfigError(f"sequence length {length} exceeds the teacher's max_position_embeddings "
                           f"({teacher.config.max_position_embeddings})")
     seed_everything(cfg.seed)  # a fresh student's weights and the projection are drawn from this seed
     student, init = build_student(cfg.student, teacher, cfg.teacher, random_init=cfg.init == "random")
-    if cfg.seq_len > student.config.max_position_embeddings:
-        raise ConfigError(f"sequence length {cfg.seq_len} exceeds the student's max_position_embeddings "
+    if length > student.config.max_position_embeddings:
+        raise ConfigError(f"sequence length {length} exceeds the student's max_position_embeddings "
                           f"({student.config.max_position_embeddings})")
     freeze_unused(student, ("bert.pooler.", "cls.seq_relationship."))
     L_s, L_t = student.config.num_hidden_layers, teacher.config.num_hidden_layers
@@ -71,7 +72,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
 
     def stream(start_sample: int):
         ds = PretrainingDataset(cfg.data, "train", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
-                                start_index=start_sample, batch_size=micro, max_seq_length=cfg.seq_len)
+                                start_index=start_sample, batch_size=micro, max_seq_length=length)
         return ds.dataloader(num_workers=cfg.num_workers, pin_memory=dist.device.type == "cuda")
 
     def batches(step: int):  # seeks to the sample the step starts at: exact resume, no replay
@@ -81,7 +82,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     has_heldout = info.num_instances.get("heldout", 0) > 0
 
     def held_out(model: nn.Module) -> dict[str, float]:
-        batches = heldout_batches(cfg.data, cfg.seq_len, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
+        batches = heldout_batches(cfg.data, length, cfg.seed, cfg.eval_batch_size, cfg.eval_batches)
         return evaluate_pretraining(model, batches, dist.device, objective)
 
     # ---- run length: given, or fitted to the time budget by timing real steps
@@ -106,7 +107,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
     n_t, n_s = teacher.num_parameters(), student.num_parameters()
     say(f"distilling {cfg.teacher} ({L_t} layers, {n_t / 1e6:.1f}M parameters) into {type(student).__name__} "
         f"from {cfg.student} ({L_s} layers, {n_s / 1e6:.1f}M): {steps} steps x {cfg.resolved('batch_size')} "
-        f"sequences of {cfg.seq_len}, loss {distiller.alpha:g}·T²·KL + {distiller.beta:g}·MLM + "
+        f"sequences of {length}, loss {distiller.alpha:g}·T²·KL + {distiller.beta:g}·MLM + "
         f"{distiller.gamma:g}·cos, T={cfg.temperature:g}, {precision}, {dist.world_size} process(es)")
 
     teacher_eval: dict[str, float] = {}
