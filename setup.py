@@ -1,4 +1,5 @@
-"""Build the optional C accelerators (the tokenizer's encoder; CPU inference's fused element-wise loops);
+"""Build the optional C accelerators (the tokenizer's encoders; CPU inference's kernels: fused row passes,
+attention, GEMMs, search);
 everything else is declared in pyproject.toml.
 
 `optional=True`: without a C compiler the build still succeeds, and the tokenizer and the int8 / attention

@@ -258,7 +258,7 @@ def main() -> int:
     ours16 = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens,
                                                                                   dtype="bf16"))
     plain = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens,
-                                                                                 onednn=False))
+                                                                                 packed_linear=False))
     hf = transformers.BertModel.from_pretrained(str(model_dir), attn_implementation="sdpa").eval()
     rows = make_inputs(ours.tokenizer, args.n, args.min_len, args.max_len, args.seed)
     lengths = [len(r) for r in rows]

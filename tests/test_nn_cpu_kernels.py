@@ -313,13 +313,13 @@ def test_argmax_rows_equals_torch_first_of_ties_and_declines_nan():
     assert cpu_kernels.beam_topk(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 1), 1) is None
 
 
-needs_vnni = pytest.mark.skipif(not cpu_kernels.few_rows_available(), reason="no AVX-512 VNNI (or no C kernels)")
+needs_vnni = pytest.mark.skipif(not cpu_kernels.vnni_available(), reason="no AVX-512 VNNI (or no C kernels)")
 
 
 @needs_vnni
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48), (64, 80)])
-def test_few_rows_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads):
+def test_vnni_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads):
     """Every row count its tiles split differently (8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks; from 16 rows panels
     of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over), with and without bias."""
     k, n = shape
@@ -332,7 +332,7 @@ def test_few_rows_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shap
         xq, xs = quantize_rows_reference(x)
         for bias in (b, None):
             want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, bias)
-            got = cpu_kernels.int8_linear_few_rows(x, packed, ws, bias)
+            got = cpu_kernels.int8_linear_vnni(x, packed, ws, bias)
             assert torch.equal(got, want), (m, bias is None)
 
 
@@ -587,8 +587,8 @@ def test_non_finite_rows_stay_non_finite_on_every_int8_path(m, dtype, threads):
         q, s = quantize_rows(x)
         assert torch.equal(q, xq) and torch.equal(s.isnan(), xs.isnan()) and torch.equal(s.nan_to_num(), xs.nan_to_num())
         paths["C quantize + dequantize"] = dequantize_rows(torch._int_mm(q, w.t()), s, ws, b)
-    if cpu_kernels.few_rows_available():
-        paths["VNNI kernel"] = cpu_kernels.int8_linear_few_rows(x, cpu_kernels.pack_int8_weight(w), ws, b)
+    if cpu_kernels.vnni_available():
+        paths["VNNI kernel"] = cpu_kernels.int8_linear_vnni(x, cpu_kernels.pack_int8_weight(w), ws, b)
     for name, got in paths.items():
         assert got[bad].isnan().all(), name
         assert torch.equal(got[good], want[good]), name

@@ -42,7 +42,7 @@ def test_int8_linear_is_close_to_nn_linear(shape):
 
 def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
     """Up to VNNI_MAX_ROWS rows the layer runs bertlab's own VNNI kernel where there is one (packing its
-    weight on the first such call), beyond them torch._int_mm; the two give identical outputs, in the few-rows
+    weight on the first such call), beyond them torch._int_mm; the two give identical outputs, in the VNNI
     tiles and in the 12-row panel tiles (from 16 rows on, a last panel of one block where the blocks are odd). An
     output width that is no multiple of 16 keeps torch._int_mm."""
     from bertlab.nn import cpu_kernels
@@ -58,8 +58,8 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
                 int_mm = q(x)
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape
-        packed = cpu_kernels.few_rows_available() and out % 16 == 0
-        assert bool(q.few_rows_weight) == packed
+        packed = cpu_kernels.vnni_available() and out % 16 == 0
+        assert bool(q.vnni_weight) == packed
 
 
 def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):

@@ -8,17 +8,17 @@ import torch
 from torch import nn
 
 from bertlab.nn import cpu_kernels
-from bertlab.nn import packed_linear as onednn
+from bertlab.nn import packed_linear
 from bertlab.infer.runtime import InferenceOptions, load_model
 
 from infer_support import tiny_model
 
-pytestmark = pytest.mark.skipif(not onednn.available(), reason="this torch build has no oneDNN linear operators")
+pytestmark = pytest.mark.skipif(not packed_linear.available(), reason="this torch build has no oneDNN linear operators")
 
 def oneDNN_only(monkeypatch):
     """Layers made from here on take oneDNN, as on a CPU without AVX-512 (fp32) or AVX-512 BF16 (bf16)."""
-    monkeypatch.setattr(onednn, "f32_gemm_available", lambda: False)
-    monkeypatch.setattr(onednn, "bf16_dot_available", lambda: False)
+    monkeypatch.setattr(packed_linear, "f32_gemm_available", lambda: False)
+    monkeypatch.setattr(packed_linear, "bf16_dot_available", lambda: False)
 
 
 @pytest.mark.parametrize("kernel", ["own", "onednn"])
@@ -30,7 +30,7 @@ def test_packed_linear_equals_nn_linear(shape, dtype, kernel, monkeypatch):
     torch.manual_seed(0)
     linear = nn.Linear(48, 80).to(dtype)
     x = torch.randn(shape).to(dtype)
-    packed = onednn.PackedLinear(linear)
+    packed = packed_linear.PackedLinear(linear)
     tol = 1e-5 if dtype == torch.float32 else 1e-2
     with torch.inference_mode():
         torch.testing.assert_close(packed(x), linear(x), atol=tol, rtol=tol)
@@ -42,15 +42,15 @@ def test_a_few_rows_take_the_gemv_and_more_take_the_packed_kernel(monkeypatch):
     kernel."""
     torch.manual_seed(0)
     linear = nn.Linear(48, 80)
-    packed = onednn.PackedLinear(linear)
+    packed = packed_linear.PackedLinear(linear)
     calls = []
-    real = onednn.linear_few_rows
-    monkeypatch.setattr(onednn, "linear_few_rows", lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    real = packed_linear.linear_few_rows
+    monkeypatch.setattr(packed_linear, "linear_few_rows", lambda *a: calls.append(a[0].shape[0]) or real(*a))
     with torch.inference_mode():
-        for rows in range(1, onednn.GEMV_ROWS + 3):
+        for rows in range(1, packed_linear.GEMV_ROWS + 3):
             x = torch.randn(rows, 48)
             torch.testing.assert_close(packed(x), linear(x), atol=1e-5, rtol=1e-5)
-    assert calls == list(range(1, onednn.GEMV_ROWS + 1))
+    assert calls == list(range(1, packed_linear.GEMV_ROWS + 1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -63,7 +63,7 @@ def test_c_gemm_layers_keep_no_onednn_copy(dtype, monkeypatch):
         pytest.skip("no C GEMM for this dtype here")
     torch.manual_seed(0)
     linear = nn.Linear(48, 80).to(dtype)
-    packed = onednn.PackedLinear(linear)
+    packed = packed_linear.PackedLinear(linear)
     assert packed.packed is None and packed.panels.shape[:2] == ((3, 48) if dtype == torch.float32 else (3, 24))
     assert list(packed.state_dict()) == ["weight", "bias"]
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", None, raising=False)  # oneDNN must not be called
@@ -82,8 +82,8 @@ def test_packed_linear_keeps_parameters_and_falls_back_for_autograd():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4))
     keys = model.state_dict().keys()
-    assert onednn.pack_linear_layers(model) == 2
-    assert all(isinstance(model[i], onednn.PackedLinear) for i in (0, 2))
+    assert packed_linear.pack_linear_layers(model) == 2
+    assert all(isinstance(model[i], packed_linear.PackedLinear) for i in (0, 2))
     assert model.state_dict().keys() == keys
     x = torch.randn(3, 16, requires_grad=True)
     model(x).sum().backward()  # the plain path: oneDNN's operator has no backward
@@ -98,12 +98,12 @@ def test_inference_loader_packs_fp32_cpu_models_and_matches_plain(tmp_path, monk
     monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)  # bf16 as asked, whatever this CPU has
 
     packed = load_model(BertForMaskedLM, folder, InferenceOptions())
-    plain = load_model(BertForMaskedLM, folder, InferenceOptions(onednn=False))
+    plain = load_model(BertForMaskedLM, folder, InferenceOptions(packed_linear=False))
     bf16 = load_model(BertForMaskedLM, folder, InferenceOptions(dtype="bf16"))
-    bf16_plain = load_model(BertForMaskedLM, folder, InferenceOptions(dtype="bf16", onednn=False))
-    assert any(isinstance(m, onednn.PackedLinear) for m in packed.modules())
-    assert not any(isinstance(m, onednn.PackedLinear) for m in plain.modules())
-    assert any(isinstance(m, onednn.PackedLinear) for m in bf16.modules())
+    bf16_plain = load_model(BertForMaskedLM, folder, InferenceOptions(dtype="bf16", packed_linear=False))
+    assert any(isinstance(m, packed_linear.PackedLinear) for m in packed.modules())
+    assert not any(isinstance(m, packed_linear.PackedLinear) for m in plain.modules())
+    assert any(isinstance(m, packed_linear.PackedLinear) for m in bf16.modules())
     # The tied MLM decoder still shares the word embeddings.
     assert packed.cls.predictions.decoder.weight is packed.bert.embeddings.word_embeddings.weight
     ids = torch.randint(5, 40, (2, 9))
@@ -130,9 +130,9 @@ def test_attention_projections_are_stacked_into_one_packed_layer(tmp_path, famil
                         decoder_start_token_id=0)).save_pretrained(folder)
         cls = T5ForConditionalGeneration
     model = load_model(cls, folder, InferenceOptions())
-    plain = load_model(cls, folder, InferenceOptions(onednn=False))
+    plain = load_model(cls, folder, InferenceOptions(packed_linear=False))
     owners = [m for m in model.modules() if getattr(m, "stacked_projections", ())]
-    assert owners and all(isinstance(m.stacked, onednn.PackedLinear) for m in owners)
+    assert owners and all(isinstance(m.stacked, packed_linear.PackedLinear) for m in owners)
     assert all(type(getattr(m, n)) is nn.Linear for m in owners for n in m.stacked_projections)
     assert model.state_dict().keys() == plain.state_dict().keys()
     ids = torch.randint(5, 40, (2, 9))
@@ -147,12 +147,12 @@ def test_attention_projections_are_stacked_into_one_packed_layer(tmp_path, famil
 
 def test_row_tiles_cover_every_row_with_a_bounded_set_of_shapes():
     seen = set()
-    for rows in range(0, 3 * onednn.ROW_TILE + 7):
-        tiles = onednn.row_tiles(rows)
+    for rows in range(0, 3 * packed_linear.ROW_TILE + 7):
+        tiles = packed_linear.row_tiles(rows)
         assert [r for a, b, _ in tiles for r in range(a, b)] == list(range(rows))
         assert all(b - a <= padded < b - a + 32 for a, b, padded in tiles)
         seen |= {padded for _, _, padded in tiles}
-    assert seen == set(onednn.ROW_BUCKETS) and len(seen) <= 44
+    assert seen == set(packed_linear.ROW_BUCKETS) and len(seen) <= 44
 
 
 def _rss_mb() -> float:
@@ -169,24 +169,24 @@ def test_padding_rows_are_read_from_the_inputs_own_storage_where_it_has_them(dty
     torch.manual_seed(0)
     first, second = nn.Linear(48, 64).to(dtype), nn.Linear(64, 48).to(dtype)
     pads = []
-    real_pad = onednn.F.pad
-    monkeypatch.setattr(onednn.F, "pad", lambda *a, **k: pads.append(1) or real_pad(*a, **k))
+    real_pad = packed_linear.F.pad
+    monkeypatch.setattr(packed_linear.F, "pad", lambda *a, **k: pads.append(1) or real_pad(*a, **k))
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     for tile in (512, 64):
-        monkeypatch.setattr(onednn, "ROW_TILE", tile)
+        monkeypatch.setattr(packed_linear, "ROW_TILE", tile)
         for rows in (13, 70, 150):
             pads.clear()
             x = torch.randn(rows, 48).to(dtype)
             with torch.inference_mode():
-                h = onednn.PackedLinear(first)(x)  # (rows, 64): its input has no slack, so one padded copy
+                h = packed_linear.PackedLinear(first)(x)  # (rows, 64): its input has no slack, so one padded copy
                 base = h.untyped_storage().nbytes() // h.element_size()
-                assert base >= onednn.row_tiles(rows)[-1][0] * 64 + onednn.row_tiles(rows)[-1][2] * 64
+                assert base >= packed_linear.row_tiles(rows)[-1][0] * 64 + packed_linear.row_tiles(rows)[-1][2] * 64
                 h.as_strided((base - h.numel(),), (1,), h.numel()).fill_(float("nan"))  # the padding rows: NaN
-                y = onednn.PackedLinear(second)(h)
+                y = packed_linear.PackedLinear(second)(h)
                 want = second(first(x))
             torch.testing.assert_close(y, want, atol=tol, rtol=tol)
             assert not torch.isnan(y).any()
-            padded_tiles = sum(p != stop - start for start, stop, p in onednn.row_tiles(rows))
+            padded_tiles = sum(p != stop - start for start, stop, p in packed_linear.row_tiles(rows))
             assert len(pads) == padded_tiles  # the first layer's only; none for the second
 
 
@@ -200,7 +200,7 @@ def test_many_row_counts_do_not_grow_memory(kernel, monkeypatch):
         oneDNN_only(monkeypatch)
     torch.manual_seed(0)
     linear = nn.Linear(256, 1024)
-    packed = onednn.PackedLinear(linear)
+    packed = packed_linear.PackedLinear(linear)
     inputs = torch.randn(250, 256)
     with torch.inference_mode():
         for rows in range(1, 50):
@@ -209,7 +209,7 @@ def test_many_row_counts_do_not_grow_memory(kernel, monkeypatch):
         for rows in range(50, 250):  # was ~+120 MB
             y = packed(inputs[:rows])
         grown = _rss_mb() - before
-        x = torch.randn(2 * onednn.ROW_TILE + 76, 256)  # three tiles, the last padded
+        x = torch.randn(2 * packed_linear.ROW_TILE + 76, 256)  # three tiles, the last padded
         torch.testing.assert_close(packed(x), linear(x), atol=1e-4, rtol=1e-4)
     assert y.shape == (249, 1024)
     assert grown < 30, f"RSS grew {grown:.0f} MB over 200 new row counts"
@@ -229,8 +229,8 @@ def test_t5_decoding_steps_take_the_gemv_and_match_the_full_forward(dtype, tmp_p
                                         relative_attention_num_buckets=8)).save_pretrained(tmp_path)
     model = load_model(T5ForConditionalGeneration, tmp_path, InferenceOptions(dtype=dtype))
     rows = []
-    real = onednn.linear_few_rows
-    monkeypatch.setattr(onednn, "linear_few_rows", lambda x, *a: rows.append(x.shape[0]) or real(x, *a))
+    real = packed_linear.linear_few_rows
+    monkeypatch.setattr(packed_linear, "linear_few_rows", lambda x, *a: rows.append(x.shape[0]) or real(x, *a))
     g = torch.Generator().manual_seed(1)
     for batch in (1, 3):
         ids = torch.randint(5, 90, (batch, 9), generator=g)

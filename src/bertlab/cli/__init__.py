@@ -19,20 +19,21 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("params", "the paper's parameter arithmetic for presets or config files"),
     "demo": ("demo", "sentence similarities from a real pre-trained BERT (all-MiniLM-L6-v2)"),
-    "pretrain": ("pretrain", "pre-train BERT (MLM + NSP) on a prepared data directory; exact resume, torchrun"),
+    "pretrain": ("pretrain", "pre-train an encoder (BERT, RoBERTa: MLM with NSP, SOP or SBO, or alone) on a prepared data "
+                            "directory; exact resume, torchrun"),
     "pretrain-t5": ("pretrain_t5", "pre-train T5 with a denoising objective (span corruption, ...; Adafactor)"),
     "plot": ("plot", "draw a run's loss / accuracy / learning-rate curves to PNG"),
     "prepare": ("prepare", "pre-training data: corpus -> token shards -> masked MLM/NSP instances"),
     "convert": ("convert", "Google's TensorFlow BERT checkpoints to the Hugging Face layout, and back (--to tf)"),
-    "finetune": ("finetune", "fine-tune a BERT on a GLUE, SQuAD, CoNLL-2003 or SWAG task (one added layer)"),
-    "finetune-multi": ("finetune_multi", "fine-tune one BERT encoder on several tasks at once, a head each (MT-DNN)"),
+    "finetune": ("finetune", "fine-tune a model on a GLUE, SQuAD, CoNLL-2003 or SWAG task or your own files (one added layer)"),
+    "finetune-multi": ("finetune_multi", "fine-tune one encoder on several tasks at once, a head each (MT-DNN)"),
     "finetune-t5": ("finetune_t5", "fine-tune T5 text-to-text on one task or several mixed (GLUE, SQuAD)"),
     "finetune-features": ("finetune_features", "NER from frozen BERT features: a BiLSTM tagger on chosen layers "
                                                "(paper Table 7)"),
     "evaluate": ("evaluate", "re-score a fine-tuned model on a task's split and write its predictions"),
-    "tokenize": ("tokenize", "cut text into WordPiece tokens or ids, for inspection"),
-    "vocab": ("vocab", "learn a WordPiece vocabulary (vocab.txt) from text files: vocab train"),
-    "distill": ("distill", "distil a teacher BERT into a smaller, faster student (general or --task; DistilBERT)"),
+    "tokenize": ("tokenize", "cut text into a model's tokens (WordPiece, BPE, SentencePiece) or ids, for inspection"),
+    "vocab": ("vocab", "learn a vocabulary from text files (WordPiece; byte-level BPE, SentencePiece: --kind): vocab train"),
+    "distill": ("distill", "distil a teacher encoder into a smaller, faster student (general or --task; DistilBERT)"),
     "features": ("features", "hidden states of chosen layers per token or word (Google's extract_features.py)"),
     "embed": ("embed", "sentence embeddings (cls / mean / max pooling) to JSON Lines or .npy"),
     "similarity": ("similarity", "cosine similarity of two texts' sentence embeddings"),
@@ -102,7 +103,7 @@ def build_parser(full: bool = True, chosen: str | None = None) -> argparse.Argum
 
     # allow_abbrev=False, here and for every subcommand: a prefix of a flag (`--text-colum`) is an error with a
     # suggestion (`unrecognized`), never silently taken for the flag it starts
-    parser = argparse.ArgumentParser(prog="bertlab", description="BERT: pre-train, fine-tune, evaluate and serve.",
+    parser = argparse.ArgumentParser(prog="bertlab", description="BERT and its family: pre-train, fine-tune, evaluate and serve.",
                                      allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"bertlab {__version__}")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

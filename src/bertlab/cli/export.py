@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
 
     p.add_argument("format", choices=["onnx", "openvino", "ctranslate2", "sentence-transformers"], help="what to write")
-    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="a Hugging Face-layout BERT folder")
+    p.add_argument("--model", type=Path, required=True, metavar="DIR", help="a Hugging Face-layout model folder")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) output folder")
     p.add_argument("--quantize", choices=["int8"], help="onnx: also write a dynamically quantised int8 model")
     p.add_argument("--pooling", choices=list(POOLINGS),

@@ -24,7 +24,7 @@ from ..tasks import TASKS
 from ..tasks.metrics import brief_scores
 
 HELP = {
-    "model": "a Hugging Face-layout BERT folder (ours or theirs), a model's name in the local Hugging Face cache, "
+    "model": "a Hugging Face-layout model folder (ours or theirs), a model's name in the local Hugging Face cache, "
              "or a size (tiny, mini, ..., base) with --vocab: a randomly initialised model",
     "vocab": "with a size as --model: its tokenizer (a vocab.txt); the model "
              "starts from random weights (the baseline that shows what pre-training bought)",

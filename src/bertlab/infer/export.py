@@ -157,7 +157,7 @@ def load_exportable(model_dir: Path) -> Exportable:
     from .predict import find_head
 
     # the plain graph: oneDNN's packed operators and bertlab's CPU attention kernels do not export
-    options = InferenceOptions(onednn=False, cpu_attention=False)
+    options = InferenceOptions(packed_linear=False, cpu_attention=False)
     head = find_head(model_dir)
     tokenizer = load_tokenizer(model_dir)
     if head is not None:
@@ -325,7 +325,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     if pooling is not None and declared is not None and pooling != declared:
         log.warning("%s was used with %s pooling; exporting with %s as asked", model_dir, declared, pooling)
     pooling = pooling or declared or DEFAULT_POOLING
-    encoder = load_encoder(model_dir, InferenceOptions(onednn=False, cpu_attention=False))
+    encoder = load_encoder(model_dir, InferenceOptions(packed_linear=False, cpu_attention=False))
     tokenizer = load_tokenizer(model_dir)
     limit = length_limit(model_dir, encoder.config, tokenizer, None)
     tmp = _new_folder(out)

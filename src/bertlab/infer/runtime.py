@@ -15,7 +15,7 @@ rules, so they are stated once here:
   * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`);
   * on a CPU (fp32, bf16) the linear layers run from weights packed once (`nn/packed_linear.py`): by
     bertlab's own GEMMs where the CPU has AVX-512 (fp32) or AVX-512 BF16 (bf16), by oneDNN's elsewhere (same
-    numbers to ~1e-6 in fp32); `--no-onednn` keeps plain `nn.Linear`.
+    numbers to ~1e-6 in fp32); `--no-packed-linear` keeps plain `nn.Linear` (neither bertlab's GEMMs nor oneDNN's).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class InferenceOptions:
     max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 1024 CPU, 16384 GPU
     max_batch: int = 256  # rows per forward pass
     threads: int | None = None
-    onednn: bool = True  # CPU: linear layers from packed weights, C GEMM or oneDNN (see nn/packed_linear.py)
+    packed_linear: bool = True  # CPU: linear layers from packed weights, C GEMM or oneDNN (see nn/packed_linear.py)
     # CPU: the attention kernel chosen by precision (`cpu_attention_kernel`); export keeps the model's own (a
     # traced graph must hold plain torch operators: `bmm` writes into buffers and calls C loops)
     cpu_attention: bool = True
@@ -149,7 +149,7 @@ class InferenceOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
         return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_length", "on_long", "max_tokens",
-                                                    "max_batch", "threads", "onednn", "engine")
+                                                    "max_batch", "threads", "packed_linear", "engine")
                       if getattr(args, k, None) is not None})
 
 
@@ -158,7 +158,7 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, required=model_required, metavar="DIR|NAME",
-                   help="a Hugging Face-layout BERT folder (config.json, weights, vocab.txt or tokenizer.json), or the "
+                   help="a Hugging Face-layout model folder (config.json, weights, vocab.txt or tokenizer.json), or the "
                         "name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--dtype", default="fp32", choices=list(INFERENCE_DTYPES),
@@ -174,9 +174,9 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                         "(default 1024 on CPU, 16384 on GPU)")
     p.add_argument("--max-batch", type=int, default=256, metavar="N", help="texts per forward pass at most")
     add_threads_argument(p, "torch's choice")
-    p.add_argument("--no-onednn", dest="onednn", action="store_false", default=None,
-                   help="on CPU: plain nn.Linear instead of packed weights (bertlab's GEMMs on AVX-512 / "
-                        "AVX-512 BF16, oneDNN's elsewhere)")
+    p.add_argument("--no-packed-linear", dest="packed_linear", action="store_false", default=None,
+                   help="on CPU: plain nn.Linear instead of linear layers from packed weights (bertlab's GEMMs on "
+                        "AVX-512 / AVX-512 BF16, oneDNN's elsewhere): neither runs")
 
 
 def add_engine_argument(p: argparse.ArgumentParser) -> None:
@@ -286,7 +286,7 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
         if not available():
             raise BertlabError("--dtype int8: this torch build has no CPU int8 matrix multiply (torch._int_mm)")
         log.debug("%d linear layers quantized to int8", quantize_linear_layers(model))
-    if options.onednn and torch.device(options.device).type == "cpu":
+    if options.packed_linear and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers
 
         packed = pack_linear_layers(model)

@@ -10,8 +10,8 @@
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
     attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), fp32 or bf16 in
                                 and out, scores and softmax in fp32
-    int8_linear_few_rows(...)   an int8 linear layer (quantize, GEMM, dequantize) in one call, for a few rows
-                                (a decoder step) on CPUs with AVX-512 VNNI (`few_rows_available()`)
+    int8_linear_vnni(...)       an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
+                                `int8_linear.VNNI_MAX_ROWS` (128) rows, on CPUs with AVX-512 VNNI (`vnni_available()`)
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
     argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
@@ -405,14 +405,14 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
     return None if found is None else found[1][:, 0]
 
 
-# ------------------------------------------------------------------------------------- int8 GEMM, few rows
-def few_rows_available() -> bool:
-    """Whether `int8_linear_few_rows` runs here: the extension is built and the CPU has AVX-512 VNNI."""
+# ------------------------------------------------------------------------------- int8 GEMM on AVX-512 VNNI
+def vnni_available() -> bool:
+    """Whether `int8_linear_vnni` runs here: the extension is built and the CPU has AVX-512 VNNI."""
     return _cpu_has("vnni")
 
 
 def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(N, K) int8 weight -> the layout `int8_linear_few_rows` reads, [N/16][K/4][16][4] (16 columns with 4
+    """(N, K) int8 weight -> the layout `int8_linear_vnni` reads, [N/16][K/4][16][4] (16 columns with 4
     consecutive k each per 64 bytes), and the (N,) int32 correction 128 · Σ_k W[n, k] for its unsigned inputs.
     None when N is not a multiple of 16 or K of 4."""
     n, k = weight.shape
@@ -422,20 +422,20 @@ def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] 
     return packed, weight.sum(1, dtype=torch.int32).mul_(128)
 
 
-def int8_linear_few_rows(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
+def int8_linear_vnni(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
                          bias: torch.Tensor | None) -> torch.Tensor:
-    """An int8 linear layer in one call for a few rows: x (M, K) fp32 or bf16, quantized per row as
+    """An int8 linear layer in one call on AVX-512 VNNI, for up to 128 rows (a decoder step to a short batch): x (M, K) fp32 or bf16, quantized per row as
     `quantize_rows`, times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the
     result of those two around torch._int_mm, in one pass over W that serves every row
-    (`few_rows_available()` must hold). Returns (M, N) fp32."""
+    (`vnni_available()` must hold). Returns (M, N) fp32."""
     weight, comp = packed
     (m, k), n = x.shape, comp.numel()
     if (x.dtype not in _DTYPE_CODES or not _native(x) or weight.numel() != n * k or wscale.numel() != n
             or (bias is not None and bias.numel() != n)):
-        raise ValueError(f"int8_linear_few_rows: x {tuple(x.shape)} {x.dtype} does not fit a packed "
+        raise ValueError(f"int8_linear_vnni: x {tuple(x.shape)} {x.dtype} does not fit a packed "
                          f"({n}, {weight.numel() // max(n, 1)}) weight")
     y = torch.empty((m, n), dtype=torch.float32)
-    _extension().linear_int8_few_rows(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
+    _extension().linear_int8_vnni(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
                                       wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(),
                                       m, k, n, torch.get_num_threads())
     return y

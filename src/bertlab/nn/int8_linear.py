@@ -34,8 +34,8 @@ from torch import nn
 
 from .cpu_kernels import (
     dequantize_rows,
-    few_rows_available,
-    int8_linear_few_rows,
+    vnni_available,
+    int8_linear_vnni,
     pack_int8_weight,
     quantize_rows,
     tracing,
@@ -73,9 +73,9 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", (w / scale[:, None]).round().to(torch.int8).t(), persistent=False)
         self.register_buffer("wscale", scale, persistent=False)
         self.register_buffer("fbias", None if linear.bias is None else linear.bias.detach().float(), persistent=False)
-        # the weight packed for the few-rows kernel, made on the first few-rows call (most layers of a bulk
+        # the weight packed for the VNNI kernel, made on the first call it serves (most layers of a bulk
         # encoder run never need it); False where its shape does not fit the kernel
-        self.few_rows_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
+        self.vnni_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
 
     @classmethod
     def stacked(cls, linears: list[nn.Linear]) -> "Int8Linear":
@@ -94,11 +94,11 @@ class Int8Linear(nn.Module):
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
         if (flat.shape[0] <= VNNI_MAX_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
-                and few_rows_available() and not tracing()):
-            if self.few_rows_weight is None:
-                self.few_rows_weight = pack_int8_weight(self.qweight.t()) or False
-            if self.few_rows_weight:
-                y = int8_linear_few_rows(flat, self.few_rows_weight, self.wscale, self.fbias)  # (N, out) fp32
+                and vnni_available() and not tracing()):
+            if self.vnni_weight is None:
+                self.vnni_weight = pack_int8_weight(self.qweight.t()) or False
+            if self.vnni_weight:
+                y = int8_linear_vnni(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
                 return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
         y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32

@@ -4,8 +4,8 @@
  * argument parsing. The kernels, by family:
  *   rows.c       quantize, dequantize, softmax, RMS norm: one pass over each row
  *   attention.c  a decoding step's attention (one query), short rows in fp32, and on AVX-512 BF16 dot products
- *   linear.c     fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); for a few rows: an int8
- *                GEMM on AVX-512 VNNI, an fp32 / bf16 GEMV
+ *   linear.c     fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); an int8 GEMM on
+ *                AVX-512 VNNI (up to 128 rows); for a decoding step's 1-4 rows an fp32 / bf16 GEMV
  *   search.c     a beam-search step's best candidates (and greedy's argmax)
  *   module.c     the Python module: its entries and what the CPU supports
  *
@@ -15,7 +15,7 @@
  * pass. Here each is one loop over a row that stays in L1, and the output of the GEMM is dequantized in
  * place. Softmax in bf16 is here too: torch's bf16 softmax widens, computes and narrows in separate passes
  * and was ~17% of an int8 forward pass at BERT's short sequence lengths. And four kernels for shapes the
- * library calls are not built for: an int8 GEMM for a few rows (AVX-512 VNNI), a decoding step's attention
+ * library calls are not built for: an int8 GEMM for up to 128 rows (AVX-512 VNNI), a decoding step's attention
  * (one query per row), and attention per (row, head), register-tiled: in fp32, and on AVX-512 BF16 dot
  * products for bf16 and int8 models.
  *
@@ -343,7 +343,7 @@ DECLARE(py_add_layer_norm_rows);
 DECLARE(py_attention_one_query);
 DECLARE(py_attention_rows);
 DECLARE(py_attention_bf16);
-DECLARE(py_linear_int8_few_rows);
+DECLARE(py_linear_int8_vnni);
 DECLARE(py_linear_few_rows);
 DECLARE(py_linear_f32);
 DECLARE(py_linear_bf16);

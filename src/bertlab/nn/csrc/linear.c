@@ -347,7 +347,7 @@ ENTRY py_linear_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 #endif
 }
 
-/* --------------------------------------------------------------------------------- int8 GEMM for few rows */
+/* ----------------------------------------------------------- int8 GEMM on AVX-512 VNNI, up to 128 rows */
 /* y = dequantize(xq · Wqᵀ) for a handful of rows (a decoder step: one row per sequence or beam), with AVX-512
  * VNNI. oneDNN's int8 GEMM behind torch._int_mm is tuned for many rows: from 2 to 16 rows it ran at 1/8-1/3 of
  * its many-row rate, and T5's int8 decoding spent most of its time there. Here the weight stays put and the few
@@ -402,7 +402,7 @@ static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
  * accumulators), as the fp32 and bf16 GEMMs do, GEMM_MC rows at a time: the weights are then reused by many
  * rows and no longer the stream to hide, and the wider tile does twice the multiply-adds per broadcast row of
  * the 8 x 2 one. Against torch._int_mm with its quantize and dequantize passes, per layer of MiniLM's shapes:
- * 1.15-1.7x at 32-128 rows, where the few-rows tiles fell to 0.83-1.02x at 128 rows. The same integer sums,
+ * 1.15-1.7x at 32-128 rows, where the 8 x 2 tiles alone fell to 0.83-1.02x at 128 rows. The same integer sums,
  * the same dequantize: identical outputs. */
 #define VNNI_PANEL_ROWS 16
 static inline __attribute__((always_inline)) VNNI_TARGET void vnni_panel_tile(
@@ -499,12 +499,12 @@ static VNNI_TARGET void vnni_columns(const uint8_t *x, Py_ssize_t M, Py_ssize_t 
 
 
 #endif
-/* linear_int8_few_rows(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N,
+/* linear_int8_vnni(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N,
  * threads): y (M, N) fp32 = the int8 linear layer of x (M, K) fp32 or bf16: x quantized per row (as
  * quantize_rows), times W (N, K)ᵀ packed, dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
  * at a few rows, each call from Python costs about as much as the arithmetic. */
-ENTRY py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 11, "linear_int8_few_rows") < 0) return NULL;
+ENTRY py_linear_int8_vnni(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 11, "linear_int8_vnni") < 0) return NULL;
 #ifdef HAVE_VNNI_GEMM
     const void *x = as_ptr(args[0]);
     long dtype = PyLong_AsLong(args[1]);
@@ -516,7 +516,7 @@ ENTRY py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
     long threads = PyLong_AsLong(args[10]);
     if (PyErr_Occurred()) return NULL;
     if (!vnni_supported() || K % 4 || N % 16) {
-        PyErr_SetString(PyExc_ValueError, "linear_int8_few_rows: needs AVX-512 VNNI, K % 4 == 0 and N % 16 == 0");
+        PyErr_SetString(PyExc_ValueError, "linear_int8_vnni: needs AVX-512 VNNI, K % 4 == 0 and N % 16 == 0");
         return NULL;
     }
     /* x quantized per row, then + 128 as unsigned bytes (its sign bit flipped), once for all column blocks */
@@ -537,7 +537,7 @@ ENTRY py_linear_int8_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyMem_RawFree(xu);
     Py_RETURN_NONE;
 #else
-    PyErr_SetString(PyExc_RuntimeError, "linear_int8_few_rows: not built for this CPU");
+    PyErr_SetString(PyExc_RuntimeError, "linear_int8_vnni: not built for this CPU");
     return NULL;
 #endif
 }

@@ -31,13 +31,13 @@ static PyMethodDef methods[] = {
      "linear_f32(x, panels, bias, y, M, K, N, threads): y = x Wᵀ + b, fp32, W packed in panels of 32 columns"},
     {"linear_bf16", (PyCFunction)(void (*)(void))py_linear_bf16, METH_FASTCALL,
      "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot products"},
-    {"linear_int8_few_rows", (PyCFunction)(void (*)(void))py_linear_int8_few_rows, METH_FASTCALL,
-     "linear_int8_few_rows(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
+    {"linear_int8_vnni", (PyCFunction)(void (*)(void))py_linear_int8_vnni, METH_FASTCALL,
+     "linear_int8_vnni(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef kernels_module = {
-    PyModuleDef_HEAD_INIT, "_cpu_kernels", "Fused element-wise loops of CPU inference (optional accelerator).",
+    PyModuleDef_HEAD_INIT, "_cpu_kernels", "CPU inference kernels: fused row passes, attention, GEMMs, search (optional accelerator).",
     -1, methods,
 };
 
