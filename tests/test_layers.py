@@ -83,7 +83,7 @@ RETIRED_MODULES = ["bertlab.config", "bertlab.model", "bertlab.heads", "bertlab.
                    "bertlab.train.distill", "bertlab.cli.old_spellings", "bertlab.errors", "bertlab.fsio",
                    "bertlab.progress", "bertlab.host_memory", "bertlab.threads", "bertlab.jsonconfig",
                    "bertlab.model_names", "bertlab.labels", "bertlab.nn.objective", "bertlab.nn.heads",
-                   "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names"]
+                   "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names", "bertlab.tokenizer.tokenizer"]
 
 
 @pytest.mark.parametrize("module", RETIRED_MODULES)

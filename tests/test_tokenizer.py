@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from bertlab import BertlabError, BertTokenizer
 from bertlab.tokenizer import BasicTokenizer, TokenizerError, VocabError, load_vocab
-from bertlab.tokenizer.tokenizer import _longest_first
+from bertlab.tokenizer.base import _longest_first
 
 ADVERSARIAL = Path(__file__).parent / "data" / "tokenizer_adversarial.json"
 

@@ -30,7 +30,7 @@ folder to one or the other); the atomic writes are `bertlab.core.fsio`'s. Every 
 
 from ..core.fsio import (apply_umask, atomic_directory, atomic_write_text, current_umask,  # noqa: F401
                     remove_stale_temporaries)
-from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401
+from ..tokenizer.base import VOCAB_NAME  # noqa: F401
 from .hf_layout import (CONFIG_NAME, DEFAULT_BASE_PREFIX, FULL_WEIGHT_FILES, PYTORCH_WEIGHTS_NAME,  # noqa: F401
                         TF_INDEX_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME, LoadReport, Model, build_and_load,
                         canonical_key, canonical_state_dict, check_state_dict, index_shards, initialize_missing,

@@ -22,7 +22,7 @@ from ..core.errors import CheckpointError, some_of
 from ..core.fsio import atomic_directory
 from ..core.model_names import inside_model_folder
 from ..nn.adapters import add_saved_adapters
-from ..tokenizer.tokenizer import VOCAB_NAME
+from ..tokenizer.base import VOCAB_NAME
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,7 @@ from ..core.errors import is_write_failure, output_error
 from .instances import (LABELLED_PAIR_MODES, PACKED_MODES, Corpus, Instance, instance_documents, instance_ids,
                         instance_word_continues)
 from .masking import MaskingConfig, VocabInfo
-from ..tokenizer.tokenizer import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)
+from ..tokenizer.base import VOCAB_NAME  # noqa: F401  (store.VOCAB_NAME: the data keeps its vocabulary as the tokenizer names it)
 from .readers import DataError
 
 FORMAT = "bertlab-pretraining-data"

@@ -1,5 +1,8 @@
-"""BERT's WordPiece tokenizer: `basic` (normalise and split into words), `wordpiece` (words -> pieces,
-vocab.txt I/O), `tokenizer_json` (reading the `tokenizers` library's tokenizer.json), `tokenizer`
+"""Text to model inputs. `base` (`TokenizerBase`: the call surface every tokenizer shares -- pairs, truncation,
+windows, padding, offsets, tensors, `encode_corpus` -- and the folder's file names).
+
+BERT's WordPiece tokenizer: `basic` (normalise and split into words), `wordpiece` (words -> pieces,
+vocab.txt I/O), `tokenizer_json` (reading the `tokenizers` library's tokenizer.json), `bert`
 (`BertTokenizer`: model inputs with offsets, and decoding), and `train`
 (learning a vocabulary). An optional C extension `_fast` speeds up encoding; the Python code is the reference.
 
@@ -14,7 +17,8 @@ it, vocab.json / merges.txt / tokenizer.json) and `bpe_train` (learning merges).
 from .basic import SPECIAL_TOKENS, BasicTokenizer
 from .roberta import RobertaTokenizer
 from .sentencepiece import SentencePieceError
-from .tokenizer import BatchEncoding, BertTokenizer, TokenizerBase, TokenizerError, folder_vocabulary
+from .base import BatchEncoding, TokenizerBase, TokenizerError
+from .bert import BertTokenizer, folder_vocabulary
 from .wordpiece import VocabError, WordPiece, load_vocab, read_vocab, save_vocab
 
 

@@ -32,7 +32,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
-from .tokenizer import TokenizerError
+from .base import TokenizerError
 
 # Unicode's White_Space property (PropList.txt): Rust's char::is_whitespace and Oniguruma's \s
 WHITESPACE = frozenset(

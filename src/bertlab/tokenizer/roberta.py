@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from .bpe import BPE, WHITESPACE, BPEError, decode_pieces
-from .tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, TokenizerError, _as_int_list, check_fits_model,
-                        _clean_up, _fast_module)
+from .base import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, TokenizerError, _as_int_list,
+                   _clean_up, _fast_module, check_fits_model, new_seq)
 from .tokenizer_json import MAX_TOKENIZER_JSON_BYTES, TOKENIZER_JSON_NAME, _kind
 
 VOCAB_JSON_NAME = "vocab.json"
@@ -157,11 +157,7 @@ class RobertaTokenizer(TokenizerBase):
         return out
 
     def _encode_seq_py(self, text: str) -> Seq:
-        if not isinstance(text, str):
-            raise TokenizerError(f"expected text as str, got {type(text).__name__}")
-        ids: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        words: list[int] = []
+        ids, offsets, words = new_seq(text)
         word, pos, into = 0, 0, self.bpe.encode_into
         for s, e, tid in self.special_spans(text):
             word = into(text, pos, s, ids, offsets, words, word)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .tokenizer import TOKENIZER_CONFIG_NAME, TokenizerError
+from .base import TOKENIZER_CONFIG_NAME, TokenizerError
 
 SPIECE_NAME = "spiece.model"
 INSTALL_HINT = "pip install sentencepiece (a dependency of bertlab: pip install -e . installs it)"

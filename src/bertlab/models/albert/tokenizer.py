@@ -33,7 +33,7 @@ from ...tokenizer import BertTokenizer
 from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, SentencePieceError,
                                        atomic_write_bytes, byte_to_char, load_processor, metaspace_join,
                                        model_max_length_of)
-from ...tokenizer.tokenizer import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model, check_valid_unicode
+from ...tokenizer.base import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model, check_valid_unicode
 
 SPACE = "▁"
 DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]",

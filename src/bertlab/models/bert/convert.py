@@ -30,7 +30,7 @@ from ...core.errors import CheckpointError
 from ...core.fsio import atomic_directory
 from .heads import HEADS, model_classes
 from .modeling import BertModel, BertPreTrainedModel
-from ...tokenizer.tokenizer import VOCAB_NAME
+from ...tokenizer.base import VOCAB_NAME
 from ...tf_checkpoint import DEFAULT_PREFIX, TFCheckpointReader, resolve_prefix, write_tf_checkpoint
 from .tf_names import (TF_HEAD_NAMES_BACK, is_optimizer_state, read_tf_state_dict, tf_meta_state, tf_plan,
                        tf_to_hf_name, tf_to_torch)

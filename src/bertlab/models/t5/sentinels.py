@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ...tokenizer.tokenizer import (BatchEncoding, TokenizerError, _as_int_list, _as_rows, _longest_first,
+from ...tokenizer.base import (BatchEncoding, TokenizerError, _as_int_list, _as_rows, _longest_first,
                                    _padding_mode, _to_tensors, _truncation_strategy, check_valid_unicode,
                                    padded_length)
 

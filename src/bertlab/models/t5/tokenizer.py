@@ -48,7 +48,8 @@ from typing import Any
 from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, SentencePieceError, SentencePieceTrainReport,
                                         atomic_write_bytes, is_sentencepiece_path, learn_sentencepiece,
                                         load_processor, metaspace_join, model_max_length_of)
-from ...tokenizer.tokenizer import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, BertTokenizer, TokenizerError
+from ...tokenizer.base import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, TokenizerError
+from ...tokenizer.bert import BertTokenizer
 from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, TextToTextTokenizer, sentinel_token
 
 __all__ = ["NUM_SENTINELS", "SentinelTokenizer", "TextToTextTokenizer", "T5Tokenizer", "WordPieceT5Tokenizer",

@@ -38,7 +38,7 @@ from ...tokenizer.roberta import RobertaTokenizer
 from ...tokenizer.sentencepiece import (SentencePieceBinding, SentencePieceError,
                                         atomic_write_bytes, byte_to_char, load_processor, metaspace_join,
                                         sentencepiece_model_type)
-from ...tokenizer.tokenizer import (TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up,
+from ...tokenizer.base import (TOKENIZER_CONFIG_NAME, Seq, TokenizerBase, _as_int_list, _clean_up,
                                     check_valid_unicode)
 
 XLMR_MODEL_NAME = "sentencepiece.bpe.model"
