@@ -379,7 +379,7 @@ def test_windows_read_what_truncation_cuts_off(tiny, tmp_path, capsys):
 
 
 def test_window_logits_aggregate_by_mean_or_max():
-    from bertlab.tasks.text_classification import aggregate_windows
+    from bertlab.tasks.text_features import aggregate_windows
 
     logits = torch.tensor([[1.0, 0.0], [3.0, -2.0], [0.5, 0.5]], requires_grad=True)
     owner = torch.tensor([0, 0, 1])

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from bertlab.tasks import TASKS
-from bertlab.tasks.text_classification import MULTI, REGRESSION, SINGLE, TextExample, Windows
+from bertlab.tasks.text_examples import MULTI, REGRESSION, SINGLE, TextExample
+from bertlab.tasks.text_features import Windows
 from bertlab.tokenizer import BertTokenizer
 from own_data_support import FILLER, TOPICS, tiny_news_model
 
@@ -111,7 +112,7 @@ def _config(tmp_path, train, **inputs):
 def test_packed_features_have_the_ids_of_the_tokenizer_call(tiny):
     """The packed single-text path (flat corpus encoder) and the pair path give `truncated_rows`' ids, types
     and truncation flags, long texts included."""
-    from bertlab.tasks.text_classification import PackedFeatures, truncated_rows
+    from bertlab.tasks.text_features import PackedFeatures, truncated_rows
 
     tokenizer = BertTokenizer.from_pretrained(tiny)
     rng = random.Random(3)
@@ -132,7 +133,7 @@ def test_a_field_over_the_cap_is_cut_before_tokenizing_and_counted(tiny, tmp_pat
     """A 1 MB text field is cut to the character budget (64 per token of max-seq-length) as it is read -- the
     same rule for CSV and JSON Lines -- counted in the run's report, and its ids are those of the whole text."""
     from bertlab.tasks.files import read_table
-    from bertlab.tasks.text_classification import CHARS_PER_TOKEN
+    from bertlab.tasks.text_examples import CHARS_PER_TOKEN
     from own_data_support import news_rows, write_csv, write_jsonl
 
     rows = news_rows(40, 0)
@@ -156,7 +157,7 @@ def test_a_field_over_the_cap_is_cut_before_tokenizing_and_counted(tiny, tmp_pat
 
 def test_more_labels_than_the_limit_are_refused_in_one_line(tmp_path):
     from bertlab.tasks import DataError
-    from bertlab.tasks.text_classification import MAX_CLASSES
+    from bertlab.tasks.text_examples import MAX_CLASSES
 
     path = tmp_path / "ids.csv"
     path.write_text("text,label\n" + "".join(f"row {i},id{i}\n" for i in range(MAX_CLASSES + 1)))

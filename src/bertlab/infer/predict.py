@@ -118,8 +118,8 @@ class SequenceClassification(TaskRunner):
 
     @staticmethod
     def _windows(examples, predictor, windows: dict) -> list[Feature]:
-        """One feature per window, as the model was trained (`tasks.text_classification.window_rows`)."""
-        from ..tasks.text_classification import Windows, window_rows
+        """One feature per window, as the model was trained (`tasks.text_features.window_rows`)."""
+        from ..tasks.text_features import Windows, window_rows
 
         length, stride = Windows(windows.get("length"), windows.get("stride")).resolve(predictor.max_length)
         length = min(length, predictor.max_length)

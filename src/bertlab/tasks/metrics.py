@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # the text-classification accumulators read an example's label
+    from .text_examples import TextExample
 
 
 # ---------------------------------------------------------------------------------------------- classification
@@ -264,3 +267,59 @@ def tune_threshold(gold: Sequence[frozenset[str]], probabilities: Sequence[Seque
         return counts.micro_f1()
 
     return max(candidates, key=lambda t: (micro(t), -abs(t - 0.5)))
+
+
+# ------------------------------------------------------------- text classification on the user's files
+class SingleLabelMetric:
+    """Accuracy, micro/macro F1 (scikit-learn's, over the labels seen in gold or predictions) and
+    per-class precision/recall/F1/support."""
+
+    def __init__(self, labels: Sequence[str]):
+        self.labels, self.counts = list(labels), LabelCounts()
+
+    def update(self, example: TextExample, prediction: str) -> None:
+        self.counts.add(frozenset([example.label]), frozenset([prediction]))
+
+    def compute(self) -> dict[str, float]:
+        seen = [l for l in self.labels if self.counts.support[l] or self.counts.tp[l] or self.counts.fp[l]]
+        return {"accuracy": self.counts.exact / self.counts.examples if self.counts.examples else 0.0,
+                "micro_f1": self.counts.micro_f1(), "macro_f1": self.counts.macro_f1(seen),
+                **self.counts.report(self.labels)}
+
+
+class MultiLabelMetric:
+    """Micro/macro F1 (over every training label, as scikit-learn's on indicator matrices), exact-match
+    accuracy, per-label scores, at `threshold` -- or at the threshold tuned on these examples."""
+
+    def __init__(self, labels: Sequence[str], threshold: float, tune: bool):
+        self.labels, self.threshold, self.tune = list(labels), threshold, tune
+        self.gold: list[frozenset[str]] = []
+        self.probabilities: list[list[float]] = []  # K floats per example: small beside the logits
+
+    def update(self, example: TextExample, prediction: dict) -> None:
+        self.gold.append(frozenset(example.label))
+        self.probabilities.append([prediction["scores"][l] for l in self.labels])
+
+    def compute(self) -> dict[str, float]:
+        threshold = tune_threshold(self.gold, self.probabilities, self.labels) if self.tune else self.threshold
+        counts = LabelCounts()
+        for gold, predicted in zip(self.gold, multi_label_sets(self.probabilities, self.labels, threshold)):
+            counts.add(gold, predicted)
+        return {"micro_f1": counts.micro_f1(), "macro_f1": counts.macro_f1(self.labels),
+                "exact_match": counts.exact / counts.examples if counts.examples else 0.0,
+                "threshold": threshold, **counts.report(self.labels)}
+
+
+class RegressionMetric:
+    def __init__(self) -> None:
+        self.predicted: list[float] = []
+        self.gold: list[float] = []
+
+    def update(self, example: TextExample, prediction: float) -> None:
+        self.predicted.append(float(prediction))
+        self.gold.append(float(example.label))
+
+    def compute(self) -> dict[str, float]:
+        mse = math.fsum((p - g) ** 2 for p, g in zip(self.predicted, self.gold)) / max(1, len(self.gold))
+        return {"pearson": pearson(self.predicted, self.gold), "spearman": spearman(self.predicted, self.gold),
+                "mse": mse}
