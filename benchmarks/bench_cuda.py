@@ -297,7 +297,7 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def inference(name: str, config, rows: list[list[int]], batch_sizes: list[int], rounds: int) -> dict:
-    from bertlab.infer import batching
+    from bertlab.infer import length_buckets
     from bertlab.infer.embeddings import Embedder
     from bertlab.infer.runtime import InferenceOptions
 
@@ -306,7 +306,7 @@ def inference(name: str, config, rows: list[list[int]], batch_sizes: list[int], 
         ref_model = theirs.to(DEV).eval()
         ref = []
         for i in range(0, len(rows), 64):
-            inp = batching.model_inputs(rows[i:i + 64], device=DEV)
+            inp = length_buckets.model_inputs(rows[i:i + 64], device=DEV)
             ref.append(mean_pool(ref_model(**inp).last_hidden_state, inp["attention_mask"]))
         ref = torch.cat(ref)
     hf = theirs.to(torch.bfloat16)
@@ -322,7 +322,7 @@ def inference(name: str, config, rows: list[list[int]], batch_sizes: list[int], 
         def run_padded(model):  # input tensors made from the id lists inside the timing, as for the Embedder
             out = []
             for i in range(0, n, bs):
-                b = batching.model_inputs(sub[i:i + bs], device=DEV)
+                b = length_buckets.model_inputs(sub[i:i + bs], device=DEV)
                 out.append(mean_pool(model(**b).last_hidden_state, b["attention_mask"]))
             return torch.cat(out).cpu()
 

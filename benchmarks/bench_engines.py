@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_infer import make_inputs, mean_pool  # noqa: E402
 
 from bertlab.cli.demo import installed_minilm  # noqa: E402
-from bertlab.infer import batching  # noqa: E402
+from bertlab.infer import length_buckets  # noqa: E402
 from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
 from bertlab.infer.runtime import ENGINE_PRECISIONS, InferenceOptions  # noqa: E402
 
@@ -100,8 +100,8 @@ class HF:
     def embed_ids(self, rows: list[list[int]]) -> np.ndarray:
         out = np.empty((len(rows), self.model.config.hidden_size), dtype=np.float32)
         with torch.inference_mode():
-            for batch in batching.plan_batches([len(r) for r in rows], self.options.max_tokens, self.options.max_batch):
-                b = batching.model_inputs([rows[i] for i in batch])
+            for batch in length_buckets.plan_batches([len(r) for r in rows], self.options.max_tokens, self.options.max_batch):
+                b = length_buckets.model_inputs([rows[i] for i in batch])
                 v = mean_pool(self.model(**b).last_hidden_state, b["attention_mask"])
                 out[batch] = v / np.linalg.norm(v, axis=-1, keepdims=True)
         return out

@@ -15,7 +15,7 @@ Contenders, interleaved round by round (the order rotates, so a busy machine slo
   ORT fp32          ONNX Runtime on the same padded batches; the model is the HF one exported here with
                     torch.onnx (dynamo exporter, checked against HF)
   bertlab fp32      `Embedder.embed_ids` with the CLI's defaults: inputs sorted by length into buckets of at
-                    most `--max-tokens` padded tokens (bertlab.infer.batching), inference_mode, linear
+                    most `--max-tokens` padded tokens (bertlab.infer.length_buckets), inference_mode, linear
                     layers from oneDNN-packed weights (bertlab.nn.packed_linear)
   bertlab bf16      the same, the model cast to bfloat16 (pooling in fp32)
 and, to show where the speed comes from, rows that change one thing each: bertlab fp32 on the HF batches
@@ -58,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from bertlab.cli.demo import installed_minilm  # noqa: E402
-from bertlab.infer import batching  # noqa: E402
+from bertlab.infer import length_buckets  # noqa: E402
 from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
 from bertlab.infer.runtime import InferenceOptions  # noqa: E402
 
@@ -84,7 +84,7 @@ def make_inputs(tokenizer, n: int, lo: int, hi: int, seed: int) -> list[list[int
 
 
 def padded(rows: list[list[int]]) -> dict[str, torch.Tensor]:
-    return batching.model_inputs(rows)
+    return length_buckets.model_inputs(rows)
 
 
 def mean_pool(hidden: torch.Tensor | np.ndarray, mask: torch.Tensor) -> np.ndarray:
@@ -263,7 +263,7 @@ def main() -> int:
     rows = make_inputs(ours.tokenizer, args.n, args.min_len, args.max_len, args.seed)
     lengths = [len(r) for r in rows]
     naive = [list(range(i, min(i + args.batch_size, len(rows)))) for i in range(0, len(rows), args.batch_size)]
-    buckets = batching.plan_batches(lengths, ours.options.max_tokens)
+    buckets = length_buckets.plan_batches(lengths, ours.options.max_tokens)
     hf_batches = [padded([rows[i] for i in b]) for b in naive]
     bucket_batches = [padded([rows[i] for i in b]) for b in buckets]
     bucket_order = [i for b in buckets for i in b]
@@ -272,8 +272,8 @@ def main() -> int:
           f"CPU: {os.cpu_count()} cores")
     print(f"inputs: {len(rows)} sequences, {tokens} tokens, lengths {min(lengths)}-{max(lengths)} "
           f"(mean {tokens / len(rows):.1f})")
-    print(f"padding: HF batches of {args.batch_size} compute {batching.padding_ratio(lengths, naive):.2f}x the real "
-          f"tokens; bertlab's {len(buckets)} buckets {batching.padding_ratio(lengths, buckets):.3f}x")
+    print(f"padding: HF batches of {args.batch_size} compute {length_buckets.padding_ratio(lengths, naive):.2f}x the real "
+          f"tokens; bertlab's {len(buckets)} buckets {length_buckets.padding_ratio(lengths, buckets):.3f}x")
 
     def unbucket(x: np.ndarray) -> np.ndarray:
         out = np.empty_like(x)

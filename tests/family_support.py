@@ -93,7 +93,7 @@ def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 3e-3, epochs: i
     filled = capsys.readouterr().out
     assert filled.strip()
 
-    from bertlab.infer.batcher import Limits
+    from bertlab.infer.dynamic_batcher import Limits
     from bertlab.infer.runtime import InferenceOptions
     from bertlab.infer.serve import create_app, load_models, start_in_thread
     from test_infer_serve_api import call

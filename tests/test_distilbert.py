@@ -238,11 +238,11 @@ def test_gradual_unfreezing_walks_distilberts_layers():
 def test_default_learning_rate_reads_the_familys_width(distilbert_folder):
     """Fine-tuning without --lr takes the default for the model's width, read through its own family's config
     (DistilBERT's is `dim`; read as a BERT config it has no `hidden_size` and the run stopped)."""
-    from bertlab.train.finetune import FinetuneConfig, default_lr, with_default_lr
+    from bertlab.train.finetune import FinetuneConfig, finetuning_lr, with_default_lr
 
     cfg = with_default_lr(FinetuneConfig(task="text-classification", model=str(distilbert_folder), data="x.csv",
                                          out="unused"))
-    assert cfg.lr == default_lr(json.loads((distilbert_folder / "config.json").read_text())["dim"])
+    assert cfg.lr == finetuning_lr(json.loads((distilbert_folder / "config.json").read_text())["dim"])
 
 
 def test_a_bert_only_command_refuses_another_family_in_one_line(distilbert_folder, tmp_path, capsys):

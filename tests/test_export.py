@@ -12,7 +12,7 @@ import torch
 
 from bertlab.cli import main
 from bertlab.cli.demo import installed_minilm
-from bertlab.infer.batching import model_inputs
+from bertlab.infer.length_buckets import model_inputs
 from bertlab.infer.embeddings import Embedder, cosine
 
 from infer_support import tiny_model

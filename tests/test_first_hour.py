@@ -457,9 +457,9 @@ def pretrain_data(tmp_path_factory) -> Path:
 
 def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_default_lr(pretrain_data, tmp_path,
                                                                                       capsys):
-    from bertlab.train.pretrain import default_lr
+    from bertlab.train.pretrain import pretraining_lr
 
-    assert [default_lr(h) for h in (128, 256, 512, 768, 1024)] == [1e-3, 5e-4, 2e-4, 1e-4, 1e-4]
+    assert [pretraining_lr(h) for h in (128, 256, 512, 768, 1024)] == [1e-3, 5e-4, 2e-4, 1e-4, 1e-4]
     out = tmp_path / "run"
     assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
                  str(out), "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",

@@ -7,14 +7,14 @@ import random
 
 import pytest
 
-from bertlab.infer import batching
-from bertlab.infer.batcher import DynamicBatcher
+from bertlab.infer import length_buckets
+from bertlab.infer.dynamic_batcher import DynamicBatcher
 
 
 def test_plan_batches_covers_every_row_once_within_budget():
     rng = random.Random(0)
     lengths = [rng.randint(1, 128) for _ in range(500)]
-    plan = batching.plan_batches(lengths, max_tokens=1024, max_batch=32)
+    plan = length_buckets.plan_batches(lengths, max_tokens=1024, max_batch=32)
     assert sorted(i for b in plan for i in b) == list(range(500))
     for b in plan:
         assert len(b) <= 32
@@ -25,16 +25,16 @@ def test_bucketing_removes_most_padding():
     rng = random.Random(1)
     lengths = [rng.randint(16, 128) for _ in range(1000)]
     naive = [list(range(i, min(i + 32, 1000))) for i in range(0, 1000, 32)]
-    assert batching.padding_ratio(lengths, naive) > 1.5  # the waste bucketing is for
-    bucketed = batching.plan_batches(lengths, max_tokens=4096, max_batch=256)
-    assert batching.padding_ratio(lengths, bucketed) < 1.03
+    assert length_buckets.padding_ratio(lengths, naive) > 1.5  # the waste bucketing is for
+    bucketed = length_buckets.plan_batches(lengths, max_tokens=4096, max_batch=256)
+    assert length_buckets.padding_ratio(lengths, bucketed) < 1.03
 
 
 def test_unsorted_plan_keeps_input_order_and_long_rows_alone():
-    assert batching.plan_batches([5, 1, 9], max_tokens=100, sort=False) == [[0, 1, 2]]
-    assert batching.plan_batches([500, 2, 2], max_tokens=100) == [[1, 2], [0]]
+    assert length_buckets.plan_batches([5, 1, 9], max_tokens=100, sort=False) == [[0, 1, 2]]
+    assert length_buckets.plan_batches([500, 2, 2], max_tokens=100) == [[1, 2], [0]]
     with pytest.raises(ValueError):
-        batching.plan_batches([1], max_tokens=0)
+        length_buckets.plan_batches([1], max_tokens=0)
 
 
 def test_run_bucketed_returns_results_in_input_order():
@@ -45,12 +45,12 @@ def test_run_bucketed_returns_results_in_input_order():
         calls.append(idx)
         return [f"row{i}" for i in idx]
 
-    assert batching.run_bucketed(fn, lengths, max_tokens=9) == [f"row{i}" for i in range(5)]
+    assert length_buckets.run_bucketed(fn, lengths, max_tokens=9) == [f"row{i}" for i in range(5)]
     assert calls[0][0] == 3  # shortest first
 
 
 def test_model_inputs_mask_and_padding():
-    x = batching.model_inputs([[1, 2, 3], [4]], [[0, 0, 1], [0]])
+    x = length_buckets.model_inputs([[1, 2, 3], [4]], [[0, 0, 1], [0]])
     assert x["input_ids"].tolist() == [[1, 2, 3], [4, 0, 0]]
     assert x["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert x["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]]

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from bertlab.infer.batcher import Limits  # noqa: E402
+from bertlab.infer.dynamic_batcher import Limits  # noqa: E402
 from bertlab.infer.embeddings import Embedder  # noqa: E402
 from bertlab.infer.runtime import InferenceOptions  # noqa: E402
 from bertlab.infer.serve import create_app, load_models, start_in_thread  # noqa: E402

@@ -29,7 +29,7 @@ pytest.importorskip("uvicorn")
 
 from bertlab.cli import main  # noqa: E402
 from bertlab.cli.demo import installed_minilm  # noqa: E402
-from bertlab.infer.batcher import DynamicBatcher, Limits  # noqa: E402
+from bertlab.infer.dynamic_batcher import DynamicBatcher, Limits  # noqa: E402
 from bertlab.infer.embeddings import Embedder, combine_windows, l2_normalize, windows  # noqa: E402
 from bertlab.infer.predict import Predictor  # noqa: E402
 from bertlab.infer.runtime import InferenceOptions  # noqa: E402

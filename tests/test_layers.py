@@ -83,7 +83,8 @@ RETIRED_MODULES = ["bertlab.config", "bertlab.model", "bertlab.heads", "bertlab.
                    "bertlab.train.distill", "bertlab.cli.old_spellings", "bertlab.errors", "bertlab.fsio",
                    "bertlab.progress", "bertlab.host_memory", "bertlab.threads", "bertlab.jsonconfig",
                    "bertlab.model_names", "bertlab.labels", "bertlab.nn.objective", "bertlab.nn.heads",
-                   "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names", "bertlab.tokenizer.tokenizer"]
+                   "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names", "bertlab.tokenizer.tokenizer",
+                   "bertlab.infer.batcher", "bertlab.infer.batching"]
 
 
 @pytest.mark.parametrize("module", RETIRED_MODULES)
@@ -135,7 +136,7 @@ def test_the_public_names_stay_importable_from_the_package():
         home = importlib.import_module(f"bertlab.infer.serve.{module}")
         for name in names:
             assert getattr(serve, name) is getattr(home, name), name
-    assert serve.Limits is importlib.import_module("bertlab.infer.batcher").Limits
+    assert serve.Limits is importlib.import_module("bertlab.infer.dynamic_batcher").Limits
 
 
 def test_checkpoint_names_are_importable_from_the_package():

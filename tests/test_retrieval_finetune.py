@@ -66,7 +66,7 @@ def tiny_encoder(tmp_path, dropout=0.0):
 
 
 def random_batch(rows=10, negatives=1, seed=0):
-    from bertlab.infer.batching import model_inputs
+    from bertlab.infer.length_buckets import model_inputs
 
     rng = random.Random(seed)
     ids = lambda: [3] + [rng.randrange(6, 60) for _ in range(rng.randint(2, 12))] + [4]  # noqa: E731

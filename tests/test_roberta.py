@@ -362,7 +362,7 @@ def test_xlmr_auto_classes_and_parity(xlmr, spm_folder, tmp_path):
 
 
 def test_xlmr_embed_matches_transformers_row_by_row(xlmr):
-    """Bucketed, padded inference (`infer/batching.py`) gives each text what it gets alone in `transformers`."""
+    """Bucketed, padded inference (`infer/length_buckets.py`) gives each text what it gets alone in `transformers`."""
     from bertlab.infer.embeddings import Embedder
 
     texts = ["the team", "a new phone for the city today and the week after", "goal", "the market and the bank"]
@@ -512,7 +512,7 @@ def test_served_on_the_openai_route(family_files, tmp_path):
     pytest.importorskip("fastapi")
     import http.client
 
-    from bertlab.infer.batcher import Limits
+    from bertlab.infer.dynamic_batcher import Limits
     from bertlab.infer.embeddings import Embedder
     from bertlab.infer.runtime import InferenceOptions
     from bertlab.infer.serve import create_app, load_models, start_in_thread

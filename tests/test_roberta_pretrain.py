@@ -223,13 +223,13 @@ def test_family_and_data_must_agree_in_one_line(bpe_data, tmp_path, capsys):
 
 
 def test_lower_casing_a_bpe_corpus_is_refused(bpe_data):
-    from bertlab.data.pipeline import load_tokenizer
+    from bertlab.data.pipeline import load_corpus_tokenizer
     from bertlab.data.readers import DataError
 
     _, _, bpe, _ = bpe_data
     with pytest.raises(DataError, match="cased"):
-        load_tokenizer(bpe, do_lower_case=True)
-    assert load_tokenizer(bpe, do_lower_case=False).split_special_tokens
+        load_corpus_tokenizer(bpe, do_lower_case=True)
+    assert load_corpus_tokenizer(bpe, do_lower_case=False).split_special_tokens
 
 
 def test_show_prints_bpe_instances(bpe_data, capsys):

@@ -35,12 +35,12 @@ def vocab_file(tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------------------------------------- learning rates
 def test_fine_tuning_rate_defaults_by_width_favour_narrow_models():
-    from bertlab.train.finetune import default_lr
+    from bertlab.train.finetune import finetuning_lr
 
-    assert default_lr(128) == 1e-3  # BERT-Tiny on SST-2: 1e-4 learned one class (see DEFAULT_LR_BY_WIDTH)
-    assert default_lr(256) > default_lr(512) == 1e-4
-    assert default_lr(768) == 5e-5 and default_lr(1024) == 3e-5
-    rates = [default_lr(w) for w in (128, 256, 384, 512, 768, 1024)]
+    assert finetuning_lr(128) == 1e-3  # BERT-Tiny on SST-2: 1e-4 learned one class (see DEFAULT_LR_BY_WIDTH)
+    assert finetuning_lr(256) > finetuning_lr(512) == 1e-4
+    assert finetuning_lr(768) == 5e-5 and finetuning_lr(1024) == 3e-5
+    rates = [finetuning_lr(w) for w in (128, 256, 384, 512, 768, 1024)]
     assert rates == sorted(rates, reverse=True)
 
 

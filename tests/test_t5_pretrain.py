@@ -23,7 +23,7 @@ from bertlab.objectives import OBJECTIVES, get_objective, is_text_to_text
 from bertlab.models.t5.objectives import T5_OBJECTIVES, TargetTokenEval
 from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.train import read_metrics
-from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, default_lr
+from bertlab.train.t5_optim import InverseSqrt, build_schedule, build_t5_optimizer, t5_lr
 from faults_support import signal_on_call
 from test_data_prepare import make_corpus, write_vocab
 from test_train_pretrain import read_weights
@@ -87,7 +87,7 @@ def test_held_out_metrics_are_sums_over_target_tokens():
 # ---------------------------------------------------------------------------------------------- optimisation
 def test_inverse_sqrt_schedule_with_torch_adafactor_is_t5s():
     model = T5ForConditionalGeneration(preset("t5-tiny", vocab_size=50))
-    lr = default_lr("adafactor", 10_000)
+    lr = t5_lr("adafactor", 10_000)
     assert lr == 0.01  # 1/sqrt(10^4): T5's lr_n = 1/sqrt(max(n, 10^4))
     opt = build_t5_optimizer("adafactor", model, lr)
     assert type(opt) is torch.optim.Adafactor and opt.defaults["beta2_decay"] == -0.8 and opt.defaults["d"] == 1.0
@@ -103,7 +103,7 @@ def test_inverse_sqrt_schedule_with_torch_adafactor_is_t5s():
         sched.step()
     assert lrs[:5] == [lr] * 5 and lrs[9] == pytest.approx(lr * math.sqrt(4 / 9)) and lrs[16] == pytest.approx(lr / 2)
     adamw = build_t5_optimizer("adamw", model, 1e-3)
-    assert isinstance(adamw, torch.optim.AdamW) and default_lr("adamw", 10_000) == 1e-3
+    assert isinstance(adamw, torch.optim.AdamW) and t5_lr("adamw", 10_000) == 1e-3
 
 
 # ---------------------------------------------------------------------------------------------- the recipe

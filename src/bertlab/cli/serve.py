@@ -17,7 +17,7 @@ API_KEY_ENV = "BERTLAB_API_KEY"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..infer.batcher import Limits
+    from ..infer.dynamic_batcher import Limits
     from ..infer.embeddings import POOLINGS
     from ..infer.runtime import add_engine_argument, add_inference_arguments
     from ..core.model_names import model_path
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise BertlabError(f"the API key (--api-key or ${API_KEY_ENV}) is empty; give a key, or leave both out to "
                            "serve without one")
     from ..infer.runtime import InferenceOptions, check_model_dir
-    from ..infer.batcher import Limits
+    from ..infer.dynamic_batcher import Limits
     from ..infer.serve.process import ServeSpec, bind, serve
 
     limits = Limits(max_body_bytes=args.max_body_bytes, max_items=args.max_items, max_text_chars=args.max_text_chars,

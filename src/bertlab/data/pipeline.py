@@ -19,7 +19,7 @@ A different `--max-seq-length`, mode or masking makes a new instance set from th
 of the original schedule: 512-token instances after 128); all sets stay listed in the manifest.
 
 `--vocab` may also be a byte-level BPE tokenizer, or a SentencePiece model (a `.model` file or a folder with
-`spiece.model`), read with the conventions of the family pre-trained on it (`load_tokenizer`); and `instances`
+`spiece.model`), read with the conventions of the family pre-trained on it (`load_corpus_tokenizer`); and `instances`
 may be `t5_data.TextToTextSettings` (`--objective span-corruption` ...), which
 makes a text-to-text instance set of packed examples from the same shards (`t5_data.py`). For the NSP modes
 `prepare` reports the training split's label balance and warns outside 40/60 (`nsp_balance_report`).
@@ -122,7 +122,7 @@ class PrepareResult:
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer
-def load_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
+def load_corpus_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
     """The tokenizer `prepare` reads a corpus with, by the vocabulary's kind: WordPiece and byte-level BPE are
     `tokenizer/`'s; a SentencePiece model is read with the conventions (special ids, sentinels) of the family
     pre-trained on such data (`Family.corpus_tokenizer`). Special-token text written in a corpus stays text."""
@@ -150,7 +150,7 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(vocab: str, do_lower_case: bool | None, segmenter: str = "none") -> None:
-    _WORKER["tokenizer"] = load_tokenizer(vocab, do_lower_case)
+    _WORKER["tokenizer"] = load_corpus_tokenizer(vocab, do_lower_case)
     _WORKER["segment"] = get_segmenter(segmenter)
     _WORKER.pop("vocab_info", None)
 
@@ -500,7 +500,7 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             vocab_path = Path(vocab)
             if not vocab_path.exists():
                 raise DataError(f"{vocab_path}: no such vocabulary file or folder")
-            tokenizer = load_tokenizer(vocab_path, corpus.do_lower_case)
+            tokenizer = load_corpus_tokenizer(vocab_path, corpus.do_lower_case)
             if tokenizer_kind(tokenizer) == "bpe":
                 # vocab.json + merges.txt + tokenizer_config.json as the tokenizer saves them, whichever form
                 # it was read from (a tokenizer.json too): the data keeps a folder the BPE tokenizer loads

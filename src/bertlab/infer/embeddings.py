@@ -5,7 +5,7 @@ Poolings (over real tokens only, padding excluded):
     mean  Σ_t m_t h_t / Σ_t m_t          sentence-transformers' recipe (all-MiniLM-L6-v2 is trained for it)
     max   max_t h_t (per dimension)
 
-`Embedder.embed(texts)` tokenizes, sorts by length into buckets (`batching.py`), runs the encoder under
+`Embedder.embed(texts)` tokenizes, sorts by length into buckets (`length_buckets.py`), runs the encoder under
 `inference_mode`, pools in fp32 and returns an (N, H) float32 array in input order. With `mean` pooling
 and `normalize=True` on all-MiniLM-L6-v2 this is sentence-transformers' `encode` (tests check it).
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..core.errors import BertlabError
-from . import batching
+from . import length_buckets
 from .inputs import encode
 from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
 
@@ -155,7 +155,7 @@ class Embedder:
         normalize = self.normalize if normalize is None else normalize
         out = np.empty((len(input_ids), self.dim), dtype=np.float32)
         lengths = [len(r) for r in input_ids]
-        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
+        for batch in length_buckets.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
                                            max_waste=self.options.max_waste):
             rows = [input_ids[i] for i in batch]
             types = [token_type_ids[i] for i in batch] if token_type_ids is not None else None
@@ -164,7 +164,7 @@ class Embedder:
 
     @torch.inference_mode()
     def _forward(self, rows, types, normalize: bool) -> np.ndarray:
-        inputs = batching.model_inputs(rows, types, self.device)
+        inputs = length_buckets.model_inputs(rows, types, self.device)
         hidden = self.model(**inputs).last_hidden_state.float()  # (B, T, H)
         pooled = POOLINGS[self.pooling](hidden, inputs["attention_mask"])
         if normalize:

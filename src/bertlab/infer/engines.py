@@ -101,8 +101,8 @@ RUNNERS = {"onnxruntime": OnnxRuntimeRunner, "openvino": OpenVinoRunner, "ctrans
 
 
 class EngineModel(nn.Module):
-    """A peer engine's forward pass in the shape of a bertlab model: called with the tensors `batching.model_inputs`
-    makes, it returns an output with the fields the inference code reads (`last_hidden_state`, or the head's
+    """A peer engine's forward pass in the shape of a bertlab model: called with the tensors
+    `length_buckets.model_inputs` makes, it returns an output with the fields the inference code reads (`last_hidden_state`, or the head's
     `logits` / `start_logits` and `end_logits`). Owns the temporary folder of a model converted on load."""
 
     def __init__(self, runner, config, output: str, engine: str, workdir: tempfile.TemporaryDirectory | None = None):

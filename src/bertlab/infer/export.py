@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from ..core.errors import BertlabError, OutputError, is_write_failure, output_error
-from .batching import model_inputs
+from .length_buckets import model_inputs
 from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
 from .runtime import InferenceOptions, check_model_dir, length_limit, load_encoder, load_model, load_tokenizer
 

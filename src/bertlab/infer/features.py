@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..core.errors import BertlabError
-from . import batching
+from . import length_buckets
 from .inputs import encode
 from .outputs import NpyWriter, SafetensorsWriter, json_line, output_kind, text_output
 from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
@@ -108,7 +108,7 @@ class FeatureExtractor:
                      offsets=need_words and not split_into_words, words=need_words,
                      split_into_words=split_into_words, where=where)
         results: list = [None] * len(enc)
-        for batch in batching.plan_batches(enc.lengths, self.options.max_tokens, self.options.max_batch,
+        for batch in length_buckets.plan_batches(enc.lengths, self.options.max_tokens, self.options.max_batch,
                                            max_waste=self.options.max_waste):
             states = self._forward([enc.input_ids[i] for i in batch], [enc.token_type_ids[i] for i in batch])
             for row, i in enumerate(batch):
@@ -125,7 +125,7 @@ class FeatureExtractor:
     @torch.inference_mode()
     def _forward(self, rows, types) -> torch.Tensor:
         """(B, T, len(layers), H) float32 on the CPU."""
-        inputs = batching.model_inputs(rows, types, self.device)
+        inputs = length_buckets.model_inputs(rows, types, self.device)
         hidden = self.model(**inputs, output_hidden_states=True).hidden_states  # L+1 of (B, T, H)
         return torch.stack([hidden[layer] for layer in self.layers], dim=2).float().cpu()
 

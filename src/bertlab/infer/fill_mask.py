@@ -16,7 +16,7 @@ import torch
 
 from ..core.errors import BertlabError
 from ..core.labels import IGNORE_INDEX
-from . import batching
+from . import length_buckets
 from .inputs import encode
 from .runtime import InferenceOptions, length_limit, load_head, load_tokenizer
 
@@ -51,7 +51,7 @@ class FillMasker:
         for i, ids in enumerate(enc.input_ids):
             if self.tokenizer.mask_token_id not in ids:
                 raise BertlabError(f"{where(i)}: every {mask} was truncated away (limit {self.max_length} tokens)")
-        return batching.run_bucketed(lambda b: self._batch([enc.input_ids[i] for i in b], top_k),
+        return length_buckets.run_bucketed(lambda b: self._batch([enc.input_ids[i] for i in b], top_k),
                                      enc.lengths, self.options.max_tokens, self.options.max_batch,
                                      max_waste=self.options.max_waste)
 
@@ -61,7 +61,7 @@ class FillMasker:
 
     @torch.inference_mode()
     def _logits(self, rows):
-        inputs = batching.model_inputs(rows, None, self.device)
+        inputs = length_buckets.model_inputs(rows, None, self.device)
         at = inputs["input_ids"] == self.tokenizer.mask_token_id  # (B, T)
         # Any family's masked-LM head: given labels, it projects the labelled rows only (the [MASK]s), in order
         logits = self.model(**inputs, labels=torch.where(at, inputs["input_ids"], IGNORE_INDEX)).prediction_logits

@@ -6,7 +6,7 @@
 
 The tokenizer is the folder's T5 tokenizer (`models.t5.tokenizer.load_text_to_text_tokenizer`): SentencePiece
 from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`; its end and pad ids must be the model's.
-Inputs are sorted by length and generated in buckets (`batching.run_bucketed`), so short texts do not wait
+Inputs are sorted by length and generated in buckets (`length_buckets.run_bucketed`), so short texts do not wait
 for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-length`) is
 refused in one line naming it (`--on-long truncate` cuts it, keeping `</s>`, with a warning).
 """
@@ -23,7 +23,7 @@ import torch
 
 from ..core.errors import BertlabError
 from ..models.t5.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
-from . import batching
+from . import length_buckets
 from .runtime import InferenceOptions, check_model_dir, load_model
 
 log = logging.getLogger(__name__)
@@ -91,12 +91,12 @@ class Generator:
     def generate_ids(self, rows: Sequence[Sequence[int]]) -> list[list[int]]:
         """Token-id rows -> generated ids per row (without the decoder start token, up to and including </s>)."""
         def batch(indices: list[int]) -> list[list[int]]:
-            ids = batching.pad_rows([rows[i] for i in indices], self.model.config.pad_token_id).to(self.device)
-            mask = batching.pad_rows([[1] * len(rows[i]) for i in indices], 0, ids.size(1)).to(self.device)
+            ids = length_buckets.pad_rows([rows[i] for i in indices], self.model.config.pad_token_id).to(self.device)
+            mask = length_buckets.pad_rows([[1] * len(rows[i]) for i in indices], 0, ids.size(1)).to(self.device)
             out = self.model.generate(ids, attention_mask=mask, **self.settings)[:, 1:].tolist()
             return [_until_eos(row, self.model.config.eos_token_id) for row in out]
 
-        return batching.run_bucketed(batch, [len(r) for r in rows], self.options.max_tokens,
+        return length_buckets.run_bucketed(batch, [len(r) for r in rows], self.options.max_tokens,
                                      self.options.max_batch, max_waste=self.options.max_waste)
 
     @torch.inference_mode()

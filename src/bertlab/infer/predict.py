@@ -17,7 +17,7 @@ it, run the head and turn its output into a small JSON answer:
 A new head of one of these kinds needs only its registry entry to be predicted with and served.
 
 Records are processed in chunks; within a chunk, features are sorted by length into buckets
-(`batching.py`), so the forward passes carry almost no padding, and answers come back in input order.
+(`length_buckets.py`), so the forward passes carry almost no padding, and answers come back in input order.
 Long question-answering contexts are cut into overlapping windows (`tasks.squad`), the best span over all
 windows wins; a classifier fine-tuned with `--long-documents window` (config.json `long_documents`) reads
 long texts in windows too, aggregating their logits as in training (mean; max for multi-label); other long
@@ -39,7 +39,7 @@ import torch
 
 from ..core.errors import BertlabError
 from ..models.heads import HeadSpec
-from . import batching
+from . import length_buckets
 from .inputs import encode, parse_record
 from .runtime import (InferenceOptions, architectures, check_model_dir, length_limit, load_model, load_tokenizer,
                       model_family)
@@ -88,7 +88,7 @@ class TaskRunner:
         return len(feature["input_ids"])
 
     def inputs(self, features: list[Feature], device) -> dict[str, torch.Tensor]:
-        return batching.model_inputs([f["input_ids"] for f in features], [f["token_type_ids"] for f in features],
+        return length_buckets.model_inputs([f["input_ids"] for f in features], [f["token_type_ids"] for f in features],
                                      device)
 
 
@@ -313,7 +313,7 @@ class MultipleChoice(TaskRunner):
         C = max(len(f["input_ids"]) for f in features)
         rows = [r for f in features for r in f["input_ids"] + [[0]] * (C - len(f["input_ids"]))]
         types = [r for f in features for r in f["token_type_ids"] + [[0]] * (C - len(f["input_ids"]))]
-        flat = batching.model_inputs(rows, types, device)
+        flat = length_buckets.model_inputs(rows, types, device)
         return {k: v.view(len(features), C, -1) for k, v in flat.items()}
 
     def outputs(self, model, inputs):
@@ -410,7 +410,7 @@ class Predictor:
         features = self.runner.featurize(examples, self, where)
         outputs: list[Any] = [None] * len(features)
         lengths = [self.runner.length(f) for f in features]
-        for batch in batching.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
+        for batch in length_buckets.plan_batches(lengths, self.options.max_tokens, self.options.max_batch,
                                            max_waste=self.options.max_waste):
             with torch.inference_mode():
                 rows = self.runner.outputs(self.model, self.runner.inputs([features[i] for i in batch], self.device))

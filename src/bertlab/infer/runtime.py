@@ -37,7 +37,7 @@ from ..nn.adapters import lora_layers, merge_lora
 from ..nn.attention import use_attention_kernel
 from ..nn.precision import DTYPES, cpu_has_native_bf16
 from ..core.threads import add_threads_argument, set_threads
-from .batching import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU, MAX_WASTE, MAX_WASTE_GPU
+from .length_buckets import DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS_GPU, MAX_WASTE, MAX_WASTE_GPU
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class InferenceOptions:
 
     @property
     def max_waste(self) -> float:
-        """The padding a length bucket may hold (`batching.plan_batches`): bounded on a CPU, where padded
+        """The padding a length bucket may hold (`length_buckets.plan_batches`): bounded on a CPU, where padded
         positions are computed; unbounded on a GPU, where the encoder skips them."""
         return MAX_WASTE if torch.device(self.device).type == "cpu" else MAX_WASTE_GPU
 
@@ -158,8 +158,8 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
     from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, required=model_required, metavar="DIR|NAME",
-                   help="a Hugging Face-layout model folder (config.json, weights, vocab.txt or tokenizer.json), or the "
-                        "name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
+                   help="a Hugging Face-layout model folder (config.json, weights, vocab.txt or tokenizer.json), or "
+                        "the name of a model in the local Hugging Face cache (bert-base-uncased, ORG/NAME)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N")
     p.add_argument("--dtype", default="fp32", choices=list(INFERENCE_DTYPES),
                    help="precision of the model (default fp32); bf16 on a CPU without native bf16 runs fp32, "

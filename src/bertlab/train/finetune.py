@@ -79,7 +79,7 @@ log = logging.getLogger(__name__)
 DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 3e-4, 512: 1e-4, 768: 5e-5, 1024: 3e-5}
 
 
-def default_lr(hidden_size: int) -> float:
+def finetuning_lr(hidden_size: int) -> float:
     """The fine-tuning learning rate for a model `hidden_size` wide (see DEFAULT_LR_BY_WIDTH)."""
     return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
@@ -92,7 +92,7 @@ def with_default_lr(cfg: FinetuneConfig, model_dir: str | Path | None = None) ->
     model_dir = model_dir or cfg.model
     from ..models.auto import AutoConfig
 
-    cfg = dataclasses.replace(cfg, lr=default_lr(AutoConfig.from_pretrained(model_dir).hidden_size))
+    cfg = dataclasses.replace(cfg, lr=finetuning_lr(AutoConfig.from_pretrained(model_dir).hidden_size))
     log.info("%s: learning rate %g, the default for a model of its width (--lr sets another)", cfg.model, cfg.lr)
     return cfg
 

@@ -133,7 +133,7 @@ class PretrainConfig(GroupedSettings):
 DEFAULT_LR_BY_WIDTH = {128: 1e-3, 256: 5e-4, 512: 2e-4, 768: 1e-4, 1024: 1e-4}
 
 
-def default_lr(hidden_size: int) -> float:
+def pretraining_lr(hidden_size: int) -> float:
     """The peak learning rate for a model `hidden_size` wide: the table's nearest width at or above it."""
     return lr_for_width(DEFAULT_LR_BY_WIDTH, hidden_size)
 
@@ -452,7 +452,7 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
             yield from stream(phase2_len, micro2, (step - phase2_start) * samples2)
 
     # ---- optimisation
-    lr = cfg.lr if cfg.lr is not None else default_lr(model_config.hidden_size)
+    lr = cfg.lr if cfg.lr is not None else pretraining_lr(model_config.hidden_size)
     optimizer = build_optimizer(cfg.optimizer, model, lr, cfg.weight_decay, **cfg.optim.adam_settings)
     warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
     # A budgeted run re-fits its plan as it goes (train/budget.py), so the decay ends at the budget

@@ -3,7 +3,7 @@ AdamW as the alternative, for T5 pre-training and text-to-text fine-tuning.
 
     inverse-sqrt   lr_n = lr · sqrt(k / max(n, k)): constant for the first k steps, then ∝ 1/sqrt(n). T5's
                    schedule is 1/sqrt(max(n, k)) with k = 10^4, i.e. lr = 1/sqrt(k) = 0.01 (the default lr
-                   when none is given: `default_lr`)
+                   when none is given: `t5_lr`)
     constant       lr throughout (T5's fine-tuning: 0.001)
     adafactor      `torch.optim.Adafactor` (Shazeer & Stern, 2018), as T5 ran it: factored second moments,
                    decay rate 0.8 (`beta2_decay=-0.8`), update clipping at 1.0 (`d`), no momentum, the step
@@ -85,7 +85,7 @@ class T5OptimOptions(OptimOptions):
             raise ConfigError(f"warmup must not be negative, got {self.warmup}")
 
 
-def default_lr(optimizer: str, warmup_steps: int, schedule: str = "inverse-sqrt") -> float:
+def t5_lr(optimizer: str, warmup_steps: int, schedule: str = "inverse-sqrt") -> float:
     """T5's rate when none is given: Adafactor 1/sqrt(k) under inverse-sqrt (0.01 at k = 10^4), 0.001 constant
     (T5's fine-tuning); AdamW 1e-3."""
     if optimizer == "adafactor":

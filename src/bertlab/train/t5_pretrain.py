@@ -51,7 +51,7 @@ from .setup import (BUDGET_RESERVE, check_precision, eval_seconds, fit_steps_to_
 from .runconfig import GroupedSettings
 from .settings import LoopRunOptions, PretrainEval, StepTraining
 from .t5_optim import (OPTIMIZERS, SCHEDULES, T5OptimOptions, build_schedule, build_t5_optimizer,
-                       default_lr)
+                       t5_lr)
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
         return iter(stream(step * samples))  # seeks to the step's first sample: no replay on resume
 
     # ---- optimisation: Adafactor (or AdamW) on T5's inverse square root schedule
-    lr = resolved.get("lr") or cfg.lr or default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
+    lr = resolved.get("lr") or cfg.lr or t5_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
     optimizer = build_t5_optimizer(cfg.optimizer, model, lr, cfg.weight_decay)
     scheduler = build_schedule(cfg.schedule, optimizer, cfg.warmup)
 

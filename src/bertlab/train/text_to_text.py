@@ -75,7 +75,7 @@ from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, re
                     split_batch, write_run_config)
 from .runconfig import GroupedSettings
 from .settings import EpochTraining, RunOptions
-from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, default_lr
+from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, t5_lr
 from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
@@ -379,7 +379,7 @@ FINETUNE_LR_BY_WIDTH = {128: 3e-3, 256: 2e-3, 512: 1e-3}
 def finetune_lr(cfg: TextToTextConfig, width: int) -> float:
     """The rate of a run without --lr: by width for Adafactor at a constant rate (the default); T5's otherwise."""
     if cfg.optimizer != "adafactor" or cfg.schedule != "constant":
-        return default_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
+        return t5_lr(cfg.optimizer, cfg.warmup, cfg.schedule)
     lr = lr_for_width(FINETUNE_LR_BY_WIDTH, width)
     log.info("learning rate %g, the default for a T5 %d wide (--lr sets another)", lr, width)
     return lr

@@ -11,8 +11,8 @@ The routes come in groups, each a function registered with `@register_routes(nam
     routes_generate.py  /generate: text-to-text generation and span filling with a T5 model (--generate-model)
 
 `Service` is what every route shares: the models, the limits, one dynamic batcher per kind of model call
-(`infer/batcher.py`: concurrent requests merged under a token budget), tokenization off the event loop, the length
-rule and back-pressure:
+(`infer/dynamic_batcher.py`: concurrent requests merged under a token budget), tokenization off the event loop,
+the length rule and back-pressure:
 
   * a request over `max_concurrent_requests` (queued or computing) is answered 429 at once, never queued;
   * a request not answered within `request_timeout_s` gets 504 and is dropped from the queue;
@@ -36,7 +36,7 @@ The package: `service.py` (the models and the `Service`), `responses.py` (errors
 before it was a package.
 """
 
-from ..batcher import Limits  # noqa: F401
+from ..dynamic_batcher import Limits  # noqa: F401
 from ..runtime import InferenceOptions  # noqa: F401
 from .app import PUBLIC_PATHS, ServiceMiddleware, create_app  # noqa: F401
 from .process import RunningServer, ServeSpec, bind, serve, start_in_thread  # noqa: F401

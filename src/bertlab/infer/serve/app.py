@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ... import __version__
-from ..batcher import Limits
+from ..dynamic_batcher import Limits
 from .responses import ServiceError, error_response
 from .routes import ROUTE_GROUPS, ROUTE_MODULES
 from .service import Service, ServiceModels

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import BertlabError
-from ..batcher import Limits
+from ..dynamic_batcher import Limits
 from ..runtime import InferenceOptions
 from .app import create_app
 from .service import ServiceModels, load_models

@@ -1,6 +1,6 @@
 """What every route shares: the models the service runs (`load_models`: an embedder always, the task models that
 were found or given) and the `Service` around them -- the limits, one dynamic batcher per kind of model call
-(`infer/batcher.py`), tokenization off the event loop, the length rule and back-pressure (the rules are in the
+(`infer/dynamic_batcher.py`), tokenization off the event loop, the length rule and back-pressure (the rules are in the
 package's docstring, `bertlab.infer.serve`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from ...core.errors import BertlabError
 from ...core.host_memory import trim_heap
-from ..batcher import DynamicBatcher, Limits
+from ..dynamic_batcher import DynamicBatcher, Limits
 from ..runtime import InferenceOptions, check_model_dir, checkpoint_keys, has_weights
 from .responses import ServiceError
 
@@ -278,13 +278,13 @@ class Service:
         import numpy as np
         import torch
 
-        from .. import batching
+        from .. import length_buckets
 
         predictor = self.models.classifier
 
         def logits(items: list[tuple[list[int], list[int]]]) -> list:
             out: list = [None] * len(items)
-            plan = batching.plan_batches([len(r) for r, _ in items], predictor.options.max_tokens,
+            plan = length_buckets.plan_batches([len(r) for r, _ in items], predictor.options.max_tokens,
                                          predictor.options.max_batch, max_waste=predictor.options.max_waste)
             for batch in plan:
                 features = [{"input_ids": items[i][0], "token_type_ids": items[i][1]} for i in batch]

@@ -242,7 +242,7 @@ def no_duplicate_batches(data: TokenizedRows, batch_size: int, seed: int, epoch:
 
 
 def collate(data: TokenizedRows, batch: Sequence[int]) -> dict:
-    from ...infer.batching import model_inputs
+    from ...infer.length_buckets import model_inputs
 
     out: dict = {role: model_inputs([data.ids[rows[i]] for i in batch]) for role, rows in data.rows.items()}
     if data.labels is not None:

@@ -166,7 +166,7 @@ class PairGroups(torch.utils.data.Dataset):
 
 
 def collate_groups(items) -> dict:
-    from ...infer.batching import model_inputs
+    from ...infer.length_buckets import model_inputs
 
     rows = [f for group, _ in items for f in group]
     inputs = model_inputs([r["input_ids"] for r in rows], [r["token_type_ids"] for r in rows])

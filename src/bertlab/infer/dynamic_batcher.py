@@ -7,7 +7,7 @@ and runs `fn(all items)` on the model thread (one thread shared by every batcher
 batch at a time, with all its CPU cores, while the event loop keeps accepting connections). While a batch
 computes, new requests queue up and form the next batch -- so under load the batches grow by themselves up to
 the token budget, and when idle a lone request waits at most `max_wait`. Inside a model call the items are
-sorted by length into forward passes (`batching.py`), so a larger batch also wastes less on padding.
+sorted by length into forward passes (`length_buckets.py`), so a larger batch also wastes less on padding.
 
 Errors stay with the request that caused them: when a merged batch raises, each request is retried on its
 own and only the failing ones get the exception. A request whose future was cancelled (its client timed out
