@@ -68,17 +68,10 @@ def test_embed_finetune_predict_fill_mask_serve_and_exports(generator, tmp_path,
 
 
 def test_embed_matches_transformers_row_by_row(discriminator):
-    """Bucketed, padded inference gives each text what `transformers`' ElectraModel gives it alone."""
-    from bertlab.infer.embeddings import Embedder
+    from family_support import embeds_as_transformers_alone
 
-    texts = ["the team", "a new phone for the city today and the week after", "goal", "the market and the bank"]
-    vectors = Embedder.from_pretrained(discriminator, pooling="mean").embed(texts)
-    theirs = transformers.ElectraModel.from_pretrained(discriminator).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(discriminator)
-    for text, vector in zip(texts, vectors):
-        with torch.no_grad():
-            expected = theirs(**tok(text, return_tensors="pt")).last_hidden_state[0].mean(0).numpy()
-        np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    embeds_as_transformers_alone(discriminator, transformers.ElectraModel.from_pretrained(discriminator),
+                                 transformers.AutoTokenizer.from_pretrained(discriminator))
 
 
 @pytest.mark.parametrize("task", ["token-classification", "question-answering", "multiple-choice"])
