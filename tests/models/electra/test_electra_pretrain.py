@@ -148,6 +148,14 @@ def test_rtd_pretraining_exports_a_discriminator_and_generator_transformers_load
     assert rel_err(b[mask.bool()], a[mask.bool()]) <= 1e-6 and rel_err(d[mask.bool()], c[mask.bool()]) <= 1e-6
     # the shared embeddings are one table in both folders
     assert torch.equal(disc.electra.embeddings.word_embeddings.weight, gen.electra.embeddings.word_embeddings.weight)
+    # continuing from the folder takes both models back (the generator from generator/), sharing embeddings
+    from bertlab.models.electra.heads import ElectraForReplacedTokenDetection
+
+    pair = ElectraForReplacedTokenDetection.from_pretrained(final)
+    assert pair.generator.electra.embeddings is pair.electra.embeddings
+    generator_state = pair.generator.state_dict()
+    assert all(torch.equal(generator_state[k], v) for k, v in read_weights(final / "generator").items())
+    assert main(pretrain_args(data_dir, tmp_path / "more", config_file, "--init-from", final, "--steps", 1)) == 0
     evals = [r for r in read_metrics(out) if "eval/rtd_accuracy" in r]
     assert evals and {"eval/mlm_loss", "eval/mlm_accuracy", "eval/rtd_loss", "eval/replaced_fraction"} <= set(evals[-1])
     trained = [r for r in read_metrics(out) if "loss" in r]

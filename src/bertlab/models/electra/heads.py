@@ -18,11 +18,13 @@ The losses of the task heads are BERT's rules (`models/bert/heads.py`): multi-la
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...core.errors import ConfigError
 from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
@@ -292,6 +294,24 @@ class ElectraForReplacedTokenDetection(ElectraPreTrainedModel):
         real = attention_mask > 0 if attention_mask is not None else torch.ones_like(replaced)
         return ReplacedTokenDetectionOutput(gen.prediction_logits, None, gen.mlm_loss + RTD_WEIGHT * rtd_loss,
                                             gen.mlm_loss, None, logits, rtd_loss, replaced, real)
+
+    @classmethod
+    def from_pretrained(cls, path, config: ElectraConfig | None = None, **kwargs):
+        """A folder pre-training saved (or a discriminator's): the discriminator from the folder, the generator
+        from its `generator/` sub-folder when there is one (its sizes as saved), else a new one of
+        `config.generator_config()`; the two then share the discriminator's embeddings."""
+        loaded = super().from_pretrained(path, config, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        generator_dir = Path(path) / "generator"
+        if generator_dir.is_dir():
+            generator = ElectraForMaskedLM.from_pretrained(generator_dir)
+            if generator.config.embedding_size != model.config.embedding_size:
+                raise ConfigError(f"{generator_dir}: embedding_size {generator.config.embedding_size}, but the "
+                                  f"discriminator's is {model.config.embedding_size}; the two share their embeddings")
+            generator.electra.embeddings = model.electra.embeddings
+            generator.generator_lm_head.weight = model.electra.embeddings.word_embeddings.weight
+            model.generator = generator
+        return loaded
 
     def exported_parts(self) -> dict[str, nn.Module]:
         """Sub-folder ("" the folder itself) -> the model saved there: the discriminator as `transformers`'

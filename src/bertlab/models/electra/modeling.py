@@ -41,6 +41,14 @@ class ElectraPreTrainedModel(BertPreTrainedModel):
     # A discriminator's or a generator's pre-training head, in a folder loaded for another head: dropped quietly
     expected_unused_keys = ("discriminator_predictions.", "generator_predictions.", "generator_lm_head.")
 
+    def init_weights(self, module: nn.Module | None = None) -> None:
+        """BERT's initialisation, then the padding row of the token table zeroed (as `transformers` starts it)."""
+        super().init_weights(module)
+        with torch.no_grad():
+            for m in (module or self).modules():
+                if isinstance(m, ElectraEmbeddings) and m.word_embeddings.padding_idx is not None:
+                    m.word_embeddings.weight[m.word_embeddings.padding_idx].zero_()
+
 
 class ElectraModel(ElectraPreTrainedModel, BertModel):
     """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `.last_hidden_state` (B, T, H); no pooler
