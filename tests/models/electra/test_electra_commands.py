@@ -74,6 +74,29 @@ def test_embed_matches_transformers_row_by_row(discriminator):
                                  transformers.AutoTokenizer.from_pretrained(discriminator))
 
 
+def test_features_similarity_and_reduced_precisions(discriminator, tmp_path, capsys):
+    """`features` gives the chosen layers per token, `similarity` a cosine, and bertlab's CPU paths at bf16 and
+    int8 embed within 1e-3 (cosine) of fp32."""
+    texts = tmp_path / "t.txt"
+    texts.write_text("the team won the match\nshares of the bank fell\n")
+    assert run("features", "--model", discriminator, "--input", texts, "--layers=-1,-2", "--output",
+               tmp_path / "f.jsonl") == 0
+    first = json.loads((tmp_path / "f.jsonl").read_text().splitlines()[0])
+    assert first["features"][0]["token"] == "[CLS]" and [l["index"] for l in first["features"][0]["layers"]] == [-1, -2]
+    assert len(first["features"][0]["layers"][0]["values"]) == 32
+    capsys.readouterr()
+    assert run("similarity", "--model", discriminator, "the team won", "the team lost") == 0
+    assert -1 <= float(capsys.readouterr().out.split()[-1]) <= 1
+    vectors = {}
+    for dtype in ("fp32", "bf16", "int8"):
+        assert run("embed", "--model", discriminator, "--input", texts, "--output", tmp_path / f"{dtype}.npy",
+                   "--dtype", dtype) == 0
+        vectors[dtype] = np.load(tmp_path / f"{dtype}.npy")
+    for dtype in ("bf16", "int8"):
+        a, b = vectors["fp32"], vectors[dtype]
+        assert ((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)).min() > 1 - 1e-3, dtype
+
+
 @pytest.mark.parametrize("task", ["token-classification", "question-answering", "multiple-choice"])
 def test_finetunes_every_task_kind_from_the_discriminator(task, discriminator, tmp_path, capsys):
     """Tagging, span extraction and multiple choice train on a discriminator folder, save `transformers`' class
