@@ -3,10 +3,10 @@ differ; no pooler. ELECTRA-Small (E=128, H=256, L=12) comes to 13.5M in the enco
 
 from __future__ import annotations
 
+from ..bert.config import preset_names
 from ..bert.params import block_rows, linear, sizes
 from ..family import ParameterTable
 from .config import ElectraConfig, is_electra_preset
-from ..bert.config import preset_names
 
 
 def electra_parameter_table(config: ElectraConfig) -> list[tuple[str, int]]:
