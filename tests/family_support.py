@@ -58,6 +58,35 @@ def compare_hidden_states(hf_model, ours, ids: torch.Tensor, mask: torch.Tensor)
     return max(rel_err(a, b) for a, b in zip(mine, theirs))
 
 
+def same_training_step(theirs, ours, ids: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> None:
+    """One backward pass of `transformers`' model and bertlab's (both in train mode) on the same batch: the same
+    loss (relative 1e-6) and the same gradient for every weight of ours, under the same name."""
+    a = theirs(input_ids=ids, attention_mask=mask, labels=labels).loss
+    b = ours(ids, attention_mask=mask, labels=labels).loss
+    a.backward()
+    b.backward()
+    assert abs(a.item() - b.item()) <= 1e-6 * abs(a.item())
+    grads = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        g = grads[name].grad
+        assert p.grad is not None and g is not None, name
+        # (+1e-10: the key bias's gradient is zero in exact arithmetic -- softmax ignores a shift -- and noise here)
+        assert (p.grad - g).abs().max() <= 1e-5 * g.abs().max() + 1e-10, name
+
+
+def embeds_as_transformers_alone(folder: Path, theirs, tokenizer) -> None:
+    """Bucketed, padded inference (`infer/batching.py`) of `folder` gives each text the mean-pooled vector that
+    `transformers`' encoder `theirs` gives it alone."""
+    from bertlab.infer.embeddings import Embedder
+
+    texts = ["the team", "a new phone for the city today and the week after", "goal", "the market and the bank"]
+    vectors = Embedder.from_pretrained(folder, pooling="mean").embed(texts)
+    for text, vector in zip(texts, vectors):
+        with torch.no_grad():
+            expected = theirs.eval()(**tokenizer(text, return_tensors="pt")).last_hidden_state[0].mean(0).numpy()
+        np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
 def end_to_end(folder: Path, tmp_path: Path, capsys, lr: float = 3e-3, epochs: int = 30,
                min_accuracy: float = 0.6) -> dict:
     """embed, finetune text-classification, predict, fill-mask and serve's /v1/embeddings on `folder` (a

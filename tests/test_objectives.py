@@ -70,6 +70,13 @@ def tiny_text_to_text_batch(seed: int = 0, B: int = 4, T_in: int = 12, T_out: in
             "labels": labels}
 
 
+def tiny_electra():
+    from bertlab.models.electra.config import ElectraConfig
+
+    return ElectraConfig(vocab_size=VOCAB, embedding_size=24, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+
+
 def tiny_t5(architecture: str):
     from bertlab.models.t5 import T5Config
 
@@ -87,6 +94,10 @@ FAMILIES = {
     "BertForSpanBoundary": (lambda o: tiny_config(), tiny_span_batch, lambda m: m.sbo.mlp1.dense.weight,
                             {"mlm_loss", "mlm_accuracy", "sbo_loss", "sbo_accuracy"},
                             {"mlm_loss", "mlm_accuracy", "perplexity", "sbo_loss", "sbo_accuracy"}),
+    "ElectraForReplacedTokenDetection": (
+        lambda o: tiny_electra(), tiny_batch, lambda m: m.generator.generator_predictions.dense.weight,
+        {"mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "replaced_fraction"},
+        {"mlm_loss", "mlm_accuracy", "perplexity", "rtd_loss", "rtd_accuracy", "replaced_fraction"}),
     "T5ForConditionalGeneration": (lambda arch: tiny_t5(arch), tiny_text_to_text_batch, lambda m: m.shared.weight,
                                    {"token_accuracy"}, {"loss", "token_accuracy", "perplexity", "sequence_accuracy"}),
 }

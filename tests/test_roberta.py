@@ -119,19 +119,10 @@ def test_a_training_step_gives_transformers_loss_and_gradients(hf_folders):
     folder = hf_folders["RobertaForSequenceClassification"]
     ours = RobertaForSequenceClassification.from_pretrained(folder).train()
     theirs = transformers.RobertaForSequenceClassification.from_pretrained(folder).train()
+    from family_support import same_training_step
+
     ids, mask = batch(99)
-    labels = torch.tensor([0, 2, 1])
-    a = theirs(input_ids=ids, attention_mask=mask, labels=labels).loss
-    b = ours(ids, attention_mask=mask, labels=labels).loss
-    a.backward()
-    b.backward()
-    assert abs(a.item() - b.item()) <= 1e-6 * abs(a.item())
-    grads = dict(theirs.named_parameters())
-    for name, p in ours.named_parameters():
-        g = grads[name].grad
-        assert p.grad is not None and g is not None, name
-        # (+1e-10: the key bias's gradient is zero in exact arithmetic -- softmax ignores a shift -- and noise here)
-        assert (p.grad - g).abs().max() <= 1e-5 * g.abs().max() + 1e-10, name
+    same_training_step(theirs, ours, ids, mask, torch.tensor([0, 2, 1]))
     pad = ours.roberta.embeddings.word_embeddings.weight.grad[1]
     assert pad.abs().max() == 0  # the padding id's row learns nothing
 
@@ -363,16 +354,10 @@ def test_xlmr_auto_classes_and_parity(xlmr, spm_folder, tmp_path):
 
 def test_xlmr_embed_matches_transformers_row_by_row(xlmr):
     """Bucketed, padded inference (`infer/length_buckets.py`) gives each text what it gets alone in `transformers`."""
-    from bertlab.infer.embeddings import Embedder
+    from family_support import embeds_as_transformers_alone
 
-    texts = ["the team", "a new phone for the city today and the week after", "goal", "the market and the bank"]
-    vectors = Embedder.from_pretrained(xlmr, pooling="mean").embed(texts)
-    theirs = transformers.XLMRobertaModel.from_pretrained(xlmr).eval()
-    tok = transformers.XLMRobertaTokenizer.from_pretrained(xlmr)
-    for text, vector in zip(texts, vectors):
-        with torch.no_grad():
-            expected = theirs(**tok(text, return_tensors="pt")).last_hidden_state[0].mean(0).numpy()
-        np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    embeds_as_transformers_alone(xlmr, transformers.XLMRobertaModel.from_pretrained(xlmr),
+                                 transformers.XLMRobertaTokenizer.from_pretrained(xlmr))
 
 
 def _run(*argv) -> int:

@@ -102,7 +102,7 @@ def test_the_toy_family_declares_its_pretraining_data_engines_and_checkpoint_nam
     from bertlab.models.registry import data_tokenizers, family_of
     from toy_family.family import ToyModel
 
-    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "toy": "wordpiece"}
+    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "electra": "wordpiece", "toy": "wordpiece"}
     with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for Toy models"):
         _require_ctranslate2_converter(toy_folder, family_of(toy_folder))
     assert getattr(ToyModel, "read_tf_checkpoint", None) is None  # so a TensorFlow checkpoint is refused

@@ -11,6 +11,8 @@ head of a kind, so they work for every family. Kinds:
     token-classification      one label per token (NER)
     question-answering        a start and an end score per token (SQuAD)
     multiple-choice           one score per choice (SWAG)
+    replaced-token-detection  one score per token, replaced or original (ELECTRA's discriminator)
+    rtd-pretraining           a generator and a discriminator trained together (ELECTRA's pre-training only)
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ FAMILIES: dict[str, str] = {
     "t5": "bertlab.models.t5.family",
     "distilbert": "bertlab.models.distilbert.family",
     "albert": "bertlab.models.albert.family",
+    "electra": "bertlab.models.electra.family",
 }
 # The family of a config without a model_type (every config written before `transformers` added the field), and
 # the one `bertlab pretrain` builds when neither the config nor the data says otherwise

@@ -4,6 +4,7 @@
     mlm_nsp.py   masked LM + next-sentence prediction (`mlm+nsp`, BERT's)
     mlm_sop.py   masked LM + sentence-order prediction (`mlm+sop`, ALBERT's), for BERT models too
     mlm_sbo.py   masked LM + span-boundary objective (`mlm+sbo`, SpanBERT's) on span-masked single segments
+    rtd.py       replaced-token detection (`rtd`, ELECTRA's): a generator's MLM + the discriminator's 50 x RTD
     T5's seven denoising objectives (`span-corruption`, `iid-denoising`, `bert-style`, `mass-style`,
     `drop-tokens`, `deshuffle`, `prefix-lm`) are T5's folder's (`models/t5/objectives.py`), one per corruption
     transform it registers; they are registered here under those names
@@ -23,6 +24,7 @@ from .mlm import MaskedLM
 from .mlm_nsp import MaskedLMAndNextSentence
 from .mlm_sbo import MaskedLMAndSpanBoundary
 from .mlm_sop import MaskedLMAndSentenceOrder
+from .rtd import ReplacedTokenDetection
 
 OBJECTIVES: dict[str, Objective] = {}
 
@@ -49,8 +51,9 @@ register_objective(MaskedLMAndNextSentence())
 register_objective(MaskedLM())
 register_objective(MaskedLMAndSentenceOrder())
 register_objective(MaskedLMAndSpanBoundary())
+register_objective(ReplacedTokenDetection())
 for _name in T5_OBJECTIVES:
     register_objective(TextToTextObjective(_name))
 
 __all__ = ["OBJECTIVES", "Evaluation", "Evaluations", "MaskedLM", "MaskedLMAndNextSentence",
-           "MaskedLMAndSentenceOrder", "MaskedLMAndSpanBoundary", "Objective", "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]
+           "MaskedLMAndSentenceOrder", "MaskedLMAndSpanBoundary", "Objective", "ReplacedTokenDetection", "TextToTextObjective", "get_objective", "is_text_to_text", "register_objective"]

@@ -79,7 +79,7 @@ class PretrainConfig(GroupedSettings):
     out: str = ""  # RUN_DIR
     init_from: str | None = None  # a Hugging Face-layout folder to continue pre-training from
     objective: str = "mlm+nsp"  # a name in bertlab.objectives.OBJECTIVES: mlm+nsp (BERT) | mlm (packed data)
-    family: str | None = None  # a model_type this command pre-trains; None: the config's, else the data's tokenizer's
+    family: str | None = None  # a model_type this command pre-trains; None: the config's, else the objective's and data tokenizer's
     # how long (steps, or a time budget the schedule is fitted to), batch over all ranks, precision
     training: PretrainTraining = field(default_factory=PretrainTraining)
     max_seq_length: int = 128  # phase 1 sequence length (an instance set of that length must exist)
@@ -251,7 +251,7 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
     source = cfg.init_from or cfg.model
     # (a path that does not exist is reported by the config reader: "neither a preset ... nor an existing file")
     named = model_type_of(source) if _names_a_config(cfg) and Path(source).exists() else None
-    chosen = cfg.family or named or DEFAULT_MODEL_TYPE
+    chosen = cfg.family or named or family_training(cfg.objective, info.tokenizer_kind) or DEFAULT_MODEL_TYPE
     if named is not None and named != chosen:
         raise ConfigError(f"{source}: model_type {named!r} but --family {chosen}; give a {chosen} config or preset")
     kinds = data_tokenizers()
@@ -264,6 +264,16 @@ def pretraining_family(cfg: PretrainConfig, info) -> Family:
                           f"{kinds[chosen]}" + (f"; use --family {fits}" if fits else "")
                           + f", or prepare the data with a {kinds[chosen]} vocabulary")
     return family_named(chosen)
+
+
+def family_training(objective: str, tokenizer_kind: str) -> str | None:
+    """The first family (registry order) on `tokenizer_kind` data that has the head `objective` trains (ELECTRA
+    for rtd on WordPiece data); None when the objective names no head kind."""
+    head_kind = get_objective(objective).head_kind
+    if head_kind is None:
+        return None
+    return next((f for f, kind in data_tokenizers().items()
+                 if kind == tokenizer_kind and head_kind in family_named(f).heads), None)
 
 
 def build_model_config(cfg: PretrainConfig, info, family: Family | None = None) -> JsonConfig:
@@ -592,5 +602,9 @@ def export_final(model: torch.nn.Module, path: Path, info) -> Path:
             tuple(sorted(p.name for p in Path(tmp).iterdir()))
         tokenizer_files = {name: (Path(tmp) / name).read_text(encoding="utf-8") for name in names}
     model.eval()
-    save_pretrained(model, path, vocab_file=vocab_file, extra_files=tokenizer_files)
+    # A model pre-trained as several (ELECTRA's generator beside its discriminator) saves each as the model it is
+    # used as, the others in sub-folders, written first: the folder's own atomic write carries them over.
+    parts = model.exported_parts() if hasattr(model, "exported_parts") else {"": model}
+    for sub in sorted(parts, key=lambda name: name == ""):
+        save_pretrained(parts[sub], path / sub if sub else path, vocab_file=vocab_file, extra_files=tokenizer_files)
     return path

@@ -319,6 +319,11 @@ class BertModel(BertPreTrainedModel):
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
 
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+              position_ids: torch.Tensor | None) -> torch.Tensor:
+        """The encoder's input (B, T, H): the embeddings (a family with narrower ones projects them here)."""
+        return self.embeddings(input_ids, token_type_ids, position_ids)
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T) token ids
@@ -328,7 +333,7 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
     ) -> BertModelOutput:
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, H)
+        x = self.embed(input_ids, token_type_ids, position_ids)  # (B, T, H)
         # Bidirectional: every query sees every real key. No mask at all when nothing is padded, so a fused
         # kernel may run without one.
         mask = AttentionMask.padding(attention_mask)
