@@ -49,6 +49,28 @@ def compare(hf_model, ours, inputs: dict) -> float:
     return max(rel_err(a, b) for a, b in zip(mine, theirs))
 
 
+def both_ways(theirs, ours_class, tmp_path: Path, vocab_size: int = 99) -> float:
+    """`theirs` (a `transformers` model with random weights) saved, loaded as `ours_class` with every weight one to
+    one, compared on a padded batch with token types (a multiple-choice model: on choices of it); bertlab's save
+    loaded back in `transformers` and compared again. Returns the larger relative error; the saved config's
+    model_type is `transformers`' own."""
+    theirs = theirs.eval()
+    theirs.save_pretrained(tmp_path / "hf")
+    ours, report = ours_class.from_pretrained(tmp_path / "hf", return_report=True)
+    assert not report.initialized and not report.unused  # every weight, one to one
+    ids, mask = padded_batch(vocab_size)
+    types = torch.zeros_like(ids)
+    types[:, 6:] = 1
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    if type(theirs).__name__.endswith("MultipleChoice"):
+        inputs = {k: v.view(1, 3, -1).expand(2, 3, -1).contiguous() for k, v in inputs.items()}
+    err = compare(theirs, ours, inputs)
+    ours.save_pretrained(tmp_path / "ours")
+    back = type(theirs).from_pretrained(tmp_path / "ours").eval()
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == theirs.config.model_type
+    return max(err, compare(back, ours, inputs))
+
+
 def compare_hidden_states(hf_model, ours, ids: torch.Tensor, mask: torch.Tensor) -> float:
     """The largest relative error over every layer's hidden states (the embeddings' first), same count."""
     with torch.no_grad():

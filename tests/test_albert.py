@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from bertlab.core.errors import ConfigError
-from family_support import compare, compare_hidden_states, end_to_end, padded_batch
+from family_support import both_ways, compare_hidden_states, end_to_end, padded_batch
 from own_data_support import news_rows
 
 transformers = pytest.importorskip("transformers")
@@ -55,22 +55,8 @@ def test_transformers_weights_give_the_same_outputs_both_ways(name, groups, tmp_
     import bertlab.models.albert.modeling as modeling
 
     torch.manual_seed(0)
-    theirs = getattr(transformers, name)(hf_config(num_hidden_groups=groups[0], inner_group_num=groups[1])).eval()
-    theirs.save_pretrained(tmp_path / "hf")
-    ours, report = (getattr(heads, name, None) or getattr(modeling, name)).from_pretrained(tmp_path / "hf",
-                                                                                             return_report=True)
-    assert not report.initialized and not report.unused  # every weight, one to one
-    ids, mask = padded_batch(99)
-    types = torch.zeros_like(ids)
-    types[:, 6:] = 1
-    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-    if name.endswith("MultipleChoice"):
-        inputs = {k: v.view(1, 3, -1).expand(2, 3, -1).contiguous() for k, v in inputs.items()}
-    assert compare(theirs, ours, inputs) <= TOL
-    ours.save_pretrained(tmp_path / "ours")
-    back = getattr(transformers, name).from_pretrained(tmp_path / "ours").eval()
-    assert compare(back, ours, inputs) <= TOL
-    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "albert"
+    theirs = getattr(transformers, name)(hf_config(num_hidden_groups=groups[0], inner_group_num=groups[1]))
+    assert both_ways(theirs, getattr(heads, name, None) or getattr(modeling, name), tmp_path) <= TOL
 
 
 def test_every_layers_hidden_states_match(tmp_path):

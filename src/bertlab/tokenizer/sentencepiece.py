@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import TOKENIZER_CONFIG_NAME, TokenizerError
+from .base import TOKENIZER_CONFIG_NAME, TokenizerError, check_fits_model, check_valid_unicode
 
 SPIECE_NAME = "spiece.model"
 INSTALL_HINT = "pip install sentencepiece (a dependency of bertlab: pip install -e . installs it)"
@@ -128,6 +129,62 @@ def metaspace_join(tokens: list[str]) -> str:
     return text[1:] if tokens and tokens[0].startswith("▁") else text
 
 
+class SpecialsThenPieces:
+    """For a SentencePiece tokenizer with `BertTokenizer`'s call surface that normalises text itself (ALBERT's,
+    DeBERTa's): the special tokens written in a text (`_special_split`, a compiled regex with one group of the
+    alternatives, longest first) are split out first, each their id (`_special_ids()`), and each stretch of plain
+    text between them goes through `_plain(part, base, ids, offsets, words)`, which appends its pieces (so a
+    stretch gets its own leading `▁`); words are the whitespace-separated runs (`WORD`) of
+    `normalize_with_origins(text)`; pieces decode as `transformers`' Metaspace decoder joins them."""
+
+    WORD = r"\S+"
+
+    def _special_ids(self) -> dict[str, int]:
+        return {t: self.vocab[t] for t in self.all_special_tokens if t in self.vocab}
+
+    def _encode_seq(self, text: str) -> tuple[list, list, list]:
+        if not isinstance(text, str):
+            raise SentencePieceError(f"expected text as str, got {type(text).__name__}")
+        check_valid_unicode(text, SentencePieceError)
+        specials = self._special_ids()
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        words: list[int] = []
+        pos = 0
+        for part in self._special_split.split(text):
+            if part in specials:
+                ids.append(specials[part])
+                offsets.append((pos, pos + len(part)))
+                words.append(words[-1] + 1 if words else 0)
+            elif part:
+                self._plain(part, pos, ids, offsets, words)
+            pos += len(part)
+        return ids, offsets, words
+
+    def _encode_seq_py(self, text: str) -> tuple[list, list, list]:
+        return self._encode_seq(text)
+
+    def basic_tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
+        """Words (whitespace-separated, normalised) with their original spans."""
+        norm, spans = self.normalize_with_origins(text)
+        return [(m[0], spans[m.start()][0], spans[m.end() - 1][1]) for m in re.finditer(self.WORD, norm)]
+
+    def convert_tokens_to_string(self, tokens) -> str:
+        return metaspace_join(list(tokens))
+
+    def _check_folder(self, model_file: Path, folder: Path) -> None:
+        # more pieces than the model has embeddings: refused, as BertTokenizer does
+        check_fits_model(self, model_file, folder / "config.json")
+
+    def _save(self, directory: str | os.PathLike, config: dict[str, Any]) -> Path:
+        """The model file (`MODEL_NAME`) and `config` as tokenizer_config.json in `directory`, each atomically."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(d / self.MODEL_NAME, self.sp.serialized_model_proto())
+        atomic_write_bytes(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
+        return d
+
+
 class PicklableProcessor:
     """For a tokenizer holding a SentencePiece processor in `self.sp`: the processor is a C++ object, so a pickle
     (DataLoader workers, process pools) carries its model's bytes and rebuilds it. `_unpicklable` names attributes
@@ -216,6 +273,19 @@ def model_max_length_of(cfg: dict[str, Any]) -> dict[str, Any]:
     if isinstance(mml, int) and not isinstance(mml, bool) and 0 < mml < 10**9:
         return {"model_max_length": mml}
     return {}
+
+
+def special_tokens_of(cfg: dict[str, Any], names) -> dict[str, str]:
+    """The special tokens a `tokenizer_config.json` sets among `names` ("mask_token", ...), each as its text
+    (an AddedToken written out, {"content": "[MASK]", ...}, is read as its content)."""
+    out: dict[str, str] = {}
+    for key in names:
+        value = cfg.get(key)
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            out[key] = value
+    return out
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

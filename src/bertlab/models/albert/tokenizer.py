@@ -22,25 +22,22 @@ Truncation, padding, windows, tensors and the output layout are `BertTokenizer`'
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ...tokenizer import BertTokenizer
-from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, SentencePieceError,
-                                       atomic_write_bytes, byte_to_char, load_processor, metaspace_join,
-                                       model_max_length_of)
-from ...tokenizer.base import TOKENIZER_CONFIG_NAME, Seq, TokenizerError, check_fits_model, check_valid_unicode
+from ...tokenizer.sentencepiece import (SentencePieceBinding, SentencePieceError, SpecialsThenPieces, byte_to_char,
+                                       load_processor, model_max_length_of, special_tokens_of)
 
 SPACE = "▁"
 DEFAULT_SPECIALS = dict(unk_token="<unk>", sep_token="[SEP]", pad_token="<pad>", cls_token="[CLS]",
                         mask_token="[MASK]")
 
 
-class AlbertTokenizer(SentencePieceBinding, BertTokenizer):
+class AlbertTokenizer(SpecialsThenPieces, SentencePieceBinding, BertTokenizer):
     """`AlbertTokenizer(model_file, do_lower_case=True, keep_accents=False)` or
     `AlbertTokenizer.from_pretrained(folder_or_model_file)`; see the module docstring."""
 
@@ -78,30 +75,17 @@ class AlbertTokenizer(SentencePieceBinding, BertTokenizer):
         """From Hugging Face's `tokenizer_config.json`: do_lower_case, keep_accents, special tokens,
         model_max_length."""
         out: dict[str, Any] = {k: bool(cfg[k]) for k in ("do_lower_case", "keep_accents") if k in cfg}
-        for key in DEFAULT_SPECIALS:
-            value = cfg.get(key)
-            if isinstance(value, dict):  # an AddedToken written out: {"content": "[MASK]", ...}
-                value = value.get("content")
-            if isinstance(value, str):
-                out[key] = value
+        out.update(special_tokens_of(cfg, DEFAULT_SPECIALS))
         return {**out, **model_max_length_of(cfg)}
-
-    def _check_folder(self, model_file: Path, folder: Path) -> None:
-        # more pieces than the model has embeddings: refused, as BertTokenizer does
-        check_fits_model(self, model_file, folder / "config.json")
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """spiece.model and tokenizer_config.json, as `transformers.AlbertTokenizer` writes and reads them."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
         config = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": self.do_lower_case,
                   "keep_accents": self.keep_accents, "model_max_length": self.model_max_length,
                   "unk_token": self.unk_token, "sep_token": self.sep_token, "pad_token": self.pad_token,
                   "cls_token": self.cls_token, "mask_token": self.mask_token, "bos_token": self.cls_token,
                   "eos_token": self.sep_token}
-        atomic_write_bytes(d / SPIECE_NAME, self.sp.serialized_model_proto())
-        atomic_write_bytes(d / TOKENIZER_CONFIG_NAME, (json.dumps(config, indent=2) + "\n").encode())
-        return d
+        return self._save(directory, config)
 
     # -- text -> pieces ----------------------------------------------------------------------------------------
 
@@ -157,36 +141,6 @@ class AlbertTokenizer(SentencePieceBinding, BertTokenizer):
             ids.append(piece.id)
             offsets.append((base + chars[start][0], base + chars[end - 1][1]))
             words.append(first_word + sum(1 for s in word_starts if s <= start) - 1)
-
-    def _encode_seq(self, text: str) -> Seq:
-        if not isinstance(text, str):
-            raise TokenizerError(f"expected text as str, got {type(text).__name__}")
-        check_valid_unicode(text, SentencePieceError)
-        ids: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        words: list[int] = []
-        pos = 0
-        for part in self._special_split.split(text):
-            if part in self.vocab and part in self.all_special_tokens:
-                ids.append(self.vocab[part])
-                offsets.append((pos, pos + len(part)))
-                words.append(words[-1] + 1 if words else 0)
-            elif part:
-                self._plain(part, pos, ids, offsets, words)
-            pos += len(part)
-        return ids, offsets, words
-
-    _encode_seq_py = _encode_seq
-
-    def basic_tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
-        """Words (whitespace-separated, normalised) with their original spans."""
-        norm, spans = self.normalize_with_origins(text)
-        return [(m[0], spans[m.start()][0], spans[m.end() - 1][1]) for m in re.finditer(r"\S+", norm)]
-
-    # -- ids -> text -------------------------------------------------------------------------------------------
-
-    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
-        return metaspace_join(list(tokens))
 
     def __repr__(self) -> str:
         return f"AlbertTokenizer({self.model_file.name}: {len(self)} pieces, do_lower_case={self.do_lower_case})"

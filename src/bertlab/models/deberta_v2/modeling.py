@@ -1,0 +1,352 @@
+"""The DeBERTa-v2/v3 encoder (He et al., 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention",
+section 3; v3: He et al., 2023), readable top to bottom.
+
+    x_0 = LayerNorm(E_token [+ E_position] [+ E_segment]) · mask          # no absolute positions in v2/v3 models
+    x_l = LayerNorm(x' + FFN(x')),  x' = LayerNorm(x_{l-1} + DisentangledAttention(x_{l-1}))   # post-LN blocks
+    (layer 1 only, with conv_kernel_size > 0: x_1 = LayerNorm(x_1 + act(Conv1d(x_0))) · mask)
+
+Disentangled attention (section 3.1, eq. 2-4): a token is its content H and its relative position to the other
+token, δ(i, j) = clamp(i - j, -k, k) (bucketed logarithmically beyond ±k/2 when position_buckets is set: v3).
+With P the (2k, H) relative embeddings (LayerNorm'd in v3), per head:
+
+    Q_c = H W_q,  K_c = H W_k,  V_c = H W_v,   Q_r = P W_q,r,  K_r = P W_k,r  (v3 shares: W_q,r = W_q, W_k,r = W_k)
+    Ã_ij = Q_c,i · K_c,jᵀ                      content -> content
+         + Q_c,i · K_r,δ(i,j)ᵀ                 content -> position   ("c2p")
+         + K_c,j · Q_r,δ(j,i)ᵀ                 position -> content   ("p2c")
+    H_o = softmax(Ã / √(3d)) V_c               √(d · (1 + number of relative terms)) in general
+
+Module and parameter names follow `transformers`' `DebertaV2Model` exactly (`encoder.layer.0.attention.self
+.query_proj`, `encoder.rel_embeddings`), so a state dict moves between bertlab and `transformers` without
+renaming, and the arithmetic follows its order of operations (the tests hold every head to a relative error of
+1e-6 in fp32), including two of its conventions: padding rows of the attention see every key with equal weight
+(their outputs are never read), and the embeddings are zeroed at padding.
+
+The attention is computed here rather than through `nn.attention`'s kernels: the relative terms are a (T, T)
+bias per head that depends on the query, the key and the layer's weights, so there is no kernel to hand it to
+beyond the eager one; memory is O(B · heads · T · (T + 2k)).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ...nn import ACTIVATIONS, Dropout
+from ..bert.modeling import BertModelOutput, BertPreTrainedModel
+from .config import DebertaV2Config
+
+
+# ---------------------------------------------------------------------------------------------- relative positions
+def log_bucket_positions(relative: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
+    """v3's buckets: distances under buckets/2 kept as they are, longer ones spread logarithmically over the
+    rest, so that max_distance - 1 lands in the last bucket (`transformers`' make_log_bucket_position, op for op).
+
+        b(r) = r                                                  |r| <= mid   (mid = buckets // 2)
+        b(r) = sign(r) · (mid + ⌈log(|r| / mid) / log((max_distance - 1) / mid) · (mid - 1)⌉)   otherwise
+    """
+    sign = torch.sign(relative)
+    mid = buckets // 2
+    # inside (-mid, mid) the log is never used; mid - 1 keeps it finite
+    abs_pos = torch.where((relative < mid) & (relative > -mid), torch.tensor(mid - 1).type_as(relative),
+                          torch.abs(relative))
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_distance - 1) / mid))
+                         * (mid - 1)) + mid
+    return torch.where(abs_pos <= mid, relative.type_as(log_pos), log_pos * sign).long()
+
+
+def relative_positions(length: int, config: DebertaV2Config, device: torch.device) -> torch.Tensor:
+    """(T, T): δ[i, j] = i - j, bucketed when the config has buckets (before the ±k clamp, done per term)."""
+    positions = torch.arange(length, dtype=torch.long, device=device)
+    relative = positions[:, None] - positions[None, :]  # (T, T)
+    if config.position_buckets > 0:
+        relative = log_bucket_positions(relative, config.position_buckets, config.max_distance)
+    return relative
+
+
+def attention_scale(head_size: int, terms: int) -> float:
+    """√(d · (1 + terms)), computed in fp32 as `transformers` does (the same float, so the same scores)."""
+    # on the CPU even while a model is built on the meta device: a number, not a tensor of the model
+    return float(torch.sqrt(torch.tensor(head_size, dtype=torch.float, device="cpu") * (1 + terms)))
+
+
+# ---------------------------------------------------------------------------------------------- the layers
+class DebertaV2Embeddings(nn.Module):
+    """x_0 = LayerNorm(E_token [+ E_position] [+ E_segment] [then embed_proj E -> H]), zeroed at padding."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        E = config.word_embedding_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, E) \
+            if config.position_biased_input else None
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size > 0 else None
+        self.embed_proj = nn.Linear(E, config.hidden_size, bias=False) if E != config.hidden_size else None
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, keep: torch.Tensor | None = None) -> torch.Tensor:
+        T = input_ids.size(1)
+        x = self.word_embeddings(input_ids)  # (B, T, E)
+        if self.position_embeddings is not None:
+            if T > self.position_embeddings.num_embeddings:
+                raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
+                                 f"({self.position_embeddings.num_embeddings})")
+            if position_ids is None:
+                position_ids = torch.arange(T, device=input_ids.device)[None, :]  # (1, T)
+            x = x + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type_embeddings(token_type_ids)
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)  # (B, T, H)
+        x = self.LayerNorm(x)
+        if keep is not None:
+            x = x * keep.unsqueeze(-1).to(x.dtype)  # padding positions are zero vectors
+        return self.dropout(x)
+
+
+class DisentangledSelfAttention(nn.Module):
+    """softmax((Q_c K_cᵀ + c2p + p2c) / √(d (1 + terms))) V_c over `num_attention_heads` heads (module docstring)."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        H = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.query_proj = nn.Linear(H, H)
+        self.key_proj = nn.Linear(H, H)
+        self.value_proj = nn.Linear(H, H)
+        self.terms = config.attention_terms
+        # transformers counts the terms pos_att_type names even without relative attention
+        self.scale = attention_scale(config.head_size, len(self.terms))
+        self.relative = config.relative_attention
+        self.share_att_key = config.share_att_key
+        self.span = config.relative_span  # k: the relative table has 2k rows
+        if self.relative:
+            self.pos_dropout = Dropout(config.hidden_dropout_prob)
+            if not self.share_att_key:
+                if "c2p" in self.terms:
+                    self.pos_key_proj = nn.Linear(H, H)
+                if "p2c" in self.terms:
+                    self.pos_query_proj = nn.Linear(H, H)
+        self.dropout = Dropout(config.attention_probs_dropout_prob)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) -> (B, nh, T, d)."""
+        B, T, _ = x.shape
+        return x.view(B, T, self.num_heads, -1).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, pair_mask: torch.Tensor | None, relative: torch.Tensor | None,
+                rel_embeddings: torch.Tensor | None, output_attentions: bool = False):
+        """x: (B, T, H); pair_mask: (B, 1, T, T) bool, True where query i may see key j (None: all);
+        relative: (T, T) δ(i, j); rel_embeddings: (2k, H). Returns (B, T, H) and the probabilities if asked."""
+        q, k, v = self.heads(self.query_proj(x)), self.heads(self.key_proj(x)), self.heads(self.value_proj(x))
+        scores = q @ (k.transpose(-1, -2) / self.scale)  # (B, nh, T, T): Q_c K_cᵀ / √(d·(1+terms))
+        if self.relative:
+            scores = scores + self.relative_scores(q, k, relative, self.pos_dropout(rel_embeddings))
+        if pair_mask is not None:
+            scores = scores.masked_fill(~pair_mask, torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1)
+        context = self.dropout(probs) @ v  # (B, nh, T, d)
+        B, _, T, _ = context.shape
+        return context.transpose(1, 2).reshape(B, T, -1), probs if output_attentions else None
+
+    def relative_scores(self, q: torch.Tensor, k: torch.Tensor, relative: torch.Tensor,
+                        rel_embeddings: torch.Tensor) -> torch.Tensor:
+        """c2p + p2c, each / √(d·(1+terms)): (B, nh, T, T)."""
+        span = self.span
+        P = rel_embeddings[: 2 * span].unsqueeze(0)  # (1, 2k, H)
+        B, nh, T, _ = q.shape
+        score = 0
+        if "c2p" in self.terms:
+            K_r = self.heads(self.key_proj(P) if self.share_att_key else self.pos_key_proj(P))  # (1, nh, 2k, d)
+            c2p = q @ K_r.transpose(-1, -2)  # (B, nh, T, 2k): Q_c,i · K_r,rᵀ for every relative row r
+            index = torch.clamp(relative + span, 0, 2 * span - 1)  # (T, T): row of δ(i, j) in the table
+            c2p = torch.gather(c2p, -1, index.expand(B, nh, T, T))  # Q_c,i · K_r,δ(i,j)ᵀ
+            score = score + c2p / self.scale
+        if "p2c" in self.terms:
+            Q_r = self.heads(self.query_proj(P) if self.share_att_key else self.pos_query_proj(P))  # (1, nh, 2k, d)
+            p2c = k @ Q_r.transpose(-1, -2)  # (B, nh, T, 2k): K_c,j · Q_r,rᵀ
+            index = torch.clamp(-relative + span, 0, 2 * span - 1)  # (T, T): row of δ(j, i), indexed [j, i]
+            p2c = torch.gather(p2c, -1, index.expand(B, nh, T, T)).transpose(-1, -2)  # [i, j]: K_c,j · Q_r,δ(j,i)ᵀ
+            score = score + p2c / self.scale
+        return score
+
+
+class DebertaV2SelfOutput(nn.Module):
+    """Project the heads back to H, dropout, add the residual, LayerNorm (post-LN)."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+    def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(y)) + residual)
+
+
+class DebertaV2Attention(nn.Module):
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.self = DisentangledSelfAttention(config)  # the name transformers' checkpoints use
+        self.output = DebertaV2SelfOutput(config)
+
+    def forward(self, x, pair_mask, relative, rel_embeddings, output_attentions=False):
+        y, probs = self.self(x, pair_mask, relative, rel_embeddings, output_attentions)
+        return self.output(y, x), probs
+
+
+class DebertaV2Intermediate(nn.Module):
+    """act(x W_1 + b_1), widening H -> intermediate_size."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class DebertaV2Output(DebertaV2SelfOutput):
+    """intermediate_size -> H, dropout, residual, LayerNorm."""
+
+    def __init__(self, config: DebertaV2Config):
+        nn.Module.__init__(self)
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+
+
+class DebertaV2Layer(nn.Module):
+    """One block: disentangled self-attention sub-layer, then the feed-forward sub-layer, each post-LN."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.attention = DebertaV2Attention(config)
+        self.intermediate = DebertaV2Intermediate(config)
+        self.output = DebertaV2Output(config)
+
+    def forward(self, x, pair_mask, relative, rel_embeddings, output_attentions=False):
+        x, probs = self.attention(x, pair_mask, relative, rel_embeddings, output_attentions)
+        return self.output(self.intermediate(x), x), probs
+
+
+class ConvLayer(nn.Module):
+    """v2-xlarge's n-gram convolution beside the first layer: x_1 = LayerNorm(x_1 + act(Conv1d(x_0))) · mask,
+    the convolution's output zeroed at padding first."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        K = config.conv_kernel_size
+        self.conv = nn.Conv1d(config.hidden_size, config.hidden_size, K, padding=(K - 1) // 2,
+                              groups=config.conv_groups)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = Dropout(config.hidden_dropout_prob)
+        self.act = ACTIVATIONS[config.conv_act]
+
+    def forward(self, embedded: torch.Tensor, layer_output: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        out = self.conv(embedded.transpose(1, 2)).transpose(1, 2)  # (B, T, H): over the sequence axis
+        if keep is not None:
+            out = out.masked_fill(~keep.unsqueeze(-1), 0)
+        out = self.LayerNorm(layer_output + self.act(self.dropout(out)))
+        return out * keep.unsqueeze(-1).to(out.dtype) if keep is not None else out
+
+
+class DebertaV2Encoder(nn.Module):
+    """The blocks, the relative embedding table P (2k, H) they share (LayerNorm'd once per forward with
+    norm_rel_ebd), and the convolution beside the first block."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList(DebertaV2Layer(config) for _ in range(config.num_hidden_layers))
+        if config.relative_attention:
+            self.rel_embeddings = nn.Embedding(2 * config.relative_span, config.hidden_size)
+        if config.rel_layer_norm:
+            self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.conv = ConvLayer(config) if config.conv_kernel_size > 0 else None
+
+    def blocks(self) -> list[nn.Module]:
+        """The blocks in the order they run (gradual unfreezing walks them)."""
+        return list(self.layer)
+
+    def rel_table(self) -> torch.Tensor | None:
+        if not self.config.relative_attention:
+            return None
+        P = self.rel_embeddings.weight  # (2k, H)
+        return self.LayerNorm(P) if self.config.rel_layer_norm else P
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor | None, output_hidden_states: bool = False,
+                output_attentions: bool = False):
+        """x: (B, T, H) embeddings; keep: (B, T) bool, True at real tokens (None: no padding)."""
+        # query i may see key j when both are real: a padding row sees nothing and softmax spreads it evenly
+        pair_mask = (keep[:, None, :, None] & keep[:, None, None, :]) if keep is not None else None  # (B, 1, T, T)
+        relative = relative_positions(x.size(1), self.config, x.device) if self.config.relative_attention else None
+        P = self.rel_table()
+        hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        embedded = x
+        for i, layer in enumerate(self.layer):
+            x, probs = layer(x, pair_mask, relative, P, output_attentions)
+            if i == 0 and self.conv is not None:
+                x = self.conv(embedded, x, keep)
+            if hidden_states is not None:
+                hidden_states.append(x)
+            if attentions is not None:
+                attentions.append(probs)
+        return x, hidden_states, attentions
+
+
+# ---------------------------------------------------------------------------------------------- the model
+class DebertaV2PreTrainedModel(BertPreTrainedModel):
+    """BERT's model base (initialisation, checkpoint I/O) with DeBERTa's checkpoint rules."""
+
+    config_class = DebertaV2Config
+    base_model_prefix = "deberta"
+    base_model_parts = ("embeddings.", "encoder.")
+    optional_base_parts = ()
+    read_tf_checkpoint = None  # no TensorFlow release: a .index checkpoint is refused in one line
+    # The released DeBERTa checkpoints' replaced-token-detection head (`mask_predictions`): dropped, as
+    # transformers drops it
+    expected_unused_keys = ("mask_predictions.",)
+
+    @property
+    def ignored_checkpoint_keys(self) -> tuple[str, ...]:
+        # v2/v3 checkpoints carry an absolute position table their config does not use (transformers skips it)
+        unused = () if self.config.position_biased_input else ("embeddings.position_embeddings.weight",)
+        return ("embeddings.position_ids", *unused)
+
+    def init_weights(self, module: nn.Module | None = None) -> None:
+        """BERT's initialisation, and the convolution's (which it does not know): normal(0, initializer_range),
+        bias 0."""
+        super().init_weights(module)
+        std = self.config.initializer_range
+        for m in (module or self).modules():
+            if isinstance(m, nn.Conv1d):
+                nn.init.trunc_normal_(m.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+                nn.init.zeros_(m.bias)
+
+
+class DebertaV2Model(DebertaV2PreTrainedModel):
+    """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `BertModelOutput` with
+    `.last_hidden_state` (B, T, H) (DeBERTa has no pooler on the bare encoder; the classifiers' `ContextPooler`
+    is theirs); `output_hidden_states=True` adds the embeddings and every layer's output,
+    `output_attentions=True` every layer's probabilities."""
+
+    def __init__(self, config: DebertaV2Config):
+        super().__init__(config)
+        self.embeddings = DebertaV2Embeddings(config)
+        self.encoder = DebertaV2Encoder(config)
+        self.init_weights()
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> BertModelOutput:
+        keep = attention_mask.bool() if attention_mask is not None else None  # (B, T)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, keep)  # (B, T, H)
+        x, hidden_states, attentions = self.encoder(x, keep, output_hidden_states, output_attentions)
+        return BertModelOutput.of(x, hidden_states, attentions, None)

@@ -1,0 +1,113 @@
+"""The commands on a DeBERTa-v3-like folder saved by `transformers` (random DebertaV2ForMaskedLM weights and a
+SentencePiece `spm.model` learned on the news table): the auto classes pick the family; embed, finetune (text
+classification), predict, evaluate, fill-mask, serve's /v1/embeddings, export onnx / sentence-transformers and
+the engines (CTranslate2 refused in one line: it has no DeBERTa converter), finetune-embeddings,
+finetune-reranker and params."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from family_support import end_to_end
+from own_data_support import news_rows
+
+transformers = pytest.importorskip("transformers")
+spm = pytest.importorskip("sentencepiece")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def deberta_folder(tmp_path_factory) -> Path:
+    from test_deberta_v2_parity import hf_config
+    from test_deberta_v2_tokenizer import train_spm
+
+    rows = news_rows(400, seed=7)
+    folder = train_spm(tmp_path_factory.mktemp("deberta") / "model", [r["text"] for r in rows], vocab_size=120)
+    size = spm.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
+    torch.manual_seed(0)
+    # [MASK] is added after the pieces, as in DeBERTa-v3 (its vocab_size leaves room beyond them)
+    config = hf_config("v3", vocab_size=size + 8, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                       attention_probs_dropout_prob=0.0)
+    transformers.DebertaV2ForMaskedLM(config).save_pretrained(folder)
+    return folder
+
+
+def run(*argv) -> int:
+    from bertlab.cli import main
+
+    return main(["--log-level", "WARNING", *map(str, argv)])
+
+
+def test_auto_classes_give_deberta(deberta_folder):
+    from bertlab import AutoConfig, AutoModel, AutoTokenizer
+
+    assert type(AutoConfig.from_pretrained(deberta_folder)).__name__ == "DebertaV2Config"
+    assert type(AutoModel.from_pretrained(deberta_folder)).__name__ == "DebertaV2Model"
+    assert type(AutoModel.for_head("masked-lm").from_pretrained(deberta_folder)).__name__ == "DebertaV2ForMaskedLM"
+    tok = AutoTokenizer.from_pretrained(deberta_folder)
+    assert type(tok).__name__ == "DebertaV2Tokenizer"
+    text = "the coach said the team and the goal [MASK]"
+    assert tok(text)["input_ids"] == transformers.DebertaV2Tokenizer.from_pretrained(deberta_folder)(text)["input_ids"]
+
+
+def test_commands_end_to_end(deberta_folder, tmp_path, capsys):
+    measured = end_to_end(deberta_folder, tmp_path, capsys, lr=1e-3, epochs=20, min_accuracy=0.5)
+    # the fine-tuned classifier scores the same in `evaluate` as in its run, and loads in transformers with the
+    # same logits
+    train_out = tmp_path / "ft"
+    dev = tmp_path / "dev.csv"
+    assert run("evaluate", "text-classification", "--model", train_out / "model", "--data", dev) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(measured["accuracy"])
+    from bertlab.models.deberta_v2.heads import DebertaV2ForSequenceClassification
+
+    ours = DebertaV2ForSequenceClassification.from_pretrained(train_out / "model")
+    theirs = transformers.DebertaV2ForSequenceClassification.from_pretrained(train_out / "model").eval()
+    ids = torch.tensor([[1, 10, 11, 12, 2], [1, 13, 14, 2, 0]])
+    mask = (ids != 0).long()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits,
+                                   rtol=1e-6, atol=1e-6)
+
+
+def test_finetune_embeddings_and_reranker(deberta_folder, tmp_path, capsys):
+    rows = news_rows(48, seed=3)
+    with open(tmp_path / "pairs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["anchor", "positive"])
+        for r in rows:
+            words = r["text"].split()
+            w.writerow([" ".join(words[:4]), r["text"]])
+    assert run("finetune-embeddings", "--model", deberta_folder, "--train", tmp_path / "pairs.csv", "--out",
+               tmp_path / "emb", "--batch-size", 8, "--lr", "1e-3", "--no-progress") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] > 0 and np.isfinite(summary["loss"])
+    assert json.loads((tmp_path / "emb" / "final" / "config.json").read_text())["model_type"] == "deberta-v2"
+    with open(tmp_path / "rerank.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["query", "passage", "label"])
+        for r, other in zip(rows, rows[1:] + rows[:1]):
+            query = " ".join(r["text"].split()[:4])
+            w.writerow([query, r["text"], 1])
+            w.writerow([query, other["text"], 0])
+    assert run("finetune-reranker", "--model", deberta_folder, "--train", tmp_path / "rerank.csv", "--out",
+               tmp_path / "rr", "--batch-size", 4, "--max-steps", 4, "--lr", "1e-3", "--no-progress") == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 4
+    config = json.loads((tmp_path / "rr" / "final" / "config.json").read_text())
+    assert config["architectures"] == ["DebertaV2ForSequenceClassification"] and len(config["id2label"]) == 1
+
+
+def test_params_reads_the_folder(deberta_folder, capsys):
+    from bertlab.models.deberta_v2.heads import DebertaV2ForMaskedLM
+
+    assert run("params", deberta_folder, "--format", "json") == 0
+    rows = json.loads(capsys.readouterr().out)[str(deberta_folder)]
+    model = DebertaV2ForMaskedLM.from_pretrained(deberta_folder)
+    assert rows["total.masked_lm (DebertaV2ForMaskedLM)"] == model.num_parameters()
+    assert run("params", deberta_folder) == 0
+    assert "k=256 (log buckets)" in capsys.readouterr().out
