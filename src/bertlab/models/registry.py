@@ -24,6 +24,7 @@ FAMILIES: dict[str, str] = {
     "t5": "bertlab.models.t5.family",
     "distilbert": "bertlab.models.distilbert.family",
     "albert": "bertlab.models.albert.family",
+    "modernbert": "bertlab.models.modernbert.family",
 }
 # Google's TensorFlow release names its config thus and has no model_type: it is BERT's
 GOOGLE_CONFIG_NAME = "bert_config.json"
