@@ -55,6 +55,11 @@ def test_tokenizer_matches_tokenizers_on_real_text(tokenizer_json, shared_data, 
     assert parity(ours, ref, nfc) > 1000
     assert parity(ours, ref, TRICKY) == len(TRICKY)
     assert parity(ours, ref, questions[:300:step], contexts[:300:step]) > 10
+    for words in conll_sentences(shared_data)[:2000:step]:  # pre-split words (NER): each word on its own
+        got = ours(words, is_split_into_words=True, return_offsets_mapping=True)
+        want = ref.encode(words, is_pretokenized=True)
+        assert (got["input_ids"], [tuple(o) for o in got["offset_mapping"]]) == (want.ids, want.offsets), words
+        assert got.word_ids() == want.word_ids
 
 
 def test_tokenizer_refuses_what_it_cannot_follow(tokenizer_json, tmp_path):

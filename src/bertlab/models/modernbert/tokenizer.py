@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ...tokenizer.roberta import (RobertaTokenizer, _check_dense, _read_capped, _read_config, _write_atomic)
-from ...tokenizer.tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerError,
-                                    _fast_module, check_fits_model)
+from ...tokenizer.tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase,
+                                    TokenizerError, _fast_module, check_fits_model)
 from ...tokenizer.tokenizer_json import MAX_TOKENIZER_JSON_BYTES, TOKENIZER_JSON_NAME, _kind
 
 MODERNBERT_SPECIALS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]",
@@ -81,6 +81,12 @@ class ModernBertTokenizer(RobertaTokenizer):
         for t in texts:
             self._check_text(t)
         return super()._flat_many(texts)
+
+    def _encode_words(self, words: Sequence[str]) -> Seq:
+        """Pre-split words each encoded on its own, as `tokenizers` encodes pre-tokenized input: with
+        add_prefix_space false (ModernBERT's) a word gets no leading space piece (RoBERTa's tokenizer refuses
+        that, as `transformers`' RobertaTokenizerFast does; a plain tokenizer.json has no such rule)."""
+        return TokenizerBase._encode_words(self, words)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "ModernBertTokenizer":
