@@ -94,6 +94,16 @@ class _WithHead(ModernBertPreTrainedModel):
     def scores(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.drop(self.head(hidden)))
 
+    def classify(self, input_ids, attention_mask, labels, output_hidden_states, output_attentions,
+                 per_token: bool) -> HeadOutput:
+        """Scores of the pooled token (`per_token` False: one row per text) or of every token, and their loss."""
+        out = self.model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states,
+                         output_attentions=output_attentions)
+        hidden = out.last_hidden_state if per_token else pooled(self.config, out.last_hidden_state, attention_mask)
+        logits = self.scores(hidden)  # (B, T, num_labels) per token, else (B, num_labels)
+        loss = token_loss(logits, labels) if per_token else sequence_loss(self.config, logits, labels)
+        return HeadOutput(logits, loss, out.hidden_states, out.attentions)
+
 
 @HEADS.register("masked-lm", output=PreTrainingOutput, prefix="decoder.", logits=lambda out: out.prediction_logits)
 class ModernBertForMaskedLM(ModernBertPreTrainedModel):
@@ -126,10 +136,7 @@ class ModernBertForSequenceClassification(_WithHead):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False) -> HeadOutput:
-        out = self.model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states,
-                         output_attentions=output_attentions)
-        logits = self.scores(pooled(self.config, out.last_hidden_state, attention_mask))  # (B, num_labels)
-        return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
+        return self.classify(input_ids, attention_mask, labels, output_hidden_states, output_attentions, False)
 
 
 @HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner", soft_target="tokens",
@@ -143,10 +150,7 @@ class ModernBertForTokenClassification(_WithHead):
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False) -> HeadOutput:
-        out = self.model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states,
-                         output_attentions=output_attentions)
-        logits = self.scores(out.last_hidden_state)  # (B, T, num_labels)
-        return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
+        return self.classify(input_ids, attention_mask, labels, output_hidden_states, output_attentions, True)
 
 
 @HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="classifier.", task="qa",

@@ -24,10 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...tokenizer.roberta import (RobertaTokenizer, _check_dense, _read_capped, _read_config, _write_atomic)
+from ...tokenizer.roberta import (RobertaTokenizer, _check_dense, _read_config, _write_atomic, byte_level_pipeline,
+                                  json_refusal, read_bpe_json_model)
 from ...tokenizer.tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase,
                                     TokenizerError, _fast_module, check_fits_model)
-from ...tokenizer.tokenizer_json import MAX_TOKENIZER_JSON_BYTES, TOKENIZER_JSON_NAME, _kind
+from ...tokenizer.tokenizer_json import TOKENIZER_JSON_NAME, _kind
 
 MODERNBERT_SPECIALS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]",
                        "mask_token": "[MASK]"}
@@ -171,52 +172,15 @@ def read_modernbert_tokenizer_json(path: str | os.PathLike) -> dict[str, Any]:
     """The `ModernBertTokenizer` arguments of a tokenizer.json (see the module docstring); anything else is one
     line naming the file and the setting."""
     path = Path(path)
-    text = _read_capped(path, "tokenizer file", MAX_TOKENIZER_JSON_BYTES)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TokenizerError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise TokenizerError(f"{path}: not a tokenizer.json (expected a JSON object with a 'model' object)")
-
-    def refuse(what: str) -> TokenizerError:
-        return TokenizerError(f"{path}: {what}; bertlab's ModernBertTokenizer does not reproduce that")
-
-    model = data["model"]
-    if model.get("type") != "BPE":
-        raise refuse(f"model type {model.get('type')!r} (byte-level BPE expected)")
-    for key, ok in (("dropout", (None,)), ("continuing_subword_prefix", (None, "")),
-                    ("end_of_word_suffix", (None, "")), ("byte_fallback", (None, False)),
-                    ("ignore_merges", (None, False)), ("fuse_unk", (None, False))):
-        if model.get(key) not in ok:
-            raise refuse(f"BPE {key} {model.get(key)!r}")
-    vocab = model.get("vocab")
-    if not isinstance(vocab, dict) or not vocab:
-        raise TokenizerError(f"{path}: model.vocab must be a non-empty object of token -> id")
-    vocab = dict(vocab)
-    merges = []
-    for n, m in enumerate(model.get("merges") or []):
-        pieces = m.split(" ") if isinstance(m, str) else m
-        if not isinstance(pieces, list) or len(pieces) != 2 or not all(isinstance(p, str) and p for p in pieces):
-            raise TokenizerError(f"{path}: model.merges[{n}] is {m!r}; expected 'a b' or [a, b]")
-        merges.append((pieces[0], pieces[1]))
+    data, text, vocab, merges, settings = read_bpe_json_model(path, "ModernBertTokenizer")
+    refuse = json_refusal(path, "ModernBertTokenizer")
+    pre, post = byte_level_pipeline(data, refuse, "TemplateProcessing", normalizers=("NFC",))
     normalizer = data.get("normalizer")
-    if normalizer is not None and _kind(normalizer) != "NFC":
-        raise refuse(f"normalizer {_kind(normalizer)} (none or NFC expected)")
-    pre = data.get("pre_tokenizer")
-    if _kind(pre) != "ByteLevel" or pre.get("use_regex", True) is not True:
-        raise refuse(f"pre_tokenizer {_kind(pre)} (ByteLevel with GPT-2's pattern expected)")
-    post = data.get("post_processor")
-    if _kind(post) != "TemplateProcessing":
-        raise refuse(f"post_processor {_kind(post)} (TemplateProcessing expected)")
     cls_, sep, type_b = _template(post, refuse)
-    decoder = data.get("decoder")
-    if decoder is not None and _kind(decoder) != "ByteLevel":
-        raise refuse(f"decoder {_kind(decoder)} (ByteLevel expected)")
     added = data.get("added_tokens") or []
     if not isinstance(added, list):
         raise TokenizerError(f"{path}: added_tokens must be a list")
-    settings: dict[str, Any] = {"mask_lstrip": False}
+    settings["mask_lstrip"] = False
     plain = []
     for entry in added:
         entry = entry if isinstance(entry, dict) else {}
@@ -239,9 +203,6 @@ def read_modernbert_tokenizer_json(path: str | os.PathLike) -> dict[str, Any]:
     for key, token in names.items():
         if token not in vocab:
             raise refuse(f"no {token} token ({key}) in the vocabulary")
-    unk = model.get("unk_token")
-    if unk is not None:
-        settings["bpe_unk_token"] = unk
     settings.update(names, bos_token=cls_, eos_token=sep, add_prefix_space=bool(pre.get("add_prefix_space", False)),
                     trim_offsets=False, added_tokens=plain, normalizer=_kind(normalizer) if normalizer else None,
                     type_b=type_b, vocab=vocab, merges=merges, source_json=text)
