@@ -200,3 +200,18 @@ def test_parameter_table_counts_the_built_model(tmp_path, capsys):
     assert main(["params", str(tmp_path / "p"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[str(tmp_path / "p")]["total.masked_lm (ModernBertForMaskedLM)"] \
         == hf.num_parameters()
+
+
+@pytest.mark.slow  # 45 s on a busy 2-core machine, transformers' side included
+def test_an_8192_token_input_matches_transformers(tmp_path):
+    """The release's full context: one row of 8,192 tokens (512 windows of the tiny model), fp32, in bertlab's
+    CPU inference runtime (packed GEMMs, the C attention loops on the global layers, blocks on the local ones)."""
+    from bertlab.infer.runtime import InferenceOptions, prepare
+
+    hf = hf_model(max_position_embeddings=8192, num_hidden_layers=2)  # one global layer, one local
+    ours, _ = ours_from(hf, tmp_path)
+    fast = prepare(ours, InferenceOptions())
+    ids, _ = window_batch(8192, seed=11)
+    with torch.inference_mode():
+        theirs = hf(input_ids=ids[:1]).last_hidden_state
+        assert rel_err(fast(ids[:1]).last_hidden_state, theirs) <= 1e-5
