@@ -402,11 +402,16 @@ def _read_config(path: Path) -> dict[str, Any]:
     return out
 
 
-def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], list[tuple[str, str]], dict[str, Any]]:
-    """Vocabulary, merges and RobertaTokenizer settings of a RoBERTa-style tokenizer.json: a byte-level BPE
-    model, no normalizer, the ByteLevel pre-tokenizer (GPT-2's pattern), RobertaProcessing, the ByteLevel
-    decoder, and as added tokens only the special tokens of the vocabulary (`<mask>` may lstrip). Anything
-    else is one line naming the file and the setting."""
+def json_refusal(path: Path, reader: str):
+    """The one-line error for a tokenizer.json setting `reader` (a class name) does not reproduce."""
+    return lambda what: TokenizerError(f"{path}: {what}; bertlab's {reader} does not reproduce that")
+
+
+def read_bpe_json_model(path: str | os.PathLike, reader: str
+                        ) -> tuple[dict[str, Any], str, dict[str, int], list[tuple[str, str]], dict[str, Any]]:
+    """A byte-level BPE tokenizer.json: its parsed object and text, its model's vocabulary (not yet checked to be
+    dense: added tokens may extend it) and merges, and the BPE unk setting. A model `reader` does not reproduce
+    (another type, dropout, a subword prefix or suffix, byte fallback, fused unknowns) is one line naming the file."""
     path = Path(path)
     text = _read_capped(path, "tokenizer file", MAX_TOKENIZER_JSON_BYTES)
     try:
@@ -415,10 +420,7 @@ def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], li
         raise TokenizerError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
         raise TokenizerError(f"{path}: not a tokenizer.json (expected a JSON object with a 'model' object)")
-
-    def refuse(what: str) -> TokenizerError:
-        return TokenizerError(f"{path}: {what}; bertlab's RobertaTokenizer does not reproduce that")
-
+    refuse = json_refusal(path, reader)
     model = data["model"]
     if model.get("type") != "BPE":
         raise refuse(f"model type {model.get('type')!r} (byte-level BPE expected)")
@@ -430,7 +432,6 @@ def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], li
     vocab = model.get("vocab")
     if not isinstance(vocab, dict) or not vocab:
         raise TokenizerError(f"{path}: model.vocab must be a non-empty object of token -> id")
-    _check_dense(vocab, str(path))
     merges = []
     for n, m in enumerate(model.get("merges") or []):
         parts = m.split(" ") if isinstance(m, str) else m
@@ -443,14 +444,39 @@ def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], li
         if model.get("fuse_unk"):
             raise refuse("BPE fuse_unk true")
         settings["bpe_unk_token"] = unk
-    if data.get("normalizer") is not None:
-        raise refuse(f"normalizer {_kind(data['normalizer'])}")
+    return data, text, dict(vocab), merges, settings
+
+
+def byte_level_pipeline(data: dict[str, Any], refuse, post_kind: str, normalizers: tuple[str, ...] = ()
+                        ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pre-tokenizer and post-processor of a byte-level BPE tokenizer.json, checked: no normalizer (or one of
+    `normalizers`), the ByteLevel pre-tokenizer with GPT-2's pattern, a post-processor of `post_kind`, the
+    ByteLevel decoder (or none); `refuse(what)` makes the one-line error."""
+    normalizer = data.get("normalizer")
+    if normalizer is not None and _kind(normalizer) not in normalizers:
+        raise refuse(f"normalizer {_kind(normalizer)}" + (f" ({' or '.join(normalizers)} expected)" if normalizers else ""))
     pre = data.get("pre_tokenizer")
     if _kind(pre) != "ByteLevel" or pre.get("use_regex", True) is not True:
         raise refuse(f"pre_tokenizer {_kind(pre)} (ByteLevel with GPT-2's pattern expected)")
     post = data.get("post_processor")
-    if _kind(post) != "RobertaProcessing":
-        raise refuse(f"post_processor {_kind(post)} (RobertaProcessing expected)")
+    if _kind(post) != post_kind:
+        raise refuse(f"post_processor {_kind(post)} ({post_kind} expected)")
+    decoder = data.get("decoder")
+    if decoder is not None and _kind(decoder) != "ByteLevel":
+        raise refuse(f"decoder {_kind(decoder)} (ByteLevel expected)")
+    return pre, post
+
+
+def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], list[tuple[str, str]], dict[str, Any]]:
+    """Vocabulary, merges and RobertaTokenizer settings of a RoBERTa-style tokenizer.json: a byte-level BPE
+    model, no normalizer, the ByteLevel pre-tokenizer (GPT-2's pattern), RobertaProcessing, the ByteLevel
+    decoder, and as added tokens only the special tokens of the vocabulary (`<mask>` may lstrip). Anything
+    else is one line naming the file and the setting."""
+    path = Path(path)
+    data, _, vocab, merges, settings = read_bpe_json_model(path, "RobertaTokenizer")
+    _check_dense(vocab, str(path))
+    refuse = json_refusal(path, "RobertaTokenizer")
+    pre, post = byte_level_pipeline(data, refuse, "RobertaProcessing")
     try:
         (sep, sep_id), (cls_, cls_id) = post["sep"], post["cls"]
     except (KeyError, TypeError, ValueError):
@@ -462,9 +488,6 @@ def read_bpe_tokenizer_json(path: str | os.PathLike) -> tuple[dict[str, int], li
         raise refuse("add_prefix_space differing between pre_tokenizer and post_processor")
     settings.update(add_prefix_space=prefix, trim_offsets=bool(post.get("trim_offsets", True)), sep_token=sep,
                     eos_token=sep, cls_token=cls_, bos_token=cls_)
-    decoder = data.get("decoder")
-    if decoder is not None and _kind(decoder) != "ByteLevel":
-        raise refuse(f"decoder {_kind(decoder)} (ByteLevel expected)")
     added = data.get("added_tokens") or []
     if not isinstance(added, list):
         raise TokenizerError(f"{path}: added_tokens must be a list")
