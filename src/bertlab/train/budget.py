@@ -102,8 +102,12 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
     rate reaches 0. `on_refit(old_total, new_total, step)` is told about each change (progress, logs)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, budget_s: float,
-                 interval_s: float | None = None, reserve: float = REFIT_RESERVE, decay_fraction: float = 1.0):
+                 interval_s: float | None = None, reserve: float = REFIT_RESERVE, decay_fraction: float = 1.0,
+                 most_steps: int | None = None):
         self.plan = RefittedLinearDecay(warmup_steps, total_steps, decay_fraction)
+        # A run planned by its work (`--steps` with `--time-budget`): the budget is a cap that can shorten the
+        # plan, never lengthen it, so on any machine fast enough the run is the same `most_steps` steps.
+        self.most_steps = int(most_steps) if most_steps else None
         self.budget_s = float(budget_s)
         self.reserve = float(reserve)
         # About 20 refits per run: often enough to follow a changing load, each from a window long enough
@@ -156,6 +160,8 @@ class BudgetScheduler(torch.optim.lr_scheduler.LambdaLR):
         seconds_per_step = (now - t0) / (timed - s0)
         left = (1 - self.reserve) * self.budget_s - now
         new_total = timed + max(1, int(left / seconds_per_step))  # the current step is the last one left
+        if self.most_steps is not None:
+            new_total = min(new_total, self.most_steps)
         old_total = self.plan.total_steps
         # Small corrections are noise; near the end every step counts, so the threshold shrinks with it.
         if abs(new_total - old_total) < max(1, 0.01 * (old_total - done)):

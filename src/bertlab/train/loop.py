@@ -75,7 +75,7 @@ from torch import nn
 from ..core.fsio import atomic_directory, remove_stale_temporaries
 from ..core.errors import BertlabError, CheckpointError, ConfigError, output_error
 from ..nn.precision import DTYPES
-from ..core.host_memory import retain_freed_memory
+from ..core.host_memory import retain_freed_memory, trim_heap
 from .batches import Batch, count_tokens, to_device
 from .distributed import _current_dist, get_rng_state, isolated_rng, seed_everything, set_rng_state
 from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, STATE_FILE, STATE_FORMAT, _jsonable,
@@ -261,6 +261,9 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.last_eval: dict[str, float] = {}
         self._resumed = False
+        # The tensor shapes of the last step's batches: a step of other shapes hands free heap pages back
+        # (`_bound_heap`).
+        self._last_shapes: tuple | None = None
         self._stop_signal: int | None = None
         self._metrics_file = None
         self._tb = None
@@ -485,6 +488,7 @@ class Trainer:
             if self.scheduler is not None:
                 self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
+            self._bound_heap(micro_batches)
             self.step += 1
             self.tokens += step_tokens
 
@@ -543,6 +547,26 @@ class Trainer:
                            signal=self._stop_signal if stopped == "signal" else None, pace=pace.report())
 
     # ------------------------------------------------------------------ evaluation
+    def _bound_heap(self, micro_batches: list[Batch]) -> None:
+        """On CPU, after a step whose batches changed shape: hand the free pages of the C heap back (`trim_heap`).
+
+        Why: a step frees its activations and gradients, and glibc keeps freed blocks in its heap (always
+        below its adaptive mmap threshold, every block once `retain_freed_memory` raised it). With the same
+        shapes every step (pre-training's fixed-length batches) the next step reuses them exactly. With
+        shapes that change every step -- fine-tuning's dynamic padding, length-grouped batches -- the next
+        step's blocks fit the holes only partly, so the heap's free part only grew: all-MiniLM-L6-v2 on a GLUE
+        pair task, batch 16 up to 128 tokens, held 3.2-3.6 GB; a 2-layer BERT on batches of 8-256 tokens
+        grew 637 -> 1,026 MB over 120 steps (431 MB of it free heap). Handing the free pages back after such
+        a step keeps resident memory at the step's own peak; a fixed-shape run never pays for it."""
+        if self.device.type != "cpu":
+            return
+        if not all(isinstance(b, Mapping) for b in micro_batches):
+            return
+        shapes = tuple(tuple(v.shape) for b in micro_batches for v in b.values() if isinstance(v, torch.Tensor))
+        if shapes != self._last_shapes and self._last_shapes is not None:
+            trim_heap()
+        self._last_shapes = shapes
+
     def run_evaluation(self) -> dict[str, float]:
         """`evaluate(model)` on rank 0, in eval mode, without gradients and without moving any RNG."""
         results: dict[str, float] = {}
@@ -556,6 +580,8 @@ class Trainer:
                                                     enabled=self.autocast_dtype is not None):
                 results = {k: float(_jsonable(v)) for k, v in self.evaluate_fn(self.model).items()}
             self.model.train()
+            if self.device.type == "cpu":
+                trim_heap()  # the evaluation's batches are not training's shapes (see `_bound_heap`)
             self.last_eval = results
             self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
             from ..core import progress

@@ -63,6 +63,9 @@ FINAL_DIR = "final"
 
 @dataclass
 class PretrainTraining(StepTraining):
+    time_budget: str | None = None
+    """wall-clock budget, e.g. 2h, 90m, 1h30m: the step count is fitted to it and re-fitted as the run goes;
+    with --steps, a cap: the run does those steps, fewer when this machine cannot do them in time"""
     batch_size: int = 128  # the paper: 256
 
 
@@ -346,9 +349,11 @@ def start_run(config_class: type, cfg, may_change: Collection[str], given: Colle
 
 # ---------------------------------------------------------------------------------------------- the recipe
 def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
-                    given: Collection[str] | None = None) -> PretrainResult:
+                    given: Collection[str] | None = None,
+                    on_plan: Callable[[int, float], None] | None = None) -> PretrainResult:
     """`given`: the settings the user stated (`runconfig.given_fields`); on resume the others are the run's
-    own (see `setup.resolve_resume_config`)."""
+    own (see `setup.resolve_resume_config`). `on_plan(steps, seconds_per_step)` is told the plan a time
+    budget fitted, before training (the demo says from it what the run will reach)."""
     from ..data import DataInfo, PretrainingDataset
 
     cfg, dist, say, run_dir = start_run(PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
@@ -434,7 +439,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     # ---- run length: given, or fitted to the time budget by timing real steps on this machine
     steps = resolved.get("steps") or cfg.steps
-    if steps is None:
+    # --steps with --time-budget: the run's work is the steps, the budget a cap that shortens the plan when
+    # this machine cannot do them in time (and re-fits it as the run goes, never past the steps).
+    capped = cfg.steps is not None and cfg.time_budget is not None
+    if steps is None or (capped and not resolved.get("steps")):
         budget = parse_duration(cfg.time_budget)
         t1 = time_step(model, loss_fn, stream(cfg.max_seq_length, micro1, 0), accum, precision, dist.device)
         t2 = time_step(model, loss_fn, stream(phase2_len, micro2, 0), accum, precision, dist.device) \
@@ -443,9 +451,13 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         per_step = (1 - f) * t1 + f * t2
         eval_seqs = heldout_sequences(info.num_instances.get("heldout", 0), cfg.eval_batches, cfg.eval_batch_size)
         eval_s = eval_seconds(eval_seqs, micro1 * accum * dist.world_size, t1)
-        steps = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
+        fitted = fit_steps_to_budget(budget, per_step, eval_s, cfg.num_evals, cfg.eval_every, dist)
+        steps = min(fitted, cfg.steps) if capped else fitted
         say(f"time budget {cfg.time_budget}: {t1:.2f}s per step at length {cfg.max_seq_length}"
-            + (f", {t2:.2f}s at {phase2_len}" if phase2_len else "") + f" -> {steps} steps")
+            + (f", {t2:.2f}s at {phase2_len}" if phase2_len else "") + f" -> {steps} steps"
+            + (f" (of the {cfg.steps} asked for)" if capped and steps < cfg.steps else ""))
+        if on_plan is not None:
+            on_plan(steps, per_step)
     phase2_start = steps - int(round(cfg.phase2_fraction * steps)) if phase2_len else steps
     samples1 = micro1 * accum * dist.world_size
     samples2 = micro2 * accum * dist.world_size
@@ -467,11 +479,11 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
     # A budgeted run re-fits its plan as it goes (train/budget.py), so the decay ends at the budget
     # whatever the machine's speed does; with a phase 2 the switch step is fixed, so the first fit rules.
-    budget_s = parse_duration(cfg.time_budget) if cfg.time_budget and cfg.steps is None else None
+    budget_s = parse_duration(cfg.time_budget) if cfg.time_budget else None
     refitting = budget_s is not None and not phase2_len and dist.world_size == 1
     if refitting:
         scheduler = BudgetScheduler(optimizer, warmup_steps(warmup, steps), steps, budget_s,
-                                    decay_fraction=cfg.decay_fraction)
+                                    decay_fraction=cfg.decay_fraction, most_steps=cfg.steps)
     elif cfg.decay_fraction < 1:
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, RefittedLinearDecay(warmup_steps(warmup, steps), steps, cfg.decay_fraction))
