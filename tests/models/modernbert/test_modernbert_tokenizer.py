@@ -13,7 +13,7 @@ import pytest
 
 tokenizers = pytest.importorskip("tokenizers")
 
-from bertlab.tokenizer.tokenizer import TokenizerError  # noqa: E402
+from bertlab.tokenizer.base import TokenizerError  # noqa: E402
 from modernbert_support import train_tokenizer_json  # noqa: E402
 from test_tokenizer import conll_sentences, squad_texts, wikitext_lines  # noqa: E402
 

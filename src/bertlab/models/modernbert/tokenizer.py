@@ -26,8 +26,8 @@ from typing import Any
 
 from ...tokenizer.roberta import (RobertaTokenizer, _check_dense, _read_config, _write_atomic, byte_level_pipeline,
                                   json_refusal, read_bpe_json_model)
-from ...tokenizer.tokenizer import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase,
-                                    TokenizerError, _fast_module, check_fits_model)
+from ...tokenizer.base import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase,
+                               TokenizerError, _fast_module, check_fits_model)
 from ...tokenizer.tokenizer_json import TOKENIZER_JSON_NAME, _kind
 
 MODERNBERT_SPECIALS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]",
