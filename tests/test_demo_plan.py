@@ -81,7 +81,7 @@ def test_pretrain_with_steps_and_a_time_budget_does_the_steps_or_what_the_cap_fi
     monkeypatch.setattr(pt, "time_step", lambda *a, **k: seconds_per_step)  # the machine's pace, scripted
     out = tmp_path / "run"
     assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
-                 str(out), "--batch-size", "4", "--max-seq-length", "64", "--phase2-seq-len", "0", "--eval-batches", "1",
+                 str(out), "--batch-size", "4", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",
                  "--no-progress", "--num-workers", "0", "--precision", "fp32", "--steps", "12", "--time-budget", "20s",
                  "--no-eval-at-start", "--num-evals", "1", "--eval-batch-size", "8"]) == 0
     text = capsys.readouterr().out

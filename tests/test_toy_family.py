@@ -126,7 +126,7 @@ def test_pretrain_and_prepare_reach_families_through_the_registry(toy_folder, tm
     with pytest.raises(ConfigError, match="tokenized with a bpe vocabulary, but toy models use wordpiece; use "
                                           "--family roberta"):
         pretraining_family(cfg, SimpleNamespace(tokenizer_kind="bpe"))
-    with pytest.raises(ConfigError, match=r"family must be one of bert, roberta, toy, got 't5' \(T5: `bertlab "
+    with pytest.raises(ConfigError, match=r"family must be one of bert, roberta, electra, toy, got 't5' \(T5: `bertlab "
                                           r"pretrain-t5`\)"):
         PretrainConfig(data="d", out="r", family="t5", steps=1).validate()
     assert registry.pretrain_command("toy") == "pretrain" and registry.pretrain_command("xlm-roberta") is None

@@ -115,7 +115,7 @@ def config_file(data_dir, tmp_path_factory) -> Path:
 
 def pretrain_args(data_dir, out, model, *extra):
     return ["--log-level", "WARNING", "pretrain", "--objective", "rtd", "--model", str(model), "--data",
-            str(data_dir), "--out", str(out), "--batch-size", "8", "--max-seq-length", "64", "--phase2-seq-len", "0",
+            str(data_dir), "--out", str(out), "--batch-size", "8", "--max-seq-length", "64", "--phase2-max-seq-length", "0",
             "--eval-batches", "2", "--no-progress", "--num-workers", "0", "--lr", "1e-3", "--precision", "fp32",
             *map(str, extra)]
 
