@@ -443,3 +443,49 @@ def test_a_save_in_one_format_drops_the_other_formats_weights(tiny, tmp_path):
     model.save_pretrained(folder)
     assert {p.name for p in folder.iterdir()} == {"model.safetensors", "config.json"}
     assert "lora" not in json.loads((folder / "config.json").read_text())
+
+
+# Each family's layer names: LoRA on its attention's query and value (ModernBERT's q, k and v are one fused
+# projection), adapters after its attention and feed-forward outputs, its norms training beside them
+FAMILY_LAYOUTS = {
+    "electra": ("ElectraConfig", "ElectraForSequenceClassification", dict(embedding_size=16), 2),
+    "deberta-v2": ("DebertaV2Config", "DebertaV2ForSequenceClassification",
+                   dict(relative_attention=True, position_buckets=8, max_relative_positions=16,
+                        pos_att_type=["p2c", "c2p"], share_att_key=True, norm_rel_ebd="layer_norm"), 2),
+    "modernbert": ("ModernBertConfig", "ModernBertForSequenceClassification",
+                   dict(global_attn_every_n_layers=2, local_attention=8, bos_token_id=1, eos_token_id=2,
+                        cls_token_id=1, sep_token_id=2), 1),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(FAMILY_LAYOUTS))
+def test_lora_and_adapters_find_each_familys_layers_by_default(model_type, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from bertlab import AutoModel
+    from bertlab.models.registry import family
+
+    config_name, class_name, extra, targets_per_layer = FAMILY_LAYOUTS[model_type]
+    config = getattr(transformers, config_name)(vocab_size=64, hidden_size=32, num_hidden_layers=2,
+                                                num_attention_heads=4, intermediate_size=48, num_labels=3,
+                                                pad_token_id=0, **extra)
+    torch.manual_seed(0)
+    getattr(transformers, class_name)(config).save_pretrained(tmp_path)
+    ids = torch.randint(3, 64, (2, 12))
+    for tuning in (methods.TuningOptions(method="lora", lora_rank=4), methods.TuningOptions(method="adapters")):
+        model = AutoModel.for_head("sequence-classification").from_pretrained(tmp_path).train()
+        head = [name for name, _ in model.named_children() if name != model.base_model_prefix]
+        tuned = methods.prepare(model, tuning, head)
+        norms = family(model_type).adapter_norms
+        trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+        if tuning.method == "lora":
+            assert tuned.report["lora_layers"] == 2 * targets_per_layer
+            assert all("lora_" in n or n.split(".")[0] in head for n in trainable)
+        else:
+            assert tuned.report["adapters"] == 4  # after each layer's attention and feed-forward outputs
+            assert any(norms in n for n in trainable)
+            assert all(".adapter." in n or norms in n or n.split(".")[0] in head for n in trainable)
+        model(input_ids=ids, labels=torch.tensor([0, 2])).loss.backward()
+        assert all(p.grad is not None for n, p in model.named_parameters() if "lora_B" in n or ".adapter.up" in n)
+    with pytest.raises(ConfigError, match=f"names no linear layer of the {family(model_type).name} model"):
+        methods.prepare(AutoModel.for_head("sequence-classification").from_pretrained(tmp_path),
+                        methods.TuningOptions(method="lora", lora_targets="nothing_here"), head)

@@ -45,7 +45,8 @@ HELP = {
     "adapter_size": "adapters: bottleneck width",
     "lora_rank": "lora: rank r of the update B A",
     "lora_alpha": "lora: scale alpha (the update is multiplied by alpha / r)",
-    "lora_targets": "lora: comma-separated names of the linear layers to adapt",
+    "lora_targets": "lora: comma-separated names of the linear layers to adapt (default: the family's attention "
+                    "query and value projections)",
     "lora_merge": "lora: merge the factors into the weights on save, a plain model transformers loads (default); "
                   "--no-lora-merge: save the factors and the head alone, as a PEFT adapter over --model",
     "gradual_unfreezing": "full: train the head alone, then unfreeze one more block from the top every K steps",

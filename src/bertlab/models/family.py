@@ -45,6 +45,13 @@ class Family:
     # kind's tokenizer in `tokenizer/` (WordPiece, byte-level BPE) serves
     corpus_tokenizer: Callable[[Path], Any] | None = None
     engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
+    # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
+    # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
+    # attention block's and the feed-forward block's output projections, a regular expression) and the norms that
+    # train beside the adapters (a substring of their names)
+    lora_targets: tuple[str, ...] = ("query", "value")
+    adapter_layers: str = r"(attention\.output|layer\.\d+\.output)\.dense$"
+    adapter_norms: str = "LayerNorm"
 
     def head(self, kind: str, purpose: str = "this command"):
         """The family's HeadSpec of `kind`; one line when the family has no such head."""

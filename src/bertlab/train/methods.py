@@ -4,16 +4,19 @@
                 then one more block from the top every K steps (embeddings last)
     adapters    Houlsby bottleneck adapters (inner size `adapter_size`) after each layer's attention output
                 projection and feed-forward output; the pre-trained weights are frozen, the adapters, every
-                LayerNorm and the new task head train
+                norm and the new task head train
     lora        LoRA of rank `lora_rank`, scale `lora_alpha / lora_rank` on the linear layers named in
-                `lora_targets` (default the attention's query and value); the pre-trained weights are frozen,
+                `lora_targets` (default the family's attention query and value projections: `query,value` in
+                BERT's layout, `query_proj,value_proj` in DeBERTa's, ModernBERT's fused `Wqkv`); the pre-trained
+                weights are frozen,
                 the low-rank factors and the task head train. On save the factors are merged into the weights,
                 so the saved model is a plain BERT with a head that `transformers` loads as such; with
                 `lora_merge` off, the factors and the head alone are saved, in PEFT's adapter layout over
                 the pre-trained model's folder (checkpoint/peft.py: bertlab and `peft` load it)
 
 The generic machinery (adapters, LoRA, freezing, unfreezing over a list of blocks) is `bertlab.nn.adapters`;
-this module holds the BERT-side choices (which layers, which blocks) and the hooks the fine-tuning recipe
+which layers a family adapts is its `Family` record's (`lora_targets`, `adapter_layers`, `adapter_norms`);
+this module holds the choices across families (which blocks unfreeze) and the hooks the fine-tuning recipe
 calls: `prepare` before the optimizer is built, `after_optimizer` once it is, `finish` before the weights
 are kept. A saved adapter model records its adapters in config.json and loads with them (checkpoint/).
 """
@@ -27,15 +30,14 @@ from typing import Any, Callable
 from torch import nn
 
 from ..core.errors import ConfigError
+from ..models.family import Family
+from ..models.registry import family as family_named
 from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
                            parameter_counts)
 
 log = logging.getLogger(__name__)
 
 METHODS = ("full", "adapters", "lora")
-# Houlsby et al.: an adapter after the attention block's output projection and after the feed-forward output,
-# each before its residual + LayerNorm.
-HOULSBY_LAYERS = r"(attention\.output|layer\.\d+\.output)\.dense$"
 
 
 @dataclass
@@ -44,7 +46,7 @@ class TuningOptions:
     adapter_size: int = 64  # bottleneck width m of each adapter
     lora_rank: int = 8
     lora_alpha: float = 16.0
-    lora_targets: str = "query,value"  # comma-separated names of the linear layers LoRA adapts
+    lora_targets: str | None = None  # comma-separated names of the linear layers LoRA adapts; None: the family's
     lora_merge: bool = True  # merge the factors into the weights on save (a plain model); off: a PEFT adapter
     gradual_unfreezing: int | None = None  # full fine-tuning: unfreeze one more block every K steps from the top
 
@@ -57,8 +59,10 @@ class TuningOptions:
             raise ConfigError("gradual-unfreezing K needs K >= 1 and --method full (adapters and LoRA keep the "
                               "pre-trained weights frozen throughout)")
 
-    @property
-    def targets(self) -> list[str]:
+    def targets(self, family: Family) -> list[str]:
+        """The linear layers LoRA adapts: those named, else the family's attention query and value."""
+        if self.lora_targets is None:
+            return list(family.lora_targets)
         return [t.strip() for t in self.lora_targets.split(",") if t.strip()]
 
 
@@ -95,18 +99,22 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
         return any(name.startswith(m + ".") for m in new_modules)
 
     tuning = Tuning(options)
+    family = family_named(model.config.model_type)
     if options.method == "adapters":
-        layers = add_adapters(model, HOULSBY_LAYERS, options.adapter_size)
-        freeze_except(model, lambda n: ".adapter." in n or "LayerNorm" in n or is_new(n))
+        # Houlsby et al.: an adapter after the attention block's output projection and after the feed-forward
+        # output, each before its residual add
+        layers = add_adapters(model, family.adapter_layers, options.adapter_size)
+        freeze_except(model, lambda n: ".adapter." in n or family.adapter_norms in n or is_new(n))
         tuning.report["adapters"] = len(layers)
     elif options.method == "lora":
+        targets = options.targets(family)
         try:
-            layers = add_lora(model, options.targets, options.lora_rank, options.lora_alpha)
+            layers = add_lora(model, targets, options.lora_rank, options.lora_alpha)
         except ValueError as e:
             if "no linear layer matches" not in str(e):  # a rank over a layer's size: the rank is the problem
                 raise ConfigError(f"lora-rank: {e}") from None
-            raise ConfigError(f"lora-targets {options.lora_targets!r} names no linear layer of the model "
-                              "(e.g. query,key,value,dense)") from None
+            raise ConfigError(f"lora-targets {','.join(targets)!r} names no linear layer of the {family.name} "
+                              f"model (its attention's: {','.join(family.lora_targets)})") from None
         freeze_except(model, lambda n: "lora_" in n or is_new(n))
         tuning.report["lora_layers"] = len(layers)
         # what an unmerged save needs beside the factors: the modules trained whole, and where the rest is

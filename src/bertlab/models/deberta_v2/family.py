@@ -19,4 +19,5 @@ def load_tokenizer(folder: Path):
 
 
 FAMILY = Family(model_type="deberta-v2", name="DeBERTa-v2", config_class=DebertaV2Config, base_model=DebertaV2Model,
-                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS)
+                heads=HEADS, tokenizer=load_tokenizer, parameters=PARAMETERS,
+                lora_targets=("query_proj", "value_proj"))
