@@ -5,6 +5,7 @@ CrossEncoder with the same scores, and is served by /rerank."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -124,3 +125,46 @@ def test_reranker_loads_in_cross_encoder_and_serves_rerank(tmp_path, minilm_dir,
     assert status == 200
     ours = {r["index"]: r["score"] for r in ranked}
     np.testing.assert_allclose([ours[i] for i in range(3)], theirs, atol=1e-4)
+
+
+def test_reranker_run_config_from_before_the_training_group_loads(tmp_path):
+    """A run_config.json written before the shared `training` group (every setting at the top) is still a
+    --config file and still resumes with its own settings."""
+    from bertlab.train.retrieval.reranker import MAY_CHANGE, RerankerConfig
+    from bertlab.train.runconfig import config_from_dict
+    from bertlab.train.setup import resolve_resume_config
+
+    old = {"model": "m", "train": "t.csv", "out": str(tmp_path), "loss": "listwise", "query_column": None,
+           "passage_column": None, "label_column": None, "max_seq_length": 64, "epochs": 2.0, "max_steps": None,
+           "batch_size": 8, "lr": 3e-05, "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "bf16": False,
+           "seed": 7, "device": None, "save_every": None, "resume": False, "progress": True}
+    cfg = config_from_dict(RerankerConfig, old)
+    assert (cfg.training.lr, cfg.batch_size, cfg.seed, cfg.epochs, cfg.loss) == (3e-05, 8, 7, 2.0, "listwise")
+    assert cfg.adam_eps == 1e-6 and cfg.retain_freed_memory is False  # the reranker's own defaults
+    (tmp_path / "run_config.json").write_text(json.dumps({**old, "_resolved": {"steps": 10}}))
+    resumed = resolve_resume_config(RerankerConfig, RerankerConfig(out=str(tmp_path), resume=True),
+                                    tmp_path / "run_config.json", MAY_CHANGE, {"resume"})
+    assert resumed.resume and resumed.model == "m"
+    assert dataclasses.replace(resumed.training, resume=False) == cfg.training
+
+
+def test_head_lr_scale_moves_the_new_head_alone_faster(tmp_path, capsys):
+    """AdamW moves each weight by about lr in its first step: at --lr 1e-6 and --head-lr-scale 1000 the new
+    classifier moves about 1e-3 further than at scale 1, and every encoder weight the same (to 1e-5)."""
+    from safetensors.torch import load_file
+
+    model = tiny_model(tmp_path / "m")
+    train = groups_file(tmp_path)
+    weights = {}
+    for scale in ("1", "1000"):
+        out = tmp_path / f"out{scale}"
+        assert main(["finetune-reranker", "--model", str(model), "--train", str(train), "--out", str(out),
+                     "--loss", "listwise", "--batch-size", "4", "--max-steps", "1", "--lr", "1e-6", "--warmup", "0",
+                     "--head-lr-scale", scale, "--no-progress"]) == 0
+        weights[scale] = load_file(out / "final" / "model.safetensors")
+    for name, a in weights["1"].items():
+        moved = (weights["1000"][name] - a).abs().max().item()
+        if name == "classifier.weight":
+            assert moved > 5e-4, name
+        elif name != "classifier.bias":  # (listwise's softmax is blind to a bias shared by the group)
+            assert moved < 1e-5, name
