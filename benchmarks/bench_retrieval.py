@@ -4,9 +4,12 @@
         [--batch-size 32] [--lr 5e-5] [--warmup 0.1] [--seed 42] [--max-seq-length 256] [--parallel]
         [--json out.json]
     python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 32   # GradCache's memory
-    python benchmarks/bench_retrieval.py --reranker [--rerank-top 20]    # a reranker on mined negatives
+    python benchmarks/bench_retrieval.py --reranker [--rerank-top 20] [--rerank-loss listwise|bce]
+        [--rerank-lr 3e-5] [--rerank-head-lr-scale 1] [--rerank-warmup 0.1] [--rerank-batch-size 8]
+        [--rerank-negatives 3] [--rerank-epochs 1]    # a reranker on mined negatives, the model's top reranked
 
-Needs the test extra and `datasets` (sentence-transformers' trainer reads a `datasets.Dataset`).
+Needs the test extra and `datasets` (`pip install datasets`: sentence-transformers' trainer reads a
+`datasets.Dataset`), a dependency of this benchmark alone -- bertlab and its tests do not use it.
 
 Data, from SQuAD v1.1 dev (`../shared/data/squad/dev-v1.1.json`): the 48 articles split by parity -- even
 articles give the training pairs (question -> its paragraph, the article title before it; a seeded sample of
