@@ -5,7 +5,7 @@
         [--json out.json]
     python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 32   # GradCache's memory
     python benchmarks/bench_retrieval.py --reranker [--rerank-top 20] [--rerank-loss listwise|bce]
-        [--rerank-lr 3e-5] [--rerank-head-lr-scale 1] [--rerank-warmup 0.1] [--rerank-batch-size 8]
+        [--rerank-lr 3e-5] [--rerank-warmup 0.1] [--rerank-batch-size 8]
         [--rerank-negatives 3] [--rerank-epochs 1]    # a reranker on mined negatives, the model's top reranked
 
 Needs the test extra and `datasets` (`pip install datasets`: sentence-transformers' trainer reads a
@@ -187,7 +187,7 @@ def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.N
     start = time.perf_counter()
     settings = [] if a.rerank_defaults else [
         "--loss", a.rerank_loss, "--batch-size", str(a.rerank_batch_size), "--lr", str(a.rerank_lr),
-        "--warmup-proportion", str(a.rerank_warmup), "--head-lr-scale", str(a.rerank_head_lr_scale)]
+        "--warmup-proportion", str(a.rerank_warmup)]
     summary = bertlab("finetune-reranker", "--model", model, "--train", str(groups), "--out", str(tmp / "rr"),
                       *settings, "--epochs", str(a.rerank_epochs), "--max-seq-length", str(a.max_seq_length),
                       "--threads", str(a.threads))
@@ -236,8 +236,6 @@ def main() -> None:
     p.add_argument("--rerank-epochs", type=float, default=1.0, help="--reranker: epochs over the mined groups")
     p.add_argument("--rerank-loss", default="listwise", help="--reranker: bce or listwise")
     p.add_argument("--rerank-warmup", type=float, default=0.1, help="--reranker: warmup, a fraction of the steps")
-    p.add_argument("--rerank-head-lr-scale", type=float, default=1.0,
-                   help="--reranker: the new head's learning rate as a multiple of --rerank-lr")
     p.add_argument("--rerank-batch-size", type=int, default=8, help="--reranker: groups (bce: pairs) per step")
     p.add_argument("--rerank-negatives", type=int, default=3, help="--reranker: mined negatives per pair")
     p.add_argument("--rerank-defaults", action="store_true",

@@ -198,7 +198,12 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads)
+    # Freed memory goes back to the system (`host_memory`), not kept for the next batch: the batches change shape
+    # (length buckets of passages, then of queries, then the reranker's pairs) and the kept heap only grows.
+    # 400 SQuAD passages and 800 questions, all-MiniLM-L6-v2, one thread: peak 670 MB kept, 573 MB returned
+    # (500 MB before the first passage), in the same time (282 s and 284 s, a loaded machine).
+    options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
+                               retain_freed_memory=False)
     settings = _settings(cfg)
     embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
     top_k = cfg.top_k or max(cfg.cutoffs)

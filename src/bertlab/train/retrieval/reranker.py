@@ -34,7 +34,7 @@ from ...core.fsio import atomic_directory
 from ...tasks.files import guess_column, read_table
 from ..batches import shuffled_batches, steps_for_epochs
 from ..loop import Trainer
-from ..optim import adamw, linear_warmup_decay, param_groups
+from ..optim import adamw, linear_warmup_decay
 from ..runconfig import GroupedSettings
 from ..setup import resolve_device, run_record, write_run_config
 from .recipe import PairTraining, loop_config, start_run
@@ -84,10 +84,6 @@ class RerankerConfig(GroupedSettings):
     """pointwise rows: the passage column (default: passage, document, text)"""
     label_column: str | None = None
     """pointwise rows: the label or teacher-score column (default: label, score)"""
-    head_lr_scale: float = 1.0
-    """the new head's learning rate as a multiple of --lr (the layers the start folder lacks: on an encoder
-    folder the one-output classifier); AdamW moves a weight about lr a step, so at lr 2e-5 a head drawn at
-    std 0.02 takes hundreds of steps to grow enough for the encoder below it to learn"""
     # length of the run, batch, optimiser, precision, seed, device, checkpoints, resume: shared with
     # finetune-embeddings
     training: RerankerTraining = field(default_factory=RerankerTraining)
@@ -95,8 +91,6 @@ class RerankerConfig(GroupedSettings):
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
-        if not self.head_lr_scale > 0:
-            raise ConfigError(f"head-lr-scale must be positive, got {self.head_lr_scale}")
 
 
 def read_reranker_rows(cfg: RerankerConfig) -> tuple[list[list[tuple[str, str]]], list[list[float]]]:
@@ -213,7 +207,7 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     head = family.head("sequence-classification", "finetune-reranker")
     tokenizer = family.load_tokenizer(model_dir)
     torch.manual_seed(cfg.seed)  # the new head's weights
-    model, report = head.model_class.from_pretrained(model_dir, id2label={0: "LABEL_0"}, return_report=True)
+    model = head.model_class.from_pretrained(model_dir, id2label={0: "LABEL_0"})
     if getattr(model, "num_labels", model.config.num_labels) != 1:
         raise BertlabError(f"{model_dir}: a classifier with {model.config.num_labels} labels; a reranker has one output")
     max_length = length_limit(None, model.config, tokenizer, cfg.max_seq_length)
@@ -230,13 +224,7 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     model = model.to(device)
     log.info("%d %s of %d pair(s); %d steps of %d; loss %s", len(data), "groups" if len(groups[0]) > 1 else "rows",
              len(groups[0]), steps, cfg.batch_size, cfg.loss)
-    new = set(report.initialized)  # the head (a pooler too, if the folder has none), by canonical names
-
-    def lr_scale(name: str) -> float:
-        return cfg.head_lr_scale if any(name == n or name.endswith("." + n) for n in new) else 1.0
-
-    optimizer = adamw(model, lr=cfg.lr, eps=cfg.adam_eps,
-                      groups=param_groups(model, cfg.weight_decay, lr_scale=lr_scale))
+    optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
     out.mkdir(parents=True, exist_ok=True)
     write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "rows": len(data)}))
