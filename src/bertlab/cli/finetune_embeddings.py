@@ -17,32 +17,20 @@ the flags.
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.retrieval.finetune import EmbeddingFinetuneConfig
-    from ..train.runconfig import add_config_arguments
+    from ..train.retrieval.recipe import add_arguments as add_training_arguments
 
-    add_config_arguments(p, EmbeddingFinetuneConfig, aliases={"warmup": ("--warmup-proportion",)})
+    add_training_arguments(p, EmbeddingFinetuneConfig)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.model_names import resolve_model
     from ..train.retrieval.finetune import EmbeddingFinetuneConfig, run_finetune
-    from ..train.runconfig import config_from_args, given_fields
+    from ..train.retrieval.recipe import run_command
 
-    cfg = config_from_args(EmbeddingFinetuneConfig, args)
-    if cfg.model:
-        cfg.model = str(resolve_model(cfg.model))
-    result = run_finetune(cfg, given_fields(EmbeddingFinetuneConfig, args))
-    if result.train.interrupted:
-        print(f"interrupted at step {result.train.step}; checkpoint {result.train.checkpoint}; continue with: "
-              f"bertlab finetune-embeddings --out {result.out_dir} --resume")
-        return result.train.exit_status
-    print(json.dumps({"final": str(result.final), "best": str(result.best) if result.best else None,
-                      "steps": result.train.step, "rows": result.rows,
-                      "train_seconds": round(result.train.elapsed, 1), "loss": result.train.metrics.get("loss"),
-                      "validation": result.validation,
-                      "best_validation": result.best_validation.get("metrics") or None}, indent=2))
-    return 0
+    return run_command(args, EmbeddingFinetuneConfig, run_finetune, "finetune-embeddings", lambda result: {
+        "best": str(result.best) if result.best else None, "validation": result.validation,
+        "best_validation": result.best_validation.get("metrics") or None,
+        "stopped_early_at": result.best_validation.get("stopped_at")})

@@ -14,30 +14,17 @@ OUT_DIR/final loads in sentence-transformers' CrossEncoder with the same scores.
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..train.retrieval.recipe import add_arguments as add_training_arguments
     from ..train.retrieval.reranker import RerankerConfig
-    from ..train.runconfig import add_config_arguments
 
-    add_config_arguments(p, RerankerConfig, aliases={"warmup": ("--warmup-proportion",)})
+    add_training_arguments(p, RerankerConfig)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.model_names import resolve_model
+    from ..train.retrieval.recipe import run_command
     from ..train.retrieval.reranker import RerankerConfig, run_reranker
-    from ..train.runconfig import config_from_args, given_fields
 
-    cfg = config_from_args(RerankerConfig, args)
-    if cfg.model:
-        cfg.model = str(resolve_model(cfg.model))
-    result = run_reranker(cfg, given_fields(RerankerConfig, args))
-    if result.train.interrupted:
-        print(f"interrupted at step {result.train.step}; checkpoint {result.train.checkpoint}; continue with: "
-              f"bertlab finetune-reranker --out {result.out_dir} --resume")
-        return result.train.exit_status
-    print(json.dumps({"final": str(result.final), "steps": result.train.step, "rows": result.rows,
-                      "train_seconds": round(result.train.elapsed, 1), "loss": result.train.metrics.get("loss")},
-                     indent=2))
-    return 0
+    return run_command(args, RerankerConfig, run_reranker, "finetune-reranker")

@@ -120,8 +120,14 @@ def retrieve(embed_queries, embed_passages, dim: int, data: RetrievalSet, top_k:
                                    _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress))
     try:
         query_ids = list(data.queries)
-        query_vectors = embed_queries([data.queries[q] for q in query_ids])
-        idx, scores = search.exact_search(query_vectors, corpus, top_k)
+        k = min(top_k, len(data.corpus_ids))
+        idx, scores = np.empty((len(query_ids), k), dtype=np.int64), np.empty((len(query_ids), k), dtype=np.float32)
+        # queries too are embedded and searched a chunk at a time: memory holds one chunk's vectors and token
+        # ids, and the (Q, k) hits, whatever the number of queries
+        for start in range(0, len(query_ids), search.CORPUS_CHUNK):
+            chunk = query_ids[start:start + search.CORPUS_CHUNK]
+            idx[start:start + len(chunk)], scores[start:start + len(chunk)] = search.exact_search(
+                embed_queries([data.queries[q] for q in chunk]), corpus, top_k)
     finally:
         del corpus
     return search.run_from_hits(query_ids, data.corpus_ids, idx, scores)
@@ -192,7 +198,12 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     out = Path(cfg.out) if cfg.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads)
+    # Freed memory goes back to the system (`host_memory`), not kept for the next batch: the batches change shape
+    # (length buckets of passages, then of queries, then the reranker's pairs) and the kept heap only grows.
+    # 400 SQuAD passages and 800 questions, all-MiniLM-L6-v2, one thread: peak 670 MB kept, 573 MB returned
+    # (500 MB before the first passage), in the same time (282 s and 284 s, a loaded machine).
+    options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
+                               retain_freed_memory=False)
     settings = _settings(cfg)
     embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
     top_k = cfg.top_k or max(cfg.cutoffs)

@@ -27,7 +27,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -37,21 +37,22 @@ from ...core.errors import BertlabError, ConfigError
 from ...core.fsio import atomic_directory
 from ...tasks.retrieval.data import load_retrieval_set
 from ...tasks.retrieval.pairs import TrainingRows, read_rows
-from ..loop import LoopConfig, Trainer
+from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
-from ..setup import resolve_device, resolve_resume_config, run_record, write_run_config
+from ..runconfig import GroupedSettings
+from ..setup import resolve_device, run_record, write_run_config
 from .evaluate import evaluate_embedder
 from .losses import LOSS_ROWS, build_objective, cached_loss, plain_loss
+from .recipe import PairTraining, loop_config, start_run
 from .st_folder import EmbeddingSettings, read_settings, write_settings
 
 log = logging.getLogger(__name__)
 
-RUN_CONFIG = "run_config.json"
 BEST_RECORD = "validation.json"
 
 
 @dataclass
-class EmbeddingFinetuneConfig:
+class EmbeddingFinetuneConfig(GroupedSettings):
     """`bertlab finetune-embeddings`'s settings; the string under each field is its `--help`."""
 
     model: str | None = None
@@ -91,28 +92,8 @@ class EmbeddingFinetuneConfig:
     """cls, mean or max (default: the start folder's sentence-transformers pooling, else mean)"""
     normalize: bool | None = None
     """write a Normalize module: vectors L2-normalised (default: as the start folder; yes for a plain folder)"""
-    max_seq_length: int | None = None
-    """tokens per text (default: the start folder's max_seq_length, else the model's)"""
     allow_duplicates: bool = False
     """let a batch hold rows that share a text (by default none do: no false in-batch negatives)"""
-    epochs: float = 1.0
-    """passes over the training rows"""
-    max_steps: int | None = None
-    """optimizer steps instead of --epochs"""
-    batch_size: int = 32
-    """rows per optimizer step"""
-    lr: float = 5e-5
-    """peak learning rate"""
-    warmup: float = 0.1
-    """warmup: a fraction of the steps (< 1) or a step count"""
-    weight_decay: float = 0.0
-    """AdamW's weight decay, not on biases and norm weights"""
-    max_grad_norm: float | None = 1.0
-    """gradient clipping norm"""
-    adam_eps: float = 1e-8
-    """AdamW's ε"""
-    bf16: bool = False
-    """bf16 autocast (CPU or GPU)"""
     validation: str | None = None
     """a BEIR-layout folder to evaluate on during training; the best model is kept in OUT/best"""
     validation_split: str = "test"
@@ -121,25 +102,22 @@ class EmbeddingFinetuneConfig:
     """steps between validations (default: the end only)"""
     metric: str = "ndcg@10"
     """the validation metric that picks the best model"""
-    seed: int = 42
-    """seed of the batch order and dropout"""
-    device: str | None = None
-    """cpu or cuda (default: CUDA when available)"""
-    save_every: int | None = None
-    """steps between checkpoints of the training state (one is always written on Ctrl-C / SIGTERM)"""
-    resume: bool = False
-    """continue the interrupted run in --out from its last checkpoint, exactly, with the run's own settings"""
-    progress: bool = True
-    """progress: a bar on a terminal, a line every 30 s in a log file"""
+    early_stopping: int | None = None
+    """stop after this many validations in a row without a better --metric (needs --validation and --eval-every);
+    OUT/best holds the best model"""
+    # length of the run, batch, optimiser, precision, seed, device, checkpoints, resume: shared with the reranker
+    training: PairTraining = field(default_factory=PairTraining)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSS_ROWS:
             raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSS_ROWS)}")
         if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent"):
             raise ConfigError(f"batch-size must be at least 2 for {self.loss}: it learns from the batch's other rows")
-        for name in ("epochs", "lr", "scale"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if not self.scale > 0:
+            raise ConfigError(f"scale must be positive, got {self.scale}")
+        if self.early_stopping is not None and (self.early_stopping < 1 or not self.validation or not self.eval_every):
+            raise ConfigError("early-stopping takes a patience of at least 1 validation, and needs --validation and "
+                              "--eval-every")
         self.dims  # parses
 
     @property
@@ -322,14 +300,8 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     from ...infer.embeddings import POOLINGS, Embedder
     from ...infer.runtime import length_limit, model_family
 
-    if not cfg.out:
-        raise ConfigError("give --out OUT_DIR")
+    cfg = start_run(EmbeddingFinetuneConfig, cfg, MAY_CHANGE, given, "the training rows")
     out = Path(cfg.out)
-    cfg = resolve_resume_config(EmbeddingFinetuneConfig, cfg, out / RUN_CONFIG, MAY_CHANGE, given)
-    if not cfg.model or not cfg.train:
-        raise ConfigError("give --model (the starting model) and --train (the training rows)")
-    if not cfg.resume and (out / "checkpoints").is_dir() and any((out / "checkpoints").iterdir()):
-        raise BertlabError(f"{out}: holds a run already; continue it with --resume or choose a new --out")
     model_dir = Path(cfg.model)
     family = model_family(model_dir)
     if family.base_model is None:
@@ -364,8 +336,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
         else plain_loss(objective, encode)
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
-    warmup = cfg.warmup if cfg.warmup < 1 else int(cfg.warmup)
-    scheduler = linear_warmup_decay(optimizer, warmup, steps)
+    scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
 
     out.mkdir(parents=True, exist_ok=True)
     write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "pooling": settings.pooling,
@@ -389,10 +360,25 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
                 (out / "best" / BEST_RECORD).write_text(json.dumps(best, indent=2) + "\n")
             return metrics
 
-    loop = LoopConfig(max_steps=steps, out_dir=out, precision="bf16" if cfg.bf16 else "fp32",
-                      max_grad_norm=cfg.max_grad_norm, eval_every=cfg.eval_every if cfg.validation else None,
-                      save_every=cfg.save_every, keep_last=1, seed=cfg.seed, progress=cfg.progress)
-    trainer = Trainer(model, optimizer, scheduler, loss_fn, plan.batches, loop, evaluate=evaluate,
+    def batches(step: int) -> Iterator[dict]:
+        """The plan's batches from `step` on, ending once --early-stopping's patience is spent. Judged from the
+        best validation's step alone (saved in OUT/best), so a resumed run stops where the whole one would."""
+        for batch in plan.batches(step):
+            if stale(step):
+                log.info("early stopping at step %d: %d validations without a better %s than %.4f (step %d)", step,
+                         step // cfg.eval_every - best["step"] // cfg.eval_every, cfg.metric, best["value"],
+                         best["step"])
+                best["stopped_at"] = step
+                return
+            yield batch
+            step += 1
+
+    def stale(step: int) -> bool:
+        return (cfg.early_stopping is not None and best["value"] is not None
+                and step // cfg.eval_every - best["step"] // cfg.eval_every >= cfg.early_stopping)
+
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, batches,
+                      loop_config(cfg, out, steps, cfg.eval_every if cfg.validation else None), evaluate=evaluate,
                       token_counter=count_batch_tokens)
     started = time.perf_counter()
     result = trainer.fit(resume=cfg.resume)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -33,9 +33,11 @@ from ...core.errors import BertlabError, ConfigError
 from ...core.fsio import atomic_directory
 from ...tasks.files import guess_column, read_table
 from ..batches import shuffled_batches, steps_for_epochs
-from ..loop import LoopConfig, Trainer
+from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
-from ..setup import resolve_device, resolve_resume_config, run_record, write_run_config
+from ..runconfig import GroupedSettings
+from ..setup import resolve_device, run_record, write_run_config
+from .recipe import PairTraining, loop_config, start_run
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +45,28 @@ LOSSES = ("bce", "listwise", "distill")
 QUERY_COLUMNS = ("query", "anchor", "question", "sentence1")
 PASSAGE_COLUMNS = ("passage", "document", "text", "sentence2")
 RELEVANCE_COLUMNS = ("label", "score", "relevance")
-RUN_CONFIG = "run_config.json"
+# settings a resumed run may take anew (the rest are the run's own)
+MAY_CHANGE = ("progress", "save_every", "device")
 
 
 @dataclass
-class RerankerConfig:
+class RerankerTraining(PairTraining):
+    """A reranker's training: its defaults where they differ from an embedding model's."""
+
+    batch_size: int = 16
+    """rows (groups for listwise) per optimizer step"""
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-6
+    # Freed memory is returned to the system, not kept in the process (`host_memory`): a reranker's batches change
+    # shape every step (groups of pairs up to max_length), and the kept heap only grew -- all-MiniLM-L6-v2, batch 8
+    # groups of 4 pairs of up to 256 tokens: 6.0 GB after 8 steps, 9.3 GB after 24, killed for memory (24 GB)
+    # after ~250; without it 5.0 GB after 24 steps.
+    retain_freed_memory: bool = False
+
+
+@dataclass
+class RerankerConfig(GroupedSettings):
     """`bertlab finetune-reranker`'s settings; the string under each field is its `--help`."""
 
     model: str | None = None
@@ -65,40 +84,13 @@ class RerankerConfig:
     """pointwise rows: the passage column (default: passage, document, text)"""
     label_column: str | None = None
     """pointwise rows: the label or teacher-score column (default: label, score)"""
-    max_seq_length: int | None = None
-    """tokens per (query, passage) pair (default: the model's)"""
-    epochs: float = 1.0
-    """passes over the rows"""
-    max_steps: int | None = None
-    """optimizer steps instead of --epochs"""
-    batch_size: int = 16
-    """rows (groups for listwise) per optimizer step"""
-    lr: float = 2e-5
-    """peak learning rate"""
-    warmup: float = 0.1
-    """warmup: a fraction of the steps (< 1) or a step count"""
-    weight_decay: float = 0.01
-    """AdamW's weight decay, not on biases and norm weights"""
-    max_grad_norm: float | None = 1.0
-    """gradient clipping norm"""
-    bf16: bool = False
-    """bf16 autocast (CPU or GPU)"""
-    seed: int = 42
-    """seed of the new head, the batch order and dropout"""
-    device: str | None = None
-    """cpu or cuda (default: CUDA when available)"""
-    save_every: int | None = None
-    """steps between checkpoints of the training state (one is always written on Ctrl-C / SIGTERM)"""
-    resume: bool = False
-    """continue the interrupted run in --out from its last checkpoint, exactly, with the run's own settings"""
-    progress: bool = True
-    """progress: a bar on a terminal, a line every 30 s in a log file"""
+    # length of the run, batch, optimiser, precision, seed, device, checkpoints, resume: shared with
+    # finetune-embeddings
+    training: RerankerTraining = field(default_factory=RerankerTraining)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
             raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSSES)}")
-        if not self.lr > 0 or not self.epochs > 0 or self.batch_size < 1:
-            raise ConfigError("lr and epochs must be positive, batch-size at least 1")
 
 
 def read_reranker_rows(cfg: RerankerConfig) -> tuple[list[list[tuple[str, str]]], list[list[float]]]:
@@ -207,14 +199,8 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     from ...infer.inputs import encode as encode_texts
     from ...infer.runtime import length_limit, model_family
 
-    if not cfg.out:
-        raise ConfigError("give --out OUT_DIR")
+    cfg = start_run(RerankerConfig, cfg, MAY_CHANGE, given, "the rows")
     out = Path(cfg.out)
-    cfg = resolve_resume_config(RerankerConfig, cfg, out / RUN_CONFIG, ("progress", "save_every", "device"), given)
-    if not cfg.model or not cfg.train:
-        raise ConfigError("give --model (the starting model) and --train (the rows)")
-    if not cfg.resume and (out / "checkpoints").is_dir() and any((out / "checkpoints").iterdir()):
-        raise BertlabError(f"{out}: holds a run already; continue it with --resume or choose a new --out")
     groups, targets = read_reranker_rows(cfg)
     model_dir = Path(cfg.model)
     family = model_family(model_dir)
@@ -238,20 +224,13 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     model = model.to(device)
     log.info("%d %s of %d pair(s); %d steps of %d; loss %s", len(data), "groups" if len(groups[0]) > 1 else "rows",
              len(groups[0]), steps, cfg.batch_size, cfg.loss)
-    optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = linear_warmup_decay(optimizer, cfg.warmup if cfg.warmup < 1 else int(cfg.warmup), steps)
+    optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
+    scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
     out.mkdir(parents=True, exist_ok=True)
     write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "rows": len(data)}))
-    # Freed memory is returned to the system, not kept in the process (`host_memory`): a reranker's batches change
-    # shape every step (groups of pairs up to max_length), and the kept heap only grew -- all-MiniLM-L6-v2, batch 8
-    # groups of 4 pairs of up to 256 tokens: 6.0 GB after 8 steps, 9.3 GB after 24, killed for memory (24 GB)
-    # after ~250; without it 5.0 GB after 24 steps.
-    loop = LoopConfig(max_steps=steps, out_dir=out, precision="bf16" if cfg.bf16 else "fp32",
-                      max_grad_norm=cfg.max_grad_norm, save_every=cfg.save_every, keep_last=1, seed=cfg.seed,
-                      progress=cfg.progress, retain_freed_memory=False)
     trainer = Trainer(model, optimizer, scheduler, reranker_loss(cfg.loss),
                       lambda step: shuffled_batches(data, cfg.batch_size, collate_groups, seed=cfg.seed, start=step),
-                      loop, token_counter=count_pair_tokens)
+                      loop_config(cfg, out, steps), token_counter=count_pair_tokens)
     started = time.perf_counter()
     result = trainer.fit(resume=cfg.resume)
     final = None
