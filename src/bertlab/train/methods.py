@@ -31,7 +31,7 @@ from torch import nn
 
 from ..core.errors import ConfigError
 from ..models.family import Family
-from ..models.registry import family as family_named
+from ..models.registry import DEFAULT_MODEL_TYPE, family as family_named
 from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
                            parameter_counts)
 
@@ -99,7 +99,7 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
         return any(name.startswith(m + ".") for m in new_modules)
 
     tuning = Tuning(options)
-    family = family_named(model.config.model_type)
+    family = family_named(model.config.to_dict().get("model_type", DEFAULT_MODEL_TYPE))  # whose layer names
     if options.method == "adapters":
         # Houlsby et al.: an adapter after the attention block's output projection and after the feed-forward
         # output, each before its residual add
