@@ -183,8 +183,8 @@ def plan_line(planned: int, seconds_per_step: float, settings: DemoSettings, cap
     more = math.ceil(settings.minutes + 1.1 * (want - planned) * seconds_per_step / 60)
     return (f"plan: {seconds_per_step:.2f} s a step now (other work is using the CPU, or it is a slow one), so the "
             f"{format_duration(cap_s)} cap fits {planned:,} of the demo's {want:,} steps -> held-out masked-word "
-            f"accuracy about {expected_accuracy(planned)}, not {expected_accuracy(want)}; --demo-minutes {more} "
-            "fits them all")
+            f"accuracy about {expected_accuracy(planned)} (more if the pace picks up: the plan re-fits as it goes), "
+            f"not {expected_accuracy(want)}; --demo-minutes {more} fits them all")
 
 
 def is_prose(paragraph: str) -> bool:
