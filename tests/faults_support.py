@@ -36,3 +36,27 @@ def signal_on_item(patched, owner, name: str, n: int, sig: int = signal.SIGINT) 
 
     patched.setattr(owner, name, counting)
     return count
+
+
+def check_pretraining_resumes_bitwise(patched, tmp_path, args, objective: str) -> None:
+    """`bertlab pretrain` with `args(out)` (argv for a run directory, 6 steps, a checkpoint every 2): a run sent
+    SIGINT in step 4 and then resumed ends with the weights of an uninterrupted run, every step logged once.
+    `patched`: a pytest MonkeyPatch; `objective`: the registered objective whose loss the signal interrupts."""
+    import torch
+    from safetensors.torch import load_file
+
+    from bertlab.cli import main
+    from bertlab.objectives import get_objective
+    from bertlab.train import read_metrics
+
+    reference, run = tmp_path / "reference", tmp_path / "run"
+    assert main(args(reference)) == 0
+    with patched.context() as p:
+        signal_on_call(p, type(get_objective(objective)), "loss", 4)  # SIGINT during step 4, as Ctrl-C
+        assert main(args(run)) == 130
+    assert not (run / "final").exists()
+    assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress",
+                 "--num-workers", "0"]) == 0
+    a, b = (load_file(str(d / "final" / "model.safetensors")) for d in (reference, run))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in read_metrics(run) if "loss" in r] == list(range(1, 7))

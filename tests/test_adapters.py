@@ -489,3 +489,43 @@ def test_lora_and_adapters_find_each_familys_layers_by_default(model_type, tmp_p
     with pytest.raises(ConfigError, match=f"names no linear layer of the {family(model_type).name} model"):
         methods.prepare(AutoModel.for_head("sequence-classification").from_pretrained(tmp_path),
                         methods.TuningOptions(method="lora", lora_targets="nothing_here"), head)
+
+
+def _groups_cover_the_encoder(model) -> list[set[str]]:
+    """Gradual unfreezing's groups of `model`'s encoder as sets of parameter names, checked to hold every
+    encoder parameter exactly once (a parameter outside them would train from the first step as the head)."""
+    encoder = getattr(model, model.base_model_prefix)
+    tuning = methods.prepare(model, methods.TuningOptions(gradual_unfreezing=2), ["classifier"])
+    ids = {id(p): n for n, p in encoder.named_parameters()}
+    groups = [{ids[id(p)] for p in g.parameters()} for g in tuning.unfreezing.blocks]
+    assert sum(len(g) for g in groups) == len(set().union(*groups)) == len(ids)
+    return groups
+
+
+def test_gradual_unfreezing_groups_every_part_of_the_newer_encoders():
+    """ModernBERT's final norm unfreezes with its top layer; ELECTRA's embedding projection with the embeddings;
+    DeBERTa's relative-position table with the embeddings and its convolution with the first block."""
+    from bertlab.models.deberta_v2.config import DebertaV2Config
+    from bertlab.models.deberta_v2.heads import DebertaV2ForSequenceClassification
+    from bertlab.models.electra.config import ElectraConfig
+    from bertlab.models.electra.heads import ElectraForSequenceClassification
+    from bertlab.models.modernbert.config import ModernBertConfig
+    from bertlab.models.modernbert.heads import ModernBertForSequenceClassification
+
+    model = ModernBertForSequenceClassification(ModernBertConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=40, num_hidden_layers=3, num_attention_heads=2,
+        pad_token_id=0, local_attention=8))
+    groups = _groups_cover_the_encoder(model)
+    assert len(groups) == 4 and "final_norm.weight" in groups[-1] and "layers.2.attn.Wqkv.weight" in groups[-1]
+    model = ElectraForSequenceClassification(ElectraConfig(vocab_size=64, embedding_size=16, hidden_size=32,
+                                                           num_hidden_layers=2, num_attention_heads=2,
+                                                           intermediate_size=37))
+    groups = _groups_cover_the_encoder(model)
+    assert len(groups) == 3 and "embeddings_project.weight" in groups[0]
+    model = DebertaV2ForSequenceClassification(DebertaV2Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+        relative_attention=True, position_buckets=8, max_relative_positions=16, norm_rel_ebd="layer_norm",
+        conv_kernel_size=3))
+    groups = _groups_cover_the_encoder(model)
+    assert len(groups) == 3 and "encoder.rel_embeddings.weight" in groups[0]
+    assert any(n.startswith("encoder.conv.") for n in groups[1])

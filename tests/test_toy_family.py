@@ -102,7 +102,8 @@ def test_the_toy_family_declares_its_pretraining_data_engines_and_checkpoint_nam
     from bertlab.models.registry import data_tokenizers, family_of
     from toy_family.family import ToyModel
 
-    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "electra": "wordpiece", "toy": "wordpiece"}
+    assert data_tokenizers() == {"bert": "wordpiece", "roberta": "bpe", "electra": "wordpiece", "modernbert": "bpe-cls",
+                                 "toy": "wordpiece"}
     with pytest.raises(BertlabError, match="--engine ctranslate2 has no converter for Toy models"):
         _require_ctranslate2_converter(toy_folder, family_of(toy_folder))
     assert getattr(ToyModel, "read_tf_checkpoint", None) is None  # so a TensorFlow checkpoint is refused
@@ -126,8 +127,8 @@ def test_pretrain_and_prepare_reach_families_through_the_registry(toy_folder, tm
     with pytest.raises(ConfigError, match="tokenized with a bpe vocabulary, but toy models use wordpiece; use "
                                           "--family roberta"):
         pretraining_family(cfg, SimpleNamespace(tokenizer_kind="bpe"))
-    with pytest.raises(ConfigError, match=r"family must be one of bert, roberta, electra, toy, got 't5' \(T5: `bertlab "
-                                          r"pretrain-t5`\)"):
+    with pytest.raises(ConfigError, match=r"family must be one of bert, roberta, electra, modernbert, toy, got 't5' "
+                                          r"\(T5: `bertlab pretrain-t5`\)"):
         PretrainConfig(data="d", out="r", family="t5", steps=1).validate()
     assert registry.pretrain_command("toy") == "pretrain" and registry.pretrain_command("xlm-roberta") is None
     assert registry.data_tokenizers("pretrain-t5") == {"t5": "sentencepiece"}

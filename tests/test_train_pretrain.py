@@ -18,11 +18,10 @@ import torch.nn.functional as F
 from bertlab import BertConfig, BertForMaskedLM, BertForPreTraining
 from bertlab.cli import main
 from bertlab.nn import dropout
-from bertlab.objectives import get_objective
 from bertlab.train import Lamb, adamw, layerwise_lr_scale, linear_warmup_decay, param_groups, read_metrics
 from bertlab.train import pretrain as pt
 from bertlab.train.runconfig import parse_duration
-from faults_support import signal_on_call
+from faults_support import check_pretraining_resumes_bitwise
 from test_data_prepare import segment_pair_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,19 +199,9 @@ def test_cli_pretrain_exports_a_model_transformers_loads(data_dir, tmp_path, cap
 
 
 def test_resume_after_interrupt_is_bitwise_exact(data_dir, tmp_path, monkeypatch):
-    reference = tmp_path / "reference"
-    assert main(pretrain_args(data_dir, reference, "--steps", 6, "--save-every", 2)) == 0
-
-    run = tmp_path / "run"
-    with monkeypatch.context() as patched:
-        signal_on_call(patched, type(get_objective("mlm+nsp")), "loss", 4)  # SIGINT during step 4, as Ctrl-C
-        assert main(pretrain_args(data_dir, run, "--steps", 6, "--save-every", 2)) == 130
-    assert not (run / "final").exists()
-    assert main(["--log-level", "WARNING", "pretrain", "--out", str(run), "--resume", "--no-progress",
-                 "--num-workers", "0"]) == 0
-    a, b = read_weights(reference / "final"), read_weights(run / "final")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert [r["step"] for r in read_metrics(run) if "loss" in r] == list(range(1, 7))
+    check_pretraining_resumes_bitwise(monkeypatch, tmp_path,
+                                      lambda out: pretrain_args(data_dir, out, "--steps", 6, "--save-every", 2),
+                                      "mlm+nsp")
 
 
 @pytest.mark.slow

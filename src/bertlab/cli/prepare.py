@@ -4,6 +4,7 @@
     bertlab prepare --out data/ --max-seq-length 512                       # phase 2 from the same shards
     bertlab prepare corpus.jsonl --vocab vocab.txt --out d/ --mode full-sentences --dynamic --masking span
     bertlab prepare corpus.txt --vocab roberta-vocab/ --out r/ --mode full-sentences --dynamic   # RoBERTa (BPE)
+    bertlab prepare corpus.txt --vocab modernbert/ --out m/ --mode full-sentences --dynamic --masked-lm-prob 0.3
     bertlab prepare --out data/ --show 3                                   # print instances, Google-style
     bertlab prepare zh.txt --vocab vocab.txt --out d/ --masking whole-word --segmenter jieba   # Chinese WWM
     bertlab prepare corpus.txt --vocab spiece.model --out t5/ --objective span-corruption --show 2   # T5
@@ -50,8 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("corpus", nargs="*", metavar="CORPUS", help="text files or directories of them")
     p.add_argument("--vocab", metavar="VOCAB",
                    help="vocab.txt or a tokenizer folder; RoBERTa: a byte-level BPE folder (vocab.json + "
-                        "merges.txt) or its tokenizer.json; for T5 objectives a SentencePiece model "
-                        "(spiece.model or its folder); needed with CORPUS")
+                        "merges.txt) or its tokenizer.json; a model folder (or tokenizer.json) whose family reads "
+                        "its own tokenizer.json ([CLS] A [SEP] byte-level BPE: ModernBERT's); for T5 objectives a "
+                        "SentencePiece model (spiece.model or its folder); needed with CORPUS")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="the data directory to write or update")
     g = p.add_argument_group("reading")
     g.add_argument("--format", choices=CORPUS_FORMATS, default="auto",

@@ -33,13 +33,17 @@ vocabulary as in Google's script (`vocab_words[randint(0, len(vocab_words) - 1)]
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import os
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Container, NamedTuple, Sequence
 
 import numpy as np
+
+from ..tokenizer.tokenizer_json import TOKENIZER_JSON_NAME
 
 GRANULARITIES = ("token", "whole-word", "span")
 
@@ -132,13 +136,22 @@ class VocabInfo:
         token (`prepare` refuses whole-word and span masking with it, as RoBERTa masks tokens), so its pieces
         are not marked as word continuations."""
         tokens = vocabulary_tokens(vocab_file)
+        if Path(vocab_file).name == TOKENIZER_JSON_NAME:  # byte-level BPE laid out [CLS] A [SEP] ("bpe-cls")
+            return cls.from_tokens(tokens, continuation_prefix=None)
         if str(vocab_file).endswith(".json"):
             return cls.from_tokens(tokens, BPE_SPECIAL_TOKENS, "<mask>", continuation_prefix=None)
         return cls.from_tokens(tokens)
 
 
 def vocabulary_tokens(vocab_file: str | os.PathLike) -> list[str]:
-    """The tokens of a data directory's vocabulary in id order: a vocab.txt's lines, or a BPE vocab.json's keys."""
+    """The tokens of a data directory's vocabulary in id order: a vocab.txt's lines, a BPE vocab.json's keys, or
+    a tokenizer.json's model vocabulary with its added tokens."""
+    if Path(vocab_file).name == TOKENIZER_JSON_NAME:
+        data = json.loads(Path(vocab_file).read_text(encoding="utf-8"))
+        index = dict(data["model"]["vocab"])
+        for added in data.get("added_tokens") or []:
+            index.setdefault(added["content"], added["id"])
+        return sorted(index, key=index.__getitem__)
     if str(vocab_file).endswith(".json"):
         from ..tokenizer.roberta import read_vocab_json
 

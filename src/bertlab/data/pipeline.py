@@ -125,12 +125,21 @@ class PrepareResult:
 def load_corpus_tokenizer(vocab: str | os.PathLike, do_lower_case: bool | None = None):
     """The tokenizer `prepare` reads a corpus with, by the vocabulary's kind: WordPiece and byte-level BPE are
     `tokenizer/`'s; a SentencePiece model is read with the conventions (special ids, sentinels) of the family
-    pre-trained on such data (`Family.corpus_tokenizer`). Special-token text written in a corpus stays text."""
-    from ..models.registry import corpus_tokenizer, data_family_names
+    pre-trained on such data (`Family.corpus_tokenizer`), and so is a vocabulary a family recognises as its own
+    (`Family.corpus_vocabulary`: a tokenizer.json laid out [CLS] A [SEP]). Special-token text written in a corpus
+    stays text."""
+    from ..models.registry import claimed_vocabulary, corpus_tokenizer, data_family_names
     from ..tokenizer import BertTokenizer
     from ..tokenizer.roberta import RobertaTokenizer, is_bpe_path
     from ..tokenizer.sentencepiece import is_sentencepiece_path
 
+    claimed = claimed_vocabulary(vocab)  # a family's own kind (a tokenizer.json of its layout), asked first
+    if claimed is not None:
+        kind, read = claimed
+        if do_lower_case:
+            raise DataError(f"{vocab}: a {kind} vocabulary ({data_family_names(kind)}'s) is cased; lower-casing is "
+                            "a WordPiece setting, leave out --do-lower-case")
+        return read(Path(vocab))
     if is_sentencepiece_path(vocab):
         read = corpus_tokenizer("sentencepiece")
         if read is None:
@@ -501,9 +510,10 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             if not vocab_path.exists():
                 raise DataError(f"{vocab_path}: no such vocabulary file or folder")
             tokenizer = load_corpus_tokenizer(vocab_path, corpus.do_lower_case)
-            if tokenizer_kind(tokenizer) == "bpe":
+            if tokenizer_kind(tokenizer) not in ("wordpiece", "sentencepiece"):
                 # vocab.json + merges.txt + tokenizer_config.json as the tokenizer saves them, whichever form
-                # it was read from (a tokenizer.json too): the data keeps a folder the BPE tokenizer loads
+                # it was read from (a tokenizer.json too), or a family's own files (its tokenizer.json): the
+                # data keeps a folder the BPE tokenizer loads
                 vocab_file, bpe_files = vocab_path, _saved_files(tokenizer)
             else:
                 vocab_name = getattr(tokenizer, "model_file", Path(store.VOCAB_NAME)).name  # spiece.model for SentencePiece
@@ -526,8 +536,8 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
             raise DataError(f"{tok_info['source']}: a SentencePiece vocabulary serves the text-to-text objectives "
                             "only (--objective span-corruption, ...); masked LM objectives need a WordPiece "
                             "vocab.txt or a byte-level BPE tokenizer")
-        if tok_info.get("kind") == "bpe":
-            check_bpe_instances(tok_info["source"], instances)
+        if tok_info.get("kind") not in ("wordpiece", "sentencepiece"):
+            check_bpe_instances(tok_info["source"], instances, tok_info["kind"])
 
         report = None
         corpus_reused = old is not None and old["corpus"]["key"] == key
@@ -672,13 +682,16 @@ def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
 
 
 def tokenizer_kind(tokenizer) -> str:
-    """wordpiece (a vocab.txt), bpe (byte-level BPE) or sentencepiece (a SentencePiece model)."""
+    """wordpiece (a vocab.txt), bpe (byte-level BPE), sentencepiece (a SentencePiece model), or the kind a
+    family's own tokenizer names (`DATA_KIND`: "bpe-cls", byte-level BPE laid out [CLS] A [SEP])."""
+    if getattr(tokenizer, "DATA_KIND", None) is not None:
+        return tokenizer.DATA_KIND
     if getattr(tokenizer, "model_file", None) is not None:
         return "sentencepiece"
     return "bpe" if hasattr(tokenizer, "bpe") else "wordpiece"
 
 
-def check_bpe_instances(source: str, instances) -> None:
+def check_bpe_instances(source: str, instances, kind: str = "bpe") -> None:
     """What byte-level BPE data is made for: masked LM on packed sequences, token by token. Next-sentence pairs
     are refused (the families pre-trained on it dropped NSP and have no NSP head), and so are whole-word and span
     masking: a BPE piece without a leading 'Ġ' does not say exactly whether it continues a word (punctuation,
@@ -686,10 +699,10 @@ def check_bpe_instances(source: str, instances) -> None:
     from ..models.registry import data_family_names
 
     if isinstance(instances, TextToTextSettings):
-        raise DataError(f"{source}: a byte-level BPE vocabulary serves masked LM ({data_family_names('bpe')}); "
+        raise DataError(f"{source}: a byte-level BPE vocabulary serves masked LM ({data_family_names(kind)}); "
                         "the text-to-text objectives need a SentencePiece model")
     if instances.instances.has_nsp:
-        raise DataError(f"{source}: byte-level BPE data is for {data_family_names('bpe')}, which has no "
+        raise DataError(f"{source}: byte-level BPE data is for {data_family_names(kind)}, which has no "
                         "next-sentence objective; use "
                         f"--mode full-sentences or doc-sentences, not {instances.instances.mode}")
     if instances.masking.granularity != "token":
@@ -720,9 +733,12 @@ def _tokenizer_info(tokenizer, vocab_file: Path, vocab_text: bytes | None = None
         raise DataError(f"{vocab_file}: the vocabulary has no [{missing[0].upper()}] token")
     if bpe_files is not None:  # what the tokenizer is: its vocabulary, merges and settings
         from ..tokenizer.roberta import VOCAB_JSON_NAME
+        from ..tokenizer.tokenizer_json import TOKENIZER_JSON_NAME
 
         sha256 = store.sha256_json({name: hashlib.sha256(data).hexdigest() for name, data in bpe_files.items()})
-        return {"kind": "bpe", "vocab_file": None, "vocab_name": VOCAB_JSON_NAME, "source": str(vocab_file),
+        # the file the data's vocabulary is named by (and checked by size): vocab.json, else the tokenizer.json
+        vocab_name = VOCAB_JSON_NAME if VOCAB_JSON_NAME in bpe_files else TOKENIZER_JSON_NAME
+        return {"kind": tokenizer_kind(tokenizer), "vocab_file": None, "vocab_name": vocab_name, "source": str(vocab_file),
                 "vocab_sha256": sha256, "vocab_size": len(tokenizer), "do_lower_case": False,
                 "class": f"{type(tokenizer).__module__}.{type(tokenizer).__name__}", "special_ids": ids,
                 "token_dtype": store.token_dtype(len(tokenizer)).name}

@@ -44,6 +44,10 @@ class Family:
     # than one in `tokenizer/` (a path -> a tokenizer that keeps special-token text in a corpus as text); None: the
     # kind's tokenizer in `tokenizer/` (WordPiece, byte-level BPE) serves
     corpus_tokenizer: Callable[[Path], Any] | None = None
+    # Whether a vocabulary path `prepare` is given is the family's own kind, read by `corpus_tokenizer` before
+    # the kinds `tokenizer/` recognises (a tokenizer.json of its layout that would otherwise pass for RoBERTa's
+    # byte-level BPE); None: the kind's files say it (a SentencePiece model, vocab.json + merges.txt)
+    corpus_vocabulary: Callable[[Path], bool] | None = None
     engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the

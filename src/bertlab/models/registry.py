@@ -108,6 +108,16 @@ def corpus_tokenizer(kind: str):
     return None
 
 
+def claimed_vocabulary(path: str | os.PathLike):
+    """(data tokenizer kind, loader) of the family that recognises `path` as a vocabulary of its own kind
+    (`Family.corpus_vocabulary`), or None when no family does and the path's files say its kind."""
+    for model_type in FAMILIES:
+        f = family(model_type)
+        if f.corpus_vocabulary is not None and f.corpus_tokenizer is not None and f.corpus_vocabulary(Path(path)):
+            return f.data_tokenizer, f.corpus_tokenizer
+    return None
+
+
 def model_type_of(path: str | os.PathLike) -> str:
     """The `model_type` of a model folder or config file. A config without one is BERT's, as every config
     written before `transformers` added the field (and Google's `bert_config.json`) is."""

@@ -108,9 +108,10 @@ class RobertaTokenizer(TokenizerBase):
                            unk_id=None if bpe_unk_token is None else vocab[bpe_unk_token])
         except BPEError as e:
             raise TokenizerError(f"{self.merges_file or '<merges>'}: {e}") from None
-        # special tokens in text: leftmost, longest first (the tokenizers library's added-token matching)
-        self._special_re = re.compile("|".join(re.escape(t) for t in sorted(self.all_special_tokens, key=len,
-                                                                              reverse=True)))
+        # special tokens in text: leftmost, longest first (the tokenizers library's added-token matching); None:
+        # none is matched (`split_special_tokens`)
+        self._special_re = None if self.split_special_tokens else \
+            re.compile("|".join(re.escape(t) for t in sorted(self.all_special_tokens, key=len, reverse=True)))
         self._init_fast(use_fast)
 
     def _make_fast(self):
@@ -143,7 +144,7 @@ class RobertaTokenizer(TokenizerBase):
         """(start, end, id) of each special token in `text`; `<mask>` with `mask_lstrip` takes the whitespace
         before it, but not what the previous special token took."""
         out: list[tuple[int, int, int]] = []
-        if self.split_special_tokens:
+        if self._special_re is None:
             return out
         prev = 0
         for m in self._special_re.finditer(text):

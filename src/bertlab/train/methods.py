@@ -91,6 +91,21 @@ class Tuning:
             p.requires_grad_(True)
 
 
+def unfreezing_groups(encoder: nn.Module) -> list[nn.Module]:
+    """What gradual unfreezing walks, bottom to top: the embeddings, then each block of the layer stack (a
+    shared block once: ALBERT's groups). An encoder with pre-trained parts beside those (a final norm, a
+    projection, a relative-position table) lists its groups itself (`unfreezing_groups()`), so that no
+    pre-trained part trains from the first step as if it were the new head."""
+    if callable(getattr(encoder, "unfreezing_groups", None)):
+        return encoder.unfreezing_groups()
+    stack = next((m for m in encoder.modules() if callable(getattr(m, "blocks", None))), None)  # the layer stack
+    if stack is None:
+        raise ConfigError(f"gradual-unfreezing: {type(encoder).__name__} has no layer stack to unfreeze "
+                          "(no blocks())")
+    blocks = list({id(b): b for b in stack.blocks()}.values())  # bottom to top; a shared block once (ALBERT)
+    return [encoder.embeddings, *blocks]
+
+
 def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], base_model: str | None = None) -> Tuning:
     """Apply the method to a fresh task model; `new_modules` (the head, a pooler the checkpoint lacked) always
     train; `base_model`: the pre-trained folder an unmerged LoRA adapter is saved over. Logs and reports
@@ -122,9 +137,7 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
                                                    base_model_name_or_path=base_model)
     elif options.gradual_unfreezing:
         encoder = getattr(model, model.base_model_prefix)  # model.bert, model.distilbert, model.albert
-        stack = next(m for m in encoder.modules() if callable(getattr(m, "blocks", None)))  # the layer stack
-        blocks = list({id(b): b for b in stack.blocks()}.values())  # bottom to top; a shared block once (ALBERT)
-        tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *blocks], options.gradual_unfreezing)
+        tuning.unfreezing = GradualUnfreezing(unfreezing_groups(encoder), options.gradual_unfreezing)
     trainable, total = parameter_counts(model)
     tuning.report.update(method=options.method, trainable_parameters=trainable, total_parameters=total)
     log.info("%s: %s of %s parameters train (%.2f%%)", options.method, f"{trainable:,}", f"{total:,}",

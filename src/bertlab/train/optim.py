@@ -5,6 +5,8 @@
     LR      linear warmup from 0 over `warmup_steps`, then linear decay to 0 at `total_steps` (the paper's
             10k-of-1M shape, scaled to the run)
     LAMB    You et al. (2019): Adam's update rescaled per tensor by ‖w‖ / ‖update‖, for very large batches
+    StableAdamW  Wortsman et al. (2023), ModernBERT's: AdamW with Adafactor's per-tensor update clipping and
+            weight decay decoupled from the learning rate
     LLRD    layer-wise LR decay for fine-tuning: lr_l = lr · decay^(L − l) for encoder layer l = 1..L,
             embeddings l = 0 (the lowest rate), everything above the encoder (pooler, heads) the full lr
 
@@ -111,16 +113,9 @@ def adamw(model: nn.Module, lr: float, weight_decay: float = 0.01, betas: tuple[
                              fused=fused or None, foreach=None if fused else True)
 
 
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., 2019): Adam moments, decoupled weight decay, then a per-tensor trust ratio
-    ‖w‖ / ‖update‖ that keeps every layer's step proportional to its weights, so very large batches
-    (32k in the paper) train stably. Tensors without weight decay (biases, LayerNorm) skip the ratio, as
-    in Google's and NVIDIA's implementations (`exclude_from_layer_adaptation`)."""
-
-    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
-                 weight_decay: float = 0.01, bias_correction: bool = True):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      bias_correction=bias_correction))
+class AdamMoments(torch.optim.Optimizer):
+    """An optimizer on Adam's moments, kept per tensor: each step updates m and v of every tensor with a gradient,
+    then `update(p, group, m, v, t)` moves the tensor (t: its step count, from 1)."""
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -142,20 +137,38 @@ class Lamb(torch.optim.Optimizer):
                 m, v = state["exp_avg"], state["exp_avg_sq"]
                 m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
                 v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                if group["bias_correction"]:
-                    t = float(state["step"])
-                    m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
-                else:
-                    m_hat, v_hat = m, v
-                update = m_hat / (v_hat.sqrt() + group["eps"])
-                if group["weight_decay"] != 0:
-                    update.add_(p, alpha=group["weight_decay"])
-                    w_norm, u_norm = p.norm(), update.norm()
-                    # ratio 1 when either norm is 0 (fresh zero-initialised tensors, zero updates)
-                    trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                    update.mul_(trust)
-                p.add_(update, alpha=-group["lr"])
+                self.update(p, group, m, v, float(state["step"]))
         return loss
+
+    def update(self, p: torch.Tensor, group: dict[str, Any], m: torch.Tensor, v: torch.Tensor, t: float) -> None:
+        raise NotImplementedError
+
+
+class Lamb(AdamMoments):
+    """LAMB (You et al., 2019): Adam moments, decoupled weight decay, then a per-tensor trust ratio
+    ‖w‖ / ‖update‖ that keeps every layer's step proportional to its weights, so very large batches
+    (32k in the paper) train stably. Tensors without weight decay (biases, LayerNorm) skip the ratio, as
+    in Google's and NVIDIA's implementations (`exclude_from_layer_adaptation`)."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.01, bias_correction: bool = True):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction))
+
+    def update(self, p: torch.Tensor, group: dict[str, Any], m: torch.Tensor, v: torch.Tensor, t: float) -> None:
+        beta1, beta2 = group["betas"]
+        if group["bias_correction"]:
+            m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+        else:
+            m_hat, v_hat = m, v
+        update = m_hat / (v_hat.sqrt() + group["eps"])
+        if group["weight_decay"] != 0:
+            update.add_(p, alpha=group["weight_decay"])
+            w_norm, u_norm = p.norm(), update.norm()
+            # ratio 1 when either norm is 0 (fresh zero-initialised tensors, zero updates)
+            trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+            update.mul_(trust)
+        p.add_(update, alpha=-group["lr"])
 
 
 def lamb(model: nn.Module, lr: float, weight_decay: float = 0.01, betas: tuple[float, float] = (0.9, 0.999),
@@ -164,13 +177,53 @@ def lamb(model: nn.Module, lr: float, weight_decay: float = 0.01, betas: tuple[f
     return Lamb(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
+class StableAdamW(AdamMoments):
+    """StableAdamW (Wortsman et al., 2023), ModernBERT's optimizer: AdamW whose step on each tensor is shrunk
+    by Adafactor's update clipping instead of clipping the gradient's global norm,
+
+        m, v      Adam's moments, bias-corrected: m̂ = m / (1 − β1^t), v̂ = v / (1 − β2^t)
+        RMS       √ mean(g² / max(v̂, ε²)) over the tensor: how far this gradient is beyond its running scale
+        η         lr / max(1, RMS)  -- a spike in one tensor's gradient slows that tensor alone
+        θ         θ · (1 − λ · lr / lr_peak) − η · m̂ / (√v̂ + ε)
+
+    with weight decay decoupled from the learning rate as ModernBERT's trainer (Composer's decoupled optimizers)
+    has it: λ is the fraction taken off a weight per step at the peak rate (ModernBERT: 1e-5), following the
+    schedule's shape rather than multiplied by lr (AdamW's λ · lr). `lr_peak` is the group's rate when the
+    schedule was made (`initial_lr`), else its current one."""
+
+    def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.98), eps: float = 1e-6,
+                 weight_decay: float = 1e-5):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def update(self, p: torch.Tensor, group: dict[str, Any], m: torch.Tensor, v: torch.Tensor, t: float) -> None:
+        beta1, beta2 = group["betas"]
+        eps, lr = group["eps"], group["lr"]
+        peak = group.get("initial_lr") or lr
+        m_hat, v_hat = m / (1 - beta1 ** t), v / (1 - beta2 ** t)
+        rms = (p.grad.square() / v_hat.clamp(min=eps * eps)).mean().sqrt()
+        if group["weight_decay"] != 0 and peak > 0:
+            p.mul_(1 - group["weight_decay"] * lr / peak)
+        p.add_(m_hat / (v_hat.sqrt() + eps), alpha=-lr / max(1.0, float(rms)))
+
+
+def stable_adamw(model: nn.Module, lr: float, weight_decay: float = 1e-5, betas: tuple[float, float] = (0.9, 0.98),
+                 eps: float = 1e-6, groups: list[dict[str, Any]] | None = None) -> StableAdamW:
+    groups = _with_lr(groups if groups is not None else param_groups(model, weight_decay), lr)
+    return StableAdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+
+OPTIMIZERS = ("adamw", "lamb", "stableadamw")
+
+
 def build_optimizer(name: str, model: nn.Module, lr: float, weight_decay: float = 0.01,
                     **kwargs: Any) -> torch.optim.Optimizer:
     if name == "adamw":
         return adamw(model, lr, weight_decay, **kwargs)
     if name == "lamb":
         return lamb(model, lr, weight_decay, **kwargs)
-    raise ConfigError(f"optimizer must be 'adamw' or 'lamb', got {name!r}")
+    if name == "stableadamw":
+        return stable_adamw(model, lr, weight_decay, **kwargs)
+    raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------- schedule

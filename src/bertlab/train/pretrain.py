@@ -40,8 +40,8 @@ import torch
 from ..checkpoint.pretrained import save_pretrained
 from ..core.jsonconfig import JsonConfig
 from ..models.family import Family
-from ..models.registry import (DEFAULT_MODEL_TYPE, FAMILIES, data_tokenizers, family as family_named, model_type_of,
-                               pretrain_command)
+from ..models.registry import (DEFAULT_MODEL_TYPE, FAMILIES, data_tokenizers, family as family_named, family_of,
+                               model_type_of, pretrain_command)
 from ..core.errors import BertlabError, ConfigError
 from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
@@ -93,7 +93,7 @@ class PretrainConfig(GroupedSettings):
     # row (on a GPU one variable-length sequence per document; positions still run along the row)
     document_attention: bool = False
     # optimisation
-    optimizer: str = "adamw"  # adamw | lamb
+    optimizer: str = "adamw"  # adamw | lamb | stableadamw (ModernBERT's: per-tensor update clipping, decoupled decay)
     optim: PretrainOptim = field(default_factory=PretrainOptim)  # lr (None: by the model's width), decay, clipping
     decay_fraction: float = 1.0  # share of the post-warmup steps the rate decays over; < 1 holds the peak first
     eval: PretrainEval = field(default_factory=PretrainEval)  # eval_every None: `num_evals` spread over the run
@@ -287,28 +287,35 @@ def build_model_config(cfg: PretrainConfig, info, family: Family | None = None) 
     config_class = (family or family_named(DEFAULT_MODEL_TYPE)).config_class
     config = config_class.from_name_or_path(source)
     if cfg.init_from is None and is_preset(cfg.model):  # a preset takes its vocabulary from the data
-        extra = config.extra if "bos_token_id" not in config.to_dict() else \
-            {**config.extra, "bos_token_id": info.cls_id, "eos_token_id": info.sep_id}  # RoBERTa's <s>, </s>
-        config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id, extra=extra)
+        # the first and separator tokens' ids, where the config carries them: RoBERTa's <s>, </s> (in `extra`),
+        # ModernBERT's [CLS], [SEP] (fields of their own, bos/eos and cls/sep)
+        ids = {"bos_token_id": info.cls_id, "eos_token_id": info.sep_id, "cls_token_id": info.cls_id,
+               "sep_token_id": info.sep_id}
+        own = {k: v for k, v in ids.items() if k in {f.name for f in dataclasses.fields(config)}}
+        carried = {k: v for k, v in ids.items() if k not in own and k in config.to_dict()}
+        config = config.replace(vocab_size=info.vocab_size, pad_token_id=info.pad_id, **own,
+                                extra={**config.extra, **carried})
     elif config.vocab_size != info.vocab_size:
         raise ConfigError(f"{source}: vocab_size {config.vocab_size} but {cfg.data} was tokenized with a "
                           f"{info.vocab_size}-token vocabulary ({info.vocab_file}); prepare the data with "
                           "this model's vocab.txt, or use a preset")
     if cfg.init_from is not None:
-        check_same_vocabulary(cfg.init_from, info)
+        check_same_vocabulary(cfg.init_from, info, family)
     return config
 
 
-def check_same_vocabulary(model_dir: str | Path, info) -> None:
-    """A model folder's vocabulary (vocab.txt or tokenizer.json; BPE: vocab.json and merges.txt) must be the one
-    the data was prepared with: equal sizes are not enough, the token ids would not match."""
+def check_same_vocabulary(model_dir: str | Path, info, family: Family | None = None) -> None:
+    """A model folder's vocabulary (vocab.txt or tokenizer.json; BPE: vocab.json and merges.txt, or the family's
+    tokenizer.json) must be the one the data was prepared with: equal sizes are not enough, the token ids would
+    not match. `family`: the model's (None: the folder's config says)."""
     from ..tokenizer import folder_vocabulary, read_vocab
 
-    if info.tokenizer_kind == "bpe":
-        from ..tokenizer.roberta import RobertaTokenizer, is_bpe_path
+    if info.tokenizer_kind != "wordpiece":
+        family = family or family_of(model_dir)  # byte-level BPE, read by the family's own tokenizer
+        from ..tokenizer.roberta import is_bpe_path
 
-        data_tok = RobertaTokenizer.from_pretrained(info.vocab_file.parent)
-        tok = RobertaTokenizer.from_pretrained(model_dir) if is_bpe_path(model_dir) else None
+        data_tok = family.load_tokenizer(info.vocab_file.parent)
+        tok = family.load_tokenizer(model_dir) if is_bpe_path(model_dir) else None
         if tok is not None and (tok.vocab != data_tok.vocab or tok.bpe.merges != data_tok.bpe.merges):
             raise ConfigError(f"{model_dir}: its vocabulary or merges differ from those {info.data_dir} was prepared "
                               f"with ({info.vocab_file.parent}); the token ids would not match")
@@ -598,14 +605,15 @@ def shortfall(result: TrainResult, first_plan: int) -> str | None:
 
 
 def export_final(model: torch.nn.Module, path: Path, info) -> Path:
-    """config.json + model.safetensors + vocab.txt + tokenizer_config.json (byte-level BPE data: vocab.json +
-    merges.txt + tokenizer_config.json, as RoBERTa's folders hold them), in one atomic write."""
+    """config.json + model.safetensors + vocab.txt + tokenizer_config.json (byte-level BPE data: the files the
+    model family's tokenizer saves -- vocab.json + merges.txt + tokenizer_config.json as RoBERTa's folders hold
+    them, ModernBERT's tokenizer.json), in one atomic write."""
     from ..tokenizer import BertTokenizer
-    from ..tokenizer.roberta import RobertaTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
-        if info.tokenizer_kind == "bpe":
-            RobertaTokenizer.from_pretrained(info.vocab_file.parent).save_pretrained(tmp)
+        if info.tokenizer_kind != "wordpiece":
+            family = family_named(model.config.to_dict().get("model_type", DEFAULT_MODEL_TYPE))
+            family.load_tokenizer(info.vocab_file.parent).save_pretrained(tmp)
             vocab_file = None
         else:
             BertTokenizer(str(info.vocab_file), do_lower_case=info.do_lower_case).save_pretrained(tmp)

@@ -75,6 +75,26 @@ def test_evaluate_and_params(folder, tmp_path, capsys):
     assert "window=16" in capsys.readouterr().out
 
 
+def test_gradual_unfreezing_runs_on_a_transformers_folder(folder, tmp_path):
+    """`finetune --gradual-unfreezing` walks ModernBERT's layers (the top one with the final norm) and saves a
+    classifier; the frozen embeddings are the pre-trained ones at the end of a run too short to reach them."""
+    from safetensors.torch import load_file
+
+    from bertlab.cli import main
+    from own_data_support import news_rows, write_csv
+
+    train = write_csv(news_rows(48, 1), tmp_path / "train.csv")
+    assert main(["--log-level", "WARNING", "finetune", "text-classification", "--model", str(folder), "--train",
+                 str(train), "--text-column", "text", "--label-column", "category", "--out", str(tmp_path / "gu"),
+                 "--max-steps", "4", "--batch-size", "16", "--gradual-unfreezing", "2", "--no-progress",
+                 "--seed", "0"]) == 0
+    before = load_file(folder / "model.safetensors")
+    after = load_file(tmp_path / "gu" / "model" / "model.safetensors")
+    key = "model.embeddings.tok_embeddings.weight"
+    assert torch.equal(before[key], after[key])  # 4 steps unfreeze 2 of the 5 groups: not the embeddings
+    assert not torch.equal(before["model.final_norm.weight"], after["model.final_norm.weight"])
+
+
 def test_every_finetune_task_runs_and_predicts(folder, tmp_path, capsys):
     """token-classification (with predict and evaluate on the saved model), question-answering and
     multiple-choice fine-tune from the transformers folder; each saves a model of its ModernBERT head."""

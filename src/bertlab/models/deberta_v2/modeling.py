@@ -343,6 +343,15 @@ class DebertaV2Model(DebertaV2PreTrainedModel):
         self.encoder = DebertaV2Encoder(config)
         self.init_weights()
 
+    def unfreezing_groups(self) -> list[nn.Module]:
+        """Gradual unfreezing's groups, bottom to top: the embeddings with the relative-position table (and its
+        LayerNorm) every layer reads, as BERT's position table sits in its embeddings; the first block with the
+        convolution beside it; then each block."""
+        enc = self.encoder
+        bottom = [self.embeddings, *(getattr(enc, n) for n in ("rel_embeddings", "LayerNorm") if hasattr(enc, n))]
+        first, *rest = enc.blocks()
+        return [nn.ModuleList(bottom), nn.ModuleList([first, *([enc.conv] if enc.conv is not None else [])]), *rest]
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False) -> BertModelOutput:

@@ -62,6 +62,12 @@ class ElectraModel(ElectraPreTrainedModel, BertModel):
             self.embeddings_project = nn.Linear(config.embedding_size, config.hidden_size)
             self.init_weights(self.embeddings_project)
 
+    def unfreezing_groups(self) -> list[nn.Module]:
+        """Gradual unfreezing's groups, bottom to top: the embeddings with their projection to the hidden width
+        (when E != H), then each block."""
+        bottom = [self.embeddings, *([self.embeddings_project] if hasattr(self, "embeddings_project") else [])]
+        return [nn.ModuleList(bottom) if len(bottom) > 1 else self.embeddings, *self.encoder.blocks()]
+
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
               position_ids: torch.Tensor | None) -> torch.Tensor:
         e = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)

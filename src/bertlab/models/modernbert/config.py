@@ -137,8 +137,33 @@ class ModernBertConfig(FieldConfig):
             resolved[layer_type] = {"rope_theta": float(theta), "rope_type": "default"}
         self.rope_parameters = resolved
 
+    @classmethod
+    def preset_lookup(cls):
+        from ..bert.config import is_preset, preset_names
+
+        return is_preset, modernbert_preset, preset_names
+
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         for old in ("global_attn_every_n_layers", *_OLD_THETA_KEYS.values()):
             data.pop(old, None)  # resolved into layer_types and rope_parameters, which win on reading back
         return data
+
+
+# ModernBERT-base's GeGLU width over its hidden size (1152 / 768): a preset keeps that proportion
+GLU_WIDTH = 1.5
+
+
+def modernbert_preset(name: str, **overrides: Any) -> ModernBertConfig:
+    """ModernBERT's architecture at BERT's sizes by BERT's preset names (`mini`, `L4-H256`, `base`: 12 layers, not
+    ModernBERT-base's 22): the layers, width and heads of the BERT preset, a GeGLU 1.5 times the width (ModernBERT-
+    base's proportion), everything else ModernBERT-base's (one global layer in three, a 128-token window, 8,192
+    positions)."""
+    from ..bert.config import preset
+
+    bert = preset(name)
+    fields = dict(num_hidden_layers=bert.num_hidden_layers, hidden_size=bert.hidden_size,
+                  num_attention_heads=bert.num_attention_heads,
+                  intermediate_size=int(GLU_WIDTH * bert.hidden_size))
+    fields.update(overrides)
+    return ModernBertConfig(**fields)

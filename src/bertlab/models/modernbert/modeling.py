@@ -257,6 +257,17 @@ class ModernBertModel(ModernBertPreTrainedModel):
         self.final_norm = norm(config)
         self.init_weights()
 
+    def blocks(self) -> list[nn.Module]:
+        """The layers in the order they run (gradual unfreezing walks them)."""
+        return list(self.layers)
+
+    def unfreezing_groups(self) -> list[nn.Module]:
+        """Gradual unfreezing's groups, bottom to top: the embeddings, each layer, and the final norm with the
+        top layer -- it normalises that layer's output, as the top block's own LayerNorm does in BERT's
+        post-norm layers; left out, it would train from the first step beside the new head."""
+        *lower, top = self.blocks()
+        return [self.embeddings, *lower, nn.ModuleList([top, self.final_norm])]
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T)

@@ -24,20 +24,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...tokenizer.roberta import (RobertaTokenizer, _check_dense, _read_config, _write_atomic, byte_level_pipeline,
-                                  json_refusal, read_bpe_json_model)
+from ...tokenizer.roberta import (VOCAB_JSON_NAME, RobertaTokenizer, _check_dense, _read_capped, _read_config,
+                                  _write_atomic, byte_level_pipeline, json_refusal, read_bpe_json_model)
 from ...tokenizer.base import (SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, Seq, TokenizerBase,
                                TokenizerError, _fast_module, check_fits_model)
-from ...tokenizer.tokenizer_json import TOKENIZER_JSON_NAME, _kind
+from ...tokenizer.tokenizer_json import MAX_TOKENIZER_JSON_BYTES, TOKENIZER_JSON_NAME, _kind
 
 MODERNBERT_SPECIALS = {"cls_token": "[CLS]", "sep_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]",
                        "mask_token": "[MASK]"}
 
 
 class ModernBertTokenizer(RobertaTokenizer):
-    """ModernBERT's tokenizer.json with `BertTokenizer`'s calling conventions: `from_pretrained(folder or file)`."""
+    """ModernBERT's tokenizer.json with `BertTokenizer`'s calling conventions: `from_pretrained(folder or file)`.
+
+    With `split_special_tokens` (how `prepare` reads a corpus) "[CLS]" or "[MASK]" written in the text is text,
+    while the added tokens that are not special (runs of spaces) are still matched whole, as the model sees them."""
 
     PAIR_SEPS = 1  # [CLS] A [SEP] B [SEP]
+    # The tokenizer kind of data prepared with it (a prepared manifest's): byte-level BPE laid out [CLS] A [SEP],
+    # which RoBERTa's "bpe" data (<s> A </s>, vocab.json + merges.txt) is not
+    DATA_KIND = "bpe-cls"
 
     def __init__(self, *args: Any, added_tokens: Sequence[str] = (), normalizer: str | None = None,
                  type_b: int = 1, source_json: str | None = None, **kwargs: Any):
@@ -48,8 +54,9 @@ class ModernBertTokenizer(RobertaTokenizer):
         super().__init__(*args, **kwargs)
         import re
 
-        matched = sorted(set(self.all_special_tokens) | set(self.added_tokens), key=len, reverse=True)
-        self._special_re = re.compile("|".join(re.escape(t) for t in matched))
+        matched = sorted(set(self.added_tokens) | (set() if self.split_special_tokens else
+                                                    set(self.all_special_tokens)), key=len, reverse=True)
+        self._special_re = re.compile("|".join(re.escape(t) for t in matched)) if matched else None
 
     def _make_fast(self):
         mod = _fast_module()
@@ -57,9 +64,9 @@ class ModernBertTokenizer(RobertaTokenizer):
             return None
         from ...tokenizer.bpe import char_class
 
-        tokens = list(dict.fromkeys([*self.all_special_tokens, *self.added_tokens]))
-        specials = [] if self.split_special_tokens else \
-            [(t, self.vocab[t], t == self.mask_token and self.mask_lstrip) for t in tokens]
+        tokens = list(dict.fromkeys([*([] if self.split_special_tokens else self.all_special_tokens),
+                                     *self.added_tokens]))
+        specials = [(t, self.vocab[t], t == self.mask_token and self.mask_lstrip) for t in tokens]
         return mod.BPEEncoder(self.ids_to_tokens, self.bpe.merges, specials, char_class, self.add_prefix_space,
                               self.trim_offsets, -1 if self.bpe.unk_id is None else self.bpe.unk_id, TokenizerError)
 
@@ -136,6 +143,25 @@ class ModernBertTokenizer(RobertaTokenizer):
     def __repr__(self) -> str:
         return (f"ModernBertTokenizer(vocab_size={len(self)}, merges={len(self.bpe.merges)}, "
                 f"normalizer={self.normalizer}, fast={'C' if self._fast is not None else 'python'})")
+
+
+def is_modernbert_tokenizer_json(path: str | os.PathLike) -> bool:
+    """Whether `path` is a tokenizer.json (or a folder whose tokenizer it is, without RoBERTa's vocab.json) of
+    ModernBERT's kind: a BPE model laid out by a TemplateProcessing post-processor. Whether the template is
+    [CLS] A [SEP] is `from_pretrained`'s to check (in one line naming the file)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / VOCAB_JSON_NAME).is_file():
+            return False
+        path = path / TOKENIZER_JSON_NAME
+    if not (path.is_file() and path.suffix == ".json" and path.name != VOCAB_JSON_NAME):
+        return False
+    try:
+        data = json.loads(_read_capped(path, TOKENIZER_JSON_NAME, MAX_TOKENIZER_JSON_BYTES))
+    except (TokenizerError, ValueError):
+        return False  # not JSON (or too large): the reader of the kind it passes for reports it
+    return (isinstance(data, dict) and isinstance(data.get("model"), dict) and data["model"].get("type") == "BPE"
+            and _kind(data.get("post_processor")) == "TemplateProcessing")
 
 
 def _template(post: Any, refuse) -> tuple[str, str, int]:
