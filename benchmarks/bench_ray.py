@@ -3,8 +3,9 @@ and whether the vectors and ids agree.
 
     python benchmarks/bench_ray.py [--rows 20000] [--model all-MiniLM-L6-v2] [--actors 1,2] [--json out.json]
 
-Data: WikiText-2's test and validation text (`../shared/data/wikitext-2`), headings and blank lines dropped, each
-paragraph cut into sentences at " . ", the first `--rows` sentences as one Parquet table (`id`, `text`). Each
+Data: WikiText-2's test and validation text and the first 1,018 lines of its training text (`../shared/data/wikitext-2`), headings and blank lines dropped, each
+paragraph cut into sentences at " . " (19,570), then the paragraphs whole; the first `--rows` as one Parquet
+table (`id`, `text`). Each
 command runs as its own process (the CLI's path: fp32, CPU, one thread per model -- `--threads 1` -- so one
 actor is one core); the time is the process's wall clock, start-up included (Ray's start is part of `--ray
 local`). Parity: the Ray output's ids equal the one-process output's, and the minimum cosine of the vectors.
@@ -30,12 +31,15 @@ DATA = ROOT.parent / "shared" / "data" / "wikitext-2"
 
 def sentences(n: int) -> list[str]:
     out: list[str] = []
-    for name in ("wiki.test.raw", "wiki.valid.raw"):
+    paragraphs: list[str] = []
+    for name in ("wiki.test.raw", "wiki.valid.raw", "wiki.train.raw.first1018lines"):
         for line in (DATA / name).read_text(encoding="utf-8").splitlines():
             line = line.strip()
             if not line or line.startswith("="):
                 continue
-            out += [s.strip() + " ." for s in line.split(" . ") if len(s.split()) >= 3]
+            paragraphs.append(line)
+            out += [s.strip() + " ." for s in line.split(" . ") if s.strip()]
+    out += paragraphs  # 19,570 sentences; then whole paragraphs (up to the model's 256 tokens)
     if len(out) < n:
         raise SystemExit(f"only {len(out)} sentences in {DATA}")
     return out[:n]

@@ -583,8 +583,8 @@ def add_ray_arguments(p) -> None:
                         "(the default when the flag is bare): the cluster this machine is in; local: start Ray on "
                         "this machine; or a cluster address (ray://HOST:10001)")
     p.add_argument("--ray-actors", type=int, default=1, metavar="N",
-                   help="with --ray: model actors, each a model with --threads threads (or one GPU on --device "
-                        "cuda) (default 1)")
+                   help="with --ray: model actors, each one model with --threads threads (default 1 with --ray), "
+                        "or one GPU each on --device cuda (default 1 actor)")
     p.add_argument("--shard-rows", type=int, default=SHARD_ROWS, metavar="N",
                    help=f"with --ray: rows per output shard, the unit written and skipped on a re-run "
                         f"(default {SHARD_ROWS})")
