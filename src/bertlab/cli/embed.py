@@ -6,6 +6,8 @@ reads one: its text column (--text-column, else text, sentence, ...), its id col
 Out, one JSON array per line (stdout or FILE) -- for a table, {"id", "embedding"} per row -- or a single (N, H)
 float32 array when FILE ends in `.npy` or `.safetensors` (tensor "embeddings"; a table's ids in FILE.ids.json). Inputs are read whole, then
 embedded and written chunk by chunk, each chunk sorted by length into batches (see `bertlab.infer`).
+With `--ray`, the same over Ray Data (`bertlab.infer.ray_data`): --input a table, a folder or a glob of them,
+--output a folder of Parquet shards (`id`, `embedding`), finished shards kept on a re-run.
 Defaults are the service's (`bertlab serve`): the pooling the model folder declares (sentence-transformers'
 config; mean otherwise), L2-normalised.
 """
@@ -21,13 +23,16 @@ CHUNK = 8192  # lines embedded (and written) at a time
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
     from ..infer.input_files import add_text_input_arguments
+    from ..infer.ray_data import add_ray_arguments
     from ..infer.runtime import add_engine_argument, add_inference_arguments
 
     add_inference_arguments(p)
     add_engine_argument(p)
     add_embedding_arguments(p, POOLINGS)
     add_text_input_arguments(p)
-    p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors")
+    p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors; "
+                                                    "with --ray a folder of Parquet shards (id, embedding)")
+    add_ray_arguments(p)
 
 
 def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
@@ -50,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.runtime import InferenceOptions
     from ..core.progress import track
 
-    lines = read_texts(args.input, args.text_column, args.input_format)
+    from ..infer import ray_data
+
+    ray_data.check_ray_arguments(args)
+    if args.ray is not None:
+        return ray_data.run_command(args, ray_data.run_embed, pooling=args.pooling, normalize=args.normalize,
+                                    window_overlap=args.window_overlap)
+    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),
                                         args.window_overlap)
     chunks = ((s, embedder.embed(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))

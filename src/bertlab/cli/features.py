@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.input_files import read_texts
     from ..infer.runtime import InferenceOptions
 
-    lines = read_texts(args.input, args.text_column, args.input_format)
+    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
     extractor = FeatureExtractor.from_pretrained(args.model, args.layers, args.align, InferenceOptions.from_args(args))
     inputs = [line.split() for line in lines.items] if args.words else lines.items
     n = write_features(extractor, inputs, args.output, split_into_words=args.words, where=lines.where,

@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.input and args.texts:
         raise BertlabError("give texts as arguments or with --input FILE, not both")
-    lines = read_texts(args.input, args.text_column, args.input_format) if args.input else \
+    lines = read_texts(args.input, args.text_column, args.input_format,
+                       id_column=args.id_column) if args.input else \
         TextInputs(args.texts, "argument")
     if not lines.items:
         raise BertlabError("no text given; pass a text with [MASK] (or --input FILE)")

@@ -13,7 +13,9 @@ Anything else is one item per line: a plain text or a JSON object ({"text", "tex
   "id"    the row's id column / the record's own "id" field, else its line (record) number (1, 2, ...)
   "text"  the text the prediction is for (and "text_pair" / "question" when the input has them)
 then the prediction. A blank line is not sent to the model: its row is {"id": N, "text": "", "skipped":
-"blank line"}, so output row i still answers input line i.
+"blank line"}, so output row i still answers input line i. With `--ray`, a classifier over Ray Data
+(`bertlab.infer.ray_data`): tables in (a file, a folder or a glob), a folder of Parquet shards out (`id`, then
+the prediction's fields).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ ECHOED = ("text", "text_pair", "question")  # input fields repeated in the outpu
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.input_files import INPUT_FORMATS
+    from ..infer.ray_data import add_ray_arguments
     from ..infer.runtime import add_engine_argument, add_inference_arguments
 
     add_inference_arguments(p)
@@ -32,13 +35,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", metavar="FILE",
                    help="a table (.csv, .tsv, .jsonl, .json, .parquet), or one text or JSON object per line "
                         "(default: stdin)")
-    p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout)")
+    p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout); with --ray a folder of Parquet "
+                                                    "shards (id, then the prediction's fields)")
     p.add_argument("--format", choices=INPUT_FORMATS,
                    help="how to read --input when its name does not say (text: one item per line)")
     p.add_argument("--text-column", metavar="NAME",
                    help="the column (field) holding the text (default: the one the model was fine-tuned on, "
                         "else text, sentence, ...)")
     p.add_argument("--text-pair-column", metavar="NAME", help="the column holding the second text of a pair")
+    p.add_argument("--id-column", metavar="NAME",
+                   help="a table's column holding the row's id (default: id, guid, idx, index; else the line number)")
+    add_ray_arguments(p)
 
 
 def row_head(record: dict | str, row_id) -> dict:
@@ -66,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.runtime import InferenceOptions
     from ..core.progress import track
 
+    from ..infer import ray_data
+
+    ray_data.check_ray_arguments(args)
+    if args.ray is not None:
+        return ray_data.run_command(args, ray_data.run_predict)
     options = InferenceOptions.from_args(args)
     if is_t5_folder(args.model):  # a T5 model answers by generating text (infer/generate.py)
         from ..infer.generate import Generator
@@ -76,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         predictor = Predictor.from_pretrained(args.model, options)
         config_extra, reads_text = predictor.model.config.extra, predictor.runner.task == "classify"
     columns = TextColumns.for_model(args.text_column, args.text_pair_column, config_extra)
-    rows, _ = read_inputs(args.input, columns, args.format, classify=reads_text)
+    rows, _ = read_inputs(args.input, columns, args.format, classify=reads_text, id_column=args.id_column)
     kept = [i for i, row in enumerate(rows) if row.item is not None]
     answers = predictor.iter_predict([rows[i].item for i in kept], where=lambda k: rows[kept[k]].where)
     with text_output(args.output) as f:

@@ -75,12 +75,15 @@ def input_format(path: str | Path | None, format: str | None = None) -> str:
 
 
 def read_inputs(path: str | Path | None, columns: TextColumns, format: str | None = None,
-                classify: bool = True) -> tuple[list[InputRow], str]:
+                classify: bool = True, id_column: str | None = None) -> tuple[list[InputRow], str]:
     """The input items of `path` (stdin for None / '-') and a name for the source. `classify`: the model reads
     texts (a classifier, a text-to-text model), so a table's text columns are picked; otherwise a table's rows go
-    to the model as JSON objects."""
+    to the model as JSON objects. `id_column`: a table's id column (default: id, guid, idx, index)."""
     kind = input_format(path, format)
     if kind == TEXT_FORMAT:
+        if id_column is not None:
+            raise BertlabError(f"{path or '<stdin>'}: --id-column applies to tables (.csv, .tsv, .jsonl, .json, "
+                               ".parquet, or --format); this input is one item per line")
         lines = read_lines(path)
         rows = []
         for i, line in enumerate(lines.items):
@@ -102,7 +105,10 @@ def read_inputs(path: str | Path | None, columns: TextColumns, format: str | Non
     text = pair = None
     if classify:
         text, pair = table_columns(table.columns, columns, table.path)
-    id_column = guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
+    if id_column is not None and id_column not in table.columns:
+        raise BertlabError(f"{table.path}: no column {id_column!r} (--id-column); the file has columns: "
+                           f"{', '.join(table.columns)}")
+    id_column = id_column or guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
     rows = []
     for row in table.rows:
         where = table.where(row)
@@ -174,37 +180,126 @@ class TextInputs:
         return self.ids is not None
 
 
-def read_texts(path: str | Path | None, text_column: str | None = None, format: str | None = None,
-               with_pair: bool = False, text_pair_column: str | None = None) -> TextInputs:
-    """The texts of `path` (stdin for None / '-'): a table (told by the file name, or `format`) as `predict`
-    reads one -- the text from `text_column`, else a common name (text, sentence, ...), and with `with_pair`
-    the second text from `text_pair_column`, else a common name (text_pair, sentence2, ...) -- or anything else
-    one text per line, as it is (a line that looks like JSON is still that text)."""
+def table_files(spec: str | Path, format: str | None = None) -> list[Path]:
+    """The table files `spec` names, in a fixed order: a folder's files with a table suffix (or, with `format`,
+    all its visible files), a glob pattern's matches, or the one file. Sorted by name, so the rows of a folder
+    come in the same order every time."""
+    import glob
+
+    spec = str(spec)
+    if Path(spec).is_dir():
+        files = [p for p in Path(spec).iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+                 and (format is not None or p.suffix.lower() in SUFFIXES)]
+        what = f"{spec}: no table files (.csv, .tsv, .jsonl, .json, .parquet) in this folder"
+    elif glob.has_magic(spec):
+        files = [Path(p) for p in glob.glob(spec) if Path(p).is_file()]
+        what = f"{spec}: no file matches this pattern"
+    else:
+        return [Path(spec)]
+    if not files:
+        raise BertlabError(what)
+    return sorted(files)
+
+
+def is_many(spec: str | Path | None) -> bool:
+    """Whether `--input` names several files (a folder or a glob pattern) rather than one file or stdin."""
+    import glob
+
+    return spec is not None and str(spec) != "-" and (Path(spec).is_dir() or glob.has_magic(str(spec)))
+
+
+@dataclass
+class TableTexts:
+    """A table opened for its texts: the text (and second-text) column and the id column, picked as `predict`
+    picks them. `rows()` streams (id, text, second text or None, place) from the file."""
+
+    table: Any  # tasks.files.Table
+    text: str
+    pair: str | None
+    id: str | None
+
+    @property
+    def path(self) -> str:
+        return str(self.table.path)
+
+    def rows(self, with_pair: bool = False, need_id: bool = False):
+        """(id, text, second text, place) per row. The id is the id column's value, else the row's line (record)
+        number; with `need_id` a row without one is refused (ids must then tell rows of several files apart)."""
+        table = self.table
+        for row in table.rows:
+            row_id = row.values.get(self.id) if self.id is not None else None
+            if row_id is None:
+                if need_id:
+                    raise BertlabError(f"{table.where(row)}: no id (column {self.id or 'id'!r}); every row needs "
+                                       "one here (--id-column NAME)")
+                row_id = row.line
+            yield row_id, table.text(row, self.text), table.text(row, self.pair) if with_pair else None, \
+                table.where(row)
+
+
+def open_table_texts(path: str | Path, text_column: str | None = None, format: str | None = None,
+                     text_pair_column: str | None = None, id_column: str | None = None,
+                     with_pair: bool = False, need_id: bool = False) -> TableTexts:
+    """A table file's `TableTexts`: the text from `text_column`, else a common name (text, sentence, ...); with
+    `with_pair` the second text from `text_pair_column`, else a common name (text_pair, sentence2, ...); the id
+    from `id_column`, else a common name (id, guid, ...). `need_id`: a table without an id column is refused."""
     kind = input_format(path, format)
     if kind == TEXT_FORMAT:
-        if text_column is not None or text_pair_column is not None:
-            raise BertlabError(f"{path or '<stdin>'}: --text-column applies to tables (.csv, .tsv, .jsonl, .json, "
-                               ".parquet, or --format); this input is one text per line")
-        lines = read_lines(path)
-        return TextInputs(lines.items, lines.source)
-    if path is None or str(path) == "-":
-        raise BertlabError(f"--format {kind}: tables are read from a file (--input FILE), not stdin")
+        raise BertlabError(f"{path}: not a table (.csv, .tsv, .jsonl, .json, .parquet); name it after what it "
+                           "holds or pass --input-format")
     table = read_table(path, kind)
     text, pair = table_columns(table.columns, TextColumns(text_column, text_pair_column), table.path)
     if with_pair and pair is None:
         raise BertlabError(f"{table.path}: no second-text column among {', '.join(table.columns)}; name it "
                            "with --text-pair-column")
-    id_column = guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
+    if id_column is not None:
+        if id_column not in table.columns:
+            raise BertlabError(f"{table.path}: no column {id_column!r} (--id-column); the file has columns: "
+                               f"{', '.join(table.columns)}")
+        ids = id_column
+    else:
+        ids = guess_column(table.columns, ID_COLUMNS, exclude=tuple(c for c in (text, pair) if c))
+    if ids is None and need_id:
+        raise BertlabError(f"{table.path}: no id column among {', '.join(table.columns)}; name it with --id-column")
+    return TableTexts(table, text, pair if with_pair else None, ids)
+
+
+def read_texts(path: str | Path | None, text_column: str | None = None, format: str | None = None,
+               with_pair: bool = False, text_pair_column: str | None = None,
+               id_column: str | None = None) -> TextInputs:
+    """The texts of `path` (stdin for None / '-'): a table (told by the file name, or `format`) as `predict`
+    reads one -- the text from `text_column`, else a common name (text, sentence, ...), and with `with_pair`
+    the second text from `text_pair_column`, else a common name (text_pair, sentence2, ...) -- or anything else
+    one text per line, as it is (a line that looks like JSON is still that text). A folder or a glob pattern
+    is its table files (`table_files`) one after the other, each row keeping its own id."""
+    if is_many(path):
+        parts = [read_texts(p, text_column, format, with_pair, text_pair_column, id_column)
+                 for p in table_files(path, format)]
+        if not all(part.table for part in parts):
+            raise BertlabError(f"{path}: a folder or pattern is read as tables; "
+                               f"{next(p.source for p in parts if not p.table)} is not one")
+        return TextInputs([t for p in parts for t in p.items], str(path), [i for p in parts for i in p.ids],
+                          [t for p in parts for t in p.pairs] if with_pair else None,
+                          [w for p in parts for w in p.places])
+    kind = input_format(path, format)
+    if kind == TEXT_FORMAT:
+        if text_column is not None or text_pair_column is not None or id_column is not None:
+            raise BertlabError(f"{path or '<stdin>'}: --text-column and --id-column apply to tables (.csv, .tsv, "
+                               ".jsonl, .json, .parquet, or --format); this input is one text per line")
+        lines = read_lines(path)
+        return TextInputs(lines.items, lines.source)
+    if path is None or str(path) == "-":
+        raise BertlabError(f"--format {kind}: tables are read from a file (--input FILE), not stdin")
+    opened = open_table_texts(path, text_column, format, text_pair_column, id_column, with_pair)
     texts, seconds, ids, places = [], [], [], []
-    for row in table.rows:
-        texts.append(table.text(row, text))
-        if with_pair:
-            seconds.append(table.text(row, pair))
-        ids.append(row.values.get(id_column, row.line) if id_column is not None else row.line)
-        places.append(table.where(row))
+    for row_id, text, second, where in opened.rows(with_pair):
+        texts.append(text)
+        seconds.append(second)
+        ids.append(row_id)
+        places.append(where)
     if not texts:
-        raise BertlabError(f"{table.path}: no rows; expected a header and one row per text")
-    return TextInputs(texts, str(table.path), ids, seconds if with_pair else None, places)
+        raise BertlabError(f"{opened.path}: no rows; expected a header and one row per text")
+    return TextInputs(texts, opened.path, ids, seconds if with_pair else None, places)
 
 
 def add_text_input_arguments(p, what: str = "one text per line") -> None:
@@ -216,6 +311,9 @@ def add_text_input_arguments(p, what: str = "one text per line") -> None:
                    help="how to read --input when its name does not say (text: one text per line)")
     p.add_argument("--text-column", metavar="NAME",
                    help="a table's column holding the text (default: text, sentence, ...)")
+    p.add_argument("--id-column", metavar="NAME",
+                   help="a table's column holding the row's id, carried into the output (default: id, guid, idx, "
+                        "index; else the row's line number)")
 
 
 def write_ids(output: str | Path, ids: list[Any]) -> Path:
