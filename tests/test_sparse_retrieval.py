@@ -290,3 +290,12 @@ def test_splade_warmup_is_quadratic():
     assert [warmup_scale(s, 10) for s in (0, 5, 10, 20)] == [0.0, 0.25, 1.0, 1.0]
     w = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
     assert float(flops(w)) == pytest.approx(2.0 ** 2 + 1.0 ** 2)
+
+
+def test_a_new_head_starts_with_a_negative_bias(tmp_path, caplog):
+    from bertlab.train.retrieval.splade import NEW_HEAD_BIAS, load_mlm
+    from infer_support import tiny_model
+
+    model = load_mlm(tiny_model(tmp_path / "enc"))  # a bare BertModel: no masked-LM weights
+    assert torch.all(model.vocab_projection().bias == NEW_HEAD_BIAS)
+    assert "new head" in caplog.text

@@ -246,21 +246,14 @@ def check_sparse_output(path: str | None, pooling: str = "splade") -> None:
 def folder_pooling(model_dir: str | Path | None) -> str | None:
     """"splade" for a sentence-transformers SparseEncoder folder (its modules.json has a SpladePooling module
     with max pooling and ReLU), else None."""
-    if model_dir is None:
+    from .embeddings import module_config
+
+    config = module_config(model_dir, "SpladePooling")
+    if config is None:
         return None
-    folder = Path(model_dir)
-    try:
-        modules = json.loads((folder / "modules.json").read_text())
-        path = next(m.get("path", "") for m in modules if str(m.get("type", "")).endswith("SpladePooling"))
-    except (OSError, ValueError, StopIteration, TypeError, AttributeError):
-        return None
-    try:
-        config = json.loads((folder / path / "config.json").read_text())
-    except (OSError, ValueError):
-        config = {}
     strategy, activation = config.get("pooling_strategy", "max"), config.get("activation_function", "relu")
     if (strategy, activation) != ("max", "relu"):
-        raise BertlabError(f"{folder}: its SpladePooling is {strategy} pooling with {activation}; bertlab computes "
+        raise BertlabError(f"{model_dir}: its SpladePooling is {strategy} pooling with {activation}; bertlab computes "
                            "SPLADE's max pooling with ReLU only")
     return "splade"
 

@@ -1,7 +1,7 @@
 """`finetune-embeddings --loss splade`: a learned sparse retriever (SPLADE) trained from any masked-LM model.
 
 The model is the folder's masked-LM head (`models/heads.py`; a folder without its weights starts it fresh, tied to
-the word embeddings, and says so); each text's vector is `infer.sparse.splade_vectors` (max over tokens of
+the word embeddings, and says so -- with its output bias at `NEW_HEAD_BIAS`, see below); each text's vector is `infer.sparse.splade_vectors` (max over tokens of
 log(1 + ReLU(logits))). The loss of a batch of B anchors (queries), their positives and any hard-negative
 columns (documents):
 
@@ -19,6 +19,14 @@ SpladeRegularizerWeightSchedulerCallback's quadratic warm-up over the first thir
 of a few hundred or thousand steps is what they are set for; the papers' λs (an order larger) and fixed 50k-step
 ramp are for MS MARCO-sized runs. Each term is logged (rank_loss, flops_query, flops_document, and the mean
 number of non-zero terms per query and document).
+
+A new head's bias: initialised to zero (as `transformers` does) about half of its logits are positive, so every
+text starts with all 30,522 terms active and query-document dot products in the thousands; the ranking loss is
+then in the hundreds, clipped gradients barely move it, and the FLOPS terms, in the tens of thousands, swamp
+their small λs (measured from all-MiniLM-L6-v2: rank loss 920-1,624 over the first four steps, every term of
+every document non-zero). A trained masked-LM head's logits are mostly negative; a new head starts its bias at
+-3 instead (logits of a new head are about N(0, 1), so about 1 token in 700 gives a term a positive weight), so
+the vectors start sparse and the dot products small.
 
 OUT/final (and OUT/best) are sentence-transformers SparseEncoder folders (`infer.sparse.write_sparse_encoder_files`):
 `embed --pooling splade`, `evaluate-retrieval` and `serve`'s /embed_sparse read them as they are.
@@ -44,6 +52,7 @@ log = logging.getLogger(__name__)
 DEFAULT_QUERY_LAMBDA = 5e-5
 DEFAULT_DOCUMENT_LAMBDA = 3e-5
 DEFAULT_WARMUP = 1 / 3  # of the steps: λ reaches its value a third of the way in
+NEW_HEAD_BIAS = -3.0  # a new masked-LM head's output bias (see the module docstring)
 
 
 class SpladeModel(nn.Module):
@@ -71,8 +80,13 @@ def load_mlm(model_dir: Path):
         raise BertlabError(f"{model_dir}: {family.name}'s masked-LM head has no vocabulary projection for SPLADE")
     fresh = sorted(k for k in report.initialized if k.startswith(head.prefix))
     if fresh:
-        log.warning("%s has no masked-LM head weights (%s): SPLADE starts from a new head (transform and bias "
-                    "initialised, the projection tied to the word embeddings)", model_dir, ", ".join(fresh[:4]))
+        bias = model.vocab_projection().bias
+        if bias is not None:
+            with torch.no_grad():
+                bias.fill_(NEW_HEAD_BIAS)
+        log.warning("%s has no masked-LM head weights (%s): SPLADE starts from a new head (transform initialised, "
+                    "bias %g, the projection tied to the word embeddings)", model_dir, ", ".join(fresh[:4]),
+                    NEW_HEAD_BIAS)
     return model
 
 
