@@ -7,6 +7,8 @@
     python benchmarks/bench_retrieval.py --reranker [--rerank-top 20] [--rerank-loss listwise|bce]
         [--rerank-lr 3e-5] [--rerank-warmup 0.1] [--rerank-batch-size 8]
         [--rerank-negatives 3] [--rerank-epochs 1]    # a reranker on mined negatives, the model's top reranked
+    python benchmarks/bench_retrieval.py --splade [--max-steps 300] [--batch-size 16] [--lr 5e-5] [--bf16]
+        # SPLADE fine-tuned from all-MiniLM-L6-v2 (a new masked-LM head) against BM25 on the held-out set
 
 Needs the test extra and `datasets` (`pip install datasets`: sentence-transformers' trainer reads a
 `datasets.Dataset`), a dependency of this benchmark alone -- bertlab and its tests do not use it.
@@ -210,6 +212,42 @@ def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.N
     return row
 
 
+def splade_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.Namespace) -> dict:
+    """`finetune-embeddings --loss splade` from the model (its masked-LM head new: all-MiniLM-L6-v2 has none), then
+    the held-out set scored by `evaluate-retrieval` (exact sparse search) with its BM25 row."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [sys.executable, "-m", "bertlab.cli", "finetune-embeddings", "--model", model, "--train", str(train),
+           "--out", str(tmp / "splade"), "--loss", "splade", "--batch-size", str(a.batch_size), "--lr", str(a.lr),
+           "--warmup-proportion", str(a.warmup), "--seed", str(a.seed), "--max-seq-length", str(a.max_seq_length),
+           "--threads", str(a.threads), "--no-progress", *(["--max-steps", str(a.max_steps)] if a.max_steps else []),
+           *(["--bf16"] if a.bf16 else [])]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if run.returncode:
+        raise SystemExit(f"finetune-embeddings --loss splade failed:\n{run.stderr[-3000:]}")
+    summary = json.loads(run.stdout[run.stdout.index("{"):])
+    logged = [json.loads(line) for line in (tmp / "splade" / "metrics.jsonl").read_text().splitlines()
+              if '"rank_loss"' in line]
+
+    def mean(key, part):
+        return round(sum(m[key] for m in part) / max(len(part), 1), 4)
+
+    cmd = [sys.executable, "-m", "bertlab.cli", "evaluate-retrieval", "--model", str(tmp / "splade" / "final"),
+           "--data", str(beir), "--out", str(tmp / "splade-eval"), "--k-values", "1,10,100", "--bm25",
+           "--max-length", str(a.eval_max_length or a.max_seq_length), "--threads", str(a.threads), "--no-progress"]
+    run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if run.returncode:
+        raise SystemExit(f"evaluate-retrieval failed:\n{run.stderr[-3000:]}")
+    results = json.loads((tmp / "splade-eval" / "results.json").read_text())
+    row = {"splade": {k: round(results["metrics"][k], 4) for k in ("ndcg@10", "mrr@10", "recall@100")},
+           "bm25": {k: round(results["bm25"][k], 4) for k in ("ndcg@10", "mrr@10", "recall@100")},
+           "terms": results["sparse"], "steps": summary["steps"], "train_seconds": summary["train_seconds"],
+           "eval_seconds": results["seconds"],
+           "first_last_10": {k: [mean(k, logged[:10]), mean(k, logged[-10:])]
+                             for k in ("rank_loss", "query_terms", "document_terms")}}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--train-pairs", type=int, default=1000)
@@ -240,6 +278,10 @@ def main() -> None:
     p.add_argument("--rerank-negatives", type=int, default=3, help="--reranker: mined negatives per pair")
     p.add_argument("--rerank-defaults", action="store_true",
                    help="--reranker: finetune-reranker's own defaults for loss, batch, lr and warmup")
+    p.add_argument("--splade", action="store_true",
+                   help="SPLADE fine-tuned from the model (a new masked-LM head) against BM25 on the held-out set")
+    p.add_argument("--bf16", action="store_true", help="--splade: train under bf16 autocast")
+    p.add_argument("--eval-max-length", type=int, help="--splade: tokens per text when scoring (default: as trained)")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
@@ -250,6 +292,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         train, beir = build_data(SQUAD, tmp, a.train_pairs, a.heldout_queries, a.seed)
+        if a.splade:
+            result = splade_check(model, train, beir, tmp, a)
+            if a.json:
+                a.json.write_text(json.dumps({"settings": {k: getattr(a, k) for k in (
+                    "train_pairs", "heldout_queries", "threads", "batch_size", "lr", "warmup", "seed", "max_seq_length",
+                    "max_steps", "bf16", "eval_max_length")}, "splade": result}, indent=2) + "\n")
+            return
         if a.reranker:
             result = reranker_check(model, train, beir, tmp, a)
             if a.json:

@@ -476,11 +476,14 @@ def test_budgeted_pretraining_says_how_the_budget_ended_and_uses_the_width_defau
 
 def test_a_pessimistic_first_fit_is_refitted_upwards_without_running_out_of_data(pretrain_data, tmp_path, capsys,
                                                                                 monkeypatch):
-    """The first plan from a slow timing (here: ~40 steps) grows as the run measures its real speed; the single-
+    """The first plan from a slow timing (here: a fifth of what fits) grows as the run measures its real speed; the single-
     phase data stream follows the plan wherever it moves (it once stopped at the first plan's end)."""
     from bertlab.train import pretrain as pt
 
-    monkeypatch.setattr(pt, "time_step", lambda *a, **k: 0.1)  # a step takes ~0.02 s here
+    real_time_step = pt.time_step
+    # A first timing 5x the real one, so the test holds at any machine speed or load (a fixed 0.1 s did not,
+    # once a loaded machine's steps took longer than that).
+    monkeypatch.setattr(pt, "time_step", lambda *a, **k: 5 * real_time_step(*a, **k))
     out = tmp_path / "run"
     assert main(["--log-level", "WARNING", "pretrain", "--model", "tiny", "--data", str(pretrain_data), "--out",
                  str(out), "--batch-size", "4", "--max-seq-length", "64", "--phase2-max-seq-length", "0", "--eval-batches", "1",
@@ -488,6 +491,6 @@ def test_a_pessimistic_first_fit_is_refitted_upwards_without_running_out_of_data
                  "--no-eval-at-start", "--num-evals", "2", "--eval-batch-size", "8"]) == 0
     text = capsys.readouterr().out
     first_plan = json.loads((out / "run_config.json").read_text())["_resolved"]["steps"]
-    assert 10 <= first_plan <= 60
+    assert first_plan >= 1
     steps = [r["step"] for r in read_metrics(out) if "loss" in r]
     assert steps[-1] > first_plan and "data ran out" not in text and "refitted" in text

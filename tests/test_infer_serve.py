@@ -119,7 +119,8 @@ def chunked_post(server, path, data: bytes):
 
 
 def test_unavailable_endpoint_says_how_to_enable_it(dirs):
-    assert load_models(dirs["mlm"], InferenceOptions()).endpoints == ["embed", "fill-mask"]  # found by its weights
+    # found by its weights; the masked-LM head also serves SPLADE vectors
+    assert load_models(dirs["mlm"], InferenceOptions()).endpoints == ["embed", "fill-mask", "embed_sparse"]
     models = load_models(dirs["qa"], InferenceOptions())
     assert models.endpoints == ["embed", "qa"]
     running = start_in_thread(create_app(models, LIMITS))

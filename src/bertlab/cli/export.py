@@ -12,7 +12,8 @@ elsewhere.
     --engine ENGINE` runs them in `embed`, `predict` and `serve`.
     sentence-transformers  the folder `SentenceTransformer(DIR)` loads, with the pooling the model was used with
                            (its sentence-transformers config; `--pooling` to choose) and L2 normalisation
-                           (`--no-normalize` to leave it out).
+                           (`--no-normalize` to leave it out); `--pooling splade`: the `SparseEncoder(DIR)` folder
+                           of the masked-LM head (SPLADE; the default for a folder saved as one).
 See `bertlab.infer.export`.
 """
 
@@ -24,13 +25,15 @@ from pathlib import Path
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
+    from ..infer.sparse import SPARSE_POOLINGS
 
     p.add_argument("format", choices=["onnx", "openvino", "ctranslate2", "sentence-transformers"], help="what to write")
     p.add_argument("--model", type=Path, required=True, metavar="DIR", help="a Hugging Face-layout model folder")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new (or empty) output folder")
     p.add_argument("--quantize", choices=["int8"], help="onnx: also write a dynamically quantised int8 model")
-    p.add_argument("--pooling", choices=list(POOLINGS),
-                   help="sentence-transformers: the pooling (default: the model's own config, else mean)")
+    p.add_argument("--pooling", choices=[*POOLINGS, *SPARSE_POOLINGS],
+                   help="sentence-transformers: the pooling (default: the model's own config, else mean); splade: "
+                        "a SparseEncoder folder of the masked-LM head")
     p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
                    help="sentence-transformers: no Normalize module (default: embeddings L2-normalised)")
 

@@ -1,7 +1,7 @@
 """`bertlab serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--max-batch-tokens N]
 [--max-concurrent-requests N] [--workers N]`: the HTTP service (see `bertlab.infer.serve`).
 
-OpenAI's /v1/embeddings and /v1/models; text-embeddings-inference's /embed, /predict, /rerank, /tokenize,
+OpenAI's /v1/embeddings and /v1/models; text-embeddings-inference's /embed, /embed_sparse, /predict, /rerank, /tokenize,
 /info; /classify, /qa and /fill-mask when the model has that head or a folder is given for it; /health,
 /metrics; the OpenAPI description at /openapi.json. Needs the `serve` extra: `pip install 'bertlab-paper[serve]'`.
 The port is taken before the model loads: a busy port is one line and exit status 2.
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         if models is not None and models.classifier is not None:
             routes += " /predict /rerank /classify"
         if models is not None:
-            routes += "".join(f" /{e}" for e in models.endpoints if e in ("qa", "fill-mask", "generate"))
+            routes += "".join(f" /{e}" for e in models.endpoints if e in ("qa", "fill-mask", "generate", "embed_sparse"))
         workers = f", {args.workers} workers" if args.workers > 1 else ""
         key = ", API key required" if args.api_key else ""
         print(f"bertlab serve: listening on http://{args.host}:{port}{workers}{key} -- {routes} "

@@ -54,17 +54,29 @@ DEFAULT_POOLING = "mean"
 ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 
 
-def model_pooling(model_dir: str | Path | None) -> str | None:
-    """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
-    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len)."""
+def module_config(model_dir: str | Path | None, type_suffix: str) -> dict | None:
+    """The config.json of the first module in a sentence-transformers folder's `modules.json` whose type ends
+    with `type_suffix` ({} when that module has no readable config), or None when there is no such module."""
     if model_dir is None:
         return None
     folder = Path(model_dir)
     try:
         modules = json.loads((folder / "modules.json").read_text())
-        path = next(m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Pooling"))
-        config = json.loads((folder / path / "config.json").read_text())
+        path = next(m.get("path", "") for m in modules if str(m.get("type", "")).endswith(type_suffix))
     except (OSError, ValueError, StopIteration, TypeError, AttributeError):
+        return None
+    try:
+        config = json.loads((folder / path / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def model_pooling(model_dir: str | Path | None) -> str | None:
+    """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
+    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len)."""
+    config = module_config(model_dir, "Pooling")
+    if not config:
         return None
     chosen = [name for flag, name in ST_POOLING_FLAGS.items() if config.get(flag)]
     others = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in ST_POOLING_FLAGS]

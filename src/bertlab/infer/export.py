@@ -14,7 +14,8 @@
         the folder `SentenceTransformer(out)` loads: the encoder in the Hugging Face layout, modules.json
         (Transformer -> Pooling -> Normalize), 1_Pooling/config.json with the pooling the model was used with
         (its own sentence-transformers config, else the one given, else mean), sentence_bert_config.json with
-        its length limit.
+        its length limit. With pooling="splade" (or a folder saved as one): the `SparseEncoder(out)` folder instead
+        -- the masked-LM model, MLMTransformer -> SpladePooling (max, ReLU), dot product (`sparse.py`).
 
 The ONNX graph is traced (torch.onnx's TorchScript exporter) from the plain fp32 model (no oneDNN packing) on
 a padded example batch, so the attention-mask path is the one recorded: it is correct for unpadded batches
@@ -45,7 +46,8 @@ import torch
 from ..core.errors import BertlabError, OutputError, is_write_failure, output_error
 from .length_buckets import model_inputs
 from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
-from .runtime import InferenceOptions, check_model_dir, length_limit, load_encoder, load_model, load_tokenizer
+from .runtime import (InferenceOptions, check_model_dir, length_limit, load_encoder, load_head, load_model,
+                      load_tokenizer)
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +320,11 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     """The sentence-transformers folder of the model's encoder (see the module docstring)."""
     from ..checkpoint.pretrained import save_pretrained
 
+    from .sparse import SPARSE_POOLINGS, folder_pooling
+
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
+    if (pooling or folder_pooling(model_dir)) in SPARSE_POOLINGS:
+        return export_sparse_encoder(model_dir, out)
     declared = model_pooling(model_dir)
     if pooling is not None and pooling not in POOLINGS:
         raise BertlabError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
@@ -352,6 +358,30 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     except BaseException as e:
         failed_export(e, tmp, out)
     return ExportReport(out, files, {"pooling": pooling, "normalize": normalize, "max_seq_length": limit})
+
+
+def export_sparse_encoder(model_dir: Path, out: Path) -> ExportReport:
+    """The sentence-transformers SparseEncoder folder of the model's masked-LM head (refused without its weights)."""
+    from ..checkpoint.pretrained import save_pretrained
+    from .sparse import folder_prompts, write_sparse_encoder_files
+
+    options = InferenceOptions(packed_linear=False, cpu_attention=False)
+    model = load_head("masked-lm", model_dir, options, purpose="a SPLADE (SparseEncoder) export")
+    tokenizer = load_tokenizer(model_dir)
+    limit = length_limit(model_dir, model.config, tokenizer, None)
+    prompts = folder_prompts(model_dir)
+    tmp = _new_folder(out)
+    try:
+        folder = tmp / "model"
+        save_pretrained(model, folder)
+        tokenizer.save_pretrained(folder)
+        write_sparse_encoder_files(folder, int(model.config.vocab_size), limit, prompts.get("query", ""),
+                                   prompts.get("document", ""))
+        files = _finish(folder, out)
+        tmp.rmdir()
+    except BaseException as e:
+        failed_export(e, tmp, out)
+    return ExportReport(out, files, {"pooling": "splade", "max_seq_length": limit})
 
 
 def _write_json(path: Path, data: Any) -> None:

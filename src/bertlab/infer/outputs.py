@@ -38,7 +38,7 @@ def text_output(path: str | Path | None) -> Iterator[IO[str]]:
         sys.stdout.flush()
         return
     p = Path(path)
-    tmp = _tmp_path(p)
+    tmp = temporary_path(p)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             yield f
@@ -55,7 +55,8 @@ def json_line(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
-def _tmp_path(p: Path) -> Path:
+def temporary_path(p: Path) -> Path:
+    """The hidden name a file is written under before it is renamed to `p` (refused: a missing folder, a folder)."""
     if not p.parent.exists():
         raise BertlabError(f"{p}: the folder {p.parent} does not exist")
     if p.is_dir():
@@ -68,7 +69,7 @@ class _StreamingFile:
     `OutputError` line naming the output, and the temporary is removed."""
 
     def __init__(self, path: Path, reserved: int):
-        self.path, self.tmp = path, _tmp_path(path)
+        self.path, self.tmp = path, temporary_path(path)
         try:
             self.file = open(self.tmp, "wb")
             self.file.write(b"\0" * reserved)

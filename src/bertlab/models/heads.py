@@ -13,6 +13,11 @@ head of a kind, so they work for every family. Kinds:
     multiple-choice           one score per choice (SWAG)
     replaced-token-detection  one score per token, replaced or original (ELECTRA's discriminator)
     rtd-pretraining           a generator and a discriminator trained together (ELECTRA's pre-training only)
+
+A masked-LM head also says where its cost lies (`vocab_projection()` -> `VocabProjection`): the transform
+before the vocabulary projection, and that projection's matrix and bias. SPLADE (`infer/sparse.py`) needs the
+logits of every token over the whole vocabulary but keeps only their maximum over tokens, so it runs the
+projection a slice of tokens at a time instead of materialising (B, T, V) logits.
 """
 
 from __future__ import annotations
@@ -55,6 +60,16 @@ class QuestionAnsweringOutput:
     start_logits: torch.Tensor  # (B, T)
     end_logits: torch.Tensor  # (B, T)
     loss: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class VocabProjection:
+    """A masked-LM head as logits = transform(h) · weightᵀ + bias, weight (V, E) (tied to the word embeddings in
+    every family); the head's own forward computes exactly this."""
+
+    transform: Callable[[torch.Tensor], torch.Tensor]  # (..., H) -> (..., E)
+    weight: torch.Tensor  # (V, E)
+    bias: torch.Tensor | None  # (V,)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ The routes come in groups, each a function registered with `@register_routes(nam
     routes_native.py    our own JSON: /embed {"texts"}, /classify, /fill-mask, /qa, /health
     routes_tei.py       Hugging Face text-embeddings-inference's routes and field names: /embed {"inputs"},
                         /predict, /rerank, /tokenize, /info
+    routes_sparse.py    TEI's /embed_sparse: SPLADE weights from the served folder's masked-LM head
     routes_openai.py    OpenAI's POST /v1/embeddings and GET /v1/models
     routes_metrics.py   /metrics in the Prometheus text format
     routes_generate.py  /generate: text-to-text generation and span filling with a T5 model (--generate-model)

@@ -31,12 +31,13 @@ class ServiceModels:
     qa: Any = None  # Predictor (BertForQuestionAnswering)
     fill_masker: Any = None  # FillMasker
     generator: Any = None  # infer.generate.Generator (a T5 model, --generate-model)
+    sparse: Any = None  # infer.sparse.SpladeEncoder on the served folder's masked-LM head: /embed_sparse
     name: str = ""  # the model's id in /info and /v1/models
 
     @property
     def endpoints(self) -> list[str]:
         have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker,
-                "generate": self.generator}
+                "generate": self.generator, "embed_sparse": self.sparse}
         return [name for name, model in have.items() if model is not None]
 
 
@@ -63,6 +64,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     from ..fill_mask import FillMasker
     from ..predict import Predictor, find_head
     from ..runtime import length_limit, load_encoder, load_tokenizer, model_family
+    from ..sparse import SpladeEncoder
 
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=name or model_name(model_dir))
@@ -83,6 +85,8 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         models.fill_masker = FillMasker.from_pretrained(fill_mask_model, options)
         if own is None and fill_mask_model == model_dir:
             own = models.fill_masker
+        if fill_mask_model == model_dir and options.dtype != "int8":  # SPLADE reads the head's plain projection
+            models.sparse = SpladeEncoder.for_folder(models.fill_masker.model, model_dir, options)
     tokenizer = load_tokenizer(model_dir)
     # The encoder of a model loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
     if own is not None and options.engine != "bertlab":

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
+                     VocabProjection)
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import AlbertConfig
 from .modeling import AlbertModel, AlbertPreTrainedModel
@@ -41,8 +42,11 @@ class AlbertMLMHead(nn.Module):
         self.decoder.bias = self.bias  # one bias under HF's two names
         self.act = config.hidden_act
 
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(ACTIVATIONS[self.act](self.dense(h)))
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.LayerNorm(ACTIVATIONS[self.act](self.dense(h))), self.decoder.weight, self.bias)
+        return F.linear(self.transform(h), self.decoder.weight, self.bias)
 
 
 class AlbertSOPHead(nn.Module):
@@ -110,6 +114,9 @@ class AlbertForMaskedLM(_MaskedLM):
         super().__init__(config)
         self.albert = AlbertModel(config, add_pooling_layer=False)
         self.predictions = self._predictions(config)
+
+    def vocab_projection(self) -> VocabProjection:
+        return VocabProjection(self.predictions.transform, self.predictions.decoder.weight, self.predictions.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.albert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)

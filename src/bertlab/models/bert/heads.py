@@ -29,7 +29,7 @@ from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
 from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ..heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
-                         TaskOutputLayer)
+                         TaskOutputLayer, VocabProjection)
 
 HEADS = HeadRegistry()  # BERT's heads by kind (`models/heads.py`)
 register_head = HEADS.register
@@ -222,6 +222,10 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=False)
         self.cls = BertOnlyMLMHead(config, self.bert.embeddings.word_embeddings)
         self.init_weights(self.cls)
+
+    def vocab_projection(self) -> VocabProjection:
+        head = self.cls.predictions
+        return VocabProjection(head.transform, head.decoder.weight, head.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)

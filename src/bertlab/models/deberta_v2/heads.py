@@ -26,7 +26,8 @@ from torch import nn
 
 from ...nn import ACTIVATIONS, Dropout
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
+                     VocabProjection)
 from .config import DebertaV2Config
 from .modeling import DebertaV2Model, DebertaV2PreTrainedModel
 
@@ -114,6 +115,14 @@ class DebertaV2ForMaskedLM(DebertaV2PreTrainedModel):
         if self.config.legacy:
             return self.cls.predictions(h)
         return self.lm_predictions.lm_head(h, self.deberta.embeddings.word_embeddings)
+
+    def vocab_projection(self) -> VocabProjection:
+        if self.config.legacy:
+            head = self.cls.predictions
+            return VocabProjection(head.transform, head.decoder.weight, head.bias)
+        head = self.lm_predictions.lm_head
+        return VocabProjection(lambda h: PredictionHeadTransform.forward(head, h),
+                               self.deberta.embeddings.word_embeddings.weight, head.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False) -> PreTrainingOutput:

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
+                     VocabProjection)
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import DistilBertConfig
 from .modeling import DistilBertModel, DistilBertPreTrainedModel
@@ -44,10 +45,15 @@ class DistilBertForMaskedLM(DistilBertPreTrainedModel):
         self.init_weights(self.vocab_layer_norm)
         nn.init.zeros_(self.vocab_projector.bias)
 
+    def vocab_hidden(self, h: torch.Tensor) -> torch.Tensor:
+        return self.vocab_layer_norm(ACTIVATIONS[self.config.activation](self.vocab_transform(h)))
+
+    def vocab_projection(self) -> VocabProjection:
+        return VocabProjection(self.vocab_hidden, self.vocab_projector.weight, self.vocab_projector.bias)
+
     def vocab_logits(self, h: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V)."""
-        h = self.vocab_layer_norm(ACTIVATIONS[self.config.activation](self.vocab_transform(h)))
-        return F.linear(h, self.vocab_projector.weight, self.vocab_projector.bias)
+        return F.linear(self.vocab_hidden(h), self.vocab_projector.weight, self.vocab_projector.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.distilbert(input_ids, attention_mask=attention_mask)

@@ -28,7 +28,8 @@ from ...core.errors import ConfigError
 from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
+                     VocabProjection)
 from .config import ElectraConfig
 from .modeling import ElectraModel, ElectraPreTrainedModel
 
@@ -146,6 +147,9 @@ class ElectraForMaskedLM(ElectraPreTrainedModel):
 
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.generator_lm_head(self.generator_predictions(h))
+
+    def vocab_projection(self) -> VocabProjection:
+        return VocabProjection(self.generator_predictions, self.generator_lm_head.weight, self.generator_lm_head.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.electra(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput
+from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, VocabProjection
 from ...nn.elementwise import ACTIVATIONS
 from .config import ModernBertConfig
 from .modeling import ModernBertModel, ModernBertPreTrainedModel, norm
@@ -118,6 +118,9 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         self.decoder = TiedDecoder(config, self.model.embeddings.tok_embeddings)
         self.init_weights(self.head)
         self.init_weights(self.decoder)
+
+    def vocab_projection(self) -> VocabProjection:
+        return VocabProjection(self.head, self.decoder.weight, self.decoder.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.model(input_ids, attention_mask=attention_mask)

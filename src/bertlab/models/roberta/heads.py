@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..heads import HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer
+from ..heads import (HeadOutput, HeadRegistry, PreTrainingOutput, QuestionAnsweringOutput, TaskOutputLayer,
+                     VocabProjection)
 from ..bert.heads import masked_lm, sequence_loss, span_loss, token_loss
 from .config import RobertaConfig
 from .modeling import RobertaModel, RobertaPreTrainedModel
@@ -42,8 +43,11 @@ class RobertaLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.decoder.bias = self.bias
 
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        return self.layer_norm(F.gelu(self.dense(h)))
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.layer_norm(F.gelu(self.dense(h))), self.decoder.weight, self.bias)
+        return F.linear(self.transform(h), self.decoder.weight, self.bias)
 
 
 class RobertaClassificationHead(nn.Module):
@@ -72,6 +76,9 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
         self.roberta = RobertaModel(config, add_pooling_layer=False)
         self.lm_head = RobertaLMHead(config, self.roberta.embeddings.word_embeddings)
         self.init_weights(self.lm_head)
+
+    def vocab_projection(self) -> VocabProjection:
+        return VocabProjection(self.lm_head.transform, self.lm_head.decoder.weight, self.lm_head.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
         out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)

@@ -7,6 +7,10 @@ metrics as trec_eval computes them (`tasks.retrieval.metrics`). OUT_DIR gets `re
 names: `ndcg@10`, `mrr@10`, `recall@100`, `map@100`, `p@10`, ...; the retriever's and, with a reranker, the
 reranked figures), `run.trec` (and `run.reranked.trec`), and the corpus vectors only with `keep_vectors`.
 `evaluate_embedder` is the same evaluation for a model in memory (validation during fine-tuning).
+
+A sparse model (`--pooling splade`, the default for a sentence-transformers SparseEncoder folder) is encoded into
+CSR rows in memory and searched exactly by `sparse_search` (dot products); results.json then also says how many
+non-zero terms its queries and passages have on average (the cost of an inverted index's lookups).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
-from . import search
+from . import search, sparse_search
 from .st_folder import EmbeddingSettings, read_settings
 
 log = logging.getLogger(__name__)
@@ -54,7 +58,8 @@ class RetrievalEvalConfig:
     top_k: int | None = None
     """passages retrieved per query (default: the largest cutoff)"""
     pooling: str | None = None
-    """cls, mean or max (default: the folder's sentence-transformers pooling, else mean)"""
+    """cls, mean, max, or splade (sparse vectors from the masked-LM head, exact sparse search) (default: the
+    folder's sentence-transformers pooling, splade for a SparseEncoder folder, else mean)"""
     normalize: bool | None = None
     """L2-normalise the vectors: cosine scores (default: as the folder's modules.json says; normalised when it has none)"""
     query_prompt: str | None = None
@@ -153,6 +158,30 @@ def evaluate_embedder(embedder, settings: EmbeddingSettings, data: RetrievalSet,
     return evaluate_run(run, data.qrels, cutoffs)
 
 
+def retrieve_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, top_k: int,
+                    progress: bool = False) -> tuple[search.HitsRun, dict[str, float]]:
+    """The run of exact sparse search, and the mean number of non-zero terms of the queries and passages."""
+    from ...infer.sparse import SparseRows
+
+    embed_queries, embed_passages = embed_functions(encoder, settings)
+    starts = range(0, len(data.corpus_texts), search.CORPUS_CHUNK)
+    track = _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress)
+    corpus = SparseRows.concat([embed_passages(data.corpus_texts[s:s + search.CORPUS_CHUNK])
+                                for s in (track(starts, len(starts)) if track else starts)], encoder.dim)
+    query_ids = list(data.queries)
+    queries = embed_queries([data.queries[q] for q in query_ids])
+    idx, scores = sparse_search.sparse_search(queries, corpus, top_k)
+    terms = {"query_terms": round(queries.nnz / max(len(queries), 1), 1),
+             "passage_terms": round(corpus.nnz / max(len(corpus), 1), 1)}
+    return search.run_from_hits(query_ids, data.corpus_ids, idx, scores), terms
+
+
+def evaluate_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, cutoffs) -> dict[str, float]:
+    """Metrics of a sparse encoder held in memory (fine-tuning's validation)."""
+    run, _ = retrieve_sparse(encoder, settings, data, max(cutoffs))
+    return evaluate_run(run, data.qrels, cutoffs)
+
+
 def _settings(cfg: RetrievalEvalConfig) -> EmbeddingSettings:
     settings = read_settings(cfg.model)
     for name in ("pooling", "normalize", "query_prompt", "passage_prompt"):
@@ -191,6 +220,7 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     """The whole command (see the module docstring); returns what results.json holds."""
     from ...infer.embeddings import Embedder
     from ...infer.runtime import InferenceOptions
+    from ...infer.sparse import SPARSE_POOLINGS, SpladeEncoder, folder_pooling
 
     started = time.perf_counter()
     data = load_retrieval_set(cfg.data, cfg.split, cfg.corpus, cfg.queries, cfg.qrels)
@@ -205,19 +235,28 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
                                retain_freed_memory=False)
     settings = _settings(cfg)
-    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
     top_k = cfg.top_k or max(cfg.cutoffs)
-    import tempfile
+    sparse = None
+    if (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS:
+        settings.pooling, settings.normalize = "splade", False
+        run, sparse = retrieve_sparse(SpladeEncoder.from_pretrained(cfg.model, options), settings, data, top_k,
+                                      cfg.progress)
+    else:
+        import tempfile
 
-    with tempfile.TemporaryDirectory(dir=out) as tmp:
-        vectors = (out / "corpus_vectors.npy") if (out is not None and cfg.keep_vectors) else Path(tmp) / "corpus.npy"
-        run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store, cfg.progress)
+        embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            vectors = (out / "corpus_vectors.npy") if (out is not None and cfg.keep_vectors) else Path(tmp) / "corpus.npy"
+            run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
+                           cfg.progress)
     retrieved_at = time.perf_counter()
     results = {"model": str(cfg.model), "data": data.name, "queries": len(data.queries),
-               "passages": len(data.corpus_ids), "top_k": top_k, "store": cfg.store,
+               "passages": len(data.corpus_ids), "top_k": top_k, "store": None if sparse else cfg.store,
                "pooling": settings.pooling, "normalize": settings.normalize,
                "metrics": evaluate_run(run, data.qrels, cfg.cutoffs),
                "seconds": round(retrieved_at - started, 1)}
+    if sparse:
+        results["sparse"] = sparse
     if out is not None:
         search.write_trec_run(out / "run.trec", run)
     if cfg.bm25:

@@ -17,6 +17,9 @@ The no-duplicates sampler: each epoch's order is a permutation seeded by (seed, 
 that order, skipping (for a later batch) any row with a text already in the batch, so no anchor meets a copy of
 its own positive as an in-batch "negative" (sentence-transformers' NoDuplicatesBatchSampler). Batches are a
 function of (seed, epoch) only, so resume seeks to any step.
+
+`--loss splade` trains the folder's masked-LM head into a sparse retriever instead (`splade.py`: in-batch negatives
+over dot products of SPLADE vectors plus FLOPS regularisation); OUT/final is then a SparseEncoder folder.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..runconfig import GroupedSettings
 from ..setup import resolve_device, run_record, write_run_config
-from .evaluate import evaluate_embedder
+from .evaluate import evaluate_embedder, evaluate_sparse
 from .losses import LOSS_ROWS, build_objective, cached_loss, plain_loss
 from .recipe import PairTraining, loop_config, start_run
+from .splade import (DEFAULT_DOCUMENT_LAMBDA, DEFAULT_QUERY_LAMBDA, DEFAULT_WARMUP, SpladeModel, load_mlm,
+                     save_sparse_folder, splade_loss)
 from .st_folder import EmbeddingSettings, read_settings, write_settings
 
 log = logging.getLogger(__name__)
@@ -65,7 +70,8 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     """OUT_DIR: final/ and best/ (sentence-transformers folders), checkpoints, metrics.jsonl, run_config.json"""
     loss: str = "mnrl"
     """mnrl (in-batch and hard negatives), cached-mnrl (the same with GradCache: large batches in small memory),
-    cosent or cosine (scored pairs), margin-mse (a teacher's margins)"""
+    cosent or cosine (scored pairs), margin-mse (a teacher's margins), splade (a sparse retriever from the masked-LM
+    head: in-batch and hard negatives, FLOPS regularisation)"""
     scale: float = 20.0
     """mnrl, cosent: the similarity scale (1 / temperature)"""
     symmetric: bool = False
@@ -102,6 +108,12 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     """steps between validations (default: the end only)"""
     metric: str = "ndcg@10"
     """the validation metric that picks the best model"""
+    splade_query_lambda: float = DEFAULT_QUERY_LAMBDA
+    """splade: weight of the FLOPS regulariser on the queries, reached after --splade-warmup"""
+    splade_document_lambda: float = DEFAULT_DOCUMENT_LAMBDA
+    """splade: weight of the FLOPS regulariser on the documents (positives and hard negatives)"""
+    splade_warmup: float = round(DEFAULT_WARMUP, 4)
+    """splade: the regulariser weights grow quadratically from 0 over this fraction of the steps (< 1) or steps"""
     early_stopping: int | None = None
     """stop after this many validations in a row without a better --metric (needs --validation and --eval-every);
     OUT/best holds the best model"""
@@ -111,7 +123,7 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     def __post_init__(self) -> None:
         if self.loss not in LOSS_ROWS:
             raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSS_ROWS)}")
-        if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent"):
+        if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent", "splade"):
             raise ConfigError(f"batch-size must be at least 2 for {self.loss}: it learns from the batch's other rows")
         if not self.scale > 0:
             raise ConfigError(f"scale must be positive, got {self.scale}")
@@ -119,6 +131,11 @@ class EmbeddingFinetuneConfig(GroupedSettings):
             raise ConfigError("early-stopping takes a patience of at least 1 validation, and needs --validation and "
                               "--eval-every")
         self.dims  # parses
+        if self.loss == "splade":
+            if self.matryoshka_dims or self.pooling not in (None, "splade"):
+                raise ConfigError("--loss splade trains sparse vocabulary weights: no --matryoshka-dims or --pooling")
+            if min(self.splade_query_lambda, self.splade_document_lambda, self.splade_warmup) < 0:
+                raise ConfigError("splade-query-lambda, splade-document-lambda and splade-warmup must not be negative")
 
     @property
     def dims(self) -> list[int]:
@@ -299,6 +316,7 @@ def _settings(cfg: EmbeddingFinetuneConfig, model_dir: Path, start: EmbeddingSet
 def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) -> EmbeddingFinetuneResult:
     from ...infer.embeddings import POOLINGS, Embedder
     from ...infer.runtime import length_limit, model_family
+    from ...infer.sparse import SpladeEncoder
 
     cfg = start_run(EmbeddingFinetuneConfig, cfg, MAY_CHANGE, given, "the training rows")
     out = Path(cfg.out)
@@ -307,7 +325,10 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     if family.base_model is None:
         raise BertlabError(f"{model_dir}: {family.name} models have no bare encoder to embed with")
     settings = _settings(cfg, model_dir)
-    if settings.pooling not in POOLINGS:
+    sparse = cfg.loss == "splade"
+    if sparse:
+        settings.pooling, settings.normalize, settings.similarity = "splade", False, "dot"
+    elif settings.pooling not in POOLINGS:
         raise ConfigError(f"unknown pooling {settings.pooling!r}; expected one of {', '.join(POOLINGS)}")
 
     kind = LOSS_ROWS[cfg.loss]
@@ -318,12 +339,12 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         raise BertlabError(f"{cfg.train}: {len(rows)} row; training needs at least 2")
     device = resolve_device(cfg.device)
     tokenizer = family.load_tokenizer(model_dir)
-    encoder = family.base_model.from_pretrained(model_dir)
+    encoder = load_mlm(model_dir) if sparse else family.base_model.from_pretrained(model_dir)
     max_length = length_limit(model_dir, encoder.config, tokenizer, cfg.max_seq_length or settings.max_seq_length)
     hidden = encoder.config.hidden_size
     if cfg.dims and max(cfg.dims) > hidden:
         raise ConfigError(f"matryoshka-dims {cfg.dims} exceed the model's {hidden} dimensions")
-    model = SentenceEncoder(encoder, settings.pooling).to(device)
+    model = (SpladeModel(encoder) if sparse else SentenceEncoder(encoder, settings.pooling)).to(device)
     data = tokenize_rows(rows, tokenizer, max_length, settings.query_prompt, settings.passage_prompt)
     plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates)
     steps = cfg.max_steps or plan.steps_for(cfg.epochs)
@@ -332,9 +353,14 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
              settings.pooling, f"; prompts {settings.query_prompt!r} / {settings.passage_prompt!r}"
              if settings.query_prompt or settings.passage_prompt else "")
 
-    objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
-    loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
-        else plain_loss(objective, encode)
+    if sparse:
+        ramp = int(cfg.splade_warmup * steps) if cfg.splade_warmup < 1 else int(cfg.splade_warmup)
+        loss_fn = splade_loss(lambda: trainer.step, ramp, cfg.splade_query_lambda, cfg.splade_document_lambda)
+    else:
+        objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
+        loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
+            else plain_loss(objective, encode)
+    save = save_sparse_folder if sparse else save_folder
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
 
@@ -350,13 +376,16 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
             best = json.loads(record.read_text())
 
         def evaluate(m):
-            embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.normalize, max_length)
-            metrics = evaluate_embedder(embedder, settings, valset, cutoffs, out)
+            if sparse:
+                metrics = evaluate_sparse(SpladeEncoder(m.encoder, tokenizer, max_length), settings, valset, cutoffs)
+            else:
+                embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.normalize, max_length)
+                metrics = evaluate_embedder(embedder, settings, valset, cutoffs, out)
             if cfg.metric not in metrics:
                 raise ConfigError(f"metric {cfg.metric!r} is not one of {', '.join(metrics)}")
             if best["value"] is None or metrics[cfg.metric] > best["value"]:
                 best.update(value=metrics[cfg.metric], metrics=metrics, step=trainer.step)
-                save_folder(m, tokenizer, settings, max_length, out / "best")
+                save(m, tokenizer, settings, max_length, out / "best")
                 (out / "best" / BEST_RECORD).write_text(json.dumps(best, indent=2) + "\n")
             return metrics
 
@@ -384,7 +413,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     result = trainer.fit(resume=cfg.resume)
     final = None
     if not result.interrupted:
-        final = save_folder(model, tokenizer, settings, max_length, out / "final")
+        final = save(model, tokenizer, settings, max_length, out / "final")
         summary = {"steps": result.step, "rows": len(rows), "train_seconds": round(result.elapsed, 1),
                    "wall_seconds": round(time.perf_counter() - started, 1), "loss": result.metrics.get("loss"),
                    "validation": result.eval_metrics, "best": best}
