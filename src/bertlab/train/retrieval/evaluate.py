@@ -7,6 +7,10 @@ metrics as trec_eval computes them (`tasks.retrieval.metrics`). OUT_DIR gets `re
 names: `ndcg@10`, `mrr@10`, `recall@100`, `map@100`, `p@10`, ...; the retriever's and, with a reranker, the
 reranked figures), `run.trec` (and `run.reranked.trec`), and the corpus vectors only with `keep_vectors`.
 `evaluate_embedder` is the same evaluation for a model in memory (validation during fine-tuning).
+
+A ColBERT folder (`infer.multivector`) is evaluated the same way with exact MaxSim in place of the dot product:
+the documents' token vectors on disk (`--store`), the queries' scored against them in blocks
+(`maxsim_search`); `evaluate_colbert` for a model in memory.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
-from . import search
+from . import maxsim_search, search
 from .st_folder import EmbeddingSettings, read_settings
 
 log = logging.getLogger(__name__)
@@ -153,6 +157,36 @@ def evaluate_embedder(embedder, settings: EmbeddingSettings, data: RetrievalSet,
     return evaluate_run(run, data.qrels, cutoffs)
 
 
+def retrieve_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, top_k: int, vectors_path: Path,
+                     store: str = "float16", progress: bool = False) -> search.HitsRun:
+    """The run of exact MaxSim search with a `ColbertEmbedder` (see the module docstring)."""
+    def embed(kind: str, prompt: str):
+        return lambda texts: embedder.embed([prompt + t for t in texts], kind)
+
+    corpus = maxsim_search.encode_to_disk(embed("document", settings.passage_prompt), data.corpus_texts,
+                                          embedder.dim, vectors_path, store,
+                                          _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress))
+    try:
+        query_ids = list(data.queries)
+        k = min(top_k, len(data.corpus_ids))
+        idx, scores = np.empty((len(query_ids), k), dtype=np.int64), np.empty((len(query_ids), k), dtype=np.float32)
+        queries = embed("query", settings.query_prompt)
+        for start in range(0, len(query_ids), search.CORPUS_CHUNK):
+            chunk = query_ids[start:start + search.CORPUS_CHUNK]
+            idx[start:start + len(chunk)], scores[start:start + len(chunk)] = maxsim_search.maxsim_search(
+                queries([data.queries[q] for q in chunk]), corpus, top_k)
+    finally:
+        corpus.close()
+    return search.run_from_hits(query_ids, data.corpus_ids, idx, scores)
+
+
+def evaluate_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, cutoffs, work_dir: Path,
+                     store: str = "float16") -> dict[str, float]:
+    """Metrics of a ColBERT model held in memory (fine-tuning's validation); its vectors removed after."""
+    run = retrieve_colbert(embedder, settings, data, max(cutoffs), work_dir / f".validation-tokens-{id(data)}", store)
+    return evaluate_run(run, data.qrels, cutoffs)
+
+
 def _settings(cfg: RetrievalEvalConfig) -> EmbeddingSettings:
     settings = read_settings(cfg.model)
     for name in ("pooling", "normalize", "query_prompt", "passage_prompt"):
@@ -190,6 +224,7 @@ def bm25_run(data: RetrievalSet, top_k: int) -> search.HitsRun:
 def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     """The whole command (see the module docstring); returns what results.json holds."""
     from ...infer.embeddings import Embedder
+    from ...infer.multivector import ColbertEmbedder, is_colbert_folder
     from ...infer.runtime import InferenceOptions
 
     started = time.perf_counter()
@@ -205,13 +240,26 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
                                retain_freed_memory=False)
     settings = _settings(cfg)
-    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
+    multi_vector = is_colbert_folder(cfg.model)
+    if multi_vector:
+        if cfg.pooling or cfg.normalize is not None or cfg.keep_vectors or cfg.max_length:
+            raise ConfigError(f"{cfg.model}: a ColBERT folder takes no --pooling, --normalize, --keep-vectors or "
+                              "--max-length (its vectors are per token, normalised, its lengths its own)")
+        embedder = ColbertEmbedder.from_pretrained(cfg.model, options)
+        settings.pooling = "colbert"
+    else:
+        embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
     top_k = cfg.top_k or max(cfg.cutoffs)
     import tempfile
 
     with tempfile.TemporaryDirectory(dir=out) as tmp:
         vectors = (out / "corpus_vectors.npy") if (out is not None and cfg.keep_vectors) else Path(tmp) / "corpus.npy"
-        run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store, cfg.progress)
+        if multi_vector:
+            run = retrieve_colbert(embedder, settings, data, top_k, Path(tmp) / "corpus.tokens", cfg.store,
+                                   cfg.progress)
+        else:
+            run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
+                           cfg.progress)
     retrieved_at = time.perf_counter()
     results = {"model": str(cfg.model), "data": data.name, "queries": len(data.queries),
                "passages": len(data.corpus_ids), "top_k": top_k, "store": cfg.store,

@@ -97,7 +97,9 @@ def matryoshka(objective: Objective, dims: Sequence[int], weights: Sequence[floa
 
 
 # loss name -> what its rows hold: "pairs" (anchor, positive[, negatives]), "scored" pairs or "margin" triplets
-LOSS_ROWS = {"mnrl": "pairs", "cached-mnrl": "pairs", "cosent": "scored", "cosine": "scored", "margin-mse": "margin"}
+# (colbert: a multi-vector model, its losses in colbert.py)
+LOSS_ROWS = {"mnrl": "pairs", "cached-mnrl": "pairs", "cosent": "scored", "cosine": "scored", "margin-mse": "margin",
+             "colbert": "pairs"}
 
 
 def build_objective(loss: str, scale: float = 20.0, symmetric: bool = False,
