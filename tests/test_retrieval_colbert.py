@@ -394,3 +394,12 @@ def test_serve_answers_token_vectors_and_a_maxsim_rerank(tmp_path):
         assert status == 404 and "ColBERT" in out["error"]
     finally:
         running.stop()
+
+
+def test_evaluate_retrieval_refuses_dense_settings_for_a_colbert_folder(tmp_path, capsys):
+    folder, _ = colbert_folder(tmp_path)
+    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1"])
+    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--pooling", "cls",
+                 "--no-progress"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "a ColBERT folder takes no --pooling" in err and len(err.splitlines()) == 1

@@ -44,9 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
     """The embedding options `embed` and `serve` share, with the same defaults."""
     p.add_argument("--pooling", default=None, choices=list(poolings),
-                   help="cls: the [CLS] vector; mean: average of the tokens; max: per-dimension max; colbert: a "
-                        "ColBERT folder's vectors per token (default: colbert for a ColBERT folder, else the "
-                        "folder's sentence-transformers pooling, else mean)")
+                   help="cls: the [CLS] vector; mean: average of the tokens; max: per-dimension max"
+                        + ("; colbert: a ColBERT folder's vectors per token (default: colbert for a ColBERT folder, "
+                           "else the " if "colbert" in poolings else " (default: the ")
+                        + "model folder's sentence-transformers pooling, else mean)")
     p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
                    help="do not L2-normalise the embeddings (default: normalised, cosine = dot product)")
     p.add_argument("--normalize", dest="normalize", action="store_true", help=argparse.SUPPRESS)  # the default

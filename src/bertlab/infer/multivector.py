@@ -19,10 +19,11 @@ by id after the first token -- never looked for in the text. The skiplist is PyL
 MaxSim: score(q, d) = Σ_i max_j q_i · d_j over the query's vectors i and the document's kept vectors j
 (`maxsim`).
 
-A ColBERT folder is PyLate's layout: the encoder in the Hugging Face layout with the markers in its
-vocabulary, `modules.json` (Transformer -> Dense), `1_Dense/` (`config.json`, `model.safetensors` holding
-`linear.weight`) and `config_sentence_transformers.json` with the settings above and `similarity_fn_name`
-"MaxSim" (`write_colbert_files`, `read_colbert_settings`).
+A ColBERT folder is PyLate's layout: the encoder in the Hugging Face layout, the markers as added tokens of
+`tokenizer_config.json` (at the ids after the vocabulary's), `modules.json` (Transformer -> Dense), `1_Dense/`
+(`config.json`, `model.safetensors` holding `linear.weight`) and `config_sentence_transformers.json` with the
+settings above and `similarity_fn_name` "MaxSim" (`write_colbert_files`, `read_colbert_settings`). The tests
+read it with `transformers` as PyLate does and compare token ids, vectors and scores with PyLate's formulas.
 
 Ragged output: the vectors of many texts are one (total tokens, dim) array and N + 1 offsets, text i's vectors
 being rows offsets[i]:offsets[i + 1] (`Ragged`): written as `.npz` (`vectors`, `offsets`[, `ids`]) or JSON Lines

@@ -288,6 +288,7 @@ class Service:
         embedder = self.models.multivector
         name = f"multivector-{kind}"
         self.batcher(name, lambda items: embedder.embed(items, kind))
+        # the batcher's token budget counts ~4 characters a token: the texts are tokenized on the model thread
         return await self.run(name, list(texts), sum(map(len, texts)) // 4)
 
     async def maxsim_scores(self, query: str, texts: list[str]) -> "Any":
