@@ -9,6 +9,10 @@
         [--rerank-negatives 3] [--rerank-epochs 1]    # a reranker on mined negatives, the model's top reranked
     python benchmarks/bench_retrieval.py --splade [--max-steps 300] [--batch-size 16] [--lr 5e-5] [--bf16]
         # SPLADE fine-tuned from all-MiniLM-L6-v2 (a new masked-LM head) against BM25 on the held-out set
+    python benchmarks/bench_retrieval.py --colbert --max-steps 200 --batch-size 16 --max-seq-length 128
+        # ColBERT (`--loss colbert`, document length = --max-seq-length) against the dense model (`--loss mnrl`)
+        # from the same start with the same steps, batch, learning rate, warmup, seed; both run at once,
+        # --threads each
 
 Needs the test extra and `datasets` (`pip install datasets`: sentence-transformers' trainer reads a
 `datasets.Dataset`), a dependency of this benchmark alone -- bertlab and its tests do not use it.
@@ -49,14 +53,18 @@ sys.path.insert(0, str(ROOT / "src"))
 SQUAD = ROOT.parent / "shared" / "data" / "squad" / "dev-v1.1.json"
 
 
-def build_data(squad: Path, out: Path, train_pairs: int, heldout_queries: int, seed: int) -> tuple[Path, Path]:
-    """(training pairs CSV, held-out BEIR folder) from SQuAD dev, split by article (see the docstring)."""
+def build_data(squad: Path, out: Path, train_pairs: int, heldout_queries: int, seed: int,
+               heldout_articles: int | None = None) -> tuple[Path, Path]:
+    """(training pairs CSV, held-out BEIR folder) from SQuAD dev, split by article (see the docstring); with
+    `heldout_articles`, the held-out set is the first that many odd articles (a smaller corpus)."""
     import csv
 
     articles = json.loads(squad.read_text(encoding="utf-8"))["data"]
     rng = random.Random(seed)
     pairs, corpus, queries = [], [], []
     for a, article in enumerate(articles):
+        if a % 2 and heldout_articles is not None and a // 2 >= heldout_articles:
+            continue
         title = article["title"].replace("_", " ")
         for p, paragraph in enumerate(article["paragraphs"]):
             text = f"{title} {paragraph['context']}"
@@ -134,6 +142,38 @@ def run_bertlab(model: str, train: Path, out: Path, a: argparse.Namespace) -> di
         raise SystemExit(f"bertlab failed:\n{run.stderr[-3000:]}")
     summary = json.loads(run.stdout[run.stdout.index("{"):])
     return {"train_seconds": summary["train_seconds"], "steps": summary["steps"]}
+
+
+def colbert_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.Namespace) -> dict:
+    """Dense (mnrl) and ColBERT fine-tuned from `model` with the same budget, side by side, then both scored."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def train_one(loss: str) -> dict:
+        extra = ["--document-length", str(a.max_seq_length)] if loss == "colbert" else \
+            ["--max-seq-length", str(a.max_seq_length)]
+        cmd = [sys.executable, "-m", "bertlab.cli", "finetune-embeddings", "--model", model, "--train", str(train),
+               "--out", str(tmp / loss), "--loss", loss, "--batch-size", str(a.batch_size), "--lr", str(a.lr),
+               "--warmup-proportion", str(a.warmup), "--seed", str(a.seed), "--threads", str(a.threads),
+               "--no-progress", *extra] + (["--max-steps", str(a.max_steps)] if a.max_steps else ["--epochs", "1"])
+        run = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        if run.returncode:
+            raise SystemExit(f"{loss} training failed:\n{run.stderr[-3000:]}")
+        summary = json.loads(run.stdout[run.stdout.index("{"):])
+        losses = [json.loads(line)["loss"] for line in (tmp / loss / "metrics.jsonl").read_text().splitlines()
+                  if "loss" in json.loads(line)]
+        return {"train_seconds": round(summary["train_seconds"], 1), "steps": summary["steps"],
+                "loss_first_10": round(sum(losses[:10]) / len(losses[:10]), 4),
+                "loss_last_10": round(sum(losses[-10:]) / len(losses[-10:]), 4)}
+
+    with ThreadPoolExecutor(2) as pool:
+        trained = dict(zip(("mnrl", "colbert"), pool.map(train_one, ("mnrl", "colbert"))))
+    with ThreadPoolExecutor(2) as pool:  # two at a time: --threads each, as the training
+        scored = dict(zip(("as shipped", "mnrl", "colbert"), pool.map(
+            lambda m: evaluate(m[1], beir, tmp / f"eval-{m[0]}", a.threads),
+            (("base", model), ("mnrl", str(tmp / "mnrl" / "final")), ("colbert", str(tmp / "colbert" / "final"))))))
+    return {"all-MiniLM-L6-v2, as shipped": scored["as shipped"],
+            "dense (mnrl)": {**scored["mnrl"], **trained["mnrl"]},
+            "ColBERT": {**scored["colbert"], **trained["colbert"]}}
 
 
 def evaluate(model: str, beir: Path, out: Path, threads: int) -> dict:
@@ -282,6 +322,9 @@ def main() -> None:
                    help="SPLADE fine-tuned from the model (a new masked-LM head) against BM25 on the held-out set")
     p.add_argument("--bf16", action="store_true", help="--splade: train under bf16 autocast")
     p.add_argument("--eval-max-length", type=int, help="--splade: tokens per text when scoring (default: as trained)")
+    p.add_argument("--colbert", action="store_true",
+                   help="ColBERT against the dense model, trained from the same start with the same budget")
+    p.add_argument("--heldout-articles", type=int, help="held out: the first N odd articles only (a smaller corpus)")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
@@ -291,13 +334,21 @@ def main() -> None:
     model = str(installed_minilm())
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        train, beir = build_data(SQUAD, tmp, a.train_pairs, a.heldout_queries, a.seed)
+        train, beir = build_data(SQUAD, tmp, a.train_pairs, a.heldout_queries, a.seed, a.heldout_articles)
         if a.splade:
             result = splade_check(model, train, beir, tmp, a)
             if a.json:
                 a.json.write_text(json.dumps({"settings": {k: getattr(a, k) for k in (
                     "train_pairs", "heldout_queries", "threads", "batch_size", "lr", "warmup", "seed", "max_seq_length",
                     "max_steps", "bf16", "eval_max_length")}, "splade": result}, indent=2) + "\n")
+            return
+        if a.colbert:
+            result = colbert_check(model, train, beir, tmp, a)
+            print(json.dumps(result, indent=2))
+            if a.json:
+                a.json.write_text(json.dumps({"settings": {k: getattr(a, k) for k in (
+                    "train_pairs", "heldout_queries", "heldout_articles", "threads", "batch_size", "lr", "warmup",
+                    "seed", "max_seq_length", "max_steps")}, "rows": result}, indent=2) + "\n")
             return
         if a.reranker:
             result = reranker_check(model, train, beir, tmp, a)

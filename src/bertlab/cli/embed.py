@@ -1,5 +1,6 @@
-"""`bertlab embed --model DIR [--pooling cls|mean|max|splade] [--no-normalize] [--window-overlap N] [--top-k N]
-[--input FILE] [--output FILE]`: sentence embeddings, dense or sparse.
+"""`bertlab embed --model DIR [--pooling cls|mean|max|splade|colbert] [--no-normalize] [--window-overlap N]
+[--top-k N] [--input FILE] [--output FILE]`: sentence embeddings, dense or sparse, or a ColBERT folder's per-token
+vectors.
 
 One text per line in (a file, or stdin), or a table (.csv, .tsv, .jsonl, .json, .parquet) read as `predict`
 reads one: its text column (--text-column, else text, sentence, ...), its id column carried into the output.
@@ -15,6 +16,11 @@ config; mean otherwise), L2-normalised.
 writes sparse vectors instead (`infer/sparse.py`): per line a JSON object {"token id": weight} of every non-zero
 weight (`--top-k N`: the N largest) -- for a table, {"id", "embedding": {...}} -- or, to FILE.npz, one scipy.sparse
 CSR matrix (rows in input order, columns the vocabulary).
+
+`--pooling colbert` (the default for a ColBERT folder, `infer.multivector`): each text's token vectors, as a
+query (`--text-kind query`: [Q], [MASK] padding to the query length) or a document (the default: [D], punctuation
+dropped); one JSON list of vectors per line, or FILE.npz holding `vectors` (all texts' rows, `--vector-dtype`
+float32 or float16), `offsets` (text i's rows are offsets[i]:offsets[i+1]) and a table's `ids`.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ CHUNK = 8192  # lines embedded (and written) at a time
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.embeddings import POOLINGS
+    from ..infer.multivector import MULTI_VECTOR_POOLINGS
     from ..infer.input_files import add_text_input_arguments
     from ..infer.ray_data import add_ray_arguments
     from ..infer.runtime import add_engine_argument, add_inference_arguments
@@ -34,14 +41,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_inference_arguments(p)
     add_engine_argument(p)
-    add_embedding_arguments(p, [*POOLINGS, *SPARSE_POOLINGS])
+    add_embedding_arguments(p, [*POOLINGS, *SPARSE_POOLINGS, *MULTI_VECTOR_POOLINGS])
     p.add_argument("--top-k", type=int, metavar="N",
                    help="--pooling splade: keep each text's N largest weights (default: every non-zero weight)")
     add_text_input_arguments(p)
     p.add_argument("--output", metavar="FILE", help="JSON Lines (default: stdout), or FILE.npy / FILE.safetensors "
-                                                    "(sparse: FILE.jsonl or FILE.npz); with --ray a folder of Parquet "
-                                                    "shards (id, embedding)")
+                                                    "(splade: FILE.jsonl or FILE.npz; colbert: FILE.npz); with --ray "
+                                                    "a folder of Parquet shards (id, embedding)")
     add_ray_arguments(p)
+    p.add_argument("--text-kind", choices=["document", "query"], default="document",
+                   help="colbert: embed the texts as documents (default) or as queries")
+    p.add_argument("--vector-dtype", choices=["float32", "float16"], default="float32",
+                   help="colbert: the vectors' type in FILE.npz (default float32)")
 
 
 def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
@@ -49,7 +60,10 @@ def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
     p.add_argument("--pooling", default=None, choices=list(poolings),
                    help="cls: the [CLS] vector; mean: average of the tokens; max: per-dimension max"
                         + ("; splade: sparse vocabulary weights from the masked-LM head" if "splade" in poolings
-                           else "") + " (default: the model folder's sentence-transformers pooling, else mean)")
+                           else "")
+                        + ("; colbert: a ColBERT folder's vectors per token (default: colbert for a ColBERT folder, "
+                           "else the " if "colbert" in poolings else " (default: the ")
+                        + "model folder's sentence-transformers pooling, else mean)")
     p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
                    help="do not L2-normalise the embeddings (default: normalised, cosine = dot product)")
     p.add_argument("--normalize", dest="normalize", action="store_true", help=argparse.SUPPRESS)  # the default
@@ -63,29 +77,31 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.embeddings import Embedder
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
+    from ..infer.multivector import is_colbert_folder
     from ..infer.runtime import InferenceOptions
-    from ..core.progress import track
 
     from ..infer import ray_data
     from ..infer.sparse import SPARSE_POOLINGS, folder_pooling
 
     ray_data.check_ray_arguments(args)
-    sparse = (args.pooling or folder_pooling(args.model)) in SPARSE_POOLINGS
+    colbert = args.pooling == "colbert" or (args.pooling is None and is_colbert_folder(args.model))
+    sparse = not colbert and (args.pooling or folder_pooling(args.model)) in SPARSE_POOLINGS
     if args.ray is not None:
-        if sparse:
-            raise BertlabError("--ray writes dense embeddings; sparse vectors (--pooling splade) run without --ray")
+        if sparse or colbert:
+            raise BertlabError("--ray writes dense embeddings; sparse (--pooling splade) and per-token (--pooling "
+                               "colbert) vectors run without --ray")
         return ray_data.run_command(args, ray_data.run_embed, pooling=args.pooling, normalize=args.normalize,
                                     window_overlap=args.window_overlap)
+    if args.top_k is not None and not sparse:
+        raise BertlabError("--top-k prunes sparse vectors; it needs --pooling splade")
     if sparse:
         return run_sparse(args)
-    if args.top_k is not None:
-        raise BertlabError("--top-k prunes sparse vectors; it needs --pooling splade")
+    if colbert:
+        return embed_colbert(args)
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
     embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),
                                         args.window_overlap)
-    chunks = ((s, embedder.embed(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))
-              for s in track(range(0, len(lines.items), CHUNK), -(-len(lines.items) // CHUNK), "embed",
-                             f"chunk of {CHUNK} lines"))
+    chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, where=where))
     kind = output_kind(args.output)
     if kind == "jsonl":
         with text_output(args.output) as f:
@@ -98,12 +114,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     writer = (NpyWriter(args.output, (embedder.dim,)) if kind == "npy"
               else SafetensorsWriter(args.output, "embeddings", (embedder.dim,)))
-    try:
-        for _, vectors in chunks:
-            writer.write(vectors)
-    except BaseException:
-        writer.abort()
-        raise
+    write_chunks(writer, chunks)
     if lines.table:
         write_ids(args.output, lines.ids)
     if kind == "npy":
@@ -117,7 +128,6 @@ def run_sparse(args: argparse.Namespace) -> int:
     """`--pooling splade`: sparse vectors (never normalised: their dot product is the score) to JSON Lines
     (streamed) or a CSR .npz (held until the end: 8 bytes a non-zero weight)."""
     from ..core.errors import BertlabError
-    from ..core.progress import track
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import text_output
     from ..infer.runtime import InferenceOptions
@@ -128,9 +138,7 @@ def run_sparse(args: argparse.Namespace) -> int:
         raise BertlabError("--window-overlap averages dense vectors; --pooling splade truncates long texts instead")
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
     encoder = SpladeEncoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.top_k)
-    chunks = ((s, encoder.encode(lines.items[s:s + CHUNK], where=lambda i, s=s: lines.where(s + i)))
-              for s in track(range(0, len(lines.items), CHUNK), -(-len(lines.items) // CHUNK), "embed",
-                             f"chunk of {CHUNK} lines"))
+    chunks = embedded_chunks(lines, lambda texts, where: encoder.encode(texts, where=where))
     if args.output is not None and str(args.output).lower().endswith(".npz"):
         SparseRows.concat([rows for _, rows in chunks], encoder.dim).save_npz(args.output)
         if lines.table:
@@ -143,3 +151,55 @@ def run_sparse(args: argparse.Namespace) -> int:
                 i = start + k
                 f.write(f'{{"id": {json.dumps(lines.ids[i])}, "embedding": {obj}}}\n' if lines.table else obj + "\n")
     return 0
+
+
+def embed_colbert(args: argparse.Namespace) -> int:
+    """`--pooling colbert`: each text's token vectors (see the module docstring)."""
+    from ..core.errors import BertlabError
+    from ..infer.input_files import read_texts
+    from ..infer.multivector import ColbertEmbedder, RaggedNpzWriter
+    from ..infer.outputs import json_line, text_output
+    from ..infer.runtime import InferenceOptions
+
+    for flag, given in (("--no-normalize", not args.normalize), ("--window-overlap", args.window_overlap is not None),
+                        ("--max-length", args.max_length is not None)):
+        if given:
+            raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "
+                               "lengths are the folder's query_length / document_length")
+    suffix = str(args.output or "").lower()
+    if suffix.endswith((".npy", ".safetensors")):
+        raise BertlabError(f"{args.output}: ColBERT's vectors are ragged (a number per text); write FILE.npz or "
+                           "JSON Lines")
+    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
+    embedder = ColbertEmbedder.from_pretrained(args.model, InferenceOptions.from_args(args))
+    chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, args.text_kind, where=where))
+    if suffix.endswith(".npz"):
+        writer = RaggedNpzWriter(args.output, embedder.dim, args.vector_dtype)
+        write_chunks(writer, chunks)
+        writer.close(lines.ids if lines.table else None, args.text_kind)
+        return 0
+    with text_output(args.output) as f:
+        for start, vectors in chunks:
+            for i, rows in enumerate(vectors, start):
+                rows = rows.astype(args.vector_dtype).tolist()
+                f.write(json_line({"id": lines.ids[i], "embedding": rows} if lines.table else rows))
+    return 0
+
+
+def embedded_chunks(lines, embed):
+    """(start, vectors) of the inputs `CHUNK` at a time, with progress; `embed(texts, where)`."""
+    from ..core.progress import track
+
+    return ((s, embed(lines.items[s:s + CHUNK], lambda i, s=s: lines.where(s + i)))
+            for s in track(range(0, len(lines.items), CHUNK), -(-len(lines.items) // CHUNK), "embed",
+                           f"chunk of {CHUNK} lines"))
+
+
+def write_chunks(writer, chunks) -> None:
+    """Every chunk's vectors to an array writer; on any failure its half-written file is removed."""
+    try:
+        for _, vectors in chunks:
+            writer.write(vectors)
+    except BaseException:
+        writer.abort()
+        raise

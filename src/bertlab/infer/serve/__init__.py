@@ -10,6 +10,7 @@ The routes come in groups, each a function registered with `@register_routes(nam
     routes_openai.py    OpenAI's POST /v1/embeddings and GET /v1/models
     routes_metrics.py   /metrics in the Prometheus text format
     routes_generate.py  /generate: text-to-text generation and span filling with a T5 model (--generate-model)
+    routes_multivector.py  /embed_multivector: a ColBERT folder's vectors per token (it also makes /rerank MaxSim)
 
 `Service` is what every route shares: the models, the limits, one dynamic batcher per kind of model call
 (`infer/dynamic_batcher.py`: concurrent requests merged under a token budget), tokenization off the event loop,

@@ -13,7 +13,8 @@ from .service import Service
 RouteGroup = Callable[[FastAPI, Service], None]
 ROUTE_GROUPS: dict[str, RouteGroup] = {}
 # The modules whose import registers route groups, in the order their routes are added.
-ROUTE_MODULES = ("routes_native", "routes_tei", "routes_sparse", "routes_openai", "routes_metrics", "routes_generate")
+ROUTE_MODULES = ("routes_native", "routes_tei", "routes_sparse", "routes_openai", "routes_metrics", "routes_generate",
+                 "routes_multivector")
 
 
 def register_routes(name: str) -> Callable[[RouteGroup], RouteGroup]:

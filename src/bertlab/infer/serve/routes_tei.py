@@ -16,7 +16,8 @@
 `normalize` defaults to true, as in TEI and `bertlab embed`; `truncate` to the service's `--on-long` (TEI's
 `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
 with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
-text) pairs -- loaded as the model or with `--classify-model`.
+text) pairs -- loaded as the model or with `--classify-model` -- or, without one, a ColBERT folder as the model:
+then the scores are MaxSim's (`routes_multivector`).
 """
 
 from __future__ import annotations
@@ -138,6 +139,11 @@ def tei_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/rerank", summary="a cross-encoder's relevance of each text to the query, best first")
     async def rerank(body: RerankRequest):
+        if models.classifier is None and models.multivector is not None:  # a ColBERT model: MaxSim
+            service.check_texts(body.texts)
+            service.check_texts([body.query], "query")
+            scores = await service.maxsim_scores(body.query, body.texts)
+            return ranked_answer(scores, body)
         service.need(models.classifier, "rerank", "--classify-model", "cross-encoder (sequence-classification head)")
         predictor = models.classifier
         if len(predictor.labels) != 1:
@@ -149,7 +155,9 @@ def tei_routes(app: FastAPI, service: Service) -> None:
                                      [body.query] * len(body.texts), body.texts, service.truncating(body.truncate),
                                      "texts")
         logits = (await service.classifier_logits(enc))[:, 0]
-        scores = logits if body.raw_scores else _sigmoid(logits)
+        return ranked_answer(logits if body.raw_scores else _sigmoid(logits), body)
+
+    def ranked_answer(scores, body: RerankRequest):
         order = sorted(range(len(scores)), key=lambda i: -scores[i])
         return json_response([{"index": i, "score": float(scores[i]), **({"text": body.texts[i]}
                                                                        if body.return_text else {})} for i in order])

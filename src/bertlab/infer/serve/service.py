@@ -32,12 +32,13 @@ class ServiceModels:
     fill_masker: Any = None  # FillMasker
     generator: Any = None  # infer.generate.Generator (a T5 model, --generate-model)
     sparse: Any = None  # infer.sparse.SpladeEncoder on the served folder's masked-LM head: /embed_sparse
+    multivector: Any = None  # infer.multivector.ColbertEmbedder (a ColBERT folder): /embed_multivector, /rerank
     name: str = ""  # the model's id in /info and /v1/models
 
     @property
     def endpoints(self) -> list[str]:
         have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker,
-                "generate": self.generator, "embed_sparse": self.sparse}
+                "generate": self.generator, "embed_sparse": self.sparse, "embed_multivector": self.multivector}
         return [name for name, model in have.items() if model is not None]
 
 
@@ -62,6 +63,8 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
     from ..embeddings import DEFAULT_POOLING, Embedder, model_pooling
     from ..fill_mask import FillMasker
+    from ..multivector import (ColbertEmbedder, ColbertModel, add_markers, is_colbert_folder, read_colbert_settings,
+                               read_projection)
     from ..predict import Predictor, find_head
     from ..runtime import length_limit, load_encoder, load_tokenizer, model_family
     from ..sparse import SpladeEncoder
@@ -97,6 +100,13 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options,
                                window_overlap)
+    if is_colbert_folder(model_dir) and options.engine == "bertlab":
+        # the same encoder, with ColBERT's projection, serves the per-token routes and MaxSim /rerank
+        settings = read_colbert_settings(model_dir)
+        add_markers(tokenizer, settings, model_dir)
+        colbert = ColbertModel(encoder, settings.dim, read_projection(model_dir))
+        colbert.linear.to(device=options.device, dtype=options.torch_dtype).requires_grad_(False)
+        models.multivector = ColbertEmbedder(colbert.eval(), tokenizer, settings, options)
     if generate_model is not None:
         from ..generate import Generator
 
@@ -276,6 +286,24 @@ class Service:
             vectors = np.stack([combine_windows(vectors[owner == i], [len(enc.rows[k]) for k in np.flatnonzero(
                 owner == i)]) for i in range(n)])
         return l2_normalize(vectors) if normalize else vectors
+
+    async def multivector_embed(self, texts: list[str], kind: str) -> list:
+        """Each text's token vectors from the ColBERT model, as a query or a document (on the model thread)."""
+        embedder = self.models.multivector
+        name = f"multivector-{kind}"
+        self.batcher(name, lambda items: embedder.embed(items, kind))
+        # the batcher's token budget counts ~4 characters a token: the texts are tokenized on the model thread
+        return await self.run(name, list(texts), sum(map(len, texts)) // 4)
+
+    async def maxsim_scores(self, query: str, texts: list[str]) -> "Any":
+        """(len(texts),) MaxSim scores of `texts` (as documents) for `query`."""
+        import torch
+
+        from ..multivector import maxsim
+
+        q = await self.multivector_embed([query], "query")
+        d = await self.multivector_embed(texts, "document")
+        return maxsim([torch.from_numpy(q[0])], [torch.from_numpy(v) for v in d])[0].numpy()
 
     async def classifier_logits(self, enc: Encoded) -> "Any":
         """(inputs, labels) logits of the classifier for encoded rows (with token types)."""

@@ -15,6 +15,7 @@ columns than the loss needs.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +60,12 @@ def read_rows(path: str | Path, kind: str, anchor: str | None = None, positive: 
     else:
         negatives = [table.require(c, "negative") for c in negatives]
     label_cols: list[str] = []
-    if kind == "scored":
+    if kind == "candidate-scores":
+        label_cols = [table.require(score, "score") if score else guess_column(cols, ("scores",))]
+        if label_cols[0] is None:
+            raise DataError(f"{table.path}: no teacher scores column (scores); name it with --score-column")
+        negatives = [c for c in negatives if c != label_cols[0]]
+    elif kind == "scored":
         found = table.require(score, "score") if score else guess_column(cols, SCORE_COLUMNS)
         if found is None:
             raise DataError(f"{table.path}: no score column (score, label) for scored pairs; the file has columns: "
@@ -86,7 +92,9 @@ def read_rows(path: str | Path, kind: str, anchor: str | None = None, positive: 
             if not text.strip():
                 raise table.error(row, f"empty text in column {column!r}")
             texts[role].append(text)
-        if labels is not None:
+        if kind == "candidate-scores":
+            labels.append(candidate_scores(table, row, label_cols[0], 1 + len(negatives)))
+        elif labels is not None:
             values = []
             for column in label_cols:
                 value = row.values.get(column)
@@ -98,3 +106,24 @@ def read_rows(path: str | Path, kind: str, anchor: str | None = None, positive: 
                     raise table.error(row, f"column {column!r} holds {value!r}, expected a finite number")
             labels.append(values[0] if len(values) == 1 else values[0] - values[1])
     return TrainingRows(texts, labels, roles)
+
+
+def candidate_scores(table, row, column: str, count: int) -> list[float]:
+    """A row's `count` teacher scores from `column`: a list, or a text holding a JSON array or numbers
+    separated by commas."""
+    value = row.values.get(column)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = json.loads(text) if text.startswith("[") else [float(v) for v in text.split(",")]
+        except ValueError:
+            value = None
+    try:
+        scores = [float(v) for v in value]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise table.error(row, f"column {column!r} holds {row.values.get(column)!r}, expected {count} numbers "
+                               "(one per candidate: the positive, then each negative)") from None
+    if len(scores) != count or not all(map(math.isfinite, scores)):
+        raise table.error(row, f"column {column!r} holds {len(scores)} scores, expected {count} finite numbers "
+                               "(one per candidate: the positive, then each negative)")
+    return scores

@@ -11,6 +11,10 @@ reranked figures), `run.trec` (and `run.reranked.trec`), and the corpus vectors 
 A sparse model (`--pooling splade`, the default for a sentence-transformers SparseEncoder folder) is encoded into
 CSR rows in memory and searched exactly by `sparse_search` (dot products); results.json then also says how many
 non-zero terms its queries and passages have on average (the cost of an inverted index's lookups).
+
+A ColBERT folder (`infer.multivector`) is evaluated the same way with exact MaxSim in place of the dot product:
+the documents' token vectors on disk (`--store`), the queries' scored against them in blocks
+(`maxsim_search`); `evaluate_colbert` for a model in memory.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import numpy as np
 from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
-from . import search, sparse_search
+from . import maxsim_search, search, sparse_search
 from .st_folder import EmbeddingSettings, read_settings
 
 log = logging.getLogger(__name__)
@@ -179,6 +183,35 @@ def retrieve_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, to
 def evaluate_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, cutoffs) -> dict[str, float]:
     """Metrics of a sparse encoder held in memory (fine-tuning's validation)."""
     run, _ = retrieve_sparse(encoder, settings, data, max(cutoffs))
+
+
+def retrieve_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, top_k: int, vectors_path: Path,
+                     store: str = "float16", progress: bool = False) -> search.HitsRun:
+    """The run of exact MaxSim search with a `ColbertEmbedder` (see the module docstring)."""
+    def embed(kind: str, prompt: str):
+        return lambda texts: embedder.embed([prompt + t for t in texts], kind)
+
+    corpus = maxsim_search.encode_to_disk(embed("document", settings.passage_prompt), data.corpus_texts,
+                                          embedder.dim, vectors_path, store,
+                                          _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress))
+    try:
+        query_ids = list(data.queries)
+        k = min(top_k, len(data.corpus_ids))
+        idx, scores = np.empty((len(query_ids), k), dtype=np.int64), np.empty((len(query_ids), k), dtype=np.float32)
+        queries = embed("query", settings.query_prompt)
+        for start in range(0, len(query_ids), search.CORPUS_CHUNK):
+            chunk = query_ids[start:start + search.CORPUS_CHUNK]
+            idx[start:start + len(chunk)], scores[start:start + len(chunk)] = maxsim_search.maxsim_search(
+                queries([data.queries[q] for q in chunk]), corpus, top_k)
+    finally:
+        corpus.close()
+    return search.run_from_hits(query_ids, data.corpus_ids, idx, scores)
+
+
+def evaluate_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, cutoffs, work_dir: Path,
+                     store: str = "float16") -> dict[str, float]:
+    """Metrics of a ColBERT model held in memory (fine-tuning's validation); its vectors removed after."""
+    run = retrieve_colbert(embedder, settings, data, max(cutoffs), work_dir / f".validation-tokens-{id(data)}", store)
     return evaluate_run(run, data.qrels, cutoffs)
 
 
@@ -219,6 +252,7 @@ def bm25_run(data: RetrievalSet, top_k: int) -> search.HitsRun:
 def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     """The whole command (see the module docstring); returns what results.json holds."""
     from ...infer.embeddings import Embedder
+    from ...infer.multivector import ColbertEmbedder, is_colbert_folder
     from ...infer.runtime import InferenceOptions
     from ...infer.sparse import SPARSE_POOLINGS, SpladeEncoder, folder_pooling
 
@@ -235,20 +269,29 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
                                retain_freed_memory=False)
     settings = _settings(cfg)
+    multi_vector = is_colbert_folder(cfg.model)
+    if multi_vector and (cfg.pooling or cfg.normalize is not None or cfg.keep_vectors or cfg.max_length):
+        raise ConfigError(f"{cfg.model}: a ColBERT folder takes no --pooling, --normalize, --keep-vectors or "
+                          "--max-length (its vectors are per token, normalised, its lengths its own)")
     top_k = cfg.top_k or max(cfg.cutoffs)
     sparse = None
-    if (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS:
+    if not multi_vector and (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS:
         settings.pooling, settings.normalize = "splade", False
         run, sparse = retrieve_sparse(SpladeEncoder.from_pretrained(cfg.model, options), settings, data, top_k,
                                       cfg.progress)
     else:
         import tempfile
 
-        embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             vectors = (out / "corpus_vectors.npy") if (out is not None and cfg.keep_vectors) else Path(tmp) / "corpus.npy"
-            run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
-                           cfg.progress)
+            if multi_vector:
+                settings.pooling = "colbert"
+                run = retrieve_colbert(ColbertEmbedder.from_pretrained(cfg.model, options), settings, data, top_k,
+                                       Path(tmp) / "corpus.tokens", cfg.store, cfg.progress)
+            else:
+                embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
+                run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
+                               cfg.progress)
     retrieved_at = time.perf_counter()
     results = {"model": str(cfg.model), "data": data.name, "queries": len(data.queries),
                "passages": len(data.corpus_ids), "top_k": top_k, "store": None if sparse else cfg.store,

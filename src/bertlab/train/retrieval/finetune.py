@@ -44,7 +44,8 @@ from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..runconfig import GroupedSettings
 from ..setup import resolve_device, run_record, write_run_config
-from .evaluate import evaluate_embedder, evaluate_sparse
+from . import colbert
+from .evaluate import evaluate_colbert, evaluate_embedder, evaluate_sparse
 from .losses import LOSS_ROWS, build_objective, cached_loss, plain_loss
 from .recipe import PairTraining, loop_config, start_run
 from .splade import (DEFAULT_DOCUMENT_LAMBDA, DEFAULT_QUERY_LAMBDA, DEFAULT_WARMUP, SpladeModel, load_mlm,
@@ -71,7 +72,8 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     loss: str = "mnrl"
     """mnrl (in-batch and hard negatives), cached-mnrl (the same with GradCache: large batches in small memory),
     cosent or cosine (scored pairs), margin-mse (a teacher's margins), splade (a sparse retriever from the masked-LM
-    head: in-batch and hard negatives, FLOPS regularisation)"""
+    head: in-batch and hard negatives, FLOPS regularisation), colbert (a multi-vector model: in-batch and hard
+    negatives on MaxSim; with --score-column, distillation from a teacher's score per candidate)"""
     scale: float = 20.0
     """mnrl, cosent: the similarity scale (1 / temperature)"""
     symmetric: bool = False
@@ -89,7 +91,8 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     negative_columns: str | None = None
     """comma-separated hard-negative columns (default: every column named negative*)"""
     score_column: str | None = None
-    """the score (cosent, cosine) or margin (margin-mse) column (default: score / label / margin)"""
+    """the score (cosent, cosine), margin (margin-mse) or teacher's scores per candidate (colbert: distillation)
+    column (default: score / label / margin; colbert: none)"""
     query_prompt: str | None = None
     """text put before every anchor, e.g. 'query: ' (default: the start folder's prompt; saved with the model)"""
     passage_prompt: str | None = None
@@ -119,11 +122,19 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     OUT/best holds the best model"""
     # length of the run, batch, optimiser, precision, seed, device, checkpoints, resume: shared with the reranker
     training: PairTraining = field(default_factory=PairTraining)
+    # a multi-vector model's token dimensions and lengths (--loss colbert)
+    colbert: colbert.ColbertOptions = field(default_factory=colbert.ColbertOptions)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSS_ROWS:
             raise ConfigError(f"unknown loss {self.loss!r}; expected one of {', '.join(LOSS_ROWS)}")
-        if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent", "splade"):
+        if self.loss == "colbert" and (self.matryoshka_dims or self.symmetric or self.pooling or self.max_seq_length
+                                       or self.normalize is not None):
+            raise ConfigError("--loss colbert takes no --matryoshka-dims, --symmetric, --pooling, --normalize or "
+                              "--max-seq-length: its vectors are one per token, L2-normalised, its lengths "
+                              "--query-length / --document-length")
+        if self.batch_size < 2 and self.loss in ("mnrl", "cached-mnrl", "cosent", "splade") or (
+                self.batch_size < 2 and self.loss == "colbert" and not self.score_column):
             raise ConfigError(f"batch-size must be at least 2 for {self.loss}: it learns from the batch's other rows")
         if not self.scale > 0:
             raise ConfigError(f"scale must be positive, got {self.scale}")
@@ -252,8 +263,9 @@ def count_batch_tokens(batch: dict) -> int:
 class EpochPlan:
     """Batches epoch after epoch, each epoch's computed when first needed; `batches(step)` starts at `step`."""
 
-    def __init__(self, data: TokenizedRows, batch_size: int, seed: int, no_duplicates: bool):
+    def __init__(self, data: TokenizedRows, batch_size: int, seed: int, no_duplicates: bool, collate=collate):
         self.data, self.batch_size, self.seed, self.no_duplicates = data, batch_size, seed, no_duplicates
+        self.collate = collate
         self._epochs: dict[int, list[list[int]]] = {}
 
     def epoch(self, e: int) -> list[list[int]]:
@@ -273,7 +285,7 @@ class EpochPlan:
             e += 1
         while True:
             for batch in self.epoch(e)[step:]:
-                yield collate(self.data, batch)
+                yield self.collate(self.data, batch)
             e, step = e + 1, 0
 
 
@@ -315,6 +327,7 @@ def _settings(cfg: EmbeddingFinetuneConfig, model_dir: Path, start: EmbeddingSet
 
 def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) -> EmbeddingFinetuneResult:
     from ...infer.embeddings import POOLINGS, Embedder
+    from ...infer.multivector import ColbertEmbedder
     from ...infer.runtime import length_limit, model_family
     from ...infer.sparse import SpladeEncoder
 
@@ -325,13 +338,13 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     if family.base_model is None:
         raise BertlabError(f"{model_dir}: {family.name} models have no bare encoder to embed with")
     settings = _settings(cfg, model_dir)
-    sparse = cfg.loss == "splade"
+    sparse, multi_vector = cfg.loss == "splade", cfg.loss == "colbert"
     if sparse:
         settings.pooling, settings.normalize, settings.similarity = "splade", False, "dot"
-    elif settings.pooling not in POOLINGS:
+    elif not multi_vector and settings.pooling not in POOLINGS:
         raise ConfigError(f"unknown pooling {settings.pooling!r}; expected one of {', '.join(POOLINGS)}")
 
-    kind = LOSS_ROWS[cfg.loss]
+    kind = colbert.row_kind(cfg.score_column) if multi_vector else LOSS_ROWS[cfg.loss]
     rows = read_rows(cfg.train, kind, cfg.anchor_column, cfg.positive_column,
                      [c.strip() for c in cfg.negative_columns.split(",")] if cfg.negative_columns else None,
                      cfg.score_column)
@@ -344,23 +357,38 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     hidden = encoder.config.hidden_size
     if cfg.dims and max(cfg.dims) > hidden:
         raise ConfigError(f"matryoshka-dims {cfg.dims} exceed the model's {hidden} dimensions")
-    model = (SpladeModel(encoder) if sparse else SentenceEncoder(encoder, settings.pooling)).to(device)
-    data = tokenize_rows(rows, tokenizer, max_length, settings.query_prompt, settings.passage_prompt)
-    plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates)
+    if multi_vector:
+        multi = colbert.settings_for(model_dir, cfg.colbert)
+        model = colbert.build_model(model_dir, encoder, tokenizer, multi, cfg.seed).to(device)
+        data = colbert.tokenize_rows(rows, tokenizer, multi, settings.query_prompt, settings.passage_prompt)
+        plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates, colbert.collate)
+        prompts = {k: v for k, v in (("query", settings.query_prompt), ("document", settings.passage_prompt)) if v}
+
+        def save(m, where: Path) -> Path:
+            return colbert.save_folder(m, tokenizer, multi, prompts, where)
+    else:
+        model = (SpladeModel(encoder) if sparse else SentenceEncoder(encoder, settings.pooling)).to(device)
+        data = tokenize_rows(rows, tokenizer, max_length, settings.query_prompt, settings.passage_prompt)
+        plan = EpochPlan(data, cfg.batch_size, cfg.seed, not cfg.allow_duplicates)
+
+        def save(m, where: Path) -> Path:
+            return (save_sparse_folder if sparse else save_folder)(m, tokenizer, settings, max_length, where)
     steps = cfg.max_steps or plan.steps_for(cfg.epochs)
     log.info("%d rows (%s), %d distinct texts; %d steps of %d rows; loss %s; pooling %s%s", len(rows),
              ", ".join(f"{r}={c}" for r, c in rows.columns.items()), len(data.ids), steps, cfg.batch_size, cfg.loss,
-             settings.pooling, f"; prompts {settings.query_prompt!r} / {settings.passage_prompt!r}"
+             "colbert" if multi_vector else settings.pooling,
+             f"; prompts {settings.query_prompt!r} / {settings.passage_prompt!r}"
              if settings.query_prompt or settings.passage_prompt else "")
 
     if sparse:
         ramp = int(cfg.splade_warmup * steps) if cfg.splade_warmup < 1 else int(cfg.splade_warmup)
         loss_fn = splade_loss(lambda: trainer.step, ramp, cfg.splade_query_lambda, cfg.splade_document_lambda)
+    elif multi_vector:
+        loss_fn = plain_loss(colbert.build_objective(kind == "candidate-scores"), colbert.encode)
     else:
         objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
         loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
             else plain_loss(objective, encode)
-    save = save_sparse_folder if sparse else save_folder
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
 
@@ -378,6 +406,8 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         def evaluate(m):
             if sparse:
                 metrics = evaluate_sparse(SpladeEncoder(m.encoder, tokenizer, max_length), settings, valset, cutoffs)
+            elif multi_vector:
+                metrics = evaluate_colbert(ColbertEmbedder(m, tokenizer, multi), settings, valset, cutoffs, out)
             else:
                 embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.normalize, max_length)
                 metrics = evaluate_embedder(embedder, settings, valset, cutoffs, out)
@@ -385,7 +415,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
                 raise ConfigError(f"metric {cfg.metric!r} is not one of {', '.join(metrics)}")
             if best["value"] is None or metrics[cfg.metric] > best["value"]:
                 best.update(value=metrics[cfg.metric], metrics=metrics, step=trainer.step)
-                save(m, tokenizer, settings, max_length, out / "best")
+                save(m, out / "best")
                 (out / "best" / BEST_RECORD).write_text(json.dumps(best, indent=2) + "\n")
             return metrics
 
@@ -413,7 +443,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     result = trainer.fit(resume=cfg.resume)
     final = None
     if not result.interrupted:
-        final = save(model, tokenizer, settings, max_length, out / "final")
+        final = save(model, out / "final")
         summary = {"steps": result.step, "rows": len(rows), "train_seconds": round(result.elapsed, 1),
                    "wall_seconds": round(time.perf_counter() - started, 1), "loss": result.metrics.get("loss"),
                    "validation": result.eval_metrics, "best": best}

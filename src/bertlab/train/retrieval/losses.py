@@ -97,8 +97,9 @@ def matryoshka(objective: Objective, dims: Sequence[int], weights: Sequence[floa
 
 
 # loss name -> what its rows hold: "pairs" (anchor, positive[, negatives]), "scored" pairs or "margin" triplets
+# (splade: sparse vectors, its own loss in splade.py; colbert: a multi-vector model, its losses in colbert.py)
 LOSS_ROWS = {"mnrl": "pairs", "cached-mnrl": "pairs", "cosent": "scored", "cosine": "scored", "margin-mse": "margin",
-             "splade": "pairs"}  # splade: sparse vectors, its own loss (`splade.py`)
+             "splade": "pairs", "colbert": "pairs"}
 
 
 def build_objective(loss: str, scale: float = 20.0, symmetric: bool = False,
