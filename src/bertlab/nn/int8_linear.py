@@ -33,9 +33,10 @@ import torch
 from torch import nn
 
 from .cpu_kernels import (
+    cpu_isa,
     dequantize_rows,
-    vnni_available,
-    int8_linear_vnni,
+    int8_gemm_available,
+    int8_linear,
     pack_int8_weight,
     quantize_rows,
     tracing,
@@ -46,12 +47,15 @@ log = logging.getLogger(__name__)
 # Layers narrower than this (either side) stay fp32: task heads with a few outputs.
 MIN_FEATURES = 16
 
-# Up to this many rows the product runs in bertlab's own VNNI kernel (nn/cpu_kernels.py) where the CPU has it,
-# beyond them in torch._int_mm: on T5 and MiniLM shapes, one thread, the kernel measured 3-6x faster at 2-8 rows
-# (a decoder step's sequences or beams) and, with its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128
-# (quantize and dequantize included on both sides; a lone input of up to 128 tokens: batch-1 latency 1.03-1.07x
-# end to end). A bulk batch (~700 rows) measured the same either way at one thread and 0.94x at two.
-VNNI_MAX_ROWS = 128
+# Up to this many rows the product runs in bertlab's own int8 kernel (nn/cpu_kernels.py) at each level of the CPU
+# dispatch (`cpu_kernels.cpu_isa()`), beyond them in torch._int_mm (oneDNN). AVX-512 VNNI: on T5 and MiniLM
+# shapes, one thread, the kernel measured 3-6x faster at 2-8 rows (a decoder step's sequences or beams) and, with
+# its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128 (quantize and dequantize included on both sides; a
+# lone input of up to 128 tokens: batch-1 latency 1.03-1.07x end to end). A bulk batch (~700 rows) measured the
+# same either way at one thread and 0.94x at two. AMX: every row count (from 16 rows the kernel runs on AMX
+# tiles): on an Intel Xeon with AMX (family 6, model 207), MiniLM's shapes, one thread, 1.3-3.0x the VNNI kernel
+# from 16 rows on and 1.2-4.3x torch._int_mm (oneDNN's VNNI GEMM there) but for one shape at 700 rows (0.95x).
+KERNEL_MAX_ROWS = {"amx": 1 << 62, "avx512": 128, "avxvnni": 128, "avx2": 128}
 
 
 class Int8Linear(nn.Module):
@@ -93,12 +97,12 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        if (flat.shape[0] <= VNNI_MAX_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
-                and vnni_available() and not tracing()):
+        if (flat.shape[0] <= KERNEL_MAX_ROWS.get(cpu_isa(), 0) and flat.dtype == torch.float32
+                and flat.is_contiguous() and int8_gemm_available() and not tracing()):
             if self.vnni_weight is None:
                 self.vnni_weight = pack_int8_weight(self.qweight.t()) or False
             if self.vnni_weight:
-                y = int8_linear_vnni(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
+                y = int8_linear(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
                 return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
         y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32

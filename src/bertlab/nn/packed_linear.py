@@ -48,6 +48,7 @@ from torch import nn
 
 from .cpu_kernels import (
     bf16_dot_available,
+    cpu_isa,
     f32_gemm_available,
     linear_bf16,
     linear_f32,
@@ -71,7 +72,10 @@ ROW_BUCKETS = (*range(8, 128, 8), *range(128, ROW_TILE + 1, 32))
 # Up to this many rows (a decoding step of a few sequences) a layer is a GEMV over the plain fp32 or bf16 weight in
 # C (`cpu_kernels.linear_few_rows`): oneDNN pads them to 8 rows and streams the weights 20-50% slower.
 GEMV_ROWS = 4
-
+# bf16 on a CPU with AMX (`cpu_kernels.cpu_isa() == "amx"`) goes to oneDNN, whose bf16 inner product runs on
+# AMX tiles there (its verbose log: brg_matmul ... amx): on an Intel Xeon (family 6, model 207) with AVX-512 BF16
+# and AMX, one thread, MiniLM's four layer shapes at 8-700 rows, 2.4-12.6x bertlab's AVX-512 BF16 GEMM (which
+# reached only 25-40 GFLOP/s there); at 1-4 rows the GEMV above still runs.
 
 def row_tiles(rows: int) -> list[tuple[int, int, int]]:
     """How `rows` input rows are cut for oneDNN: (start, stop, padded rows) per call, every padded row count
@@ -114,14 +118,14 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
-        # fp32 on AVX-512 and bf16 on AVX-512 BF16: the weight in the C GEMMs' panels, and no oneDNN copy;
-        # otherwise oneDNN's blocked layout
+        # fp32 on AVX-512 or AVX2, bf16 on AVX-512 BF16 without AMX: the weight in the C GEMMs' panels, and no
+        # oneDNN copy; otherwise oneDNN's blocked layout
         dtype, k = linear.weight.dtype, linear.in_features
         self.panels, self.kernel, self.panel_bias = None, None, None
         if dtype == torch.float32 and f32_gemm_available():
             self.panels, self.kernel = pack_f32_panels(linear.weight), linear_f32
             self.panel_bias = None if linear.bias is None else linear.bias.detach()  # not a Parameter again
-        elif dtype == torch.bfloat16 and k % 2 == 0 and bf16_dot_available():
+        elif dtype == torch.bfloat16 and k % 2 == 0 and bf16_dot_available() and cpu_isa() != "amx":
             self.panels, self.kernel = pack_bf16_panels(linear.weight), linear_bf16
             self.panel_bias = None if linear.bias is None else linear.bias.detach().float()
         self.packed = (None if self.panels is not None
