@@ -55,7 +55,7 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
             x = torch.randn(shape)
             with torch.inference_mode():
                 own = q(x)
-                monkeypatch.setitem(int8_linear.KERNEL_MAX_ROWS, cpu_kernels.cpu_isa(), 0)
+                monkeypatch.setitem(int8_linear.KERNEL_MAX_ROWS, cpu_kernels.int8_kernel(), 0)
                 int_mm = q(x)
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape

@@ -495,10 +495,20 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
 AMX_MIN_ROWS = 16
 
 
+def int8_kernel() -> str | None:
+    """Which of bertlab's int8 GEMMs `int8_linear` runs at the dispatch level: "amx" (AMX tiles from
+    AMX_MIN_ROWS rows where K % 64 == 0, AVX-512 VNNI otherwise), "vnni" (AVX-512 VNNI), "avxvnni", "avx2", or
+    None (no extension, or the level "none")."""
+    for kernel in ("amx", "vnni", "avxvnni", "avx2"):
+        if _cpu_has(kernel):
+            return kernel
+    return None
+
+
 def int8_gemm_available() -> bool:
-    """Whether `int8_linear` runs here: the extension is built and the dispatch level has AVX-512 VNNI, AVX-VNNI
-    or AVX2."""
-    return _cpu_has("vnni") or _cpu_has("avx2")
+    """Whether `int8_linear` runs here: the extension is built and the dispatch level has AMX, AVX-512 VNNI,
+    AVX-VNNI or AVX2."""
+    return int8_kernel() is not None
 
 
 def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -4,13 +4,14 @@ A BERT forward pass on a CPU is ~85% matrix multiplies (`nn.Linear`); `torch.nn.
 each weight in its plain (row-major) layout on every call and first copies the bias into the output. Two
 kinds of kernel take a weight packed once instead:
 
-* bertlab's own GEMMs (C, `cpu_kernels.linear_f32` / `linear_bf16`): fp32 on a CPU with AVX-512, bf16 on one
-  with AVX-512 BF16 dot products, over the weight cut into panels of 32 columns. They take any row count as it
+* bertlab's own GEMMs (C, `cpu_kernels.linear_f32` / `linear_bf16`): fp32 on a CPU with AVX-512 or AVX2 + FMA,
+  bf16 on one with AVX-512 BF16 dot products and no AMX, over the weight cut into panels of 32 columns. They take any row count as it
   is and cost no more per call than a C function, where oneDNN's kernel through torch costs ~10 us a call and
   is built per row count. For all-MiniLM-L6-v2 on one Zen 5 core, against oneDNN's packed kernel: fp32 1.07-1.10x
   on short inputs in bulk, 1.04-1.075x on long ones, 1.05-1.07x at batch 1 (2 threads: 1.06x, 1.06x, 1.17x),
   embeddings the same to 2e-7; bf16 1.05x, 1.05x, 1.13x (2 threads: 1.08x, 1.09x, 1.20x).
-* elsewhere, oneDNN's inner-product kernel with the weight reordered once into its blocked layout
+* elsewhere (and bf16 on a CPU with AMX, where oneDNN's kernel runs on AMX tiles), oneDNN's inner-product
+  kernel with the weight reordered once into its blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`: the operators PyTorch's
   own compiler substitutes when it freezes a model), ~10% faster than `F.linear` in fp32; bf16 matmuls go
   through oneDNN anyway, but reorder the weight on every call.
