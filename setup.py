@@ -24,7 +24,7 @@ setup(
         ),
         Extension(
             "bertlab.nn._cpu_kernels",
-            sources=[f"src/bertlab/nn/csrc/{name}.c" for name in ("module", "rows", "attention", "linear", "search")],
+            sources=[f"src/bertlab/nn/csrc/{name}.c" for name in ("module", "rows", "attention", "linear", "linear_avx2", "linear_amx", "search")],
             depends=["src/bertlab/nn/csrc/common.h"],
             extra_compile_args=["-O3", "-std=c99", "-ffp-contract=fast", *OPENMP],
             extra_link_args=OPENMP,

@@ -64,6 +64,7 @@ from bertlab.core.errors import BertlabError  # noqa: E402
 from bertlab.infer import length_buckets  # noqa: E402
 from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
 from bertlab.infer.runtime import ENGINE_PRECISIONS, InferenceOptions  # noqa: E402
+from bertlab.nn import cpu_kernels  # noqa: E402
 
 SHAPES = {"short": (16, 128), "long": (256, 512), "512": (512, 512), "8192": (8192, 8192)}
 WIKITEXT_TRAIN = ROOT.parent / "shared" / "data" / "wikitext-2" / "wiki.train.raw.first1018lines"
@@ -271,7 +272,10 @@ def provenance() -> dict:
                 if l.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else platform.processor()
     return {"command": " ".join([Path(sys.executable).name, *sys.argv]), "commit": commit, "cpu": cpu,
             "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
+            # the kernels' instruction set (BERTLAB_CPU_ISA forces a lower one) and the peers' own caps
+            "bertlab_cpu_isa": cpu_kernels.cpu_isa(),
+            **{v: os.environ[v] for v in ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA") if v in os.environ}}
 
 
 def run_separately(args: argparse.Namespace) -> int:
@@ -353,7 +357,9 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
             "settings": {k: v for k, v in vars(args).items() if k != "json"}}
     print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} ({', '.join(info['cpu_flags']) or 'no AVX2'}), "
           f"{info['cores']} cores | load "
-          f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']}")
+          f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']} | "
+          f"bertlab kernels: {info['bertlab_cpu_isa']}"
+          + "".join(f" | {v}={info[v]}" for v in ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA") if v in info))
     if args.json:
         args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,
                                         default=str) + "\n")

@@ -52,3 +52,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def isa(request):
+    """bertlab's CPU dispatch forced to the level `request.param` (as `BERTLAB_CPU_ISA` does) for one test
+    (`@pytest.mark.parametrize("isa", [...], indirect=True)`), skipped where this CPU or build does not reach it."""
+    from bertlab.nn import cpu_kernels
+
+    before = os.environ.get("BERTLAB_CPU_ISA")
+    try:
+        cpu_kernels.force_cpu_isa(request.param)
+    except ValueError as e:
+        cpu_kernels.force_cpu_isa(before)
+        pytest.skip(str(e))
+    yield request.param
+    cpu_kernels.force_cpu_isa(before)

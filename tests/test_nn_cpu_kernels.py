@@ -4,6 +4,7 @@ path taken wherever the C one does not apply."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -194,11 +195,13 @@ needs_avx512 = pytest.mark.skipif(not (cpu_kernels.available() and getattr(cpu_k
                                   reason="no AVX-512 (or no C kernels)")
 
 
-@needs_avx512
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
 @pytest.mark.parametrize("k", [1, 7, 48, 384])
-def test_f32_gemm_equals_the_float64_product(k, threads):
-    """Any row count (tiles of 12 rows and each tail of 1-11, chunks of 192 rows and what is left), any column
-    count (whole panels of 32 and a last one of 2, 1 or 4 columns), any K, with and without bias."""
+def test_f32_gemm_equals_the_float64_product(k, threads, isa):
+    """Any row count (AVX-512: tiles of 12 rows and each tail of 1-11; AVX2: tiles of 6 and each tail of 1-5;
+    chunks of 192 rows and what is left), any column count (whole panels of 32 and a last one of 2, 1 or 4
+    columns; AVX2: a half panel of 16 and what is left), any K, with and without bias."""
+    assert cpu_kernels.f32_gemm_available()
     g = torch.Generator().manual_seed(k)
     for n in (2, 32, 33, 100):
         w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
@@ -211,6 +214,36 @@ def test_f32_gemm_equals_the_float64_product(k, threads):
                 want = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
                 assert got.shape == (m, n)
                 torch.testing.assert_close(got, want.float(), atol=1e-4, rtol=1e-5)  # sums of k products ~ N(0, k)
+
+
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_f32_gemm_on_avx2_gives_the_avx512_bits(isa):
+    """The AVX2 tile runs the AVX-512 tile's FMA chain (from the bias, in k order) on half the columns: the
+    same floats, bit for bit."""
+    g = torch.Generator().manual_seed(1)
+    w, b = torch.randn(100, 384, generator=g), torch.randn(100, generator=g)
+    panels = cpu_kernels.pack_f32_panels(w)
+    x = torch.randn(205, 384, generator=g)
+    wide = cpu_kernels.linear_f32(x, panels, b, 100)
+    cpu_kernels.force_cpu_isa("avx2")
+    narrow = cpu_kernels.linear_f32(x, panels, b, 100)
+    assert torch.equal(wide, narrow)
+
+
+def test_cpu_isa_refuses_an_unknown_or_unreachable_level():
+    before = os.environ.get("BERTLAB_CPU_ISA")
+    try:
+        with pytest.raises(ValueError, match="expected one of none, avx2"):
+            cpu_kernels.force_cpu_isa("sse9")
+        if cpu_kernels.force_cpu_isa(None) != "amx":
+            with pytest.raises(ValueError, match="at most"):
+                cpu_kernels.force_cpu_isa("amx")
+        assert cpu_kernels.force_cpu_isa("none") == "none"
+        # at "none" every GEMM is oneDNN's: the C entries decline and the layers take torch
+        assert not cpu_kernels.f32_gemm_available() and not cpu_kernels.int8_gemm_available()
+        assert cpu_kernels.linear_f32(torch.randn(3, 8), cpu_kernels.pack_f32_panels(torch.randn(4, 8)), None, 4) is None
+    finally:
+        cpu_kernels.force_cpu_isa(before)
 
 
 needs_bf16dot = pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16 (or no C kernels)")
@@ -313,15 +346,20 @@ def test_argmax_rows_equals_torch_first_of_ties_and_declines_nan():
     assert cpu_kernels.beam_topk(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 1), 1) is None
 
 
-needs_vnni = pytest.mark.skipif(not cpu_kernels.vnni_available(), reason="no AVX-512 VNNI (or no C kernels)")
+# AMX tiles from 16 rows (VNNI below); AVX-512 VNNI; AVX2 with AVX-VNNI's dot products; AVX2 alone
+INT8_LEVELS = ["amx", "avx512", "avxvnni", "avx2"]
 
 
-@needs_vnni
+@pytest.mark.parametrize("isa", INT8_LEVELS, indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48), (64, 80)])
-def test_vnni_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads):
-    """Every row count its tiles split differently (8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks; from 16 rows panels
-    of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over), with and without bias."""
+def test_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads, isa):
+    """Every row count its tiles split differently (AVX-512: 8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks; from 16
+    rows panels of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over; AVX2: one
+    row x 4 blocks, 3 x 2 and each tail, 6 x 1 and each tail; AMX: tiles of 16 rows and a last of 1-15, pairs of
+    blocks and an odd one alone), with and without bias. On AVX2 alone the
+    products go through VPMADDUBSW's int16 pairs: x and w of ±127 at once (the outlier rows) must not saturate."""
+    assert cpu_kernels.int8_gemm_available()
     k, n = shape
     g = torch.Generator().manual_seed(k + n)
     w = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
@@ -332,7 +370,7 @@ def test_vnni_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, d
         xq, xs = quantize_rows_reference(x)
         for bias in (b, None):
             want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, bias)
-            got = cpu_kernels.int8_linear_vnni(x, packed, ws, bias)
+            got = cpu_kernels.int8_linear(x, packed, ws, bias)
             assert torch.equal(got, want), (m, bias is None)
 
 
@@ -567,9 +605,10 @@ def with_non_finite_rows(x: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
     return x, sorted(set(bad))
 
 
+@pytest.mark.parametrize("isa", [*INT8_LEVELS, "none"], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m", [1, 3, 16, 40, 205])
-def test_non_finite_rows_stay_non_finite_on_every_int8_path(m, dtype, threads):
+def test_non_finite_rows_stay_non_finite_on_every_int8_path(m, dtype, threads, isa):
     """A row holding NaN or inf comes out all NaN -- from the torch formulas, the C quantize and dequantize
     around torch._int_mm, and the VNNI kernel alike, as F.linear gives a non-finite row -- and the other rows
     are unchanged: the C paths stay bit for bit the formulas' on non-finite input."""
@@ -587,8 +626,8 @@ def test_non_finite_rows_stay_non_finite_on_every_int8_path(m, dtype, threads):
         q, s = quantize_rows(x)
         assert torch.equal(q, xq) and torch.equal(s.isnan(), xs.isnan()) and torch.equal(s.nan_to_num(), xs.nan_to_num())
         paths["C quantize + dequantize"] = dequantize_rows(torch._int_mm(q, w.t()), s, ws, b)
-    if cpu_kernels.vnni_available():
-        paths["VNNI kernel"] = cpu_kernels.int8_linear_vnni(x, cpu_kernels.pack_int8_weight(w), ws, b)
+    if cpu_kernels.int8_gemm_available():
+        paths[f"{isa} kernel"] = cpu_kernels.int8_linear(x, cpu_kernels.pack_int8_weight(w), ws, b)
     for name, got in paths.items():
         assert got[bad].isnan().all(), name
         assert torch.equal(got[good], want[good]), name

@@ -40,8 +40,9 @@ def test_int8_linear_is_close_to_nn_linear(shape):
         assert float(row_cosine(got, want).min()) > 0.9995
 
 
-def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
-    """Up to VNNI_MAX_ROWS rows the layer runs bertlab's own VNNI kernel where there is one (packing its
+@pytest.mark.parametrize("isa", ["amx", "avx512", "avxvnni", "avx2"], indirect=True)
+def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa):
+    """Up to KERNEL_MAX_ROWS rows the layer runs bertlab's own int8 kernel where there is one (packing its
     weight on the first such call), beyond them torch._int_mm; the two give identical outputs, in the VNNI
     tiles and in the 12-row panel tiles (from 16 rows on, a last panel of one block where the blocks are odd). An
     output width that is no multiple of 16 keeps torch._int_mm."""
@@ -54,11 +55,11 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch):
             x = torch.randn(shape)
             with torch.inference_mode():
                 own = q(x)
-                monkeypatch.setattr(int8_linear, "VNNI_MAX_ROWS", 0)
+                monkeypatch.setitem(int8_linear.KERNEL_MAX_ROWS, cpu_kernels.int8_kernel(), 0)
                 int_mm = q(x)
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape
-        packed = cpu_kernels.vnni_available() and out % 16 == 0
+        packed = cpu_kernels.int8_gemm_available() and out % 16 == 0
         assert bool(q.vnni_weight) == packed
 
 

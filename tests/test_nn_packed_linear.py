@@ -3,6 +3,10 @@ plain path whenever gradients are needed, and used by default by the inference l
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch import nn
@@ -58,8 +62,9 @@ def test_c_gemm_layers_keep_no_onednn_copy(dtype, monkeypatch):
     """fp32 on AVX-512, bf16 on AVX-512 BF16: the weight lives in the GEMM's panels only; an input of another
     dtype or a trace gets torch's own operator (its error, its graph) instead of the kernel reading the wrong
     bytes."""
-    available = cpu_kernels.f32_gemm_available if dtype == torch.float32 else cpu_kernels.bf16_dot_available
-    if not available():
+    available = (cpu_kernels.f32_gemm_available() if dtype == torch.float32
+                 else cpu_kernels.bf16_dot_available() and cpu_kernels.cpu_isa() != "amx")  # AMX: oneDNN's
+    if not available:
         pytest.skip("no C GEMM for this dtype here")
     torch.manual_seed(0)
     linear = nn.Linear(48, 80).to(dtype)
@@ -243,3 +248,42 @@ def test_t5_decoding_steps_take_the_gemv_and_match_the_full_forward(dtype, tmp_p
         assert rows and set(rows) == {batch}  # every step's layers through the GEMV
         tol = 1e-4 if dtype == "fp32" else 0.1
         torch.testing.assert_close(steps, full, atol=tol, rtol=tol)
+
+
+needs_amx = pytest.mark.skipif(cpu_kernels.cpu_isa() != "amx", reason="no AMX here (or held below it)")
+
+
+@pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
+def test_bf16_layers_take_onednn_on_amx_and_the_c_gemm_below(isa):
+    """On AMX a bf16 layer keeps oneDNN's reordered weight (its AMX kernel) and no panels; held to AVX-512 (with
+    AVX-512 BF16) it takes bertlab's panels. Either way the exact products summed in fp32, rounded once."""
+    if isa == "avx512" and not cpu_kernels.bf16_dot_available():
+        pytest.skip("no AVX-512 BF16 here")
+    torch.manual_seed(0)
+    linear = nn.Linear(384, 96).bfloat16()
+    packed = packed_linear.PackedLinear(linear)
+    assert (packed.panels is None) == (isa == "amx") and (packed.packed is None) == (isa != "amx")
+    with torch.inference_mode():
+        for rows in (7, 64, 700):
+            x = torch.randn(rows, 384).bfloat16()
+            exact = x.double() @ linear.weight.double().t() + linear.bias.double()
+            got = packed(x)
+            step = exact.abs().clamp(min=1e-30).log2().floor().exp2() / 128  # one bf16 step at each value
+            assert ((got.double() - exact).abs() <= step + 1e-3).all(), rows
+
+
+@needs_amx
+def test_onednn_runs_its_amx_kernel_for_bf16():
+    """What the AMX level relies on: oneDNN (through torch) picks its AMX kernel for a bf16 packed linear layer,
+    as its verbose log names it."""
+    code = (
+        "import torch\n"
+        "w = torch.randn(384, 384).bfloat16(); x = torch.randn(128, 384).bfloat16()\n"
+        "p = torch.ops.mkldnn._reorder_linear_weight(w, 2048)\n"
+        "torch.ops.mkldnn._linear_pointwise(x, p, None, 'none', [], '')\n"
+    )
+    env = {**os.environ, "ONEDNN_VERBOSE": "1"}
+    env.pop("ONEDNN_MAX_CPU_ISA", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    lines = [l for l in out.splitlines() if l.startswith("onednn_verbose") and ",exec," in l]
+    assert any("amx" in l and "bf16" in l for l in lines), "\n".join(lines)

@@ -14,8 +14,9 @@ rules, so they are stated once here:
     line instead of predictions from a randomly initialised layer;
   * texts longer than the limit are truncated with a warning, or rejected (`--on-long reject`);
   * on a CPU (fp32, bf16) the linear layers run from weights packed once (`nn/packed_linear.py`): by
-    bertlab's own GEMMs where the CPU has AVX-512 (fp32) or AVX-512 BF16 (bf16), by oneDNN's elsewhere (same
-    numbers to ~1e-6 in fp32); `--no-packed-linear` keeps plain `nn.Linear` (neither bertlab's GEMMs nor oneDNN's).
+    bertlab's own GEMMs where the CPU has AVX-512 or AVX2 (fp32) or AVX-512 BF16 without AMX (bf16), by oneDNN's
+    elsewhere (its AMX kernel for bf16 on AMX; same numbers to ~1e-6 in fp32; `nn/cpu_kernels.cpu_isa` is the one
+    dispatch); `--no-packed-linear` keeps plain `nn.Linear` (neither bertlab's GEMMs nor oneDNN's).
 """
 
 from __future__ import annotations

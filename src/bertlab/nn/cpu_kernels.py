@@ -10,8 +10,10 @@
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
     attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), fp32 or bf16 in
                                 and out, scores and softmax in fp32
-    int8_linear_vnni(...)       an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
-                                `int8_linear.VNNI_MAX_ROWS` (128) rows, on CPUs with AVX-512 VNNI (`vnni_available()`)
+    int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
+                                `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
+                                (`int8_gemm_available()`)
+    linear_f32(...), linear_bf16(...)  fp32 (AVX-512 or AVX2) and bf16 (AVX-512 BF16) GEMMs over packed panels
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
     argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
@@ -25,6 +27,12 @@ formulas here; softmax agrees to rounding).
 The C path runs for CPU tensors that are contiguous, of a dtype it knows, and not part of an autograd graph;
 anything else, and anything while torch records operators (a trace, `torch.compile`, an ONNX export), takes the
 torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
+
+One CPU dispatch (`cpu_isa()`) picks the GEMMs' instruction set: AMX (oneDNN's tiles for bf16 and int8 where
+they win), AVX-512, AVX-VNNI, AVX2, or none (oneDNN for every matrix multiply). `BERTLAB_CPU_ISA=avx2` (or any
+lower level than the CPU's) forces it, to test and measure the AVX2 kernels on an AVX-512 machine. The element-
+wise loops (quantize, softmax, norms) are compiled for several instruction sets and pick theirs when the
+extension loads, whatever the level.
 """
 
 from __future__ import annotations
@@ -62,13 +70,86 @@ def use_c_kernels(on: bool) -> bool:
     else:
         os.environ["BERTLAB_NO_CPU_KERNELS"] = "1"
     _extension.cache_clear()
+    _isa_of.cache_clear()
     return available()
 
 
+# ------------------------------------------------------------------------------------------- CPU dispatch
+# The instruction-set levels the kernels are written for, lowest first: "none" leaves every matrix multiply to
+# oneDNN (through torch); "avx2" is AVX2 + FMA (AMD before Zen 4, Intel before Haswell's successors' client
+# AVX-VNNI); "avxvnni" adds AVX-VNNI's int8 dot products (Intel client CPUs from 12th gen); "avx512" is AVX-512
+# (with VNNI and BF16 where present: bertlab's own fp32, bf16 and int8 GEMMs); "amx" is AVX-512 plus AMX tiles
+# (Sapphire Rapids and later), where the bf16 and int8 GEMMs of many rows go to oneDNN's AMX kernels.
+ISA_LEVELS = ("none", "avx2", "avxvnni", "avx512", "amx")
+# the module constant each extension feature is read from, and the level it belongs to
+_FLAG_LEVEL = {"amx": "amx", "avx2": "avx2", "avxvnni": "avxvnni", "avx512": "avx512", "vnni": "avx512", "bf16dot": "avx512"}
+
+
+def _amx_present() -> bool:
+    """Whether the CPU and OS give this process AMX (bf16 and int8 tiles), as torch's oneDNN sees them: not where
+    oneDNN is held below AMX (`ONEDNN_MAX_CPU_ISA`, which bertlab's AMX path goes through)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    if cap and "AMX" not in cap.upper() and cap.upper() != "ALL":
+        return False
+    probe = getattr(getattr(torch._C, "_cpu", None), "_is_amx_tile_supported", None)
+    if probe is not None:
+        return bool(probe())
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "amx_bf16" in flags and "amx_int8" in flags
+
+
+def cpu_isa() -> str:
+    """The level of `ISA_LEVELS` the kernels run at in this process: the highest this CPU and build have, or a
+    lower one that `BERTLAB_CPU_ISA` names (to test and measure the AVX2 paths on an AVX-512 machine; a level
+    above what the CPU has is refused, as is an unknown name). Without the extension, "none"."""
+    return _isa_of(_extension())
+
+
+@functools.cache  # per extension (on or off): the environment is read once, or again by force_cpu_isa
+def _isa_of(ext) -> str:
+    found = "none"
+    if ext is not None:
+        if getattr(ext, "avx2", 0):
+            found = "avxvnni" if getattr(ext, "avxvnni", 0) else "avx2"
+        if getattr(ext, "avx512", 0):
+            found = "amx" if _amx_present() else "avx512"
+    asked = os.environ.get("BERTLAB_CPU_ISA", "").strip().lower()
+    if not asked:
+        return found
+    if asked not in ISA_LEVELS:
+        raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: expected one of {', '.join(ISA_LEVELS)}")
+    if ISA_LEVELS.index(asked) > ISA_LEVELS.index(found):
+        raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: this CPU and build reach {found!r} at most")
+    return asked
+
+
+def force_cpu_isa(level: str | None) -> str:
+    """Set (or with None clear) `BERTLAB_CPU_ISA` for this process, as at its start; returns `cpu_isa()` after."""
+    if level is None:
+        os.environ.pop("BERTLAB_CPU_ISA", None)
+    else:
+        os.environ["BERTLAB_CPU_ISA"] = level
+    _isa_of.cache_clear()
+    return cpu_isa()
+
+
+@functools.cache
+def _features(ext, level: str) -> frozenset[str]:
+    """The module constants of `_FLAG_LEVEL` that extension `ext` found set, less those above dispatch `level`."""
+    at = ISA_LEVELS.index(level)
+    return frozenset(f for f, need in _FLAG_LEVEL.items() if getattr(ext, f, 0) and at >= ISA_LEVELS.index(need))
+
+
 def _cpu_has(flag: str) -> bool:
-    """Whether the extension is built and found the CPU feature its module constant `flag` names ("vnni",
-    "bf16dot", "avx512")."""
-    return _extension() is not None and bool(getattr(_extension(), flag, 0))
+    """Whether the extension is built, found the CPU feature its module constant `flag` names ("vnni", "bf16dot",
+    "avx512", "avx2", "avxvnni"), and the dispatch level (`cpu_isa()`) reaches that feature's level (asked
+    before every kernel call: two cached calls and a set lookup)."""
+    ext = _extension()
+    return ext is not None and flag in _features(ext, cpu_isa())
 
 
 @functools.cache
@@ -305,8 +386,8 @@ PANEL = 32  # columns per panel of a packed fp32 weight (linear.c)
 
 
 def f32_gemm_available() -> bool:
-    """The C fp32 GEMM runs here: the extension is built and the CPU has AVX-512."""
-    return _cpu_has("avx512")
+    """The C fp32 GEMM runs here: the extension is built and the dispatch level has AVX-512 or AVX2 + FMA."""
+    return _cpu_has("avx512") or _cpu_has("avx2")
 
 
 def _zero_padded(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -333,10 +414,11 @@ def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int,
-                dtype: torch.dtype, panel_shape) -> torch.Tensor | None:
+                dtype: torch.dtype, panel_shape, *extra: int) -> torch.Tensor | None:
     """What the panel GEMMs share: x (M, K) of `dtype`, `panels` of `dtype` and of the shape `panel_shape(K)`
     its packing gives, the bias fp32 (n,) or None, all contiguous on the CPU outside a trace -- else None --
-    then the C entry `entry` into a fresh (M, n) output of `dtype`."""
+    then the C entry `entry` into a fresh (M, n) output of `dtype` (`extra`: the entry's arguments after the
+    thread count)."""
     if x.dim() != 2 or x.dtype != dtype or panels.dtype != dtype or panels.shape != panel_shape(x.shape[1]):
         return None
     if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
@@ -346,18 +428,20 @@ def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.T
     m, k = x.shape
     y = torch.empty((m, n), dtype=dtype)
     getattr(_extension(), entry)(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
-                                 y.data_ptr(), m, k, n, torch.get_num_threads())
+                                 y.data_ptr(), m, k, n, torch.get_num_threads(), *extra)
     return y
 
 
 def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
     """x (M, K) · Wᵀ + b, fp32, with W (n, K) packed by `pack_f32_panels` into `panels`: any M, no padded rows.
     The sum over k runs in k order from the bias, one FMA chain per output (~1e-6 of `F.linear`'s, another
-    summation order). Returns (M, n), or None where the C kernel does not apply (no AVX-512, another dtype, a
-    non-contiguous x, a trace)."""
+    summation order; the AVX-512 and AVX2 kernels run the same chain and give the same bits). Returns (M, n),
+    or None where the C kernel does not apply (neither AVX-512 nor AVX2 at the dispatch level, another dtype,
+    a non-contiguous x, a trace)."""
     if not f32_gemm_available():
         return None
-    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
+    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL),
+                       int(not _cpu_has("avx512")))
 
 
 def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -405,15 +489,31 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
     return None if found is None else found[1][:, 0]
 
 
-# ------------------------------------------------------------------------------- int8 GEMM on AVX-512 VNNI
-def vnni_available() -> bool:
-    """Whether `int8_linear_vnni` runs here: the extension is built and the CPU has AVX-512 VNNI."""
-    return _cpu_has("vnni")
+# ------------------------------------------------------------------------- int8 GEMM: AVX-512 VNNI, AVX-VNNI, AVX2
+# From this many rows on (and K a multiple of 64) `int8_linear` runs on AMX tiles where the dispatch level is
+# "amx": below, the AVX-512 VNNI kernel's row-streaming tiles keep up and a tile of 16 rows would be mostly empty.
+AMX_MIN_ROWS = 16
+
+
+def int8_kernel() -> str | None:
+    """Which of bertlab's int8 GEMMs `int8_linear` runs at the dispatch level: "amx" (AMX tiles from
+    AMX_MIN_ROWS rows where K % 64 == 0, AVX-512 VNNI otherwise), "vnni" (AVX-512 VNNI), "avxvnni", "avx2", or
+    None (no extension, or the level "none")."""
+    for kernel in ("amx", "vnni", "avxvnni", "avx2"):
+        if _cpu_has(kernel):
+            return kernel
+    return None
+
+
+def int8_gemm_available() -> bool:
+    """Whether `int8_linear` runs here: the extension is built and the dispatch level has AMX, AVX-512 VNNI,
+    AVX-VNNI or AVX2."""
+    return int8_kernel() is not None
 
 
 def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(N, K) int8 weight -> the layout `int8_linear_vnni` reads, [N/16][K/4][16][4] (16 columns with 4
-    consecutive k each per 64 bytes), and the (N,) int32 correction 128 · Σ_k W[n, k] for its unsigned inputs.
+    """(N, K) int8 weight -> the layout `int8_linear` reads, [N/16][K/4][16][4] (16 columns with 4 consecutive k
+    each per 64 bytes), and the (N,) int32 correction 128 · Σ_k W[n, k] for the VNNI kernels' unsigned inputs.
     None when N is not a multiple of 16 or K of 4."""
     n, k = weight.shape
     if n % 16 or k % 4:
@@ -422,20 +522,25 @@ def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] 
     return packed, weight.sum(1, dtype=torch.int32).mul_(128)
 
 
-def int8_linear_vnni(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
-                         bias: torch.Tensor | None) -> torch.Tensor:
-    """An int8 linear layer in one call on AVX-512 VNNI, for up to 128 rows (a decoder step to a short batch): x (M, K) fp32 or bf16, quantized per row as
-    `quantize_rows`, times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the
-    result of those two around torch._int_mm, in one pass over W that serves every row
-    (`vnni_available()` must hold). Returns (M, N) fp32."""
+def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+    """An int8 linear layer in one call -- on AVX-512 VNNI, AVX-VNNI or AVX2, whichever the dispatch level
+    reaches (`int8_gemm_available()` must hold): x (M, K) fp32 or bf16, quantized per row as `quantize_rows`,
+    times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the result of those
+    two around torch._int_mm, in one pass over W that serves every row. Returns (M, N) fp32."""
     weight, comp = packed
     (m, k), n = x.shape, comp.numel()
     if (x.dtype not in _DTYPE_CODES or not _native(x) or weight.numel() != n * k or wscale.numel() != n
             or (bias is not None and bias.numel() != n)):
-        raise ValueError(f"int8_linear_vnni: x {tuple(x.shape)} {x.dtype} does not fit a packed "
+        raise ValueError(f"int8_linear: x {tuple(x.shape)} {x.dtype} does not fit a packed "
                          f"({n}, {weight.numel() // max(n, 1)}) weight")
     y = torch.empty((m, n), dtype=torch.float32)
-    _extension().linear_int8_vnni(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
-                                      wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(),
-                                      m, k, n, torch.get_num_threads())
+    args = (x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(), wscale.data_ptr(),
+            None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n, torch.get_num_threads())
+    if m >= AMX_MIN_ROWS and k % 64 == 0 and _cpu_has("amx"):
+        _extension().linear_int8_amx(*args[:3], *args[4:])  # (no comp: both operands signed)
+    elif _cpu_has("vnni"):
+        _extension().linear_int8_vnni(*args)
+    else:
+        _extension().linear_int8_avx2(*args, int(_cpu_has("avxvnni")))
     return y

@@ -2,7 +2,8 @@
 
     W ≈ s_w[o] · Wq[o, :]          weights: symmetric int8, one scale per output channel, quantized once
     x ≈ s_x[r] · xq[r, :]          activations: symmetric int8, one scale per token row, at run time
-    y = (xq Wqᵀ) · s_x[r] · s_w[o] + b     the product in int32 (`torch._int_mm`: oneDNN's VNNI/AMX int8 GEMM)
+    y = (xq Wqᵀ) · s_x[r] · s_w[o] + b     the product in int32 (`torch._int_mm`: oneDNN's int8 GEMM;
+                                            bertlab's own kernels up to KERNEL_MAX_ROWS rows)
 
 Why these choices, measured on all-MiniLM-L6-v2 (200 WikiText-2 slices of 16-128 tokens, one thread):
 
@@ -34,8 +35,8 @@ from torch import nn
 
 from .cpu_kernels import (
     dequantize_rows,
-    vnni_available,
-    int8_linear_vnni,
+    int8_kernel,
+    int8_linear,
     pack_int8_weight,
     quantize_rows,
     tracing,
@@ -46,12 +47,18 @@ log = logging.getLogger(__name__)
 # Layers narrower than this (either side) stay fp32: task heads with a few outputs.
 MIN_FEATURES = 16
 
-# Up to this many rows the product runs in bertlab's own VNNI kernel (nn/cpu_kernels.py) where the CPU has it,
-# beyond them in torch._int_mm: on T5 and MiniLM shapes, one thread, the kernel measured 3-6x faster at 2-8 rows
-# (a decoder step's sequences or beams) and, with its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128
-# (quantize and dequantize included on both sides; a lone input of up to 128 tokens: batch-1 latency 1.03-1.07x
-# end to end). A bulk batch (~700 rows) measured the same either way at one thread and 0.94x at two.
-VNNI_MAX_ROWS = 128
+# Up to this many rows the product runs in bertlab's own int8 kernel (nn/cpu_kernels.py), by the kernel the CPU
+# dispatch picks (`cpu_kernels.int8_kernel()`), beyond them in torch._int_mm (oneDNN). AVX-512 VNNI: on T5 and MiniLM
+# shapes, one thread, the kernel measured 3-6x faster at 2-8 rows (a decoder step's sequences or beams) and, with
+# its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128 (quantize and dequantize included on both sides; a
+# lone input of up to 128 tokens: batch-1 latency 1.03-1.07x end to end). A bulk batch (~700 rows) measured the
+# same either way at one thread and 0.94x at two. AMX: every row count (from 16 rows the kernel runs on AMX
+# tiles): on an Intel Xeon with AMX (family 6, model 207), MiniLM's shapes, one thread, 1.3-3.0x the VNNI kernel
+# from 16 rows on and 1.2-4.3x torch._int_mm (oneDNN's VNNI GEMM there) but for one shape at 700 rows (0.95x).
+# AVX2 (the same Xeon held to it: BERTLAB_CPU_ISA, and ONEDNN_MAX_CPU_ISA=AVX2 for torch._int_mm): with AVX-VNNI
+# 2.5-7x at 1-8 rows, 1.25-1.4x at 32, 0.9-1.5x at 128 (~level at 700); without it (VPMADDUBSW pairs, 4 instructions
+# where VNNI has one) 5-6x at one row, ~2x at 8, 1.06-1.3x at 16, and 0.8-1.0x from 32 rows on.
+KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
 
 
 class Int8Linear(nn.Module):
@@ -93,12 +100,15 @@ class Int8Linear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        if (flat.shape[0] <= VNNI_MAX_ROWS and flat.dtype == torch.float32 and flat.is_contiguous()
-                and vnni_available() and not tracing()):
+        kernel = int8_kernel()
+        if kernel == "amx" and self.in_features % 64:  # no tiles: the VNNI kernel, and its limit
+            kernel = "vnni"
+        if (flat.shape[0] <= KERNEL_MAX_ROWS.get(kernel, 0) and flat.dtype == torch.float32
+                and flat.is_contiguous() and not tracing()):
             if self.vnni_weight is None:
                 self.vnni_weight = pack_int8_weight(self.qweight.t()) or False
             if self.vnni_weight:
-                y = int8_linear_vnni(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
+                y = int8_linear(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
                 return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
         y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32

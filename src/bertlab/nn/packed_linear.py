@@ -4,13 +4,14 @@ A BERT forward pass on a CPU is ~85% matrix multiplies (`nn.Linear`); `torch.nn.
 each weight in its plain (row-major) layout on every call and first copies the bias into the output. Two
 kinds of kernel take a weight packed once instead:
 
-* bertlab's own GEMMs (C, `cpu_kernels.linear_f32` / `linear_bf16`): fp32 on a CPU with AVX-512, bf16 on one
-  with AVX-512 BF16 dot products, over the weight cut into panels of 32 columns. They take any row count as it
+* bertlab's own GEMMs (C, `cpu_kernels.linear_f32` / `linear_bf16`): fp32 on a CPU with AVX-512 or AVX2 + FMA,
+  bf16 on one with AVX-512 BF16 dot products and no AMX, over the weight cut into panels of 32 columns. They take any row count as it
   is and cost no more per call than a C function, where oneDNN's kernel through torch costs ~10 us a call and
   is built per row count. For all-MiniLM-L6-v2 on one Zen 5 core, against oneDNN's packed kernel: fp32 1.07-1.10x
   on short inputs in bulk, 1.04-1.075x on long ones, 1.05-1.07x at batch 1 (2 threads: 1.06x, 1.06x, 1.17x),
   embeddings the same to 2e-7; bf16 1.05x, 1.05x, 1.13x (2 threads: 1.08x, 1.09x, 1.20x).
-* elsewhere, oneDNN's inner-product kernel with the weight reordered once into its blocked layout
+* elsewhere (and bf16 on a CPU with AMX, where oneDNN's kernel runs on AMX tiles), oneDNN's inner-product
+  kernel with the weight reordered once into its blocked layout
   (`torch.ops.mkldnn._reorder_linear_weight`, `torch.ops.mkldnn._linear_pointwise`: the operators PyTorch's
   own compiler substitutes when it freezes a model), ~10% faster than `F.linear` in fp32; bf16 matmuls go
   through oneDNN anyway, but reorder the weight on every call.
@@ -48,6 +49,7 @@ from torch import nn
 
 from .cpu_kernels import (
     bf16_dot_available,
+    cpu_isa,
     f32_gemm_available,
     linear_bf16,
     linear_f32,
@@ -71,7 +73,10 @@ ROW_BUCKETS = (*range(8, 128, 8), *range(128, ROW_TILE + 1, 32))
 # Up to this many rows (a decoding step of a few sequences) a layer is a GEMV over the plain fp32 or bf16 weight in
 # C (`cpu_kernels.linear_few_rows`): oneDNN pads them to 8 rows and streams the weights 20-50% slower.
 GEMV_ROWS = 4
-
+# bf16 on a CPU with AMX (`cpu_kernels.cpu_isa() == "amx"`) goes to oneDNN, whose bf16 inner product runs on
+# AMX tiles there (its verbose log: brg_matmul ... amx): on an Intel Xeon (family 6, model 207) with AVX-512 BF16
+# and AMX, one thread, MiniLM's four layer shapes at 8-700 rows, 2.4-12.6x bertlab's AVX-512 BF16 GEMM (which
+# reached only 25-40 GFLOP/s there); at 1-4 rows the GEMV above still runs.
 
 def row_tiles(rows: int) -> list[tuple[int, int, int]]:
     """How `rows` input rows are cut for oneDNN: (start, stop, padded rows) per call, every padded row count
@@ -114,14 +119,14 @@ class PackedLinear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
-        # fp32 on AVX-512 and bf16 on AVX-512 BF16: the weight in the C GEMMs' panels, and no oneDNN copy;
-        # otherwise oneDNN's blocked layout
+        # fp32 on AVX-512 or AVX2, bf16 on AVX-512 BF16 without AMX: the weight in the C GEMMs' panels, and no
+        # oneDNN copy; otherwise oneDNN's blocked layout
         dtype, k = linear.weight.dtype, linear.in_features
         self.panels, self.kernel, self.panel_bias = None, None, None
         if dtype == torch.float32 and f32_gemm_available():
             self.panels, self.kernel = pack_f32_panels(linear.weight), linear_f32
             self.panel_bias = None if linear.bias is None else linear.bias.detach()  # not a Parameter again
-        elif dtype == torch.bfloat16 and k % 2 == 0 and bf16_dot_available():
+        elif dtype == torch.bfloat16 and k % 2 == 0 and bf16_dot_available() and cpu_isa() != "amx":
             self.panels, self.kernel = pack_bf16_panels(linear.weight), linear_bf16
             self.panel_bias = None if linear.bias is None else linear.bias.detach().float()
         self.packed = (None if self.panels is not None

@@ -6,6 +6,9 @@
  *   attention.c  a decoding step's attention (one query), short rows in fp32, and on AVX-512 BF16 dot products
  *   linear.c     fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); an int8 GEMM on
  *                AVX-512 VNNI (up to 128 rows); for a decoding step's 1-4 rows an fp32 / bf16 GEMV
+ *   linear_avx2.c the fp32 and int8 GEMMs again on AVX2 + FMA (int8: AVX-VNNI where present), for CPUs
+ *                without AVX-512
+ *   linear_amx.c the int8 GEMM on AMX tiles, for many rows on CPUs with AMX
  *   search.c     a beam-search step's best candidates (and greedy's argmax)
  *   module.c     the Python module: its entries and what the CPU supports
  *
@@ -261,10 +264,20 @@ static inline int avx512_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") != 0;
 }
+static inline int avx2_supported(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+static inline int avxvnni_supported(void) {
+    __builtin_cpu_init();
+    return avx2_supported() && __builtin_cpu_supports("avxvnni");
+}
 #else
 static inline int vnni_supported(void) { return 0; }
 static inline int bf16dot_supported(void) { return 0; }
 static inline int avx512_supported(void) { return 0; }
+static inline int avx2_supported(void) { return 0; }
+static inline int avxvnni_supported(void) { return 0; }
 #endif
 
 /* ------------------------------------------------------------------------------------ the Python entries' parts */
@@ -347,6 +360,15 @@ DECLARE(py_linear_int8_vnni);
 DECLARE(py_linear_few_rows);
 DECLARE(py_linear_f32);
 DECLARE(py_linear_bf16);
+DECLARE(py_linear_int8_avx2);
+DECLARE(py_linear_int8_amx);
+
+/* linear_avx2.c's fp32 GEMM over panels [p0, p1), which linear.c's entry runs where asked for AVX2 */
+HIDDEN void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b, float *y,
+                             Py_ssize_t N, Py_ssize_t p0, Py_ssize_t p1);
+
+/* linear_amx.c: whether this CPU has AMX-INT8 and the OS gave this process the tile state (asked once) */
+HIDDEN int amx_int8_supported(void);
 DECLARE(py_beam_topk);
 
 #endif

@@ -229,23 +229,27 @@ static AVX512_TARGET void gemm_panels(const float *x, Py_ssize_t M, Py_ssize_t K
 }
 #endif
 
-/* linear_f32(x_ptr, panels_ptr, bias_ptr | None, y_ptr, M, K, N, threads): y (M, N) = x (M, K) · Wᵀ + b, all
- * fp32 and contiguous, W packed into panels (above). Threads split the panels. */
+/* linear_f32(x_ptr, panels_ptr, bias_ptr | None, y_ptr, M, K, N, threads, avx2): y (M, N) = x (M, K) · Wᵀ + b,
+ * all fp32 and contiguous, W packed into panels (above); on AVX-512, or with `avx2` set on AVX2 + FMA
+ * (linear_avx2.c: the same panels, the same result). Threads split the panels. */
 ENTRY py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 8, "linear_f32") < 0) return NULL;
+    if (parse(args, nargs, 9, "linear_f32") < 0) return NULL;
 #ifdef HAVE_F32_GEMM
     const float *x = as_ptr(args[0]), *w = as_ptr(args[1]), *b = as_ptr(args[2]);
     float *y = as_ptr(args[3]);
     Py_ssize_t M = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), N = PyLong_AsSsize_t(args[6]);
-    long threads = PyLong_AsLong(args[7]);
+    long threads = PyLong_AsLong(args[7]), avx2 = PyLong_AsLong(args[8]);
     if (PyErr_Occurred()) return NULL;
-    if (!avx512_supported()) {
-        PyErr_SetString(PyExc_ValueError, "linear_f32: needs AVX-512");
+    if (avx2 ? !avx2_supported() : !avx512_supported()) {
+        PyErr_SetString(PyExc_ValueError, avx2 ? "linear_f32: needs AVX2 and FMA" : "linear_f32: needs AVX-512");
         return NULL;
     }
     const Py_ssize_t panels = (N + PANEL - 1) / PANEL;
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { gemm_panels(x, M, K, w, b, y, N, start, start + count); });
+    if (avx2)
+        FOR_EACH_BLOCK(panels, parts, { gemm_panels_avx2(x, M, K, w, b, y, N, start, start + count); });
+    else
+        FOR_EACH_BLOCK(panels, parts, { gemm_panels(x, M, K, w, b, y, N, start, start + count); });
     Py_RETURN_NONE;
 #else
     PyErr_SetString(PyExc_RuntimeError, "linear_f32: not built for this CPU");

@@ -28,11 +28,15 @@ static PyMethodDef methods[] = {
     {"linear_few_rows", (PyCFunction)(void (*)(void))py_linear_few_rows, METH_FASTCALL,
      "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as nn.Linear keeps it"},
     {"linear_f32", (PyCFunction)(void (*)(void))py_linear_f32, METH_FASTCALL,
-     "linear_f32(x, panels, bias, y, M, K, N, threads): y = x Wᵀ + b, fp32, W packed in panels of 32 columns"},
+     "linear_f32(x, panels, bias, y, M, K, N, threads, avx2): y = x Wᵀ + b, fp32, W packed in panels of 32 columns"},
     {"linear_bf16", (PyCFunction)(void (*)(void))py_linear_bf16, METH_FASTCALL,
      "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot products"},
     {"linear_int8_vnni", (PyCFunction)(void (*)(void))py_linear_int8_vnni, METH_FASTCALL,
      "linear_int8_vnni(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
+    {"linear_int8_avx2", (PyCFunction)(void (*)(void))py_linear_int8_avx2, METH_FASTCALL,
+     "linear_int8_avx2(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads, vnni): AVX2 / AVX-VNNI"},
+    {"linear_int8_amx", (PyCFunction)(void (*)(void))py_linear_int8_amx, METH_FASTCALL,
+     "linear_int8_amx(x, x_dtype, wpacked, wscale, bias, y, M, K, N, threads): AMX-INT8 tiles"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -50,6 +54,7 @@ PyMODINIT_FUNC PyInit__cpu_kernels(void) {
     /* what this CPU and build support, as module constants (nn/cpu_kernels.py reads them) */
     const struct { const char *name; int value; } flags[] = {
         {"vnni", vnni_supported()}, {"avx512", avx512_supported()}, {"bf16dot", bf16dot_supported()},
+        {"avx2", avx2_supported()}, {"avxvnni", avxvnni_supported()}, {"amx", amx_int8_supported()},
         {"openmp", openmp},
     };
     PyObject *m = PyModule_Create(&kernels_module);
