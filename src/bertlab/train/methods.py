@@ -30,7 +30,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..core.errors import ConfigError
-from ..models.family import Family
+from ..models.family import Family, layer_blocks
 from ..models.registry import DEFAULT_MODEL_TYPE, family as family_named
 from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
                            parameter_counts)
@@ -122,8 +122,7 @@ def prepare(model: nn.Module, options: TuningOptions, new_modules: list[str], ba
                                                    base_model_name_or_path=base_model)
     elif options.gradual_unfreezing:
         encoder = getattr(model, model.base_model_prefix)  # model.bert, model.distilbert, model.albert
-        stack = next(m for m in encoder.modules() if callable(getattr(m, "blocks", None)))  # the layer stack
-        blocks = list({id(b): b for b in stack.blocks()}.values())  # bottom to top; a shared block once (ALBERT)
+        blocks = layer_blocks(encoder)  # bottom to top; a shared block once (ALBERT)
         tuning.unfreezing = GradualUnfreezing([encoder.embeddings, *blocks], options.gradual_unfreezing)
     trainable, total = parameter_counts(model)
     tuning.report.update(method=options.method, trainable_parameters=trainable, total_parameters=total)

@@ -257,6 +257,10 @@ class ModernBertModel(ModernBertPreTrainedModel):
         self.final_norm = norm(config)
         self.init_weights()
 
+    def blocks(self) -> list[nn.Module]:
+        """The layers in the order they run (gradual unfreezing and sharding walk them)."""
+        return list(self.layers)
+
     def forward(
         self,
         input_ids: torch.Tensor,  # (B, T)
