@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from bertlab import BertForPreTraining
-from bertlab.core.errors import ConfigError
+from bertlab.core.errors import CheckpointError, ConfigError
 from bertlab.train import LoopConfig, Trainer, adamw, linear_warmup_decay, read_metrics
 from bertlab.train.fsdp import resolve_sharding, shard_model
 from bertlab.train.run_dir import SHARDS_DIR, checkpoint_dirs
@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 # One torchrun job runs every two-process case (process start-up is most of the cost): DDP, FSDP (with a held-out
-# evaluation, which every process runs), FSDP resumed from its step-2 checkpoint, and FSDP without dropout or
-# clipping (the run one process can continue bitwise). Each rank trains on its half of the same global batch.
+# evaluation, which every process runs), FSDP resumed from its step-2 checkpoint, FSDP without dropout or
+# clipping (the run one process continues), and FSDP with the bf16 mixed-precision policy. Each rank trains on its half of the same global batch.
 SCRIPT = textwrap.dedent("""
     import json, sys, torch
     sys.path.insert(0, {tests!r})
@@ -47,15 +47,15 @@ SCRIPT = textwrap.dedent("""
             yield {{k: v[dist.rank * 4:(dist.rank + 1) * 4] for k, v in b.items()}}
             i += 1
 
-    def run(name, sharding, dropout=0.1, clip=1.0, resume_from=None):
+    def run(name, sharding, dropout=0.1, clip=1.0, resume_from=None, precision="fp32"):
         torch.manual_seed(0)
         model = BertForPreTraining(tiny(dropout))
         if sharding == "fsdp":
-            shard_model(model)
+            shard_model(model, precision)
         optimizer = adamw(model, lr=1e-3)
         scheduler = linear_warmup_decay(optimizer, warmup_steps=2, total_steps=4)
         config = LoopConfig(max_steps=4, out_dir=OUT + "/" + name, progress=False, seed=7, save_every=2,
-                            eval_every=2, max_grad_norm=clip, tensorboard=False)
+                            eval_every=2, max_grad_norm=clip, tensorboard=False, precision=precision)
         trainer = Trainer(model, optimizer, scheduler, pretraining_loss, batches, config,
                           evaluate=lambda m: {{"probe": float(m(**synthetic_batch(999)).loss)}})
         if resume_from:
@@ -76,6 +76,7 @@ SCRIPT = textwrap.dedent("""
     run("fsdp", "fsdp")
     run("fsdp-resumed", "fsdp", resume_from="fsdp")
     run("fsdp-plain", "fsdp", dropout=0.0, clip=None)
+    run("fsdp-bf16", "fsdp", precision="bf16")
     torch.distributed.destroy_process_group()
 """)
 
@@ -187,6 +188,17 @@ def test_fsdp_holds_half_the_parameters_and_optimizer_state_per_process(two_proc
             assert 0.4 * ddp[what] <= fsdp[what] <= 0.6 * ddp[what], (what, ddp, fsdp)
 
 
+def test_fsdp_bf16_policy_trains_fp32_master_weights(two_process_runs):
+    """bf16 gathers and compute, fp32 gradient reduction and shards: the losses follow fp32's to bf16 rounding and
+    the checkpointed and exported weights are fp32."""
+    fp32, bf16 = losses(two_process_runs / "fsdp"), losses(two_process_runs / "fsdp-bf16")
+    assert bf16 != fp32
+    for a, b in zip(fp32, bf16):
+        assert abs(a - b) <= 0.02 * a, (fp32, bf16)
+    weights = torch.load(two_process_runs / "fsdp-bf16" / "weights.pt")
+    assert {v.dtype for v in weights.values() if v.is_floating_point()} == {torch.float32}
+
+
 # ---------------------------------------------------------------------------------------------- refused in one line
 def test_bad_sharding_combinations_are_refused_in_one_line():
     assert resolve_sharding("auto", 1, "fp32", False) == "none"
@@ -246,6 +258,7 @@ NODE_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
     """Two `torchrun --nnodes 2` launches on this machine, each one node of one process, meet through the c10d
     rendezvous (as two machines would at --rdzv-endpoint) and train one sharded model."""
@@ -299,3 +312,61 @@ def test_torchrun_pretrain_sharding_fsdp_end_to_end(tmp_path):
     assert (checkpoint_dirs(out)[-1] / SHARDS_DIR / ".metadata").is_file()
     model = transformers.BertForPreTraining.from_pretrained(str(out / "final"))
     assert model.config.num_hidden_layers == 2
+
+
+# ---------------------------------------------------------------------------------------------- in this process
+@pytest.fixture
+def group_of_one(tmp_path):
+    """A gloo process group of one process (FSDP over one rank), torn down after the test."""
+    import torch.distributed as torch_dist
+
+    torch_dist.init_process_group("gloo", store=torch_dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                                  world_size=1)
+    yield
+    torch_dist.destroy_process_group()
+
+
+def sharded_trainer(out_dir, max_steps=2, save_every=None):
+    torch.manual_seed(0)
+    model = shard_model(BertForPreTraining(tiny(0.1)))
+    optimizer = adamw(model, lr=1e-3)
+    config = LoopConfig(max_steps=max_steps, out_dir=out_dir, progress=False, seed=7, save_every=save_every,
+                        tensorboard=False)
+
+    def batches(step):
+        i = step
+        while True:
+            yield synthetic_batch(i)
+            i += 1
+    return Trainer(model, optimizer, linear_warmup_decay(optimizer, 1, max_steps), pretraining_loss, batches, config)
+
+
+def test_a_failed_sharded_write_leaves_no_checkpoint(group_of_one, tmp_path, monkeypatch):
+    from bertlab.train import loop
+
+    trainer = sharded_trainer(tmp_path / "run", max_steps=2, save_every=1)
+    real = loop.save_sharded_state
+
+    def dies_at_step_2(model, optimizer, folder):
+        real(model, optimizer, folder)  # the shards are written, then the process dies before the rename
+        if trainer.step == 2:
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(loop, "save_sharded_state", dies_at_step_2)
+    with pytest.raises(Exception, match="No space left on device|disk"):
+        trainer.fit()
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert [p.name for p in checkpoint_dirs(tmp_path / "run")] == ["step-00000001"]
+    assert [p.name for p in checkpoints.iterdir()] == ["step-00000001"]  # no temporary folder left behind
+    # The complete one resumes.
+    resumed = sharded_trainer(tmp_path / "run", max_steps=2)
+    resumed.load_checkpoint(checkpoint_dirs(tmp_path / "run")[0])
+    assert resumed.step == 1
+
+
+def test_a_whole_model_checkpoint_is_refused_by_a_sharded_model(group_of_one, tmp_path):
+    from test_train_loop import make_trainer
+
+    make_trainer(tmp_path / "plain", max_steps=2, grad_accum=1, save_every=2).fit()
+    sharded = sharded_trainer(tmp_path / "sharded")
+    with pytest.raises(CheckpointError, match="holds the whole model.*--sharding ddp or none"):
+        sharded.load_checkpoint(checkpoint_dirs(tmp_path / "plain")[-1])

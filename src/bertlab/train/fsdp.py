@@ -74,7 +74,10 @@ def shard_model(model: nn.Module, precision: str = "fp32", cpu_offload: bool = F
     options: dict[str, Any] = {}
     if precision == "bf16":
         # bf16 gathers and compute; fp32 gradient reduction and master weights: as precise an update as DDP's
-        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        # (the inputs are left as they are: the blocks get bf16 hidden states from bf16 embeddings, and masks are
+        # no floats to cast)
+        options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                                    cast_forward_inputs=False)
     if cpu_offload:
         options["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     for block in blocks:

@@ -639,6 +639,8 @@ class Trainer:
             self.model.train()
             if self.device.type == "cpu":
                 trim_heap()  # the evaluation's batches are not training's shapes (see `_bound_heap`)
+            if not self.dist.is_main:
+                results = {}  # one process reports, as without sharding
             self.last_eval = results
             self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
             from ..core import progress
