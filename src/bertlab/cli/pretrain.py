@@ -5,6 +5,7 @@
     bertlab pretrain --model base --data DATA_DIR --out RUN_DIR --time-budget 2h --bf16
     bertlab pretrain --out RUN_DIR --resume                        # after Ctrl-C, a crash, or a SIGTERM
     torchrun --nproc_per_node 8 -m bertlab.cli pretrain ...        # one process per GPU (NCCL) or CPU (gloo)
+    torchrun --nproc_per_node 8 -m bertlab.cli pretrain --sharding fsdp ...   # FSDP2: each process holds 1/8
     bertlab pretrain --demo                                        # the whole story on the stdlib's docs, on CPU
 
 Settings come from the dataclass `bertlab.train.pretrain.PretrainConfig`: its defaults, then a JSON file

@@ -66,3 +66,27 @@ class Family:
 
     def load_tokenizer(self, folder: str | Path):
         return self.tokenizer(Path(folder))
+
+
+def layer_blocks(model: Any) -> list[Any]:
+    """The layer blocks of every layer stack in `model` (an `nn.Module`), bottom to top, each block once: a
+    family's stack says its blocks by a `blocks()` method (a block may run at several layers, as ALBERT's shared
+    one does; it is listed once). What walks a model layer by layer -- gradual unfreezing, sharding one block at a
+    time -- asks this, never a family's attribute names. [] when the model has no such stack."""
+    found: dict[int, Any] = {}
+    for module in model.modules():
+        if callable(getattr(module, "blocks", None)):
+            for block in module.blocks():
+                found.setdefault(id(block), block)
+    return list(found.values())
+
+
+def shared_blocks(model: Any) -> set[int]:
+    """The ids of the blocks that a stack of `model` runs at more than one layer (ALBERT's shared block)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for module in model.modules():
+        if callable(getattr(module, "blocks", None)):
+            for block in module.blocks():
+                (shared if id(block) in seen else seen).add(id(block))
+    return shared

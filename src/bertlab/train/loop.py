@@ -3,6 +3,8 @@
 The trainer knows nothing about BERT. A recipe gives it
 
   model                         any `nn.Module`, already on its device: the module the optimizer updates
+                                   (under torchrun a model sharded by `fsdp.shard_model` -- FSDP2 -- before its
+                                   optimizer was built trains sharded; any other is wrapped in DDP)
   optimizer, scheduler          any torch optimizer / LR scheduler (`bertlab.train.optim` builds BERT's)
   loss_fn(model, batch)         -> (loss, metrics): the scalar loss of one micro-batch (a mean), and a dict
                                    of numbers / 0-d tensors to log, averaged over micro-batches and ranks
@@ -15,8 +17,8 @@ The trainer knows nothing about BERT. A recipe gives it
   LoopConfig                    steps, accumulation, precision, clipping, logging and checkpoint cadence
 
 and the trainer does the rest: gradient accumulation, bf16 autocast (CPU/CUDA) or fp16 with loss scaling
-(meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel under `torchrun` (only rank 0
-logs and writes), a tqdm bar on a terminal and progress lines in a log file,
+(meant for CUDA; it runs on CPU too, slowly), clipping, DistributedDataParallel or FSDP2 under `torchrun` (only
+rank 0 logs and writes), a tqdm bar on a terminal and progress lines in a log file,
 `metrics.jsonl` (+ TensorBoard when installed), atomic checkpoints every `save_every` steps and on
 SIGINT/SIGTERM, keep-last-K, exact resume, and a stop with a clear message when the loss turns NaN/inf.
 
@@ -46,7 +48,9 @@ Example -- fine-tuning a classifier (distillation is the same with a teacher cap
 Checkpoints live in `out_dir/checkpoints/step-NNNNNNNN/` (`state.pt` + a readable `meta.json`): model,
 optimizer, scheduler, grad scaler, every random generator of every rank (python, numpy, torch, cuda) and
 the data position (the step: `batches(step)` seeks there). Resuming from one gives, on CPU, final weights
-bitwise equal to those of a run that was never interrupted. Exporting the final model in a published
+bitwise equal to those of a run that was never interrupted. A sharded model's checkpoint holds its weights and
+optimizer state as every process's shards (`shards/`, torch.distributed.checkpoint) beside `state.pt`; any number
+of processes resumes from it, sharded or not. Exporting the final model in a published
 format is the recipe's job; the trainer only keeps the training state.
 """
 
@@ -78,8 +82,10 @@ from ..nn.precision import DTYPES
 from ..core.host_memory import retain_freed_memory, trim_heap
 from .batches import Batch, count_tokens, to_device
 from .distributed import _current_dist, get_rng_state, isolated_rng, seed_everything, set_rng_state
-from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, STATE_FILE, STATE_FORMAT, _jsonable,
-                      check_writable, checkpoint_dirs, checkpoint_step, latest_checkpoint, read_checkpoint,
+from .fsdp import (compute_device, is_fully_sharded, load_sharded_state, save_sharded_state, set_gradient_sync,
+                   weights_finite)
+from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, SHARDS_DIR, STATE_FILE, STATE_FORMAT,
+                      _jsonable, check_writable, checkpoint_dirs, checkpoint_step, latest_checkpoint, read_checkpoint,
                       weights_are_finite)
 from .setup import autocast_dtype, check_precision
 
@@ -226,8 +232,14 @@ class Trainer:
         self.evaluate_fn, self.token_counter = evaluate, token_counter
         self.extra_state = dict(extra_state or {})  # saved with every checkpoint (e.g. the run config)
 
-        self.device = next(model.parameters()).device
+        # A model sharded by `fsdp.shard_model` (FSDP2) before its optimizer was built trains as it is: FSDP
+        # gathers its weights and reduces its gradients; checkpoints are each process's shards (DCP).
+        self.sharded = is_fully_sharded(model)
+        self.device = compute_device(model) if self.sharded else next(model.parameters()).device
         self.dist = _current_dist(self.device)
+        if self.sharded and config.precision == "fp16":
+            raise ConfigError("a sharded (FSDP) model trains in fp32 or bf16; fp16's loss scaling is not wired to "
+                              "sharded gradients")
         if config.precision == "fp16" and not hasattr(torch.amp, "GradScaler"):
             raise ConfigError("precision fp16 needs torch >= 2.3 (its device-generic loss scaler); use bf16")
         if config.precision == "fp16" and self.device.type != "cuda":
@@ -245,7 +257,7 @@ class Trainer:
 
         # DDP averages gradients across ranks in backward; one process trains the bare module.
         self.wrapped: nn.Module = model
-        if self.dist.world_size > 1:
+        if self.dist.world_size > 1 and not self.sharded:
             self.wrapped = nn.parallel.DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                 find_unused_parameters=config.find_unused_parameters)
@@ -270,6 +282,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
+        """The training state; a sharded model's weights and optimizer state are not in it (see `save_checkpoint`)."""
         return {
             "format": STATE_FORMAT,
             "step": self.step,
@@ -277,8 +290,8 @@ class Trainer:
             "tokens": self.tokens,
             "elapsed": self.elapsed,
             "world_size": self.dist.world_size,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": None if self.sharded else self.model.state_dict(),
+            "optimizer": None if self.sharded else self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "loop_config": {k: _jsonable(v) for k, v in dataclasses.asdict(self.config).items()},
@@ -297,20 +310,15 @@ class Trainer:
         if self.out_dir is None:
             return None
         path = self.out_dir / CHECKPOINT_DIR / f"step-{self.step:08d}"  # every rank knows the name
-        if self.dist.is_main:
-            state = self.state_dict()
-            state["rng"] = all_rng
-            meta = {"step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 3),
-                    "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "last_eval": self.last_eval}
+        if self.sharded:
+            self._save_sharded(path, all_rng)
+        elif self.dist.is_main:
             try:
                 with atomic_directory(path, keep_existing=False) as tmp:
-                    # Through a Python file: a failed write then carries its OSError (ENOSPC: "disk full"),
-                    # where torch's own file writer only says "unexpected pos".
-                    with open(tmp / STATE_FILE, "wb") as f:
-                        torch.save(state, f)
-                    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+                    self._write_state(tmp, all_rng)
             except BertlabError as e:
                 raise type(e)(f"{e}; the previous checkpoints are intact") from None
+        if self.dist.is_main:
             # Retention: of this run's checkpoints up to this step, the last `keep_last` stay. A later one (a
             # run resumed from an earlier checkpoint) is not this policy's to delete.
             done = [d for d in checkpoint_dirs(self.out_dir) if checkpoint_step(d) <= self.step]
@@ -321,15 +329,59 @@ class Trainer:
         self.last_checkpoint = path
         return path
 
+    def _write_state(self, folder: Path, all_rng: list[Any], **extra: Any) -> None:
+        state = {**self.state_dict(), "rng": all_rng, **extra}
+        meta = {"step": self.step, "tokens": self.tokens, "elapsed": round(self.elapsed, 3),
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "last_eval": self.last_eval}
+        # Through a Python file: a failed write then carries its OSError (ENOSPC: "disk full"), where torch's own
+        # file writer only says "unexpected pos".
+        with open(folder / STATE_FILE, "wb") as f:
+            torch.save(state, f)
+        (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+    def _save_sharded(self, path: Path, all_rng: list[Any]) -> None:
+        """A sharded model's checkpoint: every process writes its shards (DCP) into the temporary folder rank 0
+        opened, rank 0 the rest of the state, and only then is the folder renamed into place -- a run killed
+        mid-write leaves the previous checkpoints and no half-written one. (Several nodes: `out_dir` must be a
+        file system they share.)"""
+        finite = weights_finite(self.model)  # collective: every shard checked
+        stack = contextlib.ExitStack()
+        where: list[str | None] = [None]
+        failure: BertlabError | None = None
+        if self.dist.is_main:
+            try:
+                where[0] = str(stack.enter_context(atomic_directory(path, keep_existing=False)))
+            except BertlabError as e:
+                failure = e
+        torch_dist.broadcast_object_list(where, src=0)
+        if where[0] is None:
+            raise type(failure or CheckpointError)(f"{failure or f'{path}: rank 0 could not start the write'}; the "
+                                                   "previous checkpoints are intact")
+        try:
+            with stack:  # rank 0: renamed into place on success, removed on any failure
+                save_sharded_state(self.model, self.optimizer, Path(where[0]) / SHARDS_DIR)
+                if self.dist.is_main:
+                    self._write_state(Path(where[0]), all_rng, sharded=SHARDS_DIR, weights_finite=finite)
+        except BertlabError as e:
+            raise type(e)(f"{e}; the previous checkpoints are intact") from None
+
     def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore everything `save_checkpoint` wrote; the next `fit()` continues from its step."""
+        """Restore everything `save_checkpoint` wrote; the next `fit()` continues from its step. A sharded
+        checkpoint (FSDP's) is read by any number of processes, sharded or not; a whole one by an unsharded model."""
         state = read_checkpoint(path)
-        if not weights_are_finite(state["model"]):
+        sharded = state.get("sharded")
+        if not (state.get("weights_finite", True) if sharded else weights_are_finite(state["model"])):
             raise CheckpointError(f"{path}: holds NaN/inf weights (the run had diverged); move it aside to "
                                   "resume from the one before")
+        if self.sharded and not sharded:
+            raise CheckpointError(f"{path}: holds the whole model (a run without --sharding fsdp); resume it as it "
+                                  "ran (--sharding ddp or none)")
         try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            if sharded:
+                load_sharded_state(self.model, self.optimizer, Path(path) / sharded)
+            else:
+                self.model.load_state_dict(state["model"])
+                self.optimizer.load_state_dict(state["optimizer"])
             if self.scheduler is not None and state["scheduler"] is not None:
                 self.scheduler.load_state_dict(state["scheduler"])
             if self.scaler is not None and state["scaler"] is not None:
@@ -444,6 +496,8 @@ class Trainer:
                 tokens += self.token_counter(batch)
                 batch = to_device(batch, self.device)
                 sync = micro == cfg.grad_accum - 1 or not isinstance(self.wrapped, nn.parallel.DistributedDataParallel)
+                if self.sharded:  # FSDP: reduce-scatter on the step's last micro-batch only
+                    set_gradient_sync(self.wrapped, micro == cfg.grad_accum - 1)
                 with (contextlib.nullcontext() if sync else self.wrapped.no_sync()):
                     with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                                         enabled=self.autocast_dtype is not None):
@@ -479,6 +533,8 @@ class Trainer:
             grad_norm = None
             if cfg.max_grad_norm is not None:
                 grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm, foreach=True)
+                if hasattr(grad_norm, "full_tensor"):  # sharded gradients: the norm over all shards
+                    grad_norm = grad_norm.full_tensor()
             if self.scaler is not None:
                 self.scaler.step(self.optimizer)  # skipped when gradients overflowed; the scale then drops
                 self.scaler.update()
@@ -568,10 +624,11 @@ class Trainer:
         self._last_shapes = shapes
 
     def run_evaluation(self) -> dict[str, float]:
-        """`evaluate(model)` on rank 0, in eval mode, without gradients and without moving any RNG."""
+        """`evaluate(model)` on rank 0, in eval mode, without gradients and without moving any RNG. A sharded
+        model is evaluated by every process alike (its forward gathers weights from all); rank 0 logs."""
         results: dict[str, float] = {}
-        if self.dist.is_main:
-            self._open_logs()  # an evaluation before `fit` (the untrained model) is logged too
+        if self.dist.is_main or self.sharded:
+            self._open_logs()  # an evaluation before `fit` (the untrained model) is logged too (rank 0)
             self.model.eval()
             # The evaluation must not shift training's random streams (dropout), or a run that evaluates
             # at different moments -- e.g. once more after a resume -- would no longer be reproducible.
@@ -582,11 +639,14 @@ class Trainer:
             self.model.train()
             if self.device.type == "cpu":
                 trim_heap()  # the evaluation's batches are not training's shapes (see `_bound_heap`)
+            if not self.dist.is_main:
+                results = {}  # one process reports, as without sharding
             self.last_eval = results
             self._log({"step": self.step, **{f"eval/{k}": v for k, v in results.items()}})
             from ..core import progress
 
-            progress.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
+            if self.dist.is_main:
+                progress.write(f"step {self.step}: " + "  ".join(f"{k} {v:.4g}" for k, v in results.items()))
         if self.dist.world_size > 1:
             torch_dist.barrier()
         return results
@@ -621,7 +681,9 @@ class Trainer:
         for path in reversed(checkpoint_dirs(self.out_dir)):
             if checkpoint_step(path) < self.step:
                 try:
-                    finite = weights_are_finite(read_checkpoint(path)["model"])
+                    state = read_checkpoint(path)
+                    finite = state.get("weights_finite", True) if state.get("sharded") \
+                        else weights_are_finite(state["model"])
                 except CheckpointError:
                     finite = False
                 if finite:

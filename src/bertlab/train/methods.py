@@ -30,7 +30,7 @@ from typing import Any, Callable
 from torch import nn
 
 from ..core.errors import ConfigError
-from ..models.family import Family
+from ..models.family import Family, layer_blocks
 from ..models.registry import DEFAULT_MODEL_TYPE, family as family_named
 from ..nn.adapters import (LORA_CONFIG_KEY, GradualUnfreezing, add_adapters, add_lora, freeze_except, merge_lora,
                            parameter_counts)
@@ -98,11 +98,10 @@ def unfreezing_groups(encoder: nn.Module) -> list[nn.Module]:
     pre-trained part trains from the first step as if it were the new head."""
     if callable(getattr(encoder, "unfreezing_groups", None)):
         return encoder.unfreezing_groups()
-    stack = next((m for m in encoder.modules() if callable(getattr(m, "blocks", None))), None)  # the layer stack
-    if stack is None:
+    blocks = layer_blocks(encoder)  # bottom to top; a shared block once (ALBERT)
+    if not blocks:
         raise ConfigError(f"gradual-unfreezing: {type(encoder).__name__} has no layer stack to unfreeze "
                           "(no blocks())")
-    blocks = list({id(b): b for b in stack.blocks()}.values())  # bottom to top; a shared block once (ALBERT)
     return [encoder.embeddings, *blocks]
 
 

@@ -47,11 +47,12 @@ from ..objectives import OBJECTIVES, Objective, get_objective, is_text_to_text
 from .budget import BudgetScheduler, RefittedLinearDecay
 from .batches import time_step, to_device
 from .distributed import init_distributed, seed_everything
+from .fsdp import resolve_sharding, shard_model, unsharded_copy
 from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import GroupedSettings, changed_settings, parse_duration
-from .settings import AdamOptimOptions, LoopRunOptions, PretrainEval, StepTraining
+from .settings import AdamOptimOptions, LoopRunOptions, PretrainEval, ShardingOptions, StepTraining
 from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
@@ -99,6 +100,8 @@ class PretrainConfig(GroupedSettings):
     eval: PretrainEval = field(default_factory=PretrainEval)  # eval_every None: `num_evals` spread over the run
     # seed, device, checkpoints (save_every None: 10 per run, plus the last one, and on signals), resume
     run: LoopRunOptions = field(default_factory=LoopRunOptions)
+    # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`)
+    parallel: ShardingOptions = field(default_factory=ShardingOptions)
 
     def validate(self) -> None:
         if not self.data:
@@ -146,7 +149,8 @@ def pretraining_lr(hidden_size: int) -> float:
 # is taken from the run's own run_config.json, since changing it (batch, schedule, data) would make the
 # continuation a different run.
 RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers",
-                     "device", "progress", "resume", "eval_at_start", "lr", "weight_decay", "max_grad_norm")
+                     "device", "progress", "resume", "eval_at_start", "lr", "weight_decay", "max_grad_norm",
+                     "sharding", "fsdp_cpu_offload")
 
 
 @dataclass
@@ -430,6 +434,9 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
     model.to(dist.device).train()
     loss_fn = objective.loss
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
+    sharding = resolve_sharding(cfg.sharding, dist.world_size, precision, cfg.fsdp_cpu_offload)
+    if sharding == "fsdp":  # before the optimizer: FSDP2 replaces the parameters by their shards
+        shard_model(model, precision, cfg.fsdp_cpu_offload)
 
     def stream(length: int, micro: int, start_sample: int):
         ds = PretrainingDataset(cfg.data, "train", seed=cfg.seed, rank=dist.rank, world_size=dist.world_size,
@@ -515,13 +522,15 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
         write_run_config(run_dir, run_record(cfg, {
             "steps": steps, "phase2_max_seq_length": phase2_len, "phase2_start": phase2_start, "precision": precision,
             "lr": lr, "grad_accum": accum, "micro_batch_size": micro1, "world_size": dist.world_size,
+            "sharding": sharding,
             "model_config": model_config.to_dict()}))
 
     say(f"pre-training {model_cls.__name__} ({model.num_parameters() / 1e6:.1f}M parameters) on {cfg.data}: "
         f"{steps} steps x {cfg.batch_size} sequences of {cfg.max_seq_length}"
         + (f" (last {steps - phase2_start} at {phase2_len})" if phase2_len else "")
         + f", peak lr {lr:g}{'' if cfg.lr is not None else ' (the default for its width)'}, {precision}, "
-        f"{dist.world_size} process(es), grad accumulation {accum}")
+        f"{dist.world_size} process(es)" + (f" ({sharding})" if dist.world_size > 1 else "")
+        + f", grad accumulation {accum}")
 
     eval_before: dict[str, float] = {}
     if cfg.eval_at_start and not cfg.resume:
@@ -532,8 +541,10 @@ def run_pretraining(cfg: PretrainConfig, echo: Callable[[str], None] = print,
 
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
+        # A sharded model is gathered whole on rank 0 first: the export is the usual single folder.
+        whole = unsharded_copy(model, lambda: model_cls(model_config)) if sharding == "fsdp" else model
         if dist.is_main:
-            final_dir = export_final(model, run_dir / FINAL_DIR, info)
+            final_dir = export_final(whole, run_dir / FINAL_DIR, info)
             say(f"saved the model in Hugging Face layout to {final_dir}")
     if dist.world_size > 1:
         torch.distributed.barrier()

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_FILE = "state.pt"
+SHARDS_DIR = "shards"  # a sharded (FSDP) run's model and optimizer state: torch.distributed.checkpoint's files
 META_FILE = "meta.json"
 METRICS_FILE = "metrics.jsonl"
 STATE_FORMAT = "bertlab-train-state/1"

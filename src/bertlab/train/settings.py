@@ -2,6 +2,7 @@
 
     run       RunOptions        seed, device, progress, memory, checkpoint cadence, resume -- how a run goes
               LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
+    sharding  ShardingOptions   DDP or FSDP2 under torchrun, CPU offload (pre-training)
     optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs
               WarmupOptimOptions  + warmup, of BERT's linear schedule (pre-training, distillation); T5's add
               AdamOptimOptions  + Adam's β1, β2, ε (pre-training: RoBERTa's β2 0.98, ε 1e-6 for large batches)
@@ -61,6 +62,18 @@ class LoopRunOptions(RunOptions):
     """steps between lines of metrics.jsonl"""
     num_workers: int = 1
     """data loader workers per process"""
+
+
+@dataclass
+class ShardingOptions:
+    """How the processes of a torchrun job share the training: each a whole replica (DDP) or a shard (FSDP2)."""
+
+    sharding: str = "auto"
+    """auto (ddp under torchrun with several processes, none for one), none, ddp (every process holds the whole
+    model, gradients all-reduced) or fsdp (FSDP2: parameters, gradients and optimizer state sharded over the
+    processes, one unit per layer block; checkpoints sharded, resumable on another number of processes)"""
+    fsdp_cpu_offload: bool = False
+    """with --sharding fsdp: keep the shards and the optimizer step on the CPU (GPU memory for activations only)"""
 
 
 @dataclass
@@ -186,4 +199,4 @@ class PretrainEval(HeldOutEval):
 
 
 __all__ = ["AdamOptimOptions", "EpochTraining", "HeldOutEval", "LoopRunOptions", "OptimOptions", "PretrainEval", "RunOptions",
-           "StepTraining", "WarmupOptimOptions"]
+           "ShardingOptions", "StepTraining", "WarmupOptimOptions"]

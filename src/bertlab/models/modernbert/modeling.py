@@ -258,7 +258,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         self.init_weights()
 
     def blocks(self) -> list[nn.Module]:
-        """The layers in the order they run (gradual unfreezing walks them)."""
+        """The layers in the order they run (gradual unfreezing and sharding walk them)."""
         return list(self.layers)
 
     def unfreezing_groups(self) -> list[nn.Module]:
