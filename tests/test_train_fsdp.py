@@ -20,7 +20,7 @@ from bertlab.core.errors import CheckpointError, ConfigError
 from bertlab.train import LoopConfig, Trainer, adamw, linear_warmup_decay, read_metrics
 from bertlab.train.fsdp import resolve_sharding, shard_model
 from bertlab.train.run_dir import SHARDS_DIR, checkpoint_dirs
-from test_train_loop import pretraining_loss, synthetic_batch, tiny
+from test_train_loop import halves, pretraining_loss, synthetic_batch, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,14 +138,6 @@ def test_fsdp_checkpoint_resumes_in_one_process(two_process_runs, tmp_path):
     model = BertForPreTraining(tiny(0.0))
     optimizer = adamw(model, lr=1e-3)
     scheduler = linear_warmup_decay(optimizer, warmup_steps=2, total_steps=4)
-
-    def halves(step):
-        i = step
-        while True:
-            b = synthetic_batch(i, 8)
-            yield {k: v[:4] for k, v in b.items()}
-            yield {k: v[4:] for k, v in b.items()}
-            i += 1
 
     config = LoopConfig(max_steps=4, out_dir=tmp_path, grad_accum=2, progress=False, seed=7, max_grad_norm=None,
                         tensorboard=False)

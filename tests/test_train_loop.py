@@ -46,6 +46,17 @@ def synthetic_batch(index: int, batch_size: int = 4, T: int = 16, vocab: int = 9
             "labels": labels, "next_sentence_label": torch.randint(0, 2, (batch_size,), generator=g)}
 
 
+def halves(step: int):
+    """Batches of 8 from `step` on, each as its two halves of 4: a two-process global batch as two accumulated
+    micro-batches of one process."""
+    i = step
+    while True:
+        b = synthetic_batch(i, 8)
+        yield {k: v[:4] for k, v in b.items()}
+        yield {k: v[4:] for k, v in b.items()}
+        i += 1
+
+
 def micro_batches(grad_accum: int, batch_size: int = 4):
     def batches(step: int):
         i = step * grad_accum
@@ -326,14 +337,6 @@ def test_ddp_two_gloo_processes_match_one_process(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # One process, same global batch: the two halves as two accumulated micro-batches.
-    def halves(step):
-        i = step
-        while True:
-            b = synthetic_batch(i, 8)
-            yield {k: v[:4] for k, v in b.items()}
-            yield {k: v[4:] for k, v in b.items()}
-            i += 1
-
     single = make_trainer(None, max_steps=3, grad_accum=2, dropout=0.0, batches=halves)
     single.fit()
     ddp = torch.load(tmp_path / "weights.pt")
