@@ -104,9 +104,24 @@ static PyObject *encode_one(EncoderBase *e, PyObject *text) {
     return r;
 }
 
-static PyObject *encode_many(EncoderBase *e, PyObject *texts) {
+/* The ids of the last encoded text, as a list: the corpus-scale path when lists are wanted (no offsets, fewer
+ * objects) */
+static PyObject *ids_list(IntCache *ic, Work *w) {
+    PyObject *ids = PyList_New(w->olen);
+    if (!ids) return NULL;
+    for (Py_ssize_t j = 0; j < w->olen; j++) {
+        PyObject *a = get_int(ic, w->oid[j]);
+        if (!a) { Py_DECREF(ids); return NULL; }
+        PyList_SET_ITEM(ids, j, a);
+    }
+    return ids;
+}
+
+/* [make(text) for text in texts], each text encoded into one Work kept across them */
+static PyObject *encode_each(EncoderBase *e, PyObject *texts, const char *message,
+                             PyObject *(*make)(IntCache *, Work *)) {
     if (!ready(e)) return NULL;
-    PyObject *seq = PySequence_Fast(texts, "encode_many needs a sequence of str");
+    PyObject *seq = PySequence_Fast(texts, message);
     if (!seq) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(n);
@@ -114,7 +129,7 @@ static PyObject *encode_many(EncoderBase *e, PyObject *texts) {
     if (!out) goto fail;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *r;
-        if (e->encode(e, &w, PySequence_Fast_GET_ITEM(seq, k)) || !(r = result(&e->ic, &w))) goto fail;
+        if (e->encode(e, &w, PySequence_Fast_GET_ITEM(seq, k)) || !(r = make(&e->ic, &w))) goto fail;
         PyList_SET_ITEM(out, k, r);
     }
     work_free(e, &w);
@@ -127,34 +142,12 @@ fail:
     return NULL;
 }
 
-/* ids only, one list per text: the corpus-scale path when lists are wanted (no offsets, fewer objects) */
+static PyObject *encode_many(EncoderBase *e, PyObject *texts) {
+    return encode_each(e, texts, "encode_many needs a sequence of str", result);
+}
+
 static PyObject *encode_ids(EncoderBase *e, PyObject *texts) {
-    if (!ready(e)) return NULL;
-    PyObject *seq = PySequence_Fast(texts, "encode_ids needs a sequence of str");
-    if (!seq) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject *out = PyList_New(n);
-    Work w = {0};
-    if (!out) goto fail;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (e->encode(e, &w, PySequence_Fast_GET_ITEM(seq, k))) goto fail;
-        PyObject *ids = PyList_New(w.olen);
-        if (!ids) goto fail;
-        for (Py_ssize_t j = 0; j < w.olen; j++) {
-            PyObject *a = get_int(&e->ic, w.oid[j]);
-            if (!a) { Py_DECREF(ids); goto fail; }
-            PyList_SET_ITEM(ids, j, a);
-        }
-        PyList_SET_ITEM(out, k, ids);
-    }
-    work_free(e, &w);
-    Py_DECREF(seq);
-    return out;
-fail:
-    work_free(e, &w);
-    Py_XDECREF(out);
-    Py_DECREF(seq);
-    return NULL;
+    return encode_each(e, texts, "encode_ids needs a sequence of str", ids_list);
 }
 
 /* ids of all texts packed into one int32 buffer, plus an int64 buffer of per-text lengths: the corpus-scale
