@@ -18,7 +18,8 @@ setup(
     ext_modules=[
         Extension(
             "bertlab.tokenizer._fast",
-            sources=["src/bertlab/tokenizer/_fast.c"],
+            sources=[f"src/bertlab/tokenizer/csrc/{name}.c" for name in ("module", "wordpiece", "bpe")],
+            depends=["src/bertlab/tokenizer/csrc/encoder.h"],
             extra_compile_args=["-O3", "-std=c99"],
             optional=True,
         ),

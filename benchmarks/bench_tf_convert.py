@@ -4,7 +4,7 @@
 
 Writes a 12-layer, hidden-768 BERT checkpoint with random weights in Google's variable layout (pre-training
 heads included; with `--with-adam` also the adam_m/adam_v slots, as run_pretraining.py leaves them) using
-bertlab's own TensorFlow writer -- whose output is byte-identical to TensorFlow's (tests/test_tf_checkpoint.py)
+bertlab's own TensorFlow writer -- whose output is byte-identical to TensorFlow's (tests/models/bert/test_tf_checkpoint.py)
 -- then converts it in a fresh subprocess per measurement, so the peak resident set size of the process
 (`resource.getrusage(...).ru_maxrss`) belongs to that conversion alone. Reported:
 

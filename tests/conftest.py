@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+# A family's tests are in tests/models/<family>/ (file names unique across tests/). Each folder is on sys.path, as
+# pytest's own collection puts it there, so a helper of one (a tiny folder of the family, a trained vocabulary)
+# imports by module name from any test, whichever tests run.
+for _folder in sorted((ROOT / "tests" / "models").iterdir()):
+    if _folder.is_dir() and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 @pytest.fixture(scope="session")

@@ -199,8 +199,10 @@ def test_no_name_is_defined_in_two_parts_of_the_package():
 
 
 def test_every_family_folder_is_in_the_import_contracts():
-    """A family folder under models/ has its place in the `models` contract and a layers contract of its own
-    that places every module of the folder, so a new family (or a new module in one) cannot slip past them."""
+    """A family folder under models/ that no contract names would be free to import any other family (or be
+    imported by one) unseen: each must sit in the `models` layers contract, have a layers contract of its own that
+    places every module of the folder (so a new module cannot slip past it either), and be kept apart from the
+    other families by an independence or forbidden contract."""
     import re
     import tomllib
 
@@ -212,34 +214,18 @@ def test_every_family_folder_is_in_the_import_contracts():
         return {name.strip() for layer in layers for name in re.split(r"[|:]", layer) if name.strip()}
 
     models = ROOT / "src" / "bertlab" / "models"
-    folders = sorted(p.name for p in models.iterdir() if (p / "__init__.py").is_file())
-    assert folders and set(folders) <= names(layers_of["bertlab.models"])
-    for folder in folders:
-        container = f"bertlab.models.{folder}"
-        assert container in layers_of, f"no layers contract for {container}"
-        modules = {p.stem for p in (models / folder).glob("*.py") if p.stem != "__init__"}
-        assert modules <= names(layers_of[container]), f"{container}: {sorted(modules - names(layers_of[container]))}"
-
-
-def test_every_model_family_folder_is_in_the_import_contracts():
-    """A family folder under models/ that no contract names would be free to import any other family (or be
-    imported by one) unseen: each must sit in the `models` layers contract, have its own folder contract, and
-    be kept apart from the other families by an independence or forbidden contract."""
-    import tomllib
-
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    contracts = pyproject["tool"]["importlinter"]["contracts"]
-    models_dir = ROOT / "src" / "bertlab" / "models"
-    families = sorted(p.name for p in models_dir.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
-    assert families, "no family folders found under src/bertlab/models"
-    models_layers = next(c for c in contracts if c["type"] == "layers" and c.get("containers") == ["bertlab.models"])
-    in_layers = {name.strip() for layer in models_layers["layers"] for name in layer.replace(":", "|").split("|")}
-    own = {c["containers"][0].rpartition(".")[2] for c in contracts
-           if c["type"] == "layers" and len(c.get("containers", [])) == 1
-           and c["containers"][0].startswith("bertlab.models.")}
+    folders = sorted(p.name for p in models.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    assert folders, "no family folders found under src/bertlab/models"
     apart = {m.rpartition(".")[2] for c in contracts if c["type"] in ("independence", "forbidden")
              for m in c.get("modules", []) + c.get("source_modules", []) if m.startswith("bertlab.models.")}
-    missing = {f: [what for what, names in (("the models layers", in_layers), ("a folder contract", own),
-                                            ("an independence or forbidden contract", apart)) if f not in names]
-               for f in families}
+    missing = {}
+    for folder in folders:
+        container = f"bertlab.models.{folder}"
+        modules = {p.stem for p in (models / folder).glob("*.py") if p.stem != "__init__"}
+        missing[folder] = [what for what, ok in (
+            ("the models layers", folder in names(layers_of["bertlab.models"])),
+            ("a folder contract", container in layers_of),
+            (f"its folder contract for {sorted(modules - names(layers_of.get(container, [])))}",
+             container not in layers_of or modules <= names(layers_of[container])),
+            ("an independence or forbidden contract", folder in apart)) if not ok]
     assert {f: m for f, m in missing.items() if m} == {}

@@ -55,7 +55,8 @@ def test_wheel_and_sdist_build_and_the_wheel_runs_in_a_fresh_venv(tmp_path):
     with tarfile.open(sdist) as tar:
         members = tar.getnames()
     kernels = [f"nn/csrc/{name}" for name in ("common.h", "module.c", "rows.c", "attention.c", "linear.c", "search.c")]
-    for source in ("tokenizer/_fast.c", *kernels):  # the accelerators' sources ship
+    encoders = [f"tokenizer/csrc/{name}" for name in ("encoder.h", "module.c", "wordpiece.c", "bpe.c")]
+    for source in (*encoders, *kernels):  # the accelerators' sources ship
         assert f"bertlab_paper-{version}/src/bertlab/{source}" in members
 
     venv = tmp_path / "venv"

@@ -566,6 +566,19 @@ def test_c_extension_equals_python_on_data(shared_data, cased):
     assert dict(ours(questions[:40], contexts[:40], **kw)) == dict(py(questions[:40], contexts[:40], **kw))
 
 
+@pytest.mark.skipif(not has_fast_ext(), reason="C extension not built")
+def test_an_encoder_whose_init_never_ran_refuses_to_encode():
+    """The C encoders' methods are written once for both (tokenizer/csrc/module.c): on an object whose __init__
+    never ran (or failed) each is a RuntimeError, not a crash."""
+    from bertlab.tokenizer import _fast
+
+    for cls in (_fast.Encoder, _fast.BPEEncoder):
+        bare = cls.__new__(cls)
+        for method in (bare.encode, bare.encode_many, bare.encode_ids, bare.encode_flat):
+            with pytest.raises(RuntimeError, match="not initialised"):
+                method(["x"] if method.__name__ != "encode" else "x")
+
+
 def test_threads_sharing_one_tokenizer(shared_data):
     """A web server may share one tokenizer between threads. The C encoder calls back into Python for new
     characters and sigma words, where another thread can run; its scratch space is per call, so results stay

@@ -13,7 +13,7 @@ the order Google applies it:
 
 Every step is done on `(character, index in the original text)` pairs, so each word knows which original
 character each of its normalised characters came from; `BertTokenizer` turns that into offsets for every
-word piece. This module is the reference implementation: the optional C extension (`_fast.c`) must agree
+word piece. This module is the reference implementation: the optional C extension (`csrc/wordpiece.c`) must agree
 with it exactly, and the tests check that it does.
 
 "Control" characters, which the cleaner drops, are categories Cc, Cf and Co (private use), and lone

@@ -22,8 +22,8 @@ between special tokens; each word of pre-split input). The Unicode tables are Py
 (tests/test_bpe_tokenizer.py sweeps them all); another Python's tables may differ on characters assigned
 in other Unicode versions.
 
-When the C extension is built (`_fast.BPEEncoder`), the same steps run there, with this module's character
-classes (handed over per code point) and merge table; this file is the reference and the fallback.
+When the C extension is built (`_fast.BPEEncoder`, `csrc/bpe.c`), the same steps run there, with this module's
+character classes (handed over per code point) and merge table; this file is the reference and the fallback.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The commands on a DeBERTa-v3-like folder saved by `transformers` (random DebertaV2ForMaskedLM weights and a
 SentencePiece `spm.model` learned on the news table): the auto classes pick the family; embed, finetune (text
 classification), predict, evaluate, fill-mask, serve's /v1/embeddings, export onnx / sentence-transformers and
-the engines (CTranslate2 refused in one line: it has no DeBERTa converter), finetune-embeddings,
-finetune-reranker and params."""
+the engines (CTranslate2 refused in one line: it has no DeBERTa converter) as the family harness runs them
+(tests/test_families.py), then finetune-embeddings, finetune-reranker and params."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-from family_support import end_to_end
+from deberta_v2_support import masked_lm_folder
 from own_data_support import news_rows
 
 transformers = pytest.importorskip("transformers")
@@ -24,18 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def deberta_folder(tmp_path_factory) -> Path:
-    from test_deberta_v2_parity import hf_config
-    from test_deberta_v2_tokenizer import train_spm
-
-    rows = news_rows(400, seed=7)
-    folder = train_spm(tmp_path_factory.mktemp("deberta") / "model", [r["text"] for r in rows], vocab_size=120)
-    size = spm.SentencePieceProcessor(model_file=str(folder / "spm.model")).get_piece_size()
-    torch.manual_seed(0)
-    # [MASK] is added after the pieces, as in DeBERTa-v3 (its vocab_size leaves room beyond them)
-    config = hf_config("v3", vocab_size=size + 8, num_hidden_layers=2, hidden_dropout_prob=0.0,
-                       attention_probs_dropout_prob=0.0)
-    transformers.DebertaV2ForMaskedLM(config).save_pretrained(folder)
-    return folder
+    return masked_lm_folder(tmp_path_factory.mktemp("deberta") / "model")
 
 
 def run(*argv) -> int:
@@ -54,25 +42,6 @@ def test_auto_classes_give_deberta(deberta_folder):
     assert type(tok).__name__ == "DebertaV2Tokenizer"
     text = "the coach said the team and the goal [MASK]"
     assert tok(text)["input_ids"] == transformers.DebertaV2Tokenizer.from_pretrained(deberta_folder)(text)["input_ids"]
-
-
-def test_commands_end_to_end(deberta_folder, tmp_path, capsys):
-    measured = end_to_end(deberta_folder, tmp_path, capsys, lr=1e-3, epochs=20, min_accuracy=0.5)
-    # the fine-tuned classifier scores the same in `evaluate` as in its run, and loads in transformers with the
-    # same logits
-    train_out = tmp_path / "ft"
-    dev = tmp_path / "dev.csv"
-    assert run("evaluate", "text-classification", "--model", train_out / "model", "--data", dev) == 0
-    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(measured["accuracy"])
-    from bertlab.models.deberta_v2.heads import DebertaV2ForSequenceClassification
-
-    ours = DebertaV2ForSequenceClassification.from_pretrained(train_out / "model")
-    theirs = transformers.DebertaV2ForSequenceClassification.from_pretrained(train_out / "model").eval()
-    ids = torch.tensor([[1, 10, 11, 12, 2], [1, 13, 14, 2, 0]])
-    mask = (ids != 0).long()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids, mask).logits, theirs(input_ids=ids, attention_mask=mask).logits,
-                                   rtol=1e-6, atol=1e-6)
 
 
 def test_finetune_embeddings_and_reranker(deberta_folder, tmp_path, capsys):

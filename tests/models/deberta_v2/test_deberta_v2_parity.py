@@ -47,7 +47,7 @@ def ours_class(name: str):
     return getattr(heads, name, None) or getattr(modeling, name)
 
 
-@pytest.mark.parametrize("kind", list(CONFIGS))
+@pytest.mark.parametrize("kind", [k for k in CONFIGS if k != "v3"])  # (v3: the family harness, tests/test_families.py)
 @pytest.mark.parametrize("name", HEAD_CLASSES)
 def test_transformers_weights_give_the_same_outputs_both_ways(name, kind, tmp_path):
     torch.manual_seed(0)

@@ -1,4 +1,5 @@
-"""ELECTRA test helpers (not a test module): tiny `transformers` configs and folders with a WordPiece vocabulary."""
+"""ELECTRA test helpers (not a test module): tiny `transformers` configs and folders with a WordPiece vocabulary,
+and what the family harness (tests/test_families.py) runs the commands on."""
 
 from __future__ import annotations
 
@@ -27,3 +28,42 @@ def electra_folder(folder: Path, architecture: str, vocab_size: int = 99, seed: 
     if vocab is not None:
         transformers.ElectraTokenizer(str(vocab)).save_pretrained(folder)
     return folder
+
+
+# ------------------------------------------------------------------------------ the family harness's commands
+# (tests/test_families.py: `family_support.end_to_end` on the generator's folder, then `after_end_to_end`)
+
+
+def masked_lm_folder(folder: Path) -> Path:
+    """The generator (ElectraForMaskedLM) over the news tables' WordPiece vocabulary."""
+    from own_data_support import write_vocab
+
+    (folder.parent / "electra-vocab").mkdir(parents=True, exist_ok=True)
+    vocab = write_vocab(folder.parent / "electra-vocab" / "vocab.txt")
+    return electra_folder(folder, "ElectraForMaskedLM", vocab=vocab, seed=2)
+
+
+def after_end_to_end(folder: Path, tmp_path: Path, capsys, measured: dict) -> None:
+    """fill-mask's top word is `transformers`' pipeline's; `transformers`, with its own tokenizer, predicts what
+    `bertlab predict` does with the fine-tuned classifier."""
+    import json
+
+    import transformers
+
+    from bertlab.cli import main
+
+    run = lambda *argv: main(["--log-level", "WARNING", *map(str, argv)])  # noqa: E731
+    pipe = transformers.pipeline("fill-mask", model=str(folder), tokenizer=str(folder), top_k=1)
+    assert pipe("the [MASK] won the match")[0]["token_str"].strip() in measured["fill_mask"]
+    saved = tmp_path / "ft" / "model"
+    config = json.loads((saved / "config.json").read_text())
+    assert config["architectures"] == ["ElectraForSequenceClassification"] and config["model_type"] == "electra"
+    text = "the coach said the team and the goal"
+    with torch.no_grad():
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(saved).eval()
+        tok = transformers.AutoTokenizer.from_pretrained(saved)
+        expected = config["id2label"][str(model(**tok(text, return_tensors="pt")).logits.argmax().item())]
+    (tmp_path / "one.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    capsys.readouterr()
+    assert run("predict", "--model", saved, "--input", tmp_path / "one.jsonl") == 0
+    assert json.loads(capsys.readouterr().out)["label"] == expected

@@ -36,37 +36,6 @@ def discriminator(tmp_path_factory, vocab) -> Path:
                           max_position_embeddings=130)
 
 
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory, vocab) -> Path:
-    return electra_folder(tmp_path_factory.mktemp("electra-gen") / "g", "ElectraForMaskedLM", vocab=vocab, seed=2)
-
-
-def test_embed_finetune_predict_fill_mask_serve_and_exports(generator, tmp_path, capsys):
-    """family_support's run of the commands (embed, finetune text-classification, predict, fill-mask, serve's
-    /v1/embeddings, export onnx / sentence-transformers, the engines) on the generator's folder; fill-mask's top
-    word is `transformers`' pipeline's, and `transformers` predicts what `bertlab predict` does."""
-    from family_support import end_to_end
-
-    measured = end_to_end(generator, tmp_path, capsys)
-    pipe = transformers.pipeline("fill-mask", model=str(generator), tokenizer=str(generator), top_k=1)
-    assert pipe("the [MASK] won the match")[0]["token_str"].strip() in measured["fill_mask"]
-    saved = tmp_path / "ft" / "model"
-    config = json.loads((saved / "config.json").read_text())
-    assert config["architectures"] == ["ElectraForSequenceClassification"] and config["model_type"] == "electra"
-    text = "the coach said the team and the goal"
-    with torch.no_grad():
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(saved).eval()
-        tok = transformers.AutoTokenizer.from_pretrained(saved)
-        expected = config["id2label"][str(model(**tok(text, return_tensors="pt")).logits.argmax().item())]
-    (tmp_path / "one.jsonl").write_text(json.dumps({"text": text}) + "\n")
-    capsys.readouterr()
-    assert run("predict", "--model", saved, "--input", tmp_path / "one.jsonl") == 0
-    assert json.loads(capsys.readouterr().out)["label"] == expected
-    assert run("evaluate", "text-classification", "--model", saved, "--data", tmp_path / "dev.csv") == 0
-    metrics = json.loads((tmp_path / "ft" / "metrics.json").read_text())["best_run"]["dev"]
-    assert json.loads(capsys.readouterr().out)["accuracy"] == pytest.approx(metrics["accuracy"])
-
-
 def test_embed_matches_transformers_row_by_row(discriminator):
     from family_support import embeds_as_transformers_alone
 

@@ -96,3 +96,17 @@ def tiny_folder(tmp_path: Path, texts: list[str], head: str = "ModernBertForMask
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "cls_token": "[CLS]",
         "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]", "unk_token": "[UNK]"}))
     return folder
+
+
+# ------------------------------------------------------------------------------ the family harness's commands
+# (tests/test_families.py: `family_support.end_to_end` on this folder)
+TEXTS = ["the team won the match", "shares of the bank fell", "the minister spoke to parliament",
+         "a new phone was released", "the coach praised the players"] * 40
+END_TO_END = dict(lr=3e-3, epochs=20, min_accuracy=0.5)
+
+
+def masked_lm_folder(folder: Path) -> Path:
+    """A tiny ModernBertForMaskedLM with a tokenizer.json trained on the news tables' text (in `folder`'s parent)."""
+    from own_data_support import news_rows
+
+    return tiny_folder(folder.parent, TEXTS + [r["text"] for r in news_rows(200, 7)])

@@ -1,6 +1,6 @@
 """The commands on a ModernBERT folder saved by `transformers` (a tiny random model, its tokenizer.json trained
 by `tokenizers`): embed, fine-tune, predict, fill-mask, serve's embeddings, the ONNX / sentence-transformers
-exports and the peer engines (`family_support.end_to_end`), evaluate, the retrieval fine-tunings, params;
+exports and the peer engines run by the family harness (tests/test_families.py), evaluate, the retrieval fine-tunings, params;
 and batch 1 against bulk embedding, against transformers."""
 
 from __future__ import annotations
@@ -13,25 +13,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from family_support import end_to_end  # noqa: E402
-from modernbert_support import tiny_folder  # noqa: E402
+from modernbert_support import TEXTS, masked_lm_folder  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-TEXTS = ["the team won the match", "shares of the bank fell", "the minister spoke to parliament",
-         "a new phone was released", "the coach praised the players"] * 40
 
 
 @pytest.fixture
 def folder(tmp_path):
-    from own_data_support import news_rows
-
-    return tiny_folder(tmp_path, TEXTS + [r["text"] for r in news_rows(200, 7)])
-
-
-def test_commands_run_on_a_transformers_folder(folder, tmp_path, capsys):
-    measured = end_to_end(folder, tmp_path, capsys, lr=3e-3, epochs=20, min_accuracy=0.5)
-    assert measured["accuracy"] > 0.5
+    return masked_lm_folder(tmp_path / "model")
 
 
 def test_embeddings_batch_one_and_bulk_match_transformers(folder):

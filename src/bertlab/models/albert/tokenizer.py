@@ -2,7 +2,7 @@
 ALBERT's rules, with the call surface of `BertTokenizer` (`tok(texts, pairs, truncation=, padding=,
 return_offsets_mapping=, return_tensors=)`, `encode`, `decode`, special-token attributes, `save_pretrained`).
 The ids are the `sentencepiece` library's `encode` of the text normalised as below (equal on random strings,
-tests/test_albert.py); ids and offsets equal `transformers.AlbertTokenizer`'s, which reads the same file, on the
+tests/models/albert/test_albert.py); ids and offsets equal `transformers.AlbertTokenizer`'s, which reads the same file, on the
 parity tests' texts (on random strings `transformers` 5 differs on a few in ten thousand: docs/guide/families.md):
 
   * the text is split at the special tokens written in it ([CLS], [SEP], [MASK], <pad>, <unk>); each piece of

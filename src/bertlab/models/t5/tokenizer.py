@@ -14,7 +14,7 @@ T5 (Raffel et al. 2020, section 2.2) encodes text with SentencePiece and gives t
 model of V pieces, `<extra_id_i>` is id V + 99 - i, so `<extra_id_0>` is the LAST id (`sentinel_id(i)`).
 `<pad>` is 0, `</s>` 1 and `<unk>` 2 (the trainer below lays models out that way), and `</s>` ends every
 encoded sequence. `T5Tokenizer` here gives the ids `transformers.T5Tokenizer` gives on the same model file
-(tests/test_sentencepiece.py checks WikiText-2 and SQuAD text, sentinels included):
+(tests/models/t5/test_t5_tokenizer.py checks WikiText-2 and SQuAD text, sentinels included):
 
 - text is split at the special tokens written in it (`<extra_id_N>` for N below the number of sentinels,
   `</s>`, `<pad>`, `<unk>`); each piece of plain text between them is encoded by SentencePiece on its own, so

@@ -13,8 +13,9 @@ SentencePiece's leading `▁`. Offsets are character spans of the original text:
 the whitespace its `▁` stands for, and a `▁` alone covers the first character of the word it starts.
 
 What is matched: the reference is the `sentencepiece` library itself -- ids are its `encode` of each stretch of
-text between special tokens, under fairseq's ids (equal on random strings, tests/test_roberta.py). Against
-`transformers.XLMRobertaTokenizer` (its tokenizers-based, "fast" one) ids and offsets are equal on WikiText-2 and
+text between special tokens, under fairseq's ids (equal on random strings,
+tests/models/xlm_roberta/test_xlm_roberta.py). Against `transformers.XLMRobertaTokenizer` (its tokenizers-based,
+"fast" one) ids and offsets are equal on WikiText-2 and
 hand-picked edge cases, but not on every string: on random strings of mixed scripts, spaces and controls the
 ids differ on a few in a hundred and the offsets on more (docs/guide/families.md has the measured rates).
 XLM-R's own `sentencepiece.bpe.model` is a unigram model despite its name; a model of SentencePiece's BPE type

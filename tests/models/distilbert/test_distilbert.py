@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from bertlab.core.errors import ConfigError
-from family_support import compare, compare_hidden_states, end_to_end, padded_batch, rel_err
-from own_data_support import write_vocab
+from distilbert_support import masked_lm_folder
+from family_support import compare, compare_hidden_states, padded_batch, rel_err
 from test_distill import _general, mlm_data  # noqa: F401  (the prepared data and teacher of distill's tests)
 
 transformers = pytest.importorskip("transformers")
@@ -38,7 +38,8 @@ def inputs_for(name: str, vocab_size: int) -> dict:
     return {"input_ids": ids, "attention_mask": mask}
 
 
-@pytest.mark.parametrize("sinusoidal", [False, True])
+# (learned positions: the family harness, tests/test_families.py)
+@pytest.mark.parametrize("sinusoidal", [True])
 @pytest.mark.parametrize("name", HEAD_CLASSES)
 def test_transformers_weights_give_the_same_outputs_both_ways(name, sinusoidal, tmp_path):
     import bertlab.models.distilbert.heads as heads
@@ -121,15 +122,7 @@ def test_bad_config_is_one_line(tmp_path):
 
 @pytest.fixture(scope="module")
 def distilbert_folder(tmp_path_factory):
-    """A random DistilBertForMaskedLM saved by `transformers`, over the news tables' vocabulary."""
-    folder = tmp_path_factory.mktemp("distilbert") / "model"
-    vocab = write_vocab(tmp_path_factory.mktemp("vocab") / "vocab.txt")
-    torch.manual_seed(0)
-    model = transformers.DistilBertForMaskedLM(hf_config(vocab_size=len(vocab.read_text().split()),
-                                                         max_position_embeddings=128))
-    model.save_pretrained(folder)
-    (folder / "vocab.txt").write_text(vocab.read_text())
-    return folder
+    return masked_lm_folder(tmp_path_factory.mktemp("distilbert") / "model")
 
 
 def test_auto_classes_give_distilbert(distilbert_folder):
@@ -143,10 +136,6 @@ def test_auto_classes_give_distilbert(distilbert_folder):
     theirs = transformers.DistilBertTokenizerFast(str(distilbert_folder / "vocab.txt"))
     text = "the coach said the team, and the goal"
     assert AutoTokenizer.from_pretrained(distilbert_folder)(text)["input_ids"] == theirs(text)["input_ids"]
-
-
-def test_commands_end_to_end(distilbert_folder, tmp_path, capsys):
-    end_to_end(distilbert_folder, tmp_path, capsys)
 
 
 # ---------------------------------------------------------------------------------------------- distill's DistilBERT layout

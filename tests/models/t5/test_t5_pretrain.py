@@ -29,7 +29,7 @@ from test_data_prepare import make_corpus, write_vocab
 from test_train_pretrain import read_weights
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -270,8 +270,9 @@ def test_a_lone_surrogate_is_the_same_one_line_in_every_tokenizer(tmp_path):
     from bertlab.models.albert.tokenizer import AlbertTokenizer
     from bertlab.tokenizer.roberta import RobertaTokenizer
     from bertlab.models.xlm_roberta.tokenizer import XLMRobertaTokenizer
-    from test_albert import train_spiece
-    from test_roberta import bpe_tokenizer_files, train_spm
+    from albert_support import train_spiece
+    from roberta_support import bpe_tokenizer_files
+    from xlm_roberta_support import train_spm
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"the team said the goal number {i} was good\n" for i in range(200)))

@@ -25,7 +25,7 @@ from bertlab.models.bert.heads import model_classes
 from bertlab.tf_checkpoint import (TFCheckpointReader, _crc_bytes, _read_table, _write_table, crc32c, mask_crc,
                                    resolve_prefix, unmask_crc, write_tf_checkpoint)
 
-FIXTURES = Path(__file__).parent / "data" / "tf_ckpt"
+FIXTURES = Path(__file__).resolve().parents[2] / "data" / "tf_ckpt"
 BERT = FIXTURES / "bert_model.ckpt"
 DTYPES_CKPT = FIXTURES / "dtypes.ckpt"
 DATA_SUFFIX = ".data-00000-of-00001"
