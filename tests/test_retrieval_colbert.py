@@ -403,3 +403,75 @@ def test_evaluate_retrieval_refuses_dense_settings_for_a_colbert_folder(tmp_path
                  "--no-progress"]) != 0
     err = capsys.readouterr().err.strip()
     assert "a ColBERT folder takes no --pooling" in err and len(err.splitlines()) == 1
+
+
+def test_serve_says_a_colbert_folder_has_vectors_per_token(tmp_path):
+    """/embed and /info on a ColBERT folder: no pooled vector is made up (424, pointing at /embed_multivector),
+    /info names the ColBERT pooling and the vectors' dimension; with --pooling given, /embed pools as asked."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    from test_infer_serve import LIMITS, call
+
+    folder, _ = colbert_folder(tmp_path)
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions()), LIMITS))
+    try:
+        status, out = call(running, "POST", "/embed", {"inputs": ["a dog"]})
+        assert status == 424 and "/embed_multivector" in out["error"]
+        status, out = call(running, "POST", "/v1/embeddings", {"input": "a dog"})
+        assert status == 424
+        status, info = call(running, "GET", "/info")
+        assert info["pooling"] == "colbert" and info["model_type"] == {"embedding": {"pooling": "colbert"}}
+        assert info["embedding_dimension"] == 16 and "embed" not in info["endpoints"]
+        assert "embed_multivector" in info["endpoints"]
+    finally:
+        running.stop()
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions(), pooling="mean"), LIMITS))
+    try:
+        status, out = call(running, "POST", "/embed", {"inputs": ["a dog"]})
+        assert status == 200 and len(out[0]) == 32
+    finally:
+        running.stop()
+
+
+def pylate_written_folder(tmp_path):
+    """A ColBERT folder as PyLate saves one under `transformers` 5, made by hand from its source: bertlab's folder's
+    encoder (embeddings grown by the two markers) and Dense module, with the tokenizer files as PyLate's
+    `ColBERT.__init__` leaves its tokenizer before `save_pretrained` writes it -- `add_tokens([query_prefix,
+    document_prefix])`, then the mask token as the pad token -- so the markers are tokens added after the
+    vocabulary in tokenizer.json, and tokenizer_config.json names [MASK] the pad token."""
+    transformers = pytest.importorskip("transformers")
+    folder, _ = colbert_folder(tmp_path, query_length=12, document_length=9)
+    cfg = json.loads((folder / "config_sentence_transformers.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "cb-base"))
+    tok.add_tokens([cfg["query_prefix"], cfg["document_prefix"]])
+    tok.pad_token_id = tok.mask_token_id
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        (folder / name).unlink(missing_ok=True)
+    tok.save_pretrained(str(folder))
+    added = {t["content"]: t for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
+    assert not added["[Q] "]["special"] and added["[D] "]["id"] == added["[Q] "]["id"] + 1
+    return folder
+
+
+def test_a_pylate_written_folder_loads_and_scores_as_pylate(tmp_path):
+    folder = pylate_written_folder(tmp_path)
+    ours = mv.ColbertEmbedder.from_pretrained(folder)
+    bertlabs, _ = colbert_folder(tmp_path / "own", query_length=12, document_length=9)  # the same, as bertlab saves it
+    original = mv.ColbertEmbedder.from_pretrained(bertlabs)
+    assert ours.markers == original.markers and ours.tokenizer.pad_token == "[PAD]"
+    vectors = {}
+    for kind in ("query", "document"):
+        vectors[kind] = ours.embed(TEXTS, kind)
+        for mine, own in zip(vectors[kind], original.embed(TEXTS, kind)):
+            np.testing.assert_allclose(mine, own, rtol=1e-6, atol=1e-7)
+        for mine, (_, _, theirs) in zip(vectors[kind], pylate_formula(folder, TEXTS, kind)):
+            np.testing.assert_allclose(mine, theirs.numpy(), rtol=1e-5, atol=1e-6)
+    q, d = pylate_formula(folder, TEXTS, "query"), pylate_formula(folder, TEXTS, "document")
+    mine = mv.maxsim([torch.from_numpy(v) for v in vectors["query"]], [torch.from_numpy(v) for v in vectors["document"]])
+    for i, (_, _, qi) in enumerate(q):
+        for j, (_, _, dj) in enumerate(d):
+            theirs = torch.einsum("ash,bth->abst", qi[None], dj[None]).max(-1).values.sum(-1)
+            assert float(mine[i, j]) == pytest.approx(float(theirs[0, 0]), rel=1e-5)

@@ -299,3 +299,19 @@ def test_a_new_head_starts_with_a_negative_bias(tmp_path, caplog):
     model = load_mlm(tiny_model(tmp_path / "enc"))  # a bare BertModel: no masked-LM weights
     assert torch.all(model.vocab_projection().bias == NEW_HEAD_BIAS)
     assert "new head" in caplog.text
+
+
+def test_validation_metrics_are_evaluate_retrievals(bert_mlm, tmp_path):
+    """Fine-tuning's SPLADE validation (`evaluate_sparse`) gives the metrics `evaluate-retrieval` writes."""
+    from bertlab.tasks.retrieval.data import load_retrieval_set
+    from bertlab.train.retrieval.evaluate import evaluate_sparse
+    from bertlab.train.retrieval.st_folder import EmbeddingSettings
+
+    from test_retrieval_eval import CORPUS, QUERIES, write_beir
+
+    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
+    metrics = evaluate_sparse(SpladeEncoder.from_pretrained(bert_mlm), EmbeddingSettings("splade", False),
+                              load_retrieval_set(data), [1, 3])
+    assert main(["evaluate-retrieval", "--model", str(bert_mlm), "--pooling", "splade", "--data", str(data),
+                 "--k-values", "1,3", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert metrics and metrics == pytest.approx(json.loads((tmp_path / "out" / "results.json").read_text())["metrics"])

@@ -21,6 +21,11 @@ CSR matrix (rows in input order, columns the vocabulary).
 query (`--text-kind query`: [Q], [MASK] padding to the query length) or a document (the default: [D], punctuation
 dropped); one JSON list of vectors per line, or FILE.npz holding `vectors` (all texts' rows, `--vector-dtype`
 float32 or float16), `offsets` (text i's rows are offsets[i]:offsets[i+1]) and a table's `ids`.
+
+A BGE-M3 folder (`infer.bge_m3`: an encoder with sparse_linear.pt and colbert_linear.pt) gives three outputs;
+`--vectors` picks one -- dense (the default: the normalised [CLS] vector, written as any dense embedding), sparse
+(lexical weights, written as `--pooling splade` writes them, `--top-k` too), colbert (vectors per token, written as
+`--pooling colbert` writes them) -- or all: one JSON object per line, {"dense", "sparse", "colbert"}.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..infer.input_files import add_text_input_arguments
     from ..infer.ray_data import add_ray_arguments
     from ..infer.runtime import add_engine_argument, add_inference_arguments
+    from ..infer.bge_m3 import VECTOR_CHOICES
     from ..infer.sparse import SPARSE_POOLINGS
 
     add_inference_arguments(p)
@@ -53,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="colbert: embed the texts as documents (default) or as queries")
     p.add_argument("--vector-dtype", choices=["float32", "float16"], default="float32",
                    help="colbert: the vectors' type in FILE.npz (default float32)")
+    p.add_argument("--vectors", choices=list(VECTOR_CHOICES),
+                   help="a BGE-M3 folder: which of its outputs to write: dense (default), sparse (lexical weights), "
+                        "colbert (vectors per token) or all (JSON Lines of {dense, sparse, colbert})")
 
 
 def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
@@ -77,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.embeddings import Embedder
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
+    from ..infer.bge_m3 import is_bge_m3_folder
     from ..infer.multivector import is_colbert_folder
     from ..infer.runtime import InferenceOptions
 
@@ -84,6 +94,16 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.sparse import SPARSE_POOLINGS, folder_pooling
 
     ray_data.check_ray_arguments(args)
+    if is_bge_m3_folder(args.model):
+        if args.pooling is not None:
+            raise BertlabError("a BGE-M3 folder's outputs are picked with --vectors (dense, sparse, colbert, all), "
+                               "not --pooling")
+        if args.vectors not in (None, "dense"):
+            return embed_bge_m3(args)
+        args.pooling = "cls"  # BGE-M3's dense vector: the [CLS] vector, normalised unless --no-normalize
+    elif args.vectors is not None:
+        raise BertlabError(f"--vectors picks among a BGE-M3 folder's outputs; {args.model} has no sparse_linear.pt "
+                           "and colbert_linear.pt (other folders: --pooling)")
     colbert = args.pooling == "colbert" or (args.pooling is None and is_colbert_folder(args.model))
     sparse = not colbert and (args.pooling or folder_pooling(args.model)) in SPARSE_POOLINGS
     if args.ray is not None:
@@ -124,20 +144,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_sparse(args: argparse.Namespace) -> int:
-    """`--pooling splade`: sparse vectors (never normalised: their dot product is the score) to JSON Lines
-    (streamed) or a CSR .npz (held until the end: 8 bytes a non-zero weight)."""
+def run_sparse(args: argparse.Namespace, encoder=None, what: str = "--pooling splade") -> int:
+    """`--pooling splade` (or `encoder`, a BGE-M3 folder's lexical weights): sparse vectors (never normalised:
+    their dot product is the score) to JSON Lines (streamed) or a CSR .npz (held until the end: 8 bytes a
+    non-zero weight)."""
     from ..core.errors import BertlabError
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import text_output
     from ..infer.runtime import InferenceOptions
     from ..infer.sparse import SparseRows, SpladeEncoder, check_sparse_output
 
-    check_sparse_output(args.output)
+    check_sparse_output(args.output, what)
     if args.window_overlap is not None:
-        raise BertlabError("--window-overlap averages dense vectors; --pooling splade truncates long texts instead")
+        raise BertlabError(f"--window-overlap averages dense vectors; {what} truncates long texts instead")
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
-    encoder = SpladeEncoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.top_k)
+    encoder = encoder or SpladeEncoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.top_k)
     chunks = embedded_chunks(lines, lambda texts, where: encoder.encode(texts, where=where))
     if args.output is not None and str(args.output).lower().endswith(".npz"):
         SparseRows.concat([rows for _, rows in chunks], encoder.dim).save_npz(args.output)
@@ -153,8 +174,9 @@ def run_sparse(args: argparse.Namespace) -> int:
     return 0
 
 
-def embed_colbert(args: argparse.Namespace) -> int:
-    """`--pooling colbert`: each text's token vectors (see the module docstring)."""
+def embed_colbert(args: argparse.Namespace, embedder=None) -> int:
+    """`--pooling colbert` (or `embedder`, a BGE-M3 folder's ColBERT vectors): each text's token vectors (see
+    the module docstring)."""
     from ..core.errors import BertlabError
     from ..infer.input_files import read_texts
     from ..infer.multivector import ColbertEmbedder, RaggedNpzWriter
@@ -163,7 +185,7 @@ def embed_colbert(args: argparse.Namespace) -> int:
 
     for flag, given in (("--no-normalize", not args.normalize), ("--window-overlap", args.window_overlap is not None),
                         ("--max-length", args.max_length is not None)):
-        if given:
+        if given and (embedder is None or flag == "--window-overlap"):
             raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "
                                "lengths are the folder's query_length / document_length")
     suffix = str(args.output or "").lower()
@@ -171,7 +193,7 @@ def embed_colbert(args: argparse.Namespace) -> int:
         raise BertlabError(f"{args.output}: ColBERT's vectors are ragged (a number per text); write FILE.npz or "
                            "JSON Lines")
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
-    embedder = ColbertEmbedder.from_pretrained(args.model, InferenceOptions.from_args(args))
+    embedder = embedder or ColbertEmbedder.from_pretrained(args.model, InferenceOptions.from_args(args))
     chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, args.text_kind, where=where))
     if suffix.endswith(".npz"):
         writer = RaggedNpzWriter(args.output, embedder.dim, args.vector_dtype)
@@ -183,6 +205,46 @@ def embed_colbert(args: argparse.Namespace) -> int:
             for i, rows in enumerate(vectors, start):
                 rows = rows.astype(args.vector_dtype).tolist()
                 f.write(json_line({"id": lines.ids[i], "embedding": rows} if lines.table else rows))
+    return 0
+
+
+def embed_bge_m3(args: argparse.Namespace) -> int:
+    """A BGE-M3 folder's `--vectors sparse | colbert | all` (dense goes the dense path)."""
+    from ..core.errors import BertlabError
+    from ..infer.bge_m3 import BgeM3Encoder, ColbertView, LexicalView, outputs_of
+    from ..infer.input_files import read_texts
+    from ..infer.outputs import json_line, text_output
+    from ..infer.runtime import InferenceOptions
+
+    outputs = outputs_of(args.vectors)
+    if args.top_k is not None and "sparse" not in outputs:
+        raise BertlabError("--top-k prunes sparse vectors; it needs --vectors sparse or all")
+    if args.top_k is not None and args.top_k < 1:
+        raise BertlabError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.ray is not None:
+        raise BertlabError("--ray writes dense embeddings; a BGE-M3 folder's --vectors sparse / colbert / all run "
+                           "without --ray")
+    m3 = BgeM3Encoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.normalize)
+    m3.top_k = args.top_k
+    if args.vectors == "sparse":
+        return run_sparse(args, LexicalView(m3), "--vectors sparse")
+    if args.vectors == "colbert":
+        return embed_colbert(args, ColbertView(m3))
+    if args.window_overlap is not None:
+        raise BertlabError("--window-overlap averages dense vectors; --vectors all truncates long texts instead")
+    if args.output is not None and str(args.output) != "-" and not str(args.output).lower().endswith(
+            (".jsonl", ".json")):
+        raise BertlabError(f"--output {args.output}: --vectors all writes JSON Lines (FILE.jsonl or stdout), one "
+                           "object per text; write arrays one output at a time (--vectors dense|sparse|colbert)")
+    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
+    chunks = embedded_chunks(lines, lambda texts, where: m3.encode(texts, outputs, where=where))
+    with text_output(args.output) as f:
+        for start, out in chunks:
+            for k in range(len(out.dense)):
+                ids, w = out.sparse.row(k)
+                row = {"dense": out.dense[k].tolist(), "sparse": dict(zip(map(str, ids.tolist()), w.tolist())),
+                       "colbert": out.colbert[k].astype(args.vector_dtype).tolist()}
+                f.write(json_line({"id": lines.ids[start + k], **row} if lines.table else row))
     return 0
 
 

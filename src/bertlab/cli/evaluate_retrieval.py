@@ -45,7 +45,14 @@ def run(args: argparse.Namespace) -> int:
     results = run_evaluation(cfg)
     print(f"{results['data']}: {results['queries']:,} queries, {results['passages']:,} passages "
           f"({results['seconds']:.1f}s, peak memory {results['peak_memory_mb']:.0f} MB)")
-    print(f"{results['model']}:\n{format_metrics(results['metrics'])}")
+    if "modes" in results:
+        for name, metrics in results["modes"].items():
+            print(f"{results['model']} ({name}):\n{format_metrics(metrics)}")
+        weights = ", ".join(f"{w:g}" for w in results["hybrid_weights"])
+        print(f"{results['model']} (hybrid of dense, sparse, colbert weighted {weights}):")
+        print(format_metrics(results["metrics"]))
+    else:
+        print(f"{results['model']}:\n{format_metrics(results['metrics'])}")
     if "bm25" in results:
         print(f"BM25 (bm25s):\n{format_metrics(results['bm25'])}")
     if "reranked" in results:

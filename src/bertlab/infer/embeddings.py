@@ -72,9 +72,29 @@ def module_config(model_dir: str | Path | None, type_suffix: str) -> dict | None
     return config if isinstance(config, dict) else {}
 
 
+# A BGE-M3 folder (`bge_m3.py`): an encoder with these two layers beside it; its dense vector is the [CLS] vector
+SPARSE_FILE = "sparse_linear.pt"
+COLBERT_FILE = "colbert_linear.pt"
+
+
+def is_bge_m3_folder(model_dir: str | Path | None) -> bool:
+    """Whether the folder holds BGE-M3's two extra layers (both: one alone is refused in one line)."""
+    if model_dir is None:
+        return False
+    folder = Path(model_dir)
+    have = [(folder / name).is_file() for name in (SPARSE_FILE, COLBERT_FILE)]
+    if any(have) and not all(have):
+        missing = COLBERT_FILE if have[0] else SPARSE_FILE
+        raise BertlabError(f"{folder}: a BGE-M3 folder holds {SPARSE_FILE} and {COLBERT_FILE}; {missing} is missing")
+    return all(have)
+
+
 def model_pooling(model_dir: str | Path | None) -> str | None:
     """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
-    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len)."""
+    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len); "cls" for a BGE-M3
+    folder, whatever it declares (FlagEmbedding's dense vector)."""
+    if is_bge_m3_folder(model_dir):
+        return "cls"
     config = module_config(model_dir, "Pooling")
     if not config:
         return None

@@ -100,6 +100,17 @@ def _dense_dir(folder: Path) -> Path:
     return folder / str(dense[0].get("path", DENSE_DIR))
 
 
+def marker_tokens(model_dir: str | Path | None) -> tuple[str, ...]:
+    """A ColBERT folder's marker tokens (its query and document prefixes), which a PyLate folder's tokenizer.json
+    holds as tokens added after the vocabulary; () for any other folder."""
+    if not is_colbert_folder(model_dir):
+        return ()
+    config = _json(Path(model_dir) / PYLATE_CONFIG)
+    defaults = ColbertSettings()
+    return tuple(t for t in (config.get("query_prefix", defaults.query_prefix),
+                             config.get("document_prefix", defaults.document_prefix)) if isinstance(t, str) and t)
+
+
 def read_colbert_settings(model_dir: str | Path) -> ColbertSettings:
     """A ColBERT folder's settings (`config_sentence_transformers.json`, the Dense module's dimension)."""
     folder = Path(model_dir)
@@ -394,7 +405,7 @@ class ColbertEmbedder:
         model = ColbertModel(encoder, settings.dim, read_projection(model_dir))
         model = model.to(device=options.device, dtype=options.torch_dtype).eval()
         model.linear.weight.requires_grad_(False)
-        tokenizer = load_tokenizer(Path(model_dir))
+        tokenizer = load_tokenizer(Path(model_dir), marker_tokens(model_dir))
         if add_markers(tokenizer, settings, model_dir):
             raise BertlabError(f"{model_dir}: its tokenizer files lack the marker tokens "
                                f"{settings.query_prefix!r} / {settings.document_prefix!r}")

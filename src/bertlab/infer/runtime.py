@@ -311,9 +311,10 @@ def cpu_attention_kernel(model: torch.nn.Module, options: InferenceOptions) -> s
     return "bmm" if options.dtype in ("fp32", "bf16") else None
 
 
-def load_tokenizer(model_dir: Path):
-    """The folder's tokenizer, as its family reads it (vocab.txt, vocab.json + merges.txt, a SentencePiece model)."""
-    return model_family(model_dir).load_tokenizer(model_dir)
+def load_tokenizer(model_dir: Path, placed_tokens: tuple[str, ...] = ()):
+    """The folder's tokenizer, as its family reads it (vocab.txt, vocab.json + merges.txt, a SentencePiece model);
+    `placed_tokens`: tokens the caller inserts by id (`Family.load_tokenizer`)."""
+    return model_family(model_dir).load_tokenizer(model_dir, placed_tokens)
 
 
 def length_limit(model_dir: Path | None, config, tokenizer, requested: int | None) -> int:

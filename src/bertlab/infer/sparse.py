@@ -232,13 +232,13 @@ class SparseRows:
             raise BertlabError(f"{path}: not a scipy.sparse CSR .npz file ({e})") from None
 
 
-def check_sparse_output(path: str | None, pooling: str = "splade") -> None:
+def check_sparse_output(path: str | None, what: str = "--pooling splade") -> None:
     """One line for an output format sparse vectors cannot go to (.npy, .safetensors: dense arrays)."""
     if path is None or str(path) == "-":
         return
     suffix = Path(path).suffix.lower()
     if suffix not in SPARSE_OUTPUTS:
-        raise BertlabError(f"--output {path}: --pooling {pooling} writes sparse vectors as JSON Lines (.jsonl, or "
+        raise BertlabError(f"--output {path}: {what} writes sparse vectors as JSON Lines (.jsonl, or "
                            f"stdout) or a scipy.sparse CSR .npz, not {suffix or 'a file without a suffix'}")
 
 

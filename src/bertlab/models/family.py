@@ -7,7 +7,8 @@ its `config.json`'s `model_type`, see `registry.py`) for its config class, its b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,15 @@ class Family:
             raise BertlabError(f"{self.name} models have no {kind} head, which {purpose} needs (they have: {have})")
         return self.heads[kind]
 
-    def load_tokenizer(self, folder: str | Path):
-        return self.tokenizer(Path(folder))
+    def load_tokenizer(self, folder: str | Path, placed_tokens: Sequence[str] = ()):
+        """The folder's tokenizer; `placed_tokens`: tokens its tokenizer.json adds after the vocabulary that the
+        caller inserts by id (ColBERT's markers; WordPiece tokenizers take them)."""
+        if not placed_tokens:
+            return self.tokenizer(Path(folder))
+        if "placed_tokens" not in inspect.signature(self.tokenizer).parameters:
+            raise BertlabError(f"{folder}: {self.name}'s tokenizer takes no tokens placed by id "
+                               f"({', '.join(map(repr, placed_tokens))})")
+        return self.tokenizer(Path(folder), placed_tokens=tuple(placed_tokens))
 
 
 def layer_blocks(model: Any) -> list[Any]:

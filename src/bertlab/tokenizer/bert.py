@@ -111,12 +111,15 @@ class BertTokenizer(TokenizerBase):
     # -- loading and saving ----------------------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike, **overrides: Any) -> "BertTokenizer":
+    def from_pretrained(cls, path: str | os.PathLike, placed_tokens: Sequence[str] = (),
+                        **overrides: Any) -> "BertTokenizer":
         """Load from a vocab.txt or a tokenizer.json, or from a folder in any layout Hugging Face writes:
         vocab.txt and/or tokenizer.json (what `transformers` 5.x saves: see `tokenizer_json.py`), and
         tokenizer_config.json for do_lower_case, special tokens, model_max_length. Settings two files both
         give must agree, and so must the two vocabularies when both are there: a folder whose files
-        contradict each other is refused, not guessed at. Keyword arguments override the files."""
+        contradict each other is refused, not guessed at. Keyword arguments override the files.
+        `placed_tokens`: tokens the caller inserts by id (ColBERT's markers), taken from tokenizer.json's added
+        tokens right after the vocabulary."""
         path = Path(path)
         kwargs: dict[str, Any] = {}
         vocab_path = json_path = None
@@ -134,7 +137,8 @@ class BertTokenizer(TokenizerBase):
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         if json_path is not None:
-            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME)
+            kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME,
+                                                 placed_tokens)
             kwargs.update(overrides)
             tokenizer = cls(vocab=vocab, **kwargs)
             tokenizer.vocab_file = str(vocab_path or json_path)
@@ -232,20 +236,20 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[str, Any], cfg_path: Path
-                         ) -> tuple[dict[str, Any], dict[str, int]]:
+def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[str, Any], cfg_path: Path,
+                         placed: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, int]]:
     """The constructor arguments and vocabulary of a tokenizer.json, checked against the folder's vocab.txt
     and tokenizer_config.json (`kwargs`, read from `cfg_path`): a disagreement is one line naming both files.
     (`transformers` 5.x takes normalisation from tokenizer_config.json, `tokenizers` and earlier versions
     from tokenizer.json: when they differ, the two libraries tokenize differently and no choice is right.)"""
-    tj = read_tokenizer_json(json_path)
+    tj = read_tokenizer_json(json_path, placed)
     if vocab_path is not None:
         tokens = read_vocab(vocab_path)
-        if tokens != tj.tokens:
-            at = next((i for i, (a, b) in enumerate(zip(tokens, tj.tokens)) if a != b), min(len(tokens),
-                                                                                          len(tj.tokens)))
-            what = (f"{len(tokens):,} tokens against {len(tj.tokens):,}" if at == min(len(tokens), len(tj.tokens))
-                    else f"id {at} is {tokens[at]!r} in one, {tj.tokens[at]!r} in the other")
+        theirs = tj.tokens[:len(tj.tokens) - len(tj.placed)]  # vocab.txt holds no placed token
+        if tokens != theirs:
+            at = next((i for i, (a, b) in enumerate(zip(tokens, theirs)) if a != b), min(len(tokens), len(theirs)))
+            what = (f"{len(tokens):,} tokens against {len(theirs):,}" if at == min(len(tokens), len(theirs))
+                    else f"id {at} is {tokens[at]!r} in one, {theirs[at]!r} in the other")
             raise TokenizerError(f"{vocab_path} and {json_path} disagree ({what}); remove the stale one")
     effective_cfg, effective_json = _effective(kwargs), _effective(tj.settings)
     for key, value in effective_json.items():
@@ -253,10 +257,15 @@ def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[
             raise TokenizerError(f"{cfg_path}: {key} is {effective_cfg[key]!r} but {json_path} says {value!r}; "
                                  "libraries differ in which they follow, so neither is guessed")
     merged = {**kwargs, **tj.settings}
-    specials = {merged.get(k, d) for k, d in (("unk_token", "[UNK]"), ("sep_token", "[SEP]"),
-                                              ("pad_token", "[PAD]"), ("cls_token", "[CLS]"),
-                                              ("mask_token", "[MASK]"))}
+    named = {k: merged.get(k, d) for k, d in (("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
+                                              ("cls_token", "[CLS]"), ("mask_token", "[MASK]"))}
+    specials = set(named.values())
     extra = [t for t in tj.special_tokens if t not in specials]
+    if len(extra) == 1 and named["pad_token"] == named["mask_token"]:
+        # a tokenizer whose pad token was set to its mask token before it was saved (PyLate pads queries with
+        # [MASK]) leaves the file's own pad token unnamed: it is the pad token again, kept whole in text as
+        # `tokenizers` keeps it; padding itself is never text
+        merged["pad_token"], extra = extra[0], []
     if extra:
         raise TokenizerError(f"{json_path}: added special token {extra[0]!r} is none of the tokenizer's own "
                              f"({', '.join(sorted(specials))}); bertlab keeps only those whole in text")

@@ -15,7 +15,9 @@ never a tokenizer that silently gives other ids than the file's owner got:
     `TemplateProcessing` or `BertProcessing`; its tokens become `cls_token` and `sep_token`;
   * decoder: `WordPiece` with prefix `##`, or none;
   * added tokens: special tokens of the vocabulary, matched as written (not normalised, no stripping), which
-    the caller checks are the tokenizer's own special tokens.
+    the caller checks are the tokenizer's own special tokens; and the tokens a caller places by id itself
+    (`placed`: ColBERT's query and document markers, which PyLate adds after the vocabulary), never looked for in
+    text, accepted only at the ids right after the vocabulary's and appended to it.
 `truncation` and `padding` are call-time settings (`transformers` overrides them on every call) and are not
 read. The file's size is checked before it is read: a BERT vocabulary's file is a few MB.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +48,12 @@ class TokenizerJson:
     tokens: list[str]
     settings: dict[str, Any] = field(default_factory=dict)
     special_tokens: list[str] = field(default_factory=list)
+    placed: list[str] = field(default_factory=list)  # appended to `tokens`, in id order
 
 
-def read_tokenizer_json(path: str | os.PathLike) -> TokenizerJson:
+def read_tokenizer_json(path: str | os.PathLike, placed: Collection[str] = ()) -> TokenizerJson:
     """Read a tokenizer.json under the rules in this module's docstring; `VocabError` (one line naming the
-    file and what it holds) for anything else."""
+    file and what it holds) for anything else. `placed`: added tokens the caller inserts by id."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -78,7 +82,7 @@ def read_tokenizer_json(path: str | os.PathLike) -> TokenizerJson:
     if decoder is not None and (_kind(decoder) != "WordPiece" or decoder.get("prefix", "##") != CONTINUING_PREFIX):
         raise VocabError(f"{path}: decoder {_kind(decoder)} (prefix {decoder.get('prefix')!r}); bertlab decodes "
                          "as WordPiece with prefix '##' only")
-    _read_added_tokens(path, data.get("added_tokens") or [], out)
+    _read_added_tokens(path, data.get("added_tokens") or [], out, set(placed))
     return out
 
 
@@ -170,13 +174,24 @@ def _read_post_processor(path: Path, post: Any, out: TokenizerJson) -> None:
     out.settings.update(cls_token=cls_, sep_token=sep)
 
 
-def _read_added_tokens(path: Path, added: Any, out: TokenizerJson) -> None:
+def _read_added_tokens(path: Path, added: Any, out: TokenizerJson, placed: set[str]) -> None:
     if not isinstance(added, list):
         raise VocabError(f"{path}: added_tokens must be a list")
     vocab = {t: i for i, t in enumerate(out.tokens)}
+    for entry in sorted((e for e in added if isinstance(e, dict)), key=lambda e: e["id"] if isinstance(e.get("id"), int) else -1):
+        content = entry.get("content")
+        if content in placed and content not in vocab and not entry.get("special"):
+            if entry.get("id") != len(out.tokens):
+                raise VocabError(f"{path}: added token {content!r} has id {entry.get('id')!r}; it must follow the "
+                                 f"vocabulary (id {len(out.tokens)})")
+            vocab[content] = len(out.tokens)
+            out.tokens.append(content)
+            out.placed.append(content)
     for entry in added:
         entry = entry if isinstance(entry, dict) else {}
         content = entry.get("content")
+        if content in out.placed:
+            continue
         if not isinstance(content, str) or content not in vocab or entry.get("id") != vocab[content]:
             raise VocabError(f"{path}: added token {content!r} (id {entry.get('id')!r}) is not that id of the "
                              "WordPiece vocabulary; bertlab does not add tokens")

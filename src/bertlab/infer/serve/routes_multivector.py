@@ -6,7 +6,8 @@
 
 With a ColBERT folder as the model, TEI's `/rerank` ({"query", "texts"} -> [{"index", "score"}] best first)
 scores by MaxSim when no cross-encoder is loaded (`Service.maxsim_scores`); its scores are the raw MaxSim sums
-(`raw_scores` changes nothing). Without a ColBERT folder the route answers 404 saying so.
+(`raw_scores` changes nothing). A BGE-M3 folder answers its ColBERT vectors (queries and documents alike) and
+/rerank by its hybrid score (`infer.bge_m3`). Without either the route answers 404 saying so.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 
 One list per input (a single string too), each the text's non-zero SPLADE weights (`infer/sparse.py`) in
 ascending token id, as TEI answers. Served when the model folder has a masked-LM head with its weights (a
-SparseEncoder folder, or any masked-LM checkpoint); otherwise 424, TEI's status for a model that is not a
+SparseEncoder folder, or any masked-LM checkpoint) -- or a BGE-M3 folder: its lexical weights (`infer.bge_m3`);
+otherwise 424, TEI's status for a model that is not a
 SPLADE model. `truncate` defaults to the service's `--on-long`; `prompt_name` picks a prompt of the folder's
 sentence-transformers config and puts it before each input, as TEI does.
 """

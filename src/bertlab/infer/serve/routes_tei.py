@@ -17,7 +17,9 @@
 `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
 with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
 text) pairs -- loaded as the model or with `--classify-model` -- or, without one, a ColBERT folder as the model:
-then the scores are MaxSim's (`routes_multivector`).
+then the scores are MaxSim's (`routes_multivector`), or a BGE-M3 folder: then they are its hybrid of dense, sparse
+and ColBERT scores (`infer.bge_m3`, weights 0.4, 0.2, 0.4). A ColBERT folder served without `--pooling` has no
+/embed (424: its vectors are per token) and /info says so (pooling "colbert", its vectors' dimension).
 """
 
 from __future__ import annotations
@@ -139,6 +141,10 @@ def tei_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/rerank", summary="a cross-encoder's relevance of each text to the query, best first")
     async def rerank(body: RerankRequest):
+        if models.classifier is None and models.hybrid is not None:  # a BGE-M3 model: its hybrid score
+            service.check_texts(body.texts)
+            service.check_texts([body.query], "query")
+            return ranked_answer(await service.hybrid_scores(body.query, body.texts), body)
         if models.classifier is None and models.multivector is not None:  # a ColBERT model: MaxSim
             service.check_texts(body.texts)
             service.check_texts([body.query], "query")
@@ -190,12 +196,13 @@ def tei_routes(app: FastAPI, service: Service) -> None:
                 {"classifier": {"id2label": {str(k): v for k, v in enumerate(labels)},
                                 "label2id": {v: k for k, v in enumerate(labels)}}}
         else:
-            kind = {"embedding": {"pooling": embedder.pooling}}
+            kind = {"embedding": {"pooling": embedder.pooling if models.dense else "colbert"}}
+        dim, pooling = (embedder.dim, embedder.pooling) if models.dense else (models.multivector.dim, "colbert")
         return {"model_id": models.name, "model_sha": None, "model_dtype": embedder.options.dtype,
                 "model_type": kind, "max_concurrent_requests": limits.max_concurrent_requests,
                 "max_input_length": embedder.max_length, "max_batch_tokens": limits.max_batch_tokens,
                 "max_batch_requests": limits.max_batch_items, "max_client_batch_size": limits.max_items,
                 "auto_truncate": service.auto_truncate, "tokenization_workers": 1,
-                "embedding_dimension": embedder.dim, "pooling": embedder.pooling,
+                "embedding_dimension": dim, "pooling": pooling,
                 "normalize": embedder.normalize, "window_overlap": embedder.window_overlap,
                 "endpoints": models.endpoints, "version": __version__}

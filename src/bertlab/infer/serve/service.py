@@ -33,11 +33,16 @@ class ServiceModels:
     generator: Any = None  # infer.generate.Generator (a T5 model, --generate-model)
     sparse: Any = None  # infer.sparse.SpladeEncoder on the served folder's masked-LM head: /embed_sparse
     multivector: Any = None  # infer.multivector.ColbertEmbedder (a ColBERT folder): /embed_multivector, /rerank
+    hybrid: Any = None  # infer.bge_m3.BgeM3Encoder (a BGE-M3 folder): /rerank by the hybrid of its three scores
     name: str = ""  # the model's id in /info and /v1/models
+    # False for a ColBERT folder served without --pooling: its vectors are per token, and a pooled vector of its
+    # encoder is nothing it was trained for, so /embed and /v1/embeddings answer 424
+    dense: bool = True
 
     @property
     def endpoints(self) -> list[str]:
-        have = {"embed": self.embedder, "classify": self.classifier, "qa": self.qa, "fill-mask": self.fill_masker,
+        have = {"embed": self.embedder if self.dense else None, "classify": self.classifier, "qa": self.qa,
+                "fill-mask": self.fill_masker,
                 "generate": self.generator, "embed_sparse": self.sparse, "embed_multivector": self.multivector}
         return [name for name, model in have.items() if model is not None]
 
@@ -61,10 +66,11 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
                 name: str | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed.
     `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
-    from ..embeddings import DEFAULT_POOLING, Embedder, model_pooling
+    from ..bge_m3 import BgeM3Encoder, ColbertView, LexicalView
+    from ..embeddings import DEFAULT_POOLING, Embedder, is_bge_m3_folder, model_pooling
     from ..fill_mask import FillMasker
-    from ..multivector import (ColbertEmbedder, ColbertModel, add_markers, is_colbert_folder, read_colbert_settings,
-                               read_projection)
+    from ..multivector import (ColbertEmbedder, ColbertModel, add_markers, is_colbert_folder, marker_tokens,
+                               read_colbert_settings, read_projection)
     from ..predict import Predictor, find_head
     from ..runtime import length_limit, load_encoder, load_tokenizer, model_family
     from ..sparse import SpladeEncoder
@@ -90,17 +96,23 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
             own = models.fill_masker
         if fill_mask_model == model_dir and options.dtype != "int8":  # SPLADE reads the head's plain projection
             models.sparse = SpladeEncoder.for_folder(models.fill_masker.model, model_dir, options)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, marker_tokens(model_dir))
     # The encoder of a model loaded from `model_dir` serves /embed; only a bare encoder is loaded anew.
     if own is not None and options.engine != "bertlab":
         raise BertlabError(f"{model_dir}: --engine {options.engine} serves the embedding routes from an encoder "
                            "folder; serve a task model with --engine bertlab")
     encoder = getattr(own.model, own.model.base_model_prefix) if own is not None else \
         load_encoder(model_dir, options)
+    bge_m3 = is_bge_m3_folder(model_dir)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_length), options,
                                window_overlap)
-    if is_colbert_folder(model_dir) and options.engine == "bertlab":
+    if bge_m3 and options.engine == "bertlab":
+        # the same encoder with BGE-M3's two layers: /embed_sparse (lexical weights), /embed_multivector, /rerank
+        m3 = BgeM3Encoder.on_encoder(encoder, tokenizer, model_dir, options, normalize)
+        models.hybrid, models.sparse, models.multivector = m3, LexicalView(m3), ColbertView(m3)
+    elif is_colbert_folder(model_dir) and options.engine == "bertlab":
+        models.dense = pooling is not None
         # the same encoder, with ColBERT's projection, serves the per-token routes and MaxSim /rerank
         settings = read_colbert_settings(model_dir)
         add_markers(tokenizer, settings, model_dir)
@@ -278,6 +290,10 @@ class Service:
         from ..embeddings import combine_windows, l2_normalize
 
         embedder = self.models.embedder
+        if not self.models.dense:
+            raise ServiceError(424, "the model is a ColBERT model: its vectors are per token (POST "
+                                    "/embed_multivector); serve it with --pooling to embed with a pooled vector",
+                               kind="Backend")
         self.batcher("embed-rows", lambda rows: list(embedder.embed_ids(rows, normalize=False)))
         vectors = np.stack(await self.run("embed-rows", enc.rows, enc.tokens))
         n = enc.owner[-1] + 1 if enc.owner else 0
@@ -294,6 +310,15 @@ class Service:
         self.batcher(name, lambda items: embedder.embed(items, kind))
         # the batcher's token budget counts ~4 characters a token: the texts are tokenized on the model thread
         return await self.run(name, list(texts), sum(map(len, texts)) // 4)
+
+    async def hybrid_scores(self, query: str, texts: list[str]) -> "Any":
+        """(len(texts),) BGE-M3 hybrid scores of `texts` for `query` (`bge_m3.pair_scores`)."""
+        from ..bge_m3 import OUTPUTS, M3Output, pair_scores
+
+        m3 = self.models.hybrid
+        self.batcher("bge-m3", lambda items: m3.encode(items, OUTPUTS).split())
+        outs = await self.run("bge-m3", [query, *texts], sum(map(len, [query, *texts])) // 4)
+        return pair_scores(outs[0], M3Output.join(outs[1:], m3.vocab_size))["hybrid"]
 
     async def maxsim_scores(self, query: str, texts: list[str]) -> "Any":
         """(len(texts),) MaxSim scores of `texts` (as documents) for `query`."""

@@ -15,6 +15,11 @@ non-zero terms its queries and passages have on average (the cost of an inverted
 A ColBERT folder (`infer.multivector`) is evaluated the same way with exact MaxSim in place of the dot product:
 the documents' token vectors on disk (`--store`), the queries' scored against them in blocks
 (`maxsim_search`); `evaluate_colbert` for a model in memory.
+
+A BGE-M3 folder (`infer.bge_m3`) is evaluated with the outputs `--vectors` names (default all): the corpus encoded
+once, each output searched exactly (`hybrid_search`); with all three, results.json's `metrics` are the hybrid's
+(`--hybrid-weights`, dense / sparse / colbert, default the BGE-M3 README's 0.4, 0.2, 0.4) and `modes` holds each
+output's own.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
-from . import maxsim_search, search, sparse_search
+from . import hybrid_search, maxsim_search, search, sparse_search
 from .st_folder import EmbeddingSettings, read_settings
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,11 @@ class RetrievalEvalConfig:
     """CPU threads (default: torch's)"""
     progress: bool = True
     """progress: a bar on a terminal, a line every 30 s in a log file"""
+    vectors: str | None = None
+    """a BGE-M3 folder: search with its dense, sparse or colbert output, or all (the default: each scored, the
+    ranking their hybrid)"""
+    hybrid_weights: str = "0.4,0.2,0.4"
+    """a BGE-M3 folder with --vectors all: the weights of the dense, sparse and colbert scores in the hybrid"""
 
     def __post_init__(self) -> None:
         try:
@@ -183,6 +193,7 @@ def retrieve_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, to
 def evaluate_sparse(encoder, settings: EmbeddingSettings, data: RetrievalSet, cutoffs) -> dict[str, float]:
     """Metrics of a sparse encoder held in memory (fine-tuning's validation)."""
     run, _ = retrieve_sparse(encoder, settings, data, max(cutoffs))
+    return evaluate_run(run, data.qrels, cutoffs)
 
 
 def retrieve_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, top_k: int, vectors_path: Path,
@@ -213,6 +224,22 @@ def evaluate_colbert(embedder, settings: EmbeddingSettings, data: RetrievalSet, 
     """Metrics of a ColBERT model held in memory (fine-tuning's validation); its vectors removed after."""
     run = retrieve_colbert(embedder, settings, data, max(cutoffs), work_dir / f".validation-tokens-{id(data)}", store)
     return evaluate_run(run, data.qrels, cutoffs)
+
+
+def retrieve_bge_m3(encoder, settings: EmbeddingSettings, data: RetrievalSet, top_k: int, outputs, weights,
+                    work_dir: Path, store: str = "float16", progress: bool = False) -> dict[str, search.HitsRun]:
+    """A BGE-M3 model's runs: one per output asked for, and the hybrid's with all three (`hybrid_search`)."""
+    passages = [settings.passage_prompt + t for t in data.corpus_texts] if settings.passage_prompt \
+        else data.corpus_texts
+    corpus = hybrid_search.encode_corpus(encoder, passages, outputs, work_dir, store,
+                                         _progress("corpus", f"chunk of {search.CORPUS_CHUNK} passages", progress))
+    try:
+        query_ids = list(data.queries)
+        hits = hybrid_search.search_all(encoder, [settings.query_prompt + data.queries[q] for q in query_ids],
+                                        corpus, outputs, top_k, weights)
+    finally:
+        corpus.close()
+    return {name: search.run_from_hits(query_ids, data.corpus_ids, *found) for name, found in hits.items()}
 
 
 def _settings(cfg: RetrievalEvalConfig) -> EmbeddingSettings:
@@ -251,6 +278,7 @@ def bm25_run(data: RetrievalSet, top_k: int) -> search.HitsRun:
 
 def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     """The whole command (see the module docstring); returns what results.json holds."""
+    from ...infer.bge_m3 import BgeM3Encoder, is_bge_m3_folder, outputs_of, parse_weights
     from ...infer.embeddings import Embedder
     from ...infer.multivector import ColbertEmbedder, is_colbert_folder
     from ...infer.runtime import InferenceOptions
@@ -275,7 +303,26 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
                           "--max-length (its vectors are per token, normalised, its lengths its own)")
     top_k = cfg.top_k or max(cfg.cutoffs)
     sparse = None
-    if not multi_vector and (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS:
+    modes = None
+    bge_m3 = is_bge_m3_folder(cfg.model)
+    if cfg.vectors is not None and not bge_m3:
+        raise ConfigError(f"--vectors picks among a BGE-M3 folder's outputs; {cfg.model} has no sparse_linear.pt and "
+                          "colbert_linear.pt (other folders: --pooling)")
+    if bge_m3:
+        if cfg.pooling or cfg.keep_vectors:
+            raise ConfigError(f"{cfg.model}: a BGE-M3 folder's outputs are picked with --vectors (dense, sparse, "
+                              "colbert, all), not --pooling; --keep-vectors keeps a dense search's vectors only")
+        outputs, weights = outputs_of(cfg.vectors), parse_weights(cfg.hybrid_weights)
+        import tempfile
+
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            runs = retrieve_bge_m3(BgeM3Encoder.from_pretrained(cfg.model, options, settings.normalize is not False),
+                                   settings, data, top_k, outputs, weights, Path(tmp), cfg.store, cfg.progress)
+        settings.pooling = f"bge-m3 {cfg.vectors or 'all'}"
+        run = runs["hybrid"] if "hybrid" in runs else runs[outputs[0]]
+        if len(runs) > 1:
+            modes = {name: evaluate_run(r, data.qrels, cfg.cutoffs) for name, r in runs.items() if name != "hybrid"}
+    elif not multi_vector and (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS:
         settings.pooling, settings.normalize = "splade", False
         run, sparse = retrieve_sparse(SpladeEncoder.from_pretrained(cfg.model, options), settings, data, top_k,
                                       cfg.progress)
@@ -300,6 +347,9 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
                "seconds": round(retrieved_at - started, 1)}
     if sparse:
         results["sparse"] = sparse
+    if modes is not None:
+        results["modes"] = modes
+        results["hybrid_weights"] = list(parse_weights(cfg.hybrid_weights))
     if out is not None:
         search.write_trec_run(out / "run.trec", run)
     if cfg.bm25:
