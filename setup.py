@@ -25,8 +25,11 @@ setup(
         ),
         Extension(
             "bertlab.nn._cpu_kernels",
-            sources=[f"src/bertlab/nn/csrc/{name}.c" for name in ("module", "rows", "attention", "linear", "linear_avx2", "linear_amx", "search")],
-            depends=["src/bertlab/nn/csrc/common.h"],
+            # (csrc/bench.c is not part of it: a C benchmark, built by the command in its header)
+            sources=[f"src/bertlab/nn/csrc/{name}.c" for name in (
+                "module", "dispatch", "ops", "rows", "attention", "gemv", "levels_avx2", "levels_avx512",
+                "attention_bf16", "linear", "linear_avx2", "linear_amx", "search")],
+            depends=[f"src/bertlab/nn/csrc/{name}.h" for name in ("common", "kernels")],
             extra_compile_args=["-O3", "-std=c99", "-ffp-contract=fast", *OPENMP],
             extra_link_args=OPENMP,
             libraries=["m"] if sys.platform.startswith("linux") else [],

@@ -194,7 +194,7 @@ def test_resume_restores_the_c_kernels_the_run_evaluated_with(data_dir, tmp_path
         assert not cpu_kernels.available()  # restored: off, as the run started
     finally:
         monkeypatch.undo()  # the environment as it was, and the kernels as it says
-        cpu_kernels._extension.cache_clear()
+        cpu_kernels._dispatch.cache_clear()
 
 
 def test_a_signal_adds_no_held_out_row_at_its_stop_step(data_dir, tmp_path):

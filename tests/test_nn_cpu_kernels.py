@@ -59,10 +59,15 @@ def rows_with_outliers(n: int, k: int, dtype: torch.dtype, seed: int = 0) -> tor
     return x.to(dtype)
 
 
+# The row loops are built once per level (csrc/levels_*.c): each level's build is held to the reference
+ROW_LEVELS = ["avx512", "avx2", "none"]
+
+
 @needs_c
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(7, 384), (300, 1536), (5, 33), (1, 17)])
-def test_quantize_rows_equals_the_torch_formula_bit_for_bit(shape, dtype, threads):
+@pytest.mark.parametrize("isa", ROW_LEVELS, indirect=True)
+def test_quantize_rows_equals_the_torch_formula_bit_for_bit(shape, dtype, threads, isa):
     x = rows_with_outliers(*shape, dtype)
     q, s = quantize_rows(x)
     q_ref, s_ref = quantize_rows_reference(x)
@@ -76,7 +81,8 @@ def test_quantize_rows_equals_the_torch_formula_bit_for_bit(shape, dtype, thread
 @needs_c
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("shape", [(9, 384, 1536), (260, 1536, 384), (3, 40, 19)])
-def test_dequantize_rows_equals_the_torch_formula_bit_for_bit(shape, bias, threads):
+@pytest.mark.parametrize("isa", ROW_LEVELS, indirect=True)
+def test_dequantize_rows_equals_the_torch_formula_bit_for_bit(shape, bias, threads, isa):
     n, k, m = shape
     g = torch.Generator().manual_seed(1)
     xq = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
@@ -102,7 +108,8 @@ def test_dequantize_rows_writes_over_the_products_in_fp32_and_checks_the_scales(
 @needs_c
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("cols", [1, 7, 16, 72, 513])
-def test_softmax_matches_torch_to_rounding(cols, dtype, threads):
+@pytest.mark.parametrize("isa", ROW_LEVELS, indirect=True)
+def test_softmax_matches_torch_to_rounding(cols, dtype, threads, isa):
     g = torch.Generator().manual_seed(cols)
     x = (torch.randn(6, 12, 5, cols, generator=g) * 4).to(dtype)
     if cols > 2:
@@ -135,14 +142,14 @@ def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
     assert torch.equal(q, quantize_rows_reference(leaf.detach())[0])
 
     monkeypatch.setenv("BERTLAB_NO_CPU_KERNELS", "1")
-    cpu_kernels._extension.cache_clear()
+    cpu_kernels._dispatch.cache_clear()
     try:
         assert not cpu_kernels.available()
         for a, b in zip(quantize_rows(x), quantize_rows_reference(x)):
             assert torch.equal(a, b)
     finally:
         monkeypatch.delenv("BERTLAB_NO_CPU_KERNELS")
-        cpu_kernels._extension.cache_clear()
+        cpu_kernels._dispatch.cache_clear()
 
 
 @needs_c
@@ -191,7 +198,7 @@ def test_few_rows_linear_declines_what_it_does_not_take():
     assert cpu_kernels.linear_few_rows(torch.randn(2, 48, requires_grad=True), w, None) is None
 
 
-needs_avx512 = pytest.mark.skipif(not (cpu_kernels.available() and getattr(cpu_kernels._extension(), "avx512", 0)),
+needs_avx512 = pytest.mark.skipif(getattr(cpu_kernels._extension(), "cpu_level", "none") not in ("avx512", "amx"),
                                   reason="no AVX-512 (or no C kernels)")
 
 
@@ -244,6 +251,58 @@ def test_cpu_isa_refuses_an_unknown_or_unreachable_level():
         assert cpu_kernels.linear_f32(torch.randn(3, 8), cpu_kernels.pack_f32_panels(torch.randn(4, 8)), None, 4) is None
     finally:
         cpu_kernels.force_cpu_isa(before)
+
+
+@needs_c
+@pytest.mark.parametrize("isa", ["amx", "avx512", "avxvnni", "avx2", "none"], indirect=True)
+def test_each_level_runs_its_own_table(isa):
+    """One table per level says which kernel runs: nothing of bertlab's own for matrix multiplies at "none", the
+    AVX2 GEMMs at "avx2" (int8 on AVX-VNNI from "avxvnni" up), the AVX-512 ones from "avx512" (bf16 and VNNI where
+    the CPU has them), AMX tiles for int8 at "amx" -- and what Python reports is what the table holds."""
+    table = cpu_kernels._dispatch()[2]
+    want = {"none": set(), "avx2": {"gemm_f32", "int8_avx2"}, "avxvnni": {"gemm_f32", "int8_avxvnni"}}
+    if isa in want:
+        assert table == want[isa]
+    else:
+        assert {"gemm_f32", "beam_topk"} <= table and ("int8_amx" in table) == (isa == "amx")
+        assert ("gemm_bf16" in table) == ("attention_bf16" in table) == cpu_kernels.bf16_dot_available()
+        assert len(table & {"int8_vnni", "int8_avxvnni", "int8_avx2"}) == 1
+    assert cpu_kernels.f32_gemm_available() == (isa != "none")
+    assert cpu_kernels.int8_kernel() == (None if isa == "none" else "amx" if isa == "amx"
+                                         else next(k[5:] for k in table if k.startswith("int8_")))
+
+
+@needs_c
+def test_the_kernels_build_and_run_from_c(tmp_path):
+    """The kernels are plain C behind csrc/kernels.h: the benchmark csrc/bench.c, built by the command in its header
+    (no Python, no pip), runs every kernel at every level this CPU reaches and finds the bits each level must
+    share (the fp32 GEMM, the int8 layer and quantize at every level, softmax from AVX2 up); a timing run prints
+    a line per kernel; a level the CPU does not reach is refused in one line."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc) is None or not sys.platform.startswith("linux"):
+        pytest.skip(f"no C compiler ({cc}) or not Linux")
+    csrc = os.path.join(os.path.dirname(cpu_kernels.__file__), "csrc")
+    root = os.path.abspath(os.path.join(csrc, *[os.pardir] * 4))
+    header = open(os.path.join(csrc, "bench.c")).read().split("*/")[0]
+    lines = [line.strip(" *") for line in header.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("cc "))
+    command = lines[start]
+    while command.endswith("\\"):
+        start += 1
+        command = command[:-1] + lines[start]
+    exe = tmp_path / "bench_kernels"
+    command = command.replace("-o bench_kernels", f"-o {exe}").replace("cc ", f"{cc} ", 1)
+    subprocess.run(["bash", "-c", command], cwd=root, check=True, capture_output=True, text=True)
+    for rows, threads in ((37, 2), (5, 1)):
+        run = subprocess.run([exe, "--check", "--rows", str(rows), "--k", "128", "--n", "80", "--threads",
+                              str(threads)], capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert run.stdout.count("same bits") == 1 + cpu_kernels.ISA_LEVELS.index(cpu_kernels._extension().cpu_level)
+    timed = subprocess.run([exe, "--ms", "1", "--rows", "8", "--k", "64", "--n", "32"], capture_output=True,
+                           text=True, check=True).stdout
+    assert all(name in timed for name in ("linear_f32", "linear_int8", "quantize", "softmax"))
+    refused = subprocess.run([exe, "--level", "sse9"], capture_output=True, text=True)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "--level sse9" in refused.stderr
 
 
 needs_bf16dot = pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16 (or no C kernels)")
@@ -545,7 +604,8 @@ def test_an_onnx_export_in_progress_counts_as_tracing(monkeypatch):
 
 @needs_c
 @pytest.mark.parametrize("shape", [(1, 512), (3, 7, 48), (1000, 40)])
-def test_rms_norm_equals_the_formula(shape, threads):
+@pytest.mark.parametrize("isa", ROW_LEVELS, indirect=True)
+def test_rms_norm_equals_the_formula(shape, threads, isa):
     g = torch.Generator().manual_seed(shape[-1])
     x, w = torch.randn(shape, generator=g) * 3, torch.randn(shape[-1], generator=g)
     want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
@@ -557,7 +617,8 @@ def test_rms_norm_equals_the_formula(shape, threads):
 
 @needs_c
 @pytest.mark.parametrize("shape", [(1, 384), (37, 384), (5, 3, 768), (9, 20), (3, 7)])
-def test_add_and_norm_equals_layer_norm_of_the_sum(shape, threads):
+@pytest.mark.parametrize("isa", ROW_LEVELS, indirect=True)
+def test_add_and_norm_equals_layer_norm_of_the_sum(shape, threads, isa):
     g = torch.Generator().manual_seed(shape[-1])
     y, res = torch.randn(shape, generator=g) * 3 + 1, torch.randn(shape, generator=g)
     norm = torch.nn.LayerNorm(shape[-1], eps=1e-12)

@@ -28,11 +28,12 @@ The C path runs for CPU tensors that are contiguous, of a dtype it knows, and no
 anything else, and anything while torch records operators (a trace, `torch.compile`, an ONNX export), takes the
 torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
 
-One CPU dispatch (`cpu_isa()`) picks the GEMMs' instruction set: AMX (oneDNN's tiles for bf16 and int8 where
-they win), AVX-512, AVX-VNNI, AVX2, or none (oneDNN for every matrix multiply). `BERTLAB_CPU_ISA=avx2` (or any
-lower level than the CPU's) forces it, to test and measure the AVX2 kernels on an AVX-512 machine. The element-
-wise loops (quantize, softmax, norms) are compiled for several instruction sets and pick theirs when the
-extension loads, whatever the level.
+One CPU dispatch (`cpu_isa()`) picks the instruction-set level once, when the extension loads: AMX (oneDNN's
+tiles for bf16, bertlab's for int8 where they win), AVX-512, AVX-VNNI, AVX2, or none (oneDNN for every matrix
+multiply). `BERTLAB_CPU_ISA=avx2` (or any lower level than the CPU's) forces it, to test and measure the AVX2
+kernels on an AVX-512 machine. The extension's table for that level (`csrc/dispatch.c`) then says which kernel
+runs, every one of them: the GEMMs, attention, search, and the element-wise loops (quantize, softmax, norms),
+which are built once per level.
 """
 
 from __future__ import annotations
@@ -42,19 +43,38 @@ import os
 
 import torch
 
-_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in csrc/common.h
+_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}  # as the enum in csrc/kernels.h
 
 
 @functools.cache
+def _dispatch():
+    """(the extension or None, the level `cpu_isa()` names, the names of the kernels the extension's table holds
+    at that level beside its portable loops): the extension imported and its table selected once, before any
+    kernel runs (again only after `use_c_kernels` or `force_cpu_isa`). A `BERTLAB_CPU_ISA` it cannot honour is
+    refused in one line, here and on every later call."""
+    ext = None
+    if not os.environ.get("BERTLAB_NO_CPU_KERNELS"):
+        # torch is imported first (above): its OpenMP runtime is then the one the extension links to
+        try:
+            from . import _cpu_kernels as ext
+        except ImportError:
+            ext = None
+    found = "none" if ext is None else ext.cpu_level
+    if found == "amx" and not _amx_present():
+        found = "avx512"
+    level = found
+    asked = os.environ.get("BERTLAB_CPU_ISA", "").strip().lower()
+    if asked:
+        if asked not in ISA_LEVELS:
+            raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: expected one of {', '.join(ISA_LEVELS)}")
+        if ISA_LEVELS.index(asked) > ISA_LEVELS.index(found):
+            raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: this CPU and build reach {found!r} at most")
+        level = asked
+    return ext, level, frozenset(() if ext is None else ext.select(level))
+
+
 def _extension():
-    if os.environ.get("BERTLAB_NO_CPU_KERNELS"):
-        return None
-    # torch is imported first (above): its OpenMP runtime is then the one the extension links to
-    try:
-        from . import _cpu_kernels
-    except ImportError:
-        return None
-    return _cpu_kernels
+    return _dispatch()[0]
 
 
 def available() -> bool:
@@ -69,8 +89,7 @@ def use_c_kernels(on: bool) -> bool:
         os.environ.pop("BERTLAB_NO_CPU_KERNELS", None)
     else:
         os.environ["BERTLAB_NO_CPU_KERNELS"] = "1"
-    _extension.cache_clear()
-    _isa_of.cache_clear()
+    _dispatch.cache_clear()
     return available()
 
 
@@ -79,10 +98,9 @@ def use_c_kernels(on: bool) -> bool:
 # oneDNN (through torch); "avx2" is AVX2 + FMA (AMD before Zen 4, Intel before Haswell's successors' client
 # AVX-VNNI); "avxvnni" adds AVX-VNNI's int8 dot products (Intel client CPUs from 12th gen); "avx512" is AVX-512
 # (with VNNI and BF16 where present: bertlab's own fp32, bf16 and int8 GEMMs); "amx" is AVX-512 plus AMX tiles
-# (Sapphire Rapids and later), where the bf16 and int8 GEMMs of many rows go to oneDNN's AMX kernels.
+# (Sapphire Rapids and later), where the bf16 GEMMs go to oneDNN's AMX kernel and int8 ones of many rows to
+# bertlab's tiles. The same names as the extension's levels (csrc/kernels.h).
 ISA_LEVELS = ("none", "avx2", "avxvnni", "avx512", "amx")
-# the module constant each extension feature is read from, and the level it belongs to
-_FLAG_LEVEL = {"amx": "amx", "avx2": "avx2", "avxvnni": "avxvnni", "avx512": "avx512", "vnni": "avx512", "bf16dot": "avx512"}
 
 
 def _amx_present() -> bool:
@@ -106,50 +124,25 @@ def cpu_isa() -> str:
     """The level of `ISA_LEVELS` the kernels run at in this process: the highest this CPU and build have, or a
     lower one that `BERTLAB_CPU_ISA` names (to test and measure the AVX2 paths on an AVX-512 machine; a level
     above what the CPU has is refused, as is an unknown name). Without the extension, "none"."""
-    return _isa_of(_extension())
-
-
-@functools.cache  # per extension (on or off): the environment is read once, or again by force_cpu_isa
-def _isa_of(ext) -> str:
-    found = "none"
-    if ext is not None:
-        if getattr(ext, "avx2", 0):
-            found = "avxvnni" if getattr(ext, "avxvnni", 0) else "avx2"
-        if getattr(ext, "avx512", 0):
-            found = "amx" if _amx_present() else "avx512"
-    asked = os.environ.get("BERTLAB_CPU_ISA", "").strip().lower()
-    if not asked:
-        return found
-    if asked not in ISA_LEVELS:
-        raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: expected one of {', '.join(ISA_LEVELS)}")
-    if ISA_LEVELS.index(asked) > ISA_LEVELS.index(found):
-        raise ValueError(f"BERTLAB_CPU_ISA={asked!r}: this CPU and build reach {found!r} at most")
-    return asked
+    return _dispatch()[1]
 
 
 def force_cpu_isa(level: str | None) -> str:
-    """Set (or with None clear) `BERTLAB_CPU_ISA` for this process, as at its start; returns `cpu_isa()` after."""
+    """Set (or with None clear) `BERTLAB_CPU_ISA` for this process, as at its start, and select the extension's
+    table for it; returns `cpu_isa()` after."""
     if level is None:
         os.environ.pop("BERTLAB_CPU_ISA", None)
     else:
         os.environ["BERTLAB_CPU_ISA"] = level
-    _isa_of.cache_clear()
+    _dispatch.cache_clear()
     return cpu_isa()
 
 
-@functools.cache
-def _features(ext, level: str) -> frozenset[str]:
-    """The module constants of `_FLAG_LEVEL` that extension `ext` found set, less those above dispatch `level`."""
-    at = ISA_LEVELS.index(level)
-    return frozenset(f for f, need in _FLAG_LEVEL.items() if getattr(ext, f, 0) and at >= ISA_LEVELS.index(need))
-
-
-def _cpu_has(flag: str) -> bool:
-    """Whether the extension is built, found the CPU feature its module constant `flag` names ("vnni", "bf16dot",
-    "avx512", "avx2", "avxvnni"), and the dispatch level (`cpu_isa()`) reaches that feature's level (asked
-    before every kernel call: two cached calls and a set lookup)."""
-    ext = _extension()
-    return ext is not None and flag in _features(ext, cpu_isa())
+def _cpu_has(kernel: str) -> bool:
+    """Whether the extension's table at this process's level holds `kernel` ("gemm_f32", "gemm_bf16",
+    "attention_bf16", "beam_topk", "int8_amx", "int8_vnni", "int8_avxvnni", "int8_avx2"; asked before every
+    kernel call: a cached call and a set lookup)."""
+    return kernel in _dispatch()[2]
 
 
 @functools.cache
@@ -318,7 +311,7 @@ def attention_one_query(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: 
 
 def _rows_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
                    add_strides: tuple[int, int, int], out: torch.Tensor, scale: float) -> tuple:
-    """The 25 operands of `attention_rows` and `attention_bf16` (csrc/attention.c, parse_rows), in its order."""
+    """The 25 operands of `attention_rows` and `attention_bf16` (csrc/module.c, parse_rows), in its order."""
     B, nh, T_q, hs = q.shape
     return (q.data_ptr(), *q.stride()[:3], k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
             None if add is None else add.data_ptr(), *add_strides, out.data_ptr(), B, nh, hs, T_q, k.size(2),
@@ -340,8 +333,9 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
 
 
 def bf16_dot_available() -> bool:
-    """Whether `attention_bf16` runs here: the extension is built and the CPU has AVX-512 BF16."""
-    return _cpu_has("bf16dot")
+    """Whether `attention_bf16` and `linear_bf16` run here: the extension is built and the dispatch level has
+    AVX-512 BF16."""
+    return _cpu_has("attention_bf16")
 
 
 def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
@@ -387,7 +381,7 @@ PANEL = 32  # columns per panel of a packed fp32 weight (linear.c)
 
 def f32_gemm_available() -> bool:
     """The C fp32 GEMM runs here: the extension is built and the dispatch level has AVX-512 or AVX2 + FMA."""
-    return _cpu_has("avx512") or _cpu_has("avx2")
+    return _cpu_has("gemm_f32")
 
 
 def _zero_padded(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -414,11 +408,10 @@ def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int,
-                dtype: torch.dtype, panel_shape, *extra: int) -> torch.Tensor | None:
+                dtype: torch.dtype, panel_shape) -> torch.Tensor | None:
     """What the panel GEMMs share: x (M, K) of `dtype`, `panels` of `dtype` and of the shape `panel_shape(K)`
     its packing gives, the bias fp32 (n,) or None, all contiguous on the CPU outside a trace -- else None --
-    then the C entry `entry` into a fresh (M, n) output of `dtype` (`extra`: the entry's arguments after the
-    thread count)."""
+    then the C entry `entry` into a fresh (M, n) output of `dtype`."""
     if x.dim() != 2 or x.dtype != dtype or panels.dtype != dtype or panels.shape != panel_shape(x.shape[1]):
         return None
     if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
@@ -428,7 +421,7 @@ def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.T
     m, k = x.shape
     y = torch.empty((m, n), dtype=dtype)
     getattr(_extension(), entry)(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
-                                 y.data_ptr(), m, k, n, torch.get_num_threads(), *extra)
+                                 y.data_ptr(), m, k, n, torch.get_num_threads())
     return y
 
 
@@ -440,8 +433,7 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     a non-contiguous x, a trace)."""
     if not f32_gemm_available():
         return None
-    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL),
-                       int(not _cpu_has("avx512")))
+    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
 
 
 def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -466,7 +458,7 @@ def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softma
     exp and summation order), without writing the (B·K, V) log-probabilities. None where the C kernel does not
     apply (no AVX-512, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's torch path
     then does)."""
-    if (not _cpu_has("avx512") or scores.dim() != 2 or running.dim() != 2
+    if (not _cpu_has("beam_topk") or scores.dim() != 2 or running.dim() != 2
             or scores.size(0) != running.numel() or not 1 <= keep <= running.size(1) * scores.size(1)
             or scores.dtype != torch.float32 or running.dtype != torch.float32 or not _native(scores, running)):
         return None
@@ -489,18 +481,14 @@ def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
     return None if found is None else found[1][:, 0]
 
 
-# ------------------------------------------------------------------------- int8 GEMM: AVX-512 VNNI, AVX-VNNI, AVX2
-# From this many rows on (and K a multiple of 64) `int8_linear` runs on AMX tiles where the dispatch level is
-# "amx": below, the AVX-512 VNNI kernel's row-streaming tiles keep up and a tile of 16 rows would be mostly empty.
-AMX_MIN_ROWS = 16
-
-
+# --------------------------------------------------------------- int8 GEMM: AMX, AVX-512 VNNI, AVX-VNNI, AVX2
 def int8_kernel() -> str | None:
-    """Which of bertlab's int8 GEMMs `int8_linear` runs at the dispatch level: "amx" (AMX tiles from
-    AMX_MIN_ROWS rows where K % 64 == 0, AVX-512 VNNI otherwise), "vnni" (AVX-512 VNNI), "avxvnni", "avx2", or
-    None (no extension, or the level "none")."""
+    """Which of bertlab's int8 GEMMs `int8_linear` runs at the dispatch level: "amx" (AMX tiles from 16 rows
+    where K % 64 == 0 -- below, the AVX-512 VNNI kernel's row-streaming tiles keep up and a tile of 16 rows would
+    be mostly empty -- AVX-512 VNNI otherwise), "vnni" (AVX-512 VNNI), "avxvnni", "avx2", or None (no extension,
+    or the level "none"). The extension's table decides; this names its choice."""
     for kernel in ("amx", "vnni", "avxvnni", "avx2"):
-        if _cpu_has(kernel):
+        if _cpu_has(f"int8_{kernel}"):
             return kernel
     return None
 
@@ -524,8 +512,8 @@ def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] 
 
 def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
                 bias: torch.Tensor | None) -> torch.Tensor:
-    """An int8 linear layer in one call -- on AVX-512 VNNI, AVX-VNNI or AVX2, whichever the dispatch level
-    reaches (`int8_gemm_available()` must hold): x (M, K) fp32 or bf16, quantized per row as `quantize_rows`,
+    """An int8 linear layer in one call -- on AMX tiles, AVX-512 VNNI, AVX-VNNI or AVX2, as the dispatch level's
+    table has it (`int8_kernel()`; `int8_gemm_available()` must hold): x (M, K) fp32 or bf16, quantized per row as `quantize_rows`,
     times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the result of those
     two around torch._int_mm, in one pass over W that serves every row. Returns (M, N) fp32."""
     weight, comp = packed
@@ -535,12 +523,7 @@ def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wsca
         raise ValueError(f"int8_linear: x {tuple(x.shape)} {x.dtype} does not fit a packed "
                          f"({n}, {weight.numel() // max(n, 1)}) weight")
     y = torch.empty((m, n), dtype=torch.float32)
-    args = (x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(), wscale.data_ptr(),
-            None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n, torch.get_num_threads())
-    if m >= AMX_MIN_ROWS and k % 64 == 0 and _cpu_has("amx"):
-        _extension().linear_int8_amx(*args[:3], *args[4:])  # (no comp: both operands signed)
-    elif _cpu_has("vnni"):
-        _extension().linear_int8_vnni(*args)
-    else:
-        _extension().linear_int8_avx2(*args, int(_cpu_has("avxvnni")))
+    _extension().linear_int8(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
+                             wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n,
+                             torch.get_num_threads())
     return y

@@ -1,16 +1,19 @@
-/* bertlab.nn._cpu_kernels -- the loops around CPU inference's matrix multiplies, in C (optional; the torch
- * code in nn/cpu_kernels.py is the reference, and what runs without this extension). This header holds what
- * every file of the extension shares: build switches, float helpers, the exp and lane folds, threading and
- * argument parsing. The kernels, by family:
- *   rows.c       quantize, dequantize, softmax, RMS norm: one pass over each row
- *   attention.c  a decoding step's attention (one query), short rows in fp32, and on AVX-512 BF16 dot products
- *   linear.c     fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); an int8 GEMM on
- *                AVX-512 VNNI (up to 128 rows); for a decoding step's 1-4 rows an fp32 / bf16 GEMV
- *   linear_avx2.c the fp32 and int8 GEMMs again on AVX2 + FMA (int8: AVX-VNNI where present), for CPUs
- *                without AVX-512
- *   linear_amx.c the int8 GEMM on AMX tiles, for many rows on CPUs with AMX
- *   search.c     a beam-search step's best candidates (and greedy's argmax)
- *   module.c     the Python module: its entries and what the CPU supports
+/* What the kernel files of bertlab.nn._cpu_kernels share (plain C, no Python; kernels.h is their interface):
+ * build switches, float helpers, the exp and lane folds, and the names of the per-level kernels that
+ * dispatch.c puts in the tables. The kernels, by family:
+ *   rows.c          quantize, dequantize, softmax, RMS norm, Add & Norm, a row's log-sum-exp: one pass over each row
+ *   attention.c     a decoding step's attention (one query), short rows in fp32
+ *   gemv.c          an fp32 / bf16 linear layer for a decoding step's 1-4 rows: a GEMV over the plain weight
+ *   (those three are the portable loops: written in GCC's vector extension, built once per level by
+ *   levels_avx2.c and levels_avx512.c, and as they are for the baseline CPU)
+ *   attention_bf16.c  short-row attention on AVX-512 BF16 dot products
+ *   linear.c        fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); an int8 GEMM on AVX-512 VNNI
+ *   linear_avx2.c   the fp32 and int8 GEMMs again on AVX2 + FMA (int8: AVX-VNNI where present), for CPUs
+ *                   without AVX-512
+ *   linear_amx.c    the int8 GEMM on AMX tiles, for many rows on CPUs with AMX
+ *   search.c        a beam-search step's best candidates (and greedy's argmax), AVX-512
+ *   dispatch.c      the CPU's level and each level's table; ops.c the operations (threads, scratch, the int8
+ *                   layer's quantize); module.c the Python bindings; bench.c a benchmark in C
  *
  * Why in C: around an int8 GEMM, quantizing its input and dequantizing its output take 6-8 torch element-wise
  * passes over (N, K) and (N, M) tensors (abs, amax, div, round, cast; multiply, addcmul), each reading and
@@ -22,45 +25,45 @@
  * (one query per row), and attention per (row, head), register-tiled: in fp32, and on AVX-512 BF16 dot
  * products for bf16 and int8 models.
  *
- * Every function takes raw pointers and sizes: nn/cpu_kernels.py checks dtypes, devices, shapes and
- * contiguity before calling, so nothing here re-checks them. The GIL is released while a kernel runs, and rows
- * are split over OpenMP threads (the OpenMP runtime torch itself loaded, so the thread count the caller passes
- * -- torch.get_num_threads() -- means the same pool).
- *
  * Numbers: quantize and dequantize perform the same float operations in the same order as the torch
  * reference, a multiply-add fused exactly where torch fuses one (elsewhere they have no add to contract), so
  * their results are bit-identical to it. Softmax uses its own exp (Cephes' polynomial, < 2 ulp), so it agrees
  * with torch's to rounding, not bit for bit.
  */
-#ifndef BERTLAB_CPU_KERNELS_H
-#define BERTLAB_CPU_KERNELS_H
+#ifndef BERTLAB_CPU_KERNELS_COMMON_H
+#define BERTLAB_CPU_KERNELS_COMMON_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#ifdef _OPENMP
-#include <omp.h>
+#include "kernels.h"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define X86_KERNELS 1
 #endif
 
-/* One build for every x86-64 CPU, with the hot loops compiled again for AVX2+FMA and AVX-512 and picked at
- * load time (GCC's function multiversioning, Linux only); elsewhere the plain build. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MULTIVERSION
+/* The portable loops are built once per level where GCC can (levels_*.c: `#pragma GCC target`), with their
+ * table functions named by VARIANT: name_avx2, name_avx512; built as they are, name_base. */
+#if defined(X86_KERNELS) && !defined(__clang__)
+#define PORTABLE_LEVELS 1
+#endif
+#ifndef VARIANT
+#define VARIANT(name) name##_base
+#define BASE_BUILD 1
 #endif
 
-/* Helpers of the multiversioned loops are always inlined: a helper compiled on its own would be built for the
- * baseline CPU, without the vector instructions of the clone calling it. */
+/* The portable loops' helpers are always inlined, so they are built for the instruction set of the loop
+ * calling them. */
 #define INLINE static inline __attribute__((always_inline))
 
-/* Below this many elements a kernel runs on one thread: waking the pool costs more than it saves. */
-#define PARALLEL_MIN_ELEMENTS (1 << 15)
-
-enum { F32 = 0, BF16 = 1 };
+#if defined(__GNUC__)
+#define HIDDEN __attribute__((visibility("hidden")))
+#else
+#define HIDDEN
+#endif
 
 INLINE uint32_t bits_of(float f) {
     uint32_t u;
@@ -95,18 +98,18 @@ INLINE float round_even(float v) {
  * (which may be reordered freely), and sums in 16 independent lanes of a vector (GCC's vector extension). */
 #define BLOCK 16
 /* max |x[c]|: without its sign bit a float's bits order as its magnitude does (a NaN above every number) */
-INLINE float absmax_f32(const float *x, Py_ssize_t n) {
+INLINE float absmax_f32(const float *x, ptrdiff_t n) {
     uint32_t m = 0;
-    for (Py_ssize_t c = 0; c < n; c++) {
+    for (ptrdiff_t c = 0; c < n; c++) {
         uint32_t a = bits_of(x[c]) & 0x7fffffffu;
         m = a > m ? a : m;
     }
     return float_of(m);
 }
 
-INLINE float absmax_bf16(const uint16_t *x, Py_ssize_t n) {
+INLINE float absmax_bf16(const uint16_t *x, ptrdiff_t n) {
     uint16_t m = 0;
-    for (Py_ssize_t c = 0; c < n; c++) {
+    for (ptrdiff_t c = 0; c < n; c++) {
         uint16_t a = x[c] & 0x7fffu;
         m = a > m ? a : m;
     }
@@ -149,7 +152,7 @@ INLINE float exp_nonpositive(float x) {
 /* Softmax works on a row copied into `tmp`, widened to fp32 and padded with -inf to a whole number of 16-float
  * blocks: every loop below then runs in whole vectors. (Unpadded, a row of 72 or 124 scores left 8-12 columns
  * to scalar tail loops in each of four passes, and those cost as much as the vector part.) */
-INLINE Py_ssize_t padded(Py_ssize_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
+INLINE ptrdiff_t padded(ptrdiff_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
 
 /* Lane folds in registers: each step combines lanes l and l + half (half = 8, 4, 2, 1) -- the tree the folds
  * through a stack array took, without its chain of stores and reloads (which was most of a short row's softmax) */
@@ -185,9 +188,9 @@ INLINE void max_keys(i32x16 *mk, const f32x16 *x) {
 }
 
 /* tmp[0:n16] -> e^(tmp - m), returning their sum */
-INLINE float exp_sum(float *tmp, Py_ssize_t n16, float m) {
+INLINE float exp_sum(float *tmp, ptrdiff_t n16, float m) {
     f32x16 lanes = {0};
-    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
+    for (ptrdiff_t c = 0; c < n16; c += BLOCK) {
         f32x16 e;
         for (int l = 0; l < BLOCK; l++) e[l] = tmp[c + l] = exp_nonpositive(tmp[c + l] - m);
         lanes += e;
@@ -196,10 +199,10 @@ INLINE float exp_sum(float *tmp, Py_ssize_t n16, float m) {
 }
 
 /* tmp[0:n16] (n16 a multiple of BLOCK, padding -inf) -> e^(tmp - max), returning 1 / their sum */
-INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
+INLINE float exp_normalizer(float *tmp, ptrdiff_t n16) {
     i32x16 mk;
     for (int l = 0; l < BLOCK; l++) mk[l] = INT32_MIN;
-    for (Py_ssize_t c = 0; c < n16; c += BLOCK) {
+    for (ptrdiff_t c = 0; c < n16; c += BLOCK) {
         f32x16 x;
         memcpy(&x, tmp + c, sizeof x);
         max_keys(&mk, &x);
@@ -207,9 +210,9 @@ INLINE float exp_normalizer(float *tmp, Py_ssize_t n16) {
     return 1.0f / exp_sum(tmp, n16, from_order_key(fold_max_i32(mk)));
 }
 
-INLINE float dot_f32(const float *a, const float *b, Py_ssize_t n) {
+INLINE float dot_f32(const float *a, const float *b, ptrdiff_t n) {
     f32x16 lanes = {0};
-    Py_ssize_t d = 0;
+    ptrdiff_t d = 0;
     for (; d + 16 <= n; d += 16) {
         f32x16 x, y;
         memcpy(&x, a + d, sizeof x);
@@ -246,129 +249,54 @@ INLINE void fold16(const f32x16 acc[16], float *out) {
     memcpy(out, &total, sizeof total);
 }
 
-/* What this CPU runs, asked once per call of an entry (GCC's cached cpuid) */
-#if defined(__GNUC__) && defined(__x86_64__)
-#include <immintrin.h>
-#define X86_KERNELS 1
-static inline int vnni_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vnni");
-}
-static inline int bf16dot_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-}
-static inline int avx512_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") != 0;
-}
-static inline int avx2_supported(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-static inline int avxvnni_supported(void) {
-    __builtin_cpu_init();
-    return avx2_supported() && __builtin_cpu_supports("avxvnni");
-}
-#else
-static inline int vnni_supported(void) { return 0; }
-static inline int bf16dot_supported(void) { return 0; }
-static inline int avx512_supported(void) { return 0; }
-static inline int avx2_supported(void) { return 0; }
-static inline int avxvnni_supported(void) { return 0; }
-#endif
 
-/* ------------------------------------------------------------------------------------ the Python entries' parts */
-/* Each kernel splits its rows into one block per thread; a block of rows is a plain call of its loops. */
-static inline int block_of(Py_ssize_t rows, int part, int parts, Py_ssize_t *start, Py_ssize_t *count) {
-    Py_ssize_t per = rows / parts, extra = rows % parts;
-    *start = part * per + (part < extra ? part : extra);
-    *count = per + (part < extra ? 1 : 0);
-    return *count > 0;
-}
+/* ------------------------------------------------------------------------------- the per-level kernels */
+/* the portable loops, one set per variant (V: a macro naming the variant's function) */
+#define DECLARE_PORTABLE(V)                                                                                         \
+    HIDDEN void V(quantize_f32)(const float *x, int8_t *q, float *s, ptrdiff_t rows, ptrdiff_t cols);              \
+    HIDDEN void V(quantize_bf16)(const uint16_t *x, int8_t *q, float *s, ptrdiff_t rows, ptrdiff_t cols);          \
+    HIDDEN void V(dequantize_f32)(const int32_t *acc, float *y, const float *xs, const float *ws, const float *b,   \
+                                  ptrdiff_t rows, ptrdiff_t cols);                                                  \
+    HIDDEN void V(softmax_f32)(float *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);                              \
+    HIDDEN void V(softmax_bf16)(uint16_t *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);                          \
+    HIDDEN void V(rms_norm_f32)(const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,          \
+                                float eps);                                                                         \
+    HIDDEN void V(add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b,            \
+                                      float *out, ptrdiff_t rows, ptrdiff_t cols, float eps);                      \
+    HIDDEN void V(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);            \
+    HIDDEN void V(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);               \
+    HIDDEN void V(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);          \
+    HIDDEN void V(gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w,                \
+                                const float *b, void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
+#define NAME_BASE(name) name##_base
+#define NAME_AVX2(name) name##_avx2
+#define NAME_AVX512(name) name##_avx512
+DECLARE_PORTABLE(NAME_BASE)
+DECLARE_PORTABLE(NAME_AVX2)
+DECLARE_PORTABLE(NAME_AVX512)
 
-static inline int thread_count(Py_ssize_t rows, Py_ssize_t cols, long requested) {
-    if (requested < 1 || rows < 2 || rows * cols < PARALLEL_MIN_ELEMENTS) return 1;
-    return (int)(requested < rows ? requested : rows);
-}
+/* gemv.c: the last N % 16 columns of a few-rows linear layer, one at a time (built once) */
+HIDDEN void gemv_tail(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b, void *y,
+                      ptrdiff_t N, ptrdiff_t n0);
 
-/* Runs BODY once per block of `total` items split `parts` ways, one block per OpenMP thread, without the GIL;
- * BODY sees the block's `part`, `start` and `count`. */
-#ifdef _OPENMP
-#define PARALLEL_FOR _Pragma("omp parallel for num_threads(parts) schedule(static) if (parts > 1)")
-#else
-#define PARALLEL_FOR
-#endif
-#define FOR_EACH_BLOCK(total, parts, BODY)                                  \
-    do {                                                                    \
-        Py_BEGIN_ALLOW_THREADS                                              \
-        PARALLEL_FOR                                                        \
-        for (int part = 0; part < (parts); part++) {                        \
-            Py_ssize_t start, count;                                        \
-            if (block_of((total), part, (parts), &start, &count)) { BODY; } \
-        }                                                                   \
-        Py_END_ALLOW_THREADS                                                \
-    } while (0)
-
-/* FOR_EACH_BLOCK with `per_part` elements of TYPE scratch for each block, at `scratch + part * per_part`;
- * returns MemoryError from the calling entry when it cannot be allocated. */
-#define FOR_EACH_BLOCK_WITH_SCRATCH(TYPE, per_part, total, parts, BODY)                                \
-    do {                                                                                                \
-        TYPE *scratch = PyMem_RawMalloc(sizeof(TYPE) * (size_t)(per_part) * (size_t)(parts));           \
-        if (!scratch) return PyErr_NoMemory();                                                          \
-        FOR_EACH_BLOCK(total, parts, BODY);                                                             \
-        PyMem_RawFree(scratch);                                                                         \
-    } while (0)
-
-static inline int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
-    if (nargs != expected) {
-        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
-        return -1;
-    }
-    return 0;
-}
-
-static inline void *as_ptr(PyObject *o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
-
-
-/* Shared between the files, not exported from the module */
-#if defined(__GNUC__)
-#define HIDDEN __attribute__((visibility("hidden")))
-#else
-#define HIDDEN
-#endif
-
-/* rows.c's quantizers, which linear.c's int8 GEMM runs on its input: x (rows, cols) fp32 or bf16 -> q int8 and
- * one scale per row */
-HIDDEN void quantize_f32(const float *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols);
-HIDDEN void quantize_bf16(const uint16_t *x, int8_t *q, float *s, Py_ssize_t rows, Py_ssize_t cols);
-
-/* The Python entries (METH_FASTCALL), one file each family; module.c lists them */
-#define ENTRY HIDDEN PyObject *
-#define DECLARE(name) ENTRY name(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-DECLARE(py_quantize_rows);
-DECLARE(py_dequantize_rows);
-DECLARE(py_softmax_rows);
-DECLARE(py_rms_norm_rows);
-DECLARE(py_add_layer_norm_rows);
-DECLARE(py_attention_one_query);
-DECLARE(py_attention_rows);
-DECLARE(py_attention_bf16);
-DECLARE(py_linear_int8_vnni);
-DECLARE(py_linear_few_rows);
-DECLARE(py_linear_f32);
-DECLARE(py_linear_bf16);
-DECLARE(py_linear_int8_avx2);
-DECLARE(py_linear_int8_amx);
-
-/* linear_avx2.c's fp32 GEMM over panels [p0, p1), which linear.c's entry runs where asked for AVX2 */
-HIDDEN void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w, const float *b, float *y,
-                             Py_ssize_t N, Py_ssize_t p0, Py_ssize_t p1);
-
-/* linear_amx.c: whether this CPU has AMX-INT8 and the OS gave this process the tile state (asked once) */
-HIDDEN int amx_int8_supported(void);
-DECLARE(py_beam_topk);
+/* the GEMMs, attention and search on one instruction set each (target attributes), x86-64 only */
+#define INT8_COLUMNS_ARGS                                                                                       \
+    const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp, const float *xs,         \
+        const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1
+HIDDEN void gemm_f32_avx512(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
+                            ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+HIDDEN void gemm_f32_avx2(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
+                          ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+HIDDEN void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b,
+                             uint16_t *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+HIDDEN void int8_columns_vnni(INT8_COLUMNS_ARGS);
+HIDDEN void int8_columns_avxvnni(INT8_COLUMNS_ARGS);
+HIDDEN void int8_columns_avx2(INT8_COLUMNS_ARGS);
+HIDDEN void int8_columns_amx(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
+                             const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
+HIDDEN int amx_int8_granted(void);  /* linear_amx.c: the CPU has AMX-INT8 and the OS gave this process its tiles */
+HIDDEN void attention_bf16_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
+HIDDEN int beam_topk_input(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
+                           ptrdiff_t V, int keep, float *best, int64_t *index);
 
 #endif

@@ -11,17 +11,17 @@
  *
  * Linux gives a process AMX's tile state only after asking (arch_prctl ARCH_REQ_XCOMP_PERM), once per process;
  * each thread then loads its tile configuration before its first tile instruction. */
+#define _GNU_SOURCE  /* syscall() */
 #include "common.h"
 
 #if defined(X86_KERNELS) && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
-#define HAVE_AMX_GEMM 1
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,amx-tile,amx-int8")))
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-int amx_int8_supported(void) {
+HIDDEN int amx_int8_granted(void) {
     static int state = 0;  /* 1 granted, -1 refused (asked once: module init) */
     if (!state) {
         __builtin_cpu_init();
@@ -54,12 +54,12 @@ static AMX_TARGET void amx_configure(int rows) {
 
 /* rows [0, rows) of x against column blocks nb, nb + 1 (or nb alone when `pair` is 0), dequantized into y */
 static inline __attribute__((always_inline)) AMX_TARGET void amx_tile(
-    int rows, int pair, const int8_t *x, Py_ssize_t K, const int8_t *w0, const int8_t *w1, const float *xs,
-    const float *ws, const float *b, float *y, Py_ssize_t ldy) {
+    int rows, int pair, const int8_t *x, ptrdiff_t K, const int8_t *w0, const int8_t *w1, const float *xs,
+    const float *ws, const float *b, float *y, ptrdiff_t ldy) {
     int32_t acc[16][32];
     _tile_zero(0);
     _tile_zero(1);
-    for (Py_ssize_t kc = 0; kc < K / 64; kc++) {
+    for (ptrdiff_t kc = 0; kc < K / 64; kc++) {
         _tile_loadd(2, x + kc * 64, K);
         _tile_loadd(3, w0 + kc * 16 * 64, 64);
         _tile_dpbssd(0, 2, 3);
@@ -84,18 +84,18 @@ static inline __attribute__((always_inline)) AMX_TARGET void amx_tile(
 
 /* column blocks [nb0, nb1) for all M rows: 16 rows at a time (the last 1-15 with the tiles reconfigured), pairs
  * of blocks, an odd one alone */
-static AMX_TARGET void amx_columns(const int8_t *x, Py_ssize_t M, Py_ssize_t K, const int8_t *wp, const float *xs,
-                                   const float *ws, const float *b, float *y, Py_ssize_t N, Py_ssize_t nb0,
-                                   Py_ssize_t nb1) {
-    const Py_ssize_t KQ = K / 4;
+HIDDEN AMX_TARGET void int8_columns_amx(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
+                                   const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0,
+                                   ptrdiff_t nb1) {
+    const ptrdiff_t KQ = K / 4;
     int configured = 0;
-    for (Py_ssize_t m = 0; m < M; m += 16) {
+    for (ptrdiff_t m = 0; m < M; m += 16) {
         const int rows = (int)(M - m < 16 ? M - m : 16);
         if (rows != configured) {
             amx_configure(rows);
             configured = rows;
         }
-        for (Py_ssize_t nb = nb0; nb < nb1; nb += 2) {
+        for (ptrdiff_t nb = nb0; nb < nb1; nb += 2) {
             const int pair = nb + 1 < nb1;
             amx_tile(rows, pair, x + m * K, K, wp + nb * KQ * 64, wp + (nb + pair) * KQ * 64, xs + m, ws + nb * 16,
                      b ? b + nb * 16 : NULL, y + m * N + nb * 16, N);
@@ -104,44 +104,5 @@ static AMX_TARGET void amx_columns(const int8_t *x, Py_ssize_t M, Py_ssize_t K, 
     _tile_release();
 }
 #else
-int amx_int8_supported(void) { return 0; }
+HIDDEN int amx_int8_granted(void) { return 0; }
 #endif
-
-/* linear_int8_amx(x_ptr, x_dtype, wpacked_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N, threads): the int8
- * linear layer of linear_int8_vnni on AMX tiles, the same packed weight (its `comp` is not needed) and the same
- * output; K % 64 == 0, N % 16 == 0. Threads split the column blocks in pairs. */
-ENTRY py_linear_int8_amx(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 10, "linear_int8_amx") < 0) return NULL;
-#ifdef HAVE_AMX_GEMM
-    const void *x = as_ptr(args[0]);
-    long dtype = PyLong_AsLong(args[1]);
-    const int8_t *wp = as_ptr(args[2]);
-    const float *ws = as_ptr(args[3]), *b = as_ptr(args[4]);
-    float *y = as_ptr(args[5]);
-    Py_ssize_t M = PyLong_AsSsize_t(args[6]), K = PyLong_AsSsize_t(args[7]), N = PyLong_AsSsize_t(args[8]);
-    long threads = PyLong_AsLong(args[9]);
-    if (PyErr_Occurred()) return NULL;
-    if (!amx_int8_supported() || K % 64 || N % 16) {
-        PyErr_SetString(PyExc_ValueError, "linear_int8_amx: needs AMX-INT8, K % 64 == 0 and N % 16 == 0");
-        return NULL;
-    }
-    int8_t *xq = PyMem_RawMalloc((size_t)(M * K) + sizeof(float) * (size_t)M);
-    if (!xq) return PyErr_NoMemory();
-    float *xs = (float *)(xq + M * K);  /* M * K is a multiple of 64: the scales stay aligned */
-    if (dtype == BF16)
-        quantize_bf16(x, xq, xs, M, K);
-    else
-        quantize_f32(x, xq, xs, M, K);
-    const Py_ssize_t pairs = (N / 16 + 1) / 2;
-    int parts = thread_count(pairs, M * K * 32, threads);
-    FOR_EACH_BLOCK(pairs, parts, {
-        const Py_ssize_t nb1 = 2 * (start + count) < N / 16 ? 2 * (start + count) : N / 16;
-        amx_columns(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
-    });
-    PyMem_RawFree(xq);
-    Py_RETURN_NONE;
-#else
-    PyErr_SetString(PyExc_RuntimeError, "linear_int8_amx: not built for this CPU");
-    return NULL;
-#endif
-}

@@ -1,7 +1,7 @@
 /* Linear layers of CPU inference on AVX2 + FMA (and AVX-VNNI where present): the fp32 GEMM and the int8 GEMM of
  * linear.c for the CPUs without AVX-512 -- Intel client CPUs, AMD before Zen 4 -- over the same packed weights,
  * with the same numbers. Compiled per function for AVX2 (target attributes), so the one build runs everywhere;
- * nn/cpu_kernels.py calls them where its CPU dispatch picks AVX2 (the fp32 GEMM through linear.c's entry).
+ * dispatch.c's tables hold them at the levels avx2 and avxvnni (and the int8 one at avx512 without VNNI).
  *
  * AVX2 has 16 vector registers of 8 floats, AVX-512 32 of 16: a tile of 12 rows x 32 columns (24 accumulators)
  * does not fit, so a tile here is 6 rows x 16 columns -- half a panel -- in 12 accumulators, with the half panel's
@@ -11,7 +11,6 @@
 #include "common.h"
 
 #ifdef X86_KERNELS
-#define HAVE_AVX2_GEMM 1
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #define AVXVNNI_TARGET __attribute__((target("avx2,fma,avxvnni")))
 #define AVX2_PANEL 32  /* columns per packed panel: linear.c's PANEL, the packing of nn/cpu_kernels.py */
@@ -21,7 +20,7 @@
 /* Rows [M0, M1) by tiles of AVX2_MR rows, then the last 1-5 with MR a constant in each case */
 #define AVX2_ROW_TILES(M0, M1, TILE)                                                         \
     do {                                                                                     \
-        Py_ssize_t m = (M0);                                                                 \
+        ptrdiff_t m = (M0);                                                                  \
         for (; m + AVX2_MR <= (M1); m += AVX2_MR) TILE(AVX2_MR);                             \
         switch ((M1) - m) {                                                                  \
             case 5: TILE(5); break;                                                          \
@@ -37,7 +36,7 @@
  * b + x_m · W, cols ≤ 16. The sum over k is one FMA chain per output, in k order, from the bias -- the AVX-512
  * kernel's chain, so the two give the same bits. */
 static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
-    const int MR, const float *x, Py_ssize_t K, const float *half, const float *b, float *y, Py_ssize_t ldy,
+    const int MR, const float *x, ptrdiff_t K, const float *half, const float *b, float *y, ptrdiff_t ldy,
     int cols) {
     __m256 acc0[AVX2_MR], acc1[AVX2_MR];
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -45,7 +44,7 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
         acc0[m] = b0;
         acc1[m] = b1;
     }
-    for (Py_ssize_t k = 0; k < K; k++) {
+    for (ptrdiff_t k = 0; k < K; k++) {
         const __m256 w0 = _mm256_loadu_ps(half + k * AVX2_PANEL), w1 = _mm256_loadu_ps(half + k * AVX2_PANEL + 8);
         for (int m = 0; m < MR; m++) {
             const __m256 v = _mm256_broadcast_ss(x + m * K + k);
@@ -67,11 +66,11 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
 }
 
 /* panels [p0, p1) for all M rows, AVX2_MC rows at a time (those rows of x stay in L2 while the panels pass) */
-HIDDEN AVX2_TARGET void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_t K, const float *w,
-                                         const float *b, float *y, Py_ssize_t N, Py_ssize_t p0, Py_ssize_t p1) {
-    for (Py_ssize_t m0 = 0; m0 < M; m0 += AVX2_MC) {
-        const Py_ssize_t m1 = m0 + AVX2_MC < M ? m0 + AVX2_MC : M;
-        for (Py_ssize_t p = p0; p < p1; p++) {
+HIDDEN AVX2_TARGET void gemm_f32_avx2(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
+                                         const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1) {
+    for (ptrdiff_t m0 = 0; m0 < M; m0 += AVX2_MC) {
+        const ptrdiff_t m1 = m0 + AVX2_MC < M ? m0 + AVX2_MC : M;
+        for (ptrdiff_t p = p0; p < p1; p++) {
             const float *panel = w + p * K * AVX2_PANEL;
             const int cols = (int)(N - p * AVX2_PANEL < AVX2_PANEL ? N - p * AVX2_PANEL : AVX2_PANEL);
             float bias[AVX2_PANEL] = {0};
@@ -89,9 +88,9 @@ HIDDEN AVX2_TARGET void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_
 #endif
 
 /* ---------------------------------------------------------------------------------------------- int8 GEMM */
-/* The int8 linear layer of linear.c (quantize x per row, multiply by the int8 weight packed [N/16][K/4][16][4],
- * dequantize) on 256-bit vectors: a block of 16 columns is two vectors of 8 columns x 4 k. The integer sums are
- * exact either way, and the dequantize is linear.c's operations in its order, so the output is bit for bit that
+/* The int8 linear layer of linear.c (x quantized per row by ops.c, times the int8 weight packed
+ * [N/16][K/4][16][4], dequantized) on 256-bit vectors: a block of 16 columns is two vectors of 8 columns x 4 k.
+ * The integer sums are exact either way, and the dequantize is linear.c's operations in its order, so the output is bit for bit that
  * of quantize_rows, torch._int_mm and dequantize_rows.
  *
  * With AVX-VNNI (Intel client CPUs from 12th gen), VPDPBUSD on ymm as on AVX-512: x goes in as unsigned x + 128
@@ -100,18 +99,18 @@ HIDDEN AVX2_TARGET void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_
  * would overflow (2 · 255 · 127). So the sign moves to the weights instead (llama.cpp's way): |x| · (w · sign x),
  * both at most 127 in magnitude (quantize_rows never gives -128, nor does the weight quantizer), a pair at most
  * 2 · 127² = 32258 < 2^15: exact; VPMADDWD by ones then sums the pairs into int32. comp is not used there. */
-#ifdef HAVE_AVX2_GEMM
+#ifdef X86_KERNELS
 /* One tile: MR rows x NB blocks of 16 columns, MR · NB · 2 accumulators over all of K; VNNI picks the product. */
 #define INT8_TILE_BODY(DOT)                                                                                    \
-    const Py_ssize_t KQ = K / 4;                                                                               \
+    const ptrdiff_t KQ = K / 4;                                                                                \
     __m256i acc[6][4][2];                                                                                      \
     for (int r = 0; r < MR; r++)                                                                               \
         for (int c = 0; c < NB; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();                     \
-    for (Py_ssize_t kq = 0; kq < KQ; kq++) {                                                                   \
+    for (ptrdiff_t kq = 0; kq < KQ; kq++) {                                                                    \
         __m256i w[4][2];                                                                                       \
         for (int c = 0; c < NB; c++) {                                                                         \
-            w[c][0] = _mm256_loadu_si256((const __m256i *)(wp + ((Py_ssize_t)c * KQ + kq) * 64));              \
-            w[c][1] = _mm256_loadu_si256((const __m256i *)(wp + ((Py_ssize_t)c * KQ + kq) * 64 + 32));         \
+            w[c][0] = _mm256_loadu_si256((const __m256i *)(wp + ((ptrdiff_t)c * KQ + kq) * 64));               \
+            w[c][1] = _mm256_loadu_si256((const __m256i *)(wp + ((ptrdiff_t)c * KQ + kq) * 64 + 32));          \
         }                                                                                                      \
         for (int r = 0; r < MR; r++) {                                                                         \
             int32_t quad;                                                                                      \
@@ -122,7 +121,7 @@ HIDDEN AVX2_TARGET void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_
     }                                                                                                          \
     for (int c = 0; c < NB; c++)                                                                               \
         for (int h = 0; h < 2; h++) {                                                                          \
-            const Py_ssize_t col = c * 16 + h * 8;                                                             \
+            const ptrdiff_t col = c * 16 + h * 8;                                                              \
             const __m256i cc = comp ? _mm256_loadu_si256((const __m256i *)(comp + col)) : _mm256_setzero_si256(); \
             const __m256 wsc = _mm256_loadu_ps(ws + col);                                                      \
             const __m256 bc = b ? _mm256_loadu_ps(b + col) : _mm256_setzero_ps();                              \
@@ -135,8 +134,8 @@ HIDDEN AVX2_TARGET void gemm_panels_avx2(const float *x, Py_ssize_t M, Py_ssize_
         }
 
 static inline __attribute__((always_inline)) AVXVNNI_TARGET void int8_tile_avxvnni(
-    const int MR, const int NB, const uint8_t *x, Py_ssize_t K, const int8_t *wp, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy) {
+    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
+    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
     INT8_TILE_BODY(for (int c = 0; c < NB; c++) {
         acc[r][c][0] = _mm256_dpbusd_avx_epi32(acc[r][c][0], xb, w[c][0]);
         acc[r][c][1] = _mm256_dpbusd_avx_epi32(acc[r][c][1], xb, w[c][1]);
@@ -144,8 +143,8 @@ static inline __attribute__((always_inline)) AVXVNNI_TARGET void int8_tile_avxvn
 }
 
 static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
-    const int MR, const int NB, const uint8_t *x, Py_ssize_t K, const int8_t *wp, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, Py_ssize_t ldy) {
+    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
+    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
     const __m256i ones = _mm256_set1_epi16(1);
     INT8_TILE_BODY(const __m256i ax = _mm256_abs_epi8(xb); for (int c = 0; c < NB; c++) {
         for (int h = 0; h < 2; h++) {
@@ -160,17 +159,17 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
  * rows streaming past each 64 bytes of weights), AVX2_MC rows at a time; for 2-5 rows 3 x 2; for one row 1 x 4
  * (a decoding step: several independent chains, the weights one stream). */
 #define INT8_COLUMNS(NAME, TARGET, TILE_FN)                                                                       \
-    static TARGET void NAME(const uint8_t *x, Py_ssize_t M, Py_ssize_t K, const int8_t *wp, const int32_t *comp, \
-                            const float *xs, const float *ws, const float *b, float *y, Py_ssize_t N,          \
-                            Py_ssize_t nb0, Py_ssize_t nb1) {                                                   \
-        const Py_ssize_t KQ = K / 4;                                                                            \
+    HIDDEN TARGET void NAME(const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp,   \
+                            const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N,           \
+                            ptrdiff_t nb0, ptrdiff_t nb1) {                                                     \
+        const ptrdiff_t KQ = K / 4;                                                                             \
         const int NB = M >= 6 ? 1 : M >= 2 ? 2 : 4;                                                             \
-        Py_ssize_t nb = nb0;                                                                                    \
+        ptrdiff_t nb = nb0;                                                                                     \
         if (NB > 1) {                                                                                           \
             for (; nb + NB <= nb1; nb += NB) {                                                                  \
                 const int8_t *wb = wp + nb * KQ * 64;                                                           \
                 const int32_t *cb = comp ? comp + nb * 16 : NULL;                                               \
-                Py_ssize_t r = 0;                                                                               \
+                ptrdiff_t r = 0;                                                                                \
                 if (NB == 4) {                                                                                  \
                     TILE_FN(1, 4, x, K, wb, cb, xs, ws + nb * 16, b ? b + nb * 16 : NULL, y + nb * 16, N);      \
                     continue;                                                                                   \
@@ -186,12 +185,12 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
                             y + r * N + nb * 16, N);                                                            \
             }                                                                                                   \
         }                                                                                                       \
-        for (Py_ssize_t m0 = 0; m0 < M; m0 += AVX2_MC) {                                                        \
-            const Py_ssize_t m1 = m0 + AVX2_MC < M ? m0 + AVX2_MC : M;                                          \
-            for (Py_ssize_t c = nb; c < nb1; c++) {                                                             \
+        for (ptrdiff_t m0 = 0; m0 < M; m0 += AVX2_MC) {                                                         \
+            const ptrdiff_t m1 = m0 + AVX2_MC < M ? m0 + AVX2_MC : M;                                           \
+            for (ptrdiff_t c = nb; c < nb1; c++) {                                                              \
                 const int8_t *wb = wp + c * KQ * 64;                                                            \
                 const int32_t *cb = comp ? comp + c * 16 : NULL;                                                \
-                Py_ssize_t m = m0;                                                                              \
+                ptrdiff_t m = m0;                                                                               \
                 for (; m + AVX2_MR <= m1; m += AVX2_MR) INT8_ONE(TILE_FN, 6);                                   \
                 switch (m1 - m) {                                                                               \
                     case 5: INT8_ONE(TILE_FN, 5); break;                                                        \
@@ -210,50 +209,3 @@ INT8_COLUMNS(int8_columns_avx2, AVX2_TARGET, int8_tile_avx2)
 #undef INT8_ONE
 #undef INT8_COLUMNS
 #endif
-
-/* linear_int8_avx2(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N, threads,
- * vnni): linear_int8_vnni (linear.c) on AVX2, with AVX-VNNI's dot products when `vnni` is set (the CPU must have
- * them), and the same result either way; K % 4 == 0, N % 16 == 0. Threads split the column blocks. */
-ENTRY py_linear_int8_avx2(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 12, "linear_int8_avx2") < 0) return NULL;
-#ifdef HAVE_AVX2_GEMM
-    const void *x = as_ptr(args[0]);
-    long dtype = PyLong_AsLong(args[1]);
-    const int8_t *wp = as_ptr(args[2]);
-    const int32_t *comp = as_ptr(args[3]);
-    const float *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
-    float *y = as_ptr(args[6]);
-    Py_ssize_t M = PyLong_AsSsize_t(args[7]), K = PyLong_AsSsize_t(args[8]), N = PyLong_AsSsize_t(args[9]);
-    long threads = PyLong_AsLong(args[10]), vnni = PyLong_AsLong(args[11]);
-    if (PyErr_Occurred()) return NULL;
-    if (!avx2_supported() || (vnni && !avxvnni_supported()) || K % 4 || N % 16) {
-        PyErr_SetString(PyExc_ValueError,
-                        "linear_int8_avx2: needs AVX2 (and AVX-VNNI if asked for), K % 4 == 0 and N % 16 == 0");
-        return NULL;
-    }
-    uint8_t *xu = PyMem_RawMalloc((size_t)(M * K) + sizeof(float) * (size_t)M);
-    if (!xu) return PyErr_NoMemory();
-    float *xs = (float *)(xu + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
-    if (dtype == BF16)
-        quantize_bf16(x, (int8_t *)xu, xs, M, K);
-    else
-        quantize_f32(x, (int8_t *)xu, xs, M, K);
-    if (vnni)
-        for (Py_ssize_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;  /* x + 128 as unsigned bytes */
-    const Py_ssize_t blocks = N / 16;
-    int parts = thread_count(blocks, M * K * 16, threads);
-    if (vnni)
-        FOR_EACH_BLOCK(blocks, parts, {
-            int8_columns_avxvnni(xu, M, K, wp, comp, xs, ws, b, y, N, start, start + count);
-        });
-    else
-        FOR_EACH_BLOCK(blocks, parts, {
-            int8_columns_avx2(xu, M, K, wp, NULL, xs, ws, b, y, N, start, start + count);
-        });
-    PyMem_RawFree(xu);
-    Py_RETURN_NONE;
-#else
-    PyErr_SetString(PyExc_RuntimeError, "linear_int8_avx2: not built for this CPU");
-    return NULL;
-#endif
-}

@@ -1,48 +1,337 @@
-/* The Python module bertlab.nn._cpu_kernels: its entries (rows.c, attention.c, linear.c, search.c) and what
- * this CPU supports, as module constants. */
-#include "common.h"
+/* The Python module bertlab.nn._cpu_kernels: bindings of the operations of kernels.h (METH_FASTCALL; pointers
+ * and sizes as Python ints, checked by nn/cpu_kernels.py before every call), each run without the GIL through the
+ * one table of kernels `select` chose. The only file of the extension that includes Python.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 
+#include "kernels.h"
+
+/* The table every binding runs: the CPU's highest level at import, then the level nn/cpu_kernels.py selects
+ * (once per process, or again when a test or benchmark forces one). */
+static bl_kernels table;
+
+static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *name) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, expected, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+static void *as_ptr(PyObject *o) { return o == Py_None ? NULL : PyLong_AsVoidPtr(o); }
+
+/* An operation's return code as Python sees it: None, or the exception */
+static PyObject *result(int rc, const char *name) {
+    if (rc == BL_NO_MEMORY) return PyErr_NoMemory();
+    if (rc == BL_UNSUPPORTED)
+        return PyErr_Format(PyExc_ValueError, "%s: not at the level %s, or operands it does not take", name,
+                            BL_LEVEL_NAMES[table.level]);
+    Py_RETURN_NONE;
+}
+
+/* RUN(rc = operation(k, ...)): without the GIL, on a copy of the table (`k`), which a `select` from another
+ * thread meanwhile leaves alone */
+#define RUN(CALL)                              \
+    do {                                       \
+        const bl_kernels current = table;      \
+        const bl_kernels *k = &current;        \
+        Py_BEGIN_ALLOW_THREADS                 \
+        CALL;                                  \
+        Py_END_ALLOW_THREADS                   \
+    } while (0)
+
+/* select(level) -> the names of the kernels its table holds beside the portable loops */
+static PyObject *py_select(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 1, "select") < 0) return NULL;
+    const char *name = PyUnicode_AsUTF8(args[0]);
+    if (!name) return NULL;
+    int level = -1;
+    for (int l = 0; l < BL_LEVELS; l++)
+        if (!strcmp(name, BL_LEVEL_NAMES[l])) level = l;
+    bl_kernels chosen;
+    if (level < 0 || bl_select(level, &chosen) != BL_OK)
+        return PyErr_Format(PyExc_ValueError, "select: %R is not a level this CPU reaches (at most %s)", args[0],
+                            BL_LEVEL_NAMES[bl_cpu_level()]);
+    table = chosen;
+    const char *names[8];
+    int n = 0;
+    if (table.gemm_f32) names[n++] = "gemm_f32";
+    if (table.gemm_bf16) names[n++] = "gemm_bf16";
+    if (table.attention_bf16_heads) names[n++] = "attention_bf16";
+    if (table.beam_topk_input) names[n++] = "beam_topk";
+    if (table.int8_columns_amx) names[n++] = "int8_amx";
+    if (table.int8_name) names[n++] = !strcmp(table.int8_name, "vnni") ? "int8_vnni"
+                                      : !strcmp(table.int8_name, "avxvnni") ? "int8_avxvnni" : "int8_avx2";
+    PyObject *out = PyTuple_New(n);
+    for (int i = 0; out && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (!s) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, s);
+    }
+    return out;
+}
+
+/* quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads) */
+static PyObject *py_quantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 7, "quantize_rows") < 0) return NULL;
+    void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    int8_t *q = as_ptr(args[2]);
+    float *s = as_ptr(args[3]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[4]), cols = PyLong_AsSsize_t(args[5]);
+    long threads = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_quantize_rows(k, x, (int)dtype, q, s, rows, cols, (int)threads));
+    return result(rc, "quantize_rows");
+}
+
+/* dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr | None, rows, cols, threads): fp32 out */
+static PyObject *py_dequantize_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 8, "dequantize_rows") < 0) return NULL;
+    const int32_t *acc = as_ptr(args[0]);
+    float *y = as_ptr(args[1]);
+    const float *xs = as_ptr(args[2]), *ws = as_ptr(args[3]), *b = as_ptr(args[4]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[5]), cols = PyLong_AsSsize_t(args[6]);
+    long threads = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_dequantize_rows(k, acc, y, xs, ws, b, rows, cols, (int)threads));
+    return result(rc, "dequantize_rows");
+}
+
+/* softmax_rows(x_ptr, dtype, rows, cols, threads): in place over contiguous rows */
+static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 5, "softmax_rows") < 0) return NULL;
+    void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[2]), cols = PyLong_AsSsize_t(args[3]);
+    long threads = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_softmax_rows(k, x, (int)dtype, rows, cols, (int)threads));
+    return result(rc, "softmax_rows");
+}
+
+/* The norms' last four arguments, from args[at]: rows, cols, eps, threads. Returns -1 with the exception set. */
+static int parse_norm(PyObject *const *args, int at, Py_ssize_t *rows, Py_ssize_t *cols, float *eps, int *threads) {
+    *rows = PyLong_AsSsize_t(args[at]), *cols = PyLong_AsSsize_t(args[at + 1]);
+    *eps = (float)PyFloat_AsDouble(args[at + 2]);
+    *threads = (int)PyLong_AsLong(args[at + 3]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* rms_norm_rows(x_ptr, w_ptr, y_ptr, rows, cols, eps, threads): fp32, contiguous */
+static PyObject *py_rms_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t rows, cols;
+    float eps;
+    int threads, rc;
+    if (parse(args, nargs, 7, "rms_norm_rows") < 0 || parse_norm(args, 3, &rows, &cols, &eps, &threads) < 0)
+        return NULL;
+    const float *x = as_ptr(args[0]), *w = as_ptr(args[1]);
+    float *y = as_ptr(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    RUN(rc = bl_rms_norm_rows(k, x, w, y, rows, cols, eps, threads));
+    return result(rc, "rms_norm_rows");
+}
+
+/* add_layer_norm_rows(y_ptr, residual_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, threads): fp32, contiguous
+ * (out may be y) */
+static PyObject *py_add_layer_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t rows, cols;
+    float eps;
+    int threads, rc;
+    if (parse(args, nargs, 9, "add_layer_norm_rows") < 0 || parse_norm(args, 5, &rows, &cols, &eps, &threads) < 0)
+        return NULL;
+    const float *y = as_ptr(args[0]), *res = as_ptr(args[1]), *w = as_ptr(args[2]), *b = as_ptr(args[3]);
+    float *out = as_ptr(args[4]);
+    if (PyErr_Occurred()) return NULL;
+    RUN(rc = bl_add_layer_norm_rows(k, y, res, w, b, out, rows, cols, eps, threads));
+    return result(rc, "add_layer_norm_rows");
+}
+
+/* attention_one_query(q, q_strides(2), k, k_strides(3), v, v_strides(3), add | None, add_strides(2), out,
+ * rows, heads, hs, keys, scale, threads, group): fp32; see OneQuery */
+static PyObject *py_attention_one_query(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 22, "attention_one_query") < 0) return NULL;
+    OneQuery a;
+    a.q = as_ptr(args[0]);
+    a.qs[0] = PyLong_AsSsize_t(args[1]), a.qs[1] = PyLong_AsSsize_t(args[2]);
+    a.k = as_ptr(args[3]);
+    for (int i = 0; i < 3; i++) a.ks[i] = PyLong_AsSsize_t(args[4 + i]);
+    a.v = as_ptr(args[7]);
+    for (int i = 0; i < 3; i++) a.vs[i] = PyLong_AsSsize_t(args[8 + i]);
+    a.add = as_ptr(args[11]);
+    a.adds[0] = PyLong_AsSsize_t(args[12]), a.adds[1] = PyLong_AsSsize_t(args[13]);
+    a.out = as_ptr(args[14]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[15]);
+    a.heads = PyLong_AsSsize_t(args[16]), a.hs = PyLong_AsSsize_t(args[17]), a.keys = PyLong_AsSsize_t(args[18]);
+    a.scale = (float)PyFloat_AsDouble(args[19]);
+    long threads = PyLong_AsLong(args[20]);
+    a.group = PyLong_AsSsize_t(args[21]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_attention_one_query(k, &a, rows, (int)threads));
+    return result(rc, "attention_one_query (group >= 1)");
+}
+
+/* The operands both short-row attention bindings take, from 25 arguments: q, q_strides(3), k, k_strides(3), v,
+ * v_strides(3), add | None, add_strides(3), out, rows, heads, hs, queries, keys, scale, threads, group. Returns
+ * -1 with the exception set. */
+static int parse_rows(PyObject *const *args, int dtype, Rows *a, Py_ssize_t *rows, long *threads) {
+    a->dtype = dtype;
+    a->q = as_ptr(args[0]);
+    for (int i = 0; i < 3; i++) a->qs[i] = PyLong_AsSsize_t(args[1 + i]);
+    a->k = as_ptr(args[4]);
+    for (int i = 0; i < 3; i++) a->ks[i] = PyLong_AsSsize_t(args[5 + i]);
+    a->v = as_ptr(args[8]);
+    for (int i = 0; i < 3; i++) a->vs[i] = PyLong_AsSsize_t(args[9 + i]);
+    a->add = as_ptr(args[12]);
+    for (int i = 0; i < 3; i++) a->adds[i] = PyLong_AsSsize_t(args[13 + i]);
+    a->out = as_ptr(args[16]);
+    *rows = PyLong_AsSsize_t(args[17]);
+    a->heads = PyLong_AsSsize_t(args[18]), a->hs = PyLong_AsSsize_t(args[19]);
+    a->queries = PyLong_AsSsize_t(args[20]), a->keys = PyLong_AsSsize_t(args[21]);
+    a->scale = (float)PyFloat_AsDouble(args[22]);
+    *threads = PyLong_AsLong(args[23]);
+    a->group = PyLong_AsSsize_t(args[24]);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* attention_rows(the 25 operands of parse_rows): fp32; see Rows */
+static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 25, "attention_rows") < 0) return NULL;
+    Rows a;
+    Py_ssize_t rows;
+    long threads;
+    if (parse_rows(args, F32, &a, &rows, &threads) < 0) return NULL;
+    int rc;
+    RUN(rc = bl_attention_rows(k, &a, rows, (int)threads));
+    return result(rc, "attention_rows (group >= 1, hs a multiple of 16 up to 64)");
+}
+
+/* attention_bf16(dtype, the 25 operands of parse_rows): AVX-512 BF16 dot products */
+static PyObject *py_attention_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 26, "attention_bf16") < 0) return NULL;
+    Rows a;
+    Py_ssize_t rows;
+    long threads;
+    const long dtype = PyLong_AsLong(args[0]);
+    if (PyErr_Occurred() || parse_rows(args + 1, (int)dtype, &a, &rows, &threads) < 0) return NULL;
+    int rc;
+    RUN(rc = bl_attention_bf16(k, &a, rows, (int)threads));
+    return result(rc, "attention_bf16 (AVX-512 BF16; fp32 or bf16, group >= 1, hs a multiple of 16 up to 64)");
+}
+
+/* linear_few_rows(x_ptr, w_ptr, bias_ptr | None, y_ptr, M, K, N, dtype, threads): y (M, N) = x (M, K) · Wᵀ + b,
+ * W (N, K); K % 16 == 0 */
+static PyObject *py_linear_few_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 9, "linear_few_rows") < 0) return NULL;
+    const void *x = as_ptr(args[0]), *w = as_ptr(args[1]), *b = as_ptr(args[2]);
+    void *y = as_ptr(args[3]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), N = PyLong_AsSsize_t(args[6]);
+    long dtype = PyLong_AsLong(args[7]), threads = PyLong_AsLong(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_linear_few_rows(k, x, w, b, y, M, K, N, (int)dtype, (int)threads));
+    return result(rc, "linear_few_rows (K % 16 == 0, fp32 or bf16)");
+}
+
+/* linear_f32 and linear_bf16(x_ptr, panels_ptr, bias_ptr | None, y_ptr, M, K, N, threads): y = x Wᵀ + b, W packed
+ * in panels (fp32; bf16 pairs with an fp32 bias and K even) */
+static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) {
+    const char *name = dtype == BF16 ? "linear_bf16 (AVX-512 BF16, K even)" : "linear_f32 (AVX-512 or AVX2)";
+    if (parse(args, nargs, 8, dtype == BF16 ? "linear_bf16" : "linear_f32") < 0) return NULL;
+    const void *x = as_ptr(args[0]), *w = as_ptr(args[1]);
+    const float *b = as_ptr(args[2]);
+    void *y = as_ptr(args[3]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), N = PyLong_AsSsize_t(args[6]);
+    long threads = PyLong_AsLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = dtype == BF16 ? bl_linear_bf16(k, x, w, b, y, M, K, N, (int)threads)
+                           : bl_linear_f32(k, x, w, b, y, M, K, N, (int)threads));
+    return result(rc, name);
+}
+
+static PyObject *py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return panel_gemm(args, nargs, F32);
+}
+
+static PyObject *py_linear_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return panel_gemm(args, nargs, BF16);
+}
+
+/* linear_int8(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N, threads): the
+ * int8 linear layer on the table's int8 kernel (AMX tiles, AVX-512 VNNI, AVX-VNNI or AVX2); K % 4 == 0,
+ * N % 16 == 0 */
+static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 11, "linear_int8") < 0) return NULL;
+    const void *x = as_ptr(args[0]);
+    long dtype = PyLong_AsLong(args[1]);
+    const int8_t *wp = as_ptr(args[2]);
+    const int32_t *comp = as_ptr(args[3]);
+    const float *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
+    float *y = as_ptr(args[6]);
+    Py_ssize_t M = PyLong_AsSsize_t(args[7]), K = PyLong_AsSsize_t(args[8]), N = PyLong_AsSsize_t(args[9]);
+    long threads = PyLong_AsLong(args[10]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_linear_int8(k, x, (int)dtype, wp, comp, ws, b, y, M, K, N, (int)threads));
+    return result(rc, "linear_int8 (an int8 kernel at this level, K % 4 == 0, N % 16 == 0)");
+}
+
+/* beam_topk(score_ptr, add_ptr, best_ptr, index_ptr, B, K, V, keep, log_softmax, threads) -> whether a sum was
+ * NaN; see bl_beam_topk */
+static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 10, "beam_topk") < 0) return NULL;
+    const float *score = as_ptr(args[0]), *add = as_ptr(args[1]);
+    float *best = as_ptr(args[2]);
+    int64_t *index = as_ptr(args[3]);
+    Py_ssize_t B = PyLong_AsSsize_t(args[4]), K = PyLong_AsSsize_t(args[5]), V = PyLong_AsSsize_t(args[6]);
+    long keep = PyLong_AsLong(args[7]), log_softmax = PyLong_AsLong(args[8]), threads = PyLong_AsLong(args[9]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_beam_topk(k, score, add, best, index, B, K, V, (int)keep, (int)log_softmax, (int)threads));
+    if (rc < 0) return result(rc, "beam_topk (AVX-512, 1 <= keep <= K * V)");
+    return PyBool_FromLong(rc);
+}
+
+#define METHOD(name, doc) {#name, (PyCFunction)(void (*)(void))py_##name, METH_FASTCALL, doc}
 static PyMethodDef methods[] = {
-    {"quantize_rows", (PyCFunction)(void (*)(void))py_quantize_rows, METH_FASTCALL,
-     "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"},
-    {"dequantize_rows", (PyCFunction)(void (*)(void))py_dequantize_rows, METH_FASTCALL,
-     "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"},
-    {"softmax_rows", (PyCFunction)(void (*)(void))py_softmax_rows, METH_FASTCALL,
-     "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"},
-    {"attention_one_query", (PyCFunction)(void (*)(void))py_attention_one_query, METH_FASTCALL,
-     "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, rows, heads, hs, keys, "
-     "scale, threads, group)"},
-    {"attention_rows", (PyCFunction)(void (*)(void))py_attention_rows, METH_FASTCALL,
-     "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, heads, hs, queries, "
-     "keys, scale, threads, group)"},
-    {"attention_bf16", (PyCFunction)(void (*)(void))py_attention_bf16, METH_FASTCALL,
-     "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, heads, hs, "
-     "queries, keys, scale, threads, group): AVX-512 BF16 dot products"},
-    {"beam_topk", (PyCFunction)(void (*)(void))py_beam_topk, METH_FASTCALL,
-     "beam_topk(score, add, best, index, B, K, V, keep, threads): a beam step's best candidates per input"},
-    {"add_layer_norm_rows", (PyCFunction)(void (*)(void))py_add_layer_norm_rows, METH_FASTCALL,
-     "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): LayerNorm(y + residual) over each "
-     "contiguous row, fp32"},
-    {"rms_norm_rows", (PyCFunction)(void (*)(void))py_rms_norm_rows, METH_FASTCALL,
-     "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"},
-    {"linear_few_rows", (PyCFunction)(void (*)(void))py_linear_few_rows, METH_FASTCALL,
-     "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as nn.Linear keeps it"},
-    {"linear_f32", (PyCFunction)(void (*)(void))py_linear_f32, METH_FASTCALL,
-     "linear_f32(x, panels, bias, y, M, K, N, threads, avx2): y = x Wᵀ + b, fp32, W packed in panels of 32 columns"},
-    {"linear_bf16", (PyCFunction)(void (*)(void))py_linear_bf16, METH_FASTCALL,
-     "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot products"},
-    {"linear_int8_vnni", (PyCFunction)(void (*)(void))py_linear_int8_vnni, METH_FASTCALL,
-     "linear_int8_vnni(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): AVX-512 VNNI"},
-    {"linear_int8_avx2", (PyCFunction)(void (*)(void))py_linear_int8_avx2, METH_FASTCALL,
-     "linear_int8_avx2(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads, vnni): AVX2 / AVX-VNNI"},
-    {"linear_int8_amx", (PyCFunction)(void (*)(void))py_linear_int8_amx, METH_FASTCALL,
-     "linear_int8_amx(x, x_dtype, wpacked, wscale, bias, y, M, K, N, threads): AMX-INT8 tiles"},
+    METHOD(select, "select(level): run every kernel from now on at `level` (none, avx2, avxvnni, avx512, amx); "
+                   "returns the names of the GEMMs, attention and search kernels its table holds"),
+    METHOD(quantize_rows, "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"),
+    METHOD(dequantize_rows, "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"),
+    METHOD(softmax_rows, "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"),
+    METHOD(attention_one_query, "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, "
+                                "rows, heads, hs, keys, scale, threads, group)"),
+    METHOD(attention_rows, "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, "
+                           "heads, hs, queries, keys, scale, threads, group)"),
+    METHOD(attention_bf16, "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, "
+                           "rows, heads, hs, queries, keys, scale, threads, group): AVX-512 BF16 dot products"),
+    METHOD(beam_topk, "beam_topk(score, add, best, index, B, K, V, keep, log_softmax, threads): a beam step's best "
+                      "candidates per input"),
+    METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): "
+                                "LayerNorm(y + residual) over each contiguous row, fp32"),
+    METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"),
+    METHOD(linear_few_rows, "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as "
+                            "nn.Linear keeps it"),
+    METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads): y = x Wᵀ + b, fp32, W packed in panels of 32 "
+                       "columns"),
+    METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
+                        "products"),
+    METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): the int8 linear "
+                        "layer on the selected level's int8 kernel"),
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef kernels_module = {
-    PyModuleDef_HEAD_INIT, "_cpu_kernels", "CPU inference kernels: fused row passes, attention, GEMMs, search (optional accelerator).",
-    -1, methods,
+    PyModuleDef_HEAD_INIT, "_cpu_kernels",
+    "CPU inference kernels: fused row passes, attention, GEMMs, search (optional accelerator).", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__cpu_kernels(void) {
@@ -51,17 +340,14 @@ PyMODINIT_FUNC PyInit__cpu_kernels(void) {
 #else
     const int openmp = 0;
 #endif
-    /* what this CPU and build support, as module constants (nn/cpu_kernels.py reads them) */
-    const struct { const char *name; int value; } flags[] = {
-        {"vnni", vnni_supported()}, {"avx512", avx512_supported()}, {"bf16dot", bf16dot_supported()},
-        {"avx2", avx2_supported()}, {"avxvnni", avxvnni_supported()}, {"amx", amx_int8_supported()},
-        {"openmp", openmp},
-    };
+    const int level = bl_cpu_level();
+    bl_select(level, &table);
     PyObject *m = PyModule_Create(&kernels_module);
-    for (size_t i = 0; m && i < sizeof flags / sizeof flags[0]; i++)
-        if (PyModule_AddIntConstant(m, flags[i].name, flags[i].value) < 0) {
-            Py_DECREF(m);
-            return NULL;
-        }
+    /* the highest level this CPU and build reach (nn/cpu_kernels.py selects it or a lower one) */
+    if (m && (PyModule_AddStringConstant(m, "cpu_level", BL_LEVEL_NAMES[level]) < 0 ||
+              PyModule_AddIntConstant(m, "openmp", openmp) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -1,0 +1,123 @@
+/* An fp32 / bf16 linear layer for a decoding step's 1-4 rows: a GEMV over the plain weight (see common.h).
+ * Portable loops: built once per level (levels_*.c). */
+#include "common.h"
+
+/* ------------------------------------------------------------------------------ fp32 / bf16 linear, few rows */
+/* y (M, N) = x (M, K) · Wᵀ + b for a decoding step's few rows, W the layer's own (N, K) row-major weight (no
+ * copy of it), fp32 or bf16 (x, W, b and y all one dtype). oneDNN's packed kernel pads such a call to 8 rows
+ * and streamed T5-small's 154 MB of fp32 decoder weights at ~20 GB/s (one thread); this reads W once, in memory
+ * order, for up to 4 rows of x at a time, at 30 GB/s for 1-2 rows and 23 GB/s for 4 (from 6 rows on, oneDNN is
+ * as fast). Sums in fp32 whatever the dtype: two chains of 16 lanes over k, then the lanes folded -- another
+ * order than oneDNN's, the same numbers to ~1e-6 in fp32; bf16 inputs are widened exactly and the fp32 result
+ * rounded to bf16 once, as oneDNN's bf16 kernel does. K % 16 == 0; the N % 16 last columns one at a time.
+ *
+ * gemv16: y[m][j] = x_m · w_j (+ b[j]) for the 16 rows w_j = w + j·K and MR (1-4) rows x_m (fp32: a bf16 x is
+ * widened by the caller, once). W is read in memory order, row after row -- one sequential stream, which the
+ * hardware prefetcher follows, helped by a request 4 KB ahead (reading the 16 rows side by side, 16 short
+ * streams, reached 26 GB/s) -- and the 16 rows' lanes are folded at once at the end. */
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+/* *f = 16 weights from w[i..i+16), of dtype WBF16 ? bf16 : fp32, as floats (bf16: its bits in the high half) */
+INLINE void load16(f32x16 *f, const void *w, ptrdiff_t i, const int WBF16) {
+    if (WBF16) {
+        u16x16 h;
+        memcpy(&h, (const uint16_t *)w + i, sizeof h);
+        const u32x16 u = __builtin_convertvector(h, u32x16) << 16;
+        memcpy(f, &u, sizeof *f);
+    } else {
+        memcpy(f, (const float *)w + i, sizeof *f);
+    }
+}
+
+INLINE void gemv16(const int MR, const int WBF16, const float *x, ptrdiff_t K, const void *w, const float *b,
+                   void *y, ptrdiff_t ldy) {
+    const ptrdiff_t size = WBF16 ? 2 : 4;
+    f32x16 part[4][16];
+    for (int j = 0; j < 16; j++) {
+        const char *wj = (const char *)w + j * K * size;
+        f32x16 a0[4] = {{0}}, a1[4] = {{0}};
+        ptrdiff_t d = 0;
+        for (; d + 32 <= K; d += 32) {
+            f32x16 v0, v1;
+            load16(&v0, wj, d, WBF16);
+            load16(&v1, wj, d + 16, WBF16);
+            __builtin_prefetch(wj + d * size + 4096);  /* 4 KB ahead */
+            if (!WBF16) __builtin_prefetch(wj + d * size + 4096 + 64);
+            for (int m = 0; m < MR; m++) {
+                f32x16 x0, x1;
+                memcpy(&x0, x + m * K + d, sizeof x0);
+                memcpy(&x1, x + m * K + d + 16, sizeof x1);
+                a0[m] += x0 * v0;
+                a1[m] += x1 * v1;
+            }
+        }
+        if (d < K) {  /* K % 32 == 16 */
+            f32x16 v0;
+            load16(&v0, wj, d, WBF16);
+            for (int m = 0; m < MR; m++) {
+                f32x16 x0;
+                memcpy(&x0, x + m * K + d, sizeof x0);
+                a0[m] += x0 * v0;
+            }
+        }
+        for (int m = 0; m < MR; m++) part[m][j] = a0[m] + a1[m];
+    }
+    for (int m = 0; m < MR; m++) {
+        float out[16];
+        fold16(part[m], out);
+        for (int j = 0; j < 16; j++) {
+            const float v = b ? out[j] + b[j] : out[j];
+            if (WBF16)
+                ((uint16_t *)y)[m * ldy + j] = f32_to_bf16(v);
+            else
+                ((float *)y)[m * ldy + j] = v;
+        }
+    }
+}
+
+#define GEMV_BLOCK(BF)                                                                                          \
+    do {                                                                                                       \
+        const char *wb = (const char *)w + nb * 16 * K * (BF ? 2 : 4);                                         \
+        char *yb = (char *)y + nb * 16 * (BF ? 2 : 4);                                                         \
+        const ptrdiff_t row_bytes = N * (BF ? 2 : 4);                                                          \
+        ptrdiff_t m = 0;                                                                                       \
+        for (; m + 4 <= M; m += 4) gemv16(4, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N);               \
+        switch (M - m) {                                                                                       \
+            case 3: gemv16(3, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+            case 2: gemv16(2, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+            case 1: gemv16(1, BF, x + m * K, K, wb, bb, yb + m * row_bytes, N); break;                         \
+        }                                                                                                      \
+    } while (0)
+
+/* Column blocks [nb0, nb1) of 16; x (M, K) and b fp32 (a bf16 layer's widened by the entry), W and y of the
+ * layer's dtype */
+HIDDEN void VARIANT(gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
+                           void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1) {
+    for (ptrdiff_t nb = nb0; nb < nb1; nb++) {
+        const float *bb = b ? b + nb * 16 : NULL;
+        if (dtype == BF16)
+            GEMV_BLOCK(1);
+        else
+            GEMV_BLOCK(0);
+    }
+}
+#undef GEMV_BLOCK
+
+#ifdef BASE_BUILD
+/* (built once, for the baseline CPU: a few columns) */
+HIDDEN void gemv_tail(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
+                        void *y, ptrdiff_t N, ptrdiff_t n0) {
+    for (ptrdiff_t m = 0; m < M; m++)
+        for (ptrdiff_t n = n0; n < N; n++) {
+            float sum = b ? b[n] : 0.0f;
+            for (ptrdiff_t k = 0; k < K; k++)
+                sum += x[m * K + k] * (dtype == BF16 ? bf16_to_f32(((const uint16_t *)w)[n * K + k])
+                                                      : ((const float *)w)[n * K + k]);
+            if (dtype == BF16)
+                ((uint16_t *)y)[m * N + n] = f32_to_bf16(sum);
+            else
+                ((float *)y)[m * N + n] = sum;
+        }
+}
+#endif

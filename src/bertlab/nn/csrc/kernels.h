@@ -1,0 +1,126 @@
+/* bertlab's CPU inference kernels as a plain C library (no Python): the table of kernels one instruction-set
+ * level runs, and the operations that split a call over threads and run it through a table. The Python module
+ * (module.c) and the C benchmark (bench.c) are its two users.
+ *
+ * The dispatch: `bl_cpu_level()` says the highest level this CPU and build reach, `bl_select(level, &table)`
+ * fills a table with a function pointer for every kernel at that level (NULL where the level has none: then the
+ * operation returns BL_UNSUPPORTED and nn/cpu_kernels.py takes oneDNN's or torch's path). Which kernel runs is
+ * decided there and nowhere else: the per-level code is compiled with target attributes (the GEMMs: one ISA per
+ * function) or, for the portable loops (rows.c, attention.c, gemv.c), once per level (levels_avx2.c,
+ * levels_avx512.c), and no operation asks the CPU again.
+ *
+ * Every operation takes raw pointers and sizes: the caller (nn/cpu_kernels.py) checks dtypes, shapes and
+ * contiguity, so nothing here re-checks them. `threads` is the most OpenMP threads the call may use (the
+ * runtime torch loaded, when called from Python); small calls run on one. */
+#ifndef BERTLAB_KERNELS_H
+#define BERTLAB_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { F32 = 0, BF16 = 1 };  /* element types, as nn/cpu_kernels.py's _DTYPE_CODES */
+
+/* The instruction-set levels, lowest first, as nn/cpu_kernels.py's ISA_LEVELS:
+ *   none     the portable loops built for the baseline x86-64 (or any other CPU); no GEMM of bertlab's own
+ *   avx2     AVX2 + FMA (x86-64-v3): the portable loops built for it, the AVX2 fp32 and int8 GEMMs
+ *   avxvnni  avx2 plus AVX-VNNI's int8 dot products
+ *   avx512   AVX-512 (x86-64-v4): the portable loops built for it, the AVX-512 fp32 GEMM, beam search; the int8
+ *            GEMM on AVX-512 VNNI (else AVX-VNNI, else AVX2), the bf16 GEMM and attention where AVX-512 BF16 is
+ *   amx      avx512 plus the int8 GEMM on AMX tiles for 16 rows or more */
+enum { BL_NONE, BL_AVX2, BL_AVXVNNI, BL_AVX512, BL_AMX, BL_LEVELS };
+extern const char *const BL_LEVEL_NAMES[BL_LEVELS];
+
+enum { BL_OK = 0, BL_NO_MEMORY = -1, BL_UNSUPPORTED = -2 };
+
+/* A decoding step's attention (one query per row and head), fp32. Strides in elements, [0] row, [1] head, [2]
+ * position (q and out: one position); the last dimension contiguous. `add` (the scores' additive mask and bias)
+ * may broadcast over rows or heads (stride 0) or be NULL. out is (rows, heads, hs) contiguous. */
+typedef struct {
+    const float *q, *k, *v, *add;
+    float *out;
+    ptrdiff_t qs[2], ks[3], vs[3], adds[2];
+    ptrdiff_t heads, hs, keys;
+    ptrdiff_t group;  /* rows of q per row of k and v: beams of one input share its encoder's keys and values */
+    float scale;
+} OneQuery;
+
+/* Attention of many queries per (row, head). q, k, v, add and out of `dtype` (F32; F32 or BF16 for the bf16 dot
+ * kernel); out (B, T_q, heads, hs) contiguous; strides row, head, position (0: broadcast); hs a multiple of 16
+ * up to 64. */
+typedef struct {
+    const void *q, *k, *v, *add;
+    void *out;
+    ptrdiff_t qs[3], ks[3], vs[3], adds[3];
+    ptrdiff_t heads, hs, queries, keys, group;
+    float scale;
+    int dtype;
+} Rows;
+
+/* The kernels of one level: each works on a block of rows, columns or (row, head) tasks, on one thread. */
+typedef struct {
+    int level;
+    const char *int8_name;  /* the int8 GEMM's instruction set: "vnni", "avxvnni", "avx2", or NULL */
+    /* the portable loops (rows.c, attention.c, gemv.c), built for the level's instruction set */
+    void (*quantize_f32)(const float *x, int8_t *q, float *s, ptrdiff_t rows, ptrdiff_t cols);
+    void (*quantize_bf16)(const uint16_t *x, int8_t *q, float *s, ptrdiff_t rows, ptrdiff_t cols);
+    void (*dequantize_f32)(const int32_t *acc, float *y, const float *xs, const float *ws, const float *b,
+                           ptrdiff_t rows, ptrdiff_t cols);
+    void (*softmax_f32)(float *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);
+    void (*softmax_bf16)(uint16_t *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);
+    void (*rms_norm_f32)(const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols, float eps);
+    void (*add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b, float *out,
+                               ptrdiff_t rows, ptrdiff_t cols, float eps);
+    void (*row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);
+    void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
+    void (*attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);
+    void (*gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
+                         void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
+    /* the level's own kernels; NULL where it has none */
+    void (*gemm_f32)(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
+                     ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+    void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
+                      ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+    void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
+    /* int8: x quantized, as unsigned bytes x + 128 where `int8_unsigned` (the VNNI dot products; `comp` takes
+     * the offset off again), else signed */
+    void (*int8_columns)(const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
+                         const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0,
+                         ptrdiff_t nb1);
+    int int8_unsigned;
+    void (*int8_columns_amx)(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
+                             const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
+    int (*beam_topk_input)(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
+                           ptrdiff_t V, int keep, float *best, int64_t *index);
+} bl_kernels;
+
+/* dispatch.c */
+int bl_cpu_level(void);                      /* the highest level this CPU and build reach */
+int bl_select(int level, bl_kernels *table); /* the table of `level`; BL_UNSUPPORTED above bl_cpu_level() */
+
+/* ops.c: the operations, each one call of nn/cpu_kernels.py (see there for what they compute) */
+#define BL_AMX_MIN_ROWS 16  /* int8 on AMX tiles from this many rows (K % 64 == 0): below, a tile is mostly empty */
+int bl_quantize_rows(const bl_kernels *k, const void *x, int dtype, int8_t *q, float *s, ptrdiff_t rows,
+                     ptrdiff_t cols, int threads);
+int bl_dequantize_rows(const bl_kernels *k, const int32_t *acc, float *y, const float *xs, const float *ws,
+                       const float *b, ptrdiff_t rows, ptrdiff_t cols, int threads);
+int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads);
+int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,
+                     float eps, int threads);
+int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
+                           float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads);
+int bl_attention_one_query(const bl_kernels *k, const OneQuery *a, ptrdiff_t rows, int threads);
+int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
+int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
+int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const void *b, void *y, ptrdiff_t M,
+                       ptrdiff_t K, ptrdiff_t N, int dtype, int threads);
+int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
+                  ptrdiff_t K, ptrdiff_t N, int threads);
+int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y,
+                   ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
+int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
+                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
+/* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
+int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
+                 ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads);
+
+#endif

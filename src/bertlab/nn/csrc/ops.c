@@ -1,0 +1,253 @@
+/* The operations of kernels.h: each splits its rows, (row, head) tasks, panels or column blocks into one block per
+ * OpenMP thread and runs a table's kernel on each block (plain C: the Python bindings are module.c). */
+#include "common.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Below this many elements a kernel runs on one thread: waking the pool costs more than it saves. */
+#define PARALLEL_MIN_ELEMENTS (1 << 15)
+
+/* Each kernel splits its rows into one block per thread; a block of rows is a plain call of its loops. */
+static inline int block_of(ptrdiff_t rows, int part, int parts, ptrdiff_t *start, ptrdiff_t *count) {
+    ptrdiff_t per = rows / parts, extra = rows % parts;
+    *start = part * per + (part < extra ? part : extra);
+    *count = per + (part < extra ? 1 : 0);
+    return *count > 0;
+}
+
+static inline int thread_count(ptrdiff_t rows, ptrdiff_t cols, long requested) {
+    if (requested < 1 || rows < 2 || rows * cols < PARALLEL_MIN_ELEMENTS) return 1;
+    return (int)(requested < rows ? requested : rows);
+}
+
+/* Runs BODY once per block of `total` items split `parts` ways, one block per OpenMP thread; BODY sees the
+ * block's `part`, `start` and `count`. */
+#ifdef _OPENMP
+#define PARALLEL_FOR _Pragma("omp parallel for num_threads(parts) schedule(static) if (parts > 1)")
+#else
+#define PARALLEL_FOR
+#endif
+#define FOR_EACH_BLOCK(total, parts, BODY)                                  \
+    do {                                                                    \
+        PARALLEL_FOR                                                        \
+        for (int part = 0; part < (parts); part++) {                        \
+            ptrdiff_t start, count;                                         \
+            if (block_of((total), part, (parts), &start, &count)) { BODY; } \
+        }                                                                   \
+    } while (0)
+
+/* FOR_EACH_BLOCK with `per_part` elements of TYPE scratch for each block, at `scratch + part * per_part`;
+ * returns BL_NO_MEMORY from the calling operation when it cannot be allocated. */
+#define FOR_EACH_BLOCK_WITH_SCRATCH(TYPE, per_part, total, parts, BODY)                                \
+    do {                                                                                                \
+        TYPE *scratch = malloc(sizeof(TYPE) * (size_t)(per_part) * (size_t)(parts));                    \
+        if (!scratch) return BL_NO_MEMORY;                                                              \
+        FOR_EACH_BLOCK(total, parts, BODY);                                                             \
+        free(scratch);                                                                                  \
+    } while (0)
+
+/* ------------------------------------------------------------------------------------------------ rows */
+int bl_quantize_rows(const bl_kernels *k, const void *x, int dtype, int8_t *q, float *s, ptrdiff_t rows,
+                     ptrdiff_t cols, int threads) {
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, {
+        if (dtype == BF16)
+            k->quantize_bf16((const uint16_t *)x + start * cols, q + start * cols, s + start, count, cols);
+        else
+            k->quantize_f32((const float *)x + start * cols, q + start * cols, s + start, count, cols);
+    });
+    return BL_OK;
+}
+
+int bl_dequantize_rows(const bl_kernels *k, const int32_t *acc, float *y, const float *xs, const float *ws,
+                       const float *b, ptrdiff_t rows, ptrdiff_t cols, int threads) {
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, { k->dequantize_f32(acc + start * cols, y + start * cols, xs + start, ws, b, count, cols); });
+    return BL_OK;
+}
+
+int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads) {
+    if (rows < 1 || cols < 1) return BL_OK;
+    int parts = thread_count(rows, cols, threads);
+    const ptrdiff_t row_floats = padded(cols);
+    FOR_EACH_BLOCK_WITH_SCRATCH(float, row_floats, rows, parts, {
+        if (dtype == BF16)
+            k->softmax_bf16((uint16_t *)x + start * cols, scratch + part * row_floats, count, cols);
+        else
+            k->softmax_f32((float *)x + start * cols, scratch + part * row_floats, count, cols);
+    });
+    return BL_OK;
+}
+
+int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,
+                     float eps, int threads) {
+    if (rows < 1 || cols < 1) return BL_OK;
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, { k->rms_norm_f32(x + start * cols, w, y + start * cols, count, cols, eps); });
+    return BL_OK;
+}
+
+int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
+                           float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads) {
+    if (rows < 1 || cols < 1) return BL_OK;
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, {
+        k->add_layer_norm_f32(y + start * cols, res + start * cols, w, b, out + start * cols, count, cols, eps);
+    });
+    return BL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------- attention */
+int bl_attention_one_query(const bl_kernels *k, const OneQuery *a, ptrdiff_t rows, int threads) {
+    if (a->group < 1) return BL_UNSUPPORTED;
+    const ptrdiff_t tasks = rows * a->heads;
+    if (tasks < 1 || a->keys < 1) return BL_OK;
+    int parts = thread_count(tasks, a->keys * a->hs, threads);
+    const ptrdiff_t row_floats = padded(a->keys);
+    FOR_EACH_BLOCK_WITH_SCRATCH(float, row_floats, tasks, parts, {
+        k->one_query_heads(a, start, count, scratch + part * row_floats);
+    });
+    return BL_OK;
+}
+
+static int rows_fit(const Rows *a) {
+    return (a->dtype == F32 || a->dtype == BF16) && a->group >= 1 && a->hs % 16 == 0 && a->hs <= 64 && a->hs >= 16;
+}
+
+int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
+    if (!rows_fit(a) || a->dtype != F32) return BL_UNSUPPORTED;
+    const ptrdiff_t tasks = rows * a->heads;
+    if (tasks < 1 || a->keys < 1 || a->queries < 1) return BL_OK;
+    int parts = thread_count(tasks, a->queries * a->keys * a->hs, threads);
+    const ptrdiff_t n = padded(a->keys), per_part = a->hs * n + 8 * n + a->hs;
+    FOR_EACH_BLOCK_WITH_SCRATCH(float, per_part, tasks, parts, {
+        k->attention_rows_heads(a, start, count, scratch + part * per_part);
+    });
+    return BL_OK;
+}
+
+int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
+    if (!rows_fit(a) || !k->attention_bf16_heads) return BL_UNSUPPORTED;
+    const ptrdiff_t tasks = rows * a->heads;
+    if (tasks < 1 || a->keys < 1 || a->queries < 1) return BL_OK;
+    int parts = thread_count(tasks, a->queries * a->keys * a->hs, threads);
+    const ptrdiff_t n = (a->keys + 31) / 32 * 32, per_part = 2 * n * a->hs + 6 * n + 2 * a->hs + 16;
+    FOR_EACH_BLOCK_WITH_SCRATCH(uint32_t, per_part, tasks, parts, {
+        k->attention_bf16_heads(a, start, count, scratch + part * per_part);
+    });
+    return BL_OK;
+}
+
+/* -------------------------------------------------------------------------------------------- linear */
+/* y (M, N) = x (M, K) · Wᵀ + b, all of `dtype` (F32 or BF16) and contiguous, W (N, K) as nn.Linear holds it;
+ * K % 16 == 0. Threads split the columns. */
+int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const void *b, void *y, ptrdiff_t M,
+                       ptrdiff_t K, ptrdiff_t N, int dtype, int threads) {
+    if (K % 16 || (dtype != F32 && dtype != BF16)) return BL_UNSUPPORTED;
+    /* a bf16 layer's x and bias widened to fp32 once (a few KB), not in each of the N / 16 blocks */
+    const float *xf = x, *bf = b;
+    float *wide = NULL;
+    if (dtype == BF16) {
+        wide = malloc(sizeof(float) * (size_t)(M * K + (b ? N : 0)));
+        if (!wide) return BL_NO_MEMORY;
+        for (ptrdiff_t i = 0; i < M * K; i++) wide[i] = bf16_to_f32(((const uint16_t *)x)[i]);
+        if (b)
+            for (ptrdiff_t i = 0; i < N; i++) wide[M * K + i] = bf16_to_f32(((const uint16_t *)b)[i]);
+        xf = wide;
+        bf = b ? wide + M * K : NULL;
+    }
+    const ptrdiff_t blocks = N / 16;
+    int parts = thread_count(blocks, M * K * 16, threads);
+    FOR_EACH_BLOCK(blocks, parts, { k->gemv_columns(dtype, xf, M, K, w, bf, y, N, start, start + count); });
+    if (N % 16) gemv_tail(dtype, xf, M, K, w, bf, y, N, blocks * 16);
+    free(wide);
+    return BL_OK;
+}
+
+#define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
+
+/* y (M, N) = x (M, K) · Wᵀ + b, fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or AVX2 +
+ * FMA: the same panels, the same result). Threads split the panels. */
+int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
+                  ptrdiff_t K, ptrdiff_t N, int threads) {
+    if (!k->gemm_f32) return BL_UNSUPPORTED;
+    const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
+    int parts = thread_count(panels, M * K * PANEL, threads);
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(x, M, K, w, b, y, N, start, start + count); });
+    return BL_OK;
+}
+
+/* y (M, N) bf16 = x (M, K) bf16 · Wᵀ + b, W packed into bf16 pair panels, the bias fp32; K even. Threads split
+ * the panels. */
+int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y,
+                   ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
+    if (!k->gemm_bf16 || K % 2) return BL_UNSUPPORTED;
+    const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
+    int parts = thread_count(panels, M * K * PANEL, threads);
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_bf16(x, M, K, w, b, y, N, start, start + count); });
+    return BL_OK;
+}
+
+/* y (M, N) fp32 = the int8 linear layer of x (M, K) fp32 or bf16: x quantized per row (as bl_quantize_rows),
+ * times W (N, K)ᵀ packed [N/16][K/4][16][4], dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
+ * at a few rows, each call from Python costs about as much as the arithmetic. On AMX tiles from BL_AMX_MIN_ROWS
+ * rows where the level has them and K % 64 == 0, else on the level's int8 kernel; the same output either way.
+ * Threads split the column blocks (AMX: in pairs), each reading its own share of the weights. */
+int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
+                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
+    const int amx = k->int8_columns_amx && M >= BL_AMX_MIN_ROWS && K % 64 == 0;
+    if (!(amx || k->int8_columns) || K % 4 || N % 16) return BL_UNSUPPORTED;
+    /* x quantized per row once for all column blocks (then + 128 as unsigned bytes -- its sign bit flipped --
+     * for the VNNI dot products) */
+    int8_t *xq = malloc((size_t)(M * K) + sizeof(float) * (size_t)M);
+    if (!xq) return BL_NO_MEMORY;
+    float *xs = (float *)(xq + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
+    if (dtype == BF16)
+        k->quantize_bf16(x, xq, xs, M, K);
+    else
+        k->quantize_f32(x, xq, xs, M, K);
+    const ptrdiff_t blocks = N / 16;
+    if (amx) {
+        const ptrdiff_t pairs = (blocks + 1) / 2;
+        int parts = thread_count(pairs, M * K * 32, threads);
+        FOR_EACH_BLOCK(pairs, parts, {
+            const ptrdiff_t nb1 = 2 * (start + count) < blocks ? 2 * (start + count) : blocks;
+            k->int8_columns_amx(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
+        });
+    } else {
+        uint8_t *xu = (uint8_t *)xq;
+        if (k->int8_unsigned)
+            for (ptrdiff_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;
+        const int32_t *c = k->int8_unsigned ? comp : NULL;
+        int parts = thread_count(blocks, M * K * 16, threads);
+        FOR_EACH_BLOCK(blocks, parts, { k->int8_columns(xu, M, K, wp, c, xs, ws, b, y, N, start, start + count); });
+    }
+    free(xq);
+    return BL_OK;
+}
+
+/* ------------------------------------------------------------------------------------------- search */
+/* score (B·K, V) and add (B·K,) fp32, best (B, keep) fp32 and index (B, keep) int64 written; see beam_topk_input
+ * (search.c). With `log_softmax` the scores are logits, each row's log-softmax taken on the way (its max and
+ * log-sum-exp first, one more pass: no (B·K, V) log-probabilities written). Threads split the inputs. */
+int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
+                 ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads) {
+    if (!k->beam_topk_input || keep < 1 || keep > K * V) return BL_UNSUPPORTED;
+    float *stats = NULL;  /* log_softmax: each row's max, then each row's log-sum-exp */
+    if (log_softmax && !(stats = malloc(sizeof(float) * 2 * (size_t)(B * K)))) return BL_NO_MEMORY;
+    int parts = thread_count(B, K * V, threads), nan = 0;
+    FOR_EACH_BLOCK(B, parts, {
+        for (ptrdiff_t b = start; b < start + count; b++) {
+            float *mx = stats ? stats + b * K : NULL;
+            float *lse = stats ? stats + B * K + b * K : NULL;
+            if (stats) k->row_logsumexp(score + b * K * V, K, V, mx, lse);
+            if (k->beam_topk_input(score + b * K * V, add + b * K, mx, lse, K, V, keep, best + b * keep,
+                                   index + b * keep))
+                nan = 1;  /* (any thread may set it; none clears it) */
+        }
+    });
+    free(stats);
+    return nan;
+}
