@@ -120,7 +120,7 @@ def test_the_table_shows_what_finished_and_dashes_for_the_rest(bench):
 @pytest.mark.slow
 def test_the_script_runs_small_and_prints_what_finished(bench, shared_data, tmp_path, capsys):
     work = tmp_path / "work"
-    budget = 2e10
+    budget = 1.2e11  # ~5 steps of each objective
     record = bench.main(["--budget-flops", str(budget), "--train-limit", "64", "--eval-limit", "32", "--seeds", "2",
                          "--work", str(work), "--json", str(tmp_path / "r.json")])
     table = capsys.readouterr().out.split("| objective |", 1)[1]
