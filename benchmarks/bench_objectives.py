@@ -25,6 +25,8 @@ What it does, end to end on one machine:
      and T5 at 1e-3 predicted one class throughout, BERT at 1e-3 reached 62% and T5 at 1e-2 67%;
   4. the table: SST-2 accuracy, MRPC F1 and accuracy (dev, mean ± sd over seeds), and for T5 the share of
      outputs that were no label.
+The corpus, vocabulary, BERT encoder and its fine-tuning are `objective_study.py`'s, which the encoder
+objectives' table (`bench_encoder_objectives.py`: MLM, MLM+NSP, RTD at equal compute) uses too.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
@@ -41,63 +42,35 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bertlab import BertConfig  # noqa: E402
-from bertlab.cli import main as bertlab  # noqa: E402
+from objective_study import (BATCH, GLUE, SEQ, SHARED, add_finetuning_arguments, batch_shapes,  # noqa: E402
+                             bert_config, check_shared_data, corpus, finetune_encoder, fmt, learn_vocabulary,
+                             load_line, params, prepare_encoder_data, pretrain_settings, run_cli, say,
+                             vocabulary_size)
 from bertlab.models.t5 import T5ForConditionalGeneration, preset  # noqa: E402
 from bertlab.train import finetune as ft  # noqa: E402
 from bertlab.train import text_to_text as t2t  # noqa: E402
 from bertlab.train.pretrain import PretrainConfig, run_pretraining  # noqa: E402
 from bertlab.train.t5_pretrain import T5PretrainConfig, export_t5, run_t5_pretraining  # noqa: E402
 
-SHARED = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
-WIKITEXT = ("wiki.train.raw.first1018lines", "wiki.valid.raw", "wiki.test.raw")
 T5_OBJECTIVES = ("span-corruption", "iid-denoising", "prefix-lm", "deshuffle")
 ROWS = {"bert-mlm": "BERT-style MLM (BERT encoder)", "span-corruption": "span corruption (T5)",
         "iid-denoising": "i.i.d. denoising (T5)", "prefix-lm": "prefix LM (T5)", "deshuffle": "deshuffling (T5)",
         "bert-none": "no pre-training (BERT encoder)", "t5-none": "no pre-training (T5)"}
-SEQ = 128
-BATCH = 32
-VOCAB_SIZE = 8000
-GLUE = {"sst2": "SST-2", "mrpc": "MRPC"}
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
-
-
-def run_cli(*argv) -> None:
-    if bertlab(["--log-level", "WARNING", *map(str, argv)]) != 0:
-        raise SystemExit(f"bertlab {' '.join(map(str, argv))} failed")
 
 
 # ---------------------------------------------------------------------------------------------- data
 def prepare_data(work: Path) -> tuple[Path, Path, Path]:
-    corpus = [SHARED / "wikitext-2" / name for name in WIKITEXT]
-    vocab = work / "vocab.txt"
-    if not vocab.is_file():
-        run_cli("vocab", "train", *corpus, "--vocab-size", VOCAB_SIZE, "--out", vocab, "--no-progress")
-    bert, t5 = work / "data-bert", work / "data-t5"
-    if not (bert / "manifest.json").is_file():
-        run_cli("prepare", *corpus, "--vocab", vocab, "--out", bert, "--mode", "full-sentences", "--dynamic",
-                "--max-seq-length", SEQ, "--heldout-fraction", 0.02, "--workers", 1, "--quiet")
+    vocab = learn_vocabulary(work)
+    bert = prepare_encoder_data(work, vocab, "data-bert", "full-sentences")
+    t5 = work / "data-t5"
     if not (t5 / "manifest.json").is_file():
-        run_cli("prepare", *corpus, "--vocab", vocab, "--out", t5, "--objective", T5_OBJECTIVES[0],
+        run_cli("prepare", *corpus(), "--vocab", vocab, "--out", t5, "--objective", T5_OBJECTIVES[0],
                 "--max-seq-length", SEQ, "--heldout-fraction", 0.02, "--workers", 1, "--quiet")
         for objective in T5_OBJECTIVES[1:]:
             run_cli("prepare", "--out", t5, "--objective", objective, "--max-seq-length", SEQ, "--quiet")
     return vocab, bert, t5
-
-
-def bert_tokens_per_batch(data: Path) -> float:
-    from itertools import islice
-
-    from bertlab.data import PretrainingDataset
-
-    loader = PretrainingDataset(data, "train", batch_size=BATCH, max_seq_length=SEQ).dataloader()
-    return sum(int(b["attention_mask"].sum()) for b in islice(loader, 10)) / 10
 
 
 def t5_tokens_per_batch(data: Path, objective: str) -> float:
@@ -109,11 +82,6 @@ def t5_tokens_per_batch(data: Path, objective: str) -> float:
 
 
 # ---------------------------------------------------------------------------------------------- models
-def bert_config(vocab_size: int) -> BertConfig:
-    return BertConfig(vocab_size=vocab_size, hidden_size=128, num_hidden_layers=4, num_attention_heads=2,
-                      intermediate_size=512, max_position_embeddings=SEQ)
-
-
 def t5_tokenizer(vocab: Path):
     from bertlab.models.t5.tokenizer import load_text_to_text_tokenizer
 
@@ -125,10 +93,6 @@ def t5_config(tokenizer):
                   eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
 
 
-def params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
 def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget: int, baselines: bool) -> dict:
     """Every pre-trained (and baseline) model folder, with what its pre-training did."""
     from bertlab import BertForMaskedLM
@@ -137,9 +101,9 @@ def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget
     models: dict[str, dict] = {}
     config_file = work / "bert_config.json"
     tokenizer = t5_tokenizer(vocab)
-    bert_cfg = bert_config(sum(1 for _ in vocab.open()))
+    bert_cfg = bert_config(vocabulary_size(vocab))
     config_file.write_text(bert_cfg.to_json_string())
-    per_batch = {"bert-mlm": bert_tokens_per_batch(bert_data)}
+    per_batch = {"bert-mlm": batch_shapes(bert_data)["tokens"]}
     per_batch.update({o: t5_tokens_per_batch(t5_data, o) for o in T5_OBJECTIVES})
     for name, tokens in per_batch.items():
         steps = max(1, math.ceil(budget / tokens))
@@ -154,8 +118,7 @@ def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget
         if name == "bert-mlm":
             result = run_pretraining(PretrainConfig(
                 model=str(config_file), data=str(bert_data), out=str(out), objective="mlm", steps=steps,
-                batch_size=BATCH, max_seq_length=SEQ, phase2_max_seq_length=0, lr=1e-3, warmup=0.01, precision="fp32",
-                eval_batches=4, eval_batch_size=64, num_evals=2, num_workers=0, progress=False), echo=lambda s: None)
+                **pretrain_settings()), echo=lambda s: None)
         else:
             result = run_t5_pretraining(T5PretrainConfig(
                 model="t5-tiny", data=str(t5_data), out=str(out), objective=name, steps=steps, batch_size=BATCH,
@@ -186,15 +149,6 @@ def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget
 
 
 # ---------------------------------------------------------------------------------------------- fine-tuning
-def finetune_bert(model_dir: str, task: str, out: Path, train_limit: int, eval_limit: int | None,
-                  seeds: int) -> dict:
-    cfg = ft.FinetuneConfig(task=task, model=model_dir, data=str(SHARED / "glue" / GLUE[task]), out=str(out),
-                            epochs=3, lr=1e-3, batch_size=BATCH, max_seq_length=SEQ, seed=0, seeds=seeds,
-                            train_limit=train_limit, eval_limit=eval_limit, progress=False)
-    dev = ft.finetune(cfg)["dev"]["dev"]
-    return {k: v for k, v in dev.items() if k in ("accuracy", "f1")}
-
-
 def finetune_t5(model_dir: str, task: str, out: Path, train_limit: int, eval_limit: int | None,
                 seeds: int) -> dict:
     cfg = t2t.TextToTextConfig(model=model_dir, data=str(SHARED / "glue"), out=str(out), epochs=3, lr=1e-2,
@@ -202,12 +156,6 @@ def finetune_t5(model_dir: str, task: str, out: Path, train_limit: int, eval_lim
                                eval_limit=eval_limit, progress=False, multi=ft.MultiTaskOptions(tasks=task))
     dev = t2t.finetune_text_to_text(cfg)["dev"][task]
     return {k: v for k, v in dev.items() if k in ("accuracy", "f1", "invalid_outputs", "total")}
-
-
-def fmt(score: dict | None, scale: float = 100.0) -> str:
-    if score is None:
-        return "–"
-    return f"{score['mean'] * scale:.1f} ± {score['sd'] * scale:.1f}"
 
 
 def table(models: dict, results: dict) -> str:
@@ -231,23 +179,19 @@ def table(models: dict, results: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--budget-tokens", type=int, default=250_000, help="tokens processed per pre-training")
-    p.add_argument("--train-limit", type=int, default=800, help="fine-tuning examples per task (seeded subset)")
-    p.add_argument("--eval-limit", type=int, default=400, help="dev examples per task (seeded subset)")
-    p.add_argument("--seeds", type=int, default=3, help="fine-tuning seeds per model and task")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (tiny models gain little from more)")
+    add_finetuning_arguments(p)
     p.add_argument("--work", type=Path, default=None, help="keep the data and models here (default: a temp dir)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--no-baselines", action="store_true", help="skip the models without pre-training")
     args = p.parse_args()
-    if not (SHARED / "wikitext-2").is_dir() or not (SHARED / "glue" / "SST-2").is_dir():
-        raise SystemExit(f"needs WikiText-2 and GLUE in {SHARED}")
+    check_shared_data()
     torch.set_num_threads(args.threads)
     logging.basicConfig(level=logging.WARNING)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        say(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {args.threads} threads")
+        say(load_line(args.threads))
         vocab, bert_data, t5_data = prepare_data(work)
         models = pretrain_all(work, vocab, bert_data, t5_data, args.budget_tokens, not args.no_baselines)
         results: dict[str, dict] = {}
@@ -258,12 +202,12 @@ def main() -> None:
             results[name] = {}
             for task in GLUE:
                 t0 = time.perf_counter()
-                run = finetune_bert if is_bert else finetune_t5
+                run = finetune_encoder if is_bert else finetune_t5
                 results[name][task] = run(models[name]["dir"], task, work / "finetune" / name / task,
                                           args.train_limit, args.eval_limit, args.seeds)
                 say(f"fine-tuned {name} on {task} ({args.seeds} seeds, {time.perf_counter() - t0:.0f} s): "
                     + ", ".join(f"{k} {v['mean']:.3f}" for k, v in results[name][task].items()))
-        say(f"load average {os.getloadavg()[0]:.1f}; total {(time.perf_counter() - started) / 60:.1f} min")
+        say(f"{load_line(args.threads)}; total {(time.perf_counter() - started) / 60:.1f} min")
         print()
         print(f"Pre-training: WikiText-2, {args.budget_tokens:,} tokens each (batch {BATCH}, inputs <= {SEQ}); "
               f"BERT {models['_params']['bert'] / 1e6:.2f}M parameters, T5 {models['_params']['t5'] / 1e6:.2f}M. "
