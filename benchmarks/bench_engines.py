@@ -204,7 +204,7 @@ def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[l
         ref = vectors.get("HF fp32", vectors.get("bertlab fp32"))
         for name in names:
             rows.append({"threads": threads, "shape": shape, "contender": name,
-                         "bulk_seq_per_s": round(statistics.median(bulk[name]), 1),
+                         "bulk_seq_per_s": round(statistics.median(bulk[name]), 3),
                          "batch1_ms": round(statistics.median(single[name]), 2),
                          "min_cosine_to_hf_fp32": round(float(cosine(vectors[name], ref).min()), 5)})
     return rows
