@@ -32,7 +32,8 @@ from torch import nn
 from ..bert.modeling import BertModelOutput, BertPreTrainedModel
 from ...nn import AttentionMask, Dropout, TokenLayout, attention
 from ...nn.attention import get_kernel, takes_rows, varlen_flash, varlen_flash_runs
-from ...nn.elementwise import ACTIVATIONS
+from ...nn.elementwise import activate, add_residual
+from ...nn.rotary import rotate_qk_
 from .config import ModernBertConfig
 
 
@@ -136,8 +137,12 @@ class ModernBertAttention(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, H), or (N, H) with `layout`; rope: cos, sin (T, 1, hs) or (N, 1, hs)."""
         shape, H = x.shape[:-1], x.size(-1)
-        q, k, v = self.Wqkv(x).view(*shape, 3, self.num_heads, H // self.num_heads).unbind(-3)  # 3 x (..., nh, hs)
-        q, k = rotate(q, *rope), rotate(k, *rope)
+        qkv = self.Wqkv(x).view(*shape, 3, self.num_heads, H // self.num_heads)  # (..., 3, nh, hs)
+        cos, sin = rope
+        rotated = rotate_qk_(qkv, cos.squeeze(-2), sin.squeeze(-2))  # fp32 inference: one C pass, in place
+        q, k, v = qkv.unbind(-3)  # 3 x (..., nh, hs)
+        if not rotated:
+            q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         q, k, v = (t.reshape(*shape, H) for t in (q, k, v))  # (..., H): heads side by side again
         common = dict(layout=layout, kernel=self.attn_implementation, dropout_p=self.dropout_p,
                       training=self.training, need_weights=output_attentions)
@@ -154,13 +159,14 @@ class ModernBertMLP(nn.Module):
     def __init__(self, config: ModernBertConfig):
         super().__init__()
         self.Wi = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
-        self.act = ACTIVATIONS[config.hidden_activation]
+        self.activation = config.hidden_activation
         self.drop = Dropout(config.mlp_dropout)
         self.Wo = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         value, gate = self.Wi(x).chunk(2, dim=-1)  # 2 x (..., I)
-        return self.Wo(self.drop(self.act(value) * gate))
+        # the activation written over the value half where autograd does not need it: one (..., I) buffer
+        return self.Wo(self.drop(activate(value, self.activation) * gate))
 
 
 class ModernBertEncoderLayer(nn.Module):
@@ -175,8 +181,8 @@ class ModernBertEncoderLayer(nn.Module):
 
     def forward(self, x, rope, keep, mask, layout=None, output_attentions=False):
         y, probs = self.attn(self.attn_norm(x), rope, keep, mask, layout, output_attentions)
-        x = x + y
-        return x + self.mlp(self.mlp_norm(x)), probs
+        x = add_residual(y, x)  # into y, a fresh output: no third (..., H) buffer
+        return add_residual(self.mlp(self.mlp_norm(x)), x), probs
 
 
 def norm(config: ModernBertConfig) -> nn.LayerNorm:

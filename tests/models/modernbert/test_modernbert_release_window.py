@@ -1,0 +1,70 @@
+"""ModernBERT at the release's attention shape -- a 128-token window (±64), heads of 64 -- against
+`transformers`, fp32 relative error <= 1e-6: rows around the window's and the blocks' edges (padded batches),
+and one row of 8,192 tokens, in the plain model and through bertlab's CPU inference runtime (packed GEMMs,
+the C attention loops). And the local layers' work is the window's: at 8,192 tokens no attention call of a
+local layer sees more than four windows of keys."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from family_support import rel_err  # noqa: E402
+from modernbert_support import hf_model, ours_from, window_batch  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+# the release's window and head size, at a width a test can afford: global, local, local
+RELEASE = dict(hidden_size=128, num_attention_heads=2, intermediate_size=192, num_hidden_layers=3,
+               local_attention=128, max_position_embeddings=8192)
+W = RELEASE["local_attention"] // 2  # 64: keys within 64 positions either side
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from bertlab.infer.runtime import InferenceOptions, prepare
+
+    hf = hf_model(**RELEASE)
+    ours, _ = ours_from(hf, tmp_path_factory.mktemp("release"))
+    fast, _ = ours_from(hf, tmp_path_factory.mktemp("release-fast"))
+    return hf, ours, prepare(fast, InferenceOptions())
+
+
+# 2W + 1 keys a query sees; blocks of 2W queries; one call up to 4W tokens, blocks past it
+@pytest.mark.parametrize("T", [W, 2 * W, 2 * W + 1, 4 * W, 4 * W + 1, 6 * W - 1, 6 * W + 1, 11 * W + 7])
+def test_release_window_matches_transformers_around_the_blocks(models, T):
+    hf, ours, fast = models
+    ids, mask = window_batch(T, seed=T)
+    keep = mask.bool()
+    with torch.inference_mode():
+        theirs = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+        for model in (ours, fast):
+            assert rel_err(model(ids, attention_mask=mask).last_hidden_state[keep], theirs[keep]) <= 1e-6
+            one = torch.cat([model(ids[i:i + 1, :int(mask[i].sum())]).last_hidden_state[0] for i in range(3)])
+            assert rel_err(one, theirs[keep]) <= 1e-6  # batch 1, no padding
+
+
+def test_an_8192_token_row_at_the_release_window(models, monkeypatch):
+    """One row of the full context: 64 windows' blocks in each local layer, every one exact; and no local
+    layer's attention call gets more than 4W keys (the blocks, not a T x T band)."""
+    from bertlab.models.modernbert import modeling
+
+    hf, ours, fast = models
+    ids, _ = window_batch(8192, seed=11)
+    keys_seen = []
+    real_attention = modeling.attention
+
+    def counting(q, k, *args, **kwargs):
+        keys_seen.append(k.size(-2))
+        return real_attention(q, k, *args, **kwargs)
+
+    with torch.inference_mode():
+        theirs = hf(input_ids=ids[:1]).last_hidden_state
+        monkeypatch.setattr(modeling, "attention", counting)
+        for model in (ours, fast):
+            keys_seen.clear()
+            assert rel_err(model(ids[:1]).last_hidden_state, theirs) <= 1e-6
+            local = [n for n in keys_seen if n != 8192]  # the global layer's call sees all 8,192
+            assert len(keys_seen) - len(local) == 1 and len(local) == 2 * 8192 // (2 * W)
+            assert max(local) <= 4 * W
