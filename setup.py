@@ -35,12 +35,5 @@ setup(
             libraries=["m"] if sys.platform.startswith("linux") else [],
             optional=True,
         ),
-        Extension(
-            "bertlab.nn._rotary",
-            sources=["src/bertlab/nn/csrc/rotary.c"],
-            extra_compile_args=["-O3", "-std=c99", *OPENMP],  # ISO C: no FMA contraction (exact to torch)
-            extra_link_args=OPENMP,
-            optional=True,
-        ),
     ]
 )

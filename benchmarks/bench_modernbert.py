@@ -75,11 +75,11 @@ def ops(args: argparse.Namespace) -> None:
             row = {"T": T}
             row["rope, as the model runs it (q, k)"] = median_us(
                 lambda: [modeling.rotate(t, cos, sin) for t in qkv[:, :2].unbind(-3)], args.repeat)
-            from bertlab.nn.rotary import rotate_qk_
+            from bertlab.nn.cpu_kernels import rotate_qk_
 
             c2, s2 = cos.squeeze(-2).contiguous(), sin.squeeze(-2).contiguous()
             copy = qkv.clone()
-            row["rope, C in place (nn/rotary.py)"] = median_us(lambda: rotate_qk_(copy, c2, s2), args.repeat)
+            row["rope, C in place (nn/cpu_kernels.py)"] = median_us(lambda: rotate_qk_(copy, c2, s2), args.repeat)
             for name, fn in ROPE_CANDIDATES.items():
                 row[f"rope, {name}"] = median_us(lambda fn=fn: fn(qkv, cos, sin), args.repeat)
             from bertlab.nn.elementwise import ACTIVATIONS

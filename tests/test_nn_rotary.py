@@ -1,4 +1,4 @@
-"""The in-place rotary pass (nn/rotary.py, csrc/rotary.c) against the torch formula it replaces, x · cos +
+"""The in-place rotary pass (`cpu_kernels.rotate_qk_`, csrc/rows.c at each level) against the torch formula it replaces, x · cos +
 rotate_half(x) · sin: bit for bit, over (B, T) rows and over unpadded (N) rows, and refused where it must not run."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.nn import rotary
+from bertlab.nn import cpu_kernels as rotary
 
 
 def formula(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -25,9 +25,13 @@ needs_c = pytest.mark.skipif(rotary._extension() is None, reason="the C extensio
 
 
 @needs_c
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "none"], indirect=True)  # each level's loop, no FMA contraction
+@pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("lead", [(2, 37), (1, 300), (53,)])  # (B, T) rows, one long row, N unpadded rows
 @pytest.mark.parametrize("nh,hs", [(12, 64), (4, 16), (3, 6)])
-def test_rotation_in_place_is_the_formula_bit_for_bit(lead, nh, hs):
+def test_rotation_in_place_is_the_formula_bit_for_bit(lead, nh, hs, threads, isa):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
     g = torch.Generator().manual_seed(1)
     qkv = torch.randn(*lead, 3, nh, hs, generator=g) * 4
     cos, sin = tables(lead[-1], hs)  # row t of a (B, T) batch takes table row t; an unpadded row its own
@@ -39,6 +43,7 @@ def test_rotation_in_place_is_the_formula_bit_for_bit(lead, nh, hs):
     assert torch.equal(qkv[..., 0, :, :], expected_q)
     assert torch.equal(qkv[..., 1, :, :], expected_k)
     assert torch.equal(qkv[..., 2, :, :], v)  # v is left alone
+    torch.set_num_threads(before)
 
 
 def test_refused_where_it_must_not_run():

@@ -247,6 +247,26 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
     return y
 
 
+def rotate_qk_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Rotary positions (Su et al., RoFormer) over q and k of the fused projection's output `qkv` (..., 3, nh, hs),
+    contiguous, fp32, in place: x · cos + rotate_half(x) · sin, bit for bit the torch formula (one C pass where the
+    formula takes five, each allocating). cos and sin (R, hs) contiguous: row r of qkv's flattened leading
+    dimensions takes table row r % R (R = T for (B, T) rows, N for N unpadded rows). True when done; False where
+    the C pass does not apply (the caller then runs the formula)."""
+    if (qkv.dtype != torch.float32 or qkv.dim() < 4 or qkv.size(-3) != 3 or not _native(qkv, cos, sin)):
+        return False
+    nh, hs = qkv.shape[-2:]
+    rows = qkv.numel() // (3 * nh * hs)
+    for t in (cos, sin):
+        if t.dtype != torch.float32 or t.dim() != 2 or t.size(1) != hs:
+            return False
+    if cos.shape != sin.shape or not rows or rows % cos.size(0):
+        return False
+    _extension().rotate_heads(qkv.data_ptr(), 3 * nh * hs, 2 * nh, hs, hs, rows, cos.data_ptr(), sin.data_ptr(),
+                              cos.size(0), torch.get_num_threads())
+    return True
+
+
 def add_layer_norm_(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                     eps: float) -> torch.Tensor | None:
     """LayerNorm(y + residual) over the last dimension, written over y (the Transformer's "Add & Norm", post-LN),

@@ -33,7 +33,7 @@ from ..bert.modeling import BertModelOutput, BertPreTrainedModel
 from ...nn import AttentionMask, Dropout, TokenLayout, attention
 from ...nn.attention import get_kernel, takes_rows, varlen_flash, varlen_flash_runs
 from ...nn.elementwise import activate, add_residual
-from ...nn.rotary import rotate_qk_
+from ...nn.cpu_kernels import rotate_qk_
 from .config import ModernBertConfig
 
 

@@ -47,6 +47,7 @@ int bl_cpu_level(void) {
         (t)->one_query_heads = V(one_query_heads);         \
         (t)->attention_rows_heads = V(attention_rows_heads); \
         (t)->gemv_columns = V(gemv_columns);               \
+        (t)->rotate_heads_f32 = V(rotate_heads_f32);       \
     } while (0)
 
 int bl_select(int level, bl_kernels *t) {

@@ -124,6 +124,22 @@ static int parse_norm(PyObject *const *args, int at, Py_ssize_t *rows, Py_ssize_
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* rotate_heads(x_ptr, row_stride, heads, head_stride, hs, rows, cos_ptr, sin_ptr, table_rows, threads): fp32 */
+static PyObject *py_rotate_heads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (parse(args, nargs, 10, "rotate_heads") < 0) return NULL;
+    float *x = as_ptr(args[0]);
+    const float *cos = as_ptr(args[6]), *sin = as_ptr(args[7]);
+    Py_ssize_t n[6];
+    const int at[6] = {1, 2, 3, 4, 5, 8};
+    for (int i = 0; i < 6; i++) n[i] = PyLong_AsSsize_t(args[at[i]]);
+    const int threads = (int)PyLong_AsLong(args[9]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_rotate_heads(k, x, n[4], n[0], n[1], n[2], n[3], cos, sin, n[5], threads));
+    return result(rc, "rotate_heads");
+}
+
 /* rms_norm_rows(x_ptr, w_ptr, y_ptr, rows, cols, eps, threads): fp32, contiguous */
 static PyObject *py_rms_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t rows, cols;
@@ -317,6 +333,8 @@ static PyMethodDef methods[] = {
                       "candidates per input"),
     METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): "
                                 "LayerNorm(y + residual) over each contiguous row, fp32"),
+    METHOD(rotate_heads, "rotate_heads(x, row_stride, heads, head_stride, hs, rows, cos, sin, table_rows, threads): "
+                         "rotary positions over each row's heads in place, fp32, torch's formula bit for bit"),
     METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"),
     METHOD(linear_few_rows, "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as "
                             "nn.Linear keeps it"),

@@ -89,6 +89,17 @@ int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float 
     return BL_OK;
 }
 
+int bl_rotate_heads(const bl_kernels *k, float *x, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
+                    ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin, ptrdiff_t table,
+                    int threads) {
+    if (rows < 1 || heads < 1 || hs < 2 || table < 1) return BL_OK;
+    int parts = thread_count(rows, heads * hs, threads);
+    FOR_EACH_BLOCK(rows, parts, {
+        k->rotate_heads_f32(x + start * row_stride, count, start, row_stride, heads, head_stride, hs, cos, sin, table);
+    });
+    return BL_OK;
+}
+
 int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
                            float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads) {
     if (rows < 1 || cols < 1) return BL_OK;

@@ -152,3 +152,34 @@ HIDDEN void VARIANT(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t col
         lse[r] = logf(sum);
     }
 }
+
+/* ------------------------------------------------------------------------------------------ rotary positions */
+/* Rotary positions (Su et al., RoFormer) over `heads` heads of hs floats in each of `rows` rows, in place: row r
+ * (first + r overall) at x + r·row_stride, head h at + h·head_stride, rotated by row (first + r) % table of the
+ * (table, hs) cos/sin tables:
+ *     x1' = x1 · cos1 + (-x2) · sin1,   x2' = x2 · cos2 + x1 · sin2      (halves of hs; rotate_half's pairing)
+ * each product rounded before the sum -- no FMA contraction, unlike this library's other loops -- so the result
+ * is torch's formula x · cos + rotate_half(x) · sin bit for bit. One pass where torch's formula takes five over q
+ * and k (negate, concatenate, two products, a sum), each allocating. */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+HIDDEN void VARIANT(rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
+                                      ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin,
+                                      ptrdiff_t table) {
+    const ptrdiff_t half = hs / 2;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const ptrdiff_t t = (first + r) % table;
+        const float *c = cos + t * hs, *s = sin + t * hs;
+        for (ptrdiff_t h = 0; h < heads; h++) {
+            float *a = x + r * row_stride + h * head_stride, *b = a + half;
+            for (ptrdiff_t i = 0; i < half; i++) {
+                const float x1 = a[i], x2 = b[i];
+                const float r1 = x1 * c[i] + (-x2) * s[i];
+                const float r2 = x2 * c[half + i] + x1 * s[half + i];
+                a[i] = r1;
+                b[i] = r2;
+            }
+        }
+    }
+}
+#pragma GCC pop_options
