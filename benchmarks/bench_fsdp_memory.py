@@ -1,8 +1,10 @@
 """Memory per process under DDP and FSDP2: bytes of the parameters, gradients and optimizer state each process
 holds (its local shards counted), and its peak and current RSS, for a randomly initialised BERT of a preset's
-shape, trained one step (AdamW) by 2 processes on CPU (gloo).
+shape, trained one step (AdamW) by 2 processes on CPU (gloo): pre-training's model (`BertForPreTraining`), or with
+`--head classification` fine-tuning's (`BertForSequenceClassification`, two labels).
 
-    python benchmarks/bench_fsdp_memory.py [--model base] [--nproc 2] [--seq 64] [--batch 2] [--json out.json]
+    python benchmarks/bench_fsdp_memory.py [--model base] [--head pretraining] [--nproc 2] [--seq 64] [--batch 2]
+                                           [--json out.json]
 
 Each sharding runs in its own `torchrun` job (so peak RSS is that job's alone). Counted right after the first
 backward (gradients) and after the optimizer step (parameters, Adam's two moments). RSS (VmHWM / VmRSS of
@@ -26,14 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 WORKER = textwrap.dedent("""
     import json, sys, torch
-    from bertlab import BertConfig, BertForPreTraining
+    from bertlab import BertConfig, BertForPreTraining, BertForSequenceClassification
     from bertlab.train import adamw, init_distributed
     from bertlab.train.fsdp import local_bytes, shard_model
 
     model_name, sharding, seq, batch, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    classification = sys.argv[6] == "classification"
     dist = init_distributed("cpu")
     torch.manual_seed(0)
-    model = BertForPreTraining(BertConfig.from_name_or_path(model_name))
+    head = BertForSequenceClassification if classification else BertForPreTraining
+    model = head(BertConfig.from_name_or_path(model_name))
     if sharding == "fsdp":
         shard_model(model)
         wrapped = model
@@ -42,8 +46,9 @@ WORKER = textwrap.dedent("""
     optimizer = adamw(model, lr=1e-4)
     g = torch.Generator().manual_seed(dist.rank)
     ids = torch.randint(5, model.config.vocab_size, (batch, seq), generator=g)
-    out_ = wrapped(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids),
-                   labels=ids, next_sentence_label=torch.zeros(batch, dtype=torch.long))
+    labels = {"labels": torch.zeros(batch, dtype=torch.long)} if classification else \
+        {"labels": ids, "next_sentence_label": torch.zeros(batch, dtype=torch.long)}
+    out_ = wrapped(input_ids=ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids), **labels)
     out_.loss.backward()
     grads = local_bytes(p.grad for p in model.parameters() if p.grad is not None)
     optimizer.step()
@@ -63,6 +68,7 @@ WORKER = textwrap.dedent("""
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="base")
+    ap.add_argument("--head", choices=("pretraining", "classification"), default="pretraining")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--batch", type=int, default=2)
@@ -77,10 +83,10 @@ def main() -> None:
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
             subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                             str(args.nproc), str(worker), args.model, sharding, str(args.seq), str(args.batch),
-                            str(out)], check=True, env=env)
+                            str(out), args.head], check=True, env=env)
             results[sharding] = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(args.nproc)]
     mb = lambda n: f"{n / 2**20:,.0f}"
-    print(f"BERT-{args.model}, {args.nproc} processes, AdamW, batch {args.batch} x {args.seq} per process, "
+    print(f"BERT-{args.model} ({args.head}), {args.nproc} processes, AdamW, batch {args.batch} x {args.seq} per process, "
           f"MiB per process (rank 0 / rank 1 ...)")
     print(f"{'':10s} {'parameters':>14s} {'gradients':>14s} {'optimizer':>14s} {'state total':>14s} "
           f"{'peak RSS':>14s} {'RSS after':>14s}")

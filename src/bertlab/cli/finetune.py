@@ -9,6 +9,9 @@ predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/
 come from the dataclass `bertlab.train.finetune.FinetuneConfig`: its defaults, then a JSON file (`--config
 run.json`; a run's own OUT_DIR/run_config.json works), then the flags -- as for pretrain and distill.
 
+Under torchrun (`torchrun --nproc-per-node N -m bertlab.cli finetune TASK ... --sharding ddp|fsdp`) the processes
+share every batch and rank 0 reports; docs/guide/scaling.md.
+
 The other fine-tuning recipes are commands of their own: `finetune-multi` (several tasks, one encoder),
 `finetune-t5` (T5 text-to-text), `finetune-features` (the paper's feature-based NER).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -144,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     cfg, metrics = run_recipe(args, FinetuneConfig, finetune)
     if isinstance(metrics, int):  # stopped by a signal
         return metrics
+    if not metrics:  # another process of a torchrun job: rank 0 reports
+        return 0
     print(json.dumps({"task": metrics["task"], "selected": metrics["selected"],
                       "dev": {split: {k: mean_sd(v) if isinstance(v, dict) else v
                                       for k, v in brief_scores(scores).items()
@@ -161,7 +167,8 @@ def interrupted(stop, command: str, out: str) -> int:
     checkpoint (`command`: `finetune sst2`, `finetune-t5`, ...); the exit status is the shell's for that signal
     (130 Ctrl-C, 143 SIGTERM)."""
     where = stop.result.checkpoint
-    print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
-          + (f"checkpoint {where}; continue with: bertlab {command} --out {out} --resume"
-             if where is not None else "no checkpoint was written"), file=sys.stderr)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun every process stopped; rank 0 says so
+        print(f"interrupted in {stop.run_dir} at step {stop.result.step}; "
+              + (f"checkpoint {where}; continue with: bertlab {command} --out {out} --resume"
+                 if where is not None else "no checkpoint was written"), file=sys.stderr)
     return stop.result.exit_status

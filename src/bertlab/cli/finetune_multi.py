@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train.finetune import FinetuneConfig
     from ..train.runconfig import add_config_arguments
 
-    add_config_arguments(p, FinetuneConfig, HELP, skip=("task",), aliases=ALIASES, defaults=DEFAULTS)
+    add_config_arguments(p, FinetuneConfig, HELP, skip=("task", "parallel"), aliases=ALIASES, defaults=DEFAULTS)
     p.set_defaults(task="multi")
 
 

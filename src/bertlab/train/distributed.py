@@ -5,6 +5,7 @@ uninterrupted one would have."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import os
 import random
@@ -34,13 +35,14 @@ class DistInfo:
         return self.rank == 0
 
 
-def init_distributed(device: str | None = None) -> DistInfo:
+def init_distributed(device: str | None = None, timeout: datetime.timedelta | None = None) -> DistInfo:
     """Join the process group `torchrun` describes in the environment (gloo on CPU, NCCL on GPU).
 
     Without torchrun (no WORLD_SIZE) this is one process and no group. `device`: "cpu", "cuda" or None for
-    CUDA when available. Each rank uses the GPU of its LOCAL_RANK.
+    CUDA when available. Each rank uses the GPU of its LOCAL_RANK. `timeout`: how long a collective waits for
+    the slowest process (None: torch's default, 30 minutes on gloo).
     """
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = torchrun_world_size()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
@@ -50,8 +52,41 @@ def init_distributed(device: str | None = None) -> DistInfo:
     if use_cuda:
         torch.cuda.set_device(dev)
     if world_size > 1 and not torch_dist.is_initialized():
-        torch_dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        torch_dist.init_process_group(backend="nccl" if use_cuda else "gloo",
+                                      **({"timeout": timeout} if timeout is not None else {}))
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, device=dev)
+
+
+def torchrun_world_size() -> int:
+    """The number of processes of the `torchrun` job this process is one of (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def refuse_torchrun(command: str) -> None:
+    """A recipe that trains in one process only, refused in one line under torchrun -- rather than N processes
+    each running the whole recipe and writing one output folder at once."""
+    if torchrun_world_size() > 1:
+        raise ConfigError(f"{command} trains in one process: run it without torchrun (pretrain, finetune and "
+                          "distill train across the processes of a torchrun job)")
+
+
+def barrier(dist: DistInfo) -> None:
+    """Wait for every process of the job (nothing to wait for in one process)."""
+    if dist.world_size > 1:
+        torch_dist.barrier()
+
+
+def gather_rows(local: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """Every process's rows of a batch, in rank order, with gradients: process r holds `sizes[r]` rows (`local`,
+    cut along the first dimension; the other dimensions alike everywhere). The backward sums what every process's
+    loss wants of this process's rows (torch.distributed.nn's all_gather), so a loss computed the same on every
+    process from the gathered batch gives each process W times its rows' share of the gradient, and DDP's or
+    FSDP's average over the W processes is the one-process gradient of that loss."""
+    from torch.distributed.nn.functional import all_gather
+
+    most = max(sizes)
+    padded = torch.cat([local, local.new_zeros((most - len(local), *local.shape[1:]))]) if len(local) < most else local
+    return torch.cat([part[:n] for part, n in zip(all_gather(padded), sizes)])
 
 
 def _current_dist(device: torch.device) -> DistInfo:

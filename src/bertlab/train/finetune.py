@@ -26,12 +26,17 @@ when its run.json exists, and the best run of the setting in progress keeps its 
 `runs/{name}/model/` until the setting is decided. `bertlab finetune TASK --out OUT --resume` skips the
 runs that are done, continues the one that was interrupted from its checkpoint -- bitwise as if never
 stopped, through the same loop and the same checkpoints as pre-training -- and goes on with the sweep.
+
+Under torchrun (`--sharding ddp | fsdp`, as for pre-training: `fsdp.py`) every process trains its share of each
+global batch of every run, and rank 0 alone prepares OUT_DIR, scores, keeps the best run and exports it (an FSDP
+model gathered whole first); a signal on any process stops them all with one checkpoint, sharded under FSDP.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import itertools
 import json
 import logging
@@ -57,15 +62,16 @@ from ..tasks.base import Feature, feature_lengths
 from ..tasks.own_data import InputOptions
 from . import methods
 from .batches import shuffled_batches, steps_for_epochs
-from .distributed import seed_everything
+from .distributed import DistInfo, _current_dist, barrier, seed_everything, torchrun_world_size
+from .fsdp import join_job, shard_model, unsharded_copy
 from .loop import LoopConfig, Trainer, TrainResult
 from .run_dir import CHECKPOINT_DIR, check_writable, claim_run_dir, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
 from .random_init import INIT_DIR, random_start, resolve_init
 from .runconfig import GroupedSettings
-from .settings import EpochTraining, OptimOptions, RunOptions
-from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
-                    split_batch, write_run_config)
+from .settings import EpochTraining, OptimOptions, RunOptions, ShardingOptions
+from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_resume_config, run_record, split_batch,
+                    write_run_config)
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +158,8 @@ class FinetuneConfig(GroupedSettings):
     inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
+    # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`), as for pre-training
+    parallel: ShardingOptions = field(default_factory=ShardingOptions)
     overwrite: bool = False  # replace an earlier run's results in `out`; without it such an `out` is refused
     # a random start (train/random_init.py): `model` a size with `vocab`'s tokenizer, or a folder's shape
     vocab: str | None = None
@@ -232,7 +240,9 @@ class FinetuneTrainer(Trainer):
     (metrics.jsonl, accumulation, precision, clipping, signals, exact resume) is the loop's."""
 
     def save_checkpoint(self):
-        if self._stop_signal is None and not self.config.save_every:
+        # `stopping`, not this process's own signal: under torchrun the save is collective, and a signal that
+        # reached one process stops them all (the loop shares the flag)
+        if not self.stopping and not self.config.save_every:
             return None
         return super().save_checkpoint()
 
@@ -295,13 +305,23 @@ def load_task_data(spec: TaskSpec, data: str | Path, tokenizer, max_length: int,
 
 def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: "PretrainedStart",
                setting: dict[str, Any], seed: int, run_dir: Path, tokenizer, max_length: int,
-               device: torch.device) -> tuple[Any, RunResult]:
-    """One fine-tuning run on the shared loop, then every dev split scored; returns (model, result)."""
+               device: torch.device, sharding: str = "none") -> tuple[Any, RunResult | None]:
+    """One fine-tuning run on the shared loop, then every dev split scored; returns (model, result).
+
+    Under torchrun every process trains its share of each global batch (`sharding`: ddp or fsdp, as
+    `join_processes` resolved it); rank 0 then holds the whole trained model and scores it, the others return
+    (None, None)."""
+    dist = _current_dist(device)
     batch_size, lr, epochs = setting["batch_size"], setting["lr"], setting["epochs"]
-    micro, _ = split_batch(batch_size, grad_accum=cfg.grad_accum)  # a grid's batch sizes are checked here
+    # a grid's batch sizes are checked here: the global batch is micro x grad_accum x processes
+    micro, _ = split_batch(batch_size, world_size=dist.world_size, grad_accum=cfg.grad_accum)
     model = pretrained.fresh(seed).to(device)
     tuning = methods.prepare(model, cfg.tuning, pretrained.new_modules, pretrained.model_dir)  # what trains
-    total = cfg.max_steps or steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum)
+    total = cfg.max_steps or steps_for_epochs(epochs, len(data.train_features), micro, cfg.grad_accum,
+                                              dist.world_size)
+    head_class = type(model)
+    if sharding == "fsdp":  # before the optimizer: FSDP2 replaces the parameters by their shards
+        shard_model(model, cfg.precision, cfg.fsdp_cpu_offload)
     optimizer = adamw(model, lr=lr, weight_decay=cfg.weight_decay, layerwise_decay=cfg.layer_lr_decay)
     scheduler = linear_warmup_decay(optimizer, math.ceil(cfg.warmup_proportion * total), total)
     on_step = tuning.after_optimizer()  # gradual unfreezing: the optimizer holds every block, most frozen
@@ -319,7 +339,8 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
 
     def batches(step: int):  # seekable: the loop asks for the data from optimizer step `step` on
         for batch in shuffled_batches(data.train_features, micro, collate_fn=spec.collate, seed=seed,
-                                      start=step * cfg.grad_accum, lengths=lengths):
+                                      start=step * cfg.grad_accum, lengths=lengths, rank=dist.rank,
+                                      world_size=dist.world_size):
             if stopper is not None and stopper.stop:
                 return  # the loop ends the run here ("data_exhausted")
             yield batch
@@ -350,6 +371,11 @@ def train_once(spec: TaskSpec, cfg: FinetuneConfig, data: TaskData, pretrained: 
     train_seconds = time.perf_counter() - t0
     if result.interrupted:  # the loop stopped cleanly on Ctrl-C/SIGTERM: stop the whole grid, not just this run
         raise FinetuneInterrupted(run_dir, result)
+    if sharding == "fsdp":  # gathered whole on rank 0 (collective): scored and exported as one process's model
+        model = unsharded_copy(model, lambda: head_class(model.config))
+        model = model.to(device) if model is not None else None
+    if not dist.is_main:
+        return None, None
     details = dict(tuning.report)
     if stopper is not None:
         details["early_stopping"] = stopper.restore_best(model, result.step)
@@ -447,7 +473,7 @@ RUN_MODEL_DIR = "model"  # runs/{name}/model: the weights of the best run of the
 # Settings a resumed fine-tuning may change when stated again; the rest (task, data, grid, seeds, the
 # schedule) is the run's own.
 RESUME_MAY_CHANGE = ("eval_batch_size", "eval_every", "save_every", "device", "progress", "retain_freed_memory",
-                     "resume")
+                     "resume", "sharding", "fsdp_cpu_offload")
 
 
 def run_name(setting: dict[str, Any], seed: int) -> str:
@@ -524,6 +550,27 @@ class SweepState:
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
+RANK_0_WORK_TIMEOUT = datetime.timedelta(hours=6)  # how long the other processes wait for rank 0's scoring
+
+
+def join_processes(cfg: FinetuneConfig) -> tuple[DistInfo, str]:
+    """One process on `cfg.device`, or this process's place in a torchrun job; and the resolved sharding. What
+    does not run across processes is refused here in one line, before any model is built."""
+    if torchrun_world_size() > 1:  # refused before the process group is joined
+        if cfg.early_stopping:
+            raise ConfigError("--early-stopping runs in one process (the stop is decided from rank 0's dev scores "
+                              "alone); drop it under torchrun, or keep the best of --eval-steps yourself")
+        if cfg.gradual_unfreezing:
+            raise ConfigError("--gradual-unfreezing runs in one process (DDP and FSDP fix what trains when they "
+                              "wrap the model); drop it under torchrun")
+    if cfg.sharding == "fsdp" and cfg.method != "full":
+        raise ConfigError(f"--sharding fsdp trains every weight (--method full); --method {cfg.method} trains a "
+                          "small part of the model: use --sharding ddp")
+    # Between the runs of a grid or of --seeds rank 0 alone scores every dev split (SQuAD's or MNLI's can take an
+    # hour on CPUs) while the others wait at the next run's start: longer than torch's 30 minutes.
+    return join_job(cfg.device, cfg.sharding, cfg.precision, cfg.fsdp_cpu_offload, RANK_0_WORK_TIMEOUT)
+
+
 def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """Run the whole recipe (see the module docstring); returns what it writes to OUT_DIR/metrics.json."""
     from ..models.auto import AutoTokenizer
@@ -534,22 +581,32 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
         if cfg.task != task:
             raise ConfigError(f"{out}: is a fine-tuning of {cfg.task}, not {task}")
-        check_writable(out)
-    else:  # an earlier run's results are replaced only when asked (--overwrite)
-        claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
+    dist, sharding = join_processes(cfg)
+    if dist.is_main:  # rank 0 prepares OUT_DIR; the others wait for it
+        if cfg.resume:
+            check_writable(out)
+        else:  # an earlier run's results are replaced only when asked (--overwrite)
+            claim_output_dir(out, cfg.overwrite)  # which also proves `out` writable
     start = None
     if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
-        start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=cfg.resume)
+        if dist.is_main:
+            start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=cfg.resume)
+        barrier(dist)
+        if not dist.is_main:  # the start rank 0 drew
+            start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=True)
+    barrier(dist)
     model_dir = str(start.folder) if start else cfg.model
     cfg = with_default_lr(cfg, model_dir)
     spec = TASKS[cfg.task].for_run(cfg)  # own-data tasks read their files here (columns, labels, dev split)
     sweep = SweepState(out, spec, cfg.resume)
-    device = resolve_device(cfg.device)
+    device = dist.device
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     max_length = cfg.max_seq_length or spec.default_max_length
     init = start.record if start else {"init": "pretrained", "model": cfg.model}
-    write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
-                                           "settings": cfg.settings(), "init": init}))
+    if dist.is_main:
+        write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),
+                                               "settings": cfg.settings(), "init": init,
+                                               "world_size": dist.world_size, "sharding": sharding}))
     t_start = time.perf_counter()
     data = load_task_data(spec, cfg.data, tokenizer, max_length, cfg.train_limit, cfg.eval_limit)
     log.info("%s: %d training examples (%d features), dev %s", spec.name, len(data.train_examples),
@@ -569,8 +626,11 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
             if done is not None:  # finished in an earlier session (resume)
                 runs.append(done)
                 continue
+            barrier(dist)  # every process trains the same run (a resumed sweep: rank 0 wrote run.json before)
             model, run = train_once(spec, cfg, data, pretrained, setting, seed, out / "runs" / name, tokenizer,
-                                    max_length, device)
+                                    max_length, device, sharding)
+            if run is None:  # a process other than rank 0 of a torchrun job: rank 0 scores, keeps and exports
+                continue
             log.info("%s: %s", name, json.dumps({s: brief_scores(v) for s, v in run.scores.items()}))
             # Of a setting's seeds only the best run's weights are kept (in CPU memory, one copy; and on disk
             # until the setting is decided, for a resume).
@@ -583,6 +643,8 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
             sweep.finish_run(run, model, best_of_setting, runs)
             runs.append(run)
             del model
+        if not dist.is_main:
+            continue
         all_runs.extend(runs)
         if sweep.decided(index):  # decided (and exported, if it won) in an earlier session
             best = sweep.best(settings, runs_of) or best
@@ -597,6 +659,8 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
         for r in runs:
             r.state = None
 
+    if not dist.is_main:
+        return {}  # rank 0 reports
     _, setting, runs, chosen = best
     test_files, test_scores = _predict_test(spec, cfg, out, tokenizer, max_length, device)
     metrics = {

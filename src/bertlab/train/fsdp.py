@@ -1,9 +1,11 @@
 """Fully sharded data parallel training: torch's FSDP2 (`fully_shard`) and distributed checkpoint (DCP), wired to
 bertlab's models and training loop -- no sharding of bertlab's own.
 
+    join_job               one process on its device, or this process's place in a torchrun job, and the sharding
     shard_model            one `fully_shard` per layer block (the stacks' `blocks()`, `models.family.layer_blocks`)
                            and one for the whole model; bf16 mixed precision (parameters gathered and computed in
                            bf16, gradients reduced in fp32, the sharded fp32 master weights updated); CPU offload
+    gathered               a sharded model's own unit held whole while a part of it runs alone
     is_fully_sharded       whether a model was sharded so (the loop then keeps gradient sync, evaluation and
                            checkpoints collective)
     save_sharded_state /   model and optimizer state as each process's shards (`torch.distributed.checkpoint`), read
@@ -16,9 +18,10 @@ unit, so its parameters are gathered once per step, not re-gathered and reduced 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -26,6 +29,8 @@ from torch import nn
 
 from ..core.errors import ConfigError
 from ..models.family import layer_blocks, shared_blocks
+from .distributed import DistInfo, init_distributed, torchrun_world_size
+from .setup import resolve_device
 
 SHARDINGS = ("auto", "none", "ddp", "fsdp")
 
@@ -62,6 +67,18 @@ def resolve_sharding(sharding: str | None, world_size: int, precision: str, cpu_
     return sharding
 
 
+def join_job(device: str | None, sharding: str | None, precision: str, cpu_offload: bool = False,
+             timeout=None) -> tuple[DistInfo, str]:
+    """What a recipe that runs as one process or as the processes of a torchrun job does first: one process on
+    `device` (`setup.resolve_device`), or this process's place in the job (`distributed.init_distributed`,
+    `timeout` for its collectives); and the sharding `resolve_sharding` decides."""
+    if torchrun_world_size() == 1:
+        dist = DistInfo(device=resolve_device(device))
+    else:
+        dist = init_distributed(None if device in (None, "auto") else device, timeout=timeout)
+    return dist, resolve_sharding(sharding, dist.world_size, precision, cpu_offload)
+
+
 def shard_model(model: nn.Module, precision: str = "fp32", cpu_offload: bool = False) -> nn.Module:
     """Shard `model` (on its device, before its optimizer is built: FSDP2 replaces the parameters by sharded
     DTensors) over all processes of the group: each layer block, then the whole. Returns the same module."""
@@ -92,6 +109,21 @@ def is_fully_sharded(model: nn.Module) -> bool:
     except ImportError:
         return False
     return isinstance(model, FSDPModule)
+
+
+@contextlib.contextmanager
+def gathered(model: nn.Module) -> Iterator[None]:
+    """A sharded model's own unit (embeddings, heads: all but its layer blocks, which gather as they run) held whole
+    for the block, so that a part of the model can run alone, outside the model's forward -- distillation's
+    student, evaluated on its own. Collective; after the model's first forward. Any other model as it is."""
+    if not is_fully_sharded(model):
+        yield
+        return
+    model.unshard()
+    try:
+        yield
+    finally:
+        model.reshard()
 
 
 def set_gradient_sync(model: nn.Module, sync: bool) -> None:
@@ -175,6 +207,8 @@ def unsharded_copy(model: nn.Module, build) -> nn.Module | None:
     return plain.eval()
 
 
-__all__ = ["SHARDINGS", "compute_device", "full_state_dict", "is_fully_sharded", "load_sharded_state", "local_bytes",
+__all__ = ["SHARDINGS", "compute_device", "full_state_dict", "gathered", "is_fully_sharded", "join_job",
+           "load_sharded_state",
+           "local_bytes",
            "resolve_sharding", "save_sharded_state", "set_gradient_sync", "shard_model", "unsharded_copy",
            "weights_finite"]

@@ -277,6 +277,7 @@ class Trainer:
         # (`_bound_heap`).
         self._last_shapes: tuple | None = None
         self._stop_signal: int | None = None
+        self.stopping = False  # a signal reached some process: this step is the last (the same on every rank)
         self._metrics_file = None
         self._tb = None
 
@@ -524,6 +525,7 @@ class Trainer:
             n = cfg.grad_accum * dist.world_size
             metrics = {name: v / n for name, v in zip(names, values[:len(names)])}
             step_tokens, stop_requested = int(values[-2]), values[-1] > 0
+            self.stopping = stop_requested
             if not math.isfinite(metrics["loss"]):
                 self._fail_non_finite(metrics["loss"], micro_batches)
 

@@ -47,6 +47,7 @@ from ..tasks.base import feature_lengths
 from .finetune import (MULTI_TASK, RESUME_MAY_CHANGE, FinetuneConfig, FinetuneInterrupted, MultiTaskOptions,
                        PretrainedStart, FinetuneTrainer, finetune, load_task_data, save_model, with_default_lr)
 from .batches import mixed_batches, steps_per_epoch
+from .distributed import refuse_torchrun
 from .loop import LoopConfig
 from .run_dir import CHECKPOINT_DIR, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
@@ -88,6 +89,7 @@ def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) ->
     `given`: the settings stated on the command line (on resume, only those may override the run's own)."""
     from ..tokenizer import BertTokenizer
 
+    refuse_torchrun("finetune-multi")
     out = Path(cfg.out)
     if cfg.resume:  # the run's own settings rule, as for one task
         cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)

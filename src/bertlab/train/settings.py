@@ -2,7 +2,7 @@
 
     run       RunOptions        seed, device, progress, memory, checkpoint cadence, resume -- how a run goes
               LoopRunOptions    + keep_last, log_every, num_workers: the long runs (pre-training, distillation)
-    sharding  ShardingOptions   DDP or FSDP2 under torchrun, CPU offload (pre-training)
+    sharding  ShardingOptions   DDP or FSDP2 under torchrun, CPU offload (pre-training, fine-tuning)
     optim     OptimOptions      lr, weight_decay, max_grad_norm -- the optimiser's knobs
               WarmupOptimOptions  + warmup, of BERT's linear schedule (pre-training, distillation); T5's add
               AdamOptimOptions  + Adam's β1, β2, ε (pre-training: RoBERTa's β2 0.98, ε 1e-6 for large batches)

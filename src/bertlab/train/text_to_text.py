@@ -68,6 +68,7 @@ from . import methods
 from .finetune import (RESUME_MAY_CHANGE, RUN_FILE, FinetuneInterrupted, FinetuneTrainer, MultiTaskOptions,
                        StepCallback, SweepState, mean_sd, subset)
 from .batches import mixed_batches, steps_per_epoch
+from .distributed import refuse_torchrun
 from .loop import LoopConfig
 from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .random_init import random_start, resolve_init
@@ -458,6 +459,7 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
     settings stated again (as for `finetune`: only the runtime ones may change)."""
     from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
+    refuse_torchrun("finetune-t5")
     out = Path(cfg.out)
     if not cfg.out:
         raise ConfigError("finetune-t5: give --out OUT")

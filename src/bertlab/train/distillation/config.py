@@ -11,7 +11,7 @@ from ...core.errors import ConfigError
 from ..loop import TrainResult
 from ..random_init import INITS
 from ..runconfig import GroupedSettings, parse_duration
-from ..settings import HeldOutEval, LoopRunOptions, StepTraining, WarmupOptimOptions
+from ..settings import HeldOutEval, LoopRunOptions, ShardingOptions, StepTraining, WarmupOptimOptions
 from ..setup import check_precision
 
 
@@ -70,6 +70,8 @@ class DistillConfig(GroupedSettings):
     # seed, device, checkpoints (save_every None: general 10 per run; task: on signals only, see the
     # docstring), resume; num_workers: general only
     run: DistillRunOptions = field(default_factory=DistillRunOptions)
+    # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`), as for pre-training
+    parallel: ShardingOptions = field(default_factory=ShardingOptions)
 
     @classmethod
     def upgrade_settings(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +137,7 @@ class DistillConfig(GroupedSettings):
 
 # Settings a resumed run may change; the rest comes from the run's own run_config.json.
 RESUME_MAY_CHANGE = ("eval_every", "eval_batches", "save_every", "keep_last", "log_every", "num_workers", "device",
-                     "progress", "resume", "eval_teacher")
+                     "progress", "resume", "eval_teacher", "sharding", "fsdp_cpu_offload")
 
 
 @dataclass

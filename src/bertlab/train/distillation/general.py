@@ -23,7 +23,7 @@ from ..students import build_student, hidden_layer_map
 from .config import GENERAL_EVALS, GENERAL_OBJECTIVE, DistillConfig, DistillResult
 from .distillers import MLMDistiller
 from .teachers import load_mlm_teacher
-from .trainer import freeze_unused, make_trainer
+from .trainer import freeze_unused, make_trainer, shard_distiller, student_alone, whole_student
 
 
 def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> DistillResult:
@@ -58,6 +58,7 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
         raise ConfigError(f"sequence length {length} exceeds the student's max_position_embeddings "
                           f"({student.config.max_position_embeddings})")
     freeze_unused(student, ("bert.pooler.", "cls.seq_relationship."))
+    student_class = type(student)  # (under FSDP the sharded student's class is FSDP's subclass of it)
     L_s, L_t = student.config.num_hidden_layers, teacher.config.num_hidden_layers
     layer_map = hidden_layer_map(init, L_s, L_t) if cfg.cosine_layers == "all" else [(L_s, L_t)]
     distiller = MLMDistiller(student, teacher, cfg.temperature, cfg.resolved("alpha"), cfg.resolved("beta"),
@@ -102,8 +103,6 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
                 "gamma": distiller.gamma, "lr": cfg.resolved("lr"), "warmup": cfg.resolved("warmup"),
                 "student_init": init.to_json(), "layer_map": layer_map,
                 "student_config": student.config.to_dict()}
-    trainer = make_trainer(cfg, distiller, batches, steps, accum, precision,
-                            (lambda m: held_out(m.student)) if has_heldout else None, eval_every, save_every, resolved)
     n_t, n_s = teacher.num_parameters(), student.num_parameters()
     say(f"distilling {cfg.teacher} ({L_t} layers, {n_t / 1e6:.1f}M parameters) into {type(student).__name__} "
         f"from {cfg.student} ({L_s} layers, {n_s / 1e6:.1f}M): {steps} steps x {cfg.resolved('batch_size')} "
@@ -115,9 +114,15 @@ def run_general(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Dist
         with torch.no_grad():
             teacher_eval = held_out(teacher)
         say("teacher held-out: " + "  ".join(f"{k} {v:.4f}" for k, v in teacher_eval.items()))
+    # (sharded after the teacher's score, which rank 0 computes alone)
+    resolved["sharding"] = sharding = shard_distiller(cfg, distiller, dist.world_size, precision)
+    trainer = make_trainer(cfg, distiller, batches, steps, accum, precision,
+                           student_alone(held_out) if has_heldout else None, eval_every, save_every, resolved)
     result = trainer.fit()
 
     final_dir = None
+    if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
+        student = whole_student(student, student_class, sharding)
     if result.stopped in ("max_steps", "time_budget", "data_exhausted") and dist.is_main:
         final_dir = export_final(student, Path(cfg.out) / FINAL_DIR, info)
         say(f"saved the student in Hugging Face layout to {final_dir}")

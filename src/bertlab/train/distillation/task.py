@@ -23,7 +23,7 @@ from ..students import build_student, hidden_layer_map
 from .config import MODEL_DIR, DistillConfig, DistillResult
 from .distillers import TaskDistiller, soft_target
 from .teachers import load_task_teacher
-from .trainer import make_trainer
+from .trainer import make_trainer, shard_distiller, student_alone, whole_student
 
 
 @torch.no_grad()
@@ -150,8 +150,8 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
 
     dev = spec.eval_splits[0]
 
-    def score_dev(m: nn.Module) -> dict[str, float]:
-        return evaluate(spec, m.student, tokenizer, data.eval_examples[dev], dev, max_length=max_length,
+    def score_dev(student: nn.Module) -> dict[str, float]:
+        return evaluate(spec, student, tokenizer, data.eval_examples[dev], dev, max_length=max_length,
                         batch_size=cfg.eval_batch_size, device=dist.device, features=data.eval_features[dev])
 
     resolved = {"steps": steps, "precision": precision, "grad_accum": accum, "micro_batch_size": micro,
@@ -159,8 +159,10 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
                 "lr": cfg.resolved("lr"), "warmup": cfg.resolved("warmup"), "student_init": init.to_json(),
                 "layer_map": layer_map, "train_examples": len(data.train_examples), "transfer_examples": len(transfer),
                 "train_features": len(features)}
-    trainer = make_trainer(cfg, distiller, batches, steps, accum, precision, score_dev if cfg.eval_every else None,
-                            cfg.eval_every, cfg.save_every, resolved)
+    student_class = type(student)  # (under FSDP the sharded student's class is FSDP's subclass of it)
+    resolved["sharding"] = sharding = shard_distiller(cfg, distiller, dist.world_size, precision)
+    trainer = make_trainer(cfg, distiller, batches, steps, accum, precision,
+                           student_alone(score_dev) if cfg.eval_every else None, cfg.eval_every, cfg.save_every, resolved)
     record = run_record(cfg, resolved)
     n_t, n_s = teacher.num_parameters(), student.num_parameters()
     say(f"distilling {spec.name}: teacher {cfg.teacher} ({L_t} layers, {n_t / 1e6:.1f}M parameters) -> student "
@@ -171,6 +173,8 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
     result = trainer.fit()
 
     model_dir, scores = None, {}
+    if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
+        student = whole_student(student, student_class, sharding)
     if result.stopped in ("max_steps", "time_budget", "data_exhausted") and dist.is_main:
         student.eval()
         scores = {split: evaluate(spec, student, tokenizer, data.eval_examples[split], split, max_length=max_length,

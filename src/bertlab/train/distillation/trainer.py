@@ -1,5 +1,6 @@
-"""What both distillation recipes set up alike: which student parameters train, and the loop (`loop.Trainer`)
-configured from `DistillConfig` -- optimizer, schedule, checkpoints, resume, run_config.json."""
+"""What both distillation recipes set up alike: which student parameters train, the sharding under torchrun, and
+the loop (`loop.Trainer`) configured from `DistillConfig` -- optimizer, schedule, checkpoints, resume,
+run_config.json."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from torch import nn
 
 from ...core.errors import BertlabError
+from ..fsdp import gathered, resolve_sharding, shard_model, unsharded_copy
 from ..loop import LoopConfig, Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..run_dir import latest_checkpoint
@@ -23,6 +25,33 @@ def freeze_unused(student: nn.Module, prefixes: tuple[str, ...]) -> None:
     for name, p in student.named_parameters():
         if name.startswith(prefixes):
             p.requires_grad_(False)
+
+
+def shard_distiller(cfg: DistillConfig, distiller: nn.Module, world_size: int, precision: str) -> str:
+    """`--sharding` resolved; with fsdp the distiller sharded before its optimizer is built: every layer block of
+    the student and of a teacher it runs is a unit, the rest (embeddings, heads, a projection) the whole's. The
+    student is then evaluated alone inside `fsdp.gathered(distiller)`."""
+    sharding = resolve_sharding(cfg.sharding, world_size, precision, cfg.fsdp_cpu_offload)
+    if sharding == "fsdp":
+        shard_model(distiller, precision, cfg.fsdp_cpu_offload)
+    return sharding
+
+
+def student_alone(evaluate):
+    """`evaluate(student)` as the loop's evaluation of the distiller: the student run alone, within the distiller's
+    gathered unit when it is sharded (every process runs it then; rank 0 logs)."""
+    def run(distiller: nn.Module):
+        with gathered(distiller):
+            return evaluate(distiller.student)
+    return run
+
+
+def whole_student(student: nn.Module, student_class: type, sharding: str) -> nn.Module | None:
+    """The student as rank 0 scores and exports it: a sharded one gathered whole into a plain `student_class`
+    (collective; None on the other ranks), any other as it is."""
+    if sharding != "fsdp":
+        return student
+    return unsharded_copy(student, lambda: student_class(student.config))
 
 
 def make_trainer(cfg: DistillConfig, distiller: nn.Module, batches, steps: int, accum: int, precision: str,
@@ -52,4 +81,4 @@ def make_trainer(cfg: DistillConfig, distiller: nn.Module, batches, steps: int, 
 
 
 
-__all__ = ["freeze_unused", "make_trainer"]
+__all__ = ["freeze_unused", "make_trainer", "shard_distiller", "student_alone", "whole_student"]

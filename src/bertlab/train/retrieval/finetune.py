@@ -42,11 +42,14 @@ from ...tasks.retrieval.data import load_retrieval_set
 from ...tasks.retrieval.pairs import TrainingRows, read_rows
 from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
+from ..distributed import barrier, torchrun_world_size
+from ..fsdp import join_job, shard_model, unsharded_copy
 from ..runconfig import GroupedSettings
-from ..setup import resolve_device, run_record, write_run_config
+from ..settings import ShardingOptions
+from ..setup import run_record, write_run_config
 from . import colbert
 from .evaluate import evaluate_colbert, evaluate_embedder, evaluate_sparse
-from .losses import LOSS_ROWS, build_objective, cached_loss, plain_loss
+from .losses import LOSS_ROWS, across_processes, build_objective, cached_loss, plain_loss
 from .recipe import PairTraining, loop_config, start_run
 from .splade import (DEFAULT_DOCUMENT_LAMBDA, DEFAULT_QUERY_LAMBDA, DEFAULT_WARMUP, SpladeModel, load_mlm,
                      save_sparse_folder, splade_loss)
@@ -124,6 +127,8 @@ class EmbeddingFinetuneConfig(GroupedSettings):
     training: PairTraining = field(default_factory=PairTraining)
     # a multi-vector model's token dimensions and lengths (--loss colbert)
     colbert: colbert.ColbertOptions = field(default_factory=colbert.ColbertOptions)
+    # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`), as for pre-training
+    parallel: ShardingOptions = field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSS_ROWS:
@@ -172,7 +177,7 @@ class EmbeddingFinetuneConfig(GroupedSettings):
 
 
 # settings a resumed run may take anew (the rest are the run's own)
-MAY_CHANGE = ("progress", "save_every", "eval_every", "device")
+MAY_CHANGE = ("progress", "save_every", "eval_every", "device", "sharding", "fsdp_cpu_offload")
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -332,6 +337,15 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     from ...infer.sparse import SpladeEncoder
 
     cfg = start_run(EmbeddingFinetuneConfig, cfg, MAY_CHANGE, given, "the training rows")
+    if torchrun_world_size() > 1:  # refused before the process group is joined
+        if cfg.loss in ("colbert", "cached-mnrl"):
+            raise ConfigError(f"--loss {cfg.loss} trains in one process; under torchrun use mnrl (every process's "
+                              "rows are in-batch negatives of every anchor), cosent, cosine, margin-mse or splade")
+        if cfg.early_stopping:
+            raise ConfigError("--early-stopping runs in one process (the stop is decided from rank 0's validation "
+                              "alone); drop it under torchrun")
+        if cfg.validation and cfg.sharding == "fsdp":
+            raise ConfigError("--validation runs on rank 0's whole model: use --sharding ddp with it")
     out = Path(cfg.out)
     model_dir = Path(cfg.model)
     family = model_family(model_dir)
@@ -350,7 +364,9 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
                      cfg.score_column)
     if len(rows) < 2 and kind != "margin":
         raise BertlabError(f"{cfg.train}: {len(rows)} row; training needs at least 2")
-    device = resolve_device(cfg.device)
+    precision = "bf16" if cfg.bf16 else "fp32"
+    dist, sharding = join_job(cfg.device, cfg.sharding, precision, cfg.fsdp_cpu_offload)
+    device = dist.device
     tokenizer = family.load_tokenizer(model_dir)
     encoder = load_mlm(model_dir) if sparse else family.base_model.from_pretrained(model_dir)
     max_length = length_limit(model_dir, encoder.config, tokenizer, cfg.max_seq_length or settings.max_seq_length)
@@ -374,6 +390,12 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         def save(m, where: Path) -> Path:
             return (save_sparse_folder if sparse else save_folder)(m, tokenizer, settings, max_length, where)
     steps = cfg.max_steps or plan.steps_for(cfg.epochs)
+    plain_encoder = type(model.encoder) if sharding == "fsdp" else None  # (colbert runs in one process)
+    if sharding == "fsdp":  # before the optimizer: FSDP2 replaces the parameters by their shards
+        shard_model(model, precision, cfg.fsdp_cpu_offload)
+    # Under torchrun every process collates the whole global batch and embeds its share of it: the objective sees
+    # every process's rows (`losses.across_processes`), so in-batch negatives are the global batch's.
+    shared = (lambda fn: across_processes(fn, dist.rank, dist.world_size)) if dist.world_size > 1 else (lambda fn: fn)
     log.info("%d rows (%s), %d distinct texts; %d steps of %d rows; loss %s; pooling %s%s", len(rows),
              ", ".join(f"{r}={c}" for r, c in rows.columns.items()), len(data.ids), steps, cfg.batch_size, cfg.loss,
              "colbert" if multi_vector else settings.pooling,
@@ -382,19 +404,23 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
 
     if sparse:
         ramp = int(cfg.splade_warmup * steps) if cfg.splade_warmup < 1 else int(cfg.splade_warmup)
-        loss_fn = splade_loss(lambda: trainer.step, ramp, cfg.splade_query_lambda, cfg.splade_document_lambda)
+        loss_fn = splade_loss(lambda: trainer.step, ramp, cfg.splade_query_lambda, cfg.splade_document_lambda,
+                              encode=shared(encode))
     elif multi_vector:
         loss_fn = plain_loss(colbert.build_objective(kind == "candidate-scores"), colbert.encode)
     else:
         objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
         loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
-            else plain_loss(objective, encode)
+            else plain_loss(objective, shared(encode))
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
 
     out.mkdir(parents=True, exist_ok=True)
-    write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "pooling": settings.pooling,
-                                           "normalize": settings.normalize, "rows": len(rows)}))
+    if dist.is_main:
+        write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length,
+                                               "pooling": settings.pooling, "normalize": settings.normalize,
+                                               "rows": len(rows), "world_size": dist.world_size,
+                                               "sharding": sharding}))
     evaluate, best = None, {"value": None, "metrics": {}}
     if cfg.validation:
         valset = load_retrieval_set(cfg.validation, cfg.validation_split)
@@ -436,17 +462,24 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         return (cfg.early_stopping is not None and best["value"] is not None
                 and step // cfg.eval_every - best["step"] // cfg.eval_every >= cfg.early_stopping)
 
-    trainer = Trainer(model, optimizer, scheduler, loss_fn, batches,
-                      loop_config(cfg, out, steps, cfg.eval_every if cfg.validation else None), evaluate=evaluate,
-                      token_counter=count_batch_tokens)
+    loop = loop_config(cfg, out, steps, cfg.eval_every if cfg.validation else None)
+    # DDP: an encoder's pooler (BERT's) gets no gradient from sentence embeddings, which DDP must be told
+    loop.find_unused_parameters = sharding == "ddp"
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, batches, loop, evaluate=evaluate,
+                      # every process collates the whole batch and embeds 1/N of it: its tokens are 1/N
+                      token_counter=lambda batch: count_batch_tokens(batch) // dist.world_size)
     started = time.perf_counter()
     result = trainer.fit(resume=cfg.resume)
     final = None
-    if not result.interrupted:
+    if not result.interrupted and sharding == "fsdp":  # gathered whole on rank 0 (collective), saved as always
+        model = unsharded_copy(model, lambda: (SpladeModel(plain_encoder(model.encoder.config)) if sparse else
+                                               SentenceEncoder(plain_encoder(model.encoder.config), settings.pooling)))
+    if not result.interrupted and dist.is_main:
         final = save(model, out / "final")
         summary = {"steps": result.step, "rows": len(rows), "train_seconds": round(result.elapsed, 1),
                    "wall_seconds": round(time.perf_counter() - started, 1), "loss": result.metrics.get("loss"),
                    "validation": result.eval_metrics, "best": best}
         (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    barrier(dist)
     return EmbeddingFinetuneResult(out, final, (out / "best") if best["value"] is not None else None, result,
                                    result.eval_metrics, best, len(rows), steps)

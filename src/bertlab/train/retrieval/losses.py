@@ -133,6 +133,25 @@ def plain_loss(objective: Objective, encode: Encode) -> Callable:
     return loss_fn
 
 
+def across_processes(encode: Encode, rank: int, world_size: int) -> Encode:
+    """`encode` for one process of a torchrun job. Every process collates the whole global batch alike; each embeds
+    its own contiguous share of a column's rows and gets every process's back (`distributed.gather_rows`), so an
+    objective sees the whole batch -- every in-batch negative of every process, as one process with the global
+    batch does -- and computes the same loss everywhere, whose gradient reaches each process's share only (the
+    sum DDP / FSDP average is the one-process gradient). A process whose share is empty (a last batch of an epoch
+    smaller than the processes) embeds one row and keeps none of it, so its backward still runs the model."""
+    from ..distributed import gather_rows
+
+    def shared(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        n = len(inputs["input_ids"])
+        sizes = [n // world_size + (r < n % world_size) for r in range(world_size)]
+        start = sum(sizes[:rank])
+        stop = start + sizes[rank]
+        local = encode(model, _slice(inputs, start, stop)) if stop > start else encode(model, _slice(inputs, 0, 1))[:0]
+        return gather_rows(local, sizes)
+    return shared
+
+
 def _rng_state(device: torch.device):
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
 

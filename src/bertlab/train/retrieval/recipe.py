@@ -10,12 +10,14 @@ group still loads); a command whose defaults differ subclasses it and overrides 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ...core.errors import BertlabError, ConfigError
+from ..distributed import refuse_torchrun
 from ..loop import LoopConfig
 from ..settings import RunOptions
 from ..setup import resolve_resume_config
@@ -69,9 +71,13 @@ class PairTraining(RunOptions):
         return self.warmup if self.warmup < 1 else int(self.warmup)
 
 
-def start_run(cls: type[C], cfg: C, may_change: tuple[str, ...], given: set[str] | None, train_help: str) -> C:
+def start_run(cls: type[C], cfg: C, may_change: tuple[str, ...], given: set[str] | None, train_help: str,
+              one_process: str | None = None) -> C:
     """`cfg` as the run goes: on `--resume` the saved run_config.json's settings (`setup.resolve_resume_config`);
-    refused in one line without --out, --model or --train, or on an --out holding another run."""
+    refused in one line without --out, --model or --train, on an --out holding another run, or under torchrun
+    when the command `one_process` names trains in one process only."""
+    if one_process:
+        refuse_torchrun(one_process)
     if not cfg.out:
         raise ConfigError("give --out OUT_DIR")
     out = Path(cfg.out)
@@ -110,6 +116,8 @@ def run_command(args, cls: type, runner: Callable, command: str, extra: Callable
     if cfg.model:
         cfg.model = str(resolve_model(cfg.model))
     result = runner(cfg, given_fields(cls, args))
+    if int(os.environ.get("RANK", "0")) != 0:  # another process of a torchrun job: rank 0 reports
+        return result.train.exit_status
     if result.train.interrupted:
         print(f"interrupted at step {result.train.step}; checkpoint {result.train.checkpoint}; continue with: "
               f"bertlab {command} --out {result.out_dir} --resume")

@@ -199,7 +199,7 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     from ...infer.inputs import encode as encode_texts
     from ...infer.runtime import length_limit, model_family
 
-    cfg = start_run(RerankerConfig, cfg, MAY_CHANGE, given, "the rows")
+    cfg = start_run(RerankerConfig, cfg, MAY_CHANGE, given, "the rows", "finetune-reranker")
     out = Path(cfg.out)
     groups, targets = read_reranker_rows(cfg)
     model_dir = Path(cfg.model)

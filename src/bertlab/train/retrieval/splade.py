@@ -101,11 +101,14 @@ def warmup_scale(step: int, warmup_steps: int) -> float:
 
 
 def splade_loss(step: Callable[[], int], warmup_steps: int, query_lambda: float = DEFAULT_QUERY_LAMBDA,
-                document_lambda: float = DEFAULT_DOCUMENT_LAMBDA) -> Callable:
+                document_lambda: float = DEFAULT_DOCUMENT_LAMBDA, encode: Callable | None = None) -> Callable:
     """loss_fn(model, batch) for the training loop (see the module docstring); `step()` is the current optimizer
-    step, read for the warm-up."""
+    step, read for the warm-up; `encode(model, column)`: the column's vectors (default: the model's forward; under
+    torchrun `losses.across_processes`)."""
+    encode = encode or (lambda model, inputs: model(inputs))
+
     def loss_fn(model, batch):
-        emb = {c: model(batch[c]) for c in text_columns(batch)}
+        emb = {c: encode(model, batch[c]) for c in text_columns(batch)}
         queries = emb["anchor"]
         documents = torch.cat([emb["positive"], *(emb[c] for c in negative_columns(emb))])
         scores = queries @ documents.T  # (B, B * (1 + negatives)) dot products
