@@ -213,6 +213,24 @@ def test_kl_term_is_zero_when_student_equals_teacher(kl_positions):
     assert float(m["soft_loss"]) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_hidden_cosine_reads_a_training_students_unpadded_states():
+    """In training mode the student's layers run on the real tokens only ((N, H), the token layout), the teacher's
+    in eval mode on the padded batch ((B, T, H)): the cosine term pairs each real token with itself -- a student
+    equal to its teacher (dropout off) scores 0 on a padded batch -- instead of stopping on the shapes."""
+    torch.manual_seed(0)
+    clf = BertForSequenceClassification(tiny(layers=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    d = dt.TaskDistiller(cut_layers(clf, [0, 1]), clf, 2.0, 1.0, 1.0, 1.0, [(1, 1), (2, 2)], spec=TASKS["sst2"])
+    d.train()
+    clf.eval()
+    batch = {k: v for k, v in _mlm_batch(99).items() if k != "labels"} | {"labels": torch.tensor([0, 1, 1, 0])}
+    assert int(batch["attention_mask"].sum()) < batch["attention_mask"].numel()  # padding present
+    _, m = d(batch)
+    assert float(m["cos_loss"]) == pytest.approx(0.0, abs=1e-5)
+    with torch.no_grad():  # a student that differs scores above 0
+        d.student.bert.encoder.layer[0].output.LayerNorm.weight.mul_(-1.0)
+    assert float(d(batch)[1]["cos_loss"]) > 0.5
+
+
 def test_cached_soft_labels_equal_the_live_teacher():
     """Soft labels computed once (by length-sorted batches) give the loss running the teacher on the batch gives."""
     torch.manual_seed(0)

@@ -21,9 +21,21 @@ def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
 
 
 def cosine_distance(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """mean over the kept tokens of 1 − cos(h_s, h_t); `keep` (B, T) is the attention mask."""
+    """mean over the kept tokens of 1 − cos(h_s, h_t); `keep` (B, T) is the attention mask. Either side may be
+    padded (B, T, H) or already its N real tokens (N, H): a model in training mode runs its layers unpadded (the
+    token layout keeps the real tokens in (B, T) row-major order, the order `h[keep]` selects), while the teacher,
+    in eval mode, may not."""
     rows = keep.bool()
-    cos = F.cosine_similarity(student_hidden[rows].float(), teacher_hidden[rows].float(), dim=-1)  # (N,)
+    n = int(rows.sum())
+
+    def real(h: torch.Tensor) -> torch.Tensor:
+        if h.dim() == 2:
+            if h.size(0) != n:
+                raise ValueError(f"hidden states of {h.size(0)} tokens for an attention mask of {n} real tokens")
+            return h
+        return h[rows]
+
+    cos = F.cosine_similarity(real(student_hidden).float(), real(teacher_hidden).float(), dim=-1)  # (N,)
     return (1.0 - cos).mean() if cos.numel() else student_hidden.sum() * 0.0
 
 
