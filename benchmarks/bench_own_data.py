@@ -69,7 +69,7 @@ def write_csv(tsv: Path, out: Path, columns: dict[str, str], limit: int | None) 
 
 # ---------------------------------------------------------------------------------------------- the two sides
 def run_bertlab(model_dir, train, dev, task, args, seed, out, method="full", lr=None) -> dict:
-    from bertlab.tasks.own_data import InputOptions
+    from bertlab.tasks.own_splits import InputOptions
     from bertlab.train import finetune as ft
     from bertlab.train.methods import TuningOptions
 

@@ -57,7 +57,7 @@ from bertlab import BertForPreTraining, preset  # noqa: E402
 from bertlab.train import LoopConfig, Trainer, adamw, linear_warmup_decay  # noqa: E402
 from bertlab.objectives import get_objective  # noqa: E402
 from bertlab.train.pretrain import evaluate_pretraining  # noqa: E402
-from bertlab.train.setup import resolve_precision  # noqa: E402
+from bertlab.train.run_record import resolve_precision  # noqa: E402
 
 SHARED = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
 WIKITEXT = ["wiki.train.raw.first1018lines", "wiki.valid.raw", "wiki.test.raw"]

@@ -385,7 +385,7 @@ def test_read_only_output_for_pretrain_finetune_and_run_config(data_dir, tmp_pat
 
 
 def test_run_config_write_failure_is_one_line(tmp_path, monkeypatch):
-    from bertlab.train.setup import write_run_config
+    from bertlab.train.run_record import write_run_config
 
     failing_writes(monkeypatch, tmp_path, errno.ENOSPC)
     with pytest.raises(OutputError, match=r"run_config.json: cannot write \(disk full\)"):

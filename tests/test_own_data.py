@@ -15,9 +15,9 @@ import torch
 
 from bertlab.cli import main
 from bertlab.tasks import TASKS
-from bertlab.tasks.files import read_table
+from bertlab.tasks.tables import read_table
 from bertlab.tasks.metrics import LabelCounts, multi_label_sets, tune_threshold
-from bertlab.tasks.own_data import InputOptions, held_out_split
+from bertlab.tasks.own_splits import InputOptions, held_out_split
 from bertlab.train import finetune as ft
 from own_data_support import (TOPICS, choice_rows, long_document_rows, multi_label_rows, news_rows, squad_file,
                               tagged_rows, tiny_news_model, write_csv, write_jsonl)

@@ -102,7 +102,7 @@ def test_window_budget_defaults_to_a_truncated_batch_and_bounds_prediction(tiny)
 
 # ---------------------------------------------------------------------------------------------- reading
 def _config(tmp_path, train, **inputs):
-    from bertlab.tasks.own_data import InputOptions
+    from bertlab.tasks.own_splits import InputOptions
     from bertlab.train.finetune import FinetuneConfig
 
     return FinetuneConfig(task="text-classification", model="unused", data=str(train), out=str(tmp_path / "out"),
@@ -132,7 +132,7 @@ def test_packed_features_have_the_ids_of_the_tokenizer_call(tiny):
 def test_a_field_over_the_cap_is_cut_before_tokenizing_and_counted(tiny, tmp_path, fmt):
     """A 1 MB text field is cut to the character budget (64 per token of max-seq-length) as it is read -- the
     same rule for CSV and JSON Lines -- counted in the run's report, and its ids are those of the whole text."""
-    from bertlab.tasks.files import read_table
+    from bertlab.tasks.tables import read_table
     from bertlab.tasks.text_examples import CHARS_PER_TOKEN
     from own_data_support import news_rows, write_csv, write_jsonl
 

@@ -132,7 +132,7 @@ def test_reranker_run_config_from_before_the_training_group_loads(tmp_path):
     --config file and still resumes with its own settings."""
     from bertlab.train.retrieval.reranker import MAY_CHANGE, RerankerConfig
     from bertlab.train.runconfig import config_from_dict
-    from bertlab.train.setup import resolve_resume_config
+    from bertlab.train.run_record import resolve_resume_config
 
     old = {"model": "m", "train": "t.csv", "out": str(tmp_path), "loss": "listwise", "query_column": None,
            "passage_column": None, "label_column": None, "max_seq_length": 64, "epochs": 2.0, "max_steps": None,

@@ -1,4 +1,4 @@
-"""The settings every recipe shares, declared once (`bertlab.train.settings`): groups of the run configs whose
+"""The settings every recipe shares, declared once (`bertlab.train.options`): groups of the run configs whose
 settings stay flat flags, flat attributes and flat constructor arguments; run_config.json files written before
 the groups (every setting at the top) still load for `--config` and `--resume`; each setting's help is its
 docstring, written once."""
@@ -16,8 +16,8 @@ from bertlab.train.finetune import RESUME_MAY_CHANGE as FINETUNE_MAY_CHANGE
 from bertlab.train.finetune import FinetuneConfig
 from bertlab.train.pretrain import PretrainConfig, PretrainOptim
 from bertlab.train.runconfig import RENAMED_SETTINGS, config_from_args, field_help, given_fields, setting_paths
-from bertlab.train.settings import LoopRunOptions
-from bertlab.train.setup import RUN_CONFIG, resolve_resume_config, resume_base, write_run_config
+from bertlab.train.options import LoopRunOptions
+from bertlab.train.run_record import RUN_CONFIG, resolve_resume_config, resume_base, write_run_config
 
 # run_config.json files as `bertlab pretrain` and `bertlab finetune` wrote them before the settings groups:
 # every setting at the top (fine-tuning's own groups, inputs/tuning/multi, already objects).

@@ -1,4 +1,4 @@
-"""The recipes' shared setup (`bertlab.train.setup`): resume config rules, the precision map, batch splits,
+"""The recipes' shared setup (`bertlab.train.run_record`): resume config rules, the precision map, batch splits,
 the time-budget fitter; and `config.is_preset`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from bertlab.train.distillation import RESUME_MAY_CHANGE as DISTILL_MAY_CHANGE
 from bertlab.train.distillation import DistillConfig
 from bertlab.train.pretrain import RESUME_MAY_CHANGE, PretrainConfig
 from bertlab.train.runconfig import add_config_arguments, config_from_args
-from bertlab.train.setup import (BUDGET_RESERVE, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget,
+from bertlab.train.run_record import (BUDGET_RESERVE, RUN_CONFIG, autocast_dtype, eval_seconds, fit_steps_to_budget,
                                  resolve_precision, resolve_resume_config, resolved_settings, run_record,
                                  split_batch, write_run_config)
 

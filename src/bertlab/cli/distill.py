@@ -47,7 +47,7 @@ HELP = {
 }
 
 
-# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/options.py)
 DEFAULTS = {"lr": "1e-4 general, 5e-5 task", "save_every": "general 10 per run; task: none kept once finished",
             "steps": "general: none, give it or --time-budget; task: --epochs x the data",
             "batch_size": "128 general, 32 task", "eval_every": "general 10 per run; task: the end only",

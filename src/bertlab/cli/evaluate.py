@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from ..tasks import evaluate
     from ..models.auto import AutoTokenizer
     from ..train.finetune import subset
-    from ..train.setup import autocast_dtype, resolve_device
+    from ..train.run_record import autocast_dtype, resolve_device
 
     from ..core.errors import BertlabError
     from ..infer.runtime import InferenceOptions, prepare

@@ -2,7 +2,7 @@
 
 Tasks on the user's own files take `--train FILE` (the same setting as `--data`) with optional
 `--validation FILE` and `--test FILE`, e.g. `bertlab finetune text-classification --model DIR --train news.csv
---text-column text --label-column category --out runs/news` (see `bertlab.tasks.own_data`).
+--text-column text --label-column category --out runs/news` (see `bertlab.tasks.own_splits`).
 
 Writes OUT_DIR/metrics.json (the selected setting, mean ± sd over seeds, every run), the dev and test
 predictions, the best model in OUT_DIR/model/ (Hugging Face layout) and OUT_DIR/run_config.json. Settings
@@ -87,7 +87,7 @@ PER_CLASS_DETAIL = ("precision_", "recall_", "support_")  # per-class scores pri
 
 
 ALIASES = {"data": ("--train",), "eval_every": ("--eval-steps",)}
-# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/options.py)
 DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide, 3e-4 for 256, 1e-4 up to 512, 5e-5 for 768, 3e-5 above"}
 
 
@@ -120,7 +120,7 @@ def read_config(cls: type, args: argparse.Namespace):
     """The run's config: on `--resume`, the run's own settings with the flags given again over them; a
     `--model` folder or cached model's name as a path (a size as it is)."""
     from ..train.runconfig import config_from_args
-    from ..train.setup import resume_base
+    from ..train.run_record import resume_base
 
     base = resume_base(args.out) if args.resume and args.out is not None else {}
     cfg = config_from_args(cls, args, base=base)

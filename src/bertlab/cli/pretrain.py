@@ -39,7 +39,7 @@ HELP = {
 }
 
 
-# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/settings.py)
+# how a default the dataclass leaves open is decided (the settings' help is their docstring, train/options.py)
 DEFAULTS = {"lr": "by model width, 1e-3 for 128 wide ... 1e-4 for 768 and up", "save_every": "10 per run",
             "eval_every": "--num-evals per run"}  # one spelling across commands: as `prepare` and `finetune` spell it
 

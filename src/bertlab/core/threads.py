@@ -21,7 +21,7 @@ sleep (benchmarks/bench_threads.py; alone, 2 threads 65,400, 1 thread 41,400). S
               parallel region). A policy the user set is left alone.
 
 `ThreadChoice.describe()` is the line training commands log at their start. The thread count changes a run's
-numbers (reductions split differently), so a run records it and `--resume` restores it (train/setup.py).
+numbers (reductions split differently), so a run records it and `--resume` restores it (train/run_record.py).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def choose_threads(requested: int | None = None, busy: float | None = None) -> T
 
 
 # The choice the running command applied (`use_threads`): a resumed run restores its own thread count unless
-# this says the user stated one (train/setup.py, `restore_numerics`).
+# this says the user stated one (train/run_record.py, `restore_numerics`).
 _applied: ThreadChoice | None = None
 
 

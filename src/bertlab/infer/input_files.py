@@ -1,12 +1,12 @@
 """What `bertlab predict` reads: plain text lines, or a table read as fine-tuning reads it, in the model's columns.
 
-A file whose name says it is a table (`.csv`, `.tsv`, `.jsonl`, `.json`, `.parquet`, ...; `tasks.files`) is
+A file whose name says it is a table (`.csv`, `.tsv`, `.jsonl`, `.json`, `.parquet`, ...; `tasks.tables`) is
 read through the same readers `bertlab finetune` uses, so a CSV's header is a header and its label column is
 never part of a text. Which column holds the text:
 
     --text-column NAME           the user's choice (and --text-pair-column for a second text)
     config.json input_columns    the column the model was fine-tuned on (`finetune text-classification`)
-    common names                 text, sentence, content, ... (`tasks.files.TEXT_COLUMNS`), as finetune guesses,
+    common names                 text, sentence, content, ... (`tasks.tables.TEXT_COLUMNS`), as finetune guesses,
                                  with a second text where the file has one (text_pair, sentence2, ...)
 
 Other tasks' rows (question/context, tokens, choices) go to the model as the JSON objects they are. The row's
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertlabError
-from ..tasks.files import ID_COLUMNS, SUFFIXES, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, FORMATS, guess_column, read_table
+from ..tasks.tables import ID_COLUMNS, SUFFIXES, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, FORMATS, guess_column, read_table
 from .inputs import parse_record, read_lines
 
 TEXT_FORMAT = "text"  # one item per line
@@ -213,7 +213,7 @@ class TableTexts:
     """A table opened for its texts: the text (and second-text) column and the id column, picked as `predict`
     picks them. `rows()` streams (id, text, second text or None, place) from the file."""
 
-    table: Any  # tasks.files.Table
+    table: Any  # tasks.tables.Table
     text: str
     pair: str | None
     id: str | None

@@ -30,9 +30,9 @@ _REGISTERED: dict[str, str] = {
     "swag": "multiple_choice:SWAG",
     # tasks on the user's own files (--train / --validation / --test)
     "text-classification": "text_classification:TEXT_CLASSIFICATION",
-    "token-classification": "from_files:TOKEN_CLASSIFICATION",
-    "question-answering": "from_files:QUESTION_ANSWERING",
-    "multiple-choice": "from_files:MULTIPLE_CHOICE",
+    "token-classification": "own_tasks:TOKEN_CLASSIFICATION",
+    "question-answering": "own_tasks:QUESTION_ANSWERING",
+    "multiple-choice": "own_tasks:MULTIPLE_CHOICE",
 }
 
 

@@ -47,7 +47,7 @@ A task is a `TaskSpec` subclass instance registered by name in `bertlab.tasks.TA
         `write(example, prediction)` per example, streaming to a file it names (`.path`); default JSON
         lines {"id": guid, "prediction": ...}; GLUE test splits use the submission TSV, SQuAD its JSON.
 
-Tasks on the user's own files (`text_classification.py`, `own_data.py`) are templates until configured;
+Tasks on the user's own files (`text_classification.py`, `own_tasks.py`) are templates until configured;
 for the benchmark tasks these hooks are the identity / the defaults:
     spec.for_run(cfg)                       -> the spec configured by a fine-tuning config (files, columns,
                                                labels discovered in the training file)

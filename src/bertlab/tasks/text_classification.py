@@ -3,7 +3,7 @@
     bertlab finetune text-classification --model DIR --train news.csv [--validation dev.csv] [--test new.csv]
         [--text-column text] [--text-pair-column NAME] [--label-column category] [--multi-label] ...
 
-Columns: one or two text columns and a label column, named by flag or guessed from common names (`files.py`;
+Columns: one or two text columns and a label column, named by flag or guessed from common names (`tables.py`;
 the choice is logged and kept in metrics.json; reading the rows as examples is `text_examples.py`). Labels are discovered in the training file and sorted; the
 saved model's config.json gets them as `id2label`/`label2id`, and `problem_type` as Hugging Face names it:
 
@@ -18,7 +18,7 @@ saved model's config.json gets them as `id2label`/`label2id`, and `problem_type`
                                   fraction, or by --problem-type); MSE; Pearson, Spearman, MSE
 
 A label in the dev or test file that the training file lacks is an error naming its line; so is a label
-column with a single class. Without a dev file a stratified share is held out (`own_data.py`).
+column with a single class. Without a dev file a stratified share is held out (`own_splits.py`).
 
 Long inputs (`--long-documents`): `truncate` (default) cuts each input to max-seq-length tokens and reports
 how many were cut; `window` cuts each into overlapping windows of `--window-length` tokens sharing
@@ -55,9 +55,9 @@ from torch.utils.checkpoint import checkpoint
 
 from ..models.bert.heads import BertForSequenceClassification, HeadOutput
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
-from .files import Table, read_table
+from .tables import Table, read_table
 from .metrics import MultiLabelMetric, RegressionMetric, SingleLabelMetric, multi_label_sets, tune_threshold
-from .own_data import InputOptions, SplitFiles, split_rows, summarise_labels
+from .own_splits import InputOptions, SplitFiles, split_rows, summarise_labels
 from .text_examples import (MAX_CLASSES, MULTI, REGRESSION, SINGLE, Columns, TextExample, TextExamples, cut_fields,
                             decide_problem_type, distinct_labels, examples_from_table, field_chars, label_column,
                             resolve_columns, stratum, stratum_of)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .base import DataError
-from .files import ID_COLUMNS, LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column
-from .own_data import InputOptions
+from .tables import ID_COLUMNS, LABEL_COLUMNS, TEXT_COLUMNS, TEXT_PAIR_COLUMNS, Row, Table, guess_column
+from .own_splits import InputOptions
 from .text_features import MAX_WINDOWS, Windows
 
 log = logging.getLogger(__name__)

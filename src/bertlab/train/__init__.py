@@ -4,10 +4,10 @@
     finetune.py     fine-tuning on a task, with seeds and the paper's grid
     distillation/   general and task-specific distillation; `students.py` builds the student
     feature_ner.py  the paper's feature-based NER: a BiLSTM over frozen, cached features (Table 7)
-    setup.py        what every recipe sets up alike: resume config, precision, batch split, time budget
+    run_record.py   what every recipe sets up alike: resume config, precision, batch split, time budget
     fsdp.py         FSDP2 under torchrun: `fully_shard` per layer block, sharded checkpoints (DCP), the gathered export
     runconfig.py    typed run configs: dataclass defaults < --config FILE < flags
-    settings.py     the settings every recipe shares, declared once: the `run` and `optim` groups
+    options.py      the settings every recipe shares, declared once: the `run` and `optim` groups
 
 See `loop.py`'s docstring for an example."""
 

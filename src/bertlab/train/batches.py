@@ -16,7 +16,7 @@ from torch import nn
 
 from ..core.errors import BertlabError
 from .distributed import isolated_rng
-from .setup import autocast_dtype
+from .run_record import autocast_dtype
 
 log = logging.getLogger(__name__)
 

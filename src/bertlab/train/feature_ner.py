@@ -40,7 +40,7 @@ from ..core.errors import ConfigError
 from .batches import shuffled_batches, steps_for_epochs
 from .distributed import seed_everything
 from .loop import LoopConfig, Trainer
-from .setup import resolve_device
+from .run_record import resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from ..nn.adapters import add_saved_adapters
 from ..tasks import TASKS, DataError, TaskSpec, evaluate
 from ..tasks.metrics import brief_scores
 from ..tasks.base import Feature, feature_lengths
-from ..tasks.own_data import InputOptions
+from ..tasks.own_splits import InputOptions
 from . import methods
 from .batches import shuffled_batches, steps_for_epochs
 from .distributed import DistInfo, _current_dist, barrier, seed_everything, torchrun_world_size
@@ -69,8 +69,8 @@ from .run_dir import CHECKPOINT_DIR, check_writable, claim_run_dir, latest_check
 from .optim import adamw, linear_warmup_decay
 from .random_init import INIT_DIR, random_start, resolve_init
 from .runconfig import GroupedSettings
-from .settings import EpochTraining, OptimOptions, RunOptions, ShardingOptions
-from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_resume_config, run_record, split_batch,
+from .options import EpochTraining, OptimOptions, RunOptions, ShardingOptions
+from .run_record import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_resume_config, run_record, split_batch,
                     write_run_config)
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class MultiTaskOptions:
 class FinetuneConfig(GroupedSettings):
     """Everything a fine-tuning run needs: defaults < a JSON file (`--config`) < flags, as for pre-training
     (`runconfig.config_from_args`); the run writes it to OUT_DIR/run_config.json. The settings every recipe
-    shares are the `run` and `optim` groups (train/settings.py), read flat: `cfg.lr`, `cfg.seed`."""
+    shares are the `run` and `optim` groups (train/options.py), read flat: `cfg.lr`, `cfg.seed`."""
 
     task: str
     model: str  # a Hugging Face-layout BERT folder (config.json, model.safetensors, vocab.txt), or a size (tiny)
@@ -155,7 +155,7 @@ class FinetuneConfig(GroupedSettings):
     # Ctrl-C/SIGTERM, and every `save_every` steps when given, then also at a run's last step)
     run: RunOptions = field(default_factory=RunOptions)
     optim: OptimOptions = field(default_factory=OptimOptions)  # lr (None: by the model's width), decay, clipping
-    inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_data.py)
+    inputs: InputOptions = field(default_factory=InputOptions)  # tasks on the user's own files (tasks/own_splits.py)
     tuning: methods.TuningOptions = field(default_factory=methods.TuningOptions)  # full / adapters / LoRA
     multi: MultiTaskOptions = field(default_factory=MultiTaskOptions)  # task "multi": train/multitask.py
     # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`), as for pre-training
@@ -576,7 +576,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     from ..models.auto import AutoTokenizer
 
     out = Path(cfg.out)
-    if cfg.resume:  # the run's own settings rule; `given`: what the user stated again (see setup.py)
+    if cfg.resume:  # the run's own settings rule; `given`: what the user stated again (see run_record.py)
         task = cfg.task
         cfg = resolve_resume_config(FinetuneConfig, cfg, out / RUN_CONFIG, RESUME_MAY_CHANGE, given)
         if cfg.task != task:

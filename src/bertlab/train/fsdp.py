@@ -30,7 +30,7 @@ from torch import nn
 from ..core.errors import ConfigError
 from ..models.family import layer_blocks, shared_blocks
 from .distributed import DistInfo, init_distributed, torchrun_world_size
-from .setup import resolve_device
+from .run_record import resolve_device
 
 SHARDINGS = ("auto", "none", "ddp", "fsdp")
 

@@ -87,7 +87,7 @@ from .fsdp import (compute_device, is_fully_sharded, load_sharded_state, save_sh
 from .run_dir import (CHECKPOINT_DIR, DIVERGED_PREFIX, META_FILE, METRICS_FILE, SHARDS_DIR, STATE_FILE, STATE_FORMAT,
                       _jsonable, check_writable, checkpoint_dirs, checkpoint_step, latest_checkpoint, read_checkpoint,
                       weights_are_finite)
-from .setup import autocast_dtype, check_precision
+from .run_record import autocast_dtype, check_precision
 
 log = logging.getLogger(__name__)
 

@@ -51,7 +51,7 @@ from .distributed import refuse_torchrun
 from .loop import LoopConfig
 from .run_dir import CHECKPOINT_DIR, latest_checkpoint
 from .optim import adamw, linear_warmup_decay
-from .setup import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
+from .run_record import (RUN_CONFIG, autocast_dtype, resolve_device, resolve_resume_config, run_record, split_batch,
                     write_run_config)
 
 log = logging.getLogger(__name__)

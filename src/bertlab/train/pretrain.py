@@ -52,8 +52,8 @@ from .loop import LoopConfig, SLOWDOWN_WARNING, Trainer, TrainResult
 from .run_dir import check_writable, latest_checkpoint
 from .optim import build_optimizer, linear_warmup_decay
 from .runconfig import GroupedSettings, changed_settings, parse_duration
-from .settings import AdamOptimOptions, LoopRunOptions, PretrainEval, ShardingOptions, StepTraining
-from .setup import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
+from .options import AdamOptimOptions, LoopRunOptions, PretrainEval, ShardingOptions, StepTraining
+from .run_record import (RUN_CONFIG, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences, lr_for_width,
                     resolve_precision, resolve_resume_config, resolved_settings, run_record, split_batch,
                     write_run_config)
 

@@ -10,7 +10,7 @@
 
 Precedence: the dataclass defaults, then the JSON file given with `--config`, then the flags that were
 actually passed. A field whose type is itself a dataclass (a group of related settings, e.g. fine-tuning's
-`inputs` and `tuning`, or the `run` and `optim` groups every recipe shares, `train/settings.py`) is an object
+`inputs` and `tuning`, or the `run` and `optim` groups every recipe shares, `train/options.py`) is an object
 in the JSON file and contributes its own fields as flags, so a config stays a handful of readable groups
 while the command line stays flat. Names are unique across a config and its groups, so a group's setting may
 also be given flat (`"lr": 1e-4` for `"optim": {"lr": 1e-4}`) -- as run_config.json files written before the

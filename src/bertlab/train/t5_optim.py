@@ -25,7 +25,7 @@ from torch import nn
 
 from ..core.errors import ConfigError
 from .optim import adamw, param_groups
-from .settings import OptimOptions
+from .options import OptimOptions
 
 OPTIMIZERS = ("adafactor", "adamw")
 ADAMW_DEFAULT_LR = 1e-3

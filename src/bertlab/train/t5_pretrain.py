@@ -45,11 +45,11 @@ from .loop import Trainer
 from .pretrain import (FINAL_DIR, RESUME_MAY_CHANGE, PretrainResult, budget_outcome, evaluate_pretraining,
                        pretraining_loop, resume_or_refuse, start_run)
 from .runconfig import parse_duration
-from .setup import (BUDGET_RESERVE, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
+from .run_record import (BUDGET_RESERVE, check_precision, eval_seconds, fit_steps_to_budget, heldout_sequences,
                     resolve_precision, resolved_settings, run_record, split_batch,
                     write_run_config)
 from .runconfig import GroupedSettings
-from .settings import LoopRunOptions, PretrainEval, StepTraining
+from .options import LoopRunOptions, PretrainEval, StepTraining
 from .t5_optim import (OPTIMIZERS, SCHEDULES, T5OptimOptions, build_schedule, build_t5_optimizer,
                        t5_lr)
 

@@ -72,10 +72,10 @@ from .distributed import refuse_torchrun
 from .loop import LoopConfig
 from .run_dir import CHECKPOINT_DIR, check_writable, latest_checkpoint
 from .random_init import random_start, resolve_init
-from .setup import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
+from .run_record import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_device, resolve_resume_config, run_record,
                     split_batch, write_run_config)
 from .runconfig import GroupedSettings
-from .settings import EpochTraining, RunOptions
+from .options import EpochTraining, RunOptions
 from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, t5_lr
 from .t5_pretrain import export_t5
 

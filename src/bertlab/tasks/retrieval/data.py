@@ -6,7 +6,7 @@ The BEIR layout (Thakur et al., 2021), as its datasets ship:
     DIR/queries.jsonl       {"_id": "q1", "text": "..."} per line
     DIR/qrels/<split>.tsv   query-id <TAB> corpus-id <TAB> score, after a header line (or DIR/qrels.tsv)
 
-or the same three as separate files in any table format `tasks.files` reads (CSV, TSV, JSON Lines, Parquet):
+or the same three as separate files in any table format `tasks.tables` reads (CSV, TSV, JSON Lines, Parquet):
 corpus and queries with an id column (`_id`, `id`, `doc_id`, `query_id`, ...) and a text column (`text`,
 `passage`, `query`, ...); qrels as `query-id corpus-id score` (BEIR; a header line optional) or TREC's
 `query-id 0 corpus-id relevance`, tab- or space-separated. A passage's text is BEIR's: its title and text
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base import DataError, data_error, iter_lines
-from ..files import guess_column, read_table
+from ..tables import guess_column, read_table
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Training rows of a bi-encoder: pairs, triplets, n-tuples and scored pairs from the user's file.
 
-Any table `tasks.files` reads (CSV, TSV, JSON Lines, JSON, Parquet). Columns by name, or given:
+Any table `tasks.tables` reads (CSV, TSV, JSON Lines, JSON, Parquet). Columns by name, or given:
 
     pairs / triplets   anchor, positive[, negative | negative_1, negative_2, ...]   (mnrl, cached-mnrl)
                        also query/question and passage/document/answer for anchor and positive
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..base import DataError
-from ..files import guess_column, read_table
+from ..tables import guess_column, read_table
 
 ANCHOR_COLUMNS = ("anchor", "query", "question", "sentence1", "text1", "sentence_a")
 POSITIVE_COLUMNS = ("positive", "pos", "passage", "document", "answer", "sentence2", "text2", "sentence_b")

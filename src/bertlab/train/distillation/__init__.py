@@ -79,7 +79,7 @@ from pathlib import Path
 
 from ...core.errors import BertlabError, ConfigError
 from ..run_dir import latest_checkpoint
-from ..setup import RUN_CONFIG, resolve_resume_config
+from ..run_record import RUN_CONFIG, resolve_resume_config
 from .config import RESUME_MAY_CHANGE, DistillConfig, DistillResult
 from .distillers import MLMDistiller, TaskDistiller
 from .general import run_general

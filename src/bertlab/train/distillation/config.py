@@ -11,8 +11,8 @@ from ...core.errors import ConfigError
 from ..loop import TrainResult
 from ..random_init import INITS
 from ..runconfig import GroupedSettings, parse_duration
-from ..settings import HeldOutEval, LoopRunOptions, ShardingOptions, StepTraining, WarmupOptimOptions
-from ..setup import check_precision
+from ..options import HeldOutEval, LoopRunOptions, ShardingOptions, StepTraining, WarmupOptimOptions
+from ..run_record import check_precision
 
 
 MODEL_DIR = "model"  # task distillation: OUT_DIR/model, as fine-tuning

@@ -17,7 +17,7 @@ from ..distributed import init_distributed, seed_everything
 from ..pretrain import FINAL_DIR
 from ..run_dir import check_writable
 from ..runconfig import parse_duration
-from ..setup import (eval_seconds, fit_steps_to_budget, heldout_sequences, resolve_precision, resolved_settings,
+from ..run_record import (eval_seconds, fit_steps_to_budget, heldout_sequences, resolve_precision, resolved_settings,
                      split_batch)
 from ..students import build_student, hidden_layer_map
 from .config import GENERAL_EVALS, GENERAL_OBJECTIVE, DistillConfig, DistillResult

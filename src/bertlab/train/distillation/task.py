@@ -18,7 +18,7 @@ from ...core.errors import ConfigError
 from ..batches import shuffled_batches, steps_for_epochs
 from ..distributed import init_distributed, seed_everything
 from ..run_dir import CHECKPOINT_DIR, check_writable
-from ..setup import autocast_dtype, resolve_precision, resolved_settings, run_record, split_batch
+from ..run_record import autocast_dtype, resolve_precision, resolved_settings, run_record, split_batch
 from ..students import build_student, hidden_layer_map
 from .config import MODEL_DIR, DistillConfig, DistillResult
 from .distillers import TaskDistiller, soft_target

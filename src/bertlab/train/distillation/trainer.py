@@ -14,7 +14,7 @@ from ..loop import LoopConfig, Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..run_dir import latest_checkpoint
 from ..runconfig import parse_duration
-from ..setup import run_record, write_run_config
+from ..run_record import run_record, write_run_config
 from .config import DistillConfig
 
 

@@ -45,8 +45,8 @@ from ..optim import adamw, linear_warmup_decay
 from ..distributed import barrier, torchrun_world_size
 from ..fsdp import join_job, shard_model, unsharded_copy
 from ..runconfig import GroupedSettings
-from ..settings import ShardingOptions
-from ..setup import run_record, write_run_config
+from ..options import ShardingOptions
+from ..run_record import run_record, write_run_config
 from . import colbert
 from .evaluate import evaluate_colbert, evaluate_embedder, evaluate_sparse
 from .losses import LOSS_ROWS, across_processes, build_objective, cached_loss, plain_loss

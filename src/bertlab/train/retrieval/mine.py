@@ -25,7 +25,7 @@ from ...core.errors import ConfigError
 from ...core.fsio import atomic_write_text
 from ...tasks.retrieval.data import CORPUS_TEXT_COLUMNS
 from ...tasks.retrieval.pairs import read_rows
-from ...tasks.files import guess_column, read_table
+from ...tasks.tables import guess_column, read_table
 from . import search
 from .st_folder import read_settings
 

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from ...core.errors import BertlabError, ConfigError
 from ..distributed import refuse_torchrun
 from ..loop import LoopConfig
-from ..settings import RunOptions
-from ..setup import resolve_resume_config
+from ..options import RunOptions
+from ..run_record import resolve_resume_config
 
 C = TypeVar("C")
 

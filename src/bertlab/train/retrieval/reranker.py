@@ -1,7 +1,7 @@
 """`finetune-reranker`: a cross-encoder (a sequence classifier with one output, scoring a (query, passage) pair
 read together) fine-tuned on the user's rows.
 
-Rows (`tasks.files` formats):
+Rows (`tasks.tables` formats):
 
     query, passage, label      pointwise: a relevance label in [0, 1] per pair            (bce)
     query, passage, score      a teacher's score per pair                                 (distill)
@@ -31,12 +31,12 @@ import torch.nn.functional as F
 
 from ...core.errors import BertlabError, ConfigError
 from ...core.fsio import atomic_directory
-from ...tasks.files import guess_column, read_table
+from ...tasks.tables import guess_column, read_table
 from ..batches import shuffled_batches, steps_for_epochs
 from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
 from ..runconfig import GroupedSettings
-from ..setup import resolve_device, run_record, write_run_config
+from ..run_record import resolve_device, run_record, write_run_config
 from .recipe import PairTraining, loop_config, start_run
 
 log = logging.getLogger(__name__)

@@ -35,10 +35,10 @@ from typing import Any
 
 from ..models.bert.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
 from .base import DataError, TaskSpec
-from .files import TAGS_COLUMNS, TOKENS_COLUMNS, SUFFIXES, Table, guess_column, read_table
+from .tables import TAGS_COLUMNS, TOKENS_COLUMNS, SUFFIXES, Table, guess_column, read_table
 from .multiple_choice import ChoiceExample, MultipleChoiceTask
 from .ner import NerTask, TaggedSentence, read_conll
-from .own_data import InputOptions, SplitFiles, split_rows
+from .own_splits import InputOptions, SplitFiles, split_rows
 from .squad import SquadExample, SquadTask, read_squad
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Reading the user's own tables -- CSV, TSV, JSON Lines, a JSON array, Parquet -- with line numbers.
 
-Tasks built from the user's files (`text_classification.py`, `own_data.py`) read them through `read_table`,
+Tasks built from the user's files (`text_classification.py`, `own_tasks.py`) read them through `read_table`,
 which gives every row with the line (or record) it came from, so each later complaint -- an unknown label,
 an empty text -- names the file and line. The format comes from the file name (`.csv`, `.tsv`/`.tab`,
 `.jsonl`/`.ndjson`, `.json`, `.parquet`/`.pq`) or is given (`format=`); `FORMATS` is the registry of readers.
