@@ -239,7 +239,7 @@ def reranker_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.N
               if '"loss"' in line]
     bertlab("evaluate-retrieval", "--model", model, "--data", str(beir), "--out", str(tmp / "rr-eval"), "--k-values",
             "1,10,100", "--reranker", str(tmp / "rr" / "final"), "--rerank-top", str(a.rerank_top),
-            "--max-length", str(a.max_seq_length), "--threads", str(a.threads))
+            "--max-seq-length", str(a.max_seq_length), "--threads", str(a.threads))
     results = json.loads((tmp / "rr-eval" / "results.json").read_text())
     row = {"retriever": {k: round(results["metrics"][k], 4) for k in ("ndcg@10", "mrr@10")},
            "reranked": {k: round(results["reranked"][k], 4) for k in ("ndcg@10", "mrr@10")},
@@ -273,7 +273,7 @@ def splade_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.Nam
 
     cmd = [sys.executable, "-m", "bertlab.cli", "evaluate-retrieval", "--model", str(tmp / "splade" / "final"),
            "--data", str(beir), "--out", str(tmp / "splade-eval"), "--k-values", "1,10,100", "--bm25",
-           "--max-length", str(a.eval_max_length or a.max_seq_length), "--threads", str(a.threads), "--no-progress"]
+           "--max-seq-length", str(a.eval_max_length or a.max_seq_length), "--threads", str(a.threads), "--no-progress"]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if run.returncode:
         raise SystemExit(f"evaluate-retrieval failed:\n{run.stderr[-3000:]}")

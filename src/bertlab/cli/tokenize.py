@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     case.add_argument("--uncased", action="store_true", help="lowercase and strip accents (uncased models)")
     p.add_argument("--format", choices=["tokens", "ids", "json"], default="tokens")
     p.add_argument("--special", action="store_true", help="add [CLS] and [SEP] (RoBERTa, XLM-R: <s> and </s>)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
+    p.add_argument("--max-seq-length", dest="max_length", type=int, default=None, help="truncate to this many tokens")
 
 
 def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[str]:

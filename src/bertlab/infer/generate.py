@@ -7,7 +7,7 @@
 The tokenizer is the folder's T5 tokenizer (`models.t5.tokenizer.load_text_to_text_tokenizer`): SentencePiece
 from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`; its end and pad ids must be the model's.
 Inputs are sorted by length and generated in buckets (`length_buckets.run_bucketed`), so short texts do not wait
-for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-length`) is
+for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-seq-length`) is
 refused in one line naming it (`--on-long truncate` cuts it, keeping `</s>`, with a warning).
 """
 
@@ -57,7 +57,7 @@ class Generator:
         limits = [model.config.n_positions, tokenizer.model_max_length]
         if self.options.max_length is not None:
             if self.options.max_length > model.config.n_positions:
-                raise BertlabError(f"--max-length {self.options.max_length} is over the model's limit "
+                raise BertlabError(f"--max-seq-length {self.options.max_length} is over the model's limit "
                                    f"(n_positions = {model.config.n_positions})")
             limits.append(self.options.max_length)
         self.max_length = min(limits)

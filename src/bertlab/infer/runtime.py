@@ -129,7 +129,7 @@ class InferenceOptions:
         if self.on_long not in ON_LONG:
             raise BertlabError(f"--on-long must be one of {', '.join(ON_LONG)}, got {self.on_long!r}")
         if self.max_length is not None and self.max_length < 3:
-            raise BertlabError(f"--max-length must be at least 3 (room for [CLS] x [SEP]), got {self.max_length}")
+            raise BertlabError(f"--max-seq-length must be at least 3 (room for [CLS] x [SEP]), got {self.max_length}")
         if self.max_tokens is None:
             self.max_tokens = DEFAULT_MAX_TOKENS if self.device == "cpu" else DEFAULT_MAX_TOKENS_GPU
         if self.max_tokens < 1 or self.max_batch < 1:
@@ -166,10 +166,10 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="precision of the model (default fp32); bf16 on a CPU without native bf16 runs fp32, "
                         "said in one line; int8: CPU, linear layers as int8 GEMMs; auto: bf16 where the device has "
                         "it natively, else fp32")
-    p.add_argument("--max-length", type=int, metavar="N",
+    p.add_argument("--max-seq-length", dest="max_length", type=int, metavar="N",
                    help="tokens per text including [CLS]/[SEP] (default: the model's limit)")
     p.add_argument("--on-long", default="truncate", choices=ON_LONG,
-                   help="a text over --max-length: cut it and warn (default), or stop with an error")
+                   help="a text over --max-seq-length: cut it and warn (default), or stop with an error")
     p.add_argument("--max-tokens", type=int, metavar="N",
                    help="padded tokens per forward pass; inputs are sorted by length and bucketed under it "
                         "(default 1024 on CPU, 16384 on GPU)")
@@ -332,7 +332,7 @@ def length_limit(model_dir: Path | None, config, tokenizer, requested: int | Non
     cap = config.max_sequence_length  # the position table less what the family reserves (RoBERTa: 514 -> 512)
     if limit > cap:
         if requested is not None:
-            raise BertlabError(f"--max-length {requested} is over the model's limit of {cap} tokens "
+            raise BertlabError(f"--max-seq-length {requested} is over the model's limit of {cap} tokens "
                                f"(max_position_embeddings = {config.max_position_embeddings})")
         limit = cap
     return limit

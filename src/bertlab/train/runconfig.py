@@ -114,7 +114,7 @@ def setting_paths(cls: type) -> dict[str, tuple[str, ...]]:
 # Settings renamed since a run_config.json was written: old name -> name now (one name per idea: the sequence
 # length is `max_seq_length` wherever it is configured). An old file's value is taken where the new name is absent
 # or None; a config whose old names need more than that says so in its `upgrade_settings`.
-RENAMED_SETTINGS = {"seq_len": "max_seq_length", "phase2_seq_len": "phase2_max_seq_length"}
+RENAMED_SETTINGS = {"seq_len": "max_seq_length", "phase2_seq_len": "phase2_max_seq_length", "max_length": "max_seq_length"}
 
 
 def upgraded(cls: type, data: dict[str, Any]) -> dict[str, Any]:

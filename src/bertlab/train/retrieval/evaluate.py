@@ -75,7 +75,7 @@ class RetrievalEvalConfig:
     """text put before each query, e.g. 'query: ' (default: the folder's sentence-transformers prompt)"""
     passage_prompt: str | None = None
     """text put before each passage, e.g. 'passage: ' (default: the folder's prompt)"""
-    max_length: int | None = None
+    max_seq_length: int | None = None
     """tokens per text (default: the folder's max_seq_length, else the model's)"""
     store: str = "float16"
     """the corpus vectors on disk: float16, float32 or int8"""
@@ -294,13 +294,13 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     # (length buckets of passages, then of queries, then the reranker's pairs) and the kept heap only grows.
     # 400 SQuAD passages and 800 questions, all-MiniLM-L6-v2, one thread: peak 670 MB kept, 573 MB returned
     # (500 MB before the first passage), in the same time (282 s and 284 s, a loaded machine).
-    options = InferenceOptions(device=cfg.device, max_length=cfg.max_length, threads=cfg.threads,
+    options = InferenceOptions(device=cfg.device, max_length=cfg.max_seq_length, threads=cfg.threads,
                                retain_freed_memory=False)
     settings = _settings(cfg)
     multi_vector = is_colbert_folder(cfg.model)
-    if multi_vector and (cfg.pooling or cfg.normalize is not None or cfg.keep_vectors or cfg.max_length):
+    if multi_vector and (cfg.pooling or cfg.normalize is not None or cfg.keep_vectors or cfg.max_seq_length):
         raise ConfigError(f"{cfg.model}: a ColBERT folder takes no --pooling, --normalize, --keep-vectors or "
-                          "--max-length (its vectors are per token, normalised, its lengths its own)")
+                          "--max-seq-length (its vectors are per token, normalised, its lengths its own)")
     top_k = cfg.top_k or max(cfg.cutoffs)
     sparse = None
     modes = None
