@@ -50,6 +50,17 @@ def tiny_config():
                       intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """torch's (and so the C kernels') thread count set to 1, then 2, for one test; restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models gain nothing from intra-op threads, and on a busy machine spinning OpenMP workers make

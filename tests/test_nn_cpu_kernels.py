@@ -26,14 +26,6 @@ from bertlab.nn.elementwise import add_and_norm
 needs_c = pytest.mark.skipif(not cpu_kernels.available(), reason="bertlab.nn._cpu_kernels not built")
 
 
-@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def test_the_extension_is_built_where_a_c_compiler_is():
     """`pip install -e .` builds it (setup.py); built optional, so a failed build would otherwise go unnoticed."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]

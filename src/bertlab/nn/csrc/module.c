@@ -126,7 +126,6 @@ static int parse_norm(PyObject *const *args, int at, Py_ssize_t *rows, Py_ssize_
 
 /* rotate_heads(x_ptr, row_stride, heads, head_stride, hs, rows, cos_ptr, sin_ptr, table_rows, threads): fp32 */
 static PyObject *py_rotate_heads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
     if (parse(args, nargs, 10, "rotate_heads") < 0) return NULL;
     float *x = as_ptr(args[0]);
     const float *cos = as_ptr(args[6]), *sin = as_ptr(args[7]);
