@@ -201,40 +201,59 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
     return BL_OK;
 }
 
+/* The int8 layer's two steps in one parallel region: each thread quantizes its share of the rows (and flips
+ * their sign bits for the VNNI dot products), waits for the others -- every column block reads every row -- then
+ * multiplies its share of the column blocks (AMX: of the pairs of blocks). The quantize ran on one thread before
+ * the GEMM's region, ~1/3 of a short layer's time at two threads; each row is quantized as before, so the
+ * output is unchanged bit for bit. */
+static void int8_share(const bl_kernels *k, int amx, const void *x, int dtype, int8_t *xq, float *xs,
+                       const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y, ptrdiff_t M,
+                       ptrdiff_t K, ptrdiff_t N, int part, int parts) {
+    ptrdiff_t start, count;
+    if (block_of(M, part, parts, &start, &count)) {
+        if (dtype == BF16)
+            k->quantize_bf16((const uint16_t *)x + start * K, xq + start * K, xs + start, count, K);
+        else
+            k->quantize_f32((const float *)x + start * K, xq + start * K, xs + start, count, K);
+        if (!amx && k->int8_unsigned)
+            for (ptrdiff_t i = start * K; i < (start + count) * K; i++) ((uint8_t *)xq)[i] ^= 0x80u;
+    }
+#ifdef _OPENMP
+#pragma omp barrier
+#endif
+    const ptrdiff_t blocks = N / 16;
+    if (amx) {
+        if (block_of((blocks + 1) / 2, part, parts, &start, &count)) {
+            const ptrdiff_t nb1 = 2 * (start + count) < blocks ? 2 * (start + count) : blocks;
+            k->int8_columns_amx(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
+        }
+    } else if (block_of(blocks, part, parts, &start, &count)) {
+        k->int8_columns((const uint8_t *)xq, M, K, wp, k->int8_unsigned ? comp : NULL, xs, ws, b, y, N, start,
+                        start + count);
+    }
+}
+
 /* y (M, N) fp32 = the int8 linear layer of x (M, K) fp32 or bf16: x quantized per row (as bl_quantize_rows),
  * times W (N, K)ᵀ packed [N/16][K/4][16][4], dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
  * at a few rows, each call from Python costs about as much as the arithmetic. On AMX tiles from BL_AMX_MIN_ROWS
  * rows where the level has them and K % 64 == 0, else on the level's int8 kernel; the same output either way.
- * Threads split the column blocks (AMX: in pairs), each reading its own share of the weights. */
+ * Threads split the rows to quantize, then the column blocks (AMX: in pairs), each reading its own share of the
+ * weights (see int8_share). */
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
                    const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
     const int amx = k->int8_columns_amx && M >= BL_AMX_MIN_ROWS && K % 64 == 0;
     if (!(amx || k->int8_columns) || K % 4 || N % 16) return BL_UNSUPPORTED;
-    /* x quantized per row once for all column blocks (then + 128 as unsigned bytes -- its sign bit flipped --
-     * for the VNNI dot products) */
     int8_t *xq = malloc((size_t)(M * K) + sizeof(float) * (size_t)M);
     if (!xq) return BL_NO_MEMORY;
     float *xs = (float *)(xq + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
-    if (dtype == BF16)
-        k->quantize_bf16(x, xq, xs, M, K);
-    else
-        k->quantize_f32(x, xq, xs, M, K);
     const ptrdiff_t blocks = N / 16;
-    if (amx) {
-        const ptrdiff_t pairs = (blocks + 1) / 2;
-        int parts = thread_count(pairs, M * K * 32, threads);
-        FOR_EACH_BLOCK(pairs, parts, {
-            const ptrdiff_t nb1 = 2 * (start + count) < blocks ? 2 * (start + count) : blocks;
-            k->int8_columns_amx(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
-        });
-    } else {
-        uint8_t *xu = (uint8_t *)xq;
-        if (k->int8_unsigned)
-            for (ptrdiff_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;
-        const int32_t *c = k->int8_unsigned ? comp : NULL;
-        int parts = thread_count(blocks, M * K * 16, threads);
-        FOR_EACH_BLOCK(blocks, parts, { k->int8_columns(xu, M, K, wp, c, xs, ws, b, y, N, start, start + count); });
-    }
+    const int parts = amx ? thread_count((blocks + 1) / 2, M * K * 32, threads) : thread_count(blocks, M * K * 16, threads);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(parts) if (parts > 1)
+    int8_share(k, amx, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, omp_get_thread_num(), omp_get_num_threads());
+#else
+    int8_share(k, amx, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, 0, 1);
+#endif
     free(xq);
     return BL_OK;
 }
