@@ -559,12 +559,36 @@ def test_bf16_and_int8_attention_take_the_bf16_dot_kernel(monkeypatch):
     calls = []
     monkeypatch.setattr(attention_module, "attention_bf16",
                         lambda *args: calls.append(args[0].dtype) or cpu_kernels.attention_bf16(*args))
+    monkeypatch.setattr(attention_module, "cpu_isa", lambda: "avx512")  # (with AMX short rows stay fp32: below)
     for fn, dtype in ((attention_module.bmm_attention, torch.bfloat16),
                       (attention_module.bmm_bf16_attention, torch.float32)):
         calls.clear()
         got, _ = fn(q.to(dtype), k.to(dtype), v.to(dtype), mask, None, 0.0, None, False)
         assert calls == [dtype] and got.dtype == dtype
         assert (got.float() - want).abs().max() < 2e-2
+
+
+@needs_bf16_dot
+def test_int8_attention_with_amx_keeps_short_rows_in_fp32(monkeypatch):
+    """On a CPU with AMX an int8 model's attention over up to SHORT_KEYS keys runs the fp32 C loops (faster
+    there than the bf16 dot kernel), bit for bit bmm_attention's; longer rows still take the bf16 dot kernel."""
+    import importlib
+
+    attention_module = importlib.import_module("bertlab.nn.attention")
+    g = torch.Generator().manual_seed(0)
+    calls = []
+    monkeypatch.setattr(attention_module, "attention_bf16",
+                        lambda *args: calls.append(args[2].size(-2)) or cpu_kernels.attention_bf16(*args))
+    monkeypatch.setattr(attention_module, "cpu_isa", lambda: "amx")
+    short = attention_module.SHORT_KEYS
+    for keys, bf16_taken in ((40, False), (short, False), (short + 16, True)):
+        q, k, v = (torch.randn(2, 12, keys, 32, generator=g) for _ in range(3))
+        mask = attention_module.AttentionMask.padding(torch.tensor([[1] * keys, [1] * 25 + [0] * (keys - 25)]))
+        calls.clear()
+        got, _ = attention_module.bmm_bf16_attention(q, k, v, mask, None, 0.0, None, False)
+        assert calls == ([keys] if bf16_taken else [])
+        if not bf16_taken:
+            assert torch.equal(got, attention_module.bmm_attention(q, k, v, mask, None, 0.0, None, False)[0])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .cpu_kernels import attention_bf16, attention_one_query, attention_short, bf16_dot_available, softmax_
+from .cpu_kernels import attention_bf16, attention_one_query, attention_short, bf16_dot_available, cpu_isa, softmax_
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -282,7 +282,11 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
 
 # Without AVX-512 BF16, up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C
 # loops: measured against the bf16 matmuls on MiniLM's heads (12 x 32), one thread, 1.4x faster at 128 keys,
-# level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share).
+# level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share). On a CPU with
+# AMX (Intel Xeon, family 6, model 207) the same holds against the AVX-512 BF16 dot kernel: there VDPBF16PS
+# issues at half the rate of fp32 FMAs, and on MiniLM's heads, one thread, interleaved, the fp32 C loops ran
+# 2.4-3.4x as fast from 24 to 72 keys (one row, and 4 and 10 rows of 72), 1.5x at one row of 128 and 4 of 256,
+# 1.03x at 8 rows of 128 (load 6.8 from other jobs: ratios only).
 SHORT_KEYS = 256
 
 
@@ -291,14 +295,17 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     """`bmm_attention` in bf16, returned in q's dtype. For a model whose linear layers run in int8: their
     outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
     Where the CPU has AVX-512 BF16, `cpu_kernels.attention_bf16` reads fp32 q, k, v as they are (rounding
-    them as it packs) and returns fp32: 1.07x the fp32 C loops at 32 x 48 tokens, 1.3x at 16 x 100, 1.7-2.0x
-    at 384-512. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
+    them as it packs) and returns fp32: on a Zen 5 core 1.07x the fp32 C loops at 32 x 48 tokens, 1.3x at
+    16 x 100, 1.7-2.0x at 384-512; on a CPU with AMX, up to `SHORT_KEYS` keys, slower than them (see there), so
+    the fp32 loops run instead. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
-    if q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32 and bf16_dot_available():
+    short = k.size(-2) <= SHORT_KEYS
+    if (q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32 and bf16_dot_available()
+            and not (short and cpu_isa() == "amx")):
         add = _additive(mask, bias, q, k.size(-2))
         if (y := attention_bf16(q, k, v, add, _scale(scale, q))) is not None:
             return y, None
-    if q.size(-2) == 1 or (q.dtype == torch.float32 and k.size(-2) <= SHORT_KEYS):
+    if q.size(-2) == 1 or (q.dtype == torch.float32 and short):
         # a decoding step, or keys few enough that bmm_attention's fp32 C loops beat casting to bf16
         if q.dtype == torch.float32:
             return bmm_attention(q, k, v, mask, bias, dropout_p, scale, need_weights)
