@@ -312,6 +312,37 @@ def test_torchrun_finetune_every_task_kind(task, sharding, model_dir, shared_dat
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["runs"][0]["steps"] == 2 and metrics["best_run"]["dev"]
-    assert json.loads(proc.stdout)["task"] == task  # one report, rank 0's
+    # rank 0 alone reports: each step's dev score once (a line), then the run's summary (JSON)
+    scores, report = proc.stdout.split("\n{", 1)
+    assert [line.split(":")[0] for line in scores.splitlines()] == ["step 1", "step 2"], proc.stdout
+    assert json.loads("{" + report)["task"] == task
     assert (out / "model" / "model.safetensors").is_file()
     assert len(losses(out)) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_torchrun_distill_command_is_the_one_process_command(sharding, mlm_teacher, mlm_data, tmp_path):
+    """`torchrun --nproc-per-node 2 -m bertlab.cli distill` (general: KL, MLM and the hidden-state cosine, --gamma 1)
+    logs the losses of `bertlab distill` in one process with the processes' shares as its micro-batches, and
+    rank 0 alone reports and exports the student."""
+    argv = ["distill", "--teacher", mlm_teacher, "--data", mlm_data["data"], "--steps", 3, "--batch-size", 2,
+            "--max-seq-length", 32, "--lr", 1e-3, "--gamma", 1, "--init", "random", "--precision", "fp32",
+            "--eval-every", 2, "--eval-batches", 1, "--num-workers", 0, "--device", "cpu", "--no-progress",
+            "--no-eval-teacher", "--seed", 3]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "bertlab.cli", *map(str, argv), "--out", str(tmp_path / "two"), "--sharding",
+                           sharding], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert main(["--log-level", "WARNING", *map(str, argv), "--out", str(tmp_path / "one"),
+                 "--micro-batch-size", "1"]) == 0
+    lines = proc.stdout.splitlines()
+    report = json.loads("\n".join(lines[lines.index("{"):]))  # after rank 0's lines on the run, its summary
+    assert report["student"] == str(tmp_path / "two" / "final")
+    for term in ("loss", "kl", "mlm_loss", "cos_loss"):
+        one, two = losses(tmp_path / "one", term), losses(tmp_path / "two", term)
+        assert len(one) == len(two) == 3 and min(one) > 0, term
+        for a, b in zip(one, two):
+            assert abs(a - b) <= 1e-5 * abs(a), (term, one, two)
+    assert json.loads((tmp_path / "two" / "run_config.json").read_text())["_resolved"]["sharding"] == sharding

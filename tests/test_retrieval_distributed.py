@@ -205,3 +205,21 @@ def test_the_reranker_export_loads_in_transformers(runs):
         torch.testing.assert_close(theirs(input_ids=ids).logits, ours(input_ids=ids).logits, atol=1e-5, rtol=1e-4)
     assert theirs.config.num_labels == 1
 
+
+
+@pytest.mark.slow
+def test_torchrun_finetune_reranker_command(tmp_path):
+    """`torchrun --nproc-per-node 2 -m bertlab.cli finetune-reranker --sharding fsdp`: one report (rank 0's), the
+    final folder written once."""
+    encoder = tiny_model(tmp_path / "encoder")
+    groups = write_groups(tmp_path / "groups.csv")
+    out = tmp_path / "out"
+    argv = ["finetune-reranker", "--model", encoder, "--train", groups, "--out", out, "--loss", "listwise",
+            "--batch-size", 4, "--max-steps", 2, "--lr", 1e-3, "--no-progress", "--sharding", "fsdp"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "bertlab.cli", *map(str, argv)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["steps"] == 2 and report["final"] == str(out / "final")
+    assert (out / "final" / "model.safetensors").is_file() and len(metric(out)) == 2
