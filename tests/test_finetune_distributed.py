@@ -240,9 +240,9 @@ def test_distillation_with_every_term_over_two_processes_is_one_processs(runs, r
     """Task distillation with the hidden-state cosine term (every student layer against its teacher layer) and
     general distillation (KL, MLM and cosine), students drawn anew, over DDP and FSDP: every step's loss and terms are one process's whose
     micro-batches are the processes' shares (the terms averaged over tokens are each share's, averaged -- the same
-    in both), and so are the final students (to fp32 rounding); the held-out score ran at step 2 (the student
+    in both), as are the gradients' norms, and so are the final students (to fp32 rounding); the held-out score ran at step 2 (the student
     alone within the gathered distiller)."""
-    one = {t: losses(runs / f"{run}-one", t) for t in ("loss", *terms)}
+    one = {t: losses(runs / f"{run}-one", t) for t in ("loss", "grad_norm", *terms)}
     assert len(one["loss"]) == 3 and all(v > 0.01 for v in one["cos_loss"]), one  # a student unlike its teacher
     for sharding in ("ddp", "fsdp"):
         for term, expected in one.items():

@@ -142,10 +142,13 @@ def final_weights(out: Path) -> dict[str, torch.Tensor]:
                                       ("cached-one", "cached-ddp"), ("cached-one", "cached-fsdp"),
                                       ("colbert-one", "colbert-ddp"), ("colbert-one", "colbert-fsdp")])
 def test_two_processes_see_the_global_batch_as_one_process_does(runs, one, two):
-    expected, got = metric(runs / one), metric(runs / two)
-    assert len(expected) == len(got) == 3
-    for a, b in zip(expected, got):
-        assert abs(a - b) <= 1e-5 * abs(a), (expected, got)
+    """The losses and the gradients' norms (before clipping: AdamW's update would hide a gradient off by a constant
+    factor) of every step, and the final weights, are one process's."""
+    for name in ("loss", "grad_norm"):
+        expected, got = metric(runs / one, name), metric(runs / two, name)
+        assert len(expected) == len(got) == 3
+        for a, b in zip(expected, got):
+            assert abs(a - b) <= 1e-5 * abs(a), (name, expected, got)
     if one == "splade-one":  # the FLOPS regulariser is the global batch's too
         for a, b in zip(metric(runs / one, "flops_document"), metric(runs / two, "flops_document")):
             assert abs(a - b) <= 1e-5 * abs(a) + 1e-9
@@ -166,14 +169,16 @@ def test_cached_mnrl_is_mnrl_in_one_process(runs):
 
 @pytest.mark.parametrize("loss, sharding", [("listwise", "ddp"), ("listwise", "fsdp"), ("bce", "ddp")])
 def test_reranker_over_two_processes_is_one_process(runs, loss, sharding):
-    """Each process trains 2 of the 4 groups of a step; the losses (the first FSDP's bitwise DDP's) and the final
-    weights are one process's on the 4 groups, and the run records its processes and sharding."""
-    expected, got = metric(runs / f"{loss}-one"), metric(runs / f"{loss}-{sharding}")
-    assert len(expected) == len(got) == 4
-    for a, b in zip(expected, got):
-        assert abs(a - b) <= 1e-5 * abs(a), (expected, got)
+    """Each process trains 2 of the 4 groups of a step; the losses (the first FSDP's bitwise DDP's), the gradients'
+    norms and the final weights are one process's on the 4 groups, and the run records its processes and
+    sharding."""
+    for name in ("loss", "grad_norm"):
+        expected, got = metric(runs / f"{loss}-one", name), metric(runs / f"{loss}-{sharding}", name)
+        assert len(expected) == len(got) == 4
+        for a, b in zip(expected, got):
+            assert abs(a - b) <= 1e-5 * abs(a), (name, expected, got)
     if sharding == "fsdp":
-        assert got[0] == metric(runs / f"{loss}-ddp")[0]
+        assert metric(runs / f"{loss}-fsdp")[0] == metric(runs / f"{loss}-ddp")[0]
     w1, w2 = final_weights(runs / f"{loss}-one"), final_weights(runs / f"{loss}-{sharding}")
     assert w1.keys() == w2.keys()
     for k in w1:
