@@ -228,3 +228,20 @@ def test_torchrun_finetune_reranker_command(tmp_path):
     report = json.loads(proc.stdout)
     assert report["steps"] == 2 and report["final"] == str(out / "final")
     assert (out / "final" / "model.safetensors").is_file() and len(metric(out)) == 2
+
+
+@pytest.mark.parametrize("n, mini", [(7, 3), (7, 4), (3, 2), (1, 2), (9, 1)])
+def test_gradcache_processes_run_alike_and_cover_the_batch(n, mini):
+    """Under torchrun every process embeds its share of a column in as many mini-batches as every other (FSDP
+    gathers weights at every forward: the processes' collectives must pair up), none larger than `mini`, and
+    the shares' mini-batches cover the rows once, in order -- an empty one where a share has fewer rows."""
+    from bertlab.train.retrieval.losses import _share, _spans
+
+    covered, counts = [], set()
+    for rank in range(2):
+        sizes, lo, hi = _share(n, rank, 2)
+        spans = _spans(lo, hi, -(-max(sizes) // mini))
+        counts.add(len(spans))
+        assert all(0 <= b - a <= mini for a, b in spans)
+        covered += [i for a, b in spans for i in range(a, b)]
+    assert len(counts) == 1 and covered == list(range(n))
