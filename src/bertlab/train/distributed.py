@@ -66,8 +66,8 @@ def refuse_torchrun(command: str) -> None:
     """A recipe that trains in one process only, refused in one line under torchrun -- rather than N processes
     each running the whole recipe and writing one output folder at once."""
     if torchrun_world_size() > 1:
-        raise ConfigError(f"{command} trains in one process: run it without torchrun (pretrain, finetune and "
-                          "distill train across the processes of a torchrun job)")
+        raise ConfigError(f"{command} trains in one process: run it without torchrun (pretrain, finetune, distill, "
+                          "finetune-embeddings and finetune-reranker train across the processes of a torchrun job)")
 
 
 def barrier(dist: DistInfo) -> None:

@@ -16,7 +16,9 @@ summed):
 
 One difference from PyLate's training losses, kept on purpose: there a dropped document token (padding,
 punctuation) counts as a similarity of 0 in the max; here it is not a candidate at all, as in MaxSim at search
-time and in ColBERT's own code. OUT/final is a PyLate folder (`infer.multivector.write_colbert_files`).
+time and in ColBERT's own code. OUT/final is a PyLate folder (`infer.multivector.write_colbert_files`). Under torchrun each process embeds its
+share of every column and the loss sees every process's vectors (`losses.across_processes`), as for `mnrl`: the
+in-batch negatives are the global batch's.
 """
 
 from __future__ import annotations
@@ -131,9 +133,19 @@ def collate(data: ColbertRows, batch: Sequence[int]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- the losses
-def encode(model: ColbertModel, inputs) -> tuple[torch.Tensor, torch.Tensor]:
-    """(vectors (B, T, dim), kept (B, T)): a column's token vectors and which of them count."""
-    return model(inputs), inputs["kept"]
+def vectors(model: ColbertModel, inputs) -> torch.Tensor:
+    """A column's token vectors (B, T, dim)."""
+    return model(inputs)
+
+
+def encode_with(vectors_of):
+    """`encode` from a function giving a column's token vectors: under torchrun `losses.across_processes(vectors)`,
+    every process's rows gathered (the batch's whole width T on every process: a query's [MASK]s attend to nothing
+    but give vectors, so no row is cut to its attended tokens)."""
+    def encode(model: ColbertModel, inputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """(vectors (B, T, dim), kept (B, T)): a column's token vectors and which of them count."""
+        return vectors_of(model, inputs), inputs["kept"]
+    return encode
 
 
 def _query(emb) -> torch.Tensor:

@@ -338,9 +338,6 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
 
     cfg = start_run(EmbeddingFinetuneConfig, cfg, MAY_CHANGE, given, "the training rows")
     if torchrun_world_size() > 1:  # refused before the process group is joined
-        if cfg.loss in ("colbert", "cached-mnrl"):
-            raise ConfigError(f"--loss {cfg.loss} trains in one process; under torchrun use mnrl (every process's "
-                              "rows are in-batch negatives of every anchor), cosent, cosine, margin-mse or splade")
         if cfg.early_stopping:
             raise ConfigError("--early-stopping runs in one process (the stop is decided from rank 0's validation "
                               "alone); drop it under torchrun")
@@ -390,12 +387,13 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         def save(m, where: Path) -> Path:
             return (save_sparse_folder if sparse else save_folder)(m, tokenizer, settings, max_length, where)
     steps = cfg.max_steps or plan.steps_for(cfg.epochs)
-    plain_encoder = type(model.encoder) if sharding == "fsdp" else None  # (colbert runs in one process)
+    plain_encoder = type(model.encoder) if sharding == "fsdp" else None
     if sharding == "fsdp":  # before the optimizer: FSDP2 replaces the parameters by their shards
         shard_model(model, precision, cfg.fsdp_cpu_offload)
     # Under torchrun every process collates the whole global batch and embeds its share of it: the objective sees
     # every process's rows (`losses.across_processes`), so in-batch negatives are the global batch's.
-    shared = (lambda fn: across_processes(fn, dist.rank, dist.world_size)) if dist.world_size > 1 else (lambda fn: fn)
+    shared = (lambda fn, **kw: across_processes(fn, dist.rank, dist.world_size, **kw)) if dist.world_size > 1 \
+        else (lambda fn, **kw: fn)
     log.info("%d rows (%s), %d distinct texts; %d steps of %d rows; loss %s; pooling %s%s", len(rows),
              ", ".join(f"{r}={c}" for r, c in rows.columns.items()), len(data.ids), steps, cfg.batch_size, cfg.loss,
              "colbert" if multi_vector else settings.pooling,
@@ -407,11 +405,12 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
         loss_fn = splade_loss(lambda: trainer.step, ramp, cfg.splade_query_lambda, cfg.splade_document_lambda,
                               encode=shared(encode))
     elif multi_vector:
-        loss_fn = plain_loss(colbert.build_objective(kind == "candidate-scores"), colbert.encode)
+        loss_fn = plain_loss(colbert.build_objective(kind == "candidate-scores"),
+                             colbert.encode_with(shared(colbert.vectors, whole_width=True)))
     else:
         objective = build_objective(cfg.loss, cfg.scale, cfg.symmetric, cfg.dims, cfg.weights)
-        loss_fn = cached_loss(objective, encode, cfg.mini_batch_size) if cfg.loss == "cached-mnrl" \
-            else plain_loss(objective, shared(encode))
+        loss_fn = cached_loss(objective, encode, cfg.mini_batch_size, dist.rank, dist.world_size) \
+            if cfg.loss == "cached-mnrl" else plain_loss(objective, shared(encode))
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
 
@@ -472,8 +471,12 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
     result = trainer.fit(resume=cfg.resume)
     final = None
     if not result.interrupted and sharding == "fsdp":  # gathered whole on rank 0 (collective), saved as always
-        model = unsharded_copy(model, lambda: (SpladeModel(plain_encoder(model.encoder.config)) if sparse else
-                                               SentenceEncoder(plain_encoder(model.encoder.config), settings.pooling)))
+        def plain() -> nn.Module:
+            bare = plain_encoder(model.encoder.config)
+            if sparse:
+                return SpladeModel(bare)
+            return colbert.ColbertModel(bare, multi.dim) if multi_vector else SentenceEncoder(bare, settings.pooling)
+        model = unsharded_copy(model, plain)
     if not result.interrupted and dist.is_main:
         final = save(model, out / "final")
         summary = {"steps": result.step, "rows": len(rows), "train_seconds": round(result.elapsed, 1),

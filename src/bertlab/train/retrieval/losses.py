@@ -23,11 +23,17 @@ mini-batch is embedded again with a graph -- under the random state of its first
 same masks -- and back-propagated with its slice of that gradient. The parameters' gradient is the plain
 objective's (to fp32 rounding: a test), while memory holds one mini-batch's activations: batch 1,024 in the
 memory of batch 32. This happens inside `loss.backward()` (a hook on the returned loss), so the shared
-training loop runs it like any other loss.
+training loop runs it like any other loss. Under torchrun (`rank`, `world_size`) each process embeds its share of
+every column in as many mini-batches as every other process (FSDP gathers each block's weights at every
+forward, DDP may sync buffers: the processes must run alike), gathers the whole batch's embeddings, computes the
+objective on all of them -- the global batch's in-batch negatives, as `across_processes` -- and back-propagates
+its own rows' slice of the gradient, times the processes (DDP and FSDP average what the processes send); DDP
+reduces the gradients once, after the last mini-batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -133,21 +139,22 @@ def plain_loss(objective: Objective, encode: Encode) -> Callable:
     return loss_fn
 
 
-def across_processes(encode: Encode, rank: int, world_size: int) -> Encode:
+def across_processes(encode: Encode, rank: int, world_size: int, whole_width: bool = False) -> Encode:
     """`encode` for one process of a torchrun job. Every process collates the whole global batch alike; each embeds
     its own contiguous share of a column's rows and gets every process's back (`distributed.gather_rows`), so an
     objective sees the whole batch -- every in-batch negative of every process, as one process with the global
     batch does -- and computes the same loss everywhere, whose gradient reaches each process's share only (the
     sum DDP / FSDP average is the one-process gradient). A process whose share is empty (a last batch of an epoch
-    smaller than the processes) embeds one row and keeps none of it, so its backward still runs the model."""
+    smaller than the processes) embeds one row and keeps none of it, so its backward still runs the model.
+    A share is cut to its rows' attended tokens, unless `whole_width` (per-token outputs, gathered at the batch's
+    width)."""
     from ..distributed import gather_rows
 
+    cut = (lambda inputs, start, stop: {k: v[start:stop] for k, v in inputs.items()}) if whole_width else _slice
+
     def shared(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        n = len(inputs["input_ids"])
-        sizes = [n // world_size + (r < n % world_size) for r in range(world_size)]
-        start = sum(sizes[:rank])
-        stop = start + sizes[rank]
-        local = encode(model, _slice(inputs, start, stop)) if stop > start else encode(model, _slice(inputs, 0, 1))[:0]
+        sizes, start, stop = _share(len(inputs["input_ids"]), rank, world_size)
+        local = encode(model, cut(inputs, start, stop)) if stop > start else encode(model, cut(inputs, 0, 1))[:0]
         return gather_rows(local, sizes)
     return shared
 
@@ -169,39 +176,79 @@ def _slice(inputs: Mapping[str, torch.Tensor], start: int, stop: int) -> dict[st
     return {k: v[:, :width] for k, v in rows.items()}
 
 
-def cached_loss(objective: Objective, encode: Encode, mini_batch_size: int) -> Callable:
+def _share(n: int, rank: int, world_size: int) -> tuple[list[int], int, int]:
+    """Every process's rows of an n-row column (contiguous, in rank order) and this process's start and stop."""
+    sizes = [n // world_size + (r < n % world_size) for r in range(world_size)]
+    start = sum(sizes[:rank])
+    return sizes, start, start + sizes[rank]
+
+
+def _spans(start: int, stop: int, pieces: int) -> list[tuple[int, int]]:
+    """start..stop cut into `pieces` contiguous spans of near-equal size (some empty when rows are fewer)."""
+    n = stop - start
+    bounds = [start + i * (n // pieces) + min(i, n % pieces) for i in range(pieces + 1)]
+    return list(zip(bounds, bounds[1:]))
+
+
+def _gradient_sync(model: nn.Module, sync: bool):
+    """DDP's `no_sync` for a backward that is not the step's last: its gradients accumulate locally and the last
+    backward reduces them all at once. (FSDP2 reduce-scatters after every backward and adds up the shards: that
+    keeps its gradients sharded, which is what it is used for.)"""
+    if isinstance(model, nn.parallel.DistributedDataParallel) and not sync:
+        return model.no_sync()
+    return contextlib.nullcontext()
+
+
+def cached_loss(objective: Objective, encode: Encode, mini_batch_size: int, rank: int = 0,
+                world_size: int = 1) -> Callable:
     """loss_fn(model, batch) with GradCache (see the module docstring): the returned loss's backward runs the
-    mini-batches again with a graph."""
+    mini-batches again with a graph. `rank`, `world_size`: this process's place in a torchrun job, whose every
+    process collates the whole global batch alike."""
     if mini_batch_size < 1:
         raise ConfigError(f"mini-batch-size must be at least 1, got {mini_batch_size}")
+    from ..distributed import gather_rows
+
+    def embed(model, inputs, start: int, stop: int) -> torch.Tensor:
+        if stop > start:
+            return encode(model, _slice(inputs, start, stop)).float()
+        return encode(model, _slice(inputs, 0, 1)).float()[:0]  # an empty span: the model runs, keeps no row
 
     def loss_fn(model, batch):
         device = next(model.parameters()).device
         columns = text_columns(batch)
         pieces: list[tuple[str, int, int, tuple]] = []  # (column, start, stop, random state before its pass)
         reps: dict[str, torch.Tensor] = {}
+        own: dict[str, tuple[int, int]] = {}  # this process's rows of each column
         with torch.no_grad():
             for c in columns:
                 n = len(batch[c]["input_ids"])
+                sizes, lo, hi = _share(n, rank, world_size)
+                spans = _spans(lo, hi, -(-max(sizes) // mini_batch_size)) if world_size > 1 else \
+                    [(s, min(s + mini_batch_size, n)) for s in range(0, n, mini_batch_size)]
                 chunks = []
-                for start in range(0, n, mini_batch_size):
-                    stop = min(start + mini_batch_size, n)
+                for start, stop in spans:
                     pieces.append((c, start, stop, _rng_state(device)))
-                    chunks.append(encode(model, _slice(batch[c], start, stop)).float())
-                reps[c] = torch.cat(chunks)
+                    chunks.append(embed(model, batch[c], start, stop))
+                reps[c] = torch.cat(chunks) if world_size == 1 else gather_rows(torch.cat(chunks), sizes)
+                own[c] = (lo, hi)
         end_state = _rng_state(device)
         autocast = (torch.is_autocast_enabled(device.type), torch.get_autocast_dtype(device.type))
         leaves = {c: r.detach().requires_grad_() for c, r in reps.items()}
         with torch.enable_grad():
             loss = objective(leaves, batch.get("labels"))
             grads = dict(zip(columns, torch.autograd.grad(loss, [leaves[c] for c in columns])))
+        # every process computed the same loss: each back-propagates its own rows' part, and the processes'
+        # average of those parts, times the processes, is the whole gradient
+        grads = {c: g[own[c][0]:own[c][1]] * world_size for c, g in grads.items()}
 
         def backward(grad_output: torch.Tensor) -> torch.Tensor:
             with torch.enable_grad(), torch.autocast(device.type, dtype=autocast[1], enabled=autocast[0]):
-                for c, start, stop, state in pieces:
+                for i, (c, start, stop, state) in enumerate(pieces):
                     _set_rng_state(state, device)
-                    emb = encode(model, _slice(batch[c], start, stop)).float()
-                    (emb * (grads[c][start:stop] * grad_output)).sum().backward()
+                    with _gradient_sync(model, world_size == 1 or i == len(pieces) - 1):
+                        emb = embed(model, batch[c], start, stop)
+                        lo = own[c][0]
+                        (emb * (grads[c][start - lo:stop - lo] * grad_output)).sum().backward()
             _set_rng_state(end_state, device)
             return grad_output
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ...core.errors import BertlabError, ConfigError
-from ..distributed import refuse_torchrun
 from ..loop import LoopConfig
 from ..options import RunOptions
 from ..run_record import resolve_resume_config
@@ -71,13 +70,9 @@ class PairTraining(RunOptions):
         return self.warmup if self.warmup < 1 else int(self.warmup)
 
 
-def start_run(cls: type[C], cfg: C, may_change: tuple[str, ...], given: set[str] | None, train_help: str,
-              one_process: str | None = None) -> C:
+def start_run(cls: type[C], cfg: C, may_change: tuple[str, ...], given: set[str] | None, train_help: str) -> C:
     """`cfg` as the run goes: on `--resume` the saved run_config.json's settings (`setup.resolve_resume_config`);
-    refused in one line without --out, --model or --train, on an --out holding another run, or under torchrun
-    when the command `one_process` names trains in one process only."""
-    if one_process:
-        refuse_torchrun(one_process)
+    refused in one line without --out, --model or --train, or on an --out holding another run."""
     if not cfg.out:
         raise ConfigError("give --out OUT_DIR")
     out = Path(cfg.out)

@@ -16,6 +16,11 @@ is the family's sequence-classification head with one label, new on an encoder f
 folder. The shared training loop runs it (AdamW, warmup and linear decay, bf16, checkpoints, exact resume).
 OUT/final is a Hugging Face folder that `bertlab serve --classify-model` serves on /rerank and
 sentence-transformers' `CrossEncoder` loads with the same scores (tests check both).
+
+Under torchrun (`--sharding ddp|fsdp`, `train/fsdp.py`) each process trains its contiguous share of every global
+batch's groups (`batches.shuffled_batches` with the process's rank): every loss here is a mean over groups of one
+size (listwise) or over pairs (bce, distill), so the mean of the equal shares' losses that DDP's and FSDP's
+gradient averaging takes is the global batch's loss -- the batch size must divide by the processes.
 """
 
 from __future__ import annotations
@@ -33,10 +38,13 @@ from ...core.errors import BertlabError, ConfigError
 from ...core.fsio import atomic_directory
 from ...tasks.tables import guess_column, read_table
 from ..batches import shuffled_batches, steps_for_epochs
+from ..distributed import barrier, torchrun_world_size
+from ..fsdp import join_job, shard_model, unsharded_copy
 from ..loop import Trainer
 from ..optim import adamw, linear_warmup_decay
+from ..options import ShardingOptions
 from ..runconfig import GroupedSettings
-from ..run_record import resolve_device, run_record, write_run_config
+from ..run_record import run_record, write_run_config
 from .recipe import PairTraining, loop_config, start_run
 
 log = logging.getLogger(__name__)
@@ -46,7 +54,7 @@ QUERY_COLUMNS = ("query", "anchor", "question", "sentence1")
 PASSAGE_COLUMNS = ("passage", "document", "text", "sentence2")
 RELEVANCE_COLUMNS = ("label", "score", "relevance")
 # settings a resumed run may take anew (the rest are the run's own)
-MAY_CHANGE = ("progress", "save_every", "device")
+MAY_CHANGE = ("progress", "save_every", "device", "sharding", "fsdp_cpu_offload")
 
 
 @dataclass
@@ -87,6 +95,8 @@ class RerankerConfig(GroupedSettings):
     # length of the run, batch, optimiser, precision, seed, device, checkpoints, resume: shared with
     # finetune-embeddings
     training: RerankerTraining = field(default_factory=RerankerTraining)
+    # under torchrun: DDP replicas or FSDP2 shards (`train/fsdp.py`), as for fine-tuning
+    parallel: ShardingOptions = field(default_factory=ShardingOptions)
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -199,9 +209,15 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     from ...infer.inputs import encode as encode_texts
     from ...infer.runtime import length_limit, model_family
 
-    cfg = start_run(RerankerConfig, cfg, MAY_CHANGE, given, "the rows", "finetune-reranker")
+    cfg = start_run(RerankerConfig, cfg, MAY_CHANGE, given, "the rows")
     out = Path(cfg.out)
+    if cfg.batch_size % torchrun_world_size():  # refused before the process group is joined
+        raise ConfigError(f"batch-size ({cfg.batch_size}) must be a multiple of the {torchrun_world_size()} "
+                          "processes: each trains an equal share of every batch's groups")
     groups, targets = read_reranker_rows(cfg)
+    precision = "bf16" if cfg.bf16 else "fp32"
+    dist, sharding = join_job(cfg.device, cfg.sharding, precision, cfg.fsdp_cpu_offload)
+    micro = cfg.batch_size // dist.world_size
     model_dir = Path(cfg.model)
     family = model_family(model_dir)
     head = family.head("sequence-classification", "finetune-reranker")
@@ -219,22 +235,29 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
                          for i in range(len(g))])
         start += len(g)
     data = PairGroups(features, targets)
-    steps = cfg.max_steps or steps_for_epochs(cfg.epochs, len(data), cfg.batch_size)
-    device = resolve_device(cfg.device)
-    model = model.to(device)
+    steps = cfg.max_steps or steps_for_epochs(cfg.epochs, len(data), micro, world_size=dist.world_size)
+    model = model.to(dist.device)
+    plain_class = type(model)  # (under FSDP the sharded model's class is FSDP's subclass of it)
+    if sharding == "fsdp":  # before the optimizer: FSDP2 replaces the parameters by their shards
+        shard_model(model, precision, cfg.fsdp_cpu_offload)
     log.info("%d %s of %d pair(s); %d steps of %d; loss %s", len(data), "groups" if len(groups[0]) > 1 else "rows",
              len(groups[0]), steps, cfg.batch_size, cfg.loss)
     optimizer = adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, eps=cfg.adam_eps)
     scheduler = linear_warmup_decay(optimizer, cfg.training.warmup_steps, steps)
     out.mkdir(parents=True, exist_ok=True)
-    write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "rows": len(data)}))
+    if dist.is_main:
+        write_run_config(out, run_record(cfg, {"steps": steps, "max_seq_length": max_length, "rows": len(data),
+                                               "world_size": dist.world_size, "sharding": sharding}))
     trainer = Trainer(model, optimizer, scheduler, reranker_loss(cfg.loss),
-                      lambda step: shuffled_batches(data, cfg.batch_size, collate_groups, seed=cfg.seed, start=step),
+                      lambda step: shuffled_batches(data, micro, collate_groups, seed=cfg.seed, start=step,
+                                                    rank=dist.rank, world_size=dist.world_size),
                       loop_config(cfg, out, steps), token_counter=count_pair_tokens)
     started = time.perf_counter()
     result = trainer.fit(resume=cfg.resume)
     final = None
-    if not result.interrupted:
+    if not result.interrupted and sharding == "fsdp":  # gathered whole on rank 0 (collective), saved as always
+        model = unsharded_copy(model, lambda: plain_class(model.config))
+    if not result.interrupted and dist.is_main:
         final = out / "final"
         with atomic_directory(final, keep_existing=False) as tmp:
             save_pretrained(model, tmp)
@@ -242,4 +265,5 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
         (out / "metrics.json").write_text(json.dumps({
             "steps": result.step, "rows": len(data), "train_seconds": round(result.elapsed, 1),
             "wall_seconds": round(time.perf_counter() - started, 1), "loss": result.metrics.get("loss")}, indent=2) + "\n")
+    barrier(dist)
     return RerankerResult(out, final, result, len(data), steps)
