@@ -88,3 +88,15 @@ def test_an_old_config_file_with_the_old_name_loads(old, tmp_path):
     assert RENAMED_SETTINGS[old] == "max_seq_length"
     cfg = config_from_dict(RetrievalEvalConfig, {"model": "m", "data": "d", "out": "o", old: 96})
     assert cfg.max_seq_length == 96
+
+
+def test_no_benchmark_flag_spells_the_sequence_length_another_way():
+    """The benchmarks' own flags (read from their source: each builds its parser in `main`) follow the commands'."""
+    flag = re.compile(r"add_argument\(\s*((?:\"--[a-z0-9-]+\",\s*)+)")
+    wrong = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for match in flag.finditer(path.read_text(encoding="utf-8")):
+            for name in re.findall(r"\"--([a-z0-9-]+)\"", match.group(1)):
+                if OLD_SPELLING.search(name.replace("-", "_")):
+                    wrong.append(f"{path.name}: --{name}")
+    assert wrong == []
