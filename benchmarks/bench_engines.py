@@ -157,7 +157,7 @@ class HF:
 
 def contenders(model_dir: Path, folders: dict[str, Path], engines: list[str], dtypes: list[str], threads: int,
                max_length: int = 512):
-    options = dict(threads=threads, max_length=max_length)
+    options = dict(threads=threads, max_seq_length=max_length)
     out = {}
     if "hf" in engines and installed("transformers"):
         out["HF fp32"] = HF(model_dir, InferenceOptions(**options))

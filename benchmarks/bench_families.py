@@ -14,11 +14,11 @@ Inference (`embed`'s job: a mean-pooled embedding per sentence, fp32, inference_
   HF        the `transformers` model (sdpa attention), batches of 32 in input order, each padded to its longest
   bertlab   `Embedder.embed_ids` with the CLI's defaults (length buckets, oneDNN-packed linear layers)
   bertlab on HF's batches   the same model on HF's padded batches: the model's own speed, without bucketing
-Fine-tuning (a sequence-classification step: forward, cross-entropy, backward, AdamW, fp32), on the same
+Fine-tuning (a text-classification step: forward, cross-entropy, backward, AdamW, fp32), on the same
 `--train-batches` batches of `--batch-size` sentences in random order, each padded to its longest, the same
 starting weights on both sides:
   HF        `AutoModelForSequenceClassification`'s class for the family
-  bertlab   the family's sequence-classification head (unpadded layers in training)
+  bertlab   the family's text-classification head (unpadded layers in training)
 
 Rounds interleave the two sides (the order alternates), so a busy machine slows both alike; each number is
 the median over rounds, the ratio bertlab / HF throughput. Threads: `--threads` for both (default 1: the
@@ -158,7 +158,7 @@ def bench_family(family: str, args, root: Path) -> dict:
     batches = [(*padded(train_rows[i:i + args.batch_size], pad), torch.tensor(labels[i:i + args.batch_size]))
                for i in range(0, n_train, args.batch_size)]
     hf_cls = transformers.AutoModelForSequenceClassification
-    ours_cls = fam.head("sequence-classification").model_class
+    ours_cls = fam.head("text-classification").model_class
     steps = {"hf": [], "bertlab": []}
     for r in range(args.rounds):
         for side in (("hf", "bertlab") if r % 2 == 0 else ("bertlab", "hf")):

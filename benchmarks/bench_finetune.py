@@ -159,7 +159,7 @@ def bench_task(task: str, args, model_dir: Path, data_root: Path, work: Path) ->
     from bertlab import BertTokenizer
 
     spec = TASKS[task]
-    max_length = args.max_seq_length or spec.default_max_length
+    max_length = args.max_seq_length or spec.default_max_seq_length
     cfg = ft.FinetuneConfig(task=task, model=str(model_dir), data=str(data_root / FOLDERS[task]), out=str(work),
                             epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, progress=False,
                             train_limit=args.train_limit, eval_limit=args.eval_limit)

@@ -232,8 +232,8 @@ def bench_service(model_dir: Path, texts: list[str], clients: int, requests: int
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=512, help="sequences (default 512)")
-    ap.add_argument("--min-len", type=int, default=16)
-    ap.add_argument("--max-len", type=int, default=128)
+    ap.add_argument("--min-seq-length", type=int, default=16, help="shortest input in tokens (default 16)")
+    ap.add_argument("--max-seq-length", type=int, default=128, help="longest input in tokens (default 128)")
     ap.add_argument("--batch-size", type=int, default=32, help="HF / ORT batch size (default 32)")
     ap.add_argument("--max-tokens", type=int, default=None,
                     help="bertlab's bucket budget in padded tokens (default: the CLI's, 2048 on CPU)")
@@ -260,7 +260,7 @@ def main() -> int:
     plain = Embedder.from_pretrained(model_dir, "mean", False, InferenceOptions(max_tokens=args.max_tokens,
                                                                                  packed_linear=False))
     hf = transformers.BertModel.from_pretrained(str(model_dir), attn_implementation="sdpa").eval()
-    rows = make_inputs(ours.tokenizer, args.n, args.min_len, args.max_len, args.seed)
+    rows = make_inputs(ours.tokenizer, args.n, args.min_seq_length, args.max_seq_length, args.seed)
     lengths = [len(r) for r in rows]
     naive = [list(range(i, min(i + args.batch_size, len(rows)))) for i in range(0, len(rows), args.batch_size)]
     buckets = length_buckets.plan_batches(lengths, ours.options.max_tokens)

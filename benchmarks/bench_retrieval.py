@@ -273,7 +273,8 @@ def splade_check(model: str, train: Path, beir: Path, tmp: Path, a: argparse.Nam
 
     cmd = [sys.executable, "-m", "bertlab.cli", "evaluate-retrieval", "--model", str(tmp / "splade" / "final"),
            "--data", str(beir), "--out", str(tmp / "splade-eval"), "--k-values", "1,10,100", "--bm25",
-           "--max-seq-length", str(a.eval_max_length or a.max_seq_length), "--threads", str(a.threads), "--no-progress"]
+           "--max-seq-length", str(a.eval_max_seq_length or a.max_seq_length), "--threads", str(a.threads),
+           "--no-progress"]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if run.returncode:
         raise SystemExit(f"evaluate-retrieval failed:\n{run.stderr[-3000:]}")
@@ -321,7 +322,8 @@ def main() -> None:
     p.add_argument("--splade", action="store_true",
                    help="SPLADE fine-tuned from the model (a new masked-LM head) against BM25 on the held-out set")
     p.add_argument("--bf16", action="store_true", help="--splade: train under bf16 autocast")
-    p.add_argument("--eval-max-length", type=int, help="--splade: tokens per text when scoring (default: as trained)")
+    p.add_argument("--eval-max-seq-length", type=int,
+                   help="--splade: tokens per text when scoring (default: as trained)")
     p.add_argument("--colbert", action="store_true",
                    help="ColBERT against the dense model, trained from the same start with the same budget")
     p.add_argument("--heldout-articles", type=int, help="held out: the first N odd articles only (a smaller corpus)")
@@ -340,7 +342,7 @@ def main() -> None:
             if a.json:
                 a.json.write_text(json.dumps({"settings": {k: getattr(a, k) for k in (
                     "train_pairs", "heldout_queries", "threads", "batch_size", "lr", "warmup", "seed", "max_seq_length",
-                    "max_steps", "bf16", "eval_max_length")}, "splade": result}, indent=2) + "\n")
+                    "max_steps", "bf16", "eval_max_seq_length")}, "splade": result}, indent=2) + "\n")
             return
         if a.colbert:
             result = colbert_check(model, train, beir, tmp, a)

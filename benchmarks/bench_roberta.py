@@ -139,7 +139,7 @@ def main() -> None:
 
         labels = [torch.randint(0, 2, (len(b["input_ids"]),), generator=torch.Generator().manual_seed(i))
                   for i, b in enumerate(batches[:args.steps])]
-        ours_clf = fam.head("sequence-classification").model_class.from_pretrained(folder)
+        ours_clf = fam.head("text-classification").model_class.from_pretrained(folder)
         hf_clf = transformers.AutoModelForSequenceClassification.from_pretrained(folder, attn_implementation="sdpa")
         opt_ours = torch.optim.AdamW(ours_clf.parameters(), lr=2e-5)
         opt_hf = torch.optim.AdamW(hf_clf.parameters(), lr=2e-5)

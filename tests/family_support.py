@@ -248,7 +248,7 @@ def classifier_as_transformers(folder: Path) -> None:
     enc = AutoTokenizer.from_pretrained(folder)(["the coach said the team and the goal", "shares fell"],
                                                 padding=True, return_tensors="pt")
     inputs = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-    ours = AutoModel.for_head("sequence-classification").from_pretrained(folder).eval()
+    ours = AutoModel.for_head("text-classification").from_pretrained(folder).eval()
     theirs, info = transformers.AutoModelForSequenceClassification.from_pretrained(folder, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"], info
     with torch.no_grad():

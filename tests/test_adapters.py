@@ -472,7 +472,7 @@ def test_lora_and_adapters_find_each_familys_layers_by_default(model_type, tmp_p
     getattr(transformers, class_name)(config).save_pretrained(tmp_path)
     ids = torch.randint(3, 64, (2, 12))
     for tuning in (methods.TuningOptions(method="lora", lora_rank=4), methods.TuningOptions(method="adapters")):
-        model = AutoModel.for_head("sequence-classification").from_pretrained(tmp_path).train()
+        model = AutoModel.for_head("text-classification").from_pretrained(tmp_path).train()
         head = [name for name, _ in model.named_children() if name != model.base_model_prefix]
         tuned = methods.prepare(model, tuning, head)
         norms = family(model_type).adapter_norms
@@ -487,7 +487,7 @@ def test_lora_and_adapters_find_each_familys_layers_by_default(model_type, tmp_p
         model(input_ids=ids, labels=torch.tensor([0, 2])).loss.backward()
         assert all(p.grad is not None for n, p in model.named_parameters() if "lora_B" in n or ".adapter.up" in n)
     with pytest.raises(ConfigError, match=f"names no linear layer of the {family(model_type).name} model"):
-        methods.prepare(AutoModel.for_head("sequence-classification").from_pretrained(tmp_path),
+        methods.prepare(AutoModel.for_head("text-classification").from_pretrained(tmp_path),
                         methods.TuningOptions(method="lora", lora_targets="nothing_here"), head)
 
 

@@ -58,8 +58,8 @@ def test_engine_embeddings_match_bertlab(engine, dtype, bound, tmp_path):
     if not installed(*runtime.PACKAGES[engine], "onnx" if engine != "ctranslate2" else "transformers"):
         pytest.skip(f"{engine} is not installed")
     folder = tiny_model(tmp_path / "m")
-    ours = Embedder.from_pretrained(folder, options=InferenceOptions(max_length=64), window_overlap=4)
-    theirs = Embedder.from_pretrained(folder, options=InferenceOptions(engine=engine, dtype=dtype, max_length=64),
+    ours = Embedder.from_pretrained(folder, options=InferenceOptions(max_seq_length=64), window_overlap=4)
+    theirs = Embedder.from_pretrained(folder, options=InferenceOptions(engine=engine, dtype=dtype, max_seq_length=64),
                                       window_overlap=4)
     texts = TEXTS + [" ".join(["the cat sat on the mat"] * 20)]  # the last one over the limit: windows
     a, b = ours.embed(texts), theirs.embed(texts)

@@ -41,10 +41,28 @@ def test_dispatch_table_covers_every_task_head():
     from bertlab.models.registry import family
     from bertlab.infer.predict import predictable_heads
 
-    assert all(h.task in TASK_RUNNERS for h in HEADS.values() if h.task is not None)
-    assert {h.architecture for h in predictable_heads(family("bert"))} >= {
+    assert {h.architecture for h in predictable_heads(family("bert"))} == {
         "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
         "BertForMultipleChoice"}
+    assert {h.name for h in HEADS.values() if h.task in TASK_RUNNERS} == set(TASK_RUNNERS)
+
+
+def test_head_kind_task_and_prediction_kind_are_one_vocabulary():
+    """A head kind, the fine-tuning task on the user's files that trains it and the prediction it serves have
+    one name: `text-classification`, `token-classification`, `question-answering`, `multiple-choice`."""
+    from bertlab.models.registry import FAMILIES, family
+    from bertlab.tasks import TASKS
+
+    assert set(TASK_RUNNERS) == {"text-classification", "token-classification", "question-answering",
+                                 "multiple-choice"}
+    for kind in TASK_RUNNERS:
+        assert TASKS[kind].head_kind == kind
+    for model_type in FAMILIES:
+        for head in family(model_type).heads.values():
+            assert head.task == head.name, (model_type, head.name, head.task)  # predicted as its own kind
+    with pytest.raises(BertlabError, match="^unknown task 'classify'; expected one of text-classification, "
+                                           "token-classification, question-answering, multiple-choice$"):
+        Predictor.from_pretrained("unused", task="classify")
 
 
 def test_classification_matches_logits_in_input_order(models):
@@ -104,7 +122,7 @@ def test_qa_answer_is_the_best_span_of_the_context(models):
 
 def test_qa_long_context_uses_windows(models):
     context = " ".join(["the river is big ."] * 60)  # ~300 tokens: several windows of 128
-    p = Predictor.from_pretrained(models["qa"], InferenceOptions(max_length=128))
+    p = Predictor.from_pretrained(models["qa"], InferenceOptions(max_seq_length=128))
     pred, = p.predict([{"question": "what is big ?", "context": context}])
     assert pred["answer"] == context[pred["start"]:pred["end"]] and pred["answer"]
 

@@ -3,6 +3,7 @@ bertlab imports itself back through others (no import cycle, function-level impo
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,64 @@ def test_no_module_reaches_another_by_name_through_importlib():
         if "import_module(" in path.read_text(encoding="utf-8") and rel not in allowed:
             found.append(rel)
     assert found == []
+
+
+# Modules whose whole body is imports of other modules' names, on purpose: a documented entry point of their own,
+# not an old path kept alive. `bertlab.ray` is the Ray Data API (`bertlab.ray.embed(dataset, model=...)`).
+PUBLIC_FACADES = {"ray.py"}
+
+
+def _code_of(tree: ast.Module) -> list[ast.stmt]:
+    """A module's top-level statements less its docstring."""
+    body = tree.body
+    return body[1:] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else body
+
+
+def _is_reexport(node: ast.stmt) -> bool:
+    return isinstance(node, (ast.Import, ast.ImportFrom)) or (
+        isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"])
+
+
+def test_no_shim_modules():
+    """A module (not a package's `__init__`) that only re-exports other modules' names -- no function, class or
+    value of its own -- is a shim for an old path; there are none but the public facades named above."""
+    shims = set()
+    for path in sorted((ROOT / "src" / "bertlab").rglob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        code = _code_of(ast.parse(path.read_text(encoding="utf-8")))
+        if code and all(_is_reexport(node) for node in code):
+            shims.add(path.relative_to(ROOT / "src" / "bertlab").as_posix())
+    assert shims == PUBLIC_FACADES
+
+
+def test_module_getattr_hooks_reach_only_down_into_their_own_package():
+    """A module-level `__getattr__` (PEP 562) is a package's lazy import of its own modules (so `import
+    bertlab.data` starts without torch): it sits in a package's `__init__` and imports only relatively, one
+    level (`from . import loader`, `import_module(f".{name}", __name__)`) -- never up or sideways, which the
+    import contracts would not see."""
+    hooks, wrong = [], []
+    for path in sorted((ROOT / "src" / "bertlab").rglob("*.py")):
+        rel = path.relative_to(ROOT / "src" / "bertlab").as_posix()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name == "__getattr__"):
+                continue
+            hooks.append(rel)
+            if path.name != "__init__.py":
+                wrong.append(f"{rel}: not a package's __init__")
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import) or (isinstance(inner, ast.ImportFrom) and inner.level != 1):
+                    wrong.append(f"{rel}:{inner.lineno}: an import that is not relative to the package")
+                elif isinstance(inner, ast.Call) and getattr(inner.func, "attr", getattr(inner.func, "id", "")) \
+                        == "import_module":
+                    name = inner.args[0] if inner.args else None
+                    start = name.values[0] if isinstance(name, ast.JoinedStr) and name.values else name
+                    relative = isinstance(start, ast.Constant) and str(start.value).startswith(".")
+                    package = inner.args[1:2] or [k.value for k in inner.keywords if k.arg == "package"]
+                    if not (relative and package and getattr(package[0], "id", None) == "__name__"):
+                        wrong.append(f"{rel}:{inner.lineno}: import_module of a name outside the package")
+    assert hooks, "no __getattr__ hook found: the scan is broken"
+    assert wrong == []
 
 
 def test_the_public_names_stay_importable_from_the_package():

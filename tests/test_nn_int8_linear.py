@@ -60,7 +60,7 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape
         packed = cpu_kernels.int8_gemm_available() and out % 16 == 0
-        assert bool(q.vnni_weight) == packed
+        assert bool(q.packed_weight) == packed
 
 
 def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):
@@ -139,8 +139,8 @@ def test_int8_minilm_embeddings_on_held_out_wikitext(minilm_dir, shared_data):
     lines = [l.strip() for l in (shared_data / "wikitext-2" / "wiki.test.raw").read_text(encoding="utf-8").splitlines()
              if len(l.split()) > 20][:400]
     rng = np.random.default_rng(0)
-    fp32 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(max_length=512))
-    int8 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(dtype="int8", max_length=512))
+    fp32 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(max_seq_length=512))
+    int8 = Embedder.from_pretrained(minilm_dir, options=InferenceOptions(dtype="int8", max_seq_length=512))
     ids = [fp32.tokenizer.encode(l)[:int(rng.integers(16, 513))] for l in lines]
     cos = cosine(int8.embed_ids(ids), fp32.embed_ids(ids))
     assert cos.min() >= 0.99, f"min cosine {cos.min():.5f}"

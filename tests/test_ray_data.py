@@ -118,6 +118,12 @@ def test_a_rerun_computes_only_the_unfinished_shards(models, corpus, tmp_path, c
     assert "2 shards written now, 6 finished before" in capsys.readouterr().out
     assert {p.name: p.stat().st_mtime_ns for p in out.glob("*.parquet") if p.name in kept} == kept
     assert read_output(out).equals(first)
+    # a job recorded before the sequence length had one name (`max_length`) is the same job
+    job = json.loads((out / "_job.json").read_text())
+    job["max_length"] = job.pop("max_seq_length")
+    (out / "_job.json").write_text(json.dumps(job))
+    cli(*argv)
+    assert "(0 shards written now, 8 finished before)" in capsys.readouterr().out
     # the same folder with other settings would mix two jobs' rows: refused in one line
     assert main([*argv, "--pooling", "cls"]) == 2
     assert "differs in: pooling" in capsys.readouterr().err

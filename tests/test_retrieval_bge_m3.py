@@ -153,7 +153,7 @@ def check_outputs(ours: bge_m3.M3Output, theirs: dict) -> None:
 
 
 def test_outputs_and_scores_are_flagembeddings_steps(folder):
-    ours = bge_m3.BgeM3Encoder.from_pretrained(folder, InferenceOptions(max_length=24))
+    ours = bge_m3.BgeM3Encoder.from_pretrained(folder, InferenceOptions(max_seq_length=24))
     out = ours.encode(TEXTS)
     theirs = flag_reference(folder, TEXTS, 24)
     check_outputs(out, theirs)
@@ -217,7 +217,7 @@ def flagembedding_model(folder, monkeypatch):
 def test_flagembedding_gives_the_same_outputs_and_scores(folder, monkeypatch):
     model = flagembedding_model(folder, monkeypatch)
     theirs = model.encode(TEXTS, max_length=24, return_dense=True, return_sparse=True, return_colbert_vecs=True)
-    ours = bge_m3.BgeM3Encoder.from_pretrained(folder, InferenceOptions(max_length=24))
+    ours = bge_m3.BgeM3Encoder.from_pretrained(folder, InferenceOptions(max_seq_length=24))
     out = ours.encode(TEXTS)
     check_outputs(out, theirs)
     pairs = [[q, p] for q in TEXTS[:2] for p in TEXTS]

@@ -25,7 +25,7 @@ def toy_head():
     """A head bertlab does not have -- mean pooling over the real tokens, then one linear layer -- added with
     one `register_head` entry, removed again afterwards."""
 
-    @register_head("toy-mean-pool", output=HeadOutput, prefix="mean_pool_classifier.", task="classify",
+    @register_head("toy-mean-pool", output=HeadOutput, prefix="mean_pool_classifier.", task="text-classification",
                    soft_target="classes")
     class BertForMeanPoolClassification(BertPreTrainedModel):
         """logits = W · mean of the real tokens' last hidden states + b."""
@@ -95,9 +95,9 @@ def test_a_toy_head_is_one_registry_entry(toy_head, tmp_path, monkeypatch):
     assert not report.initialized and not report.unused
     encoder, report = BertModel.from_pretrained(saved, return_report=True)
     assert sorted(report.unused) == ["mean_pool_classifier.bias", "mean_pool_classifier.weight"]
-    # predict finds the head by its architecture and serves it as the registry entry says (classify)
+    # predict finds the head by its architecture and serves it as the registry entry says (text-classification)
     predictor = Predictor.from_pretrained(saved)
-    assert predictor.runner.task == "classify" and isinstance(predictor.model, toy_head)
+    assert predictor.runner.task == "text-classification" and isinstance(predictor.model, toy_head)
     good, bad = predictor.predict(["the movie was great", "the movie was awful"])
     assert (good["label"], bad["label"]) == ("1", "0")
     with torch.no_grad():

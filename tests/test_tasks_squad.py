@@ -261,7 +261,7 @@ def test_data_path_forms(tmp_path):
 
 def test_registry_points_here():
     assert TASKS["squad"] is SQUAD and TASKS["squad2"] is SQUAD2
-    assert SQUAD.default_max_length == 384 and SQUAD.target_keys == ("start_positions", "end_positions")
+    assert SQUAD.default_max_seq_length == 384 and SQUAD.target_keys == ("start_positions", "end_positions")
 
 
 # ---------------------------------------------------------------------------------------------- windows

@@ -135,3 +135,16 @@ def test_pretrain_and_prepare_reach_families_through_the_registry(toy_folder, tm
     assert registry.data_family_names("bpe") == "RoBERTa"
     assert registry.corpus_tokenizer("wordpiece") is None  # tokenizer/'s WordPiece serves every family
     assert registry.corpus_tokenizer("sentencepiece") is registry.family("t5").corpus_tokenizer
+
+
+def test_the_architecture_page_lists_at_most_four_files_outside_a_family_folder():
+    """What a new family touches outside its folder is written down, and it is at most 4 files: the registry
+    line, the import contracts, the families guide and its tests."""
+    import re
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    intro = re.search(r"The files outside the\s+folder that a new family touches:\n", page)
+    assert intro, "docs/architecture.md no longer lists the files a new family touches"
+    listed = re.findall(r"^(\d+)\. (.+)$", page[intro.end():].strip("\n").split("\n\n", 1)[0], flags=re.M)
+    assert [n for n, _ in listed] == [str(i) for i in range(1, len(listed) + 1)] and 1 <= len(listed) <= 4
+    assert listed[0][1].startswith("`src/bertlab/models/registry.py`")

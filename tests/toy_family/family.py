@@ -1,5 +1,5 @@
 """The toy family: a bag-of-words encoder (token embeddings, one feed-forward layer, no attention) with a
-sequence-classification head. It shares no model code with BERT: it proves that recipes, tasks and inference
+text-classification head. It shares no model code with BERT: it proves that recipes, tasks and inference
 reach a family only through its `FAMILY` (config class, encoder, heads, tokenizer)."""
 
 from __future__ import annotations
@@ -96,8 +96,7 @@ class ToyModel(ToyPreTrainedModel):
 HEADS = HeadRegistry()
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class ToyForSequenceClassification(ToyPreTrainedModel):
     """logits = W · mean of the real tokens' states + b."""
 

@@ -19,11 +19,12 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "params": ("params", "the paper's parameter arithmetic for presets or config files"),
     "demo": ("demo", "sentence similarities from a real pre-trained BERT (all-MiniLM-L6-v2)"),
-    "pretrain": ("pretrain", "pre-train an encoder (BERT, RoBERTa: MLM with NSP, SOP or SBO, or alone) on a prepared data "
-                            "directory; exact resume, torchrun"),
+    "pretrain": ("pretrain", "pre-train an encoder (masked LM alone or with NSP, SOP or SBO; replaced-token "
+                            "detection) on a prepared data directory; exact resume, torchrun"),
     "pretrain-t5": ("pretrain_t5", "pre-train T5 with a denoising objective (span corruption, ...; Adafactor)"),
     "plot": ("plot", "draw a run's loss / accuracy / learning-rate curves to PNG"),
-    "prepare": ("prepare", "pre-training data: corpus -> token shards -> masked MLM/NSP instances"),
+    "prepare": ("prepare", "pre-training data: corpus -> token shards -> an objective's instances (masked LM, "
+                          "sentence pairs, T5's denoising)"),
     "convert": ("convert", "Google's TensorFlow BERT checkpoints to the Hugging Face layout, and back (--to tf)"),
     "finetune": ("finetune", "fine-tune a model on a GLUE, SQuAD, CoNLL-2003 or SWAG task or your own files (one added layer)"),
     "finetune-multi": ("finetune_multi", "fine-tune one encoder on several tasks at once, a head each (MT-DNN)"),

@@ -184,7 +184,7 @@ def embed_colbert(args: argparse.Namespace, embedder=None) -> int:
     from ..infer.runtime import InferenceOptions
 
     for flag, given in (("--no-normalize", not args.normalize), ("--window-overlap", args.window_overlap is not None),
-                        ("--max-seq-length", args.max_length is not None)):
+                        ("--max-seq-length", args.max_seq_length is not None)):
         if given and (embedder is None or flag == "--window-overlap"):
             raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "
                                "lengths are the folder's query_length / document_length")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     examples = subset(spec.read(args.data, split), args.limit)
     scores = evaluate(spec, model, tokenizer, examples, split,
-                      max_length=args.max_seq_length or spec.default_max_length, batch_size=args.batch_size,
+                      max_length=args.max_seq_length or spec.default_max_seq_length, batch_size=args.batch_size,
                       out_dir=args.out, device=device, autocast_dtype=autocast_dtype("bf16" if dtype == "bf16" else "fp32"))
     print(json.dumps({"task": spec.name, "split": split, "data": str(args.data), "examples": len(examples),
                       "dtype": dtype, **scores},

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         config_extra, reads_text = {}, True
     else:
         predictor = Predictor.from_pretrained(args.model, options)
-        config_extra, reads_text = predictor.model.config.extra, predictor.runner.task == "classify"
+        config_extra, reads_text = predictor.model.config.extra, predictor.runner.task == "text-classification"
     columns = TextColumns.for_model(args.text_column, args.text_pair_column, config_extra)
     rows, _ = read_inputs(args.input, columns, args.format, classify=reads_text, id_column=args.id_column)
     kept = [i for i, row in enumerate(rows) if row.item is not None]

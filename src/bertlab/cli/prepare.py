@@ -176,7 +176,7 @@ def _text_to_text_settings(args: argparse.Namespace, base: dict | None):
 
     bert_only = [k for k in INSTANCE_DEFAULTS if k not in T5_INSTANCE_FLAGS and getattr(args, k, None) is not None]
     if bert_only:
-        raise DataError(f"--{bert_only[0].replace('_', '-')} is a BERT instance setting; it does not apply to "
+        raise DataError(f"--{bert_only[0].replace('_', '-')} is a masked-LM instance setting; it does not apply to "
                         f"--objective {args.objective}")
     params: dict = {}
     max_seq_length, seed = T5_MAX_SEQ_LENGTH, INSTANCE_DEFAULTS["seed"]

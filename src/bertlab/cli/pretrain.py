@@ -1,4 +1,4 @@
-"""`bertlab pretrain`: pre-train an encoder (BERT, RoBERTa: `--family`) on a directory from `bertlab prepare`
+"""`bertlab pretrain`: pre-train an encoder of any family `--family` lists on a directory from `bertlab prepare`
 (T5: `bertlab pretrain-t5`).
 
     bertlab pretrain --model mini --data DATA_DIR --out RUN_DIR --steps 10000 --batch-size 256

@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the model's id in /v1/models and /info (default: the folder's name)")
     # Each a folder or a name in the local Hugging Face cache, as --model.
     p.add_argument("--classify-model", metavar="DIR|NAME", type=model_path,
-                   help="a sequence-classification model for /classify and /predict (one output: /rerank)")
+                   help="a text-classification model for /classify and /predict (one output: /rerank)")
     p.add_argument("--qa-model", metavar="DIR|NAME", type=model_path, help="a question-answering model for /qa")
     p.add_argument("--fill-mask-model", metavar="DIR|NAME", type=model_path, help="a masked-LM model for /fill-mask")
     p.add_argument("--generate-model", metavar="DIR|NAME", type=model_path, help="a T5 model for /generate")

@@ -1,5 +1,5 @@
-"""`bertlab tokenize --vocab DIR_OR_VOCAB TEXT ...`: show how text is cut into word pieces (or, given a RoBERTa or
-XLM-R model folder, into its family's pieces).
+"""`bertlab tokenize --vocab DIR_OR_VOCAB TEXT ...`: show how text is cut into word pieces (or, given a model
+folder of another family, into its family's pieces).
 
 Like `fill-mask` and `similarity`, the texts are the arguments; `--input FILE` (also spelled `--file`,
 repeatable; `-` is stdin) reads one text per line instead, and with neither, piped stdin is read. One
@@ -28,13 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="UTF-8 text file, one text per line; '-' reads stdin; repeatable")
     p.add_argument("--vocab", required=True, type=lambda v: resolve_model(v, "vocabulary file or tokenizer folder"),
                    help="a vocab.txt or tokenizer.json, a tokenizer folder (either, + tokenizer_config.json), a "
-                        "RoBERTa or XLM-R model folder, or a model's name in the local Hugging Face cache")
+                        "model folder of any family, or a model's name in the local Hugging Face cache")
     case = p.add_mutually_exclusive_group()
     case.add_argument("--cased", action="store_true", help="keep case and accents (cased models)")
     case.add_argument("--uncased", action="store_true", help="lowercase and strip accents (uncased models)")
     p.add_argument("--format", choices=["tokens", "ids", "json"], default="tokens")
-    p.add_argument("--special", action="store_true", help="add [CLS] and [SEP] (RoBERTa, XLM-R: <s> and </s>)")
-    p.add_argument("--max-seq-length", dest="max_length", type=int, default=None, help="truncate to this many tokens")
+    p.add_argument("--special", action="store_true",
+                   help="add the family's special tokens ([CLS] and [SEP]; RoBERTa, XLM-R: <s> and </s>)")
+    p.add_argument("--max-seq-length", type=int, default=None, help="truncate to this many tokens")
 
 
 def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[str]:
@@ -63,8 +64,8 @@ def texts_to_tokenize(texts: list[str], inputs: list[str] | None) -> Iterator[st
 
 
 def family_tokenizer(path: Path, overrides: dict):
-    """The tokenizer of a RoBERTa or XLM-R model folder (any family but BERT whose tokenizer has BertTokenizer's
-    call surface); None for anything else, which BertTokenizer reads."""
+    """The tokenizer of a model folder of any family but BERT whose tokenizer has BertTokenizer's call surface
+    (RoBERTa, XLM-R, ALBERT, ...); None for anything else, which BertTokenizer reads."""
     from ..core.errors import BertlabError
     from ..models.registry import FAMILIES, family, model_type_of
     from ..tokenizer import TokenizerBase
@@ -92,8 +93,8 @@ def run(args: argparse.Namespace) -> int:
     tok = family_tokenizer(Path(args.vocab), overrides) or BertTokenizer.from_pretrained(args.vocab, **overrides)
     out = sys.stdout
     for line in texts_to_tokenize(args.texts, args.inputs):
-        enc = tok(line, add_special_tokens=args.special, max_length=args.max_length,
-                  truncation=args.max_length is not None, return_offsets_mapping=True,
+        enc = tok(line, add_special_tokens=args.special, max_length=args.max_seq_length,
+                  truncation=args.max_seq_length is not None, return_offsets_mapping=True,
                   return_token_type_ids=False, return_attention_mask=False)
         ids = enc["input_ids"]
         if args.format == "ids":

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TrainDefaults()
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     t = actions.add_parser(
-        "train", help="learn a WordPiece vocabulary from text files",
+        "train", help="learn a vocabulary from text files (WordPiece; --kind bpe, sentencepiece)",
         description="Learn a WordPiece vocabulary (likelihood-based merges, Schuster & Nakajima 2012) from "
                     "UTF-8 text files and write it in Google's vocab.txt layout: [PAD], [unused0..98], [UNK], "
                     "[CLS], [SEP], [MASK], further [unused], characters, ##characters, learned pieces. "

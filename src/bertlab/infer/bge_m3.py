@@ -165,7 +165,7 @@ class BgeM3Encoder:
         sparse = read_linear(Path(folder) / SPARSE_FILE, hidden, 1)
         colbert = read_linear(Path(folder) / COLBERT_FILE, hidden)
         return cls(encoder, tokenizer, sparse, colbert, length_limit(folder, encoder.config, tokenizer,
-                                                                     options.max_length), options, normalize)
+                                                                     options.max_seq_length), options, normalize)
 
     @property
     def dim(self) -> int:

@@ -150,7 +150,7 @@ class Embedder:
         model = load_encoder(Path(model_dir), options)
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
-                   length_limit(model_dir, model.config, tokenizer, options.max_length), options, window_overlap)
+                   length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options, window_overlap)
 
     @property
     def dim(self) -> int:

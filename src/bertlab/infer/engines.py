@@ -153,7 +153,7 @@ def load_engine_model(cls: type, model_dir: Path, options, head: bool) -> Engine
     if not head and spec is not None:
         raise BertlabError(f"{model_dir}: --engine {engine} runs this fine-tuned model's head ({spec.architecture}), "
                            "not its encoder alone; give an encoder folder, or --engine bertlab")
-    output = "last_hidden_state" if not head else "spans" if spec.task == "qa" else "logits"
+    output = "last_hidden_state" if not head else "spans" if spec.task == "question-answering" else "logits"
     path, workdir = engine_file(engine, model_dir, options.dtype), None
     # an export folder without the file asked for has no weights to convert it from
     if not path.is_file() and engine_file(engine, model_dir, "fp32").is_file():

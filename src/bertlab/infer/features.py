@@ -80,7 +80,7 @@ class FeatureExtractor:
         model = load_encoder(Path(model_dir), options)
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, layers, align,
-                   length_limit(None, model.config, tokenizer, options.max_length), options)
+                   length_limit(None, model.config, tokenizer, options.max_seq_length), options)
 
     @property
     def row_shape(self) -> tuple[int, int]:

@@ -37,7 +37,7 @@ class FillMasker:
         options = options or InferenceOptions()
         model = load_head("masked-lm", Path(model_dir), options, purpose="fill-mask")
         tokenizer = load_tokenizer(Path(model_dir))
-        return cls(model, tokenizer, length_limit(None, model.config, tokenizer, options.max_length), options)
+        return cls(model, tokenizer, length_limit(None, model.config, tokenizer, options.max_seq_length), options)
 
     def fill(self, texts: Sequence[str], top_k: int = 5, where=None) -> list[list[list[dict[str, Any]]]]:
         if top_k < 1:

@@ -55,11 +55,11 @@ class Generator:
                              early_stopping=early_stopping)
         self.device = next(model.parameters()).device
         limits = [model.config.n_positions, tokenizer.model_max_length]
-        if self.options.max_length is not None:
-            if self.options.max_length > model.config.n_positions:
-                raise BertlabError(f"--max-seq-length {self.options.max_length} is over the model's limit "
+        if self.options.max_seq_length is not None:
+            if self.options.max_seq_length > model.config.n_positions:
+                raise BertlabError(f"--max-seq-length {self.options.max_seq_length} is over the model's limit "
                                    f"(n_positions = {model.config.n_positions})")
-            limits.append(self.options.max_length)
+            limits.append(self.options.max_seq_length)
         self.max_length = min(limits)
 
     @classmethod

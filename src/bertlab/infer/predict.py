@@ -2,17 +2,16 @@
 
 The head is read from the model folder (`config.json["architectures"]`, which `save_pretrained` -- ours and
 Hugging Face's -- writes) and looked up in the head registry (`heads.HEADS`), whose entry names the kind of
-prediction it serves; `TASK_RUNNERS` holds one runner per kind, saying how to read an input record, featurize
-it, run the head and turn its output into a small JSON answer:
+prediction it serves, in the head kinds' words (`HeadSpec.task`); `TASK_RUNNERS` holds one runner per kind,
+saying how to read an input record, featurize it, run the head and turn its output into a small JSON answer:
 
-    classify  (sequence classification)  "text" or {"text", "text_pair"?}   {"label", "score", "scores"}
-                                                                           regression: {"score"}
-                                                                           multi-label: {"labels", "scores"}
-    ner       (token classification)     "text" or {"text"} or {"tokens"}    {"words", "labels", "scores",
-                                                                            "entities": [{type, text, start,
-                                                                            end, score}]}
-    qa        (span question answering)  {"question", "context"}             {"answer", "start", "end", "score"}
-    choice    (multiple choice)          {"context"?, "start"?, "choices"}   {"label", "choice", "scores"}
+    text-classification    "text" or {"text", "text_pair"?}   {"label", "score", "scores"}
+                                                               regression: {"score"}
+                                                               multi-label: {"labels", "scores"}
+    token-classification   "text" or {"text"} or {"tokens"}    {"words", "labels", "scores",
+                                                                "entities": [{type, text, start, end, score}]}
+    question-answering     {"question", "context"}             {"answer", "start", "end", "score"}
+    multiple-choice        {"context"?, "start"?, "choices"}   {"label", "choice", "scores"}
 
 A new head of one of these kinds needs only its registry entry to be predicted with and served.
 
@@ -67,7 +66,7 @@ def _text_field(record: dict, where: str, names: Sequence[str]) -> str:
 class TaskRunner:
     """How one kind of head is used for prediction; subclasses fill in the four steps."""
 
-    task: str = ""  # the kind (`HeadSpec.task`), also a short name for messages and the service
+    task: str = ""  # the kind of head it predicts with (`HeadSpec.task`: a head kind), also named in messages
 
     def parse(self, item: Any, where: str) -> Any:
         raise NotImplementedError
@@ -94,7 +93,7 @@ class TaskRunner:
 
 # ---------------------------------------------------------------------------------------------- classification
 class SequenceClassification(TaskRunner):
-    task = "classify"
+    task = "text-classification"
 
     def parse(self, item, where):
         record = parse_record(item, where) if isinstance(item, str) else item
@@ -158,7 +157,7 @@ class SequenceClassification(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- NER
 class TokenClassification(TaskRunner):
-    task = "ner"
+    task = "token-classification"
 
     def parse(self, item, where):
         record = parse_record(item, where) if isinstance(item, str) else item
@@ -233,7 +232,7 @@ class TokenClassification(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- QA
 class QuestionAnswering(TaskRunner):
-    task = "qa"
+    task = "question-answering"
     doc_stride, max_query_length, n_best, max_answer_length = 128, 64, 20, 30
 
     def parse(self, item, where):
@@ -276,7 +275,7 @@ class QuestionAnswering(TaskRunner):
 
 # ---------------------------------------------------------------------------------------------- multiple choice
 class MultipleChoice(TaskRunner):
-    task = "choice"
+    task = "multiple-choice"
 
     def parse(self, item, where):
         record = parse_record(item, where, ("choices",)) if isinstance(item, str) else item
@@ -359,8 +358,11 @@ class Predictor:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None,
                         architecture: str | None = None, task: str | None = None) -> "Predictor":
-        """The task model in `model_dir`; `architecture` overrides its config.json, `task` (classify, ner, qa,
-        choice) accepts only a head of that kind."""
+        """The task model in `model_dir`; `architecture` overrides its config.json, `task` (a head kind:
+        text-classification, token-classification, question-answering, multiple-choice) accepts only a head of
+        that kind."""
+        if task is not None and task not in TASK_RUNNERS:
+            raise BertlabError(f"unknown task {task!r}; expected one of {', '.join(TASK_RUNNERS)}")
         options = options or InferenceOptions()
         model_dir = check_model_dir(Path(model_dir))
         head = find_head(model_dir, architecture, task)
@@ -376,7 +378,7 @@ class Predictor:
         tokenizer = load_tokenizer(model_dir)
         finetuned_on = model.config.extra.get("finetuning_task")
         return cls(model, tokenizer, TASK_RUNNERS[head.task],
-                   length_limit(None, model.config, tokenizer, options.max_length), options,
+                   length_limit(None, model.config, tokenizer, options.max_seq_length), options,
                    allow_null=finetuned_on == "squad2" or bool(model.config.extra.get("version_2_with_negative")))
 
     @property

@@ -120,7 +120,7 @@ class EmbedSpec:
     model: str
     pooling: str
     normalize: bool
-    max_length: int
+    max_seq_length: int
     dim: int
     options: dict[str, Any]
     window_overlap: int | None = None
@@ -139,7 +139,7 @@ class EmbedSpec:
         pooling = pooling or model_pooling(folder) or DEFAULT_POOLING
         if pooling not in POOLINGS:
             raise BertlabError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
-        limit = length_limit(folder, config, tokenizer, options.max_length)
+        limit = length_limit(folder, config, tokenizer, options.max_seq_length)
         if window_overlap is not None:
             windows([], limit, window_overlap, 0, 0)
         return cls(str(folder.resolve()), pooling, normalize, limit, config.hidden_size, options_fields(options),
@@ -153,7 +153,7 @@ class EmbedSpec:
         tokenizer = _tokenizer(self.model)
         if self.window_overlap is not None:
             return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
-        return encode(tokenizer, list(texts), self.max_length, self.options["on_long"], where=where).input_ids
+        return encode(tokenizer, list(texts), self.max_seq_length, self.options["on_long"], where=where).input_ids
 
 
 class _Embedder:
@@ -253,7 +253,7 @@ def predict(dataset, model: str | Path, *, id_column: str = "id", text_column: s
 
 
 def check_predictable(model: str | Path, classify_only: bool = True) -> str:
-    """The kind of prediction a folder's head serves (`classify`, `ner`, ...), checked before any actor loads it:
+    """The kind of prediction a folder's head serves (`text-classification`, ...), checked before any actor loads it:
     a T5 folder or a folder without a predictable head is refused in one line."""
     from .predict import find_head, predictable_heads
     from .runtime import architectures, check_model_dir, model_family
@@ -267,7 +267,7 @@ def check_predictable(model: str | Path, classify_only: bool = True) -> str:
         wanted = ", ".join(h.architecture for h in predictable_heads(family))
         raise BertlabError(f"{folder}: not a fine-tuned task model (config.json architectures: "
                            f"{', '.join(architectures(folder)) or 'none'}); predict needs one of {wanted}")
-    if classify_only and head.task != "classify":
+    if classify_only and head.task != "text-classification":
         raise BertlabError(f"{folder}: a {head.task} model; the Ray Data path predicts with classifiers "
                            "(text, text pair); run other tasks with bertlab predict without --ray")
     return head.task
@@ -350,6 +350,8 @@ class JobFolder:
                 before = json.loads(recorded.read_text(encoding="utf-8"))
             except ValueError:
                 raise BertlabError(f"{recorded}: not valid JSON; remove the folder to start over") from None
+            if "max_length" in before:  # written before the sequence length had one name
+                before["max_seq_length"] = before.pop("max_length")
             changed = [k for k in sorted(set(before) | set(job)) if before.get(k) != job.get(k)]
             if changed:
                 raise BertlabError(f"{self.root}: holds shards of another job (it differs in: {', '.join(changed)}); "
@@ -470,7 +472,7 @@ def run_embed(input: str | Path, output: str | Path, model: str | Path, *, optio
     files = _input_files(input, read.format)
     spec = EmbedSpec.resolve(model, pooling, normalize, options, window_overlap)
     job = {"command": "embed", "model": spec.model, "pooling": spec.pooling, "normalize": spec.normalize,
-           "max_length": spec.max_length, "window_overlap": window_overlap, "dtype": options.dtype,
+           "max_seq_length": spec.max_seq_length, "window_overlap": window_overlap, "dtype": options.dtype,
            "engine": options.engine, "read": dataclasses.asdict(read), "shard_rows": shard_rows,
            "inputs": [str(f) for f in files], "fingerprint": fingerprint(files)}
 
@@ -521,7 +523,7 @@ def run_predict(input: str | Path, output: str | Path, model: str | Path, *, opt
                                with_pair=read.with_pair or read.text_pair_column is not None or trained_pair)
     fields = options_fields(options)
     job = {"command": "predict", "model": str(folder), "dtype": options.dtype, "engine": options.engine,
-           "max_length": options.max_length, "read": dataclasses.asdict(read), "shard_rows": shard_rows,
+           "max_seq_length": options.max_seq_length, "read": dataclasses.asdict(read), "shard_rows": shard_rows,
            "inputs": [str(f) for f in files], "fingerprint": fingerprint(files)}
 
     class PredictShards:

@@ -98,7 +98,7 @@ class InferenceOptions:
 
     device: str = "cpu"
     dtype: str = "fp32"
-    max_length: int | None = None  # tokens incl. [CLS]/[SEP]; None: the model's limit
+    max_seq_length: int | None = None  # tokens incl. [CLS]/[SEP]; None: the model's limit
     on_long: str = "truncate"  # or "reject"
     max_tokens: int | None = None  # padded tokens per forward pass (length bucketing); None: 1024 CPU, 16384 GPU
     max_batch: int = 256  # rows per forward pass
@@ -128,8 +128,9 @@ class InferenceOptions:
             raise BertlabError(f"--dtype int8 runs on the CPU only; use --dtype bf16 or fp16 on {self.device}")
         if self.on_long not in ON_LONG:
             raise BertlabError(f"--on-long must be one of {', '.join(ON_LONG)}, got {self.on_long!r}")
-        if self.max_length is not None and self.max_length < 3:
-            raise BertlabError(f"--max-seq-length must be at least 3 (room for [CLS] x [SEP]), got {self.max_length}")
+        if self.max_seq_length is not None and self.max_seq_length < 3:
+            raise BertlabError("--max-seq-length must be at least 3 (room for [CLS] x [SEP]), "
+                               f"got {self.max_seq_length}")
         if self.max_tokens is None:
             self.max_tokens = DEFAULT_MAX_TOKENS if self.device == "cpu" else DEFAULT_MAX_TOKENS_GPU
         if self.max_tokens < 1 or self.max_batch < 1:
@@ -149,7 +150,7 @@ class InferenceOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "InferenceOptions":
-        return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_length", "on_long", "max_tokens",
+        return cls(**{k: getattr(args, k) for k in ("device", "dtype", "max_seq_length", "on_long", "max_tokens",
                                                     "max_batch", "threads", "packed_linear", "engine")
                       if getattr(args, k, None) is not None})
 
@@ -166,7 +167,7 @@ def add_inference_arguments(p: argparse.ArgumentParser, model_required: bool = T
                    help="precision of the model (default fp32); bf16 on a CPU without native bf16 runs fp32, "
                         "said in one line; int8: CPU, linear layers as int8 GEMMs; auto: bf16 where the device has "
                         "it natively, else fp32")
-    p.add_argument("--max-seq-length", dest="max_length", type=int, metavar="N",
+    p.add_argument("--max-seq-length", type=int, metavar="N",
                    help="tokens per text including [CLS]/[SEP] (default: the model's limit)")
     p.add_argument("--on-long", default="truncate", choices=ON_LONG,
                    help="a text over --max-seq-length: cut it and warn (default), or stop with an error")

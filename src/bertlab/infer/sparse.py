@@ -295,7 +295,7 @@ class SpladeEncoder:
                                "projection it reads")
         model = load_head("masked-lm", Path(model_dir), options, purpose="--pooling splade")
         tokenizer = load_tokenizer(Path(model_dir))
-        return cls(model, tokenizer, length_limit(model_dir, model.config, tokenizer, options.max_length), options,
+        return cls(model, tokenizer, length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options,
                    top_k)
 
     @classmethod
@@ -303,7 +303,8 @@ class SpladeEncoder:
         """An encoder on a masked-LM model already loaded from `model_dir` (the service's fill-mask model), with
         the folder's tokenizer, length limit and sentence-transformers prompts."""
         tokenizer = load_tokenizer(Path(model_dir))
-        encoder = cls(model, tokenizer, length_limit(model_dir, model.config, tokenizer, options.max_length), options)
+        limit = length_limit(model_dir, model.config, tokenizer, options.max_seq_length)
+        encoder = cls(model, tokenizer, limit, options)
         encoder.prompts = folder_prompts(model_dir)
         return encoder
 

@@ -3,7 +3,7 @@
 
     model = AutoModel.from_pretrained("runs/roberta")        # the bare encoder of the folder's family
     tok = AutoTokenizer.from_pretrained("runs/roberta")       # its tokenizer, BertTokenizer's call surface
-    clf = AutoModel.for_head("sequence-classification").from_pretrained(folder)
+    clf = AutoModel.for_head("text-classification").from_pretrained(folder)
 """
 
 from __future__ import annotations

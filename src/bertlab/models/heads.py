@@ -7,7 +7,7 @@ head of a kind, so they work for every family. Kinds:
     pretraining               masked LM + a sentence-level objective (NSP, sentence order)
     masked-lm                 masked LM only
     span-boundary             masked LM + SpanBERT's span-boundary objective (pre-training only)
-    sequence-classification   one label (or several, or a score) per text or text pair
+    text-classification       one label (or several, or a score) per text or text pair
     token-classification      one label per token (NER)
     question-answering        a start and an end score per token (SQuAD)
     multiple-choice           one score per choice (SWAG)
@@ -76,12 +76,14 @@ class VocabProjection:
 class HeadSpec:
     """One kind of head of one family, and what the rest of bertlab needs to know about it."""
 
-    name: str  # the kind: "sequence-classification"
+    name: str  # the kind: "text-classification"
     model_class: type[nn.Module]  # its architecture name (config.json) is the class name
     output_type: type  # what its forward returns
     prefix: str  # checkpoint prefix of the weights that make a model this head (a folder without them lacks it)
     logits: Callable[[object], torch.Tensor]  # the one logits tensor of an output (distillation, prediction)
-    task: str | None = None  # the prediction it serves (`infer.predict` runners): classify, ner, qa, choice
+    # the prediction it serves (`infer.predict`'s runners), in the head kinds' words: its own kind, unless it is
+    # predicted as another (a new kind of classifier as "text-classification"); none for a kind without a runner
+    task: str = ""
     soft_target: str | None = None  # how a teacher's logits teach it: classes, tokens, spans (train.distillation)
     detectable: bool = True  # its weights alone tell a checkpoint is this head (not so for heads sharing a prefix)
 
@@ -98,8 +100,8 @@ class HeadRegistry(dict[str, HeadSpec]):
                  logits: Callable[[object], torch.Tensor] | None = None, task: str | None = None,
                  soft_target: str | None = None, detectable: bool = True):
         def register(cls: type[nn.Module]) -> type[nn.Module]:
-            self[name] = HeadSpec(name, cls, output, prefix, logits or (lambda out: out.logits), task, soft_target,
-                                  detectable)
+            self[name] = HeadSpec(name, cls, output, prefix, logits or (lambda out: out.logits), task or name,
+                                  soft_target, detectable)
             cls.head_spec = self[name]
             return cls
 

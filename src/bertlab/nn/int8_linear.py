@@ -80,9 +80,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", (w / scale[:, None]).round().to(torch.int8).t(), persistent=False)
         self.register_buffer("wscale", scale, persistent=False)
         self.register_buffer("fbias", None if linear.bias is None else linear.bias.detach().float(), persistent=False)
-        # the weight packed for the VNNI kernel, made on the first call it serves (most layers of a bulk
-        # encoder run never need it); False where its shape does not fit the kernel
-        self.vnni_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
+        # the weight packed for bertlab's int8 GEMM (`int8_linear`, at every level: AMX, AVX-512 VNNI, AVX-VNNI,
+        # AVX2), made on the first call it serves (most layers of a bulk encoder run never need it); False where
+        # its shape does not fit the kernel
+        self.packed_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
 
     @classmethod
     def stacked(cls, linears: list[nn.Linear]) -> "Int8Linear":
@@ -105,10 +106,10 @@ class Int8Linear(nn.Module):
             kernel = "vnni"
         if (flat.shape[0] <= KERNEL_MAX_ROWS.get(kernel, 0) and flat.dtype == torch.float32
                 and flat.is_contiguous() and not tracing()):
-            if self.vnni_weight is None:
-                self.vnni_weight = pack_int8_weight(self.qweight.t()) or False
-            if self.vnni_weight:
-                y = int8_linear(flat, self.vnni_weight, self.wscale, self.fbias)  # (N, out) fp32
+            if self.packed_weight is None:
+                self.packed_weight = pack_int8_weight(self.qweight.t()) or False
+            if self.packed_weight:
+                y = int8_linear(flat, self.packed_weight, self.wscale, self.fbias)  # (N, out) fp32
                 return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
         y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32

@@ -169,7 +169,7 @@ class TaskSpec:
     test_splits: tuple[str, ...] = ("test",)
     input_keys: tuple[str, ...] = ("input_ids", "attention_mask", "token_type_ids")
     target_keys: tuple[str, ...] = ("labels",)
-    default_max_length: int = 128
+    default_max_seq_length: int = 128
 
     # -------------------------------------------------------------------------------------- labels
     @property
@@ -188,7 +188,7 @@ class TaskSpec:
 
     @property
     def head_kind(self) -> str:
-        """The kind of head the task adds (`models/heads.py`): sequence-classification, question-answering, ..."""
+        """The kind of head the task adds (`models/heads.py`): text-classification, question-answering, ..."""
         return self.head.head_spec.name
 
     def head_class(self, model: str | Path | Any) -> type:

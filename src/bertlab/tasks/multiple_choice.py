@@ -105,5 +105,5 @@ class MultipleChoiceTask(FolderTask):
 
 
 SWAG = MultipleChoiceTask(name="swag", head=BertForMultipleChoice, labels=None, main_metric="accuracy",
-                          eval_splits=("dev",), test_splits=("test",), default_max_length=128,
+                          eval_splits=("dev",), test_splits=("test",), default_max_seq_length=128,
                           files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"})

@@ -164,5 +164,5 @@ class NerTask(FolderTask):
 
 
 CONLL2003 = NerTask(name="conll2003", head=BertForTokenClassification, labels=CONLL_TAGS, main_metric="f1",
-                    eval_splits=("dev",), test_splits=("test",), default_max_length=256,
+                    eval_splits=("dev",), test_splits=("test",), default_max_seq_length=256,
                     files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"})

@@ -304,9 +304,9 @@ class MultipleChoiceFilesTask(OwnFiles, MultipleChoiceTask):
 
 
 TOKEN_CLASSIFICATION = TokenClassificationTask(name="token-classification", head=BertForTokenClassification,
-                                               labels=None, main_metric="f1", default_max_length=256)
+                                               labels=None, main_metric="f1", default_max_seq_length=256)
 QUESTION_ANSWERING = QuestionAnsweringTask(name="question-answering", head=BertForQuestionAnswering, labels=None,
                                            main_metric="f1", test_splits=("test",),
-                                           target_keys=("start_positions", "end_positions"), default_max_length=384)
+                                           target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
 MULTIPLE_CHOICE = MultipleChoiceFilesTask(name="multiple-choice", head=BertForMultipleChoice, labels=None,
-                                          main_metric="accuracy", default_max_length=128)
+                                          main_metric="accuracy", default_max_seq_length=128)

@@ -637,7 +637,7 @@ class SquadTask(TaskSpec):
 
 
 _COMMON = dict(head=BertForQuestionAnswering, labels=None, main_metric="f1", eval_splits=("dev",), test_splits=(),
-               target_keys=("start_positions", "end_positions"), default_max_length=384)
+               target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
 SQUAD = SquadTask(name="squad", version2=False, **_COMMON)
 SQUAD2 = SquadTask(name="squad2", version2=True, **_COMMON)
 

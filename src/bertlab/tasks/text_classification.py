@@ -130,7 +130,7 @@ class TextClassificationTask(TaskSpec):
         type, labels, the dev split (a file or held out), class weights, windows."""
         options: InputOptions = cfg.inputs
         files = SplitFiles.from_options(cfg.data, options)
-        max_length = cfg.max_seq_length or self.default_max_length
+        max_length = cfg.max_seq_length or self.default_max_seq_length
         windows = None
         if options.long_documents == "window":  # resolved now: config.json keeps the numbers trained with
             windows = Windows(*Windows(options.window_length, options.window_stride).resolve(max_length))
@@ -394,4 +394,4 @@ def class_weights(examples: Sequence[TextExample], labels: Sequence[str], proble
 
 TEXT_CLASSIFICATION = TextClassificationTask(name="text-classification", head=BertForSequenceClassification,
                                              labels=None, main_metric="accuracy", eval_splits=("dev",),
-                                             test_splits=("test",), default_max_length=128)
+                                             test_splits=("test",), default_max_seq_length=128)

@@ -3,7 +3,8 @@
 Google's BERT release and every checkpoint its `run_pretraining.py` / `run_classifier.py` / `run_squad.py`
 wrote are in this format. Reading them here means converting them needs neither TensorFlow nor its
 protobuf runtime; writing it lets a bertlab model go back to Google's code. This module knows the file
-format only -- tensor names are opaque strings here; the BERT-specific name map lives in `convert.py`.
+format only -- tensor names are opaque strings here; a family's name map lives in its folder (BERT's:
+`models/bert/tf_names.py`, read through the model class's `read_tf_checkpoint`; `models/bert/convert.py` both ways).
 
 A checkpoint is a *prefix* (`bert_model.ckpt`) naming two or more files:
 

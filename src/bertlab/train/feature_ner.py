@@ -254,8 +254,8 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
 
     config = BertConfig.from_json_file(Path(cfg.model))
     # The task's default length (256 pieces for CoNLL) unless asked otherwise, within the model's positions.
-    max_length = cfg.max_seq_length or min(spec.default_max_length, config.max_position_embeddings)
-    options = InferenceOptions(device=cfg.device, max_length=max_length)
+    max_length = cfg.max_seq_length or min(spec.default_max_seq_length, config.max_position_embeddings)
+    options = InferenceOptions(device=cfg.device, max_seq_length=max_length)
     state: dict = {}
 
     def factory(layers: list[int]):

@@ -601,7 +601,7 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     sweep = SweepState(out, spec, cfg.resume)
     device = dist.device
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    max_length = cfg.max_seq_length or spec.default_max_length
+    max_length = cfg.max_seq_length or spec.default_max_seq_length
     init = start.record if start else {"init": "pretrained", "model": cfg.model}
     if dist.is_main:
         write_run_config(out, run_record(cfg, {"max_seq_length": max_length, "device": str(device),

@@ -118,7 +118,7 @@ def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) ->
     for name in names:
         task_cfg = dataclasses.replace(cfg, task=name, data=paths[name])
         specs[name] = TASKS[name].for_run(task_cfg)
-        length = cfg.max_seq_length or specs[name].default_max_length
+        length = cfg.max_seq_length or specs[name].default_max_seq_length
         data[name] = load_task_data(specs[name], paths[name], tokenizer, length, cfg.train_limit, cfg.eval_limit)
         models[name] = PretrainedStart(specs[name], cfg.model).fresh(cfg.seed + names.index(name))
     model = MultiTaskModel(models).to(device)
@@ -163,7 +163,7 @@ def finetune_multi(cfg: FinetuneConfig, given: Collection[str] | None = None) ->
     for name in names:
         spec, task_model = specs[name], model.models[name]
         split = spec.eval_splits[0]
-        length = cfg.max_seq_length or spec.default_max_length
+        length = cfg.max_seq_length or spec.default_max_seq_length
         metrics["multi_task"][name] = evaluate(
             spec, task_model, tokenizer, data[name].eval_examples[split], split, max_length=length,
             batch_size=cfg.eval_batch_size, out_dir=out / name, device=device, autocast_dtype=autocast_dtype(cfg.precision),

@@ -213,7 +213,7 @@ def load_texts(name: str, path: str, tokenizer, cfg: TextToTextConfig) -> TaskTe
     if not train or not dev:
         raise BertlabError(f"task {name}: {path} has {len(train)} labelled training and {len(dev)} dev examples; "
                            "need some of each")
-    max_input = cfg.max_seq_length or spec.default_max_length
+    max_input = cfg.max_seq_length or spec.default_max_seq_length
     train_features, train_cut = encode_pairs(train, tokenizer, max_input, cfg.max_target_length)
     dev_features, dev_cut = encode_pairs(dev, tokenizer, max_input, cfg.max_target_length)
     if cfg.max_new_tokens is not None:

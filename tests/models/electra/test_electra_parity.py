@@ -66,7 +66,7 @@ def test_auto_classes_pick_electra(hf_folders):
 
     assert type(AutoConfig.from_pretrained(hf_folders["ElectraForPreTraining"])).__name__ == "ElectraConfig"
     assert type(AutoModel.from_pretrained(hf_folders["ElectraForPreTraining"])).__name__ == "ElectraModel"
-    clf = AutoModel.for_head("sequence-classification").from_pretrained(hf_folders["ElectraForPreTraining"])
+    clf = AutoModel.for_head("text-classification").from_pretrained(hf_folders["ElectraForPreTraining"])
     assert type(clf).__name__ == "ElectraForSequenceClassification"  # a new head on the discriminator
 
 

@@ -54,7 +54,7 @@ def test_auto_classes_pick_roberta(hf_folders):
 
     assert type(AutoConfig.from_pretrained(hf_folders["RobertaModel"])).__name__ == "RobertaConfig"
     assert type(AutoModel.from_pretrained(hf_folders["RobertaForSequenceClassification"])).__name__ == "RobertaModel"
-    clf = AutoModel.for_head("sequence-classification").from_pretrained(hf_folders["RobertaModel"])
+    clf = AutoModel.for_head("text-classification").from_pretrained(hf_folders["RobertaModel"])
     assert type(clf).__name__ == "RobertaForSequenceClassification"  # a new head on the encoder
 
 

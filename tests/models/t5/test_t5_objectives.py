@@ -234,7 +234,7 @@ def test_bad_names_and_parameters_are_one_clear_line(tmp_path, capsys):
         (["--objective", "nope"], "unknown 'nope'; expected one of mlm+nsp, mlm, mlm+sop, mlm+sbo, span-corruption"),
         (["--objective", "span-corruption", "--mean-span-length", "0"], "--mean-span-length must be at least 1"),
         (["--objective", "span-corruption", "--noise-density", "1.5"], "--noise-density must be in (0, 1)"),
-        (["--objective", "prefix-lm", "--masking", "span"], "--masking is a BERT instance setting"),
+        (["--objective", "prefix-lm", "--masking", "span"], "--masking is a masked-LM instance setting"),
         (["--noise-density", "0.2", "--objective", "mlm"], "--noise-density is a T5 objective's parameter"),
     ]:
         assert main(["prepare", "x.txt", "--vocab", "v.txt", "--out", str(tmp_path / "d"), *argv]) == 2

@@ -74,7 +74,7 @@ def native_routes(app: FastAPI, service: Service) -> None:
     @app.post("/classify", response_model=ClassifyResponse, responses={404: {"model": ErrorResponse}},
               summary="sequence classification with the fine-tuned classifier")
     async def classify(body: ClassifyRequest):
-        service.need(models.classifier, "classify", "--classify-model", "sequence-classification head")
+        service.need(models.classifier, "classify", "--classify-model", "text-classification head")
         service.check_texts(body.texts)
         pairs = body.text_pairs
         if pairs is not None:

@@ -114,7 +114,7 @@ def tei_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/predict", summary="a fine-tuned classifier's labels and scores, best first")
     async def predict(body: PredictRequest):
-        service.need(models.classifier, "predict", "--classify-model", "sequence-classification head")
+        service.need(models.classifier, "predict", "--classify-model", "text-classification head")
         single = not (isinstance(body.inputs, list) and body.inputs and isinstance(body.inputs[0], list))
         sequences = [body.inputs] if single else body.inputs
         pairs: list[tuple[str, str | None]] = []
@@ -150,7 +150,7 @@ def tei_routes(app: FastAPI, service: Service) -> None:
             service.check_texts([body.query], "query")
             scores = await service.maxsim_scores(body.query, body.texts)
             return ranked_answer(scores, body)
-        service.need(models.classifier, "rerank", "--classify-model", "cross-encoder (sequence-classification head)")
+        service.need(models.classifier, "rerank", "--classify-model", "cross-encoder (text-classification head)")
         predictor = models.classifier
         if len(predictor.labels) != 1:
             raise ServiceError(400, f"/rerank needs a cross-encoder with one output (num_labels 1); the loaded "

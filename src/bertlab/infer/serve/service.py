@@ -57,7 +57,7 @@ def model_name(model_dir: Path) -> str:
 GENERIC_NAMES = {"model", "final", "output", "out", "checkpoint"}
 
 # The kind of prediction a head serves (`HeadSpec.task`) -> the ServiceModels field (and endpoint) it fills.
-TASK_ENDPOINTS = {"classify": "classifier", "qa": "qa"}
+TASK_ENDPOINTS = {"text-classification": "classifier", "question-answering": "qa"}
 
 
 def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str | None = None, normalize: bool = True,
@@ -87,7 +87,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     if fill_mask_model is None and options.engine == "bertlab" and "masked-lm" in (heads := model_family(model_dir).heads) \
             and has_weights(keys, heads["masked-lm"].prefix):
         fill_mask_model = model_dir
-    for task, folder in (("classify", classify_model), ("qa", qa_model)):
+    for task, folder in (("text-classification", classify_model), ("question-answering", qa_model)):
         if folder is not None:
             setattr(models, TASK_ENDPOINTS[task], Predictor.from_pretrained(folder, options, task=task))
     if fill_mask_model is not None:
@@ -105,7 +105,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         load_encoder(model_dir, options)
     bge_m3 = is_bge_m3_folder(model_dir)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
-                               length_limit(model_dir, encoder.config, tokenizer, options.max_length), options,
+                               length_limit(model_dir, encoder.config, tokenizer, options.max_seq_length), options,
                                window_overlap)
     if bge_m3 and options.engine == "bertlab":
         # the same encoder with BGE-M3's two layers: /embed_sparse (lexical weights), /embed_multivector, /rerank

@@ -4,7 +4,7 @@ standard kinds (`models/heads.py`):
     pretraining               masked LM + sentence-order prediction (`sop_classifier` on the pooled [CLS])
     masked-lm                 predictions: dense H -> E, act, LayerNorm, decoder E -> V tied to the word
                               embeddings, plus a bias
-    sequence-classification   classifier(dropout(pooled))
+    text-classification       classifier(dropout(pooled))
     token-classification      classifier(dropout(h_t))
     question-answering        qa_outputs(h_t) -> start, end
     multiple-choice           classifier(dropout(pooled)), one score per choice
@@ -124,8 +124,7 @@ class AlbertForMaskedLM(_MaskedLM):
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class AlbertForSequenceClassification(AlbertPreTrainedModel):
     def __init__(self, config: AlbertConfig):
         super().__init__(config)
@@ -143,8 +142,7 @@ class AlbertForSequenceClassification(AlbertPreTrainedModel):
         return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner",
-                soft_target="tokens", detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class AlbertForTokenClassification(AlbertPreTrainedModel):
     def __init__(self, config: AlbertConfig):
         super().__init__(config)
@@ -162,7 +160,7 @@ class AlbertForTokenClassification(AlbertPreTrainedModel):
         return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class AlbertForQuestionAnswering(AlbertPreTrainedModel):
     def __init__(self, config: AlbertConfig):
@@ -179,8 +177,7 @@ class AlbertForQuestionAnswering(AlbertPreTrainedModel):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice",
-                soft_target="classes", detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class AlbertForMultipleChoice(AlbertPreTrainedModel):
     """(B, C, T) choices flattened to (B·C, T), one score each from the pooled [CLS], softmax over the choices."""
 

@@ -271,8 +271,7 @@ def _classifier_dropout(config: BertConfig) -> nn.Dropout:
     return nn.Dropout(p)
 
 
-@register_head("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-               soft_target="classes")
+@register_head("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class BertForSequenceClassification(BertPreTrainedModel):
     """logits = W · dropout(pooled [CLS]) + b. Cross-entropy over `num_labels` classes; with a single label the
     task is regression (STS-B) and the loss is mean squared error; with `problem_type`
@@ -295,8 +294,7 @@ class BertForSequenceClassification(BertPreTrainedModel):
         return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
-@register_head("token-classification", output=HeadOutput, prefix="classifier.", task="ner",
-               soft_target="tokens", detectable=False)
+@register_head("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class BertForTokenClassification(BertPreTrainedModel):
     """logits_t = W · dropout(h_t) + b for every token; cross-entropy over tokens whose label is not -100
     (padding, [CLS]/[SEP] and, by convention, every word piece after a word's first)."""
@@ -317,7 +315,7 @@ class BertForTokenClassification(BertPreTrainedModel):
         return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
-@register_head("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@register_head("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class BertForQuestionAnswering(BertPreTrainedModel):
     """Span extraction (SQuAD): a start and an end score per token, [start | end] = W · h_t + b.
@@ -339,8 +337,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@register_head("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice",
-               soft_target="classes", detectable=False)
+@register_head("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class BertForMultipleChoice(BertPreTrainedModel):
     """SWAG: (B, C, T) choices are flattened to (B·C, T), each scored W · pooled + b, reshaped to (B, C),
     and the softmax is over the choices."""

@@ -5,7 +5,7 @@ under the standard kinds (`models/heads.py`):
                               LayerNorm, decoder E -> V tied to the word embeddings, plus a bias (BERT's layout);
                               `legacy: false`: lm_predictions.lm_head -- dense H -> H, act, LayerNorm, then the
                               word embeddings (tied) and a bias
-    sequence-classification   classifier(dropout(ContextPooler(h))): pooler = act(dense(dropout(h_[CLS])))
+    text-classification       classifier(dropout(ContextPooler(h))): pooler = act(dense(dropout(h_[CLS])))
     token-classification      classifier(dropout(h_t))
     question-answering        qa_outputs(h_t) -> start, end
     multiple-choice           classifier(dropout(ContextPooler(h))), one score per choice
@@ -161,8 +161,7 @@ class _Pooled(DebertaV2PreTrainedModel):
         return self.classifier(self.dropout(self.pooler(out.last_hidden_state)))
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class DebertaV2ForSequenceClassification(_Pooled):
     def __init__(self, config: DebertaV2Config):
         super().__init__(config, config.num_labels)
@@ -176,8 +175,7 @@ class DebertaV2ForSequenceClassification(_Pooled):
         return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner",
-                soft_target="tokens", detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class DebertaV2ForTokenClassification(DebertaV2PreTrainedModel):
     def __init__(self, config: DebertaV2Config):
         super().__init__(config)
@@ -195,7 +193,7 @@ class DebertaV2ForTokenClassification(DebertaV2PreTrainedModel):
         return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class DebertaV2ForQuestionAnswering(DebertaV2PreTrainedModel):
     def __init__(self, config: DebertaV2Config):
@@ -212,8 +210,7 @@ class DebertaV2ForQuestionAnswering(DebertaV2PreTrainedModel):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice",
-                soft_target="classes", detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class DebertaV2ForMultipleChoice(_Pooled):
     """(B, C, T) choices flattened to (B·C, T), one score each from the pooled first token, softmax over the
     choices."""

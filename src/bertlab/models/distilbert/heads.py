@@ -3,7 +3,7 @@ under the standard kinds (`models/heads.py`):
 
     masked-lm                 vocab_projector(vocab_layer_norm(act(vocab_transform(h)))), the projector tied
                               to the word embeddings, with its own bias
-    sequence-classification   classifier(dropout(ReLU(pre_classifier(h_[CLS])))) -- no pooler: the first token
+    text-classification       classifier(dropout(ReLU(pre_classifier(h_[CLS])))) -- no pooler: the first token
     token-classification      classifier(dropout(h_t))
     question-answering        qa_outputs(dropout(h_t)) -> start, end
     multiple-choice           as sequence classification, one score per choice
@@ -79,8 +79,7 @@ class _FirstTokenClassifier(DistilBertPreTrainedModel):
         return self.classifier(self.dropout(torch.relu(self.pre_classifier(out.last_hidden_state[:, 0])))), out
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class DistilBertForSequenceClassification(_FirstTokenClassifier):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config, config.num_labels)
@@ -93,8 +92,7 @@ class DistilBertForSequenceClassification(_FirstTokenClassifier):
         return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner",
-                soft_target="tokens", detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class DistilBertForTokenClassification(DistilBertPreTrainedModel):
     def __init__(self, config: DistilBertConfig):
         super().__init__(config)
@@ -112,7 +110,7 @@ class DistilBertForTokenClassification(DistilBertPreTrainedModel):
         return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class DistilBertForQuestionAnswering(DistilBertPreTrainedModel):
     def __init__(self, config: DistilBertConfig):
@@ -130,8 +128,7 @@ class DistilBertForQuestionAnswering(DistilBertPreTrainedModel):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice",
-                soft_target="classes", detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class DistilBertForMultipleChoice(_FirstTokenClassifier):
     """(B, C, T) choices flattened to (B·C, T), one score each, softmax over the choices."""
 

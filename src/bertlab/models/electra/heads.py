@@ -4,7 +4,7 @@
                               (> 0: replaced), `ElectraForPreTraining`, the discriminator checkpoints
     masked-lm                 generator_predictions: dense H -> E, GELU, LayerNorm; generator_lm_head: the token
                               embeddings (tied) + bias, `ElectraForMaskedLM`, the generator checkpoints
-    sequence-classification   classifier: dense + GELU on the first token, then out_proj (no pooler)
+    text-classification       classifier: dense + GELU on the first token, then out_proj (no pooler)
     token-classification      classifier on every token
     question-answering        qa_outputs: a start and an end score per token
     multiple-choice           sequence_summary (the first token, a projection, GELU) then classifier, per choice
@@ -157,8 +157,7 @@ class ElectraForMaskedLM(ElectraPreTrainedModel):
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.out_proj.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.out_proj.", soft_target="classes")
 class ElectraForSequenceClassification(ElectraPreTrainedModel):
     """Classification (or regression, or multi-label: BERT's `sequence_loss`) on the first token."""
 
@@ -177,8 +176,7 @@ class ElectraForSequenceClassification(ElectraPreTrainedModel):
         return HeadOutput(logits, sequence_loss(self.config, logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner", soft_target="tokens",
-                detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class ElectraForTokenClassification(ElectraPreTrainedModel):
     """logits_t = W · dropout(h_t) + b for every token."""
 
@@ -198,7 +196,7 @@ class ElectraForTokenClassification(ElectraPreTrainedModel):
         return HeadOutput(logits, token_loss(logits, labels), out.hidden_states, out.attentions)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class ElectraForQuestionAnswering(ElectraPreTrainedModel):
     """Span extraction: [start | end] = W · h_t + b."""
@@ -217,8 +215,7 @@ class ElectraForQuestionAnswering(ElectraPreTrainedModel):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice", soft_target="classes",
-                detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class ElectraForMultipleChoice(ElectraPreTrainedModel):
     """(B, C, T) choices flattened to (B·C, T), each scored W · summary + b, softmax over the choices."""
 

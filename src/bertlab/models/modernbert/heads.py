@@ -4,7 +4,7 @@ Every head reads the encoder's output through the same prediction head, `head`: 
 by default), then
 
     masked-lm                 decoder: the token embeddings (tied) + a bias, on every token
-    sequence-classification  classifier on the [CLS] token (`classifier_pooling` "cls") or the mean of the
+    text-classification       classifier on the [CLS] token (`classifier_pooling` "cls") or the mean of the
                               real tokens ("mean")
     token-classification      classifier on every token
     question-answering        classifier with a start and an end score per token
@@ -128,8 +128,7 @@ class ModernBertForMaskedLM(ModernBertPreTrainedModel):
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.", soft_target="classes")
 class ModernBertForSequenceClassification(_WithHead):
     """One label (or several, or a score) per text, from the [CLS] token or the mean of the real tokens."""
 
@@ -142,8 +141,7 @@ class ModernBertForSequenceClassification(_WithHead):
         return self.classify(input_ids, attention_mask, labels, output_hidden_states, output_attentions, False)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner", soft_target="tokens",
-                detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class ModernBertForTokenClassification(_WithHead):
     """logits_t = W · dropout(head(h_t)) + b for every token."""
 
@@ -156,7 +154,7 @@ class ModernBertForTokenClassification(_WithHead):
         return self.classify(input_ids, attention_mask, labels, output_hidden_states, output_attentions, True)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="classifier.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="classifier.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1),
                 detectable=False)
 class ModernBertForQuestionAnswering(_WithHead):
@@ -176,8 +174,7 @@ class ModernBertForQuestionAnswering(_WithHead):
                                        span_loss(start_logits, end_logits, start_positions, end_positions))
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice", soft_target="classes",
-                detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class ModernBertForMultipleChoice(_WithHead):
     """(B, C, T) choices flattened to (B·C, T), each scored on its pooled token, softmax over choices."""
 

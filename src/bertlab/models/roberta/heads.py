@@ -1,7 +1,7 @@
 """RoBERTa's heads, as Hugging Face's `RobertaFor*` have them (weight names included), registered by kind.
 
     masked-lm                 lm_head: dense, GELU, layer_norm, then the word embeddings (tied) + bias
-    sequence-classification   classifier: dense + tanh on the <s> token, then out_proj (no pooler)
+    text-classification       classifier: dense + tanh on the <s> token, then out_proj (no pooler)
     token-classification      classifier on every token
     question-answering        qa_outputs: a start and an end score per token
     multiple-choice           classifier on the pooled <s> of each choice (the pooler is kept here)
@@ -86,8 +86,7 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
-@HEADS.register("sequence-classification", output=HeadOutput, prefix="classifier.out_proj.", task="classify",
-                soft_target="classes")
+@HEADS.register("text-classification", output=HeadOutput, prefix="classifier.out_proj.", soft_target="classes")
 class RobertaForSequenceClassification(RobertaPreTrainedModel):
     """Classification (or regression, or multi-label: `nn.heads.sequence_loss`) on the <s> token."""
 
@@ -109,8 +108,7 @@ class RobertaForSequenceClassification(RobertaPreTrainedModel):
         return HeadOutput(logits, loss, out.hidden_states, out.attentions)
 
 
-@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", task="ner", soft_target="tokens",
-                detectable=False)
+@HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
 class RobertaForTokenClassification(RobertaPreTrainedModel):
     """logits_t = W · dropout(h_t) + b for every token."""
 
@@ -133,7 +131,7 @@ class RobertaForTokenClassification(RobertaPreTrainedModel):
         return HeadOutput(logits, loss, out.hidden_states, out.attentions)
 
 
-@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.", task="qa",
+@HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
 class RobertaForQuestionAnswering(RobertaPreTrainedModel):
     """Span extraction: [start | end] = W · h_t + b."""
@@ -156,8 +154,7 @@ class RobertaForQuestionAnswering(RobertaPreTrainedModel):
         return QuestionAnsweringOutput(start_logits, end_logits, loss)
 
 
-@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", task="choice", soft_target="classes",
-                detectable=False)
+@HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
 class RobertaForMultipleChoice(RobertaPreTrainedModel):
     """(B, C, T) choices flattened to (B·C, T), each scored W · dropout(pooled <s>) + b, softmax over choices."""
 

@@ -20,7 +20,7 @@ class XLMRobertaForMaskedLM(roberta.RobertaForMaskedLM):
     config_class = XLMRobertaConfig
 
 
-@HEADS.like(roberta.HEADS["sequence-classification"])
+@HEADS.like(roberta.HEADS["text-classification"])
 class XLMRobertaForSequenceClassification(roberta.RobertaForSequenceClassification):
     config_class = XLMRobertaConfig
 

@@ -109,7 +109,7 @@ def run_task(cfg: DistillConfig, echo: Callable[[str], None] = print) -> Distill
     student.config.extra["finetuning_task"] = spec.name
     L_s, L_t = student.config.num_hidden_layers, teacher.config.num_hidden_layers
     layer_map = hidden_layer_map(init, L_s, L_t) if cfg.cosine_layers == "all" else [(L_s, L_t)]
-    max_length = cfg.max_seq_length or spec.default_max_length
+    max_length = cfg.max_seq_length or spec.default_max_seq_length
     for who, model in (("teacher", teacher), ("student", student)):
         if max_length > model.config.max_position_embeddings:
             raise ConfigError(f"max sequence length {max_length} exceeds the {who}'s max_position_embeddings "

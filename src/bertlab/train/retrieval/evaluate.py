@@ -254,7 +254,7 @@ def cross_encoder_scorer(model_dir: str, options):
     """(query, passage) pairs -> a cross-encoder's raw scores (logits of its one output)."""
     from ...infer.predict import Predictor
 
-    predictor = Predictor.from_pretrained(model_dir, options, task="classify")
+    predictor = Predictor.from_pretrained(model_dir, options, task="text-classification")
     if len(predictor.labels) != 1:
         raise BertlabError(f"{model_dir}: a reranker has one output (num_labels 1); this classifier has "
                            f"{len(predictor.labels)} labels")
@@ -294,7 +294,7 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     # (length buckets of passages, then of queries, then the reranker's pairs) and the kept heap only grows.
     # 400 SQuAD passages and 800 questions, all-MiniLM-L6-v2, one thread: peak 670 MB kept, 573 MB returned
     # (500 MB before the first passage), in the same time (282 s and 284 s, a loaded machine).
-    options = InferenceOptions(device=cfg.device, max_length=cfg.max_seq_length, threads=cfg.threads,
+    options = InferenceOptions(device=cfg.device, max_seq_length=cfg.max_seq_length, threads=cfg.threads,
                                retain_freed_memory=False)
     settings = _settings(cfg)
     multi_vector = is_colbert_folder(cfg.model)

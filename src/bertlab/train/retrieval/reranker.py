@@ -12,7 +12,7 @@ Rows (`tasks.tables` formats):
 
 Losses: `bce` -- binary cross-entropy with logits (sentence-transformers' BinaryCrossEntropyLoss); `listwise`
 as above; `distill` -- mean squared error between the logit and the teacher's score (its MSELoss). The head
-is the family's sequence-classification head with one label, new on an encoder folder, kept on a reranker
+is the family's text-classification head with one label, new on an encoder folder, kept on a reranker
 folder. The shared training loop runs it (AdamW, warmup and linear decay, bf16, checkpoints, exact resume).
 OUT/final is a Hugging Face folder that `bertlab serve --classify-model` serves on /rerank and
 sentence-transformers' `CrossEncoder` loads with the same scores (tests check both).
@@ -220,7 +220,7 @@ def run_reranker(cfg: RerankerConfig, given: set[str] | None = None) -> Reranker
     micro = cfg.batch_size // dist.world_size
     model_dir = Path(cfg.model)
     family = model_family(model_dir)
-    head = family.head("sequence-classification", "finetune-reranker")
+    head = family.head("text-classification", "finetune-reranker")
     tokenizer = family.load_tokenizer(model_dir)
     torch.manual_seed(cfg.seed)  # the new head's weights
     model = head.model_class.from_pretrained(model_dir, id2label={0: "LABEL_0"})
