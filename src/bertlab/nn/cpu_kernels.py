@@ -33,7 +33,9 @@ tiles for bf16, bertlab's for int8 where they win), AVX-512, AVX-VNNI, AVX2, or 
 multiply). `BERTLAB_CPU_ISA=avx2` (or any lower level than the CPU's) forces it, to test and measure the AVX2
 kernels on an AVX-512 machine. The extension's table for that level (`csrc/dispatch.c`) then says which kernel
 runs, every one of them: the GEMMs, attention, search, and the element-wise loops (quantize, softmax, norms),
-which are built once per level.
+which are built once per level. The GEMMs' blocking (tile heights, rows per block, prefetch, the thread split)
+follows the CPU: measured once per CPU, level and thread count at the first GEMM and cached (`cpu_tuning.py`;
+`BERTLAB_CPU_TUNING=default` keeps the built-in one); every blocking gives the same bits.
 """
 
 from __future__ import annotations
@@ -75,6 +77,23 @@ def _dispatch():
 
 def _extension():
     return _dispatch()[0]
+
+
+_tuned_for: tuple | None = None  # (the `_dispatch()` result, the thread count) the GEMMs' blocking was set for
+
+
+def _tuned() -> None:
+    """Before a GEMM: the extension's blocking set for this level and thread count (`cpu_tuning.apply`: the
+    default, the cached choice, or a sweep at the first GEMM on a CPU this user has no record of); again only
+    after a new dispatch or another thread count."""
+    global _tuned_for
+    dispatch, threads = _dispatch(), torch.get_num_threads()
+    if _tuned_for is not None and _tuned_for[0] is dispatch and _tuned_for[1] == threads:
+        return
+    from . import cpu_tuning
+
+    cpu_tuning.apply(dispatch[0], dispatch[1], threads, int8_kernel())  # (the sweep calls the extension directly)
+    _tuned_for = (dispatch, threads)
 
 
 def available() -> bool:
@@ -453,6 +472,7 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     a non-contiguous x, a trace)."""
     if not f32_gemm_available():
         return None
+    _tuned()
     return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
 
 
@@ -543,6 +563,7 @@ def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wsca
         raise ValueError(f"int8_linear: x {tuple(x.shape)} {x.dtype} does not fit a packed "
                          f"({n}, {weight.numel() // max(n, 1)}) weight")
     y = torch.empty((m, n), dtype=torch.float32)
+    _tuned()
     _extension().linear_int8(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
                              wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n,
                              torch.get_num_threads())

@@ -180,13 +180,18 @@ int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const 
 #define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
 
 /* y (M, N) = x (M, K) · Wᵀ + b, fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or AVX2 +
- * FMA: the same panels, the same result). Threads split the panels. */
+ * FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the same bits. */
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
                   ptrdiff_t K, ptrdiff_t N, int threads) {
     if (!k->gemm_f32) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
+    if (k->tune.split) { /* (bl_tuning: the rows split, each thread every panel) */
+        int parts = thread_count(M, K * N, threads);
+        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels); });
+        return BL_OK;
+    }
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(x, M, K, w, b, y, N, start, start + count); });
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count); });
     return BL_OK;
 }
 
@@ -205,7 +210,8 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
  * times W (N, K)ᵀ packed [N/16][K/4][16][4], dequantized; K % 4 == 0, N % 16 == 0. One call for the whole layer:
  * at a few rows, each call from Python costs about as much as the arithmetic. On AMX tiles from BL_AMX_MIN_ROWS
  * rows where the level has them and K % 64 == 0, else on the level's int8 kernel; the same output either way.
- * Threads split the column blocks (AMX: in pairs), each reading its own share of the weights. */
+ * Threads split the column blocks (AMX: in pairs), each reading its own share of the weights -- or below AMX the
+ * rows, each reading all of them (bl_tuning.split). */
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
                    const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
     const int amx = k->int8_columns_amx && M >= BL_AMX_MIN_ROWS && K % 64 == 0;
@@ -232,8 +238,17 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
         if (k->int8_unsigned)
             for (ptrdiff_t i = 0; i < M * K; i++) xu[i] ^= 0x80u;
         const int32_t *c = k->int8_unsigned ? comp : NULL;
-        int parts = thread_count(blocks, M * K * 16, threads);
-        FOR_EACH_BLOCK(blocks, parts, { k->int8_columns(xu, M, K, wp, c, xs, ws, b, y, N, start, start + count); });
+        if (k->tune.split) {
+            int parts = thread_count(M, K * N, threads);
+            FOR_EACH_BLOCK(M, parts, {
+                k->int8_columns(&k->tune, xu + start * K, count, K, wp, c, xs + start, ws, b, y + start * N, N, 0, blocks);
+            });
+        } else {
+            int parts = thread_count(blocks, M * K * 16, threads);
+            FOR_EACH_BLOCK(blocks, parts, {
+                k->int8_columns(&k->tune, xu, M, K, wp, c, xs, ws, b, y, N, start, start + count);
+            });
+        }
     }
     free(xq);
     return BL_OK;
