@@ -66,7 +66,7 @@ from bertlab.core.errors import BertlabError  # noqa: E402
 from bertlab.infer import length_buckets  # noqa: E402
 from bertlab.infer.embeddings import Embedder, cosine  # noqa: E402
 from bertlab.infer.runtime import ENGINE_PRECISIONS, InferenceOptions  # noqa: E402
-from bertlab.nn import cpu_kernels  # noqa: E402
+from bertlab.nn import cpu_kernels, cpu_tuning  # noqa: E402
 
 SHAPES = {"short": (16, 128), "long": (256, 512), "512": (512, 512), "8192": (8192, 8192)}
 WIKITEXT_TRAIN = ROOT.parent / "shared" / "data" / "wikitext-2" / "wiki.train.raw.first1018lines"
@@ -267,6 +267,12 @@ def cpu_flags() -> list[str]:
     return [name for flag, name in CPU_FLAGS.items() if flag in have]
 
 
+# The switches that hold an engine below the CPU's instruction set (an AVX2-only laptop stood in for on an AVX-512
+# machine): bertlab's dispatch, oneDNN (torch, OpenVINO), MKL and ATen's own kernels (torch), CTranslate2. ONNX
+# Runtime has none: its MLAS picks its kernels from CPUID.
+ISA_CAPS = ("BERTLAB_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "CT2_FORCE_CPU_ISA")
+
+
 def provenance() -> dict:
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -280,7 +286,7 @@ def provenance() -> dict:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
             # the kernels' instruction set (BERTLAB_CPU_ISA forces a lower one) and the peers' own caps
             "bertlab_cpu_isa": cpu_kernels.cpu_isa(),
-            **{v: os.environ[v] for v in ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA") if v in os.environ}}
+            **{v: os.environ[v] for v in ISA_CAPS if v in os.environ}}
 
 
 def run_separately(args: argparse.Namespace) -> int:
@@ -362,13 +368,16 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
         for threads in (int(t) for t in args.threads.split(",")) if args.speed else ():
             rows += run_threads(Path(model_dir), folders, args, threads, inputs)
             print(table([r for r in rows if r["threads"] == threads]), flush=True)
+    ext = cpu_kernels._extension()
     info = {**started, "load_average_end": [round(x, 2) for x in os.getloadavg()],
+            # the GEMMs' blocking the run used (nn/cpu_tuning.py: measured for this CPU, or the default)
+            "bertlab_blocking": dict(zip(cpu_tuning.PARAMS, ext.tune())) if ext is not None else None,
             "settings": {k: v for k, v in vars(args).items() if k != "json"}}
     print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} ({', '.join(info['cpu_flags']) or 'no AVX2'}), "
           f"{info['cores']} cores | load "
           f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']} | "
-          f"bertlab kernels: {info['bertlab_cpu_isa']}"
-          + "".join(f" | {v}={info[v]}" for v in ("ONEDNN_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA") if v in info))
+          f"bertlab kernels: {info['bertlab_cpu_isa']}, blocking {info['bertlab_blocking']}"
+          + "".join(f" | {v}={info[v]}" for v in ISA_CAPS if v in info))
     if args.json:
         args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,
                                         default=str) + "\n")

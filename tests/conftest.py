@@ -12,6 +12,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("BERTLAB_SHARED_DATA", ROOT.parent / "shared" / "data"))
+# The C GEMMs' built-in blocking in every test process and the commands they start: no test spends a second
+# measuring the CPU or writes the user's cache (tests/test_nn_cpu_tuning.py runs the sweep on purpose). Every
+# blocking gives the same bits, so this hides no result.
+os.environ.setdefault("BERTLAB_CPU_TUNING", "default")
 
 # A family's tests are in tests/models/<family>/ (file names unique across tests/). Each folder is on sys.path, as
 # pytest's own collection puts it there, so a helper of one (a tiny folder of the family, a trained vocabulary)

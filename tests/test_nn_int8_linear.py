@@ -63,6 +63,23 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
         assert bool(q.packed_weight) == packed
 
 
+@pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
+def test_where_int_mm_is_not_exact_every_row_count_takes_bertlab_kernel(monkeypatch, isa):
+    """With oneDNN held to AVX2 torch._int_mm saturates (int_mm_exact is False): int8 inference then still runs,
+    on bertlab's kernel at any row count, and a width it does not take on exact int32 products -- the numbers an
+    exact torch._int_mm gives."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 400, 48)
+    layers = [int8_linear.Int8Linear(nn.Linear(48, out)) for out in (80, 72)]
+    with torch.inference_mode():
+        want = [q(x) for q in layers]
+        monkeypatch.setattr(int8_linear, "int_mm_exact", lambda: False)
+        monkeypatch.setattr(torch, "_int_mm", lambda *a: pytest.fail("torch._int_mm used where it is not exact"))
+        got = [q(x) for q in layers]
+    assert int8_linear.available() and all(torch.equal(g, w) for g, w in zip(got, want))
+    assert layers[0].vnni_weight and layers[1].vnni_weight is False  # (72 columns: no packing)
+
+
 def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):
     from bertlab import BertForMaskedLM, BertForSequenceClassification
 

@@ -286,7 +286,8 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
         from ..nn.int8_linear import available, quantize_linear_layers
 
         if not available():
-            raise BertlabError("--dtype int8: this torch build has no CPU int8 matrix multiply (torch._int_mm)")
+            raise BertlabError("--dtype int8: no int8 matrix multiply here (neither bertlab's C int8 kernels nor an "
+                               "exact torch._int_mm)")
         log.debug("%d linear layers quantized to int8", quantize_linear_layers(model))
     if options.packed_linear and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers

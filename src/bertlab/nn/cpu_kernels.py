@@ -33,7 +33,9 @@ tiles for bf16, bertlab's for int8 where they win), AVX-512, AVX-VNNI, AVX2, or 
 multiply). `BERTLAB_CPU_ISA=avx2` (or any lower level than the CPU's) forces it, to test and measure the AVX2
 kernels on an AVX-512 machine. The extension's table for that level (`csrc/dispatch.c`) then says which kernel
 runs, every one of them: the GEMMs, attention, search, and the element-wise loops (quantize, softmax, norms),
-which are built once per level.
+which are built once per level. The GEMMs' blocking (tile heights, rows per block, prefetch, the thread split)
+follows the CPU: measured once per CPU, level and thread count at the first GEMM and cached (`cpu_tuning.py`;
+`BERTLAB_CPU_TUNING=default` keeps the built-in one); every blocking gives the same bits.
 """
 
 from __future__ import annotations
@@ -75,6 +77,23 @@ def _dispatch():
 
 def _extension():
     return _dispatch()[0]
+
+
+_tuned_for: tuple | None = None  # (the `_dispatch()` result, the thread count) the GEMMs' blocking was set for
+
+
+def _tuned() -> None:
+    """Before a GEMM: the extension's blocking set for this level and thread count (`cpu_tuning.apply`: the
+    default, the cached choice, or a sweep at the first GEMM on a CPU this user has no record of); again only
+    after a new dispatch or another thread count."""
+    global _tuned_for
+    dispatch, threads = _dispatch(), torch.get_num_threads()
+    if _tuned_for is not None and _tuned_for[0] is dispatch and _tuned_for[1] == threads:
+        return
+    from . import cpu_tuning
+
+    cpu_tuning.apply(dispatch[0], dispatch[1], threads, int8_kernel())  # (the sweep calls the extension directly)
+    _tuned_for = (dispatch, threads)
 
 
 def available() -> bool:
@@ -344,7 +363,11 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
     hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
     B, nh, T_q, hs = q.shape
-    if hs % 16 or hs > 64 or q.dtype != torch.float32 or (operands := _attention_operands(q, k, v, add)) is None:
+    # Only from AVX-512 up: the tiles hold 16-float vectors (4 x 4 of them in Q Kᵀ), which AVX2's 16 registers of 8
+    # floats spill -- all-MiniLM-L6-v2's attention at `avx2` on an Intel Xeon took 34x the AVX-512 build's time
+    # (1.93 s against 0.057 s for 48 inputs), where torch's matmuls keep pace
+    if (hs % 16 or hs > 64 or q.dtype != torch.float32 or cpu_isa() not in ("avx512", "amx")
+            or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands
     out = torch.empty((B, T_q, nh, hs), dtype=torch.float32)
@@ -453,6 +476,7 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     a non-contiguous x, a trace)."""
     if not f32_gemm_available():
         return None
+    _tuned()
     return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
 
 
@@ -543,6 +567,7 @@ def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wsca
         raise ValueError(f"int8_linear: x {tuple(x.shape)} {x.dtype} does not fit a packed "
                          f"({n}, {weight.numel() // max(n, 1)}) weight")
     y = torch.empty((m, n), dtype=torch.float32)
+    _tuned()
     _extension().linear_int8(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
                              wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n,
                              torch.get_num_threads())

@@ -35,6 +35,7 @@ from torch import nn
 
 from .cpu_kernels import (
     dequantize_rows,
+    int8_gemm_available,
     int8_kernel,
     int8_linear,
     pack_int8_weight,
@@ -104,7 +105,10 @@ class Int8Linear(nn.Module):
         kernel = int8_kernel()
         if kernel == "amx" and self.in_features % 64:  # no tiles: the VNNI kernel, and its limit
             kernel = "vnni"
-        if (flat.shape[0] <= KERNEL_MAX_ROWS.get(kernel, 0) and flat.dtype == torch.float32
+        # where torch._int_mm is not exact (oneDNN held to AVX2: see int_mm_exact), bertlab's kernel takes every
+        # row count
+        limit = KERNEL_MAX_ROWS.get(kernel, 0) if int_mm_exact() else (1 << 62 if kernel else 0)
+        if (flat.shape[0] <= limit and flat.dtype == torch.float32
                 and flat.is_contiguous() and not tracing()):
             if self.packed_weight is None:
                 self.packed_weight = pack_int8_weight(self.qweight.t()) or False
@@ -112,16 +116,27 @@ class Int8Linear(nn.Module):
                 y = int8_linear(flat, self.packed_weight, self.wscale, self.fbias)  # (N, out) fp32
                 return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
-        y = dequantize_rows(torch._int_mm(xq, self.qweight), xscale, self.wscale, self.fbias)  # (N, out) fp32
+        # (int32 products the slow exact way where torch._int_mm is not exact: a trace, or a bf16 input, there)
+        acc = torch._int_mm(xq, self.qweight) if int_mm_exact() else xq.int() @ self.qweight.int()
+        y = dequantize_rows(acc, xscale, self.wscale, self.fbias)  # (N, out) fp32
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 (per-channel W, per-row x)"
 
 
-@functools.cache  # once per process
 def available() -> bool:
-    """Whether this torch has a CPU int8 GEMM that gives exact integer products (probed on a small case)."""
+    """Whether int8 inference runs here: bertlab's own int8 kernel at the dispatch level, or a torch._int_mm
+    that gives exact integer products."""
+    return int8_gemm_available() or int_mm_exact()
+
+
+@functools.cache  # once per process
+def int_mm_exact() -> bool:
+    """Whether this torch has a CPU int8 GEMM (torch._int_mm) that gives exact integer products (probed on a small
+    case). Not where oneDNN is held to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, and so presumably on an AVX2-only CPU):
+    there its s8 x s8 GEMM saturates (measured on an Intel Xeon: off by up to 25,114 on this probe's 5 x 40 x 24
+    products of values in [-127, 127])."""
     try:
         g = torch.Generator().manual_seed(0)
         a = torch.randint(-127, 128, (5, 40), dtype=torch.int8, generator=g)

@@ -5,11 +5,13 @@
  *   cc -O3 -std=c99 -ffp-contract=fast -fopenmp -o bench_kernels \
  *       $(ls src/bertlab/nn/csrc/*.c | grep -v /module.c) -lm
  *   ./bench_kernels [--level avx2] [--threads 2] [--rows 128] [--k 384] [--n 1536] [--ms 300] [--check]
+ *       [--tune f32_rows,f32_block,f32_prefetch,int8_panel_rows,split]
  *
  * Prints, per kernel, the best time of one call and its rate over repeated calls of about `--ms` milliseconds.
  * --check instead runs every kernel at every level this CPU reaches, on the same inputs, and exits 1 unless
  * each level's outputs are the bits the tests hold them to: the fp32 GEMM, the int8 layer and quantize the same
- * at every level, softmax the same at avx2 and above. */
+ * at every level and under another blocking (kernels.h: bl_tuning), softmax the same at avx2 and above. --tune
+ * times the kernels under another blocking than the level's default. */
 #define _POSIX_C_SOURCE 199309L
 #include <math.h>
 #include <stdio.h>
@@ -168,6 +170,12 @@ static int check(ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
             if (first) memcpy(int8_ref, l.y, out);
             ok &= same("linear_int8", name, int8_ref, l.y, out);
         }
+        /* another blocking: short tiles, odd blocks, two panels ahead, VNNI panels from 4 rows, the rows split */
+        const bl_tuning other = {level >= BL_AVX512 ? 5 : 3, 37, 2, 4, 1};
+        if (bl_tune(&t, &other) == BL_OK) {
+            if (call_f32(&t, &l, threads) == BL_OK) ok &= same("linear_f32 (another blocking)", name, f32_ref, l.y, out);
+            if (call_int8(&t, &l, threads) == BL_OK) ok &= same("linear_int8 (another blocking)", name, int8_ref, l.y, out);
+        }
         call_quantize(&t, &l, threads);  /* (q into yb, the scales into y) */
         if (first) memcpy(q_ref, l.yb, M * K), memcpy(s_ref, l.y, sizeof(float) * M);
         ok &= same("quantize_rows", name, q_ref, l.yb, M * K) & same("quantize_rows' scales", name, s_ref, l.y,
@@ -182,7 +190,8 @@ static int check(ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
 }
 
 int main(int argc, char **argv) {
-    int level = bl_cpu_level(), threads = 1, do_check = 0;
+    int level = bl_cpu_level(), threads = 1, do_check = 0, tuned = 0;
+    bl_tuning tuning;
     ptrdiff_t M = 128, K = 384, N = 1536;
     double ms = 300;
     for (int i = 1; i < argc; i++) {
@@ -215,6 +224,14 @@ int main(int argc, char **argv) {
             N = atol(v);
         } else if (!strcmp(a, "--ms")) {
             ms = atof(v);
+        } else if (!strcmp(a, "--tune")) {
+            tuned = sscanf(v, "%d,%d,%d,%d,%d", &tuning.f32_rows, &tuning.f32_block, &tuning.f32_prefetch,
+                           &tuning.int8_panel_rows, &tuning.split) == BL_TUNING_VALUES;
+            if (!tuned) {
+                fprintf(stderr, "bench_kernels: --tune %s: expected five integers, as f32_rows,f32_block,"
+                                "f32_prefetch,int8_panel_rows,split\n", v);
+                return 2;
+            }
         } else {
             fprintf(stderr, "bench_kernels: unknown option %s\n", a);
             return 2;
@@ -228,9 +245,14 @@ int main(int argc, char **argv) {
     if (do_check) return check(M, K, N, threads) ? 0 : 1;
     bl_kernels t;
     bl_select(level, &t);
+    if (tuned && bl_tune(&t, &tuning) != BL_OK) {
+        fprintf(stderr, "bench_kernels: --tune: not a blocking of the level %s\n", BL_LEVEL_NAMES[level]);
+        return 2;
+    }
     Layer l = make_layer(M, K, N);
-    printf("level %s (highest here: %s), %d thread(s), x (%td, %td), W (%td, %td)\n", BL_LEVEL_NAMES[level],
-           BL_LEVEL_NAMES[bl_cpu_level()], threads, M, K, N, K);
+    printf("level %s (highest here: %s), %d thread(s), x (%td, %td), W (%td, %td), blocking %d,%d,%d,%d,%d\n",
+           BL_LEVEL_NAMES[level], BL_LEVEL_NAMES[bl_cpu_level()], threads, M, K, N, K, t.tune.f32_rows,
+           t.tune.f32_block, t.tune.f32_prefetch, t.tune.int8_panel_rows, t.tune.split);
     const double flop = 2.0 * (double)M * (double)K * (double)N;
     bench("linear_f32", call_f32, &t, &l, threads, ms, flop);
     bench("linear_bf16", call_bf16, &t, &l, threads, ms, flop);

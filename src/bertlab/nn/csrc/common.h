@@ -284,12 +284,12 @@ HIDDEN void gemv_tail(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const
 
 /* the GEMMs, attention and search on one instruction set each (target attributes), x86-64 only */
 #define INT8_COLUMNS_ARGS                                                                                       \
-    const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp, const float *xs,         \
+    const bl_tuning *tune, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp, const float *xs,         \
         const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1
-HIDDEN void gemm_f32_avx512(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
-                            ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
-HIDDEN void gemm_f32_avx2(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
-                          ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+HIDDEN void gemm_f32_avx512(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
+                            const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+HIDDEN void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
+                          const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
 HIDDEN void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b,
                              uint16_t *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
 HIDDEN void int8_columns_vnni(INT8_COLUMNS_ARGS);

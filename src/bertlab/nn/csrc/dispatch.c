@@ -50,10 +50,26 @@ int bl_cpu_level(void) {
         (t)->rotate_heads_f32 = V(rotate_heads_f32);       \
     } while (0)
 
+/* The largest fp32 row tile of a level's GEMM: 12 rows x 32 columns in 24 of AVX-512's 32 registers, 6 x 16 in
+ * 12 of AVX2's 16 */
+static int f32_rows_max(int level) { return level >= BL_AVX512 ? 12 : 6; }
+
+int bl_tune(bl_kernels *table, const bl_tuning *t) {
+    if (t->f32_rows < 1 || t->f32_rows > f32_rows_max(table->level) || t->f32_block < 1 ||
+        t->f32_prefetch < 0 || t->f32_prefetch > 4 || t->int8_panel_rows < 1 || (t->split != 0 && t->split != 1))
+        return BL_UNSUPPORTED;
+    table->tune = *t;
+    return BL_OK;
+}
+
 int bl_select(int level, bl_kernels *t) {
     if (level < BL_NONE || level > bl_cpu_level()) return BL_UNSUPPORTED;
     memset(t, 0, sizeof *t);
     t->level = level;
+    /* the blocking the kernels were written with (measured on one Zen 5 core): the largest tile, 192 rows a
+     * block, the next panel requested on AVX-512 (AVX2: not at all), VNNI panels from 16 rows, columns split */
+    const bl_tuning defaults = {f32_rows_max(level), 192, level >= BL_AVX512, 16, 0};
+    t->tune = defaults;
 #ifdef PORTABLE_LEVELS
     if (level >= BL_AVX512)
         FILL_PORTABLE(t, NAME_AVX512);

@@ -56,9 +56,23 @@ typedef struct {
     int dtype;
 } Rows;
 
+/* The GEMMs' blocking, chosen at run time (nn/cpu_tuning.py measures it once per CPU, level and thread count;
+ * bl_select sets the defaults, bl_tune another). None of it moves a sum: each fp32 output is one FMA chain over
+ * k from the bias and each int8 one an exact integer sum, whatever the tiles, blocks or thread split, so every
+ * choice gives the same bits. */
+typedef struct {
+    int f32_rows;      /* rows per register tile of the fp32 GEMM: 1-12 (AVX-512), 1-6 (AVX2) */
+    int f32_block;     /* rows of x per block: they stay in L2 while every panel passes (>= 1) */
+    int f32_prefetch;  /* the panel that many ahead is requested while one is multiplied (0: none; 0-4) */
+    int int8_panel_rows; /* AVX-512 VNNI: from this many rows, 12-row tiles over panels of 32 columns (>= 1) */
+    int split;         /* how threads share the fp32 GEMM and the int8 layer below AMX: 0 by columns, 1 by rows */
+} bl_tuning;
+enum { BL_TUNING_VALUES = 5 };
+
 /* The kernels of one level: each works on a block of rows, columns or (row, head) tasks, on one thread. */
 typedef struct {
     int level;
+    bl_tuning tune;  /* the GEMMs' blocking (bl_select: the level's defaults) */
     const char *int8_name;  /* the int8 GEMM's instruction set: "vnni", "avxvnni", "avx2", or NULL */
     /* the portable loops (rows.c, attention.c, gemv.c), built for the level's instruction set */
     void (*quantize_f32)(const float *x, int8_t *q, float *s, ptrdiff_t rows, ptrdiff_t cols);
@@ -78,16 +92,16 @@ typedef struct {
     void (*rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
                              ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin, ptrdiff_t table);
     /* the level's own kernels; NULL where it has none */
-    void (*gemm_f32)(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b, float *y,
-                     ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+    void (*gemm_f32)(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b,
+                     float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
                       ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
     /* int8: x quantized, as unsigned bytes x + 128 where `int8_unsigned` (the VNNI dot products; `comp` takes
      * the offset off again), else signed */
-    void (*int8_columns)(const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
-                         const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0,
-                         ptrdiff_t nb1);
+    void (*int8_columns)(const bl_tuning *t, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,
+                         const int32_t *comp, const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N,
+                         ptrdiff_t nb0, ptrdiff_t nb1);
     int int8_unsigned;
     void (*int8_columns_amx)(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
                              const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
@@ -98,6 +112,7 @@ typedef struct {
 /* dispatch.c */
 int bl_cpu_level(void);                      /* the highest level this CPU and build reach */
 int bl_select(int level, bl_kernels *table); /* the table of `level`; BL_UNSUPPORTED above bl_cpu_level() */
+int bl_tune(bl_kernels *table, const bl_tuning *t); /* another blocking; BL_UNSUPPORTED (table kept) if out of range */
 
 /* ops.c: the operations, each one call of nn/cpu_kernels.py (see there for what they compute) */
 #define BL_AMX_MIN_ROWS 16  /* int8 on AMX tiles from this many rows (K % 64 == 0): below, a tile is mostly empty */

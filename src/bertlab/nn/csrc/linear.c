@@ -45,6 +45,31 @@
         }                                                                                    \
     } while (0)
 
+/* Rows [M0, M1) by tiles of MR rows, a run-time choice of 1-12 (bl_tuning.f32_rows), then the last MR - 1 or
+ * fewer; every tile height its own inlined copy of TILE, so its registers are known at compile time (the switch
+ * is one predictable branch a tile) */
+#define TILE_OF(R, TILE)                                                                                        \
+    switch (R) {                                                                                                \
+        case 12: TILE(12); break;                                                                               \
+        case 11: TILE(11); break;                                                                               \
+        case 10: TILE(10); break;                                                                               \
+        case 9: TILE(9); break;                                                                                 \
+        case 8: TILE(8); break;                                                                                 \
+        case 7: TILE(7); break;                                                                                 \
+        case 6: TILE(6); break;                                                                                 \
+        case 5: TILE(5); break;                                                                                 \
+        case 4: TILE(4); break;                                                                                 \
+        case 3: TILE(3); break;                                                                                 \
+        case 2: TILE(2); break;                                                                                 \
+        case 1: TILE(1); break;                                                                                 \
+    }
+#define ROW_TILES_OF(M0, M1, MR, TILE)                                                       \
+    do {                                                                                     \
+        ptrdiff_t m = (M0);                                                                  \
+        for (; m + (MR) <= (M1); m += (MR)) TILE_OF(MR, TILE);                               \
+        if (m < (M1)) TILE_OF((M1) - m, TILE);                                               \
+    } while (0)
+
 /* The next panel (`bytes` long, NULL if none), requested while this one is multiplied: the tile at row `m` of a
  * chunk of `rows` asks for its share of it, a k-step's part of that share per step (PANEL_STEP · MR / rows
  * bytes). The panels are one stream in memory, but the first tile of a panel would otherwise wait for it --
@@ -89,22 +114,26 @@ INLINE void panel_tile(const int MR, const float *x, ptrdiff_t K, const float *p
     }
 }
 
-/* panels [p0, p1) for all M rows, GEMM_MC rows at a time: those rows of x stay in L2 while the panels pass */
-HIDDEN AVX512_TARGET void gemm_f32_avx512(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
-                                      const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1) {
-    for (ptrdiff_t m0 = 0; m0 < M; m0 += GEMM_MC) {
-        const ptrdiff_t m1 = m0 + GEMM_MC < M ? m0 + GEMM_MC : M;
+/* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
+ * by tiles of t->f32_rows rows; the panel t->f32_prefetch ahead requested meanwhile */
+HIDDEN AVX512_TARGET void gemm_f32_avx512(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
+                                          const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
+                                          ptrdiff_t p1) {
+    const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
+    const int mr = t->f32_rows;
+    for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
+        const ptrdiff_t m1 = m0 + mc < M ? m0 + mc : M;
         for (ptrdiff_t p = p0; p < p1; p++) {
             const float *panel = w + p * K * PANEL;
             const int cols = (int)(N - p * PANEL < PANEL ? N - p * PANEL : PANEL);
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             float *yp = y + p * PANEL;
-            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;
+            const char *next = ahead && p + ahead < p1 ? (const char *)(panel + ahead * K * PANEL) : NULL;
             const ptrdiff_t rows = m1 - m0, bytes = K * PANEL * 4;
 #define TILE(MR) panel_tile(MR, x + m * K, K, panel, bias, yp + m * N, N, cols,                     \
                             next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
-            ROW_TILES(m0, m1, TILE);
+            ROW_TILES_OF(m0, m1, mr, TILE);
 #undef TILE
         }
     }
@@ -231,13 +260,12 @@ static inline __attribute__((always_inline)) VNNI_TARGET void vnni_tile(
     }
 }
 
-/* From VNNI_PANEL_ROWS rows on, pairs of blocks are taken as one panel of 32 columns by tiles of 12 rows (24
- * accumulators), as the fp32 and bf16 GEMMs do, GEMM_MC rows at a time: the weights are then reused by many
+/* From bl_tuning.int8_panel_rows rows on (16 by default), pairs of blocks are taken as one panel of 32 columns by
+ * tiles of 12 rows (24 accumulators), as the fp32 and bf16 GEMMs do, GEMM_MC rows at a time: the weights are then reused by many
  * rows and no longer the stream to hide, and the wider tile does twice the multiply-adds per broadcast row of
  * the 8 x 2 one. Against torch._int_mm with its quantize and dequantize passes, per layer of MiniLM's shapes:
  * 1.15-1.7x at 32-128 rows, where the 8 x 2 tiles alone fell to 0.83-1.02x at 128 rows. The same integer sums,
  * the same dequantize: identical outputs. */
-#define VNNI_PANEL_ROWS 16
 static inline __attribute__((always_inline)) VNNI_TARGET void vnni_panel_tile(
     const int MR, const uint8_t *x, ptrdiff_t K, const int8_t *w0p, const int8_t *w1p, const int32_t *comp,
     const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy, const char *pf,
@@ -309,13 +337,13 @@ static inline __attribute__((always_inline)) VNNI_TARGET ptrdiff_t vnni_panels(
         for (; r + 2 <= M; r += 2) TILE(2, NB);                         \
         for (; r < M; r++) TILE(1, NB);                                 \
     } while (0)
-HIDDEN VNNI_TARGET void int8_columns_vnni(const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,
+HIDDEN VNNI_TARGET void int8_columns_vnni(const bl_tuning *tune, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,
                                      const int32_t *comp, const float *xs, const float *ws, const float *b,
                                      float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1) {
     const ptrdiff_t KQ = K / 4;
     const int NB = M >= 8 ? 2 : M >= 2 ? 4 : 8;
     ptrdiff_t nb = nb0;
-    if (M >= VNNI_PANEL_ROWS) nb = vnni_panels(x, M, K, wp, comp, xs, ws, b, y, N, nb0, nb1);
+    if (M >= tune->int8_panel_rows) nb = vnni_panels(x, M, K, wp, comp, xs, ws, b, y, N, nb0, nb1);
     for (; nb + NB <= nb1; nb += NB) {
         const char *next = NB <= 4 && nb + 2 * NB <= nb1 ? (const char *)(wp + (nb + NB) * KQ * 64) : NULL;
         switch (NB) {

@@ -14,22 +14,8 @@
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #define AVXVNNI_TARGET __attribute__((target("avx2,fma,avxvnni")))
 #define AVX2_PANEL 32  /* columns per packed panel: linear.c's PANEL, the packing of nn/cpu_kernels.py */
-#define AVX2_MR 6
-#define AVX2_MC 192
-
-/* Rows [M0, M1) by tiles of AVX2_MR rows, then the last 1-5 with MR a constant in each case */
-#define AVX2_ROW_TILES(M0, M1, TILE)                                                         \
-    do {                                                                                     \
-        ptrdiff_t m = (M0);                                                                  \
-        for (; m + AVX2_MR <= (M1); m += AVX2_MR) TILE(AVX2_MR);                             \
-        switch ((M1) - m) {                                                                  \
-            case 5: TILE(5); break;                                                          \
-            case 4: TILE(4); break;                                                          \
-            case 3: TILE(3); break;                                                          \
-            case 2: TILE(2); break;                                                          \
-            case 1: TILE(1); break;                                                          \
-        }                                                                                    \
-    } while (0)
+#define AVX2_MR 6    /* the tallest tile (the fp32 GEMM's is a run-time choice up to it: bl_tuning.f32_rows) */
+#define AVX2_MC 192  /* the int8 GEMM's rows per block (the fp32 GEMM's: bl_tuning.f32_block) */
 
 /* ---------------------------------------------------------------------------------------------- fp32 GEMM */
 /* rows [0, MR) of x against 16 columns of a panel (`half` points at the panel's column 0 or 16): y[m][0..cols) =
@@ -37,7 +23,7 @@
  * kernel's chain, so the two give the same bits. */
 static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
     const int MR, const float *x, ptrdiff_t K, const float *half, const float *b, float *y, ptrdiff_t ldy,
-    int cols) {
+    int cols, const char *pf, ptrdiff_t pf_step) {
     __m256 acc0[AVX2_MR], acc1[AVX2_MR];
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     for (int m = 0; m < MR; m++) {
@@ -46,6 +32,7 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
     }
     for (ptrdiff_t k = 0; k < K; k++) {
         const __m256 w0 = _mm256_loadu_ps(half + k * AVX2_PANEL), w1 = _mm256_loadu_ps(half + k * AVX2_PANEL + 8);
+        if (pf) _mm_prefetch(pf + k * pf_step, _MM_HINT_T0);
         for (int m = 0; m < MR; m++) {
             const __m256 v = _mm256_broadcast_ss(x + m * K + k);
             acc0[m] = _mm256_fmadd_ps(v, w0, acc0[m]);
@@ -65,21 +52,43 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
     }
 }
 
-/* panels [p0, p1) for all M rows, AVX2_MC rows at a time (those rows of x stay in L2 while the panels pass) */
-HIDDEN AVX2_TARGET void gemm_f32_avx2(const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
-                                         const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1) {
-    for (ptrdiff_t m0 = 0; m0 < M; m0 += AVX2_MC) {
-        const ptrdiff_t m1 = m0 + AVX2_MC < M ? m0 + AVX2_MC : M;
+/* Tiles of MR rows, a run-time choice of 1-6 (bl_tuning.f32_rows), each height an inlined copy of TILE */
+#define AVX2_TILE_OF(R, TILE)                          \
+    switch (R) {                                       \
+        case 6: TILE(6); break;                        \
+        case 5: TILE(5); break;                        \
+        case 4: TILE(4); break;                        \
+        case 3: TILE(3); break;                        \
+        case 2: TILE(2); break;                        \
+        case 1: TILE(1); break;                        \
+    }
+
+/* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
+ * by tiles of t->f32_rows rows. With t->f32_prefetch, the panel that many ahead is requested meanwhile, spread
+ * over both halves' tiles as gemm_f32_avx512 spreads it over its tiles. */
+HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
+                                      const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
+                                      ptrdiff_t p1) {
+    const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
+    const int mr = t->f32_rows;
+    for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
+        const ptrdiff_t m1 = m0 + mc < M ? m0 + mc : M;
         for (ptrdiff_t p = p0; p < p1; p++) {
             const float *panel = w + p * K * AVX2_PANEL;
             const int cols = (int)(N - p * AVX2_PANEL < AVX2_PANEL ? N - p * AVX2_PANEL : AVX2_PANEL);
             float bias[AVX2_PANEL] = {0};
             if (b) memcpy(bias, b + p * AVX2_PANEL, sizeof(float) * (size_t)cols);
+            const char *next = ahead && p + ahead < p1 ? (const char *)(panel + ahead * K * AVX2_PANEL) : NULL;
+            const ptrdiff_t rows = 2 * (m1 - m0), bytes = K * AVX2_PANEL * 4;  /* (both halves' tiles share it) */
             for (int h = 0; h < 2 && h * 16 < cols; h++) {
                 const int hc = cols - h * 16 < 16 ? cols - h * 16 : 16;
                 float *yp = y + p * AVX2_PANEL + h * 16;
-#define TILE(MR) half_panel_tile(MR, x + m * K, K, panel + h * 16, bias + h * 16, yp + m * N, N, hc)
-                AVX2_ROW_TILES(m0, m1, TILE);
+#define TILE(MR) half_panel_tile(MR, x + m * K, K, panel + h * 16, bias + h * 16, yp + m * N, N, hc,       \
+                                 next ? next + (h * (m1 - m0) + m - m0) * bytes / rows : NULL,               \
+                                 128 * (MR) / rows)
+                ptrdiff_t m = m0;
+                for (; m + mr <= m1; m += mr) AVX2_TILE_OF(mr, TILE);
+                if (m < m1) AVX2_TILE_OF(m1 - m, TILE);
 #undef TILE
             }
         }
@@ -159,9 +168,7 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
  * rows streaming past each 64 bytes of weights), AVX2_MC rows at a time; for 2-5 rows 3 x 2; for one row 1 x 4
  * (a decoding step: several independent chains, the weights one stream). */
 #define INT8_COLUMNS(NAME, TARGET, TILE_FN)                                                                       \
-    HIDDEN TARGET void NAME(const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp,   \
-                            const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N,           \
-                            ptrdiff_t nb0, ptrdiff_t nb1) {                                                     \
+    HIDDEN TARGET void NAME(INT8_COLUMNS_ARGS) {                                                                 \
         const ptrdiff_t KQ = K / 4;                                                                             \
         const int NB = M >= 6 ? 1 : M >= 2 ? 2 : 4;                                                             \
         ptrdiff_t nb = nb0;                                                                                     \

@@ -180,13 +180,18 @@ int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const 
 #define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
 
 /* y (M, N) = x (M, K) · Wᵀ + b, fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or AVX2 +
- * FMA: the same panels, the same result). Threads split the panels. */
+ * FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the same bits. */
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
                   ptrdiff_t K, ptrdiff_t N, int threads) {
     if (!k->gemm_f32) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
+    if (k->tune.split) { /* (bl_tuning: the rows split, each thread every panel) */
+        int parts = thread_count(M, K * N, threads);
+        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels); });
+        return BL_OK;
+    }
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(x, M, K, w, b, y, N, start, start + count); });
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count); });
     return BL_OK;
 }
 
@@ -206,11 +211,12 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
  * multiplies its share of the column blocks (AMX: of the pairs of blocks). The quantize ran on one thread before
  * the GEMM's region, ~1/3 of a short layer's time at two threads; each row is quantized as before, so the
  * output is unchanged bit for bit. */
-static void int8_share(const bl_kernels *k, int amx, const void *x, int dtype, int8_t *xq, float *xs,
+static void int8_share(const bl_kernels *k, int amx, int split, const void *x, int dtype, int8_t *xq, float *xs,
                        const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y, ptrdiff_t M,
                        ptrdiff_t K, ptrdiff_t N, int part, int parts) {
     ptrdiff_t start, count;
-    if (block_of(M, part, parts, &start, &count)) {
+    const int rows = block_of(M, part, parts, &start, &count);
+    if (rows) {
         if (dtype == BF16)
             k->quantize_bf16((const uint16_t *)x + start * K, xq + start * K, xs + start, count, K);
         else
@@ -218,18 +224,24 @@ static void int8_share(const bl_kernels *k, int amx, const void *x, int dtype, i
         if (!amx && k->int8_unsigned)
             for (ptrdiff_t i = start * K; i < (start + count) * K; i++) ((uint8_t *)xq)[i] ^= 0x80u;
     }
+    const ptrdiff_t blocks = N / 16;
+    const int32_t *c = k->int8_unsigned ? comp : NULL;
+    if (split) { /* (bl_tuning) this thread's rows, every column block: it reads only the rows it quantized */
+        if (rows)
+            k->int8_columns(&k->tune, (const uint8_t *)xq + start * K, count, K, wp, c, xs + start, ws, b,
+                            y + start * N, N, 0, blocks);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp barrier
 #endif
-    const ptrdiff_t blocks = N / 16;
     if (amx) {
         if (block_of((blocks + 1) / 2, part, parts, &start, &count)) {
             const ptrdiff_t nb1 = 2 * (start + count) < blocks ? 2 * (start + count) : blocks;
             k->int8_columns_amx(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
         }
     } else if (block_of(blocks, part, parts, &start, &count)) {
-        k->int8_columns((const uint8_t *)xq, M, K, wp, k->int8_unsigned ? comp : NULL, xs, ws, b, y, N, start,
-                        start + count);
+        k->int8_columns(&k->tune, (const uint8_t *)xq, M, K, wp, c, xs, ws, b, y, N, start, start + count);
     }
 }
 
@@ -238,7 +250,7 @@ static void int8_share(const bl_kernels *k, int amx, const void *x, int dtype, i
  * at a few rows, each call from Python costs about as much as the arithmetic. On AMX tiles from BL_AMX_MIN_ROWS
  * rows where the level has them and K % 64 == 0, else on the level's int8 kernel; the same output either way.
  * Threads split the rows to quantize, then the column blocks (AMX: in pairs), each reading its own share of the
- * weights (see int8_share). */
+ * weights -- or below AMX, where the tuning says so, the rows, each reading all of them (see int8_share). */
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
                    const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
     const int amx = k->int8_columns_amx && M >= BL_AMX_MIN_ROWS && K % 64 == 0;
@@ -247,12 +259,16 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
     if (!xq) return BL_NO_MEMORY;
     float *xs = (float *)(xq + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
     const ptrdiff_t blocks = N / 16;
-    const int parts = amx ? thread_count((blocks + 1) / 2, M * K * 32, threads) : thread_count(blocks, M * K * 16, threads);
+    const int split = !amx && k->tune.split;
+    const int parts = amx     ? thread_count((blocks + 1) / 2, M * K * 32, threads)
+                      : split ? thread_count(M, K * N, threads)
+                              : thread_count(blocks, M * K * 16, threads);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(parts) if (parts > 1)
-    int8_share(k, amx, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, omp_get_thread_num(), omp_get_num_threads());
+    int8_share(k, amx, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, omp_get_thread_num(),
+               omp_get_num_threads());
 #else
-    int8_share(k, amx, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, 0, 1);
+    int8_share(k, amx, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, 0, 1);
 #endif
     free(xq);
     return BL_OK;

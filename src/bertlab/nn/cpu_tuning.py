@@ -1,0 +1,262 @@
+"""The C GEMMs' blocking chosen per CPU: measured once, at the first GEMM on a CPU, level and thread count this
+user has no record of, and cached beside bertlab's other caches.
+
+bertlab's fp32 GEMM and int8 layer take their blocking at run time (`csrc/kernels.h`: `bl_tuning`):
+
+    f32_rows         rows per register tile of the fp32 GEMM (AVX-512: 1-12, AVX2: 1-6)
+    f32_block        rows of x per block, which stay in L2 while every weight panel passes
+    f32_prefetch     how many panels ahead the next weights are requested while one is multiplied (0: none)
+    int8_panel_rows  from how many rows the AVX-512 VNNI int8 kernel takes 32-column panels by 12-row tiles
+    split            how threads share a GEMM: 0 by columns (each its own panels), 1 by rows (each all of them)
+
+None of it moves a sum: each fp32 output is one FMA chain over k from the bias and each int8 one an exact integer
+sum, whatever the tiles, blocks or split, so every blocking gives the same bits (tests/test_nn_cpu_tuning.py
+holds them to it); only the speed differs, and that differs by CPU (cache sizes, memory bandwidth per core, how
+two threads share a core). The defaults were measured on one Zen 5 core.
+
+The sweep: the level's default blocking, then one parameter at a time, each value timed on all-MiniLM-L6-v2's
+layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 256 rows; the int8 layer where its kernel runs) in `ROUNDS`
+interleaved rounds (the order rotating, so a busy machine slows every value alike). A value replaces the current
+one only where it was faster in every round and by at least `MARGIN` in the median: where the sweep cannot beat
+the default beyond its noise, the default stays. About a second on a quiet core.
+
+The choice is kept in `$BERTLAB_CACHE/cpu-tuning.json` (default `~/.cache/bertlab/`), keyed by the CPU's model,
+the instruction-set level and the thread count, written atomically (a reader sees the old file or the new one); a
+file that is not one this module wrote is ignored in one warning and replaced. `BERTLAB_CPU_TUNING` says what to
+do: `auto` (the default: the cached blocking, else measure it), `default` (the built-in blocking, nothing measured
+or read), `retune` (measure again now and replace the cached entry).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from ..core.errors import BertlabError
+from ..core.fsio import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split")  # bl_tuning's fields, in order
+TUNING_MODES = ("auto", "default", "retune")
+ROUNDS = 5
+MARGIN = 0.03  # a value must beat the current one by this much in the median (and in every round) to replace it
+CACHE_VERSION = 1
+# all-MiniLM-L6-v2's layer shapes (K, N) that carry its time: the feed-forward's two, at a lone input's rows and
+# a bulk batch's
+SHAPES = ((384, 1536), (1536, 384))
+F32_ROWS, INT8_ROWS = (48, 256), (12, 64)
+
+
+def cache_path() -> Path:
+    """$BERTLAB_CACHE/cpu-tuning.json, else ~/.cache/bertlab/cpu-tuning.json (the features cache's convention)."""
+    base = os.environ.get("BERTLAB_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bertlab")
+    return Path(base) / "cpu-tuning.json"
+
+
+def mode() -> str:
+    """`BERTLAB_CPU_TUNING`, checked: auto (unset), default or retune; anything else refused in one line."""
+    asked = os.environ.get("BERTLAB_CPU_TUNING", "").strip().lower() or "auto"
+    if asked not in TUNING_MODES:
+        raise ValueError(f"BERTLAB_CPU_TUNING={asked!r}: expected one of {', '.join(TUNING_MODES)}")
+    return asked
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its family and model numbers (/proc/cpuinfo; elsewhere `platform`'s name)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                name, _, value = line.partition(":")
+                fields.setdefault(name.strip(), value.strip())
+    except OSError:
+        pass
+    model = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    if "cpu family" in fields and "model" in fields:
+        model += f" (family {fields['cpu family']}, model {fields['model']})"
+    return model
+
+
+def cache_key(level: str, threads: int) -> str:
+    return f"{cpu_name()} | {level} | {threads} thread{'s' if threads != 1 else ''}"
+
+
+# --------------------------------------------------------------------------------------------------- the sweep
+def choose(times: dict[int, list[float]], current: int) -> int:
+    """The value to keep, from each value's seconds in the same interleaved rounds: the fastest in the median of
+    those that beat `current` in every round and by at least MARGIN in the median -- else `current`."""
+    base = times[current]
+    best, best_median = current, statistics.median(base)
+    for value, got in times.items():
+        if value == current or len(got) != len(base):
+            continue
+        median = statistics.median(got)
+        if all(a < b for a, b in zip(got, base)) and median <= (1 - MARGIN) * statistics.median(base) \
+                and median < best_median:
+            best, best_median = value, median
+    return best
+
+
+def candidates(level: str, default: dict[str, int], threads: int, int8: str | None) -> dict[str, list[int]]:
+    """The values each parameter is tried at, the default's first; a parameter with one value is not timed."""
+    wide = level in ("avx512", "amx")
+    out = {
+        "f32_rows": [default["f32_rows"], *((8, 10) if wide else (4, 5))],
+        "f32_block": [default["f32_block"], 96, 384],
+        "f32_prefetch": [default["f32_prefetch"], *(v for v in (0, 1, 2) if v != default["f32_prefetch"])],
+        # (the VNNI kernel's panels, and at "amx" its rows below the AMX tiles' 16)
+        "int8_panel_rows": [default["int8_panel_rows"], 8, 32] if int8 in ("vnni", "amx") else [],
+        "split": [default["split"], 1 - default["split"]] if threads > 1 else [],
+    }
+    return {name: list(dict.fromkeys(values)) for name, values in out.items()}
+
+
+class _Workload:
+    """The layers the sweep times, made once: random weights already in the kernels' layouts (fp32 panels of 32
+    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write;
+    `run(part)` calls the extension directly ("f32", "int8" or "both")."""
+
+    def __init__(self, ext, threads: int, int8: bool):
+        g = torch.Generator().manual_seed(0)
+        self.ext, self.threads, self.keep = ext, threads, []
+        self.f32, self.int8 = [], []
+        for k, n in SHAPES:
+            panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
+            self.keep += [b, panels]
+            for m in F32_ROWS:
+                x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
+                self.keep += [x, y]
+                self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
+            if int8:
+                packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g)
+                comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
+                self.keep += [packed, comp, ws]
+                for m in INT8_ROWS:
+                    x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
+                    self.keep += [x, y]
+                    self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
+                                      b.data_ptr(), y.data_ptr(), m, k, n))
+
+    def run(self, part: str) -> float:
+        start = time.perf_counter()
+        if part in ("f32", "both"):
+            for args in self.f32:
+                self.ext.linear_f32(*args, self.threads)
+        if part in ("int8", "both"):
+            for args in self.int8:
+                self.ext.linear_int8(*args, self.threads)
+        return time.perf_counter() - start
+
+
+def sweep(ext, level: str, threads: int, int8: str | None) -> dict:
+    """Measure the blocking for this CPU at `level` (already selected, its default blocking set) and `threads`:
+    the entry the cache keeps ({"tuning", "default", "gains", "seconds", "measured"}), the table left at the
+    choice."""
+    started = time.perf_counter()
+    default = dict(zip(PARAMS, ext.tune()))
+    work = _Workload(ext, threads, int8 is not None)
+    current, gains = dict(default), {}
+    part = {"f32_rows": "f32", "f32_block": "f32", "f32_prefetch": "f32", "int8_panel_rows": "int8",
+            "split": "both"}
+    for name, values in candidates(level, default, threads, int8).items():
+        if len(values) < 2 or (part[name] == "int8" and not work.int8):
+            continue
+        times: dict[int, list[float]] = {v: [] for v in values}
+        for v in values:  # warm-up: each value once (caches, the thread pool, first-touch pages)
+            ext.tune(*({**current, name: v}[p] for p in PARAMS))
+            work.run(part[name])
+        for r in range(ROUNDS):
+            for v in values[r % len(values):] + values[:r % len(values)]:
+                ext.tune(*({**current, name: v}[p] for p in PARAMS))
+                times[v].append(work.run(part[name]))
+        chosen = choose(times, current[name])
+        if chosen != current[name]:
+            gains[name] = round(statistics.median(times[current[name]]) / statistics.median(times[chosen]), 3)
+        current[name] = chosen
+    ext.tune(*(current[p] for p in PARAMS))
+    return {"tuning": current, "default": default, "gains": gains,
+            "seconds": round(time.perf_counter() - started, 2),
+            "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+# --------------------------------------------------------------------------------------------------- the cache
+def read_cache(path: Path, warn: bool = True) -> dict[str, dict]:
+    """The cached entries by key; {} where there is no file, and where the file is not one this module wrote
+    (after one warning, unless `warn` is False: it is then replaced)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        if warn:
+            log.warning("ignored the CPU tuning cache %s: %s", path, e.strerror or e)
+        return {}
+    try:
+        data = json.loads(text)
+        if not (isinstance(data, dict) and data.get("version") == CACHE_VERSION
+                and isinstance(data.get("entries"), dict)):
+            raise ValueError(f"expected {{\"version\": {CACHE_VERSION}, \"entries\": {{...}}}}")
+        return data["entries"]
+    except ValueError as e:
+        if warn:
+            log.warning("ignored the CPU tuning cache %s (%s); measuring again", path,
+                        (str(e).splitlines() or [""])[0][:120])
+        return {}
+
+
+def write_cache(path: Path, key: str, entry: dict) -> None:
+    """Add (or replace) `key`'s entry, keeping the others (re-read just before: another process may have added
+    one), atomically. A cache that cannot be written costs a warning, not the run: the choice still applies."""
+    entries = read_cache(path, warn=False)  # (a file it did not write was reported when first read)
+    entries[key] = entry
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({"version": CACHE_VERSION, "entries": entries}, indent=1) + "\n")
+    except (OSError, BertlabError) as e:
+        log.warning("could not write the CPU tuning cache %s: %s", path, str(e).splitlines()[0])
+
+
+def _cached_tuning(entry) -> tuple[int, ...] | None:
+    try:
+        values = tuple(entry["tuning"][p] for p in PARAMS)
+    except (KeyError, TypeError):
+        return None
+    return values if all(type(v) is int for v in values) else None
+
+
+def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
+    """Set the extension's blocking for `level` (selected) at `threads`: the default, the cached choice or a new
+    sweep, as `BERTLAB_CPU_TUNING` says. Returns the blocking set (`PARAMS`' values)."""
+    how = mode()
+    ext.select(level)  # the level's default blocking
+    if how == "default" or level == "none":
+        return ext.tune()
+    path, key = cache_path(), cache_key(level, threads)
+    if how == "auto":
+        entry = read_cache(path).get(key)
+        if entry is not None:
+            values = _cached_tuning(entry)
+            try:
+                if values is not None:
+                    return ext.tune(*values)
+            except ValueError:
+                pass
+            log.warning("ignored the CPU tuning cache's entry for %s in %s (not a blocking of this level); "
+                        "measuring again", key, path)
+    entry = sweep(ext, level, threads, int8)
+    ext.tune(*(entry["tuning"][p] for p in PARAMS))
+    write_cache(path, key, entry)
+    changed = ", ".join(f"{p} {entry['default'][p]} -> {entry['tuning'][p]} ({entry['gains'][p]}x)"
+                        for p in entry["gains"]) or "the defaults kept"
+    log.info("tuned the GEMMs' blocking for %s in %.1f s: %s (cached in %s)", key, entry["seconds"], changed, path)
+    return ext.tune()

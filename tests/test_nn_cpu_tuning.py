@@ -1,0 +1,175 @@
+"""The C GEMMs' blocking chosen per CPU (nn/cpu_tuning.py): every blocking gives the default's bits, at every level
+and thread count; the sweep keeps the default unless it is beaten beyond its noise; the cache is written
+atomically, read back instead of measuring again, and ignored in one warning when it is not one it wrote."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from bertlab.nn import cpu_kernels, cpu_tuning
+
+needs_gemm = pytest.mark.skipif(not cpu_kernels.f32_gemm_available(), reason="no C GEMM at this level or build")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """BERTLAB_CACHE in a temporary folder, the sweep cut to a few milliseconds; after the test the next GEMM sets
+    the blocking anew (the suite runs the default: conftest.py)."""
+    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpu_tuning, "SHAPES", ((64, 64),))
+    monkeypatch.setattr(cpu_tuning, "F32_ROWS", (16,))
+    monkeypatch.setattr(cpu_tuning, "INT8_ROWS", (8,))
+    monkeypatch.setattr(cpu_tuning, "ROUNDS", 2)
+    cpu_kernels._tuned_for = None
+    yield tmp_path / "cpu-tuning.json"
+    cpu_kernels._tuned_for = None
+
+
+def _gemm_once():
+    """One fp32 GEMM through the public entry (which sets the blocking first); returns the blocking it ran."""
+    w = torch.randn(32, 64)
+    assert cpu_kernels.linear_f32(torch.randn(3, 64), cpu_kernels.pack_f32_panels(w), None, 32) is not None
+    return dict(zip(cpu_tuning.PARAMS, cpu_kernels._extension().tune()))
+
+
+@pytest.mark.parametrize("isa", ["amx", "avx512", "avxvnni", "avx2"], indirect=True)
+def test_every_blocking_gives_the_same_bits(isa, threads):
+    """Tile heights from 1 to the level's tallest, blocks of 1 row to all of them, no prefetch to four panels
+    ahead, VNNI panels from 1 row or never, columns or rows split over threads: the fp32 GEMM and the int8 layer
+    give the default blocking's outputs bit for bit (any row count, a last panel of 16 columns)."""
+    ext = cpu_kernels._extension()
+    g = torch.Generator().manual_seed(3)
+    k, n = 384, 112
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    panels = cpu_kernels.pack_f32_panels(w)
+    wq = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
+    packed, ws = cpu_kernels.pack_int8_weight(wq), torch.rand(n, generator=g) / 50
+    xs = [torch.randn(m, k, generator=g) for m in (1, 5, 13, 40, 205)]
+
+    def outputs():
+        return [(cpu_kernels.linear_f32(x, panels, b, n), cpu_kernels.int8_linear(x, packed, ws, b)) for x in xs]
+
+    want = outputs()
+    default = ext.tune()
+    tallest = 12 if isa in ("avx512", "amx") else 6
+    try:
+        for values in [(1, 1, 0, 1, 1), (tallest, 1 << 20, 4, 1 << 20, 0), (tallest - 1, 37, 2, 4, 1),
+                       (3, 96, 1, 8, 0)]:
+            ext.tune(*values)
+            for (f32, int8), (f32_want, int8_want) in zip(outputs(), want):
+                assert torch.equal(f32, f32_want) and torch.equal(int8, int8_want), values
+    finally:
+        ext.tune(*default)
+
+
+@needs_gemm
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_a_blocking_the_level_cannot_run_is_refused_and_nothing_changes(isa):
+    ext = cpu_kernels._extension()
+    _gemm_once()
+    before = ext.tune()
+    tallest = 12 if isa == "avx512" else 6
+    for values in [(tallest + 1, 192, 1, 16, 0), (0, 192, 1, 16, 0), (6, 0, 1, 16, 0), (6, 192, 5, 16, 0),
+                   (6, 192, 1, 0, 0), (6, 192, 1, 16, 2), (6, -1, 1, 16, 0)]:
+        with pytest.raises(ValueError, match=f"is not a blocking of the level {isa}"):
+            ext.tune(*values)
+    with pytest.raises(TypeError, match="tune takes 5 arguments"):
+        ext.tune(6, 192)
+    assert ext.tune() == before
+
+
+def test_the_sweep_keeps_the_current_value_unless_beaten_in_every_round_and_beyond_the_margin():
+    current = [1.00, 1.02, 0.98, 1.01, 1.00]
+    assert cpu_tuning.choose({12: current, 10: [t * 0.99 for t in current]}, 12) == 12  # within the margin
+    assert cpu_tuning.choose({12: current, 10: [t * 0.9 for t in current]}, 12) == 10
+    one_slower = [0.9, 0.9, 0.9, 0.9, 1.05]  # the median 10% faster, but not in every round
+    assert cpu_tuning.choose({12: current, 10: one_slower}, 12) == 12
+    assert cpu_tuning.choose({12: current, 10: [t * 0.9 for t in current], 8: [t * 0.8 for t in current]}, 12) == 8
+    assert cpu_tuning.choose({12: current}, 12) == 12
+
+
+def test_a_mode_it_does_not_know_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "fast")
+    with pytest.raises(ValueError, match="BERTLAB_CPU_TUNING='fast': expected one of auto, default, retune"):
+        cpu_tuning.mode()
+
+
+@needs_gemm
+def test_the_first_gemm_measures_caches_and_later_processes_read_it(cache, monkeypatch):
+    """auto: the first GEMM sweeps and writes the cache (one JSON file, no temporary left beside it) under the
+    CPU, level and thread count; a process that finds it reads it instead of measuring; retune measures again."""
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "auto")
+    level, threads = cpu_kernels.cpu_isa(), torch.get_num_threads()
+    ran = _gemm_once()
+    data = json.loads(cache.read_text())
+    key = cpu_tuning.cache_key(level, threads)
+    assert data["version"] == cpu_tuning.CACHE_VERSION and list(data["entries"]) == [key]
+    assert f"| {level} |" in key and key.endswith(f"{threads} thread" + ("s" if threads != 1 else ""))
+    entry = data["entries"][key]
+    assert entry["tuning"] == ran and set(entry["default"]) == set(cpu_tuning.PARAMS)
+    assert [p.name for p in cache.parent.iterdir()] == [cache.name]
+    # the sweep keeps a changed value only with its measured gain
+    assert all(entry["gains"][p] > 1 for p in entry["gains"])
+    assert {p for p in cpu_tuning.PARAMS if entry["tuning"][p] != entry["default"][p]} == set(entry["gains"])
+
+    # a later process: the cached choice, nothing measured (here a choice the sweep would not make)
+    planted = {**entry["default"], "f32_rows": 3, "f32_block": 40}
+    cache.write_text(json.dumps({"version": 1, "entries": {key: {**entry, "tuning": planted}}}))
+
+    def no_sweep(*args):
+        raise AssertionError("measured again despite the cache")
+
+    monkeypatch.setattr(cpu_tuning, "sweep", no_sweep)
+    cpu_kernels._tuned_for = None
+    assert _gemm_once() == planted
+
+    swept = []
+    monkeypatch.setattr(cpu_tuning, "sweep", lambda ext, *a: swept.append(a) or {**entry, "tuning": ran})
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "retune")
+    cpu_kernels._tuned_for = None
+    assert _gemm_once() == ran and len(swept) == 1
+    assert json.loads(cache.read_text())["entries"][key]["tuning"] == ran
+
+    # default: the built-in blocking, whatever the cache says
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "default")
+    cpu_kernels._tuned_for = None
+    assert _gemm_once() == entry["default"] and len(swept) == 1
+
+
+@needs_gemm
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"version": 99, "entries": {}}', "ENTRY"])
+def test_a_cache_it_did_not_write_is_ignored_in_one_warning_and_replaced(cache, monkeypatch, caplog, text):
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "auto")
+    key = cpu_tuning.cache_key(cpu_kernels.cpu_isa(), torch.get_num_threads())
+    if text == "ENTRY":  # a well-formed file whose entry is no blocking of this level
+        text = json.dumps({"version": 1, "entries": {key: {"tuning": {p: 99 for p in cpu_tuning.PARAMS}}}})
+    cache.write_text(text)
+    with caplog.at_level(logging.WARNING, logger="bertlab.nn.cpu_tuning"):
+        ran = _gemm_once()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "\n" not in warnings[0].getMessage() and str(cache) in warnings[0].getMessage()
+    assert json.loads(cache.read_text())["entries"][key]["tuning"] == ran
+
+
+@needs_gemm
+def test_a_cache_write_that_fails_leaves_the_old_file_and_no_temporary(cache, monkeypatch, caplog):
+    """The file is written under a temporary name and renamed into place: a failed rename leaves the previous
+    file as it was, removes the temporary, and costs one warning; the measured blocking still applies."""
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "retune")
+    old = json.dumps({"version": 1, "entries": {"another CPU | avx2 | 1 thread": {"tuning": {}}}}) + "\n"
+    cache.write_text(old)
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("bertlab.core.fsio.os.replace", refuse)
+    with caplog.at_level(logging.WARNING, logger="bertlab.nn.cpu_tuning"):
+        ran = _gemm_once()
+    assert cache.read_text() == old and [p.name for p in cache.parent.iterdir()] == [cache.name]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith("could not write the CPU tuning cache")
+    assert set(ran) == set(cpu_tuning.PARAMS)
