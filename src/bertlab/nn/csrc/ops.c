@@ -141,7 +141,7 @@ int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int th
 
 /* bf16 attention on AMX tiles (where the level has them) from this many queries: below, most of a tile's 16 rows
  * are empty and AVX-512 BF16's tiles of 4 queries were faster (Intel Xeon with AMX, one thread, 12 heads of 32,
- * 128 keys: AMX 0.78-0.99x at 1-4 queries, 1.14x at 8, 1.31x at 16) */
+ * 128 keys: AMX 0.78-0.99x at 1-4 queries, 1.08-1.14x at 8, 1.2x at 12, 1.3-1.4x at 16) */
 #define AMX_MIN_QUERIES 8
 
 int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
