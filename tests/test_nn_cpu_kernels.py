@@ -26,6 +26,15 @@ from bertlab.nn.elementwise import add_and_norm
 needs_c = pytest.mark.skipif(not cpu_kernels.available(), reason="bertlab.nn._cpu_kernels not built")
 
 
+def _cpu_flag(name: str) -> bool:
+    """Whether /proc/cpuinfo lists `name` ("amx_bf16") among the CPU's flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return name in f.read().split()
+    except OSError:
+        return False
+
+
 def test_the_extension_is_built_where_a_c_compiler_is():
     """`pip install -e .` builds it (setup.py); built optional, so a failed build would otherwise go unnoticed."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
@@ -258,6 +267,7 @@ def test_each_level_runs_its_own_table(isa):
     else:
         assert {"gemm_f32", "beam_topk"} <= table and ("int8_amx" in table) == (isa == "amx")
         assert ("gemm_bf16" in table) == ("attention_bf16" in table) == cpu_kernels.bf16_dot_available()
+        assert ("attention_amx" in table) == (isa == "amx" and "attention_bf16" in table and _cpu_flag("amx_bf16"))
         assert len(table & {"int8_vnni", "int8_avxvnni", "int8_avx2"}) == 1
     assert cpu_kernels.f32_gemm_available() == (isa != "none")
     assert cpu_kernels.int8_kernel() == (None if isa == "none" else "amx" if isa == "amx"
@@ -519,13 +529,19 @@ def _bf16_attention_reference(q, k, v, add, scale):
 
 @needs_bf16_dot
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("T_q,T_k,hs", [(1, 7, 32), (5, 33, 16), (13, 64, 48), (40, 97, 64), (130, 300, 32)])
-def test_attention_bf16_matches_the_formula_on_bf16_operands(dtype, T_q, T_k, hs, threads):
-    """Query tiles of 4 with a partial last one; keys padded to 32 with partial blocks; masks per row, causal
-    per query, a bias per head as a transposed view; keys and values shared by groups of rows; fp32 and bf16
-    in and out. The bound is the rounding of probabilities to bf16 (its exp differs from torch's by < 6e-5
+@pytest.mark.parametrize("T_q,T_k,hs", [(1, 7, 32), (5, 33, 16), (13, 64, 48), (40, 97, 64), (130, 300, 32),
+                                        (16, 16, 64), (17, 130, 16), (3, 700, 48), (700, 700, 64)])
+@pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
+def test_attention_bf16_matches_the_formula_on_bf16_operands(dtype, T_q, T_k, hs, threads, isa):
+    """Query tiles of 4 (AVX-512 BF16) or 16 (AMX) with a partial last one; keys padded to 32 with partial
+    blocks; heads of 16-64 (AMX: padded to 32 or 64 dimensions); masks per row, causal per query, a bias per
+    head as a transposed view; keys and values shared by groups of rows; fp32 and bf16 in and out; 1 to 700
+    tokens. The bound is the rounding of probabilities to bf16 (its exp differs from torch's by < 6e-5
     relative, which can move a probability across a bf16 rounding boundary: up to 2^-8 of it, times |v|) plus,
-    for bf16 out, the output's own rounding; on average far less."""
+    for bf16 out, the output's own rounding; on average far less. The level amx runs the AMX kernel wherever
+    the CPU has AMX-BF16 (the level is skipped where the CPU has no AMX)."""
+    amx = isa == "amx" and _cpu_flag("amx_bf16")
+    assert cpu_kernels.attention_bf16_kernel() == ("amx" if amx else "avx512bf16")
     B, nh = 4, 3
     q, k, v, kk, vv, adds = attention_case(T_q, T_k, hs, dtype)
     for add in adds:

@@ -236,7 +236,8 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     fp32 runs the C loops of `cpu_kernels.attention_short` where built (heads of 16-64; 1.2-1.9x SDPA), and a
     decoding step (one query per row) `cpu_kernels.attention_one_query`; bf16 runs `cpu_kernels.attention_bf16`
     where the CPU has AVX-512 BF16 (measured on MiniLM's heads, one thread: 1.39x these matmuls at 32 x 48
-    tokens, 1.54x at 4 x 384). Training with dropout takes the eager formula."""
+    tokens, 1.54x at 4 x 384), on AMX tiles where the dispatch level is amx. Training with dropout takes the
+    eager formula."""
     if dropout_p > 0:
         return eager_attention(q, *expand_shared_rows(k, v, q.size(0)), mask, bias, dropout_p, scale, need_weights)
     B, nh, T_q, hs = q.shape

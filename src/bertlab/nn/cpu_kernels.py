@@ -8,8 +8,9 @@
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
-    attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), fp32 or bf16 in
-                                and out, scores and softmax in fp32
+    attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), or on AMX tiles
+                                where the level is amx (`attention_bf16_kernel()`), fp32 or bf16 in and out,
+                                scores and softmax in fp32
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
                                 (`int8_gemm_available()`)
@@ -29,7 +30,7 @@ anything else, and anything while torch records operators (a trace, `torch.compi
 torch formula. `BERTLAB_NO_CPU_KERNELS=1` turns the C path off (to compare the two).
 
 One CPU dispatch (`cpu_isa()`) picks the instruction-set level once, when the extension loads: AMX (oneDNN's
-tiles for bf16, bertlab's for int8 where they win), AVX-512, AVX-VNNI, AVX2, or none (oneDNN for every matrix
+tiles for bf16 linear layers, bertlab's for bf16 attention and for int8 where they win), AVX-512, AVX-VNNI, AVX2, or none (oneDNN for every matrix
 multiply). `BERTLAB_CPU_ISA=avx2` (or any lower level than the CPU's) forces it, to test and measure the AVX2
 kernels on an AVX-512 machine. The extension's table for that level (`csrc/dispatch.c`) then says which kernel
 runs, every one of them: the GEMMs, attention, search, and the element-wise loops (quantize, softmax, norms),
@@ -117,8 +118,8 @@ def use_c_kernels(on: bool) -> bool:
 # oneDNN (through torch); "avx2" is AVX2 + FMA (AMD before Zen 4, Intel before Haswell's successors' client
 # AVX-VNNI); "avxvnni" adds AVX-VNNI's int8 dot products (Intel client CPUs from 12th gen); "avx512" is AVX-512
 # (with VNNI and BF16 where present: bertlab's own fp32, bf16 and int8 GEMMs); "amx" is AVX-512 plus AMX tiles
-# (Sapphire Rapids and later), where the bf16 GEMMs go to oneDNN's AMX kernel and int8 ones of many rows to
-# bertlab's tiles. The same names as the extension's levels (csrc/kernels.h).
+# (Sapphire Rapids and later), where the bf16 GEMMs go to oneDNN's AMX kernel, bf16 attention and int8 GEMMs of
+# many rows to bertlab's tiles. The same names as the extension's levels (csrc/kernels.h).
 ISA_LEVELS = ("none", "avx2", "avxvnni", "avx512", "amx")
 
 
@@ -159,7 +160,7 @@ def force_cpu_isa(level: str | None) -> str:
 
 def _cpu_has(kernel: str) -> bool:
     """Whether the extension's table at this process's level holds `kernel` ("gemm_f32", "gemm_bf16",
-    "attention_bf16", "beam_topk", "int8_amx", "int8_vnni", "int8_avxvnni", "int8_avx2"; asked before every
+    "attention_bf16", "attention_amx", "beam_topk", "int8_amx", "int8_vnni", "int8_avxvnni", "int8_avx2"; asked before every
     kernel call: a cached call and a set lookup)."""
     return kernel in _dispatch()[2]
 
@@ -381,10 +382,20 @@ def bf16_dot_available() -> bool:
     return _cpu_has("attention_bf16")
 
 
+def attention_bf16_kernel() -> str | None:
+    """Which kernel `attention_bf16` runs at the dispatch level: "amx" (AMX-BF16 tiles: the level amx on a CPU
+    with AMX-BF16, from 8 queries a row; fewer take AVX-512 BF16's tiles of 4 queries, faster there),
+    "avx512bf16" (AVX-512 BF16 dot products), or None (neither: it declines). Both compute the
+    same formula (bf16 products, fp32 sums, softmax in fp32, probabilities rounded to bf16) in another
+    summation order."""
+    return "amx" if _cpu_has("attention_amx") else "avx512bf16" if bf16_dot_available() else None
+
+
 def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
                    scale: float) -> torch.Tensor | None:
     """softmax(scale · q kᵀ + add) v with bf16 products and fp32 sums: q, k, v rounded to bf16, scores and
-    softmax in fp32, probabilities rounded to bf16 for P V. Shapes as `attention_short`; q, k, v and add all
+    softmax in fp32, probabilities rounded to bf16 for P V; on AMX tiles at the level amx, else on AVX-512 BF16
+    (`attention_bf16_kernel()`). Shapes as `attention_short`; q, k, v and add all
     fp32 or all bf16, hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs) in q's dtype, or None where the
     C kernel does not apply (no AVX-512 BF16, other dtypes or shapes). The reference is the same formula in
     torch on bf16-rounded operands (tests/test_nn_cpu_kernels.py)."""

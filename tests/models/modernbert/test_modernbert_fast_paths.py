@@ -36,6 +36,31 @@ def prepared(tmp_path, dtype: str, **overrides):
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
 @pytest.mark.parametrize("T", [2 * WINDOW + 1, 6 * WINDOW + 5, 1024])
 def test_inference_runtime_matches_transformers(tmp_path, dtype, T):
+    check_runtime(tmp_path, dtype, T)
+
+
+@pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
+def test_bf16_attention_on_amx_tiles_and_avx512_bf16_alike(tmp_path, monkeypatch, isa):
+    """bf16's global and local layers run the C bf16 attention -- on AMX tiles at the level amx (where the CPU
+    has AMX-BF16), on AVX-512 BF16 dot products at avx512 -- and either holds bf16's bound against transformers
+    past the window, padded batch and batch 1."""
+    import importlib
+
+    from bertlab.nn import cpu_kernels
+
+    if cpu_kernels.attention_bf16_kernel() is None:
+        pytest.skip("no C bf16 attention on this CPU")
+    attention_module = importlib.import_module("bertlab.nn.attention")
+    calls = []
+    monkeypatch.setattr(attention_module, "attention_bf16",
+                        lambda *args: calls.append(args[0].shape) or cpu_kernels.attention_bf16(*args))
+    check_runtime(tmp_path, "bf16", 6 * WINDOW + 5)
+    assert {shape[-2] for shape in calls} >= {2 * WINDOW, 6 * WINDOW + 5}  # local blocks and global rows alike
+
+
+def check_runtime(tmp_path, dtype: str, T: int):
+    """The runtime at `dtype` on a padded batch of rows of up to T tokens, and each row alone, against
+    transformers' fp32."""
     hf, model, options = prepared(tmp_path, dtype)
     if options.dtype != dtype:
         pytest.skip(f"{dtype} runs as {options.dtype} on this CPU")

@@ -113,6 +113,68 @@ static inline __attribute__((always_inline)) BF16DOT_TARGET void scale_add_row(f
     }
 }
 
+/* One (row, head) task's keys and values as the dot products take them, from k and v (`Rows` strides, of its
+ * dtype): kp[jb][p][16] with `hq` pairs a key (hq >= hs / 2: the pairs past hs / 2 are left as they are, zero),
+ * vp[jp][hs]; kb and vb hold the keys' and values' bf16 rows on the way (zero past the last key). */
+static inline __attribute__((always_inline)) BF16DOT_TARGET void pack_keys_values(
+    const Rows *a, const char *k, const char *v, ptrdiff_t hq, uint32_t *kp, uint32_t *vp, uint16_t *kb,
+    uint16_t *vb) {
+    const ptrdiff_t hs = a->hs, hp = hs / 2, pairs = (a->keys + 1) / 2, esize = a->dtype == BF16 ? 2 : 4;
+    for (ptrdiff_t j = 0; j < a->keys; j++) {
+        bf16_row(k + j * a->ks[2] * esize, a->dtype, hs, kb + j * hs);
+        bf16_row(v + j * a->vs[2] * esize, a->dtype, hs, vb + j * hs);
+    }
+    for (ptrdiff_t j = 0; j < a->keys; j++) {  /* kp: 16 keys' pairs side by side */
+        const uint32_t *w = (const uint32_t *)(kb + j * hs);
+        uint32_t *dst = kp + (j / 16) * hq * 16 + j % 16;
+        for (ptrdiff_t p = 0; p < hp; p++) dst[p * 16] = w[p];
+    }
+    for (ptrdiff_t jp = 0; jp < pairs; jp++) {  /* vp: two keys' bf16 interleaved per dimension */
+        const uint16_t *r0 = vb + 2 * jp * hs, *r1 = r0 + hs;  /* past the last key: zero rows */
+        for (ptrdiff_t c = 0; c < hs; c += 16) {
+            const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + c)));
+            const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + c)));
+            _mm512_storeu_si512(vp + jp * hs + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+    }
+}
+
+/* Task (b, h)'s query rows and additive rows (NULL: none), and its keys and values packed (pack_keys_values) */
+static inline __attribute__((always_inline)) BF16DOT_TARGET void task_operands(
+    const Rows *a, ptrdiff_t b, ptrdiff_t h, ptrdiff_t hq, const char **q, const char **add, uint32_t *kp,
+    uint32_t *vp, uint16_t *kb, uint16_t *vb) {
+    const ptrdiff_t esize = a->dtype == BF16 ? 2 : 4;
+    *q = (const char *)a->q + (b * a->qs[0] + h * a->qs[1]) * esize;
+    *add = a->add ? (const char *)a->add + (b * a->adds[0] + h * a->adds[1]) * esize : NULL;
+    const char *k = (const char *)a->k + (b / a->group * a->ks[0] + h * a->ks[1]) * esize;
+    const char *v = (const char *)a->v + (b / a->group * a->vs[0] + h * a->vs[1]) * esize;
+    pack_keys_values(a, k, v, hq, kp, vp, kb, vb);
+}
+
+/* row[0 .. n) (n a multiple of 32), e^(x - max) as exp_normalizer_bf16 leaves it, times 1 / their sum -> dst,
+ * the probabilities as bf16 in key order (pairs of keys per 32-bit word, the operand of P V) */
+static inline __attribute__((always_inline)) BF16DOT_TARGET void probabilities_bf16(float *row, ptrdiff_t n,
+                                                                                    uint32_t *dst) {
+    const __m512 inv = _mm512_set1_ps(exp_normalizer_bf16(row, n));
+    for (ptrdiff_t j = 0; j < n; j += 32) {
+        const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(row + j), inv);
+        const __m512 hi = _mm512_mul_ps(_mm512_loadu_ps(row + j + 16), inv);
+        _mm512_storeu_si512(dst + j / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* Flush denormals to zero (MXCSR FTZ and DAZ) for the duration of a call, on the calling thread; returns the
+ * MXCSR to restore. Masked keys' scores (-inf, the dtype's minimum) and the padding keys' come out of the exp as
+ * e^-100, a denormal, and each denormal result or operand costs a microcode assist of ~150 cycles on Intel
+ * cores: on all-MiniLM-L6-v2's padded batches these assists were most of the kernel's time. The bits do not
+ * change: the dot products and the conversions to bf16 flush denormals whatever the MXCSR says, and a denormal
+ * added to a sum of at least 1 (the row's maximum contributes e^0) leaves it as it is. */
+static inline __attribute__((always_inline)) unsigned int flush_denormals(void) {
+    const unsigned int mxcsr = _mm_getcsr();
+    _mm_setcsr(mxcsr | 0x8040u);  /* FTZ (bit 15), DAZ (bit 6) */
+    return mxcsr;
+}
+
 /* scratch (32-bit words): kp n·hs/2, vp n·hs/2, p2 2n, q2 2·hs, S 4n, then bf16 rows of K and V n·hs/2 each;
  * n: keys padded to a multiple of 32 */
 HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count,
@@ -126,29 +188,11 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
     uint16_t *kb = (uint16_t *)(S + 4 * n), *vb = kb + n * hs;  /* K and V rows in bf16, zero past the keys */
     memset(kp, 0, sizeof(uint32_t) * (size_t)(n * hs));  /* kp and vp: the padding keys stay zero */
     memset(kb, 0, sizeof(uint16_t) * (size_t)(2 * n * hs));
+    const unsigned int mxcsr = flush_denormals();
     for (ptrdiff_t task = first; task < first + count; task++) {
         const ptrdiff_t b = task / a->heads, h = task % a->heads;
-        const char *q = (const char *)a->q + (b * a->qs[0] + h * a->qs[1]) * esize;
-        const char *k = (const char *)a->k + (b / a->group * a->ks[0] + h * a->ks[1]) * esize;
-        const char *v = (const char *)a->v + (b / a->group * a->vs[0] + h * a->vs[1]) * esize;
-        const char *add = a->add ? (const char *)a->add + (b * a->adds[0] + h * a->adds[1]) * esize : NULL;
-        for (ptrdiff_t j = 0; j < a->keys; j++) {
-            bf16_row(k + j * a->ks[2] * esize, dt, hs, kb + j * hs);
-            bf16_row(v + j * a->vs[2] * esize, dt, hs, vb + j * hs);
-        }
-        for (ptrdiff_t j = 0; j < a->keys; j++) {  /* kp: 16 keys' pairs side by side */
-            const uint32_t *w = (const uint32_t *)(kb + j * hs);
-            uint32_t *dst = kp + (j / 16) * hp * 16 + j % 16;
-            for (ptrdiff_t p = 0; p < hp; p++) dst[p * 16] = w[p];
-        }
-        for (ptrdiff_t jp = 0; jp < pairs; jp++) {  /* vp: two keys' bf16 interleaved per dimension */
-            const uint16_t *r0 = vb + 2 * jp * hs, *r1 = r0 + hs;  /* past the last key: zero rows */
-            for (ptrdiff_t c = 0; c < hs; c += 16) {
-                const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r0 + c)));
-                const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(r1 + c)));
-                _mm512_storeu_si512(vp + jp * hs + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-            }
-        }
+        const char *q, *add;
+        task_operands(a, b, h, hp, &q, &add, kp, vp, kb, vb);
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += 4) {
             const int real = a->queries - i0 < 4 ? (int)(a->queries - i0) : 4;
             for (int r = 0; r < 4; r++)  /* q2 row r: the query's bf16, read as pairs */
@@ -165,12 +209,7 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
                 float *row = S + r * n;
                 const char *ar = add ? add + (i0 + r) * a->adds[2] * esize : NULL;
                 scale_add_row(row, ar, dt, a->keys, n, a->scale);
-                const __m512 inv = _mm512_set1_ps(exp_normalizer_bf16(row, n));
-                for (ptrdiff_t j = 0; j < n; j += 32) {  /* p2: the row times 1 / sum, as pairs of bf16 */
-                    const __m512 lo = _mm512_mul_ps(_mm512_loadu_ps(row + j), inv);
-                    const __m512 hi = _mm512_mul_ps(_mm512_loadu_ps(row + j + 16), inv);
-                    _mm512_storeu_si512(p2 + r * n2 + j / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-                }
+                probabilities_bf16(row, n, p2 + r * n2);
             }
             __m512 acc[4][4];
             switch (hs / 16) {
@@ -191,5 +230,132 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
             }
         }
     }
+    _mm_setcsr(mxcsr);
+}
+
+/* ------------------------------------------------------------------------- attention on AMX tiles */
+/* The same attention, both products on AMX tiles (Intel Sapphire Rapids and later): TDPBF16PS multiplies a
+ * tile of 16 rows x 32 bf16 by one of 16 pairs x 16 columns into 16 x 16 fp32 sums -- 8,192 multiply-adds an
+ * instruction, 16 times VDPBF16PS's 512. The same bf16 operands, fp32 sums (in another order), the same
+ * scale, mask, exp and bf16 probabilities as attention_bf16_heads above: the same formula, the same reference.
+ * Per (row, head) task the keys and values are packed as above (kp, vp: their layouts are already the B tiles'
+ * -- 16 pairs of a key block, a 32-key chunk's pairs of 16 dimensions), then 16 queries at a time:
+ *   Q Kᵀ   A: the 16 queries' bf16 rows (dimensions padded to 32 or 64 with zeros), B: kp, 32 keys a step;
+ *          the 16 x n scores stored to S
+ *   softmax per row of S in fp32 (scale_add_row, probabilities_bf16), the probabilities as bf16 rows pb
+ *   P V    A: pb, 32 keys a step, B: vp, one C tile per 16 dimensions (up to 4)
+ * Tiles: 0-3 C, 4-5 A, 6-7 B, every one 16 rows x 64 bytes (the last query block's missing rows are zero
+ * queries whose outputs are not stored). The tile state is the process's already (linear_amx.c asked for it
+ * before the dispatch picked this level); each call configures its thread's tiles and releases them. */
+#define AMX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tile_config;
+
+/* scratch (32-bit words, sized by ops.c): kp n·hq, vp n·hs/2, qb 16·hq, pb 8n, S 16n, O 16·hs, then the bf16 rows
+ * of K and V n·hs/2 each; hq: a key's pairs padded to 16 (hs 16, 32) or 32 (hs 48, 64), n: keys padded to 32 */
+HIDDEN AMX_BF16_TARGET void attention_amx_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count,
+                                                uint32_t *scratch) {
+    const ptrdiff_t n = (a->keys + 31) / 32 * 32, hs = a->hs, hq = (hs / 2 + 15) / 16 * 16, n2 = n / 2;
+    const int dt = a->dtype, wide = hq == 32;
+    const ptrdiff_t esize = dt == BF16 ? 2 : 4;
+    uint32_t *kp = scratch, *vp = kp + n * hq, *qb = vp + n2 * hs, *pb = qb + 16 * hq;
+    float *S = (float *)(pb + 16 * n2), *O = S + 16 * n;
+    uint16_t *kb = (uint16_t *)(O + 16 * hs), *vb = kb + n * hs;
+    memset(kp, 0, sizeof(uint32_t) * (size_t)(n * hq + n2 * hs + 16 * hq));  /* kp, vp, qb: their padding zero */
+    memset(kb, 0, sizeof(uint16_t) * (size_t)(2 * n * hs));
+    amx_tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    const unsigned int mxcsr = flush_denormals();
+    for (ptrdiff_t task = first; task < first + count; task++) {
+        const ptrdiff_t b = task / a->heads, h = task % a->heads;
+        const char *q, *add;
+        task_operands(a, b, h, hq, &q, &add, kp, vp, kb, vb);
+        for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += 16) {
+            const int real = a->queries - i0 < 16 ? (int)(a->queries - i0) : 16;
+            for (int r = 0; r < 16; r++) {  /* qb row r: the query's bf16, zero past hs (and past the queries) */
+                if (r < real)
+                    bf16_row(q + (i0 + r) * a->qs[2] * esize, dt, hs, (uint16_t *)(qb + r * hq));
+                else
+                    memset(qb + r * hq, 0, sizeof(uint32_t) * (size_t)hq);
+            }
+            _tile_loadd(4, qb, hq * 4);
+            if (wide) _tile_loadd(5, qb + 16, hq * 4);
+            for (ptrdiff_t jb = 0; jb < n / 16; jb += 2) {  /* scores of 32 keys: two C tiles */
+                const uint32_t *k0 = kp + jb * hq * 16, *k1 = k0 + hq * 16;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_loadd(6, k0, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(7, k1, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                if (wide) {
+                    _tile_loadd(6, k0 + 256, 64);
+                    _tile_dpbf16ps(0, 5, 6);
+                    _tile_loadd(7, k1 + 256, 64);
+                    _tile_dpbf16ps(1, 5, 7);
+                }
+                _tile_stored(0, S + jb * 16, n * 4);
+                _tile_stored(1, S + jb * 16 + 16, n * 4);
+            }
+            for (int r = 0; r < 16; r++) {
+                if (r < real) {
+                    float *row = S + r * n;
+                    scale_add_row(row, add ? add + (i0 + r) * a->adds[2] * esize : NULL, dt, a->keys, n, a->scale);
+                    probabilities_bf16(row, n, pb + r * n2);
+                } else {
+                    memset(pb + r * n2, 0, sizeof(uint32_t) * (size_t)n2);
+                }
+            }
+            const int blocks = (int)(hs / 16);
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (ptrdiff_t kc = 0; kc < n / 32; kc++) {  /* 32 keys a step: 16 pairs of vp */
+                const uint32_t *v0 = vp + 16 * kc * hs;
+                _tile_loadd(4, pb + 16 * kc, n * 2);
+                _tile_loadd(6, v0, hs * 4);
+                _tile_dpbf16ps(0, 4, 6);
+                if (blocks > 1) {
+                    _tile_loadd(7, v0 + 16, hs * 4);
+                    _tile_dpbf16ps(1, 4, 7);
+                }
+                if (blocks > 2) {
+                    _tile_loadd(6, v0 + 32, hs * 4);
+                    _tile_dpbf16ps(2, 4, 6);
+                }
+                if (blocks > 3) {
+                    _tile_loadd(7, v0 + 48, hs * 4);
+                    _tile_dpbf16ps(3, 4, 7);
+                }
+            }
+            _tile_stored(0, O, hs * 4);
+            if (blocks > 1) _tile_stored(1, O + 16, hs * 4);
+            if (blocks > 2) _tile_stored(2, O + 32, hs * 4);
+            if (blocks > 3) _tile_stored(3, O + 48, hs * 4);
+            for (int r = 0; r < real; r++) {
+                const ptrdiff_t at = ((b * a->queries + i0 + r) * a->heads + h) * hs;
+                for (ptrdiff_t c = 0; c < hs; c += 16) {
+                    const __m512 o = _mm512_loadu_ps(O + r * hs + c);
+                    if (dt == BF16)
+                        _mm256_storeu_si256((__m256i *)((uint16_t *)a->out + at + c), (__m256i)_mm512_cvtneps_pbh(o));
+                    else
+                        _mm512_storeu_ps((float *)a->out + at + c, o);
+                }
+            }
+        }
+    }
+    _tile_release();
+    _mm_setcsr(mxcsr);
 }
 #endif

@@ -6,7 +6,7 @@
  *   gemv.c          an fp32 / bf16 linear layer for a decoding step's 1-4 rows: a GEMV over the plain weight
  *   (those three are the portable loops: written in GCC's vector extension, built once per level by
  *   levels_avx2.c and levels_avx512.c, and as they are for the baseline CPU)
- *   attention_bf16.c  short-row attention on AVX-512 BF16 dot products
+ *   attention_bf16.c  short-row attention on AVX-512 BF16 dot products, and on AMX tiles where the CPU has them
  *   linear.c        fp32 and bf16 GEMMs over packed panels (AVX-512, AVX-512 BF16); an int8 GEMM on AVX-512 VNNI
  *   linear_avx2.c   the fp32 and int8 GEMMs again on AVX2 + FMA (int8: AVX-VNNI where present), for CPUs
  *                   without AVX-512
@@ -299,6 +299,7 @@ HIDDEN void int8_columns_amx(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const in
                              const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
 HIDDEN int amx_int8_granted(void);  /* linear_amx.c: the CPU has AMX-INT8 and the OS gave this process its tiles */
 HIDDEN void attention_bf16_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
+HIDDEN void attention_amx_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
 HIDDEN int beam_topk_input(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
                            ptrdiff_t V, int keep, float *best, int64_t *index);
 

@@ -10,6 +10,7 @@ typedef struct {
     int avxvnni;         /* AVX-VNNI (256-bit VPDPBUSD) */
     int vnni, bf16;      /* AVX-512 VNNI, AVX-512 BF16 (with v4) */
     int amx;             /* AMX-INT8, and the OS gave this process the tile state */
+    int amx_bf16;        /* AMX-BF16 too */
 } cpu_features;
 
 static cpu_features features(void) {
@@ -25,6 +26,7 @@ static cpu_features features(void) {
     f.vnni = f.v4 && __builtin_cpu_supports("avx512vnni");
     f.bf16 = f.v4 && __builtin_cpu_supports("avx512bf16");
     f.amx = f.v4 && amx_int8_granted();
+    f.amx_bf16 = f.amx && f.bf16 && __builtin_cpu_supports("amx-bf16");
 #endif
     return f;
 }
@@ -102,6 +104,7 @@ int bl_select(int level, bl_kernels *t) {
         }
     }
     if (level >= BL_AMX) t->int8_columns_amx = int8_columns_amx;
+    if (level >= BL_AMX && f.amx_bf16) t->attention_amx_heads = attention_amx_heads;
 #endif
     return BL_OK;
 }

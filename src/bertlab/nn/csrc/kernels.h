@@ -26,7 +26,7 @@ enum { F32 = 0, BF16 = 1 };  /* element types, as nn/cpu_kernels.py's _DTYPE_COD
  *   avxvnni  avx2 plus AVX-VNNI's int8 dot products
  *   avx512   AVX-512 (x86-64-v4): the portable loops built for it, the AVX-512 fp32 GEMM, beam search; the int8
  *            GEMM on AVX-512 VNNI (else AVX-VNNI, else AVX2), the bf16 GEMM and attention where AVX-512 BF16 is
- *   amx      avx512 plus the int8 GEMM on AMX tiles for 16 rows or more */
+ *   amx      avx512 plus the int8 GEMM on AMX tiles for 16 rows or more, and the bf16 attention on AMX-BF16 tiles */
 enum { BL_NONE, BL_AVX2, BL_AVXVNNI, BL_AVX512, BL_AMX, BL_LEVELS };
 extern const char *const BL_LEVEL_NAMES[BL_LEVELS];
 
@@ -97,6 +97,7 @@ typedef struct {
     void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
                       ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
+    void (*attention_amx_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);  /* the same, AMX */
     /* int8: x quantized, as unsigned bytes x + 128 where `int8_unsigned` (the VNNI dot products; `comp` takes
      * the offset off again), else signed */
     void (*int8_columns)(const bl_tuning *t, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,

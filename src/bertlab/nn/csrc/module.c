@@ -58,6 +58,7 @@ static PyObject *py_select(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (table.gemm_f32) names[n++] = "gemm_f32";
     if (table.gemm_bf16) names[n++] = "gemm_bf16";
     if (table.attention_bf16_heads) names[n++] = "attention_bf16";
+    if (table.attention_amx_heads) names[n++] = "attention_amx";
     if (table.beam_topk_input) names[n++] = "beam_topk";
     if (table.int8_columns_amx) names[n++] = "int8_amx";
     if (table.int8_name) names[n++] = !strcmp(table.int8_name, "vnni") ? "int8_vnni"
