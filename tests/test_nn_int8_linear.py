@@ -77,7 +77,7 @@ def test_where_int_mm_is_not_exact_every_row_count_takes_bertlab_kernel(monkeypa
         monkeypatch.setattr(torch, "_int_mm", lambda *a: pytest.fail("torch._int_mm used where it is not exact"))
         got = [q(x) for q in layers]
     assert int8_linear.available() and all(torch.equal(g, w) for g, w in zip(got, want))
-    assert layers[0].vnni_weight and layers[1].vnni_weight is False  # (72 columns: no packing)
+    assert layers[0].packed_weight and layers[1].packed_weight is False  # (72 columns: no packing)
 
 
 def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp_path):
