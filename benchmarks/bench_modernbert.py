@@ -3,6 +3,7 @@
     python benchmarks/bench_modernbert.py ops [--lengths 512,8192] [--repeat 20]
     python benchmarks/bench_modernbert.py memory [--length 8192] [--layers 22] [--contenders hf,bertlab,band]
     python benchmarks/bench_modernbert.py memory --contenders hf,bertlab,bertlab-int8,onnxruntime,onnxruntime-int8,openvino
+    python benchmarks/bench_modernbert.py memory --layers 2 --local-only --contenders onnxruntime-band,onnxruntime,openvino-band,openvino
 
 `ops`: the rotary positions (q and k of one layer) and the GeGLU (act(value) * gate of one layer) at
 ModernBERT-base's widths (12 heads of 64, GeGLU 1,152), each as the model runs it and as the candidates that
@@ -256,7 +257,7 @@ def memory(args: argparse.Namespace) -> None:
     started = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-modernbert-") as tmp:
         torch.manual_seed(0)
-        folder = modernbert_folder(Path(tmp), layers=args.layers)
+        folder = modernbert_folder(Path(tmp), layers=args.layers, local_only=args.local_only)
         exported = Path(tmp) / "exports"
         exported.mkdir()
         exports(folder, exported, names)
@@ -300,6 +301,8 @@ def main() -> int:
     m = sub.add_parser("memory", help="peak RSS of one long row, a process per contender")
     m.add_argument("--length", type=int, default=8192)
     m.add_argument("--layers", type=int, default=22)
+    m.add_argument("--local-only", action="store_true",
+                   help="every layer local: what the local layers cost alone (a band export's T x T among them)")
     m.add_argument("--contenders", default="hf,bertlab,band",
                    help=f"comma-separated, each a process of its own: {', '.join(CONTENDERS)}")
     m.add_argument("--json", type=Path)
