@@ -103,9 +103,10 @@ def export_all(model_dir: Path, root: Path, engines: list[str]) -> dict[str, Pat
     return folders
 
 
-def modernbert_folder(root: Path) -> Path:
-    """A random-weight ModernBERT of ModernBERT-base's shape saved by `transformers`, with a tokenizer.json of
-    its form ([CLS] A [SEP] byte-level BPE) trained on WikiText-2."""
+def modernbert_folder(root: Path, layers: int = 22, local_only: bool = False) -> Path:
+    """A random-weight ModernBERT of ModernBERT-base's shape (`layers` of them; `local_only`: every one local)
+    saved by `transformers`, with a tokenizer.json of its form ([CLS] A [SEP] byte-level BPE) trained on
+    WikiText-2."""
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -127,7 +128,8 @@ def modernbert_folder(root: Path) -> Path:
     torch.manual_seed(0)
     config = transformers.ModernBertConfig(pad_token_id=ids["[PAD]"], cls_token_id=ids["[CLS]"],
                                            bos_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"],
-                                           eos_token_id=ids["[SEP]"])
+                                           eos_token_id=ids["[SEP]"], num_hidden_layers=layers,
+                                           layer_types=["sliding_attention"] * layers if local_only else None)
     transformers.ModernBertModel(config).eval().save_pretrained(folder)
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192,

@@ -1,7 +1,9 @@
 """ModernBERT on a CPU: what its own pieces cost, and the memory of an 8,192-token input.
 
     python benchmarks/bench_modernbert.py ops [--lengths 512,8192] [--repeat 20]
-    python benchmarks/bench_modernbert.py memory [--length 8192] [--layers 22] [--contenders bertlab,band,hf]
+    python benchmarks/bench_modernbert.py memory [--length 8192] [--layers 22] [--contenders hf,bertlab,band]
+    python benchmarks/bench_modernbert.py memory --contenders hf,bertlab,bertlab-int8,onnxruntime,onnxruntime-int8,openvino
+    python benchmarks/bench_modernbert.py memory --layers 2 --local-only --contenders onnxruntime-band,onnxruntime,openvino-band,openvino
 
 `ops`: the rotary positions (q and k of one layer) and the GeGLU (act(value) * gate of one layer) at
 ModernBERT-base's widths (12 heads of 64, GeGLU 1,152), each as the model runs it and as the candidates that
@@ -9,14 +11,19 @@ would replace it, fp32, one thread, median of `--repeat` calls; beside them one 
 bertlab's inference runtime (packed GEMMs, C attention loops), so each piece's share of a layer is plain.
 
 `memory`: one row of `--length` tokens embedded by a random-weight ModernBERT of the base's shape (22 layers,
-H 768, window 128; `--layers` fewer for a quick look), each contender in a process of its own, fp32, one
-thread: the process's peak resident memory (VmHWM) after loading the model and a warm-up on 64 tokens, and
-after the long row, and the forward pass's seconds.
-  bertlab   bertlab's inference runtime: local layers block by block (2·window queries against 4·window
-            keys), global layers through the C attention loops (one row of scores at a time)
-  band      the same runtime with each local layer as one call over the whole (T x T) band mask: the
-            memory a window costs when it is only a mask
-  hf        transformers' ModernBertModel (sdpa), fp32
+H 768, window 128; `--layers` fewer for a quick look; the model and tokenizer of `bench_engines.py --model
+modernbert-base`), each contender in a process of its own, one thread: the process's peak resident memory
+(VmHWM) after loading the model and a warm-up on 64 tokens, and after the long row, the row's seconds, and
+the cosine of its mean-pooled embedding to transformers' fp32 one. Contenders (`--contenders`):
+  hf                     transformers' ModernBertModel (sdpa), fp32
+  bertlab[-bf16|-int8]   bertlab's inference runtime: local layers block by block (2·window queries against
+                         4·window keys), global layers through the C attention loops (a row of scores at a time)
+  band                   bertlab fp32 with each local layer as one call over the whole (T x T) band mask: the
+                         memory a window costs when it is only a mask
+  onnxruntime[-int8], openvino[-bf16]   `bertlab export onnx --quantize int8` / `export openvino`, whose
+                         local layers are traced as the same blocks (`modeling.traced_local_attention`)
+  ...-band               the same engines on an export whose local layers are each one band-mask call (the
+                         export as it was before the blocked trace)
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def median_us(fn, repeat: int) -> float:
@@ -138,6 +146,18 @@ GEGLU_CANDIDATES = {"gelu in place, one product": geglu_inplace, "gelu and produ
 
 
 # ----------------------------------------------------------------------------------------------- memory
+# contender -> (engine, precision, how its local layers run)
+CONTENDERS = {
+    "hf": ("hf", "fp32", "sliding-window mask"),
+    "bertlab": ("bertlab", "fp32", "blocks"), "bertlab-bf16": ("bertlab", "bf16", "blocks"),
+    "bertlab-int8": ("bertlab", "int8", "blocks"), "band": ("bertlab", "fp32", "band"),
+    "onnxruntime": ("onnxruntime", "fp32", "blocks"), "onnxruntime-int8": ("onnxruntime", "int8", "blocks"),
+    "openvino": ("openvino", "fp32", "blocks"), "openvino-bf16": ("openvino", "bf16", "blocks"),
+    "onnxruntime-band": ("onnxruntime", "fp32", "band"), "onnxruntime-int8-band": ("onnxruntime", "int8", "band"),
+    "openvino-band": ("openvino", "fp32", "band"), "openvino-bf16-band": ("openvino", "bf16", "band"),
+}
+
+
 def vm_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -145,64 +165,132 @@ def vm_kib(field: str) -> int:
     return -1
 
 
-def one_contender(name: str, folder: Path, length: int) -> dict:
-    """In a child process: load, warm up, reset nothing (VmHWM only grows), embed one long row."""
-    torch.set_num_threads(1)
-    from bertlab.infer.runtime import InferenceOptions, prepare
+def whole_band(q, k, v, num_heads, window, keep, **kw):
+    """A local layer as one attention call over the whole (T x T) band mask (what a mask-only window costs)."""
+    from bertlab.models.modernbert import modeling
 
+    T = q.size(1)
+    bias = modeling.band_bias(T, T, 0, 0, window, keep, q.dtype, q.device)
+    return modeling.attention(q, k, v, num_heads, None, bias, kernel=kw.get("kernel", "sdpa"))
+
+
+def exports(folder: Path, root: Path, names: list[str]) -> dict[str, Path]:
+    """The export folders the engine contenders read: bertlab's exporters, blocked local layers, and with
+    `-band` in a name the same export with each local layer traced as one band-mask call (the export before
+    `modeling.traced_local_attention`)."""
+    from bertlab.infer.engines import ENGINE_EXPORTERS
+    from bertlab.infer.export import export_onnx
+    from bertlab.models.modernbert import modeling
+
+    out = {}
+    for engine, band in sorted({(CONTENDERS[n][0], CONTENDERS[n][2] == "band") for n in names
+                                if CONTENDERS[n][0] in ("onnxruntime", "openvino")}):
+        target = root / f"{engine}{'-band' if band else ''}"
+        traced = modeling.traced_local_attention
+        if band:
+            modeling.traced_local_attention = lambda q, k, v, nh, w, keep: whole_band(q, k, v, nh, w, keep)[0]
+        try:
+            start = time.perf_counter()
+            if engine == "onnxruntime":
+                export_onnx(folder, target, quantize="int8")
+            else:
+                ENGINE_EXPORTERS[engine](folder, target)
+            print(f"exported {target.name} in {time.perf_counter() - start:.0f} s", flush=True)
+        finally:
+            modeling.traced_local_attention = traced
+        out[target.name] = target
+    return out
+
+
+def one_contender(name: str, folder: Path, length: int, exported: Path, vector_file: Path) -> dict:
+    """In a child process: load, warm up on 64 tokens, reset nothing (VmHWM only grows), embed one long row
+    (mean-pooled, L2-normalised: written to `vector_file` for the cosine to transformers)."""
+    import numpy as np
+
+    torch.set_num_threads(1)
+    from bertlab.infer.embeddings import Embedder
+    from bertlab.infer.runtime import InferenceOptions
+
+    engine, dtype, local = CONTENDERS[name]
     g = torch.Generator().manual_seed(0)
-    if name == "hf":
+    if engine == "hf":
         from transformers import AutoModel
 
         model = AutoModel.from_pretrained(folder, attn_implementation="sdpa").eval()
-        vocab = model.config.vocab_size
-    else:
-        from bertlab.models.modernbert import modeling
 
-        model = prepare(modeling.ModernBertModel.from_pretrained(folder).eval(), InferenceOptions())
-        vocab = model.config.vocab_size
-        if name == "band":  # each local layer as one call over the whole band mask
-            def whole_band(q, k, v, num_heads, window, keep, **kw):
-                T = q.size(1)
-                bias = modeling.band_bias(T, T, 0, 0, window, keep, q.dtype, q.device)
-                return modeling.attention(q, k, v, num_heads, None, bias, kernel=kw["kernel"])
+        def embed(rows):
+            with torch.inference_mode():
+                v = model(input_ids=torch.tensor(rows)).last_hidden_state.mean(1).numpy()
+            return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    else:
+        if local == "band" and engine == "bertlab":
+            from bertlab.models.modernbert import modeling
 
             modeling.local_attention = whole_band
-    ids = torch.randint(5, vocab, (1, length), generator=g)
-    with torch.inference_mode():
-        model(input_ids=ids[:, :64])
-        loaded = vm_kib("VmHWM")
-        start = time.perf_counter()
-        model(input_ids=ids)
-        seconds = time.perf_counter() - start
-    return {"contender": name, "length": length, "peak_rss_mb_loaded": round(loaded / 1024),
-            "peak_rss_mb_after_row": round(vm_kib("VmHWM") / 1024), "seconds": round(seconds, 1)}
+        source = folder if engine == "bertlab" else exported / f"{engine}{'-band' if local == 'band' else ''}"
+        embedder = Embedder.from_pretrained(source, pooling="mean", normalize=True, options=InferenceOptions(
+            engine=engine, dtype=dtype, threads=1, max_length=length, max_tokens=length))
+        embed = embedder.embed_ids
+    vocab = 8000  # the benchmark tokenizer's size (the model has 50,368 rows): ids any tokenizer could give
+    ids = torch.randint(5, vocab, (1, length), generator=g).tolist()
+    embed([ids[0][:64]])
+    loaded = vm_kib("VmHWM")
+    start = time.perf_counter()
+    vector = embed(ids)
+    seconds = time.perf_counter() - start
+    np.save(vector_file, vector)
+    return {"contender": name, "engine": engine, "precision": dtype, "local_layers": local, "length": length,
+            "peak_rss_mb_loaded": round(loaded / 1024), "peak_rss_mb_after_row": round(vm_kib("VmHWM") / 1024),
+            "seconds": round(seconds, 1)}
 
 
 def memory(args: argparse.Namespace) -> None:
-    import transformers
+    import numpy as np
 
-    results = []
+    from bench_engines import modernbert_folder
+
+    names = args.contenders.split(",")
+    unknown = [n for n in names if n not in CONTENDERS]
+    if unknown:
+        raise SystemExit(f"unknown contender(s) {', '.join(unknown)}; expected some of {', '.join(CONTENDERS)}")
+    results, vectors = [], {}
+    started = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-modernbert-") as tmp:
-        folder = Path(tmp) / "model"
         torch.manual_seed(0)
-        config = transformers.ModernBertConfig(num_hidden_layers=args.layers)
-        transformers.ModernBertModel(config).eval().save_pretrained(folder)
-        for name in args.contenders.split(","):
-            out = subprocess.run([sys.executable, __file__, "_one", name, str(folder), str(args.length)],
-                                 capture_output=True, text=True, check=False)
+        folder = modernbert_folder(Path(tmp), layers=args.layers, local_only=args.local_only)
+        exported = Path(tmp) / "exports"
+        exported.mkdir()
+        exports(folder, exported, names)
+        for name in names:
+            vector_file = Path(tmp) / f"{name}.npy"
+            out = subprocess.run([sys.executable, __file__, "_one", name, str(folder), str(args.length),
+                                  str(exported), str(vector_file)], capture_output=True, text=True, check=False)
             if out.returncode:
-                print(f"{name}: failed\n{out.stderr[-2000:]}")
+                print(f"{name}: failed\n{out.stderr[-2000:]}", flush=True)
                 continue
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(json.dumps(results[-1]), flush=True)
+            vectors[name] = np.load(vector_file)[0]
+            ref = vectors.get("hf")
+            if ref is not None:
+                for row in results:
+                    row["cosine_to_hf_fp32"] = round(float(vectors[row["contender"]] @ ref), 6)
+            print(json.dumps(results[-1]), f"load {os.getloadavg()[0]:.1f}", flush=True)
+    ref = vectors.get("hf")
+    print("\n| contender | precision | local layers | seconds | peak RSS loaded MB | peak RSS after the row MB "
+          "| above loaded MB | cosine to HF fp32 |\n|---|---|---|---|---|---|---|---|")
+    for r in results:
+        cos = f"{float(vectors[r['contender']] @ ref):.6f}" if ref is not None else "-"
+        print(f"| {r['engine']} | {r['precision']} | {r['local_layers']} | {r['seconds']} | {r['peak_rss_mb_loaded']:,} "
+              f"| {r['peak_rss_mb_after_row']:,} | {r['peak_rss_mb_after_row'] - r['peak_rss_mb_loaded']:,} | {cos} |")
+    print(f"load average {started[0]:.1f} -> {os.getloadavg()[0]:.1f}")
     if args.json:
-        args.json.write_text(json.dumps({"load_average": os.getloadavg(), "rows": results}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"load_average": [started, os.getloadavg()], "rows": results}, indent=2) + "\n")
 
 
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[1] == "_one":
-        print(json.dumps(one_contender(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]))))
+    if len(sys.argv) == 7 and sys.argv[1] == "_one":
+        print(json.dumps(one_contender(sys.argv[2], Path(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]),
+                                       Path(sys.argv[6]))))
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -213,7 +301,10 @@ def main() -> int:
     m = sub.add_parser("memory", help="peak RSS of one long row, a process per contender")
     m.add_argument("--length", type=int, default=8192)
     m.add_argument("--layers", type=int, default=22)
-    m.add_argument("--contenders", default="bertlab,band,hf")
+    m.add_argument("--local-only", action="store_true",
+                   help="every layer local: what the local layers cost alone (a band export's T x T among them)")
+    m.add_argument("--contenders", default="hf,bertlab,band",
+                   help=f"comma-separated, each a process of its own: {', '.join(CONTENDERS)}")
     m.add_argument("--json", type=Path)
     args = p.parse_args()
     (ops if args.what == "ops" else memory)(args)

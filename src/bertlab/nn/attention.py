@@ -203,6 +203,15 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
     return get_kernel(kernel).unpadded and varlen_flash_runs(x.device, attention_dtype(x), head_size)
 
 
+# From this many keys fp32 attention goes to PyTorch's SDPA (its CPU flash kernel: blocked, no T x T scores) and
+# not the C loops, which are built for short rows: one head of 64, one query row per key, one thread, on the
+# AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
+LONG_KEYS = 2048
+# From this many keys, on a CPU with AMX, an int8 model's bf16 attention goes to SDPA in bf16 (its flash kernel's
+# GEMMs on AMX tiles) and not the AVX-512 BF16 C loops: same head and machine, 3.3x at 1,024 keys (1.3 vs 4.3
+# ms), 3.3x at 2,048, 3.9x at 8,192 (60 vs 237 ms). Shorter rows keep the measured C loops.
+AMX_SDPA_KEYS = 1024
+
 # The most bytes of attention scores `bmm_attention` holds at once. A whole batch's (B, nh, T_q, T_k) scores
 # outgrow the caches (4 rows of 512 tokens, 12 heads: 25 MB in bf16) and then memory traffic sets the pace;
 # slices of a few MB measured fastest at 1 and 2 threads, and bound the memory a long batch needs.
@@ -245,6 +254,9 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     add, scale = _additive(mask, bias, q, T_k), _scale(scale, q)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
+    if T_k >= LONG_KEYS and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
+        k, v = expand_shared_rows(k, v, B)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
     if (y := attention_short(q, k, v, add, scale)) is not None:
         return y, None  # fp32: register-tiled C loops per (row, head), 1.2-1.9x SDPA from 24 to 512 tokens
     if q.dtype == torch.bfloat16 and (y := attention_bf16(q, k, v, add, scale)) is not None:
@@ -300,6 +312,12 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     16 x 100, 1.7-2.0x at 384-512; on a CPU with AMX, up to `SHORT_KEYS` keys, slower than them (see there), so
     the fp32 loops run instead. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
     cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
+    if q.size(-2) > 1 and dropout_p == 0 and k.size(-2) >= AMX_SDPA_KEYS and cpu_isa() == "amx":
+        add = _additive(mask, bias, q, k.size(-2))
+        q16, k16, v16 = (t.to(torch.bfloat16) for t in (q, *expand_shared_rows(k, v, q.size(0))))
+        add = add.to(torch.bfloat16).clamp_(min=torch.finfo(torch.bfloat16).min) if add is not None else None
+        y = F.scaled_dot_product_attention(q16, k16, v16, attn_mask=add, scale=_scale(scale, q))
+        return y.to(q.dtype), None
     short = k.size(-2) <= SHORT_KEYS
     if (q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32 and bf16_dot_available()
             and not (short and cpu_isa() == "amx")):

@@ -79,9 +79,10 @@ def train_tokenizer_json(path: Path, texts: list[str], vocab_size: int = 1000) -
     return path
 
 
-def tiny_folder(tmp_path: Path, texts: list[str], head: str = "ModernBertForMaskedLM", seed: int = 0) -> Path:
-    """A `transformers`-saved tiny ModernBERT folder with a trained tokenizer.json (the sizes of TINY, its
-    vocabulary that of the tokenizer, the special ids its)."""
+def tiny_folder(tmp_path: Path, texts: list[str], head: str = "ModernBertForMaskedLM", seed: int = 0,
+                **overrides) -> Path:
+    """A `transformers`-saved tiny ModernBERT folder with a trained tokenizer.json (the sizes of TINY and
+    `overrides`, its vocabulary that of the tokenizer, the special ids its)."""
     from tokenizers import Tokenizer
 
     folder = tmp_path / "modernbert"
@@ -90,7 +91,7 @@ def tiny_folder(tmp_path: Path, texts: list[str], head: str = "ModernBertForMask
     ids = {t: tok.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]")}
     model = hf_model(head, seed=seed, vocab_size=tok.get_vocab_size(), pad_token_id=ids["[PAD]"],
                      bos_token_id=ids["[CLS]"], cls_token_id=ids["[CLS]"], eos_token_id=ids["[SEP]"],
-                     sep_token_id=ids["[SEP]"])
+                     sep_token_id=ids["[SEP]"], **overrides)
     model.save_pretrained(folder)
     (folder / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 4096, "cls_token": "[CLS]",

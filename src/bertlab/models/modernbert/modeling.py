@@ -18,7 +18,9 @@ The local window holds in every path: the padded rectangle (every CPU kernel of 
 / int8), the unpadded token layout of training, and variable-length FlashAttention on a GPU (its
 `window=(left, right)`). Past two windows' length a local layer computes block by block, each block of
 queries against its keys and the window on either side, so it does the window's work in memory
-proportional to the tokens rather than a T x T score matrix (`local_attention`).
+proportional to the tokens rather than a T x T score matrix (`local_attention`); a traced export (ONNX) records
+the same blocks as shapes computed from each input's length (`traced_local_attention`), so the exported graph
+keeps that memory too.
 """
 
 from __future__ import annotations
@@ -98,8 +100,11 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads
     block = 2 * window if window > 0 else 1
     run = lambda qs, ks, vs, bias: attention(qs, ks, vs, num_heads, None, bias, kernel=kernel,  # noqa: E731
                                              dropout_p=dropout_p, training=training, need_weights=need_weights)
-    # one call with the whole band: short rows, the probabilities, and a traced export (whose graph must hold
-    # for every length, where the blocks' count is fixed at tracing time)
+    if torch.jit.is_tracing() and window > 0 and not need_weights:
+        # a traced export: the loop below would be unrolled for the tracing example's length, so the blocks
+        # are shapes the graph computes for each input instead
+        return traced_local_attention(q, k, v, num_heads, window, keep), None
+    # one call with the whole band: short rows and the probabilities
     if need_weights or T <= block + 2 * window or torch.jit.is_tracing():
         return run(q, k, v, band_bias(T, T, 0, 0, window, keep, q.dtype, q.device))
     out = q.new_empty(B, T, H)
@@ -116,6 +121,44 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads
             bias = biases[shape]
         out[:, start:end] = run(q[:, start:end], k[:, k0:k1], v[:, k0:k1], bias)[0]  # (B, block, H)
     return out, None
+
+
+def traced_local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, window: int,
+                           keep: torch.Tensor | None) -> torch.Tensor:
+    """`local_attention`'s blocks in operators a trace records with the length as a variable, so an exported
+    graph (ONNX) does the window's work for every input length: (2w x 4w) scores a block, memory proportional
+    to the tokens, where one call with the band would hold T x T scores and a T x T mask on each local layer.
+    q, k, v (B, T, H); `keep` (B, T) marks the real tokens (None: all are) -> (B, T, H).
+
+    The row is padded to whole blocks of 2w queries; the keys, padded by w more on the left, then fall in
+    blocks of 2w too, and block n's keys (w before its first query to w after its last) are key blocks n and
+    n + 1 side by side -- reshapes, a slice and a concatenation, no gather. Keys past the row's end or at
+    padding are masked, as the band does."""
+    B, T, H = q.shape
+    nh, hs, w = num_heads, H // num_heads, window
+    block = 2 * w
+    pad = (block - T % block) % block  # traced: the graph computes it from each input's length
+    nb = (T + pad) // block
+    real = keep if keep is not None else torch.ones(B, T, dtype=torch.bool, device=q.device)
+
+    def query_blocks(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, nh, nb, 2w, hs)
+        return F.pad(t, (0, 0, 0, pad)).view(B, nb, block, nh, hs).permute(0, 3, 1, 2, 4)
+
+    def key_blocks(t: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, nh, nb, 4w, hs): block n's keys
+        t = F.pad(t, (0, 0, w, pad + w)).view(B, nb + 1, block, nh, hs).permute(0, 3, 1, 2, 4)
+        return torch.cat((t[:, :, :-1], t[:, :, 1:]), dim=3)
+
+    scores = torch.matmul(query_blocks(q), key_blocks(k).transpose(-1, -2)) * (1.0 / math.sqrt(hs))
+    # query r of a block sits at key column r + w of its (4w) keys: it sees columns r .. r + 2w
+    r = torch.arange(block, device=q.device)[:, None]
+    c = torch.arange(2 * block, device=q.device)[None, :]
+    band = (c >= r) & (c <= r + block)  # (2w, 4w), the same for every block
+    real = F.pad(real, (w, pad + w), value=False).view(B, nb + 1, block)
+    real = torch.cat((real[:, :-1], real[:, 1:]), dim=2)  # (B, nb, 4w): each block's keys that are tokens
+    allowed = band[None, None, None] & real[:, None, :, None, :]  # (B, 1, nb, 2w, 4w)
+    scores = scores + (~allowed).to(scores.dtype) * torch.finfo(scores.dtype).min
+    y = torch.matmul(scores.softmax(dim=-1), key_blocks(v))  # (B, nh, nb, 2w, hs)
+    return y.permute(0, 2, 3, 1, 4).reshape(B, nb * block, H)[:, :T]
 
 
 class ModernBertAttention(nn.Module):

@@ -1,0 +1,58 @@
+"""Attention over long rows on a CPU: from `LONG_KEYS` keys fp32 runs PyTorch's SDPA instead of the C loops,
+and from `AMX_SDPA_KEYS` keys an int8 model's bf16 attention runs SDPA in bf16 on a CPU with AMX. Each against
+the formula in float64, with key padding (a whole padded row too) and keys shared by groups of query rows."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+attention = importlib.import_module("bertlab.nn.attention")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def reference(q, k, v, mask):
+    k, v = attention.expand_shared_rows(k, v, q.size(0))
+    q, k, v = (t.double() for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / q.size(-1) ** 0.5 + mask.additive(q.size(-2), k.size(-2), torch.float64, q.device)
+    return scores.softmax(-1) @ v
+
+
+def inputs(T_k: int, shared: bool):
+    g = torch.Generator().manual_seed(T_k)
+    B, nh, T_q, hs = 4, 2, 96, 64
+    q = torch.randn(B, nh, T_q, hs, generator=g)
+    k, v = (torch.randn(B // 2 if shared else B, nh, T_k, hs, generator=g) for _ in range(2))
+    keep = torch.ones(B // 2 if shared else B, T_k, dtype=torch.bool)
+    keep[0, T_k // 3:] = False
+    keep[-1, :] = False  # a row of padding only: uniform weights, not NaN
+    keep = keep.repeat_interleave(2, 0) if shared else keep
+    return q, k, v, attention.AttentionMask("bidirectional", keep)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_fp32_long_rows_take_sdpa_exactly(shared, monkeypatch):
+    T_k = attention.LONG_KEYS
+    q, k, v, mask = inputs(T_k, shared)
+    called = []
+    sdpa = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **kw: called.append(1) or sdpa(*a, **kw))
+    y, _ = attention.bmm_attention(q, k, v, mask, None, 0.0, None, False)
+    assert called  # the long path ran
+    expected = reference(q, k, v, mask)
+    assert torch.isfinite(y).all()
+    assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-6
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_int8_models_long_rows_on_amx(shared):
+    if attention.cpu_isa() != "amx":
+        pytest.skip("no AMX here: the long bf16 path is not taken")
+    q, k, v, mask = inputs(attention.AMX_SDPA_KEYS, shared)
+    y, _ = attention.bmm_bf16_attention(q, k, v, mask, None, 0.0, None, False)
+    assert y.dtype == torch.float32 and torch.isfinite(y).all()
+    expected = reference(q, k, v, mask)
+    assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands
