@@ -586,8 +586,8 @@ def test_bf16_and_int8_attention_take_the_bf16_dot_kernel(monkeypatch):
 
 @needs_bf16_dot
 def test_int8_attention_with_amx_keeps_short_rows_in_fp32(monkeypatch):
-    """On a CPU with AMX an int8 model's attention over up to SHORT_KEYS keys runs the fp32 C loops (faster
-    there than the bf16 dot kernel), bit for bit bmm_attention's; longer rows still take the bf16 dot kernel."""
+    """On a CPU with AMX an int8 model's attention over up to AMX_SHORT_KEYS keys runs the fp32 C loops, bit for
+    bit bmm_attention's; longer rows take the bf16 kernel."""
     import importlib
 
     attention_module = importlib.import_module("bertlab.nn.attention")
@@ -596,8 +596,8 @@ def test_int8_attention_with_amx_keeps_short_rows_in_fp32(monkeypatch):
     monkeypatch.setattr(attention_module, "attention_bf16",
                         lambda *args: calls.append(args[2].size(-2)) or cpu_kernels.attention_bf16(*args))
     monkeypatch.setattr(attention_module, "cpu_isa", lambda: "amx")
-    short = attention_module.SHORT_KEYS
-    for keys, bf16_taken in ((40, False), (short, False), (short + 16, True)):
+    short = attention_module.AMX_SHORT_KEYS
+    for keys, bf16_taken in ((40, False), (short, False), (short + 16, True), (256, True)):
         q, k, v = (torch.randn(2, 12, keys, 32, generator=g) for _ in range(3))
         mask = attention_module.AttentionMask.padding(torch.tensor([[1] * keys, [1] * 25 + [0] * (keys - 25)]))
         calls.clear()

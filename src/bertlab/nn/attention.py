@@ -208,9 +208,11 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
 # From this many keys, on a CPU with AMX, an int8 model's bf16 attention goes to SDPA in bf16 (its flash kernel's
-# GEMMs on AMX tiles) and not the AVX-512 BF16 C loops: same head and machine, 3.3x at 1,024 keys (1.3 vs 4.3
-# ms), 3.3x at 2,048, 3.9x at 8,192 (60 vs 237 ms). Shorter rows keep the measured C loops.
-AMX_SDPA_KEYS = 1024
+# GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the AMX
+# Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
+# at 2,048, 1.26x at 4,096, SDPA 1.21x at 8,192 (857 vs 1,036 ms). (Against the AVX-512 BF16 loops alone, before
+# the tile kernel, SDPA led from 1,024 keys: 3.3-3.9x.)
+AMX_SDPA_KEYS = 6144
 
 # The most bytes of attention scores `bmm_attention` holds at once. A whole batch's (B, nh, T_q, T_k) scores
 # outgrow the caches (4 rows of 512 tokens, 12 heads: 25 MB in bf16) and then memory traffic sets the pace;
@@ -295,12 +297,14 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
 
 # Without AVX-512 BF16, up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C
 # loops: measured against the bf16 matmuls on MiniLM's heads (12 x 32), one thread, 1.4x faster at 128 keys,
-# level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share). On a CPU with
-# AMX (Intel Xeon, family 6, model 207) the same holds against the AVX-512 BF16 dot kernel: there VDPBF16PS
-# issues at half the rate of fp32 FMAs, and on MiniLM's heads, one thread, interleaved, the fp32 C loops ran
-# 2.4-3.4x as fast from 24 to 72 keys (one row, and 4 and 10 rows of 72), 1.5x at one row of 128 and 4 of 256,
-# 1.03x at 8 rows of 128 (load 6.8 from other jobs: ratios only).
+# level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share).
 SHORT_KEYS = 256
+# On a CPU with AMX, up to this many keys the fp32 C loops, not `attention_bf16`'s AMX tile kernel: 12 heads of
+# 32 and of 64, ~4,096 tokens a call, the AMX Xeon (load ~1), medians of interleaved rounds -- one thread: level
+# from 24 to 72 keys (0.87-1.15x either way), the tiles 1.6x at 128 and 256; two threads: the tiles ahead from 48
+# keys (1.2-1.3x), 2.1x at 256. End to end (all-MiniLM-L6-v2 int8, 16-128 tokens) the two rules measured level.
+# (Before the tile kernel, the AVX-512 BF16 loops ran 0.29-0.68x the fp32 loops up to 256 keys here.)
+AMX_SHORT_KEYS = 64
 
 
 def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None, dropout_p: float,
@@ -309,9 +313,9 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
     outputs carry 8 bits anyway, and attention in bf16 is ~1.6x fp32 SDPA's speed (see `bmm_attention`).
     Where the CPU has AVX-512 BF16, `cpu_kernels.attention_bf16` reads fp32 q, k, v as they are (rounding
     them as it packs) and returns fp32: on a Zen 5 core 1.07x the fp32 C loops at 32 x 48 tokens, 1.3x at
-    16 x 100, 1.7-2.0x at 384-512; on a CPU with AMX, up to `SHORT_KEYS` keys, slower than them (see there), so
-    the fp32 loops run instead. One query per row (a decoder step against its K/V cache) stays in q's dtype: casting the whole
-    cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
+    16 x 100, 1.7-2.0x at 384-512. On a CPU with AMX it runs on tiles, up to `AMX_SHORT_KEYS` keys the fp32
+    loops run instead (level there), and from `AMX_SDPA_KEYS` SDPA in bf16. One query per row (a decoder step
+    against its K/V cache) stays in q's dtype: casting the whole cache for one query cost more than it saved (T5 int8 greedy decoding, batch 8: 0.21 against 0.18-0.21 s)."""
     if q.size(-2) > 1 and dropout_p == 0 and k.size(-2) >= AMX_SDPA_KEYS and cpu_isa() == "amx":
         add = _additive(mask, bias, q, k.size(-2))
         q16, k16, v16 = (t.to(torch.bfloat16) for t in (q, *expand_shared_rows(k, v, q.size(0))))
@@ -320,7 +324,7 @@ def bmm_bf16_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor |
         return y.to(q.dtype), None
     short = k.size(-2) <= SHORT_KEYS
     if (q.size(-2) > 1 and dropout_p == 0 and q.dtype == torch.float32 and bf16_dot_available()
-            and not (short and cpu_isa() == "amx")):
+            and not (k.size(-2) <= AMX_SHORT_KEYS and cpu_isa() == "amx")):
         add = _additive(mask, bias, q, k.size(-2))
         if (y := attention_bf16(q, k, v, add, _scale(scale, q))) is not None:
             return y, None
