@@ -300,9 +300,10 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
 # level at 192-256, slower at 384 and beyond (casting q, k, v and the output costs a fixed share).
 SHORT_KEYS = 256
 # On a CPU with AMX, up to this many keys the fp32 C loops, not `attention_bf16`'s AMX tile kernel: 12 heads of
-# 32 and of 64, ~4,096 tokens a call, the AMX Xeon (load ~1), medians of interleaved rounds -- one thread: level
-# from 24 to 72 keys (0.87-1.15x either way), the tiles 1.6x at 128 and 256; two threads: the tiles ahead from 48
-# keys (1.2-1.3x), 2.1x at 256. End to end (all-MiniLM-L6-v2 int8, 16-128 tokens) the two rules measured level.
+# 32 and of 64, ~4,096 tokens a call, the AMX Xeon (load ~1), medians of interleaved rounds -- one thread: within
+# 0.85-1.18x either way at 24 and 48 keys, at 72 level for heads of 32 and the tiles 1.58x for heads of 64, the
+# tiles 1.6x at 128 and 256; two threads: the tiles ahead from 48 keys (1.2-1.3x), 2.1x at 256. End to end
+# (all-MiniLM-L6-v2 int8, 16-128 tokens) this rule and the fp32 loops up to 256 keys measured level.
 # (Before the tile kernel, the AVX-512 BF16 loops ran 0.29-0.68x the fp32 loops up to 256 keys here.)
 AMX_SHORT_KEYS = 64
 

@@ -24,30 +24,9 @@
 /* Bytes of a panel per step of its k loop, in every dtype: 32 columns of fp32, of bf16 pairs, of int8 quads */
 #define PANEL_STEP 128
 
-/* Rows [M0, M1) by tiles of GEMM_MR rows, then the last 1-11 rows with MR a constant in each case (the tile's
- * registers are then known at compile time): TILE(MR) runs with `m` at the tile's first row. */
-#define ROW_TILES(M0, M1, TILE)                                                              \
-    do {                                                                                     \
-        ptrdiff_t m = (M0);                                                                  \
-        for (; m + GEMM_MR <= (M1); m += GEMM_MR) TILE(GEMM_MR);                             \
-        switch ((M1) - m) {                                                                  \
-            case 11: TILE(11); break;                                                        \
-            case 10: TILE(10); break;                                                        \
-            case 9: TILE(9); break;                                                          \
-            case 8: TILE(8); break;                                                          \
-            case 7: TILE(7); break;                                                          \
-            case 6: TILE(6); break;                                                          \
-            case 5: TILE(5); break;                                                          \
-            case 4: TILE(4); break;                                                          \
-            case 3: TILE(3); break;                                                          \
-            case 2: TILE(2); break;                                                          \
-            case 1: TILE(1); break;                                                          \
-        }                                                                                    \
-    } while (0)
-
-/* Rows [M0, M1) by tiles of MR rows, a run-time choice of 1-12 (bl_tuning.f32_rows), then the last MR - 1 or
- * fewer; every tile height its own inlined copy of TILE, so its registers are known at compile time (the switch
- * is one predictable branch a tile) */
+/* Rows [M0, M1) by tiles of MR rows (a run-time choice of 1-12, bl_tuning.f32_rows, or the constant GEMM_MR),
+ * then the last MR - 1 or fewer; every tile height its own inlined copy of TILE, so its registers are known at
+ * compile time (the switch is one predictable branch a tile) */
 #define TILE_OF(R, TILE)                                                                                        \
     switch (R) {                                                                                                \
         case 12: TILE(12); break;                                                                               \
@@ -202,7 +181,7 @@ HIDDEN BF16_TARGET void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff
             const ptrdiff_t rows = m1 - m0, bytes = K * PANEL * 2;
 #define TILE(MR) panel_tile_bf16(MR, x + m * K, K, panel, bias, yp + m * N, N, cols,                \
                                  next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
-            ROW_TILES(m0, m1, TILE);
+            ROW_TILES_OF(m0, m1, GEMM_MR, TILE);
 #undef TILE
         }
     }
@@ -310,7 +289,7 @@ static inline __attribute__((always_inline)) VNNI_TARGET ptrdiff_t vnni_panels(
 #define TILE(MR) vnni_panel_tile(MR, x + m * K, K, w0p, w1p, comp + nb * 16, xs + m, ws + nb * 16,        \
                                  b ? b + nb * 16 : NULL, y + m * N + nb * 16, N,                           \
                                  next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
-            ROW_TILES(m0, m1, TILE);
+            ROW_TILES_OF(m0, m1, GEMM_MR, TILE);
 #undef TILE
         }
     }

@@ -52,7 +52,9 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
     }
 }
 
-/* Tiles of MR rows, a run-time choice of 1-6 (bl_tuning.f32_rows), each height an inlined copy of TILE */
+/* Tiles of MR rows, a run-time choice of 1-6 (bl_tuning.f32_rows), each height an inlined copy of TILE: linear.c's
+ * TILE_OF with its cases cut at 6, since AVX2's 16 registers hold at most 6 rows of two 8-float halves and the
+ * 7-12-row copies would only spill */
 #define AVX2_TILE_OF(R, TILE)                          \
     switch (R) {                                       \
         case 6: TILE(6); break;                        \
