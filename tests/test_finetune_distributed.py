@@ -64,7 +64,8 @@ SCRIPT = textwrap.dedent("""
                                            cosine_layers="all", init="random"), echo=print)
         dt.run_distillation(general_config(MLM_TEACHER, MLM_DATA, OUT + "/general-" + sharding, sharding),
                             echo=print)
-    torch.distributed.destroy_process_group()
+    from bertlab.train import leave_job
+    leave_job(0)
 """)
 
 

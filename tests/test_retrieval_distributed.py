@@ -60,7 +60,8 @@ SCRIPT = textwrap.dedent("""
         shutil.copytree(OUT + "/stopped", OUT + "/stopped-copy")
     barrier(dist)
     reranker.run_reranker(reranker_config(ENCODER, GROUPS, OUT + "/stopped", "listwise", "fsdp", resume=True))
-    torch.distributed.destroy_process_group()
+    from bertlab.train import leave_job
+    leave_job(0)
 """)
 
 

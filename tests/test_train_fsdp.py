@@ -77,7 +77,8 @@ SCRIPT = textwrap.dedent("""
     run("fsdp-resumed", "fsdp", resume_from="fsdp")
     run("fsdp-plain", "fsdp", dropout=0.0, clip=None)
     run("fsdp-bf16", "fsdp", precision="bf16")
-    torch.distributed.destroy_process_group()
+    from bertlab.train import leave_job
+    leave_job(0)
 """)
 
 
@@ -246,7 +247,8 @@ NODE_SCRIPT = textwrap.dedent("""
     trainer.fit()
     with open({out!r} + "/node-%s.json" % os.environ["GROUP_RANK"], "w") as f:
         json.dump({{"rank": dist.rank, "world_size": dist.world_size, "local_rank": dist.local_rank}}, f)
-    torch.distributed.destroy_process_group()
+    from bertlab.train import leave_job
+    leave_job(0)
 """)
 
 
@@ -362,3 +364,44 @@ def test_a_whole_model_checkpoint_is_refused_by_a_sharded_model(group_of_one, tm
     sharded = sharded_trainer(tmp_path / "sharded")
     with pytest.raises(CheckpointError, match="holds the whole model.*--sharding ddp or none"):
         sharded.load_checkpoint(checkpoint_dirs(tmp_path / "plain")[-1])
+
+
+def test_end_distributed_leaves_the_group_and_frees_the_sharded_model(tmp_path):
+    """The end of a finished run under torchrun: the group is destroyed, and the device meshes FSDP made (DTensor's
+    sharding caches keep them, and through them the group) and a sharded model caught in a reference cycle are
+    freed while the interpreter is whole; in one process there is nothing to do."""
+    import gc
+    import weakref
+
+    import torch.distributed as torch_dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from bertlab.train import end_distributed
+
+    end_distributed()  # no group: nothing to do
+    torch_dist.init_process_group("gloo", store=torch_dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                                  world_size=1)
+    def meshes() -> list[DeviceMesh]:
+        return [o for o in gc.get_objects() if type(o) is DeviceMesh]
+
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()  # other tests' meshes: a new group's model gets a mesh of its own
+    gc.collect()
+    before = {id(m) for m in meshes()}
+    shard_model(BertForPreTraining(tiny()))
+    gc.collect()
+    made = [weakref.ref(m) for m in meshes() if id(m) not in before]
+    assert made  # the mesh outlives its model: DTensor's caches hold it
+    model = shard_model(BertForPreTraining(tiny()))
+    model.cycle = [model]  # what FSDP's hooks and sharded tensors make: only the collector frees it
+    alive = weakref.ref(model)
+    del model
+    gc.disable()
+    try:
+        end_distributed()
+        assert not torch_dist.is_initialized()
+        assert alive() is None
+        assert all(m() is None for m in made)
+    finally:
+        gc.enable()

@@ -323,7 +323,8 @@ DDP_SCRIPT = textwrap.dedent("""
     trainer.fit()
     if dist.rank == 0:
         torch.save(trainer.model.state_dict(), {out!r} + "/weights.pt")
-    torch.distributed.destroy_process_group()
+    from bertlab.train import leave_job
+    leave_job(0)
 """)
 
 

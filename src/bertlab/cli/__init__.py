@@ -75,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
                             datefmt="%H:%M:%S")
         if args.command in TRAINING_COMMANDS:
             use_threads(args.threads, busy)
-        return int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
+        code = int(importlib.import_module(f"bertlab.cli.{args._module}").run(args) or 0)
+        if args.command in TRAINING_COMMANDS:
+            from ..train.distributed import leave_job, torchrun_world_size
+
+            if torchrun_world_size() > 1:
+                leave_job(code)  # every process leaves the group; the interpreter's teardown could abort one
+        return code
     except BertlabError as e:
         print(f"bertlab {command}: error: {e}", file=sys.stderr)
         return 2

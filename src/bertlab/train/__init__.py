@@ -13,7 +13,7 @@ See `loop.py`'s docstring for an example."""
 
 from .batches import count_tokens, shuffled_batches, steps_for_epochs, steps_per_epoch, time_step, to_device
 
-from .distributed import DistInfo, init_distributed, isolated_rng, seed_everything
+from .distributed import DistInfo, end_distributed, init_distributed, isolated_rng, leave_job, seed_everything
 
 from .loop import LoopConfig, NonFiniteLossError, Trainer, TrainResult, read_metrics
 
@@ -32,8 +32,8 @@ from .optim import (
 
 __all__ = [
     "DistInfo", "LoopConfig", "NonFiniteLossError", "Trainer", "TrainResult", "checkpoint_dirs", "count_tokens",
-    "init_distributed", "isolated_rng", "latest_checkpoint", "read_checkpoint", "read_metrics", "seed_everything",
-    "shuffled_batches", "steps_for_epochs", "steps_per_epoch", "time_step", "to_device", "Lamb",
-    "WarmupLinearDecay", "adamw", "build_optimizer", "lamb", "layerwise_lr_scale", "linear_warmup_decay",
-    "no_weight_decay", "param_groups",
+    "end_distributed", "init_distributed", "isolated_rng", "latest_checkpoint", "leave_job", "read_checkpoint",
+    "read_metrics", "seed_everything", "shuffled_batches", "steps_for_epochs", "steps_per_epoch", "time_step",
+    "to_device", "Lamb", "WarmupLinearDecay", "adamw", "build_optimizer", "lamb", "layerwise_lr_scale",
+    "linear_warmup_decay", "no_weight_decay", "param_groups",
 ]
