@@ -89,7 +89,7 @@ def test_each_recipe_command_lists_its_own_settings_alone(name, capsys):
 @pytest.mark.parametrize("argv, says", [
     (["finetune", "t2t", "--tasks", "sst2"], "t2t"),
     (["finetune", "multi", "--tasks", "a,b"], "multi"),
-    (["finetune", "ner", "--feature-based", "last", "--out", "O"], "--feature-based"),
+    (["finetune", "conll2003", "--feature-based", "last", "--out", "O"], "--feature-based"),
 ])
 def test_the_retired_recipe_spellings_are_refused_in_one_line(argv, says, capsys):
     """`finetune t2t`, `finetune multi` and `finetune --feature-based` are `finetune-t5`, `finetune-multi` and

@@ -26,7 +26,6 @@ _REGISTERED: dict[str, str] = {
     "squad": "squad:SQUAD",  # SQuAD v1.1
     "squad2": "squad:SQUAD2",  # SQuAD v2.0
     "conll2003": "ner:CONLL2003",
-    "ner": "ner:CONLL2003",  # the name the paper's feature-based NER experiment goes by
     "swag": "multiple_choice:SWAG",
     # tasks on the user's own files (--train / --validation / --test)
     "text-classification": "text_classification:TEXT_CLASSIFICATION",
