@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ..core.errors import BertlabError
-from ..core.host_memory import retain_freed_memory
+from ..core.host_memory import retain_freed_memory, trim_heap
 from ..core.jsonconfig import read_json_object
 from ..nn.adapters import lora_layers, merge_lora
 from ..nn.attention import use_attention_kernel
@@ -294,6 +294,11 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
 
         packed = pack_linear_layers(model)
         log.debug("%d linear layers packed", packed)
+    if torch.device(options.device).type == "cpu":
+        # the plain weights the packed and quantized layers replaced, freed into a heap that (with the thresholds
+        # `retain_freed_memory` raised) would keep them resident: handed back (ModernBERT-base fp32: 1,329 MB
+        # resident after loading, 792 MB after the trim)
+        trim_heap()
     kernel = cpu_attention_kernel(model, options)
     if kernel is not None:
         log.debug("attention kernel %s in %d layers", kernel, use_attention_kernel(model, kernel))
