@@ -13,7 +13,8 @@ the encoder alone, where the others load `Embedder` with theirs).
 
 `deberta`: a random-weight DeBERTa-v3-base's shape (`--layers` of it; the peak of a forward pass is one layer's
 working set) on one batch of random ids, fp32, one thread, each contender a process of its own: the seconds of
-the forward pass and the peak resident memory above the loaded model (VmHWM after the pass less VmHWM before it).
+the forward pass and its peak resident memory above the loaded model (the peak restarted after loading and a
+16-token warm-up: VmHWM after the pass less VmRSS before it), and loading's own peak.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+# the bertlab the contenders import: this checkout's, or (`--src`) another's, for a before/after
+SRC = Path(os.environ.get("BENCH_MEMORY_SRC", ROOT / "src"))
+sys.path.insert(0, str(SRC))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
@@ -149,25 +152,30 @@ def one_deberta(engine: str, folder: str, batch: int, length: int) -> dict:
         forward = lambda x: model(x).last_hidden_state  # noqa: E731
     with torch.inference_mode():
         forward(ids[:1, :16])
-        loaded = vm_mb("VmHWM")
+        peak_loaded = vm_mb("VmHWM")  # loading's own peak (a copy of the weights at its height, where one is made)
+        Path("/proc/self/clear_refs").write_text("5")  # the peak starts again from here: the pass's own
+        loaded = vm_mb("VmRSS")
         start = time.perf_counter()
         forward(ids)
         seconds = time.perf_counter() - start
     return {"engine": engine, "batch": batch, "length": length, "seconds": round(seconds, 2),
-            "peak_loaded_mb": loaded, "peak_after_mb": vm_mb("VmHWM"), "above_mb": vm_mb("VmHWM") - loaded}
+            "peak_loading_mb": peak_loaded, "loaded_mb": loaded, "peak_pass_mb": vm_mb("VmHWM"),
+            "above_mb": vm_mb("VmHWM") - loaded}
 
 
 def child(call: str, *args) -> dict:
-    code = (f"import sys, json; sys.path[:0] = [{str(ROOT / 'src')!r}, {str(ROOT / 'benchmarks')!r}]; "
+    code = (f"import sys, json; sys.path[:0] = [{str(ROOT / 'benchmarks')!r}]; "
             f"import bench_memory as b; print(json.dumps(b.{call}(*{args!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "BENCH_MEMORY_SRC": str(SRC),
+                              "PYTHONDONTWRITEBYTECODE": "1"})
     if out.returncode:
         raise SystemExit(f"{call}{args} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
+    global SRC
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="what", required=True)
     a = sub.add_parser("loaded")
@@ -179,8 +187,10 @@ def main() -> int:
     d.add_argument("--layers", type=int, default=12)
     for q in (a, d):
         q.add_argument("--engines", default="hf,bertlab")
+        q.add_argument("--src", type=Path, default=SRC, help="the bertlab source tree the contenders import")
         q.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "bertlab-bench-memory")
     args = p.parse_args()
+    SRC = args.src
     args.root.mkdir(parents=True, exist_ok=True)
     print(f"load average at the start: {os.getloadavg()[0]:.1f}", flush=True)
     if args.what == "loaded":

@@ -292,7 +292,10 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
     if options.packed_linear and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers
 
-        packed = pack_linear_layers(model)
+        # an encoder-decoder keeps its plain weights: a decoding step's 1-4 rows take the GEMV over them
+        # (`packed_linear.GEMV_ROWS`), which the panel GEMM was not measured to match at those rows
+        decoder = getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+        packed = pack_linear_layers(model, release_plain=not decoder)
         log.debug("%d linear layers packed", packed)
     if torch.device(options.device).type == "cpu":
         # the plain weights the packed and quantized layers replaced, freed into a heap that (with the thresholds

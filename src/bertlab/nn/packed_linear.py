@@ -293,14 +293,15 @@ def _packable(layer: nn.Module | None) -> bool:
             and not getattr(layer, "superseded", False))  # replaced in the forward pass (int8_linear.py)
 
 
-def pack_linear_layers(model: nn.Module) -> int:
+def pack_linear_layers(model: nn.Module, release_plain: bool = True) -> int:
     """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many. A
     module that declares `stacked_projections` (names of layers reading the same input) and has an empty
     `stacked` slot gets them as one stacked packed layer there, which its forward pass uses outside training
-    (as int8_linear.py does for int8); those layers stay plain, kept for state_dict and training."""
+    (as int8_linear.py does for int8); those layers stay plain, kept for state_dict and training. With
+    `release_plain`, a layer held in panels drops its plain weight where it may (`_release`)."""
     if not available():
         return 0
-    holders = _holders(model)
+    holders = _holders(model) if release_plain else {}
     stacked = 0
     for module in model.modules():
         names = getattr(module, "stacked_projections", ())
@@ -308,7 +309,8 @@ def pack_linear_layers(model: nn.Module) -> int:
         if (names and getattr(module, "stacked", False) is None and all(_packable(l) for l in layers)
                 and len({l.weight.dtype for l in layers}) == 1 and _probe(layers[0].weight.dtype)):
             module.stacked = PackedLinear.stacked(layers)
-            _release(module.stacked, {id(module.stacked.weight): 1})
+            if release_plain:
+                _release(module.stacked, {id(module.stacked.weight): 1})
             stacked += len(layers)
             for layer in layers:
                 layer.superseded = True

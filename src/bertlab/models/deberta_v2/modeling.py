@@ -41,9 +41,9 @@ from ..bert.modeling import BertModelOutput, BertPreTrainedModel
 from .config import DebertaV2Config
 
 
-# Without gradients, a block of queries whose (B, heads, rows, T) scores hold at most this many floats (64 MB in
-# fp32) runs at a time: short inputs are one block (batch 8 of 512 tokens: 25M floats, two blocks)
-BLOCK_SCORES = 1 << 24
+# Without gradients, a block of queries whose (B, heads, rows, T) scores hold at most this many floats (16 MB in
+# fp32) runs at a time: a 512-token row is one block, a 2,048-token row 12 blocks of 170 queries
+BLOCK_SCORES = 1 << 22
 
 
 # ---------------------------------------------------------------------------------------------- relative positions
@@ -168,11 +168,12 @@ class DisentangledSelfAttention(nn.Module):
     def attend(self, q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor, pair_mask: torch.Tensor | None,
                relative: torch.Tensor | None, tables, start: int, stop: int, output_attentions: bool = False):
         """Queries start..stop against every key: (B, stop - start, H) and the probabilities if asked."""
+        # (in place on the fresh tensors each step makes: the same numbers, a block's scores fewer times over)
         scores = q[:, :, start:stop] @ k_scaled  # (B, nh, Tq, T): Q_c K_cᵀ / √(d·(1+terms))
-        if self.relative:
-            scores = scores + self.relative_scores(tables, relative, start, stop)
+        if self.relative and (relative_scores := self.relative_scores(tables, relative, start, stop)) is not None:
+            scores.add_(relative_scores)
         if pair_mask is not None:
-            scores = scores.masked_fill(~pair_mask[:, :, start:stop], torch.finfo(scores.dtype).min)
+            scores.masked_fill_(~pair_mask[:, :, start:stop], torch.finfo(scores.dtype).min)
         probs = F.softmax(scores, dim=-1)
         context = self.dropout(probs) @ v  # (B, nh, Tq, d)
         B, _, Tq, _ = context.shape
@@ -192,19 +193,23 @@ class DisentangledSelfAttention(nn.Module):
         return c2p, p2c
 
     def relative_scores(self, tables, relative: torch.Tensor, start: int, stop: int) -> torch.Tensor:
-        """c2p + p2c, each / √(d·(1+terms)), for queries start..stop: (B, nh, Tq, T), gathered from the tables."""
+        """c2p + p2c, each / √(d·(1+terms)), for queries start..stop: (B, nh, Tq, T), gathered from the tables
+        (None when pos_att_type names neither)."""
         span, (c2p, p2c) = self.span, tables
+        if c2p is None and p2c is None:
+            return None
         B, nh, T, _ = (c2p if c2p is not None else p2c).shape
         Tq = stop - start
-        score = 0
+        score = None
         if c2p is not None:
             index = torch.clamp(relative[start:stop] + span, 0, 2 * span - 1)  # (Tq, T): row of δ(i, j)
-            c2p = torch.gather(c2p[:, :, start:stop], -1, index.expand(B, nh, Tq, T))  # Q_c,i · K_r,δ(i,j)ᵀ
-            score = score + c2p / self.scale
+            score = torch.gather(c2p[:, :, start:stop], -1, index.expand(B, nh, Tq, T))  # Q_c,i · K_r,δ(i,j)ᵀ
+            score.div_(self.scale)
         if p2c is not None:
             index = torch.clamp(-relative[:, start:stop] + span, 0, 2 * span - 1)  # (T, Tq): row of δ(j, i), [j, i]
             p2c = torch.gather(p2c, -1, index.expand(B, nh, T, Tq)).transpose(-1, -2)  # [i, j]: K_c,j · Q_r,δ(j,i)ᵀ
-            score = score + p2c / self.scale
+            p2c.div_(self.scale)
+            score = p2c if score is None else score.add_(p2c)
         return score
 
 
