@@ -327,13 +327,21 @@ def test_a_loaded_model_holds_each_panel_weight_once(tmp_path):
     assert all(torch.equal(model.state_dict()[k], other[k]) for k in other)
 
 
-def test_reading_a_released_weight_unpacks_it_once():
-    if not cpu_kernels.f32_gemm_available():
-        pytest.skip("no C fp32 GEMM here")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_released_weight_is_unpacked_exactly(dtype, monkeypatch):
+    """Both panel layouts read back bit for bit: state_dict() unpacks without keeping the copy, `.weight` keeps it
+    (and the few-row GEMV over it returns). The layer is only built here (the bf16 panels as on a CPU with AVX-512
+    BF16 and no AMX), not run."""
+    monkeypatch.setattr(packed_linear, "f32_gemm_available", lambda: True)
+    monkeypatch.setattr(packed_linear, "bf16_dot_available", lambda: True)
+    monkeypatch.setattr(packed_linear, "cpu_isa", lambda: "avx512")
     torch.manual_seed(0)
-    linear = nn.Linear(48, 80)
+    linear = nn.Linear(48, 80).to(dtype)  # 80 outputs: the last panel half empty
     packed = packed_linear.PackedLinear(linear)
-    assert packed.release_plain() and "weight" not in dict(packed.named_parameters())
+    assert packed.panels is not None and packed.release_plain()
+    assert "weight" not in dict(packed.named_parameters()) and packed.plain is None
+    state = packed.state_dict()
+    assert list(state) == ["weight", "bias"] and torch.equal(state["weight"], linear.weight)
+    assert "weight" not in packed.__dict__  # state_dict's copy was not kept
     weight = packed.weight
-    assert torch.equal(weight, linear.weight) and packed.weight is weight  # kept once read, as before
-    assert packed.plain[0] is weight
+    assert torch.equal(weight, linear.weight) and packed.weight is weight and packed.plain[0] is weight

@@ -342,9 +342,8 @@ def _adopt_weights(model: Model, checkpoint: dict[str, torch.Tensor], copies: di
     model's dtype and device becomes the weight itself instead of being copied into it. A safetensors file's
     tensors are views of a private mapping of the file (`load_file`): the weights are then read from the file as
     they are first used, and a row of an embedding table that no input reaches never takes memory. A copy held
-    the model twice at the peak of loading (the mapping read through, then the weights written): ModernBERT-base's
-    596 MB of weights peaked at 1.2 GB. The materialized storage a tensor replaces was never written, so it never
-    took memory."""
+    the model twice at the peak of loading (the mapping read through, then the weights written). The
+    materialized storage a tensor replaces was never written, so it never took memory."""
     taken: set[int] = set()
     with torch.no_grad():
         for name, key in copies.items():

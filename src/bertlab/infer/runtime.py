@@ -298,9 +298,8 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
         packed = pack_linear_layers(model, release_plain=not decoder)
         log.debug("%d linear layers packed", packed)
     if torch.device(options.device).type == "cpu":
-        # the plain weights the packed and quantized layers replaced, freed into a heap that (with the thresholds
-        # `retain_freed_memory` raised) would keep them resident: handed back (ModernBERT-base fp32: 1,329 MB
-        # resident after loading, 792 MB after the trim)
+        # what quantizing and packing freed (the weights they replaced, their temporaries) sits in a heap whose
+        # thresholds `retain_freed_memory` raised, which would keep it resident for good: handed back once here
         trim_heap()
     kernel = cpu_attention_kernel(model, options)
     if kernel is not None:

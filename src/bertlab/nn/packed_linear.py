@@ -26,11 +26,12 @@ plain path. Where the operators are missing (a build without oneDNN, another tor
 with `F.linear` on a probe, nothing is swapped.
 
 One copy of each weight (the C GEMM's layers): a weight held in panels is the plain weight in another order,
-so a layer whose weight is frozen and shared by no other module drops the plain one (`release_plain`) and unpacks it from the
-panels when something asks for it (`.weight`, `state_dict()`: the same numbers, a transient copy); its few-row
-calls then take the panel GEMM too. A ModernBERT-base in fp32 held 441 MB of linear weights twice (RSS loaded
-1,482 MB against `transformers`' 842 MB). A tied weight (an MLM decoder sharing the word embeddings) stays
-plain, and oneDNN's blocked layout, which cannot be read back, keeps its plain weight too.
+so the loader's layers whose weight is frozen and shared by no other module drop the plain one (`release_plain`)
+and unpack it from the panels when something asks for it (`.weight`, kept from then on; `state_dict()`, a
+transient copy: the same numbers); their few-row calls then take the panel GEMM too. A ModernBERT-base in fp32
+held 441 MB of linear weights twice (1,482 MB resident at the peak against `transformers`' 842 MB). A tied
+weight (an MLM decoder sharing the word embeddings) stays plain, and so does a weight behind oneDNN's blocked
+layout, which cannot be read back.
 
 Bounded memory (the oneDNN path): oneDNN creates a primitive per input shape and keeps up to 1,024 of them in
 its primitive cache, each holding ~0.5-1.3 MB (JIT code and buffers sized for its row count). A service sees a

@@ -192,7 +192,7 @@ class DisentangledSelfAttention(nn.Module):
             p2c = k @ Q_r.transpose(-1, -2)  # (B, nh, T, 2k)
         return c2p, p2c
 
-    def relative_scores(self, tables, relative: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    def relative_scores(self, tables, relative: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
         """c2p + p2c, each / √(d·(1+terms)), for queries start..stop: (B, nh, Tq, T), gathered from the tables
         (None when pos_att_type names neither)."""
         span, (c2p, p2c) = self.span, tables
