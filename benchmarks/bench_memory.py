@@ -2,6 +2,7 @@
 
     python benchmarks/bench_memory.py loaded [--models modernbert-base,minilm,deberta-v3-base] [--dtypes fp32,int8]
     python benchmarks/bench_memory.py deberta [--lengths 512,2048] [--batches 1,8] [--layers 12]
+    (either with --engines hf,bertlab to choose the contenders, --src ../other-checkout/src for a before/after)
 
 `loaded`: each contender loads the model in a process of its own (one thread) and embeds one 64-token row; the
 process's resident memory (VmRSS) and its peak (VmHWM) are read after `import torch` and the library, after

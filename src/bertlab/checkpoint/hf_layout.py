@@ -343,7 +343,10 @@ def _adopt_weights(model: Model, checkpoint: dict[str, torch.Tensor], copies: di
     tensors are views of a private mapping of the file (`load_file`): the weights are then read from the file as
     they are first used, and a row of an embedding table that no input reaches never takes memory. A copy held
     the model twice at the peak of loading (the mapping read through, then the weights written). The
-    materialized storage a tensor replaces was never written, so it never took memory."""
+    materialized storage a tensor replaces was never written, so it never took memory. As with `transformers`,
+    the file must not be rewritten in place while the model lives (a page not yet read would come from the new
+    file); bertlab's own saves write a new folder and rename it over the old one, so the mapping keeps the old
+    file. Writing to a weight copies its page (a private mapping): the file is never changed."""
     taken: set[int] = set()
     with torch.no_grad():
         for name, key in copies.items():
