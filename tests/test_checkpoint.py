@@ -247,3 +247,30 @@ def test_atomic_directory_replaces_whole(tmp_path):
 def test_public_api():
     for name in ("BertConfig", "BertModel", "BertForPreTraining", "BertForSequenceClassification"):
         assert hasattr(bertlab, name)
+
+
+def test_loading_takes_over_the_files_tensors_instead_of_copying_them(tiny_config, tmp_path, monkeypatch):
+    """Each weight read from the file becomes the model's weight itself (no second copy at the peak of loading);
+    one of another dtype is converted into the model's; tied weights stay one tensor; the outputs are the same."""
+    from bertlab.checkpoint import pretrained
+
+    BertForMaskedLM(tiny_config).save_pretrained(tmp_path / "fp32")
+    half = BertForMaskedLM(tiny_config).to(torch.bfloat16)
+    half.save_pretrained(tmp_path / "bf16")
+    read = {}
+    real = pretrained.read_state_dict
+    monkeypatch.setattr(pretrained, "read_state_dict", lambda *a: read.setdefault(str(a[0]), real(*a)))
+    model = BertForMaskedLM.from_pretrained(tmp_path / "fp32")
+    state = read[str(tmp_path / "fp32")]
+    params = dict(model.named_parameters())
+    shared = [k for k in state if k in params]
+    assert len(shared) == len(params) and all(params[k].data_ptr() == state[k].data_ptr() for k in shared)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    converted = BertForMaskedLM.from_pretrained(tmp_path / "bf16")
+    assert all(p.dtype == torch.float32 for p in converted.parameters())
+    for k, v in converted.state_dict().items():
+        torch.testing.assert_close(v, half.state_dict()[k].float(), rtol=0, atol=0)
+    ids = inputs(BertForMaskedLM)
+    with torch.no_grad():
+        torch.testing.assert_close(model(**ids).prediction_logits,
+                                   BertForMaskedLM.from_pretrained(tmp_path / "fp32")(**ids).prediction_logits)

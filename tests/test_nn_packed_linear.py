@@ -287,3 +287,61 @@ def test_onednn_runs_its_amx_kernel_for_bf16():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     lines = [l for l in out.splitlines() if l.startswith("onednn_verbose") and ",exec," in l]
     assert any("amx" in l and "bf16" in l for l in lines), "\n".join(lines)
+
+
+def test_a_loaded_model_holds_each_panel_weight_once(tmp_path):
+    """The loader's packed layers drop the plain weight the panels hold (the tied MLM decoder keeps it: the word
+    embeddings are the same tensor); state_dict() gives the same keys and exactly the same tensors, unpacked;
+    the outputs, the few-row calls included, are the plain model's; a state_dict loaded into it is packed anew."""
+    if not cpu_kernels.f32_gemm_available():
+        pytest.skip("no C fp32 GEMM here: every layer keeps oneDNN's copy and its plain weight")
+    folder = tiny_model(tmp_path / "m", "BertForMaskedLM")
+    from bertlab import BertForMaskedLM
+
+    model = load_model(BertForMaskedLM, folder, InferenceOptions())
+    plain = load_model(BertForMaskedLM, folder, InferenceOptions(packed_linear=False))
+    layers = [m for m in model.modules() if isinstance(m, packed_linear.PackedLinear)]
+    decoder = model.cls.predictions.decoder
+    assert all(m.released == (m is not decoder) for m in layers) and len(layers) > 3
+    assert decoder.weight is model.bert.embeddings.word_embeddings.weight
+    ours, theirs = model.state_dict(), plain.state_dict()
+    assert list(ours) == list(theirs) and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    # every tensor the model holds: its parameters and buffers, and the panels -- the linear weights once
+    held = {t.data_ptr(): t.untyped_storage().nbytes() for t in (*model.parameters(), *model.buffers())}
+    held.update({m.panels.data_ptr(): m.panels.untyped_storage().nbytes() for m in layers})
+    stacked = sum(p.numel() * 4 for m in plain.modules() for n in getattr(m, "stacked_projections", ())
+                  for p in getattr(m, n).parameters())  # q, k, v: plain (state_dict) and stacked panels
+    padding = sum(m.panels.numel() - m.out_features * m.in_features for m in layers) * 4
+    tied = decoder.out_features * decoder.in_features * 4  # the decoder's panels beside the embeddings
+    own = {t.data_ptr(): t.untyped_storage().nbytes() for t in (*plain.parameters(), *plain.buffers())}
+    assert sum(held.values()) == sum(own.values()) + stacked + padding + tied
+    with torch.inference_mode():
+        for rows in (2, 9):  # a few rows (the panel GEMM, no plain weight for the GEMV) and more
+            ids = torch.randint(5, 40, (1, rows))
+            torch.testing.assert_close(model(ids).prediction_logits, plain(ids).prediction_logits,
+                                       atol=1e-5, rtol=1e-5)
+    torch.manual_seed(1)
+    other = {k: torch.randn_like(v) if v.is_floating_point() else v for k, v in theirs.items()}
+    other["cls.predictions.decoder.weight"] = other["bert.embeddings.word_embeddings.weight"]  # tied
+    model.load_state_dict(other)  # (the stacked q, k, v copy is made once: the loader's model is not reloaded)
+    assert all(torch.equal(model.state_dict()[k], other[k]) for k in other)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_released_weight_is_unpacked_exactly(dtype, monkeypatch):
+    """Both panel layouts read back bit for bit: state_dict() unpacks without keeping the copy, `.weight` keeps it
+    (and the few-row GEMV over it returns). The layer is only built here (the bf16 panels as on a CPU with AVX-512
+    BF16 and no AMX), not run."""
+    monkeypatch.setattr(packed_linear, "f32_gemm_available", lambda: True)
+    monkeypatch.setattr(packed_linear, "bf16_dot_available", lambda: True)
+    monkeypatch.setattr(packed_linear, "cpu_isa", lambda: "avx512")
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80).to(dtype)  # 80 outputs: the last panel half empty
+    packed = packed_linear.PackedLinear(linear)
+    assert packed.panels is not None and packed.release_plain()
+    assert "weight" not in dict(packed.named_parameters()) and packed.plain is None
+    state = packed.state_dict()
+    assert list(state) == ["weight", "bias"] and torch.equal(state["weight"], linear.weight)
+    assert "weight" not in packed.__dict__  # state_dict's copy was not kept
+    weight = packed.weight
+    assert torch.equal(weight, linear.weight) and packed.weight is weight and packed.plain[0] is weight

@@ -6,6 +6,7 @@ The rules are in the package's docstring (`bertlab.checkpoint`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -300,7 +301,7 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     """`cls(config)` filled from `state`, built on the meta device first: keys and shapes are checked before
     any memory is allocated, and no time goes into randomly initialising weights about to be overwritten
     (for BERT-base that initialisation costs more than reading the file)."""
-    with torch.device("meta"):
+    with torch.device("meta"), _no_random_init():
         model = cls(config)
         try:  # a model fine-tuned with adapters: config.json says where they sit
             add_saved_adapters(model)
@@ -310,8 +311,56 @@ def build_and_load(cls: type, config: Any, state: dict[str, torch.Tensor], sourc
     report, copies = check_state_dict(model, state, source)
     materialize(model)
     initialize_missing(model, report)
-    _copy_weights(model, model_state_dict(model, state, source), copies)
+    _adopt_weights(model, model_state_dict(model, state, source), copies)
     return model, report
+
+
+# torch.nn.init's random initialisers: no-ops while a model is built on the meta device to be loaded
+RANDOM_INITS = ("normal_", "uniform_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                "xavier_normal_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def _no_random_init():
+    """torch.nn.init's random initialisers skipped (each returns its tensor as it is): on a meta tensor they run
+    through torch's Python reference operators, whose first use imports torch._dynamo and sympy -- 75 MB of
+    modules resident for the rest of the process, to initialise weights the checkpoint then replaces (the
+    weights it lacks are initialised afterwards, on real memory: `initialize_missing`). Process-wide while it
+    lasts, as `transformers`' own loader does."""
+    saved = {name: getattr(torch.nn.init, name) for name in RANDOM_INITS}
+    for name in RANDOM_INITS:
+        setattr(torch.nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch.nn.init, name, fn)
+
+
+def _adopt_weights(model: Model, checkpoint: dict[str, torch.Tensor], copies: dict[str, str]) -> None:
+    """`_copy_weights` for a model just materialized: a checkpoint tensor that is a whole storage of its own in the
+    model's dtype and device becomes the weight itself instead of being copied into it. A safetensors file's
+    tensors are views of a private mapping of the file (`load_file`): the weights are then read from the file as
+    they are first used, and a row of an embedding table that no input reaches never takes memory. A copy held
+    the model twice at the peak of loading (the mapping read through, then the weights written). The
+    materialized storage a tensor replaces was never written, so it never took memory. As with `transformers`,
+    the file must not be rewritten in place while the model lives (a page not yet read would come from the new
+    file); bertlab's own saves write a new folder and rename it over the old one, so the mapping keeps the old
+    file. Writing to a weight copies its page (a private mapping): the file is never changed."""
+    taken: set[int] = set()
+    with torch.no_grad():
+        for name, key in copies.items():
+            src = checkpoint[name]
+            owner, _, attr = key.rpartition(".")
+            own = getattr(model.get_submodule(owner), attr)
+            storage = src.untyped_storage()
+            if (src.dtype == own.dtype and src.shape == own.shape and src.device == own.device
+                    and src.is_contiguous() and src.storage_offset() == 0 and storage.nbytes() == src.nbytes
+                    and storage.data_ptr() not in taken and not src.requires_grad):
+                taken.add(storage.data_ptr())
+                own.data = src  # the Parameter (or buffer) object stays: tied aliases see the same tensor
+            else:
+                own.copy_(src)
 
 
 

@@ -30,6 +30,7 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import os
 import sys
 
 log = logging.getLogger(__name__)
@@ -90,3 +91,37 @@ def trim_heap() -> bool:
     once a second."""
     libc = _glibc()
     return libc is not None and libc.malloc_trim(0) == 1
+
+
+# madvise advice number, from <sys/mman.h>
+MADV_DONTNEED = 4
+
+
+def drop_file_pages(start: int, nbytes: int) -> bool:
+    """Hand back the resident pages of `nbytes` bytes at address `start` where they lie in a private mapping of a
+    file (a safetensors file's weights: `checkpoint.hf_layout._adopt_weights`), about to be freed but kept mapped
+    by the tensors around them (the mapping is released whole, when the last of them goes). Only whole pages
+    inside the range; there `madvise(MADV_DONTNEED)` drops them, and a read would fetch them from the file again.
+    Anywhere else (anonymous memory, which it would zero) nothing is done. True when pages were handed back."""
+    libc = _glibc()
+    if libc is None or nbytes <= 0:
+        return False
+    page = os.sysconf("SC_PAGE_SIZE")
+    low, high = -(-start // page) * page, (start + nbytes) // page * page
+    if high <= low or not _in_private_file_mapping(low, high):
+        return False
+    return libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0
+
+
+def _in_private_file_mapping(low: int, high: int) -> bool:
+    """Whether [low, high) lies inside one private (copy-on-write) mapping of a file (/proc/self/maps)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                begin, end = (int(x, 16) for x in fields[0].split("-"))
+                if begin <= low and high <= end:
+                    return fields[1][3] == "p" and fields[4] != "0" and len(fields) >= 6
+    except OSError:
+        pass
+    return False

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from ..core.errors import BertlabError
-from ..core.host_memory import retain_freed_memory
+from ..core.host_memory import retain_freed_memory, trim_heap
 from ..core.jsonconfig import read_json_object
 from ..nn.adapters import lora_layers, merge_lora
 from ..nn.attention import use_attention_kernel
@@ -292,8 +292,15 @@ def prepare(model: torch.nn.Module, options: InferenceOptions) -> torch.nn.Modul
     if options.packed_linear and torch.device(options.device).type == "cpu":
         from ..nn.packed_linear import pack_linear_layers
 
-        packed = pack_linear_layers(model)
+        # an encoder-decoder keeps its plain weights: a decoding step's 1-4 rows take the GEMV over them
+        # (`packed_linear.GEMV_ROWS`), which the panel GEMM was not measured to match at those rows
+        decoder = getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+        packed = pack_linear_layers(model, release_plain=not decoder)
         log.debug("%d linear layers packed", packed)
+    if torch.device(options.device).type == "cpu":
+        # what quantizing and packing freed (the weights they replaced, their temporaries) sits in a heap whose
+        # thresholds `retain_freed_memory` raised, which would keep it resident for good: handed back once here
+        trim_heap()
     kernel = cpu_attention_kernel(model, options)
     if kernel is not None:
         log.debug("attention kernel %s in %d layers", kernel, use_attention_kernel(model, kernel))

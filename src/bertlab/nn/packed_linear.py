@@ -25,6 +25,14 @@ copy is made once, so the weights must not change afterwards, and a call that ne
 plain path. Where the operators are missing (a build without oneDNN, another torch version) or disagree
 with `F.linear` on a probe, nothing is swapped.
 
+One copy of each weight (the C GEMM's layers): a weight held in panels is the plain weight in another order,
+so the loader's layers whose weight is frozen and shared by no other module drop the plain one (`release_plain`)
+and unpack it from the panels when something asks for it (`.weight`, kept from then on; `state_dict()`, a
+transient copy: the same numbers); their few-row calls then take the panel GEMM too. A ModernBERT-base in fp32
+held 441 MB of linear weights twice (1,482 MB resident at the peak against `transformers`' 842 MB). A tied
+weight (an MLM decoder sharing the word embeddings) stays plain, and so does a weight behind oneDNN's blocked
+layout, which cannot be read back.
+
 Bounded memory (the oneDNN path): oneDNN creates a primitive per input shape and keeps up to 1,024 of them in
 its primitive cache, each holding ~0.5-1.3 MB (JIT code and buffers sized for its row count). A service sees a
 new row count (batch x length) on almost every call, so a process that fed each one to oneDNN grew by ~1 MB per
@@ -47,6 +55,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.host_memory import drop_file_pages, trim_heap
 from .cpu_kernels import (
     bf16_dot_available,
     cpu_isa,
@@ -154,13 +163,80 @@ class PackedLinear(nn.Module):
             delattr(layer, name)
             layer.register_buffer(name, None if tensor is None else tensor.detach(), persistent=False)
         layer.plain = (layer.weight, layer.bias)
+        layer.stacked_copy = True
         return layer
 
+    # ------------------------------------------------------------------------ one copy of the weight
+    released = False  # the plain weight dropped: `weight` is unpacked from the panels on demand
+    stacked_copy = False  # `stacked`'s layer: its weight is in no state_dict (the layers it joins hold theirs)
+
+    def release_plain(self) -> bool:
+        """Drop the plain weight where the panels hold it (the C GEMM's layers); `weight` and `state_dict()`
+        unpack it from them from now on. Returns whether it was dropped."""
+        if self.panels is None or self.released:
+            return False
+        tensors = self._parameters if "weight" in self._parameters else self._buffers
+        storage = tensors["weight"].untyped_storage()
+        # pages of a file the weight was read from as they were packed (a loaded checkpoint's): kept resident by the
+        # mapping the other weights still use, so handed back here -- where nothing else views the storage (its
+        # use count: this tensor and the `storage` object itself)
+        if getattr(torch._C, "_storage_Use_Count", lambda _: 0)(storage._cdata) == 2:
+            drop_file_pages(storage.data_ptr(), storage.nbytes())
+        del storage, tensors["weight"]
+        self.released, self.plain = True, None
+        return True
+
+    def __getattr__(self, name: str):
+        # only reached where normal lookup fails: a released weight is unpacked once someone reads it (a head
+        # multiplying by `decoder.weight` itself) and kept from then on, as before it was released; anything else
+        # as nn.Module finds it
+        if name == "weight" and self.__dict__.get("released"):
+            weight = self.__dict__["weight"] = self.unpacked_weight()
+            self.plain = (weight, self.bias)
+            return weight
+        return super().__getattr__(name)
+
+    def unpacked_weight(self) -> torch.Tensor:
+        """W (out, in) from the panels: a new tensor, exactly the weight that was packed."""
+        p = self.panels
+        if p.dim() == 3:  # fp32 (P, K, 32)
+            w = p.transpose(1, 2).reshape(-1, p.shape[1])
+        else:  # bf16 (P, K / 2, 32, 2)
+            w = p.permute(0, 2, 1, 3).reshape(p.shape[0] * p.shape[2], -1)
+        return w[:self.out_features].contiguous()
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        if self.released and not self.stacked_copy:
+            weight = self.__dict__.get("weight")
+            destination[prefix + "weight"] = weight if weight is not None else self.unpacked_weight()
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        if self.released and not self.stacked_copy:
+            key = prefix + "weight"
+            if key in state_dict:  # packed anew: the panels are the weight
+                w = state_dict[key]
+                if tuple(w.shape) != (self.out_features, self.in_features):
+                    error_msgs.append(f"size mismatch for {key}: copying a param with shape {tuple(w.shape)}, the "
+                                      f"shape in current model is {(self.out_features, self.in_features)}.")
+                else:
+                    pack = pack_f32_panels if self.panels.dim() == 3 else pack_bf16_panels
+                    self.panels = pack(w.detach().to(self.panels.dtype))
+                    self.__dict__.pop("weight", None)  # an unpacked copy of the old weight
+                    self.plain = None
+                state_dict = {k: v for k, v in state_dict.items() if k != key}
+            elif strict:
+                missing_keys.append(key)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+        if torch.is_grad_enabled() and (x.requires_grad or (not self.released and self.weight.requires_grad)):
             return F.linear(x, self.weight, self.bias)  # the packed kernels have no backward
         flat = x.reshape(-1, self.in_features)  # (N, in)
-        if flat.shape[0] <= GEMV_ROWS and (y := linear_few_rows(flat, *self.plain)) is not None:
+        if (flat.shape[0] <= GEMV_ROWS and self.plain is not None
+                and (y := linear_few_rows(flat, *self.plain)) is not None):
             return y.view(*x.shape[:-1], self.out_features)
         if self.panels is not None:  # any row count, exactly: no buckets, no padding rows
             y = self.kernel(flat.contiguous(), self.panels, self.panel_bias, self.out_features)
@@ -218,13 +294,15 @@ def _packable(layer: nn.Module | None) -> bool:
             and not getattr(layer, "superseded", False))  # replaced in the forward pass (int8_linear.py)
 
 
-def pack_linear_layers(model: nn.Module) -> int:
+def pack_linear_layers(model: nn.Module, release_plain: bool = True) -> int:
     """Swap the CPU fp32/bf16 `nn.Linear` layers of an inference model for `PackedLinear`; returns how many. A
     module that declares `stacked_projections` (names of layers reading the same input) and has an empty
     `stacked` slot gets them as one stacked packed layer there, which its forward pass uses outside training
-    (as int8_linear.py does for int8); those layers stay plain, kept for state_dict and training."""
+    (as int8_linear.py does for int8); those layers stay plain, kept for state_dict and training. With
+    `release_plain`, a layer held in panels drops its plain weight where it may (`_release`)."""
     if not available():
         return 0
+    holders = _holders(model) if release_plain else {}
     stacked = 0
     for module in model.modules():
         names = getattr(module, "stacked_projections", ())
@@ -232,6 +310,8 @@ def pack_linear_layers(model: nn.Module) -> int:
         if (names and getattr(module, "stacked", False) is None and all(_packable(l) for l in layers)
                 and len({l.weight.dtype for l in layers}) == 1 and _probe(layers[0].weight.dtype)):
             module.stacked = PackedLinear.stacked(layers)
+            if release_plain:
+                _release(module.stacked, {id(module.stacked.weight): 1})
             stacked += len(layers)
             for layer in layers:
                 layer.superseded = True
@@ -239,7 +319,34 @@ def pack_linear_layers(model: nn.Module) -> int:
                if _packable(child)]
     usable = {dtype for dtype in {child.weight.dtype for _, _, child in targets} if _probe(dtype)}
     targets = [t for t in targets if t[2].weight.dtype in usable]
+    count = len(targets)
     with torch.no_grad():
-        for parent, name, child in targets:
-            setattr(parent, name, PackedLinear(child))
-    return len(targets) + stacked
+        while targets:  # one layer at a time, its plain weight dropped before the next is packed (the peak)
+            parent, name, child = targets.pop()
+            layer = _release(PackedLinear(child), holders)
+            setattr(parent, name, layer)
+            del child
+            if layer.released:
+                # the freed weight handed back now: glibc kept freed blocks in its heap, so the panels made next
+                # took new pages (ModernBERT-base fp32 peaked 190 MB above the packed model)
+                trim_heap()
+    return count + stacked
+
+
+def _holders(model: nn.Module) -> dict[int, int]:
+    """id(tensor) -> how many modules hold it as a parameter or buffer."""
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for t in (*module._parameters.values(), *module._buffers.values()):
+            if t is not None:
+                holders[id(t)] = holders.get(id(t), 0) + 1
+    return holders
+
+
+def _release(layer: PackedLinear, holders: dict[int, int]) -> PackedLinear:
+    """`layer.release_plain()` where its weight is frozen (an inference model's: a weight that may still train
+    keeps its Parameter) and no other module holds it (a tied MLM decoder keeps it)."""
+    weight = layer._parameters.get("weight", layer._buffers.get("weight"))
+    if weight is not None and not weight.requires_grad and holders.get(id(weight), 0) == 1:
+        layer.release_plain()
+    return layer

@@ -23,7 +23,11 @@ renaming, and the arithmetic follows its order of operations (the tests hold eve
 
 The attention is computed here rather than through `nn.attention`'s kernels: the relative terms are a (T, T)
 bias per head that depends on the query, the key and the layer's weights, so there is no kernel to hand it to
-beyond the eager one; memory is O(B · heads · T · (T + 2k)).
+beyond the eager one. Without gradients (inference, evaluation) it runs a block of queries at a time, each block's
+scores, relative terms and probabilities at most `BLOCK_SCORES` floats, so a layer holds O(B · heads · T · 2k)
+beside one block instead of several (B, heads, T, T) tensors at once (the same numbers: every score is computed
+from the same operands in the same order); a pass that needs gradients, or the probabilities themselves, takes
+the whole (T, T) at once.
 """
 
 from __future__ import annotations
@@ -35,6 +39,11 @@ from torch import nn
 from ...nn import ACTIVATIONS, Dropout
 from ..bert.modeling import BertModelOutput, BertPreTrainedModel
 from .config import DebertaV2Config
+
+
+# Without gradients, a block of queries whose (B, heads, rows, T) scores hold at most this many floats (16 MB in
+# fp32) runs at a time: a 512-token row is one block, a 2,048-token row 12 blocks of 170 queries
+BLOCK_SCORES = 1 << 22
 
 
 # ---------------------------------------------------------------------------------------------- relative positions
@@ -143,35 +152,64 @@ class DisentangledSelfAttention(nn.Module):
         """x: (B, T, H); pair_mask: (B, 1, T, T) bool, True where query i may see key j (None: all);
         relative: (T, T) δ(i, j); rel_embeddings: (2k, H). Returns (B, T, H) and the probabilities if asked."""
         q, k, v = self.heads(self.query_proj(x)), self.heads(self.key_proj(x)), self.heads(self.value_proj(x))
-        scores = q @ (k.transpose(-1, -2) / self.scale)  # (B, nh, T, T): Q_c K_cᵀ / √(d·(1+terms))
-        if self.relative:
-            scores = scores + self.relative_scores(q, k, relative, self.pos_dropout(rel_embeddings))
-        if pair_mask is not None:
-            scores = scores.masked_fill(~pair_mask, torch.finfo(scores.dtype).min)
-        probs = F.softmax(scores, dim=-1)
-        context = self.dropout(probs) @ v  # (B, nh, T, d)
-        B, _, T, _ = context.shape
-        return context.transpose(1, 2).reshape(B, T, -1), probs if output_attentions else None
+        B, nh, T, d = q.shape
+        k_scaled = k.transpose(-1, -2) / self.scale  # (B, nh, d, T)
+        tables = self.relative_tables(q, k, self.pos_dropout(rel_embeddings)) if self.relative else None
+        # a block of queries at a time where nothing needs the whole (T, T) (module docstring)
+        rows = T if torch.is_grad_enabled() or output_attentions else max(1, BLOCK_SCORES // (B * nh * T))
+        if rows >= T:
+            return self.attend(q, k_scaled, v, pair_mask, relative, tables, 0, T, output_attentions)
+        context = q.new_empty(B, T, nh * d)
+        for start in range(0, T, rows):
+            stop = min(start + rows, T)
+            context[:, start:stop] = self.attend(q, k_scaled, v, pair_mask, relative, tables, start, stop)[0]
+        return context, None
 
-    def relative_scores(self, q: torch.Tensor, k: torch.Tensor, relative: torch.Tensor,
-                        rel_embeddings: torch.Tensor) -> torch.Tensor:
-        """c2p + p2c, each / √(d·(1+terms)): (B, nh, T, T)."""
-        span = self.span
-        P = rel_embeddings[: 2 * span].unsqueeze(0)  # (1, 2k, H)
-        B, nh, T, _ = q.shape
-        score = 0
+    def attend(self, q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor, pair_mask: torch.Tensor | None,
+               relative: torch.Tensor | None, tables, start: int, stop: int, output_attentions: bool = False):
+        """Queries start..stop against every key: (B, stop - start, H) and the probabilities if asked."""
+        # (in place on the fresh tensors each step makes: the same numbers, a block's scores fewer times over)
+        scores = q[:, :, start:stop] @ k_scaled  # (B, nh, Tq, T): Q_c K_cᵀ / √(d·(1+terms))
+        if self.relative and (relative_scores := self.relative_scores(tables, relative, start, stop)) is not None:
+            scores.add_(relative_scores)
+        if pair_mask is not None:
+            scores.masked_fill_(~pair_mask[:, :, start:stop], torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1)
+        context = self.dropout(probs) @ v  # (B, nh, Tq, d)
+        B, _, Tq, _ = context.shape
+        return context.transpose(1, 2).reshape(B, Tq, -1), probs if output_attentions else None
+
+    def relative_tables(self, q: torch.Tensor, k: torch.Tensor, rel_embeddings: torch.Tensor):
+        """Each token against every row of the relative table, (B, nh, T, 2k) per term (None where the term is off):
+        c2p[i, r] = Q_c,i · K_r,rᵀ, p2c[j, r] = K_c,j · Q_r,rᵀ."""
+        P = rel_embeddings[: 2 * self.span].unsqueeze(0)  # (1, 2k, H)
+        c2p = p2c = None
         if "c2p" in self.terms:
             K_r = self.heads(self.key_proj(P) if self.share_att_key else self.pos_key_proj(P))  # (1, nh, 2k, d)
-            c2p = q @ K_r.transpose(-1, -2)  # (B, nh, T, 2k): Q_c,i · K_r,rᵀ for every relative row r
-            index = torch.clamp(relative + span, 0, 2 * span - 1)  # (T, T): row of δ(i, j) in the table
-            c2p = torch.gather(c2p, -1, index.expand(B, nh, T, T))  # Q_c,i · K_r,δ(i,j)ᵀ
-            score = score + c2p / self.scale
+            c2p = q @ K_r.transpose(-1, -2)  # (B, nh, T, 2k)
         if "p2c" in self.terms:
             Q_r = self.heads(self.query_proj(P) if self.share_att_key else self.pos_query_proj(P))  # (1, nh, 2k, d)
-            p2c = k @ Q_r.transpose(-1, -2)  # (B, nh, T, 2k): K_c,j · Q_r,rᵀ
-            index = torch.clamp(-relative + span, 0, 2 * span - 1)  # (T, T): row of δ(j, i), indexed [j, i]
-            p2c = torch.gather(p2c, -1, index.expand(B, nh, T, T)).transpose(-1, -2)  # [i, j]: K_c,j · Q_r,δ(j,i)ᵀ
-            score = score + p2c / self.scale
+            p2c = k @ Q_r.transpose(-1, -2)  # (B, nh, T, 2k)
+        return c2p, p2c
+
+    def relative_scores(self, tables, relative: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
+        """c2p + p2c, each / √(d·(1+terms)), for queries start..stop: (B, nh, Tq, T), gathered from the tables
+        (None when pos_att_type names neither)."""
+        span, (c2p, p2c) = self.span, tables
+        if c2p is None and p2c is None:
+            return None
+        B, nh, T, _ = (c2p if c2p is not None else p2c).shape
+        Tq = stop - start
+        score = None
+        if c2p is not None:
+            index = torch.clamp(relative[start:stop] + span, 0, 2 * span - 1)  # (Tq, T): row of δ(i, j)
+            score = torch.gather(c2p[:, :, start:stop], -1, index.expand(B, nh, Tq, T))  # Q_c,i · K_r,δ(i,j)ᵀ
+            score.div_(self.scale)
+        if p2c is not None:
+            index = torch.clamp(-relative[:, start:stop] + span, 0, 2 * span - 1)  # (T, Tq): row of δ(j, i), [j, i]
+            p2c = torch.gather(p2c, -1, index.expand(B, nh, T, Tq)).transpose(-1, -2)  # [i, j]: K_c,j · Q_r,δ(j,i)ᵀ
+            p2c.div_(self.scale)
+            score = p2c if score is None else score.add_(p2c)
         return score
 
 
