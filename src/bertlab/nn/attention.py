@@ -259,6 +259,11 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     if T_k >= LONG_KEYS and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
         k, v = expand_shared_rows(k, v, B)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
+    if T_k >= AMX_SDPA_KEYS and q.dtype == torch.bfloat16 and cpu_isa() == "amx":
+        # a bf16 model's long rows: SDPA in bf16 (GEMMs on AMX tiles) over the tile kernel, as an int8 model's
+        # (`AMX_SDPA_KEYS`; bf16 inputs, 12 heads of 64, 8,192 keys, one thread, load ~10: SDPA 1.36x the tiles)
+        k, v = expand_shared_rows(k, v, B)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
     if (y := attention_short(q, k, v, add, scale)) is not None:
         return y, None  # fp32: register-tiled C loops per (row, head), 1.2-1.9x SDPA from 24 to 512 tokens
     if q.dtype == torch.bfloat16 and (y := attention_bf16(q, k, v, add, scale)) is not None:
