@@ -19,9 +19,11 @@ Every contender gets the same ids (tokenization is outside the timings) and the 
 
 Shapes: short (16-128 tokens, [CLS]/[SEP] included) and long (256-512), cut from WikiText-2 validation text;
 512 and 8192 (rows of exactly that many tokens: ModernBERT's lengths; the 8192 shape is `--n-long` rows, one
-at a time, over `--rounds-long` rounds). At 8192 each round loads every contender in turn (order rotated), warms
-it on the row cut to 1,024 tokens, times its rows and frees it: one engine's model in memory at a time, and its
-table gives seconds a row (each round's), the model's peak RSS once loaded and the row's peak above that.
+at a time, over `--rounds-long` rounds). At 8192 each round loads every contender in turn (the order reversed
+every other round, so a load that rises or falls through the run weighs on all alike), warms it on the row cut
+to 1,024 tokens, times its rows and frees it: one engine's model in memory at a time. Its table gives seconds a
+row and the process's CPU seconds (at one thread: the work less the waits for a busy CPU), each round's, the
+peak RSS while loading, what stays resident, and the row's peak above that.
 Modes: bulk (all `--n` rows, sequences/s) and batch 1 (`--latency-n` rows one at a time, median ms per row; 0
 skips it). The ModernBERT model's tokenizer.json is a byte-level BPE of its form trained on WikiText-2 (its
 vocabulary smaller than the model's 50,368 rows; the timings read ids, never text).
@@ -216,10 +218,11 @@ def release_memory() -> None:
 
 
 def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[int]]) -> list[dict]:
-    """A long shape (8,192 tokens): each round loads each contender in turn (the order rotated), warms it on the
-    row cut to 1,024 tokens, times its `--n-long` rows and frees it -- so one process holds one engine at a time.
-    Peak RSS: after loading and the warm-up (the loaded model), and the row's own peak above that (VmHWM reset
-    before the row). A row is a minute or more at one thread, so each is printed as it ends."""
+    """A long shape (8,192 tokens): each round loads each contender in turn (the order reversed every other
+    round), warms it on the row cut to 1,024 tokens, times its `--n-long` rows and frees it -- so one process
+    holds one engine at a time. Memory: the peak while loading and warming up, what stays resident after, and
+    the row's own peak above that (VmHWM reset before the row; all above the process's resident set before
+    loading). A row is a minute or more at one thread, so each is printed as it ends."""
     makers = contender_makers(model_dir, folders, args.engines, args.dtypes, threads, SHAPES[shape][1])
     names = list(makers)
     seconds = {n: [] for n in names}
@@ -228,7 +231,9 @@ def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[
     vectors = {}
     warm = [ids[0][:1023] + ids[0][-1:]]
     for r in range(args.rounds_long):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        # the order reversed every other round (A B C, C B A, ...): a load that rises or falls through the run
+        # then weighs on every contender alike over two rounds (a rotation by one left the same engines last)
+        for name in (names if r % 2 == 0 else names[::-1]):
             release_memory()
             before = memory_mb().get("VmRSS", float("nan"))
             reset_peak()
@@ -244,9 +249,11 @@ def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[
             seconds[name].append(t / len(ids))
             cpu_seconds[name].append(cpu / len(ids))
             memory[name].append({"loaded_mb": round(loaded.get("VmHWM", float("nan")) - before),
+                                 "resident_mb": round(rss_loaded - before),
                                  "row_above_loaded_mb": round(peak - rss_loaded)})
-            print(f"  round {r + 1} {shape} {name}: {t / len(ids):.1f} s a row ({cpu / len(ids):.1f} s CPU), model {memory[name][-1]['loaded_mb']} MB "
-                  f"loaded, the row {memory[name][-1]['row_above_loaded_mb']} MB above it, load "
+            print(f"  round {r + 1} {shape} {name}: {t / len(ids):.1f} s a row ({cpu / len(ids):.1f} s CPU), "
+                  f"loading peak {memory[name][-1]['loaded_mb']} MB, {memory[name][-1]['resident_mb']} MB resident, "
+                  f"the row {memory[name][-1]['row_above_loaded_mb']} MB above it, load "
                   f"{os.getloadavg()[0]:.1f}", flush=True)
             del model
     ref = vectors.get("HF fp32", vectors.get("bertlab fp32"))
@@ -255,6 +262,7 @@ def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[
              "seconds_per_row": [round(s, 2) for s in seconds[name]],
              "cpu_seconds_per_row": [round(s, 2) for s in cpu_seconds[name]],
              "loaded_mb": max(m["loaded_mb"] for m in memory[name]),
+             "resident_mb": max(m["resident_mb"] for m in memory[name]),
              "row_above_loaded_mb": max(m["row_above_loaded_mb"] for m in memory[name]),
              "batch1_ms": float("nan"),
              "min_cosine_to_hf_fp32": round(float(cosine(vectors[name], ref).min()), 6)} for name in names]
@@ -274,7 +282,8 @@ def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[l
     inputs = {s: ids for s, ids in inputs.items() if SHAPES[s][0] <= 1024}
     if not inputs:
         return rows
-    models = contenders(model_dir, folders, args.engines, args.dtypes, threads, max(512, *(SHAPES[s][1] for s in inputs)))
+    longest = max(SHAPES[s][1] for s in inputs)
+    models = contenders(model_dir, folders, args.engines, args.dtypes, threads, max(512, longest))
     names = list(models)
     for shape, ids in inputs.items():
         latency_ids = ids[:args.latency_n]
@@ -308,13 +317,17 @@ def table(rows: list[dict]) -> str:
             lo, hi = SHAPES[shape]
             if "seconds_per_row" in sel[0]:  # a long shape: seconds a row, each round's, and the memory
                 lines += ["", f"**{threads} thread(s), {hi}-token rows (each contender loaded alone)**", "",
-                          "| engine, precision | s a row (median) | each round | CPU s each round | × HF fp32 | model "
-                          "loaded | the row above it | min cosine to HF fp32 |", "|---|---|---|---|---|---|---|---|"]
+                          "| engine, precision | s a row (median) | each round | CPU s each round | × HF fp32 | × HF fp32 "
+                          "in CPU s | peak loading | resident loaded | the row above it | min cosine to HF fp32 |",
+                          "|---|---|---|---|---|---|---|---|---|---|"]
                 for r in sel:
                     median = statistics.median(r["seconds_per_row"])
                     lines.append(f"| {r['contender']} | {median:.1f} | {', '.join(f'{x:.1f}' for x in r['seconds_per_row'])} "
                                  f"| {', '.join(f'{x:.1f}' for x in r['cpu_seconds_per_row'])} "
-                                 f"| {r['bulk_seq_per_s'] / base['bulk_seq_per_s']:.2f} | {r['loaded_mb']:,} MB "
+                                 f"| {r['bulk_seq_per_s'] / base['bulk_seq_per_s']:.2f} "
+                                 f"| {statistics.median(base['cpu_seconds_per_row']) / statistics.median(r['cpu_seconds_per_row']):.2f} "
+                                 f"| {r['loaded_mb']:,} MB "
+                                 f"| {r['resident_mb']:,} MB "
                                  f"| {r['row_above_loaded_mb']:,} MB | {r['min_cosine_to_hf_fp32']:.6f} |")
                 continue
             lines += ["", f"**{threads} thread(s), {shape} inputs ({lo}-{hi} tokens)**", "",

@@ -207,9 +207,9 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # not the C loops, which are built for short rows: one head of 64, one query row per key, one thread, on the
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
-# From this many keys, on a CPU with AMX, an int8 model's bf16 attention goes to SDPA in bf16 (its flash kernel's
-# GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the AMX
-# Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
+# From this many keys, on a CPU with AMX, an int8 or bf16 model's bf16 attention goes to SDPA in bf16 (its flash
+# kernel's GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the
+# AMX Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
 # at 2,048, 1.26x at 4,096, SDPA 1.21x at 8,192 (857 vs 1,036 ms). (Against the AVX-512 BF16 loops alone, before
 # the tile kernel, SDPA led from 1,024 keys: 3.3-3.9x.)
 AMX_SDPA_KEYS = 6144
