@@ -19,7 +19,11 @@ Every contender gets the same ids (tokenization is outside the timings) and the 
 
 Shapes: short (16-128 tokens, [CLS]/[SEP] included) and long (256-512), cut from WikiText-2 validation text;
 512 and 8192 (rows of exactly that many tokens: ModernBERT's lengths; the 8192 shape is `--n-long` rows, one
-at a time, over `--rounds-long` rounds, warmed up on one row cut to 1,024 tokens).
+at a time, over `--rounds-long` rounds). At 8192 each round loads every contender in turn (the order reversed
+every other round, so a load that rises or falls through the run weighs on all alike), warms it on the row cut
+to 1,024 tokens, times its rows and frees it: one engine's model in memory at a time. Its table gives seconds a
+row and the process's CPU seconds (at one thread: the work less the waits for a busy CPU), each round's, the
+peak RSS while loading, what stays resident, and the row's peak above that.
 Modes: bulk (all `--n` rows, sequences/s) and batch 1 (`--latency-n` rows one at a time, median ms per row; 0
 skips it). The ModernBERT model's tokenizer.json is a byte-level BPE of its form trained on WikiText-2 (its
 vocabulary smaller than the model's 50,368 rows; the timings read ids, never text).
@@ -157,21 +161,111 @@ class HF:
         return out
 
 
-def contenders(model_dir: Path, folders: dict[str, Path], engines: list[str], dtypes: list[str], threads: int,
-               max_length: int = 512):
+def contender_makers(model_dir: Path, folders: dict[str, Path], engines: list[str], dtypes: list[str], threads: int,
+                     max_length: int = 512) -> dict:
+    """name -> a function that loads that contender (the long shapes load one at a time: all at once would hold
+    every engine's copy of the model beside one row's working set)."""
     options = dict(threads=threads, max_seq_length=max_length)
     out = {}
     if "hf" in engines and installed("transformers"):
-        out["HF fp32"] = HF(model_dir, InferenceOptions(**options))
+        out["HF fp32"] = lambda: HF(model_dir, InferenceOptions(**options))
     for engine in [e for e in engines if e in ENGINE_DTYPES]:
         if engine != "bertlab" and engine not in folders:
             continue
         for dtype in ENGINE_DTYPES[engine]:
             if dtype in dtypes:
                 folder = model_dir if engine == "bertlab" else folders[engine]
-                out[f"{engine} {dtype}"] = Embedder.from_pretrained(
+                out[f"{engine} {dtype}"] = lambda folder=folder, engine=engine, dtype=dtype: Embedder.from_pretrained(
                     folder, options=InferenceOptions(engine=engine, dtype=dtype, **options), normalize=True)
     return out
+
+
+def contenders(model_dir: Path, folders: dict[str, Path], engines: list[str], dtypes: list[str], threads: int,
+               max_length: int = 512):
+    return {name: make() for name, make in contender_makers(model_dir, folders, engines, dtypes, threads,
+                                                             max_length).items()}
+
+
+def memory_mb() -> dict[str, float]:
+    """This process's resident set now and its peak (VmRSS, VmHWM) in MB; {} where /proc has no status."""
+    try:
+        fields = dict(l.split(":", 1) for l in Path("/proc/self/status").read_text().splitlines() if ":" in l)
+    except OSError:
+        return {}
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM") if k in fields}
+
+
+def reset_peak() -> bool:
+    """Set VmHWM back to the resident set now (Linux: writing 5 to clear_refs), so the next peak is one row's."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS between contenders (glibc keeps it otherwise, and the next one's peak would
+    start from the last one's)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[int]]) -> list[dict]:
+    """A long shape (8,192 tokens): each round loads each contender in turn (the order reversed every other
+    round), warms it on the row cut to 1,024 tokens, times its `--n-long` rows and frees it -- so one process
+    holds one engine at a time. Memory: the peak while loading and warming up, what stays resident after, and
+    the row's own peak above that (VmHWM reset before the row; all above the process's resident set before
+    loading). A row is a minute or more at one thread, so each is printed as it ends."""
+    makers = contender_makers(model_dir, folders, args.engines, args.dtypes, threads, SHAPES[shape][1])
+    names = list(makers)
+    seconds = {n: [] for n in names}
+    cpu_seconds = {n: [] for n in names}  # the process's CPU time: at one thread, the row's work less the waits
+    memory = {n: [] for n in names}
+    vectors = {}
+    warm = [ids[0][:1023] + ids[0][-1:]]
+    for r in range(args.rounds_long):
+        # the order reversed every other round (A B C, C B A, ...): a load that rises or falls through the run
+        # then weighs on every contender alike over two rounds (a rotation by one left the same engines last)
+        for name in (names if r % 2 == 0 else names[::-1]):
+            release_memory()
+            before = memory_mb().get("VmRSS", float("nan"))
+            reset_peak()
+            model = makers[name]()
+            model.embed_ids(warm)
+            loaded = memory_mb()
+            reset_peak()
+            rss_loaded = memory_mb().get("VmRSS", float("nan"))
+            cpu = time.process_time()
+            t, vectors[name] = timed(lambda m=model: m.embed_ids(ids))
+            cpu = time.process_time() - cpu
+            peak = memory_mb().get("VmHWM", float("nan"))
+            seconds[name].append(t / len(ids))
+            cpu_seconds[name].append(cpu / len(ids))
+            memory[name].append({"loaded_mb": round(loaded.get("VmHWM", float("nan")) - before),
+                                 "resident_mb": round(rss_loaded - before),
+                                 "row_above_loaded_mb": round(peak - rss_loaded)})
+            print(f"  round {r + 1} {shape} {name}: {t / len(ids):.1f} s a row ({cpu / len(ids):.1f} s CPU), "
+                  f"loading peak {memory[name][-1]['loaded_mb']} MB, {memory[name][-1]['resident_mb']} MB resident, "
+                  f"the row {memory[name][-1]['row_above_loaded_mb']} MB above it, load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
+            del model
+    ref = vectors.get("HF fp32", vectors.get("bertlab fp32"))
+    return [{"threads": threads, "shape": shape, "contender": name,
+             "bulk_seq_per_s": round(1 / statistics.median(seconds[name]), 6),
+             "seconds_per_row": [round(s, 2) for s in seconds[name]],
+             "cpu_seconds_per_row": [round(s, 2) for s in cpu_seconds[name]],
+             "loaded_mb": max(m["loaded_mb"] for m in memory[name]),
+             "resident_mb": max(m["resident_mb"] for m in memory[name]),
+             "row_above_loaded_mb": max(m["row_above_loaded_mb"] for m in memory[name]),
+             "batch1_ms": float("nan"),
+             "min_cosine_to_hf_fp32": round(float(cosine(vectors[name], ref).min()), 6)} for name in names]
 
 
 def timed(fn) -> tuple[float, object]:
@@ -182,21 +276,23 @@ def timed(fn) -> tuple[float, object]:
 
 def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[list[int]]]) -> list[dict]:
     torch.set_num_threads(threads)
+    rows = []
+    for shape in [s for s in inputs if SHAPES[s][0] > 1024]:
+        rows += run_long(model_dir, folders, args, threads, shape, inputs[shape])
+    inputs = {s: ids for s, ids in inputs.items() if SHAPES[s][0] <= 1024}
+    if not inputs:
+        return rows
     longest = max(SHAPES[s][1] for s in inputs)
     models = contenders(model_dir, folders, args.engines, args.dtypes, threads, max(512, longest))
     names = list(models)
-    rows = []
     for shape, ids in inputs.items():
         latency_ids = ids[:args.latency_n]
-        # warm-up: every shape's first call (oneDNN primitives, engines' caches); rows past 1,024 tokens on one
-        # row cut to 1,024 (a whole 8,192-token row is a minute or more a contender at one thread)
-        warm = [ids[0][:1023] + ids[0][-1:]] if SHAPES[shape][0] > 1024 else ids[:8]
-        for m in models.values():
-            m.embed_ids(warm)
+        for m in models.values():  # warm-up: every shape's first call (oneDNN primitives, engines' caches)
+            m.embed_ids(ids[:8])
         bulk = {n: [] for n in names}
         single = {n: [] for n in names}
         vectors = {}
-        for r in range(args.rounds if SHAPES[shape][0] <= 1024 else args.rounds_long):
+        for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
                 seconds, vectors[name] = timed(lambda m=models[name]: m.embed_ids(ids))
@@ -219,6 +315,21 @@ def table(rows: list[dict]) -> str:
             sel = [r for r in rows if r["threads"] == threads and r["shape"] == shape]
             base = next((r for r in sel if r["contender"] == "HF fp32"), sel[0])
             lo, hi = SHAPES[shape]
+            if "seconds_per_row" in sel[0]:  # a long shape: seconds a row, each round's, and the memory
+                lines += ["", f"**{threads} thread(s), {hi}-token rows (each contender loaded alone)**", "",
+                          "| engine, precision | s a row (median) | each round | CPU s each round | × HF fp32 | × HF fp32 "
+                          "in CPU s | peak loading | resident loaded | the row above it | min cosine to HF fp32 |",
+                          "|---|---|---|---|---|---|---|---|---|---|"]
+                for r in sel:
+                    median = statistics.median(r["seconds_per_row"])
+                    lines.append(f"| {r['contender']} | {median:.1f} | {', '.join(f'{x:.1f}' for x in r['seconds_per_row'])} "
+                                 f"| {', '.join(f'{x:.1f}' for x in r['cpu_seconds_per_row'])} "
+                                 f"| {r['bulk_seq_per_s'] / base['bulk_seq_per_s']:.2f} "
+                                 f"| {statistics.median(base['cpu_seconds_per_row']) / statistics.median(r['cpu_seconds_per_row']):.2f} "
+                                 f"| {r['loaded_mb']:,} MB "
+                                 f"| {r['resident_mb']:,} MB "
+                                 f"| {r['row_above_loaded_mb']:,} MB | {r['min_cosine_to_hf_fp32']:.6f} |")
+                continue
             lines += ["", f"**{threads} thread(s), {shape} inputs ({lo}-{hi} tokens)**", "",
                       "| engine, precision | bulk seq/s | × HF fp32 | batch 1 ms | min cosine to HF fp32 |",
                       "|---|---|---|---|---|"]

@@ -1,5 +1,5 @@
 """Attention over long rows on a CPU: from `LONG_KEYS` keys fp32 runs PyTorch's SDPA instead of the C loops,
-and from `AMX_SDPA_KEYS` keys an int8 model's bf16 attention runs SDPA in bf16 on a CPU with AMX. Each against
+and from `AMX_SDPA_KEYS` keys an int8 or bf16 model's bf16 attention runs SDPA in bf16 on a CPU with AMX. Each against
 the formula in float64, with key padding (a whole padded row too) and keys shared by groups of query rows."""
 
 from __future__ import annotations
@@ -56,3 +56,18 @@ def test_int8_models_long_rows_on_amx(shared):
     assert y.dtype == torch.float32 and torch.isfinite(y).all()
     expected = reference(q, k, v, mask)
     assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_bf16_models_long_rows_take_sdpa_on_amx(shared, monkeypatch):
+    if attention.cpu_isa() != "amx":
+        pytest.skip("no AMX here: the long bf16 path is not taken")
+    q, k, v, mask = inputs(attention.AMX_SDPA_KEYS, shared)
+    q16, k16, v16 = (t.to(torch.bfloat16) for t in (q, k, v))
+    called = []
+    sdpa = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **kw: called.append(1) or sdpa(*a, **kw))
+    y, _ = attention.bmm_attention(q16, k16, v16, mask, None, 0.0, None, False)
+    assert called and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
+    expected = reference(q16, k16, v16, mask)
+    assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands and result
