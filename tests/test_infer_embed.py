@@ -59,6 +59,14 @@ def test_poolings_match_a_direct_forward_pass(tiny_dir, pooling):
         np.testing.assert_allclose(row, expected.numpy(), atol=1e-5)
 
 
+def test_embedder_drops_the_pooler_it_never_reads(tiny_dir):
+    """The [CLS] pooler is a task head's input: an embedder's pass skips it (a GEMV a call at batch 1), and its
+    vectors stay those of the full encoder (the test above)."""
+    emb = Embedder.from_pretrained(tiny_dir)
+    assert emb.model.pooler is None
+    assert emb.embed(["a dog"]).shape == (1, emb.dim)
+
+
 def test_result_does_not_depend_on_batching(tiny_dir):
     texts = [" ".join(["the cat"] * n) for n in (1, 9, 2, 30, 4, 1)]
     big = Embedder.from_pretrained(tiny_dir, options=InferenceOptions(max_tokens=10_000)).embed(texts)

@@ -148,6 +148,10 @@ class Embedder:
         """`pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
         options = options or InferenceOptions()
         model = load_encoder(Path(model_dir), options)
+        if isinstance(getattr(model, "pooler", None), torch.nn.Module):
+            # the [CLS] summary a task head reads (tanh(W h_[CLS] + b)): nothing here reads it, and at batch 1 its
+            # layer is a GEMV that streams H² weights from memory; the encoders that have one skip it when None
+            model.pooler = None
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                    length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options, window_overlap)
