@@ -416,8 +416,8 @@ INT8_LEVELS = ["amx", "avx512", "avxvnni", "avx2"]
 @pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (2048, 48), (64, 80)])
 def test_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype, threads, isa):
     """Every row count its tiles split differently (AVX-512: 8, 4, 2, 1 rows; 8, 4, 2, 1 column blocks; from 16
-    rows panels of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over; AVX2: one
-    row x 4 blocks, 3 x 2 and each tail, 6 x 1 and each tail; AMX: tiles of 16 rows and a last of 1-15, pairs of
+    rows panels of two blocks by 12 rows and each tail, 192 rows at a time, an odd block left over; AVX-VNNI: one
+    row x 4 blocks, 3 x 2 and each tail, 6 x 1 and each tail; AVX2 alone: 1 x 4, 2 x 2, 4 x 1 and each tail; AMX: tiles of 16 rows and a last of 1-15, pairs of
     blocks and an odd one alone), with and without bias. On AVX2 alone the
     products go through VPMADDUBSW's int16 pairs: x and w of ±127 at once (the outlier rows) must not saturate."""
     assert cpu_kernels.int8_gemm_available()
@@ -433,6 +433,34 @@ def test_int8_linear_equals_quantize_int_mm_dequantize_bit_for_bit(shape, dtype,
             want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, bias)
             got = cpu_kernels.int8_linear(x, packed, ws, bias)
             assert torch.equal(got, want), (m, bias is None)
+
+
+@pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
+def test_int8_linear_on_avx2_is_exact_where_every_pair_is_at_the_int16_edge(isa):
+    """VPMADDUBSW (AVX2 without VNNI) sums two u8 x s8 products into int16 with saturation; bertlab feeds it |x|
+    and w · sign(x), so a pair is at most 2 · 127² = 32,258 < 2^15 and never saturates. Here every product is
+    ±127² with both of a pair the same sign (the largest pairs, positive and negative), and runs of same-sign
+    pairs long enough that any int16 accumulation would wrap; AVX-VNNI's unsigned x + 128 is held to the
+    same sums."""
+    k, n, m = 256, 48, 7
+    g = torch.Generator().manual_seed(5)
+    w = torch.where(torch.rand(n, k, generator=g) < 0.5, -127, 127).to(torch.int8)
+    w[0] = 127
+    w[1] = -127
+    w[2, 0::2] = -127  # pairs (k, k + 1) of opposite signs cancel: 0, alternating with the edge
+    x = torch.where(torch.rand(m, k, generator=g) < 0.5, -1.0, 1.0)  # |x| equal: every x quantizes to ±127
+    x[0] = 1.0
+    x[1] = -1.0
+    x[2, ::4] = 2.0  # 127 where 2.0, 64 (63.5 rounded to even) elsewhere
+    xq, xs = quantize_rows_reference(x)
+    assert xq[:2].abs().min() == 127 and torch.equal(xq[0], -xq[1])
+    packed = cpu_kernels.pack_int8_weight(w)
+    ws = torch.full((n,), 0.01)
+    assert cpu_kernels.int8_kernel() == isa
+    acc = xq.double() @ w.double().t()  # exact: |sums| < 2^53
+    assert acc[0, 0] == acc[1, 1] == 127 * 127 * k and acc[0, 1] == acc[1, 0] == -127 * 127 * k
+    want = dequantize_rows_reference(acc.to(torch.int32), xs, ws, None)
+    assert torch.equal(cpu_kernels.int8_linear(x, packed, ws, None), want)
 
 
 def test_pack_int8_weight_layout_and_shapes_it_refuses():

@@ -59,6 +59,8 @@ MIN_FEATURES = 16
 # AVX2 (the same Xeon held to it: BERTLAB_CPU_ISA, and ONEDNN_MAX_CPU_ISA=AVX2 for torch._int_mm): with AVX-VNNI
 # 2.5-7x at 1-8 rows, 1.25-1.4x at 32, 0.9-1.5x at 128 (~level at 700); without it (VPMADDUBSW pairs, 4 instructions
 # where VNNI has one) 5-6x at one row, ~2x at 8, 1.06-1.3x at 16, and 0.8-1.0x from 32 rows on.
+# (Measured before the AVX2 tiles kept their accumulators in registers: since then the AVX-VNNI kernel runs
+# 1.5-1.8x faster at 16-48 rows, AVX2 alone ~1.0-1.07x; the limits were not re-measured.)
 KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
 
 

@@ -111,68 +111,92 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
  * both at most 127 in magnitude (quantize_rows never gives -128, nor does the weight quantizer), a pair at most
  * 2 · 127² = 32258 < 2^15: exact; VPMADDWD by ones then sums the pairs into int32. comp is not used there. */
 #ifdef X86_KERNELS
-/* One tile: MR rows x NB blocks of 16 columns, MR · NB · 2 accumulators over all of K; VNNI picks the product. */
-#define INT8_TILE_BODY(DOT)                                                                                    \
-    const ptrdiff_t KQ = K / 4;                                                                                \
-    __m256i acc[6][4][2];                                                                                      \
-    for (int r = 0; r < MR; r++)                                                                               \
-        for (int c = 0; c < NB; c++) acc[r][c][0] = acc[r][c][1] = _mm256_setzero_si256();                     \
-    for (ptrdiff_t kq = 0; kq < KQ; kq++) {                                                                    \
-        __m256i w[4][2];                                                                                       \
-        for (int c = 0; c < NB; c++) {                                                                         \
-            w[c][0] = _mm256_loadu_si256((const __m256i *)(wp + ((ptrdiff_t)c * KQ + kq) * 64));               \
-            w[c][1] = _mm256_loadu_si256((const __m256i *)(wp + ((ptrdiff_t)c * KQ + kq) * 64 + 32));          \
-        }                                                                                                      \
-        for (int r = 0; r < MR; r++) {                                                                         \
-            int32_t quad;                                                                                      \
-            memcpy(&quad, x + r * K + kq * 4, 4);                                                              \
-            const __m256i xb = _mm256_set1_epi32(quad);                                                        \
-            DOT                                                                                                \
-        }                                                                                                      \
-    }                                                                                                          \
-    for (int c = 0; c < NB; c++)                                                                               \
-        for (int h = 0; h < 2; h++) {                                                                          \
-            const ptrdiff_t col = c * 16 + h * 8;                                                              \
-            const __m256i cc = comp ? _mm256_loadu_si256((const __m256i *)(comp + col)) : _mm256_setzero_si256(); \
-            const __m256 wsc = _mm256_loadu_ps(ws + col);                                                      \
-            const __m256 bc = b ? _mm256_loadu_ps(b + col) : _mm256_setzero_ps();                              \
-            for (int r = 0; r < MR; r++) {                                                                     \
-                __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][c][h], cc)),               \
-                                         _mm256_set1_ps(xs[r]));                                               \
-                v = b ? _mm256_fmadd_ps(v, wsc, bc) : _mm256_mul_ps(v, wsc);                                   \
-                _mm256_storeu_ps(y + r * ldy + col, v);                                                        \
-            }                                                                                                  \
-        }
+/* One tile: MR rows x NB blocks of 16 columns (j = 0 .. 2 NB - 1: the block's 8-column halves), MR · NB · 2
+ * accumulators over all of K; VNNI picks the product. The accumulators are named variables (acc<row>_<j>), one
+ * per register, not an array indexed in loops, and the GEMMs are built without loop-header copying
+ * (INT8_OPT): with either, GCC 12 kept a copy of every accumulator on the stack, storing it at each step of k
+ * (18-19 stores a step in the 6 x 1 VPDPBUSD tile, with 20 register moves beside its 12 dot products). The rows
+ * and halves a tile does not have are folded away (MR and NB are constants where the tile is inlined). */
+#define INT8_OPT __attribute__((optimize("no-tree-ch")))
+#define INT8_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define INT8_VECS(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3) X(r, 4) X(r, 5) X(r, 6) X(r, 7)
+#define INT8_DECL_V(r, j) __m256i acc##r##_##j = _mm256_setzero_si256();
+#define INT8_DECL(r) INT8_VECS(INT8_DECL_V, r)
+#define INT8_W(j)                                                                                              \
+    const __m256i w##j = (j) < 2 * NB ? _mm256_loadu_si256((const __m256i *)(wp + ((ptrdiff_t)((j) / 2) * KQ + kq) * 64 \
+                                                                               + (j) % 2 * 32))                 \
+                                      : _mm256_setzero_si256();
+#define INT8_X(r)                                                                                              \
+    int32_t quad;                                                                                              \
+    memcpy(&quad, x + (r) * K + kq * 4, 4);                                                                    \
+    const __m256i xb = _mm256_set1_epi32(quad);
+/* acc += the four products of each k quad: one VPDPBUSD (AVX-VNNI), or (AVX2) |x| · (w · sign x) in pairs,
+ * VPMADDUBSW, then VPMADDWD by ones */
+#define INT8_VNNI_V(r, j) \
+    if ((j) < 2 * NB) acc##r##_##j = _mm256_dpbusd_avx_epi32(acc##r##_##j, xb, w##j);
+#define INT8_VNNI_ROW(r) \
+    if ((r) < MR) {      \
+        INT8_X(r)        \
+        INT8_VECS(INT8_VNNI_V, r) \
+    }
+#define INT8_PAIRS_V(r, j)                                                                                     \
+    if ((j) < 2 * NB)                                                                                          \
+        acc##r##_##j = _mm256_add_epi32(                                                                       \
+            acc##r##_##j, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w##j, xb)), ones));
+#define INT8_PAIRS_ROW(r)                          \
+    if ((r) < MR) {                                \
+        INT8_X(r)                                  \
+        const __m256i ax = _mm256_abs_epi8(xb);    \
+        INT8_VECS(INT8_PAIRS_V, r)                 \
+    }
+/* y = (acc - comp) · xs · ws (+ b), linear.c's dequantize in its order */
+#define INT8_OUT_V(r, j)                                                                                       \
+    if ((r) < MR && (j) < 2 * NB) {                                                                            \
+        const __m256i cc = comp ? _mm256_loadu_si256((const __m256i *)(comp + (j) * 8)) : _mm256_setzero_si256(); \
+        __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(acc##r##_##j, cc)), _mm256_set1_ps(xs[r])); \
+        v = b ? _mm256_fmadd_ps(v, _mm256_loadu_ps(ws + (j) * 8), _mm256_loadu_ps(b + (j) * 8))               \
+              : _mm256_mul_ps(v, _mm256_loadu_ps(ws + (j) * 8));                                               \
+        _mm256_storeu_ps(y + (r) * ldy + (j) * 8, v);                                                          \
+    }
+#define INT8_OUT(r) INT8_VECS(INT8_OUT_V, r)
+#define INT8_W_ALL INT8_W(0) INT8_W(1) INT8_W(2) INT8_W(3) INT8_W(4) INT8_W(5) INT8_W(6) INT8_W(7)
 
-static inline __attribute__((always_inline)) AVXVNNI_TARGET void int8_tile_avxvnni(
+static inline __attribute__((always_inline)) INT8_OPT AVXVNNI_TARGET void int8_tile_avxvnni(
     const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
     const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
-    INT8_TILE_BODY(for (int c = 0; c < NB; c++) {
-        acc[r][c][0] = _mm256_dpbusd_avx_epi32(acc[r][c][0], xb, w[c][0]);
-        acc[r][c][1] = _mm256_dpbusd_avx_epi32(acc[r][c][1], xb, w[c][1]);
-    })
+    const ptrdiff_t KQ = K / 4;
+    INT8_ROWS(INT8_DECL)
+    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
+        INT8_W_ALL
+        INT8_ROWS(INT8_VNNI_ROW)
+    }
+    INT8_ROWS(INT8_OUT)
 }
 
-static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
+static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile_avx2(
     const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
     const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
+    const ptrdiff_t KQ = K / 4;
     const __m256i ones = _mm256_set1_epi16(1);
-    INT8_TILE_BODY(const __m256i ax = _mm256_abs_epi8(xb); for (int c = 0; c < NB; c++) {
-        for (int h = 0; h < 2; h++) {
-            const __m256i pairs = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(w[c][h], xb));
-            acc[r][c][h] = _mm256_add_epi32(acc[r][c][h], _mm256_madd_epi16(pairs, ones));
-        }
-    })
+    INT8_ROWS(INT8_DECL)
+    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
+        INT8_W_ALL
+        INT8_ROWS(INT8_PAIRS_ROW)
+    }
+    INT8_ROWS(INT8_OUT)
 }
-#undef INT8_TILE_BODY
 
-/* Column blocks [nb0, nb1) for all M rows: from 6 rows on, tiles of 6 rows x 1 block (12 accumulators, the
- * rows streaming past each 64 bytes of weights), AVX2_MC rows at a time; for 2-5 rows 3 x 2; for one row 1 x 4
- * (a decoding step: several independent chains, the weights one stream). */
-#define INT8_COLUMNS(NAME, TARGET, TILE_FN)                                                                       \
-    HIDDEN TARGET void NAME(INT8_COLUMNS_ARGS) {                                                                 \
+/* Column blocks [nb0, nb1) for all M rows: from BIG rows on, tiles of BIG rows x 1 block (the rows streaming
+ * past each block's weights, which stay in L1), AVX2_MC rows at a time; for 2 to BIG - 1 rows tiles of SMALL
+ * rows x 2 blocks; for one row 1 x 4 (a decoding step: several independent chains, the weights one stream).
+ * The heights are what fits the 16 registers without spilling an accumulator: with VPDPBUSD a tile holds its
+ * accumulators, the block's two weight vectors and the broadcast x (6 x 1: 12 + 2 + 1, 3 x 2: 6 + 4 + 1); the
+ * pairs of AVX2 alone also hold |x|, the product and the ones of VPMADDWD, so there 4 x 1 and 2 x 2 (6 x 1 and
+ * 3 x 2 kept 11 of their 12 accumulators on the stack across each step of k). */
+#define INT8_COLUMNS(NAME, TARGET, TILE_FN, BIG, SMALL)                                                          \
+    HIDDEN INT8_OPT TARGET void NAME(INT8_COLUMNS_ARGS) {                                                                 \
         const ptrdiff_t KQ = K / 4;                                                                             \
-        const int NB = M >= 6 ? 1 : M >= 2 ? 2 : 4;                                                             \
+        const int NB = M >= BIG ? 1 : M >= 2 ? 2 : 4;                                                           \
         ptrdiff_t nb = nb0;                                                                                     \
         if (NB > 1) {                                                                                           \
             for (; nb + NB <= nb1; nb += NB) {                                                                  \
@@ -183,8 +207,8 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
                     TILE_FN(1, 4, x, K, wb, cb, xs, ws + nb * 16, b ? b + nb * 16 : NULL, y + nb * 16, N);      \
                     continue;                                                                                   \
                 }                                                                                               \
-                for (; r + 3 <= M; r += 3)                                                                      \
-                    TILE_FN(3, 2, x + r * K, K, wb, cb, xs + r, ws + nb * 16, b ? b + nb * 16 : NULL,           \
+                for (; r + SMALL <= M; r += SMALL)                                                              \
+                    TILE_FN(SMALL, 2, x + r * K, K, wb, cb, xs + r, ws + nb * 16, b ? b + nb * 16 : NULL,       \
                             y + r * N + nb * 16, N);                                                            \
                 if (M - r == 2)                                                                                 \
                     TILE_FN(2, 2, x + r * K, K, wb, cb, xs + r, ws + nb * 16, b ? b + nb * 16 : NULL,           \
@@ -200,7 +224,7 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
                 const int8_t *wb = wp + c * KQ * 64;                                                            \
                 const int32_t *cb = comp ? comp + c * 16 : NULL;                                                \
                 ptrdiff_t m = m0;                                                                               \
-                for (; m + AVX2_MR <= m1; m += AVX2_MR) INT8_ONE(TILE_FN, 6);                                   \
+                for (; m + BIG <= m1; m += BIG) INT8_ONE(TILE_FN, BIG);                                         \
                 switch (m1 - m) {                                                                               \
                     case 5: INT8_ONE(TILE_FN, 5); break;                                                        \
                     case 4: INT8_ONE(TILE_FN, 4); break;                                                        \
@@ -213,8 +237,8 @@ static inline __attribute__((always_inline)) AVX2_TARGET void int8_tile_avx2(
     }
 #define INT8_ONE(TILE_FN, MR) \
     TILE_FN(MR, 1, x + m * K, K, wb, cb, xs + m, ws + c * 16, b ? b + c * 16 : NULL, y + m * N + c * 16, N)
-INT8_COLUMNS(int8_columns_avxvnni, AVXVNNI_TARGET, int8_tile_avxvnni)
-INT8_COLUMNS(int8_columns_avx2, AVX2_TARGET, int8_tile_avx2)
+INT8_COLUMNS(int8_columns_avxvnni, AVXVNNI_TARGET, int8_tile_avxvnni, 6, 3)
+INT8_COLUMNS(int8_columns_avx2, AVX2_TARGET, int8_tile_avx2, 4, 2)
 #undef INT8_ONE
 #undef INT8_COLUMNS
 #endif
