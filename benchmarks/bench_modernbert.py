@@ -1,13 +1,13 @@
 """ModernBERT on a CPU: what its own pieces cost, and the memory of an 8,192-token input.
 
-    python benchmarks/bench_modernbert.py ops [--lengths 512,8192] [--repeat 20]
+    python benchmarks/bench_modernbert.py ops [--lengths 512,8192] [--repeat 20] [--dtype fp32|bf16]
     python benchmarks/bench_modernbert.py memory [--length 8192] [--layers 22] [--contenders hf,bertlab,band]
     python benchmarks/bench_modernbert.py memory --contenders hf,bertlab,bertlab-int8,onnxruntime,onnxruntime-int8,openvino
     python benchmarks/bench_modernbert.py memory --layers 2 --local-only --contenders onnxruntime-band,onnxruntime,openvino-band,openvino
 
 `ops`: the rotary positions (q and k of one layer) and the GeGLU (act(value) * gate of one layer) at
 ModernBERT-base's widths (12 heads of 64, GeGLU 1,152), each as the model runs it and as the candidates that
-would replace it, fp32, one thread, median of `--repeat` calls; beside them one whole encoder layer through
+would replace it, fp32 (`--dtype bf16`: bf16 tensors, tables and model), one thread, median of `--repeat` calls; beside them one whole encoder layer through
 bertlab's inference runtime (packed GEMMs, C attention loops), so each piece's share of a layer is plain.
 
 `memory`: one row of `--length` tokens embedded by a random-weight ModernBERT of the base's shape (22 layers,
@@ -71,16 +71,17 @@ def ops(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     config = base_config(layers=3)
     nh, hs, H, I = config.num_attention_heads, config.head_size, config.hidden_size, config.intermediate_size
-    model = prepare(modeling.ModernBertModel(config).eval(), InferenceOptions())
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model = prepare(modeling.ModernBertModel(config).eval(), InferenceOptions(dtype=args.dtype))
     results = []
     with torch.inference_mode():
         for T in (int(t) for t in args.lengths.split(",")):
-            qkv = torch.randn(T, 3, nh, hs)
+            qkv = torch.randn(T, 3, nh, hs, dtype=dtype)
             cos, sin = (t.unsqueeze(-2) for t in modeling.rotary_tables(config, "sliding_attention", T,
-                                                                       torch.float32, torch.device("cpu")))
-            wi = torch.randn(T, 2 * I)
-            x = torch.randn(1, T, H)
-            row = {"T": T}
+                                                                       dtype, torch.device("cpu")))
+            wi = torch.randn(T, 2 * I, dtype=dtype)
+            x = torch.randn(1, T, H, dtype=dtype)
+            row = {"T": T, "dtype": args.dtype}
             row["rope, as the model runs it (q, k)"] = median_us(
                 lambda: [modeling.rotate(t, cos, sin) for t in qkv[:, :2].unbind(-3)], args.repeat)
             from bertlab.nn.cpu_kernels import rotate_qk_
@@ -101,7 +102,7 @@ def ops(args: argparse.Namespace) -> None:
             for i, kind in ((0, "global"), (1, "local")):
                 layer = model.layers[i]
                 rope = {k: (c.unsqueeze(-2), s.unsqueeze(-2)) for k in set(config.layer_types)
-                        for c, s in [modeling.rotary_tables(config, k, T, torch.float32, torch.device("cpu"))]}
+                        for c, s in [modeling.rotary_tables(config, k, T, dtype, torch.device("cpu"))]}
                 row[f"one {kind} layer, whole"] = median_us(
                     lambda layer=layer: layer(x, rope[layer.attn.layer_type], None, None), max(3, args.repeat // 4))
             results.append(row)
@@ -297,6 +298,7 @@ def main() -> int:
     o = sub.add_parser("ops", help="RoPE and GeGLU, as run and as candidates, beside a whole layer")
     o.add_argument("--lengths", default="512,8192")
     o.add_argument("--repeat", type=int, default=20)
+    o.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     o.add_argument("--json", type=Path)
     m = sub.add_parser("memory", help="peak RSS of one long row, a process per contender")
     m.add_argument("--length", type=int, default=8192)

@@ -269,21 +269,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor 
 
 def rotate_qk_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
     """Rotary positions (Su et al., RoFormer) over q and k of the fused projection's output `qkv` (..., 3, nh, hs),
-    contiguous, fp32, in place: x · cos + rotate_half(x) · sin, bit for bit the torch formula (one C pass where the
-    formula takes five, each allocating). cos and sin (R, hs) contiguous: row r of qkv's flattened leading
-    dimensions takes table row r % R (R = T for (B, T) rows, N for N unpadded rows). True when done; False where
-    the C pass does not apply (the caller then runs the formula)."""
-    if (qkv.dtype != torch.float32 or qkv.dim() < 4 or qkv.size(-3) != 3 or not _native(qkv, cos, sin)):
+    contiguous, fp32 or bf16, in place: x · cos + rotate_half(x) · sin, bit for bit the torch formula (one C pass
+    where the formula takes five, each allocating; in bf16 widened to fp32 and narrowed once, as `transformers`
+    computes it). cos and sin (R, hs) contiguous, of qkv's dtype: row r of qkv's flattened leading dimensions
+    takes table row r % R (R = T for (B, T) rows, N for N unpadded rows). True when done; False where the C pass
+    does not apply (the caller then runs the formula)."""
+    if (qkv.dtype not in _DTYPE_CODES or qkv.dim() < 4 or qkv.size(-3) != 3 or not _native(qkv, cos, sin)):
         return False
     nh, hs = qkv.shape[-2:]
     rows = qkv.numel() // (3 * nh * hs)
     for t in (cos, sin):
-        if t.dtype != torch.float32 or t.dim() != 2 or t.size(1) != hs:
+        if t.dtype != qkv.dtype or t.dim() != 2 or t.size(1) != hs:
             return False
     if cos.shape != sin.shape or not rows or rows % cos.size(0):
         return False
-    _extension().rotate_heads(qkv.data_ptr(), 3 * nh * hs, 2 * nh, hs, hs, rows, cos.data_ptr(), sin.data_ptr(),
-                              cos.size(0), torch.get_num_threads())
+    _extension().rotate_heads(qkv.data_ptr(), _DTYPE_CODES[qkv.dtype], 3 * nh * hs, 2 * nh, hs, hs, rows,
+                              cos.data_ptr(), sin.data_ptr(), cos.size(0), torch.get_num_threads())
     return True
 
 

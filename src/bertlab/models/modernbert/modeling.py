@@ -182,7 +182,7 @@ class ModernBertAttention(nn.Module):
         shape, H = x.shape[:-1], x.size(-1)
         qkv = self.Wqkv(x).view(*shape, 3, self.num_heads, H // self.num_heads)  # (..., 3, nh, hs)
         cos, sin = rope
-        rotated = rotate_qk_(qkv, cos.squeeze(-2), sin.squeeze(-2))  # fp32 inference: one C pass, in place
+        rotated = rotate_qk_(qkv, cos.squeeze(-2), sin.squeeze(-2))  # fp32 / bf16 inference: one C pass, in place
         q, k, v = qkv.unbind(-3)  # 3 x (..., nh, hs)
         if not rotated:
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)

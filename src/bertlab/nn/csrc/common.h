@@ -270,7 +270,10 @@ INLINE void fold16(const f32x16 acc[16], float *out) {
                                 const float *b, void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);                \
     HIDDEN void V(rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride,               \
                                     ptrdiff_t heads, ptrdiff_t head_stride, ptrdiff_t hs, const float *cos,         \
-                                    const float *sin, ptrdiff_t table);
+                                    const float *sin, ptrdiff_t table);                                         \
+    HIDDEN void V(rotate_heads_bf16)(uint16_t *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride,           \
+                                     ptrdiff_t heads, ptrdiff_t head_stride, ptrdiff_t hs, const uint16_t *cos,     \
+                                     const uint16_t *sin, ptrdiff_t table);
 #define NAME_BASE(name) name##_base
 #define NAME_AVX2(name) name##_avx2
 #define NAME_AVX512(name) name##_avx512

@@ -50,6 +50,7 @@ int bl_cpu_level(void) {
         (t)->attention_rows_heads = V(attention_rows_heads); \
         (t)->gemv_columns = V(gemv_columns);               \
         (t)->rotate_heads_f32 = V(rotate_heads_f32);       \
+        (t)->rotate_heads_bf16 = V(rotate_heads_bf16);     \
     } while (0)
 
 /* The largest fp32 row tile of a level's GEMM: 12 rows x 32 columns in 24 of AVX-512's 32 registers, 6 x 16 in

@@ -91,6 +91,9 @@ typedef struct {
                          void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
     void (*rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
                              ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin, ptrdiff_t table);
+    void (*rotate_heads_bf16)(uint16_t *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
+                              ptrdiff_t head_stride, ptrdiff_t hs, const uint16_t *cos, const uint16_t *sin,
+                              ptrdiff_t table);
     /* the level's own kernels; NULL where it has none */
     void (*gemm_f32)(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b,
                      float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
@@ -125,9 +128,10 @@ int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptr
 int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,
                      float eps, int threads);
 /* rotary positions over `heads` heads in each of `rows` rows, in place: row r's heads at x + r·row_stride +
- * h·head_stride, rotated by row r % table of the (table, hs) cos and sin tables, fp32 */
-int bl_rotate_heads(const bl_kernels *k, float *x, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
-                    ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin, ptrdiff_t table,
+ * h·head_stride, rotated by row r % table of the (table, hs) cos and sin tables; x and tables of `dtype`
+ * (F32 or BF16), strides in elements */
+int bl_rotate_heads(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
+                    ptrdiff_t head_stride, ptrdiff_t hs, const void *cos, const void *sin, ptrdiff_t table,
                     int threads);
 int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
                            float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads);

@@ -144,18 +144,20 @@ static int parse_norm(PyObject *const *args, int at, Py_ssize_t *rows, Py_ssize_
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* rotate_heads(x_ptr, row_stride, heads, head_stride, hs, rows, cos_ptr, sin_ptr, table_rows, threads): fp32 */
+/* rotate_heads(x_ptr, dtype, row_stride, heads, head_stride, hs, rows, cos_ptr, sin_ptr, table_rows, threads):
+ * fp32 or bf16 (x and tables alike) */
 static PyObject *py_rotate_heads(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 10, "rotate_heads") < 0) return NULL;
-    float *x = as_ptr(args[0]);
-    const float *cos = as_ptr(args[6]), *sin = as_ptr(args[7]);
+    if (parse(args, nargs, 11, "rotate_heads") < 0) return NULL;
+    void *x = as_ptr(args[0]);
+    const int dtype = (int)PyLong_AsLong(args[1]);
+    const void *cos = as_ptr(args[7]), *sin = as_ptr(args[8]);
     Py_ssize_t n[6];
-    const int at[6] = {1, 2, 3, 4, 5, 8};
+    const int at[6] = {2, 3, 4, 5, 6, 9};
     for (int i = 0; i < 6; i++) n[i] = PyLong_AsSsize_t(args[at[i]]);
-    const int threads = (int)PyLong_AsLong(args[9]);
+    const int threads = (int)PyLong_AsLong(args[10]);
     if (PyErr_Occurred()) return NULL;
     int rc;
-    RUN(rc = bl_rotate_heads(k, x, n[4], n[0], n[1], n[2], n[3], cos, sin, n[5], threads));
+    RUN(rc = bl_rotate_heads(k, x, dtype, n[4], n[0], n[1], n[2], n[3], cos, sin, n[5], threads));
     return result(rc, "rotate_heads");
 }
 
@@ -354,8 +356,9 @@ static PyMethodDef methods[] = {
                       "candidates per input"),
     METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): "
                                 "LayerNorm(y + residual) over each contiguous row, fp32"),
-    METHOD(rotate_heads, "rotate_heads(x, row_stride, heads, head_stride, hs, rows, cos, sin, table_rows, threads): "
-                         "rotary positions over each row's heads in place, fp32, torch's formula bit for bit"),
+    METHOD(rotate_heads, "rotate_heads(x, dtype, row_stride, heads, head_stride, hs, rows, cos, sin, table_rows, "
+                         "threads): rotary positions over each row's heads in place, fp32 or bf16, torch's formula "
+                         "bit for bit"),
     METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"),
     METHOD(linear_few_rows, "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as "
                             "nn.Linear keeps it"),

@@ -89,13 +89,18 @@ int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float 
     return BL_OK;
 }
 
-int bl_rotate_heads(const bl_kernels *k, float *x, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
-                    ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin, ptrdiff_t table,
+int bl_rotate_heads(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
+                    ptrdiff_t head_stride, ptrdiff_t hs, const void *cos, const void *sin, ptrdiff_t table,
                     int threads) {
     if (rows < 1 || heads < 1 || hs < 2 || table < 1) return BL_OK;
     int parts = thread_count(rows, heads * hs, threads);
     FOR_EACH_BLOCK(rows, parts, {
-        k->rotate_heads_f32(x + start * row_stride, count, start, row_stride, heads, head_stride, hs, cos, sin, table);
+        if (dtype == BF16)
+            k->rotate_heads_bf16((uint16_t *)x + start * row_stride, count, start, row_stride, heads, head_stride, hs,
+                                 cos, sin, table);
+        else
+            k->rotate_heads_f32((float *)x + start * row_stride, count, start, row_stride, heads, head_stride, hs,
+                                cos, sin, table);
     });
     return BL_OK;
 }

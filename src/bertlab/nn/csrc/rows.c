@@ -182,4 +182,29 @@ HIDDEN void VARIANT(rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first,
         }
     }
 }
+
+/* The same over bf16 q, k and tables, as torch's bf16 formula runs it (`modeling.rotate`): each element widened
+ * to fp32, the rotation in fp32 (products rounded before the sum, as above), narrowed once to bf16 rounding to
+ * nearest even -- bit for bit the formula. The conversions are integer shifts and adds the compiler vectorises
+ * at each level; VCVTNEPS2BF16 is not used because it flushes denormal inputs to zero, which torch's narrowing
+ * does not. */
+HIDDEN void VARIANT(rotate_heads_bf16)(uint16_t *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride,
+                                       ptrdiff_t heads, ptrdiff_t head_stride, ptrdiff_t hs, const uint16_t *cos,
+                                       const uint16_t *sin, ptrdiff_t table) {
+    const ptrdiff_t half = hs / 2;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const ptrdiff_t t = (first + r) % table;
+        const uint16_t *c = cos + t * hs, *s = sin + t * hs;
+        for (ptrdiff_t h = 0; h < heads; h++) {
+            uint16_t *a = x + r * row_stride + h * head_stride, *b = a + half;
+            for (ptrdiff_t i = 0; i < half; i++) {
+                const float x1 = bf16_to_f32(a[i]), x2 = bf16_to_f32(b[i]);
+                const float r1 = x1 * bf16_to_f32(c[i]) + (-x2) * bf16_to_f32(s[i]);
+                const float r2 = x2 * bf16_to_f32(c[half + i]) + x1 * bf16_to_f32(s[half + i]);
+                a[i] = f32_to_bf16(r1);
+                b[i] = f32_to_bf16(r2);
+            }
+        }
+    }
+}
 #pragma GCC pop_options
