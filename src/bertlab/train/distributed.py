@@ -82,7 +82,7 @@ def leave_job(code: int) -> NoReturn:
     """End this process of a `torchrun` job whose run finished: leave the group (`end_distributed`), flush what
     was printed and logged, and exit with `code` without the interpreter's teardown. After FSDP, torch still
     holds the gloo group from C++ once it is destroyed; its threads then meet the interpreter's teardown and
-    can abort the process ("terminate called without an active exception", about once in 40-60 two-process jobs
+    can abort the process ("terminate called without an active exception", once in 98 two-process FSDP jobs
     on a loaded 2-core machine), and torchrun reports a finished run as failed. Every file of the run is
     closed by then (the Trainer closes its metrics and TensorBoard files; checkpoints are written whole)."""
     end_distributed()

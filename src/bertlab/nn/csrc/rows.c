@@ -163,48 +163,35 @@ HIDDEN void VARIANT(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t col
  * and k (negate, concatenate, two products, a sum), each allocating. */
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
-HIDDEN void VARIANT(rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
-                                      ptrdiff_t head_stride, ptrdiff_t hs, const float *cos, const float *sin,
-                                      ptrdiff_t table) {
-    const ptrdiff_t half = hs / 2;
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        const ptrdiff_t t = (first + r) % table;
-        const float *c = cos + t * hs, *s = sin + t * hs;
-        for (ptrdiff_t h = 0; h < heads; h++) {
-            float *a = x + r * row_stride + h * head_stride, *b = a + half;
-            for (ptrdiff_t i = 0; i < half; i++) {
-                const float x1 = a[i], x2 = b[i];
-                const float r1 = x1 * c[i] + (-x2) * s[i];
-                const float r2 = x2 * c[half + i] + x1 * s[half + i];
-                a[i] = r1;
-                b[i] = r2;
-            }
-        }
+/* One loop for both element types: T the stored type, LOAD widening an element to float, STORE narrowing back. */
+#define ROTATE_HEADS(NAME, T, LOAD, STORE)                                                                      \
+    HIDDEN void VARIANT(NAME)(T *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,     \
+                              ptrdiff_t head_stride, ptrdiff_t hs, const T *cos, const T *sin, ptrdiff_t table) { \
+        const ptrdiff_t half = hs / 2;                                                                          \
+        for (ptrdiff_t r = 0; r < rows; r++) {                                                                  \
+            const ptrdiff_t t = (first + r) % table;                                                            \
+            const T *c = cos + t * hs, *s = sin + t * hs;                                                       \
+            for (ptrdiff_t h = 0; h < heads; h++) {                                                             \
+                T *a = x + r * row_stride + h * head_stride, *b = a + half;                                     \
+                for (ptrdiff_t i = 0; i < half; i++) {                                                          \
+                    const float x1 = LOAD(a[i]), x2 = LOAD(b[i]);                                               \
+                    const float r1 = x1 * LOAD(c[i]) + (-x2) * LOAD(s[i]);                                      \
+                    const float r2 = x2 * LOAD(c[half + i]) + x1 * LOAD(s[half + i]);                           \
+                    a[i] = STORE(r1);                                                                           \
+                    b[i] = STORE(r2);                                                                           \
+                }                                                                                               \
+            }                                                                                                   \
+        }                                                                                                       \
     }
-}
+#define AS_FLOAT(v) (v)
+ROTATE_HEADS(rotate_heads_f32, float, AS_FLOAT, AS_FLOAT)
 
 /* The same over bf16 q, k and tables, as torch's bf16 formula runs it (`modeling.rotate`): each element widened
  * to fp32, the rotation in fp32 (products rounded before the sum, as above), narrowed once to bf16 rounding to
  * nearest even -- bit for bit the formula. The conversions are integer shifts and adds the compiler vectorises
  * at each level; VCVTNEPS2BF16 is not used because it flushes denormal inputs to zero, which torch's narrowing
  * does not. */
-HIDDEN void VARIANT(rotate_heads_bf16)(uint16_t *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride,
-                                       ptrdiff_t heads, ptrdiff_t head_stride, ptrdiff_t hs, const uint16_t *cos,
-                                       const uint16_t *sin, ptrdiff_t table) {
-    const ptrdiff_t half = hs / 2;
-    for (ptrdiff_t r = 0; r < rows; r++) {
-        const ptrdiff_t t = (first + r) % table;
-        const uint16_t *c = cos + t * hs, *s = sin + t * hs;
-        for (ptrdiff_t h = 0; h < heads; h++) {
-            uint16_t *a = x + r * row_stride + h * head_stride, *b = a + half;
-            for (ptrdiff_t i = 0; i < half; i++) {
-                const float x1 = bf16_to_f32(a[i]), x2 = bf16_to_f32(b[i]);
-                const float r1 = x1 * bf16_to_f32(c[i]) + (-x2) * bf16_to_f32(s[i]);
-                const float r2 = x2 * bf16_to_f32(c[half + i]) + x1 * bf16_to_f32(s[half + i]);
-                a[i] = f32_to_bf16(r1);
-                b[i] = f32_to_bf16(r2);
-            }
-        }
-    }
-}
+ROTATE_HEADS(rotate_heads_bf16, uint16_t, bf16_to_f32, f32_to_bf16)
+#undef AS_FLOAT
+#undef ROTATE_HEADS
 #pragma GCC pop_options
