@@ -82,7 +82,9 @@ def tensor_bytes(model) -> dict[str, int]:
     seen, kinds = set(), {"parameters": 0, "panels": 0, "stacked copies": 0, "int8 weights": 0}
 
     def count(kind, t):
-        if isinstance(t, torch.Tensor) and t.data_ptr() not in seen and t.device.type == "cpu":
+        if not isinstance(t, torch.Tensor) or t.is_mkldnn:  # (oneDNN's blocked weights: no storage to count)
+            return
+        if t.data_ptr() not in seen and t.device.type == "cpu":
             seen.add(t.data_ptr())
             kinds[kind] += t.untyped_storage().nbytes()
 
@@ -94,9 +96,15 @@ def tensor_bytes(model) -> dict[str, int]:
             for t in stacked.__dict__.get("_buffers", {}).values():
                 count("stacked copies", t)
         count("panels", getattr(m, "panels", None))
-        for name in ("packed", "qweight", "weight_q", "wq"):
+        for name in ("packed", "weight_q", "wq"):
             t = getattr(m, name, None)
             count("int8 weights" if t is not None and t.dtype == torch.int8 else "panels", t)
+        # Int8Linear's layouts: torch._int_mm's (a buffer where it is kept: the attribute alone would unpack one
+        # from the packed layout) and its kernel's
+        count("int8 weights", m._buffers.get("qweight"))
+        packed = getattr(m, "packed_weight", None)
+        for t in packed if isinstance(packed, tuple) else ():
+            count("int8 weights", t)
     return {k: round(v / 2**20) for k, v in kinds.items()}
 
 

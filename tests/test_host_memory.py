@@ -113,3 +113,28 @@ def test_training_on_batches_of_changing_shape_keeps_resident_memory_bounded():
     at_10, at_60 = map(float, out.stdout.split())
     # One step of 16 x 384 tokens holds ~150 MB of activations; the retained heap grew by several times that.
     assert at_60 - at_10 < 150, (at_10, at_60)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="private file mappings and /proc/self/pagemap")
+def test_file_pages_are_handed_back_and_written_ones_kept_where_asked(tmp_path):
+    """A tensor in a private mapping of a file: its read pages are handed back and read again from the file (the same
+    values); once a page is written (the process's own copy), `keep_written` hands nothing back and the written
+    value stays -- where without it the page reverts to the file's bytes, as a tensor about to be freed allows."""
+    import torch
+
+    from bertlab.core.host_memory import drop_file_pages
+
+    values = torch.arange(4 * 4096, dtype=torch.float32)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(values.numpy().tobytes())
+    mapped = torch.from_file(str(path), shared=False, size=values.numel(), dtype=torch.float32)
+    assert torch.equal(mapped, values)  # every page read
+    start, nbytes = mapped.data_ptr(), mapped.untyped_storage().nbytes()
+    assert drop_file_pages(start, nbytes, keep_written=True)
+    assert torch.equal(mapped, values)  # read from the file again
+    mapped[5000] = -1.0  # one page copied on write
+    assert not drop_file_pages(start, nbytes, keep_written=True)
+    assert float(mapped[5000]) == -1.0
+    assert drop_file_pages(start, nbytes)  # the caller frees the tensor: dropping the copy is allowed
+    assert float(mapped[5000]) == 5000.0
+    assert not drop_file_pages(values.data_ptr(), values.untyped_storage().nbytes(), keep_written=True)  # anonymous

@@ -97,6 +97,47 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
     assert isinstance(clf.classifier, (nn.Linear, PackedLinear))
 
 
+@pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
+def test_int8_layer_keeps_one_int8_layout_where_the_kernel_takes_every_row_count(isa):
+    """On AMX (K % 64 == 0) bertlab's kernel serves every row count: the layer holds the packed weight alone, and
+    torch._int_mm's layout, asked for, is unpacked from it byte for byte. Below AMX both are kept."""
+    from bertlab.nn import cpu_kernels
+
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 80)
+    q = int8_linear.Int8Linear(linear)
+    w = linear.weight.detach()
+    want = (w / (w.abs().amax(1).clamp(min=1e-8) / 127.0)[:, None]).round().to(torch.int8).t()
+    alone = cpu_kernels.int8_kernel() == "amx" and int8_linear.int_mm_exact()
+    assert ("qweight" not in q._buffers) == alone and bool(q.packed_weight) == alone
+    assert torch.equal(q.qweight, want)
+    x = torch.randn(300, 64)
+    with torch.inference_mode():
+        assert float(row_cosine(q(x), linear(x)).min()) > 0.999
+
+
+def test_int8_model_keeps_the_exact_fp32_weights_written_or_read_from_the_file(tmp_path):
+    """The fp32 weights of quantized layers stay their `.weight` and in `state_dict()` bit for bit: those read from
+    the checkpoint's mapping have their pages handed back (and come back from the file when read), and one written
+    after loading keeps what was written."""
+    from bertlab import BertModel
+
+    folder = tiny_model(tmp_path / "m", "BertModel")
+    want = BertModel.from_pretrained(folder).state_dict()
+    model = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
+    assert isinstance(model.encoder.layer[0].intermediate.dense, int8_linear.Int8Linear)
+    got = model.state_dict()
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+
+    model = BertModel.from_pretrained(folder).eval()
+    dense = model.encoder.layer[0].output.dense
+    with torch.no_grad():
+        dense.weight[0, 0] += 1.0
+    written = dense.weight.detach().clone()
+    int8_linear.quantize_linear_layers(model)
+    assert torch.equal(model.encoder.layer[0].output.dense.weight, written)
+
+
 @pytest.mark.parametrize("native_bf16", [True, False])
 def test_int8_model_parity_bounds_on_a_tiny_model(tmp_path, monkeypatch, native_bf16):
     """The whole encoder in int8 against fp32: per-token hidden states and mean-pooled vectors -- with attention

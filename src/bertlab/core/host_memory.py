@@ -97,12 +97,16 @@ def trim_heap() -> bool:
 MADV_DONTNEED = 4
 
 
-def drop_file_pages(start: int, nbytes: int) -> bool:
+def drop_file_pages(start: int, nbytes: int, keep_written: bool = False) -> bool:
     """Hand back the resident pages of `nbytes` bytes at address `start` where they lie in a private mapping of a
     file (a safetensors file's weights: `checkpoint.hf_layout._adopt_weights`), about to be freed but kept mapped
     by the tensors around them (the mapping is released whole, when the last of them goes). Only whole pages
     inside the range; there `madvise(MADV_DONTNEED)` drops them, and a read would fetch them from the file again.
-    Anywhere else (anonymous memory, which it would zero) nothing is done. True when pages were handed back."""
+    Anywhere else (anonymous memory, which it would zero) nothing is done. True when pages were handed back.
+
+    A page written since it was read is the process's own copy (copy-on-write), and dropping it would bring the
+    file's old bytes back: fine for a tensor about to be freed, wrong for one kept. `keep_written`: hand back
+    nothing unless every resident page in the range is still the file's (`_file_pages_unwritten`)."""
     libc = _glibc()
     if libc is None or nbytes <= 0:
         return False
@@ -110,7 +114,25 @@ def drop_file_pages(start: int, nbytes: int) -> bool:
     low, high = -(-start // page) * page, (start + nbytes) // page * page
     if high <= low or not _in_private_file_mapping(low, high):
         return False
+    if keep_written and not _file_pages_unwritten(low, high, page):
+        return False
     return libc.madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0
+
+
+def _file_pages_unwritten(low: int, high: int, page: int) -> bool:
+    """Whether every resident page of [low, high) is still a page of the file (/proc/self/pagemap: bit 63 present,
+    bit 61 file-backed; a page copied on write is anonymous). False when the map cannot be read."""
+    count = (high - low) // page
+    try:
+        with open("/proc/self/pagemap", "rb") as f:
+            f.seek(low // page * 8)
+            entries = f.read(count * 8)
+    except OSError:
+        return False
+    if len(entries) != count * 8:
+        return False
+    present, file_page = 1 << 63, 1 << 61
+    return all(not (e & present) or e & file_page for e in memoryview(entries).cast("Q"))
 
 
 def _in_private_file_mapping(low: int, high: int) -> bool:

@@ -33,6 +33,7 @@ import logging
 import torch
 from torch import nn
 
+from ..core.host_memory import drop_file_pages
 from .cpu_kernels import (
     dequantize_rows,
     int8_gemm_available,
@@ -79,14 +80,30 @@ class Int8Linear(nn.Module):
             self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
         w = linear.weight.detach().float()
         scale = w.abs().amax(1).clamp(min=1e-8) / 127.0  # (out,)
-        # (in, out) view of an (out, in) contiguous tensor: the layout `_int_mm` reads fastest as its B
-        self.register_buffer("qweight", (w / scale[:, None]).round().to(torch.int8).t(), persistent=False)
+        q = (w / scale[:, None]).round().to(torch.int8)  # (out, in)
+        del w
         self.register_buffer("wscale", scale, persistent=False)
         self.register_buffer("fbias", None if linear.bias is None else linear.bias.detach().float(), persistent=False)
         # the weight packed for bertlab's int8 GEMM (`int8_linear`, at every level: AMX, AVX-512 VNNI, AVX-VNNI,
-        # AVX2), made on the first call it serves (most layers of a bulk encoder run never need it); False where
-        # its shape does not fit the kernel
+        # AVX2); False where its shape does not fit the kernel. Where the dispatch's kernel takes every row count
+        # (AMX, K % 64 == 0) it is made now and is the only int8 copy: `qweight` (torch._int_mm's layout) is then
+        # unpacked from it when a trace or a bf16 input asks. Elsewhere both layouts serve (the kernel up to
+        # KERNEL_MAX_ROWS rows, torch._int_mm beyond) and the packed one is made on the first call it serves
+        # (most layers of a bulk encoder run never need it).
         self.packed_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
+        if self._row_limit() >= 1 << 62:
+            self.packed_weight = pack_int8_weight(q) or False
+        if not self.packed_weight:
+            # (in, out) view of an (out, in) contiguous tensor: the layout `_int_mm` reads fastest as its B
+            self.register_buffer("qweight", q.t(), persistent=False)
+        del q
+        if keep_parameters:
+            # the fp32 weight stays the layer's `.weight` (state_dict, the exact reference) but no pass reads it:
+            # where it lies in a checkpoint file's mapping (`checkpoint.hf_layout._adopt_weights`), the pages
+            # quantizing read are handed back -- unless the weight was written since (they would revert to the
+            # file's bytes) -- and a later read of `.weight` fetches them from the file again
+            storage = linear.weight.untyped_storage()
+            drop_file_pages(storage.data_ptr(), storage.nbytes(), keep_written=True)
 
     @classmethod
     def stacked(cls, linears: list[nn.Linear]) -> "Int8Linear":
@@ -100,17 +117,29 @@ class Int8Linear(nn.Module):
             joint.bias.copy_(torch.cat(biases))
         return cls(joint, keep_parameters=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] == 0:
-            return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
+    def _row_limit(self) -> int:
+        """Up to how many rows bertlab's kernel serves this layer at the dispatch level (0: none)."""
         kernel = int8_kernel()
         if kernel == "amx" and self.in_features % 64:  # no tiles: the VNNI kernel, and its limit
             kernel = "vnni"
         # where torch._int_mm is not exact (oneDNN held to AVX2: see int_mm_exact), bertlab's kernel takes every
         # row count
-        limit = KERNEL_MAX_ROWS.get(kernel, 0) if int_mm_exact() else (1 << 62 if kernel else 0)
-        if (flat.shape[0] <= limit and flat.dtype == torch.float32
+        return KERNEL_MAX_ROWS.get(kernel, 0) if int_mm_exact() else (1 << 62 if kernel else 0)
+
+    def __getattr__(self, name: str):
+        # only reached where normal lookup fails: the int8 weight in torch._int_mm's layout where the packed one
+        # is the only copy (a trace, a bf16 input, a dispatch level changed since), unpacked from it -- the same
+        # bytes -- and not kept
+        if name == "qweight" and self.__dict__.get("packed_weight"):
+            packed, _ = self.__dict__["packed_weight"]
+            return packed.permute(0, 2, 1, 3).reshape(self.out_features, self.in_features).t()
+        return super().__getattr__(name)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        if flat.shape[0] == 0:
+            return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
+        if (flat.shape[0] <= self._row_limit() and flat.dtype == torch.float32
                 and flat.is_contiguous() and not tracing()):
             if self.packed_weight is None:
                 self.packed_weight = pack_int8_weight(self.qweight.t()) or False
@@ -169,6 +198,8 @@ def quantize_linear_layers(model: nn.Module) -> int:
             stacked.update(id(l) for l in layers)
             for layer in layers:  # kept for state_dict only: not worth a oneDNN-packed copy (packed_linear.py)
                 layer.superseded = True
+                storage = layer.weight.untyped_storage()  # its file pages handed back, as Int8Linear's own
+                drop_file_pages(storage.data_ptr(), storage.nbytes(), keep_written=True)
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if quantizable(child) and id(child) not in stacked]
     with torch.no_grad():
