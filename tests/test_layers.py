@@ -76,7 +76,7 @@ def test_no_import_cycles():
 
 
 # Module paths retired before 1.0 (CHANGELOG.md says where each went): none may come back as a shim.
-RETIRED_MODULES = ["bertlab.config", "bertlab.model", "bertlab.heads", "bertlab.convert", "bertlab.t5",
+RETIRED_MODULES = ["bertlab.objectives.rtd", "bertlab.config", "bertlab.model", "bertlab.heads", "bertlab.convert", "bertlab.t5",
                    "bertlab.t5.config", "bertlab.t5.model", "bertlab.t5.generate", "bertlab.data.denoising",
                    "bertlab.objectives.base", "bertlab.objectives.t5", "bertlab.tokenizer.sentinels",
                    "bertlab.tokenizer.text_to_text", "bertlab.infer.serve_generate", "bertlab.infer.serve_metrics",
@@ -288,3 +288,4 @@ def test_every_family_folder_is_in_the_import_contracts():
              container not in layers_of or modules <= names(layers_of[container])),
             ("an independence or forbidden contract", folder in apart)) if not ok]
     assert {f: m for f, m in missing.items() if m} == {}
+

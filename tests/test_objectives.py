@@ -14,7 +14,7 @@ from bertlab import BertConfig
 from bertlab.cli import main
 from bertlab.core.errors import ConfigError
 from bertlab.objectives import OBJECTIVES, MaskedLM, get_objective, register_objective
-from bertlab.objectives.mlm import MaskedLMEval, masked_targets
+from bertlab.models.objective import MaskedLMEval, masked_targets
 from bertlab.train import read_metrics
 from bertlab.train.pretrain import PretrainConfig, run_pretraining
 from test_data_prepare import segment_pair_data

@@ -1,7 +1,8 @@
 """What a pre-training objective is to the recipes that train with one (`train/pretrain.py`, general
 distillation in `train/distillation/`): an `Objective` object, so that a recipe asks it instead of testing its name.
-It knows no model: every family's objectives implement it (BERT's in `objectives/`, T5's in its folder,
-`models/t5/objectives.py`), and the registry of them by name is `bertlab.objectives`.
+It knows no model: every family's objectives implement it (the encoders' masked-LM kinds in `objectives/`, a family's
+own in its folder's `objectives.py`: T5's denoising, ELECTRA's replaced-token detection), and the registry of them
+by name is `bertlab.objectives`.
 
 An objective says
     name                         its registry name (`--objective NAME`)
@@ -12,6 +13,7 @@ An objective says
     input_keys, label_keys       the batch fields the model reads, and the targets among them
     needs_next_sentence_labels   whether the prepared data must carry a sentence-level label (pairs)
     data_modes                   with such labels: the instance modes whose labels mean what it trains
+    text_to_text                 whether it trains an encoder-decoder on text-to-text pairs (`pretrain-t5`)
     data_problem(info, config)   why prepared data (`data.shards.DataInfo`) cannot train this objective on a
                                  model of `config`, in one line; None when it can (checks beyond the
                                  next-sentence labels above: the span-boundary objective's spans)
@@ -26,10 +28,15 @@ held-out number does not depend on how the split was batched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import torch
+import torch.nn.functional as F
+
+from ..core.errors import BertlabError
+from ..core.labels import IGNORE_INDEX
 
 Batch = Mapping[str, torch.Tensor]
 # A perplexity beyond e^50 says nothing more and would overflow to inf for an untrained model.
@@ -69,6 +76,9 @@ class Objective:
     label_keys: tuple[str, ...] = ()
     needs_next_sentence_labels: bool = False
     data_modes: tuple[str, ...] = ()
+    # it trains an encoder-decoder on (input, target) pairs of text-to-text data (T5's denoising objectives), built
+    # by `pretrain-t5` on data `prepare` corrupted for it, rather than an encoder on masked-LM data
+    text_to_text: bool = False
 
     def model_class_for(self, family: Any) -> type[torch.nn.Module]:
         """The class this objective trains in `family` (a `models.family.Family`): its head of `head_kind` (one
@@ -95,3 +105,41 @@ class Objective:
 
     def __repr__(self) -> str:
         return f"<objective {self.name}: {self.model_class.__name__}>"
+
+
+# ------------------------------------------------- masked LM's metrics (BERT's objectives, ELECTRA's generator)
+def masked_targets(batch: Batch) -> torch.Tensor:
+    """The original ids of the masked positions: the rows of `prediction_logits`, in the same order."""
+    labels = batch["labels"]
+    return labels[labels != IGNORE_INDEX]
+
+
+def masked_lm_metrics(output: Any, batch: Batch) -> dict[str, torch.Tensor]:
+    """Training metrics of the MLM term: its loss, and accuracy over the masked tokens (0 with none)."""
+    targets = masked_targets(batch)
+    with torch.no_grad():
+        accuracy = (output.prediction_logits.argmax(-1) == targets).float().mean() if targets.numel() else \
+            torch.zeros((), device=targets.device)
+    return {"mlm_loss": output.mlm_loss, "mlm_accuracy": accuracy}
+
+
+class MaskedLMEval:
+    """Held-out MLM loss, accuracy and perplexity over all masked tokens (sums, not batch means)."""
+
+    def __init__(self) -> None:
+        self.loss_sum = self.correct = self.count = 0.0
+
+    def update(self, output: Any, batch: Batch) -> None:
+        targets = masked_targets(batch)
+        if targets.numel():
+            logits = output.prediction_logits.float()
+            self.loss_sum += float(F.cross_entropy(logits, targets, reduction="sum"))
+            self.correct += float((logits.argmax(-1) == targets).sum())
+            self.count += targets.numel()
+
+    def compute(self) -> dict[str, float]:
+        if not self.count:
+            raise BertlabError("the held-out split has no masked tokens to evaluate on")
+        loss = self.loss_sum / self.count
+        return {"mlm_loss": loss, "mlm_accuracy": self.correct / self.count,
+                "perplexity": math.exp(min(loss, MAX_LOG_PERPLEXITY))}

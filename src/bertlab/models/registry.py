@@ -3,7 +3,7 @@ map it), and the family of a folder.
 
 A family is imported only when a folder of it is used, so `bertlab params` or a BERT run never imports T5.
 Adding a family is one line here (or `register_family` at run time) and a folder with a `family.py` (and a
-`params.py` beside it for `bertlab params`).
+`params.py` beside it for `bertlab params`, an `objectives.py` for pre-training objectives of its own).
 """
 
 from __future__ import annotations
@@ -62,6 +62,22 @@ def parameter_table(model_type: str, where: str | os.PathLike | None = None) -> 
             raise
         raise BertlabError(f"{f'{where}: ' if where is not None else ''}model_type {model_type!r} has no parameter "
                            f"table") from None
+
+
+def family_objectives() -> list:
+    """The pre-training objectives the families define in their folders (an `objectives.py` with a list
+    `PRETRAINING_OBJECTIVES` of `models.objective.Objective`s: T5's denoising, ELECTRA's replaced-token
+    detection), in the registry's order; `bertlab.objectives` registers them beside the encoders' masked-LM
+    kinds."""
+    found = []
+    for module in FAMILIES.values():
+        module = module.rpartition(".")[0] + ".objectives"
+        try:
+            found.extend(importlib.import_module(module).PRETRAINING_OBJECTIVES)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+    return found
 
 
 def preset_family(name: str) -> str | None:

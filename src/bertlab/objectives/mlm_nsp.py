@@ -2,7 +2,7 @@
 
 loss = mean MLM cross-entropy over the masked positions + mean NSP cross-entropy over the pairs (both
 computed by `heads.BertForPreTraining`). The data must be segment or sentence pairs with NSP labels.
-Held out: the MLM metrics of `mlm.py`, and NSP accuracy over the pairs.
+Held out: the MLM metrics (`models/objective.py`), and NSP accuracy over the pairs.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..models.bert.heads import BertForPreTraining
-from ..models.objective import Batch, Evaluation, Evaluations
-from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics
+from ..models.objective import Batch, Evaluation, Evaluations, MaskedLMEval, masked_lm_metrics
+from .mlm import MaskedLM
 
 
 class NextSentenceEval:

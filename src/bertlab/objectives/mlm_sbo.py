@@ -7,7 +7,8 @@ loss = mean MLM cross-entropy + mean SBO cross-entropy over the masked tokens (t
 
 The data: span masking (`bertlab prepare --masking span`) on single segments (no NSP, as SpanBERT), static or
 dynamic; the collator gives each masked position its span's boundaries (`span_left`, `span_right`,
-`span_offset`). Held out: the MLM metrics of `mlm.py`, and SBO loss and accuracy over every masked token.
+`span_offset`). Held out: the MLM metrics (`models/objective.py`), and SBO loss and accuracy over every masked
+token.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from ..models.bert.heads import SPAN_BOUNDARY_POSITIONS_KEY, BertForSpanBoundary, span_boundary_positions
-from ..models.objective import Batch, Evaluation, Evaluations
-from .mlm import MaskedLM, MaskedLMEval, masked_lm_metrics, masked_targets
+from ..models.objective import Batch, Evaluation, Evaluations, MaskedLMEval, masked_lm_metrics, masked_targets
+from .mlm import MaskedLM
 
 SPAN_KEYS = ("span_left", "span_right", "span_offset")
 

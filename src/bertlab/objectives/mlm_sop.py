@@ -10,8 +10,7 @@ both read. loss = mean MLM cross-entropy + mean SOP cross-entropy. Held out: the
 
 from __future__ import annotations
 
-from ..models.objective import Evaluation, Evaluations
-from .mlm import MaskedLMEval, masked_lm_metrics
+from ..models.objective import Evaluation, Evaluations, MaskedLMEval, masked_lm_metrics
 from .mlm_nsp import MaskedLMAndNextSentence, NextSentenceEval
 
 

@@ -81,6 +81,7 @@ class TextToTextObjective(Objective):
     model_class = T5ForConditionalGeneration
     input_keys = ("input_ids", "attention_mask")
     label_keys = ("labels",)
+    text_to_text = True
     architectures = ARCHITECTURES  # every T5 architecture trains on it (the model's `config.architecture`)
 
     def __init__(self, name: str):
@@ -94,6 +95,6 @@ class TextToTextObjective(Objective):
         return TargetTokenEval()
 
 
-def is_text_to_text(objective: Objective) -> bool:
-    """Whether `objective` trains T5 on text-to-text pairs (as opposed to one of BERT's)."""
-    return isinstance(objective, TextToTextObjective)
+
+# what the registry registers (`models.registry.family_objectives`): one per corruption transform
+PRETRAINING_OBJECTIVES = [TextToTextObjective(name) for name in T5_OBJECTIVES]
