@@ -289,3 +289,20 @@ def test_every_family_folder_is_in_the_import_contracts():
             ("an independence or forbidden contract", folder in apart)) if not ok]
     assert {f: m for f, m in missing.items() if m} == {}
 
+
+def test_no_module_above_models_may_name_a_new_family():
+    """The forbidden contract "nothing above models/ names a model family" lists every family folder, and its
+    exceptions name BERT's and T5's modules only: a family added under models/ is out of reach of the layers
+    above from its first line."""
+    import tomllib
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in pyproject["tool"]["importlinter"]["contracts"]
+                   if c["name"] == "nothing above models/ names a model family"]
+    models = ROOT / "src" / "bertlab" / "models"
+    folders = {p.name for p in models.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert {m.removeprefix("bertlab.models.") for m in contract["forbidden_modules"]} == folders
+    above = {"cli", "ray", "train", "infer", "tasks", "data", "objectives"}
+    assert {m.removeprefix("bertlab.") for m in contract["source_modules"]} == above
+    named = {rule.split("->")[1].strip().split(".")[2] for rule in contract["ignore_imports"]}
+    assert named <= {"bert", "t5", "distilbert"}, named
