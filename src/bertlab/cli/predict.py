@@ -55,15 +55,16 @@ def row_head(record: dict | str, row_id) -> dict:
     return {"id": row_id, **{k: record[k] for k in ECHOED if k in record}}
 
 
-def is_t5_folder(model_dir) -> bool:
-    """Whether `model_dir` holds a T5 model (config.json's model_type); a folder without one is not."""
-    import json
-    from pathlib import Path
+def generates_text(model_dir) -> bool:
+    """Whether `model_dir` holds a model of a family that answers by generating text (T5: `Family.generates_text`,
+    from config.json's model_type); a folder without a readable config or of an unknown type is not."""
+    from ..core.errors import BertlabError
+    from ..models.registry import family_of
 
     try:
-        return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")).get("model_type") == "t5"
-    except (OSError, ValueError, AttributeError):
-        return False  # the BERT loader reports a missing or broken config.json in its own words
+        return family_of(model_dir).generates_text
+    except (OSError, ValueError, BertlabError):
+        return False  # the predictor's loader reports a missing or broken config.json in its own words
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         return ray_data.run_command(args, ray_data.run_predict)
     options = InferenceOptions.from_args(args)
-    if is_t5_folder(args.model):  # a T5 model answers by generating text (infer/generate.py)
+    if generates_text(args.model):  # an encoder-decoder answers by generating text (infer/generate.py)
         from ..infer.generate import Generator
 
         predictor = Generator.from_pretrained(args.model, options)

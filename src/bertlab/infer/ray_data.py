@@ -254,14 +254,14 @@ def predict(dataset, model: str | Path, *, id_column: str = "id", text_column: s
 
 def check_predictable(model: str | Path, classify_only: bool = True) -> str:
     """The kind of prediction a folder's head serves (`text-classification`, ...), checked before any actor loads it:
-    a T5 folder or a folder without a predictable head is refused in one line."""
+    a folder of a family that generates text (T5) or without a predictable head is refused in one line."""
     from .predict import find_head, predictable_heads
     from .runtime import architectures, check_model_dir, model_family
 
     folder = check_model_dir(Path(model))
     family = model_family(folder)
-    if family.model_type == "t5":
-        raise BertlabError(f"{folder}: T5 generation runs in one process (bertlab predict without --ray)")
+    if family.generates_text:
+        raise BertlabError(f"{folder}: {family.name} generation runs in one process (bertlab predict without --ray)")
     head = find_head(folder)
     if head is None:
         wanted = ", ".join(h.architecture for h in predictable_heads(family))

@@ -50,6 +50,9 @@ class Family:
     # byte-level BPE); None: the kind's files say it (a SentencePiece model, vocab.json + merges.txt)
     corpus_vocabulary: Callable[[Path], bool] | None = None
     engines: frozenset[str] = frozenset()  # inference engines beyond torch that convert its encoder: "ctranslate2"
+    # its models answer by generating text (an encoder-decoder: `infer/generate.py`, one process) rather than with
+    # an encoder's head
+    generates_text: bool = False
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
     # attention block's and the feed-forward block's output projections, a regular expression) and the norms that

@@ -22,4 +22,5 @@ def corpus_tokenizer(vocab: Path) -> T5Tokenizer:
 
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
                 tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS, data_tokenizer="sentencepiece",
-                pretrain_command="pretrain-t5", corpus_tokenizer=corpus_tokenizer)
+                pretrain_command="pretrain-t5", corpus_tokenizer=corpus_tokenizer,
+                generates_text=True)
