@@ -355,6 +355,16 @@ def test_generate_route(tmp_path):
     assert "spans" in out["predictions"][0] and "generated" in out["predictions"][1]
 
 
+def test_the_ray_data_path_refuses_a_family_that_generates_text(tmp_path):
+    """`predict --ray` classifies; a folder of a family that answers by generating text (T5's
+    `Family.generates_text`) is refused in one line before any actor loads it."""
+    from bertlab.infer.ray_data import check_predictable
+
+    folder, _, _ = t5_folder(tmp_path)
+    with pytest.raises(BertlabError, match="T5 generation runs in one process"):
+        check_predictable(folder)
+
+
 def test_predict_on_a_t5_folder_generates(tmp_path, capsys):
     """`bertlab predict` takes a T5 folder as any fine-tuned model: one row per input line with id and text,
     the same generation as `bertlab generate` (greedy, default length), blank lines not sent to the model."""
