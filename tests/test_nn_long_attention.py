@@ -71,3 +71,16 @@ def test_bf16_models_long_rows_take_sdpa_on_amx(shared, monkeypatch):
     assert called and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
     expected = reference(q16, k16, v16, mask)
     assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands and result
+
+
+def test_fp32_long_rows_from_strided_heads_are_sdpas_bit_for_bit():
+    # as `attention()` passes them: each head a strided view of the (B, T, H) projections; the long path copies
+    # them contiguous before SDPA, which must not change a bit of the result
+    g = torch.Generator().manual_seed(1)
+    B, T, nh, hs = 1, attention.LONG_KEYS, 2, 64
+    q, k, v = (torch.randn(B, T, nh * hs, generator=g).view(B, T, nh, hs).transpose(1, 2) for _ in range(3))
+    assert not q.is_contiguous()
+    y, _ = attention.bmm_attention(q, k, v, None, None, 0.0, None, False)
+    assert torch.equal(y, attention.F.scaled_dot_product_attention(q, k, v))
+    expected = reference(q, k, v, attention.AttentionMask("bidirectional", torch.ones(B, T, dtype=torch.bool)))
+    assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-6
