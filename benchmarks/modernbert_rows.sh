@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Re-takes the ModernBERT-base-shape rows of docs/benchmarks.md: the 8,192-token row (every engine and precision,
 # the full 22-layer model, one row per contender, one round) and, unless --long-only, the 512-token row (4 rows,
-# 3 interleaved rounds). About 7-9 minutes on a quiet 2-core AVX-512/AMX Xeon (the 8,192 row's contenders take
-# ~10-75 CPU s each, plus the ONNX and OpenVINO exports); much longer under load. Run it on a quiet machine:
-# the load average before and after is written beside the results, so a reader can tell.
+# 3 interleaved rounds). On a quiet 2-core AVX-512/AMX Xeon, estimated from the CPU seconds of loaded runs (the
+# 8,192 row's contenders take ~10-75 CPU s each, ~290 s together, plus the ONNX and OpenVINO exports): about 6-7
+# minutes with --long-only, 9-10 with both rows; several times that under load. Run it on a quiet machine: the
+# load average before and after is written beside the results, so a reader can tell.
 #
 #     benchmarks/modernbert_rows.sh [--long-only] [OUT_DIR]      (default OUT_DIR: ./modernbert-rows)
 #
