@@ -208,9 +208,10 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
 # There q, k, v go to SDPA as contiguous (B, nh, T, hs) copies, not strided views of the (B, T, H) projections (a
-# head's rows 9 KB apart in ModernBERT's fused qkv): 12 heads of 64, 8,192 tokens, one thread, the copies included,
-# the AMX Xeon under load 5.7-7.7 -- 1.23x faster, median of 7 interleaved rounds (1.04-1.41x, ahead in every
-# round). In bf16 the same copies measured level (1.09x median, 0.97-1.62x), so the bf16 paths keep the views.
+# head's rows 9 KB apart in ModernBERT's fused qkv), copies included: one ModernBERT-base global layer at 8,192
+# tokens, fp32, one thread, the AMX Xeon at load ~1.1, 8 interleaved rounds -- 1.11x (medians 2.33 against 2.58 s;
+# each round ahead, 1.01-1.36x); SDPA alone, load 5.7-7.7, 7 rounds: 1.23x. In bf16 the same copies measured
+# level (1.09x median, 0.97-1.62x, under load), so the bf16 paths keep the views.
 # From this many keys, on a CPU with AMX, an int8 or bf16 model's bf16 attention goes to SDPA in bf16 (its flash
 # kernel's GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the
 # AMX Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
