@@ -8,7 +8,8 @@
 `ops`: the rotary positions (q and k of one layer) and the GeGLU (act(value) * gate of one layer) at
 ModernBERT-base's widths (12 heads of 64, GeGLU 1,152), each as the model runs it and as the candidates that
 would replace it, fp32 (`--dtype bf16`: bf16 tensors, tables and model), one thread, median of `--repeat` calls; beside them one whole encoder layer through
-bertlab's inference runtime (packed GEMMs, C attention loops), so each piece's share of a layer is plain.
+bertlab's inference runtime (packed GEMMs; attention as `nn/attention.py`'s `bmm` kernel picks it for the
+length, see `memory` below), so each piece's share of a layer is plain.
 
 `memory`: one row of `--length` tokens embedded by a random-weight ModernBERT of the base's shape (22 layers,
 H 768, window 128; `--layers` fewer for a quick look; the model and tokenizer of `bench_engines.py --model
@@ -17,7 +18,10 @@ modernbert-base`), each contender in a process of its own, one thread: the proce
 the cosine of its mean-pooled embedding to transformers' fp32 one. Contenders (`--contenders`):
   hf                     transformers' ModernBertModel (sdpa), fp32
   bertlab[-bf16|-int8]   bertlab's inference runtime: local layers block by block (2·window queries against
-                         4·window keys), global layers through the C attention loops (a row of scores at a time)
+                         4·window keys); global layers as `nn/attention.py` picks by key count -- fp32 the C
+                         loops up to 2,047 keys and PyTorch's SDPA flash kernel from 2,048 (`LONG_KEYS`), bf16
+                         and int8 (attention in bf16) the AMX tile kernel up to 6,143 keys and SDPA in bf16
+                         from 6,144 (`AMX_SDPA_KEYS`) on a CPU with AMX
   band                   bertlab fp32 with each local layer as one call over the whole (T x T) band mask: the
                          memory a window costs when it is only a mask
   onnxruntime[-int8], openvino[-bf16]   `bertlab export onnx --quantize int8` / `export openvino`, whose

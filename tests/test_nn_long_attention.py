@@ -71,3 +71,20 @@ def test_bf16_models_long_rows_take_sdpa_on_amx(shared, monkeypatch):
     assert called and y.dtype == torch.bfloat16 and torch.isfinite(y).all()
     expected = reference(q16, k16, v16, mask)
     assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands and result
+
+
+def test_fp32_long_rows_from_strided_heads_are_sdpas_bit_for_bit(monkeypatch):
+    # as `attention()` passes them: each head a strided view of the (B, T, H) projections; the long path copies
+    # them contiguous before SDPA (faster there), which must not change a bit of the result
+    g = torch.Generator().manual_seed(1)
+    B, T, nh, hs = 1, attention.LONG_KEYS, 2, 64
+    q, k, v = (torch.randn(B, T, nh * hs, generator=g).view(B, T, nh, hs).transpose(1, 2) for _ in range(3))
+    assert not q.is_contiguous()
+    sdpa, fed = attention.F.scaled_dot_product_attention, []
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention",
+                        lambda *a, **kw: fed.append([t.is_contiguous() for t in a[:3]]) or sdpa(*a, **kw))
+    y, _ = attention.bmm_attention(q, k, v, None, None, 0.0, None, False)
+    assert fed == [[True, True, True]]
+    assert torch.equal(y, sdpa(q, k, v))  # SDPA on the views as they came
+    expected = reference(q, k, v, attention.AttentionMask("bidirectional", torch.ones(B, T, dtype=torch.bool)))
+    assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-6

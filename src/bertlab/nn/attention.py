@@ -207,6 +207,11 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # not the C loops, which are built for short rows: one head of 64, one query row per key, one thread, on the
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
+# There q, k, v go to SDPA as contiguous (B, nh, T, hs) copies, not strided views of the (B, T, H) projections (a
+# head's rows 9 KB apart in ModernBERT's fused qkv), copies included: one ModernBERT-base global layer at 8,192
+# tokens, fp32, one thread, the AMX Xeon at load ~1.1, 8 interleaved rounds -- 1.11x (medians 2.33 against 2.58 s;
+# each round ahead, 1.01-1.36x); SDPA alone, load 5.7-7.7, 7 rounds: 1.23x. In bf16 the same copies measured
+# level (1.09x median, 0.97-1.62x, under load), so the bf16 paths keep the views.
 # From this many keys, on a CPU with AMX, an int8 or bf16 model's bf16 attention goes to SDPA in bf16 (its flash
 # kernel's GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the
 # AMX Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
@@ -257,7 +262,8 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
     if T_k >= LONG_KEYS and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
-        k, v = expand_shared_rows(k, v, B)
+        # each head's rows made contiguous first (see LONG_KEYS): the same arithmetic, bit for bit.
+        q, k, v = (t.contiguous() for t in (q, *expand_shared_rows(k, v, B)))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
     if T_k >= AMX_SDPA_KEYS and q.dtype == torch.bfloat16 and cpu_isa() == "amx":
         # a bf16 model's long rows: SDPA in bf16 (GEMMs on AMX tiles) over the tile kernel, as an int8 model's
