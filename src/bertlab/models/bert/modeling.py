@@ -26,7 +26,7 @@ from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
 from ...nn import AttentionMask, Dropout, TokenLayout, add_and_norm, attention
 from ...nn.attention import takes_rows
-from ...nn.elementwise import activate
+from ...nn.elementwise import linear_activate
 
 @dataclass
 class BertModelOutput:
@@ -147,7 +147,8 @@ class BertIntermediate(nn.Module):
         self.hidden_act = config.hidden_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return activate(self.dense(x), self.hidden_act)  # (B, T, 4H); in place when autograd allows
+        # (B, T, 4H); the activation in place when autograd allows, or in the fp32 GEMM's epilogue
+        return linear_activate(self.dense, x, self.hidden_act)
 
 
 class BertOutput(nn.Module):

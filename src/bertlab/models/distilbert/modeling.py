@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ...nn import AttentionMask, Dropout, add_and_norm
-from ...nn.elementwise import activate
+from ...nn.elementwise import linear_activate
 from ..bert.modeling import BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
 from .config import DistilBertConfig
 
@@ -80,7 +80,7 @@ class FFN(nn.Module):
         self.activation = config.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.lin2(activate(self.lin1(x), self.activation)))
+        return self.dropout(self.lin2(linear_activate(self.lin1, x, self.activation)))
 
 
 class TransformerBlock(nn.Module):

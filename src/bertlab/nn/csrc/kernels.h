@@ -31,6 +31,9 @@ enum { BL_NONE, BL_AVX2, BL_AVXVNNI, BL_AVX512, BL_AMX, BL_LEVELS };
 extern const char *const BL_LEVEL_NAMES[BL_LEVELS];
 
 enum { BL_OK = 0, BL_NO_MEMORY = -1, BL_UNSUPPORTED = -2 };
+/* What the fp32 GEMM applies to its output tile before storing it (its epilogue): nothing, or the exact GELU
+ * (common.h: gelu_f32x16) */
+enum { BL_ACT_NONE = 0, BL_ACT_GELU = 1 };
 
 /* A decoding step's attention (one query per row and head), fp32. Strides in elements, [0] row, [1] head, [2]
  * position (q and out: one position); the last dimension contiguous. `add` (the scores' additive mask and bias)
@@ -96,7 +99,7 @@ typedef struct {
                               ptrdiff_t table);
     /* the level's own kernels; NULL where it has none */
     void (*gemm_f32)(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b,
-                     float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+                     float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1, int act);
     void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
                       ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
@@ -141,7 +144,7 @@ int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int th
 int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const void *b, void *y, ptrdiff_t M,
                        ptrdiff_t K, ptrdiff_t N, int dtype, int threads);
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
-                  ptrdiff_t K, ptrdiff_t N, int threads);
+                  ptrdiff_t K, ptrdiff_t N, int threads, int act);
 int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y,
                    ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,

@@ -200,19 +200,21 @@ int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const 
 
 #define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
 
-/* y (M, N) = x (M, K) · Wᵀ + b, fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or AVX2 +
- * FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the same bits. */
+/* y (M, N) = act(x (M, K) · Wᵀ + b), fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or
+ * AVX2 + FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the
+ * same bits. `act`: BL_ACT_NONE or BL_ACT_GELU, on each output tile as it is made. */
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
-                  ptrdiff_t K, ptrdiff_t N, int threads) {
+                  ptrdiff_t K, ptrdiff_t N, int threads, int act) {
+    if (act != BL_ACT_NONE && act != BL_ACT_GELU) return BL_UNSUPPORTED;
     if (!k->gemm_f32) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
     if (k->tune.split) { /* (bl_tuning: the rows split, each thread every panel) */
         int parts = thread_count(M, K * N, threads);
-        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels); });
+        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels, act); });
         return BL_OK;
     }
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count); });
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count, act); });
     return BL_OK;
 }
 
