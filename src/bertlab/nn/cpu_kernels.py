@@ -512,6 +512,29 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
                        lambda k: (-(-n // PANEL), k // 2, PANEL, 2))
 
 
+# ------------------------------------------------------------------------------------ an encoder layer, one call
+def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, weights: tuple,
+                  eps: tuple[float, float], inter: int) -> torch.Tensor | None:
+    """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the fp32
+    GEMMs over packed panels, `attention_short`'s loops, `add_layer_norm_`, the GELU epilogue -- in that order,
+    with the same kernels, so bit for bit the layer computed one call at a time. `weights`: the 12 fp32 tensors
+    (stacked qkv panels and bias, attention output panels and bias, LayerNorm weight and bias, FFN in panels and
+    bias, FFN out panels and bias, LayerNorm weight and bias), checked by the caller (nn/encoder_layer.py); `add`
+    (B | 1, 1, 1, T) or None. None where the kernels do not apply (the level below AVX-512, a trace, x not a
+    contiguous fp32 CPU tensor outside autograd)."""
+    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() not in ("avx512", "amx") or not _native(x)
+            or not f32_gemm_available()):
+        return None
+    B, T, H = x.shape
+    out = x.new_empty((B, T, H))
+    _tuned()
+    _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
+                               T if add is not None and add.size(0) > 1 else 0, H, heads, inter,
+                               *(None if w is None else w.data_ptr() for w in weights), float(eps[0]),
+                               float(eps[1]), float(scale), torch.get_num_threads())
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ beam search
 def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:
