@@ -15,7 +15,7 @@
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
                                 (`int8_gemm_available()`)
     linear_f32(...), linear_bf16(...)  fp32 (AVX-512 or AVX2) and bf16 (AVX-512 BF16) GEMMs over packed panels;
-                                the fp32 one applies an activation (the exact GELU) to its output tiles
+                                the fp32 one applies an activation (the exact GELU) to its output blocks
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
     argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
@@ -481,7 +481,7 @@ def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.T
     return y
 
 
-# The activations the fp32 GEMM applies to its output tiles (csrc/kernels.h: BL_ACT_*), by their config names
+# The activations the fp32 GEMM applies to its output blocks (csrc/kernels.h: BL_ACT_*), by their config names
 EPILOGUES = {"gelu": 1}
 
 
@@ -490,8 +490,8 @@ def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None,
     """x (M, K) · Wᵀ + b, fp32, with W (n, K) packed by `pack_f32_panels` into `panels`: any M, no padded rows.
     The sum over k runs in k order from the bias, one FMA chain per output (~1e-6 of `F.linear`'s, another
     summation order; the AVX-512 and AVX2 kernels run the same chain and give the same bits). `activation`
-    (a name in `EPILOGUES`: "gelu", the exact erf form) is applied to each output tile before it is stored,
-    instead of a pass of its own over the output (within 1.4e-6 of the exact GELU, as torch's own fp32 gelu is
+    (a name in `EPILOGUES`: "gelu", the exact erf form) is applied to each block of the output right after it
+    is stored, still in L1, instead of a pass of its own over the output (within 1.4e-6 of the exact GELU, as torch's own fp32 gelu is
     within 1.2e-6: csrc/common.h). Returns (M, n), or None where the C kernel does not apply (neither AVX-512
     nor AVX2 at the dispatch level, another dtype, a non-contiguous x, a trace, an activation it lacks)."""
     if not f32_gemm_available() or (activation is not None and activation not in EPILOGUES):

@@ -256,7 +256,7 @@ class PackedLinear(nn.Module):
 
     def activated(self, x: torch.Tensor, activation: str) -> torch.Tensor | None:
         """`activate(self(x), activation)` in one call where the fp32 GEMM applies that activation to its output
-        tiles (`cpu_kernels.EPILOGUES`: the exact GELU) -- no second pass over the layer's widest output, no second
+        blocks (`cpu_kernels.EPILOGUES`: the exact GELU) -- no second pass over the layer's widest output, no second
         call; None where it does not (then the caller runs the layer and the activation). Within 1.4e-6 of the
         exact GELU of this layer's output (csrc/common.h), as torch's own fp32 gelu is within 1.2e-6."""
         if (self.kernel is not linear_f32 or activation not in EPILOGUES

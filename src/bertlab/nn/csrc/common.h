@@ -288,8 +288,8 @@ INLINE void gelu_f32x16(f32x16 *v) {
     *v = x * (splat16(0.5f) * t);
 }
 
-/* GELU over `rows` rows of `cols` floats, `ldy` apart: an output block the GEMM has just stored, still in L1 (in
- * the tile itself the epilogue's 20-odd vectors made GCC spill the accumulators of the k loop: 1.8x slower) */
+/* GELU over `rows` rows of `cols` floats, `ldy` apart: an output block the GEMM has just stored, still in L1 --
+ * after the tiles rather than inside them, so their k loops stay the plain GEMM's code */
 INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
     for (ptrdiff_t m = 0; m < rows; m++)
         for (ptrdiff_t c = 0; c < cols; c += 16) {

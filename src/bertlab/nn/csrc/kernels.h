@@ -31,8 +31,8 @@ enum { BL_NONE, BL_AVX2, BL_AVXVNNI, BL_AVX512, BL_AMX, BL_LEVELS };
 extern const char *const BL_LEVEL_NAMES[BL_LEVELS];
 
 enum { BL_OK = 0, BL_NO_MEMORY = -1, BL_UNSUPPORTED = -2 };
-/* What the fp32 GEMM applies to its output tile before storing it (its epilogue): nothing, or the exact GELU
- * (common.h: gelu_f32x16) */
+/* What the fp32 GEMM applies to each block of its output right after storing it, still in L1 (its epilogue):
+ * nothing, or the exact GELU (common.h: gelu_f32x16) */
 enum { BL_ACT_NONE = 0, BL_ACT_GELU = 1 };
 
 /* A decoding step's attention (one query per row and head), fp32. Strides in elements, [0] row, [1] head, [2]
