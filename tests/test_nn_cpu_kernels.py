@@ -238,6 +238,63 @@ def test_f32_gemm_on_avx2_gives_the_avx512_bits(isa):
     assert torch.equal(wide, narrow)
 
 
+def _exact_gelu(y: torch.Tensor) -> torch.Tensor:
+    """x · Φ(x) in float64, of fp32 values"""
+    y = y.double()
+    return 0.5 * y * (1 + torch.erf(y / 2 ** 0.5))
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_f32_gemm_gelu_epilogue_is_gelu_of_the_product(isa, threads):
+    """The GELU epilogue on every tile height, tail panel and row block: the plain GEMM's output (the same bits
+    before the epilogue) through the exact GELU, to 1.5e-6 -- as close as torch's own fp32 gelu is."""
+    g = torch.Generator().manual_seed(3)
+    for n, k in ((33, 48), (100, 384)):
+        w, b = torch.randn(n, k, generator=g) / k ** 0.5, torch.randn(n, generator=g)
+        panels = cpu_kernels.pack_f32_panels(w)
+        for m in (1, 11, 13, 205):
+            x = torch.randn(m, k, generator=g) * 3
+            for bias in (b, None):
+                plain = cpu_kernels.linear_f32(x, panels, bias, n)
+                got = cpu_kernels.linear_f32(x, panels, bias, n, "gelu")
+                torch.testing.assert_close(got.double(), _exact_gelu(plain), atol=1.5e-6, rtol=1e-6)
+                torch.testing.assert_close(got, torch.nn.functional.gelu(plain), atol=2.5e-6, rtol=1e-6)
+    assert cpu_kernels.linear_f32(x, panels, b, n, "relu") is None  # no epilogue for it: the caller's own path
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_f32_gemm_gelu_on_edge_values(isa):
+    """Through a GEMM that passes x unchanged (K 1, W 1, no bias): GELU on a dense grid over [-12, 12] and at the
+    edges -- the clamp of erf's argument at ±4 (x ±5.657), the tails where torch gives -0.0, tiny and huge
+    values, infinities and NaN."""
+    grid = torch.linspace(-12, 12, 200_001)
+    edges = torch.tensor([0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 1.0, -1.0, 5.6568542, -5.6568542, 5.66, -5.66,
+                          -5.9, -6.0, -9.0, -30.0, 30.0, 3e38, -3e38])
+    x = torch.cat([grid, edges])[:, None]
+    panels = cpu_kernels.pack_f32_panels(torch.ones(1, 1))
+    assert torch.equal(cpu_kernels.linear_f32(x, panels, None, 1), x)  # the GEMM passes x through exactly
+    got = cpu_kernels.linear_f32(x, panels, None, 1, "gelu")[:, 0]
+    want = _exact_gelu(x[:, 0])
+    torch.testing.assert_close(got.double(), want, atol=1.5e-6, rtol=1e-6)
+    finite = x[:, 0].abs() < 1e38  # (torch's fp32 gelu overflows to inf at 3e38: x · (1 + erf) before the 0.5)
+    torch.testing.assert_close(got[finite], torch.nn.functional.gelu(x[finite, 0]), atol=2.5e-6, rtol=1e-6)
+    assert (got[x[:, 0] > 0] > 0).all() and (got[x[:, 0] < 0] <= 0).all()  # the sign of x, never another
+    special = torch.tensor([[float("inf")], [float("-inf")], [float("nan")]])
+    inf, minus_inf, nan = cpu_kernels.linear_f32(special, panels, None, 1, "gelu")[:, 0].tolist()
+    assert inf == float("inf") and minus_inf != minus_inf and nan != nan  # -inf: NaN, as torch's fp32 gelu
+
+
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_f32_gemm_gelu_on_avx2_gives_the_avx512_bits(isa):
+    """AVX-512 and AVX2 run the epilogue's same vector code (AVX2 after each half panel): the same bits."""
+    g = torch.Generator().manual_seed(2)
+    w, b = torch.randn(100, 384, generator=g) / 20, torch.randn(100, generator=g)
+    panels, x = cpu_kernels.pack_f32_panels(w), torch.randn(205, 384, generator=g) * 2
+    wide = cpu_kernels.linear_f32(x, panels, b, 100, "gelu")
+    cpu_kernels.force_cpu_isa("avx2")
+    assert torch.equal(wide, cpu_kernels.linear_f32(x, panels, b, 100, "gelu"))
+
+
 def test_cpu_isa_refuses_an_unknown_or_unreachable_level():
     before = os.environ.get("BERTLAB_CPU_ISA")
     try:

@@ -57,6 +57,42 @@ def test_a_few_rows_take_the_gemv_and_more_take_the_packed_kernel(monkeypatch):
     assert calls == list(range(1, packed_linear.GEMV_ROWS + 1))
 
 
+@pytest.mark.parametrize("release", [False, True])
+def test_linear_activate_fuses_gelu_into_the_c_gemm_where_it_can(release, monkeypatch):
+    """`linear_activate` on a layer of the fp32 C GEMM: GELU in the GEMM's epilogue, one C call and no gelu op,
+    within 1.5e-6 of the layer then torch's gelu; everything else -- another activation, a decoding step's few
+    rows on the plain weight, bf16, autograd -- the layer then `activate`, the numbers of before."""
+    from bertlab.nn.elementwise import activate, linear_activate
+
+    if not cpu_kernels.f32_gemm_available():
+        pytest.skip("no C fp32 GEMM at this level")
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 80)
+    packed = packed_linear.PackedLinear(linear)
+    if release:
+        packed.release_plain()
+    fused = []
+    real = packed_linear.linear_f32
+    monkeypatch.setattr(packed_linear, "linear_f32", lambda *a: fused.append(a[4:]) or real(*a))
+    monkeypatch.setattr(packed, "kernel", packed_linear.linear_f32)
+    with torch.inference_mode():
+        for rows in (1, packed_linear.GEMV_ROWS + 1, 70):
+            x = torch.randn(2, rows, 48)
+            plain = packed(x)
+            for name in ("gelu", "relu", "gelu_new"):
+                fused.clear()
+                got = linear_activate(packed, x, name)
+                torch.testing.assert_close(got, activate(plain.clone(), name), atol=1.5e-6, rtol=1e-6)
+                on_plain_weight = 2 * rows <= packed_linear.GEMV_ROWS and not release
+                assert fused == ([("gelu",)] if name == "gelu" and not on_plain_weight else [] if on_plain_weight
+                                 else [()])
+    x = torch.randn(5, 48, requires_grad=True)
+    assert packed.activated(x, "gelu") is None  # autograd: the plain path
+    bf16 = packed_linear.PackedLinear(nn.Linear(48, 80).bfloat16())
+    with torch.inference_mode():
+        assert bf16.activated(torch.randn(70, 48).bfloat16(), "gelu") is None
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_c_gemm_layers_keep_no_onednn_copy(dtype, monkeypatch):
     """fp32 on AVX-512, bf16 on AVX-512 BF16: the weight lives in the GEMM's panels only; an input of another

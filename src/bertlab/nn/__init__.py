@@ -6,6 +6,7 @@
     token_layout.py   where the real tokens of a padded batch sit: compute position-wise layers on them only
     elementwise.py    activations (also in place), a fast CPU dropout mask, residual adds into a free buffer
     packed_linear.py  CPU inference: linear layers from weights packed once (the C fp32 GEMM, or oneDNN)
+    encoder_layer.py  CPU inference: a post-LN encoder block (attention, Add & Norm, GELU FFN) in one C call
     precision.py      precision names (fp32, bf16, fp16) -> torch dtypes, for training and inference alike
     rms_norm.py       RMS layer norm (scale only, statistics in fp32), as T5 uses it
     relative_position.py  T5's log-spaced relative position buckets and the additive attention bias from a table

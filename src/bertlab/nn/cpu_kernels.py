@@ -14,7 +14,8 @@
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
                                 (`int8_gemm_available()`)
-    linear_f32(...), linear_bf16(...)  fp32 (AVX-512 or AVX2) and bf16 (AVX-512 BF16) GEMMs over packed panels
+    linear_f32(...), linear_bf16(...)  fp32 (AVX-512 or AVX2) and bf16 (AVX-512 BF16) GEMMs over packed panels;
+                                the fp32 one applies an activation (the exact GELU) to its output blocks
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
     argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
@@ -463,10 +464,10 @@ def pack_bf16_panels(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int,
-                dtype: torch.dtype, panel_shape) -> torch.Tensor | None:
+                dtype: torch.dtype, panel_shape, *epilogue: int) -> torch.Tensor | None:
     """What the panel GEMMs share: x (M, K) of `dtype`, `panels` of `dtype` and of the shape `panel_shape(K)`
     its packing gives, the bias fp32 (n,) or None, all contiguous on the CPU outside a trace -- else None --
-    then the C entry `entry` into a fresh (M, n) output of `dtype`."""
+    then the C entry `entry` into a fresh (M, n) output of `dtype` (with `epilogue`: its BL_ACT_* code)."""
     if x.dim() != 2 or x.dtype != dtype or panels.dtype != dtype or panels.shape != panel_shape(x.shape[1]):
         return None
     if bias is not None and (bias.dtype != torch.float32 or bias.shape != (n,)):
@@ -476,20 +477,28 @@ def _panel_gemm(entry: str, x: torch.Tensor, panels: torch.Tensor, bias: torch.T
     m, k = x.shape
     y = x.new_empty((m, n))  # x's dtype is `dtype`
     getattr(_extension(), entry)(x.data_ptr(), panels.data_ptr(), None if bias is None else bias.data_ptr(),
-                                 y.data_ptr(), m, k, n, torch.get_num_threads())
+                                 y.data_ptr(), m, k, n, torch.get_num_threads(), *epilogue)
     return y
 
 
-def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
+# The activations the fp32 GEMM applies to its output blocks (csrc/kernels.h: BL_ACT_*), by their config names
+EPILOGUES = {"gelu": 1}
+
+
+def linear_f32(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int,
+               activation: str | None = None) -> torch.Tensor | None:
     """x (M, K) · Wᵀ + b, fp32, with W (n, K) packed by `pack_f32_panels` into `panels`: any M, no padded rows.
     The sum over k runs in k order from the bias, one FMA chain per output (~1e-6 of `F.linear`'s, another
-    summation order; the AVX-512 and AVX2 kernels run the same chain and give the same bits). Returns (M, n),
-    or None where the C kernel does not apply (neither AVX-512 nor AVX2 at the dispatch level, another dtype,
-    a non-contiguous x, a trace)."""
-    if not f32_gemm_available():
+    summation order; the AVX-512 and AVX2 kernels run the same chain and give the same bits). `activation`
+    (a name in `EPILOGUES`: "gelu", the exact erf form) is applied to each block of the output right after it
+    is stored, still in L1, instead of a pass of its own over the output (within 1.4e-6 of the exact GELU, as torch's own fp32 gelu is
+    within 1.2e-6: csrc/common.h). Returns (M, n), or None where the C kernel does not apply (neither AVX-512
+    nor AVX2 at the dispatch level, another dtype, a non-contiguous x, a trace, an activation it lacks)."""
+    if not f32_gemm_available() or (activation is not None and activation not in EPILOGUES):
         return None
     _tuned()
-    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL))
+    return _panel_gemm("linear_f32", x, panels, bias, n, torch.float32, lambda k: (-(-n // PANEL), k, PANEL),
+                       *(() if activation is None else (EPILOGUES[activation],)))
 
 
 def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor | None:
@@ -501,6 +510,29 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
         return None
     return _panel_gemm("linear_bf16", x, panels, bias, n, torch.bfloat16,
                        lambda k: (-(-n // PANEL), k // 2, PANEL, 2))
+
+
+# ------------------------------------------------------------------------------------ an encoder layer, one call
+def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, weights: tuple,
+                  eps: tuple[float, float], inter: int) -> torch.Tensor | None:
+    """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the fp32
+    GEMMs over packed panels, `attention_short`'s loops, `add_layer_norm_`, the GELU epilogue -- in that order,
+    with the same kernels, so bit for bit the layer computed one call at a time. `weights`: the 12 fp32 tensors
+    (stacked qkv panels and bias, attention output panels and bias, LayerNorm weight and bias, FFN in panels and
+    bias, FFN out panels and bias, LayerNorm weight and bias), checked by the caller (nn/encoder_layer.py); `add`
+    (B | 1, 1, 1, T) or None. None where the kernels do not apply (the level below AVX-512, a trace, x not a
+    contiguous fp32 CPU tensor outside autograd)."""
+    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() not in ("avx512", "amx") or not _native(x)
+            or not f32_gemm_available()):
+        return None
+    B, T, H = x.shape
+    out = x.new_empty((B, T, H))
+    _tuned()
+    _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
+                               T if add is not None and add.size(0) > 1 else 0, H, heads, inter,
+                               *(None if w is None else w.data_ptr() for w in weights), float(eps[0]),
+                               float(eps[1]), float(scale), torch.get_num_threads())
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ beam search

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ...nn import AttentionMask, Dropout, add_and_norm
-from ...nn.elementwise import activate
+from ...nn.elementwise import linear_activate
 from ..bert.modeling import BertEmbeddings, BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
 from .config import AlbertConfig
 
@@ -63,7 +63,7 @@ class AlbertLayer(nn.Module):
 
     def forward(self, x, mask, output_attentions=False, layout=None):
         x, probs = self.attention(x, mask, output_attentions, layout)
-        return add_and_norm(self.ffn_output(activate(self.ffn(x), self.hidden_act)), x, self.full_layer_layer_norm), probs
+        return add_and_norm(self.ffn_output(linear_activate(self.ffn, x, self.hidden_act)), x, self.full_layer_layer_norm), probs
 
 
 class AlbertLayerGroup(nn.Module):

@@ -26,7 +26,8 @@ from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
 from ...nn import AttentionMask, Dropout, TokenLayout, add_and_norm, attention
 from ...nn.attention import takes_rows
-from ...nn.elementwise import activate
+from ...nn.elementwise import linear_activate
+from ...nn.encoder_layer import post_ln_layer
 
 @dataclass
 class BertModelOutput:
@@ -147,7 +148,8 @@ class BertIntermediate(nn.Module):
         self.hidden_act = config.hidden_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return activate(self.dense(x), self.hidden_act)  # (B, T, 4H); in place when autograd allows
+        # (B, T, 4H); the activation in place when autograd allows, or in the fp32 GEMM's epilogue
+        return linear_activate(self.dense, x, self.hidden_act)
 
 
 class BertOutput(nn.Module):
@@ -173,8 +175,20 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
 
     def forward(self, x, mask, output_attentions=False, layout=None):
+        if not (self.training or output_attentions) and layout is None and (y := self.in_one_call(x, mask)) is not None:
+            return y, None
         x, probs = self.attention(x, mask, output_attentions, layout)  # x: (B, T, H), or (N, H) with a layout
         return self.output(self.intermediate(x), x), probs
+
+    def in_one_call(self, x: torch.Tensor, mask: AttentionMask | None) -> torch.Tensor | None:
+        """The block in one C call (CPU fp32 inference with packed layers: `nn.encoder_layer`), the same bits as
+        the modules above; None where that does not apply."""
+        attn = self.attention.self
+        if attn.stacked is None:
+            return None
+        return post_ln_layer(x, mask, attn.stacked, attn.num_heads, attn.attn_implementation,
+                             self.attention.output.dense, self.attention.output.LayerNorm, self.intermediate.dense,
+                             self.intermediate.hidden_act, self.output.dense, self.output.LayerNorm)
 
 
 class BertEncoder(nn.Module):

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ...nn import AttentionMask, Dropout, add_and_norm
-from ...nn.elementwise import activate
+from ...nn.elementwise import linear_activate
+from ...nn.encoder_layer import post_ln_layer
 from ..bert.modeling import BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
 from .config import DistilBertConfig
 
@@ -80,7 +81,7 @@ class FFN(nn.Module):
         self.activation = config.activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.lin2(activate(self.lin1(x), self.activation)))
+        return self.dropout(self.lin2(linear_activate(self.lin1, x, self.activation)))
 
 
 class TransformerBlock(nn.Module):
@@ -95,6 +96,12 @@ class TransformerBlock(nn.Module):
         self.output_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
 
     def forward(self, x, mask, output_attentions=False, layout=None):
+        if not (self.training or output_attentions) and layout is None and self.attention.stacked is not None and (
+                y := post_ln_layer(x, mask, self.attention.stacked, self.attention.num_heads,
+                                   self.attention.attn_implementation, self.attention.out_lin, self.sa_layer_norm,
+                                   self.ffn.lin1, self.ffn.activation, self.ffn.lin2,
+                                   self.output_layer_norm)) is not None:
+            return y, None  # CPU fp32 inference: the block in one C call, the same bits (`nn.encoder_layer`)
         y, probs = self.attention(x, mask, output_attentions, layout)
         x = add_and_norm(y, x, self.sa_layer_norm)
         return add_and_norm(self.ffn(x), x, self.output_layer_norm), probs

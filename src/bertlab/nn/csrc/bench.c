@@ -101,7 +101,7 @@ static Layer make_layer(ptrdiff_t M, ptrdiff_t K, ptrdiff_t N) {
 typedef int (*Call)(const bl_kernels *t, Layer *l, int threads);
 
 static int call_f32(const bl_kernels *t, Layer *l, int threads) {
-    return bl_linear_f32(t, l->x, l->panels, l->b, l->y, l->M, l->K, l->N, threads);
+    return bl_linear_f32(t, l->x, l->panels, l->b, l->y, l->M, l->K, l->N, threads, BL_ACT_NONE);
 }
 static int call_bf16(const bl_kernels *t, Layer *l, int threads) {
     return bl_linear_bf16(t, l->xb, l->pairs, l->b, l->yb, l->M, l->K, l->N, threads);

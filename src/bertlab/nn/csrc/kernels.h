@@ -31,6 +31,9 @@ enum { BL_NONE, BL_AVX2, BL_AVXVNNI, BL_AVX512, BL_AMX, BL_LEVELS };
 extern const char *const BL_LEVEL_NAMES[BL_LEVELS];
 
 enum { BL_OK = 0, BL_NO_MEMORY = -1, BL_UNSUPPORTED = -2 };
+/* What the fp32 GEMM applies to each block of its output right after storing it, still in L1 (its epilogue):
+ * nothing, or the exact GELU (common.h: gelu_f32x16) */
+enum { BL_ACT_NONE = 0, BL_ACT_GELU = 1 };
 
 /* A decoding step's attention (one query per row and head), fp32. Strides in elements, [0] row, [1] head, [2]
  * position (q and out: one position); the last dimension contiguous. `add` (the scores' additive mask and bias)
@@ -96,7 +99,7 @@ typedef struct {
                               ptrdiff_t table);
     /* the level's own kernels; NULL where it has none */
     void (*gemm_f32)(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b,
-                     float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
+                     float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1, int act);
     void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
                       ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
@@ -141,11 +144,23 @@ int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int th
 int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const void *b, void *y, ptrdiff_t M,
                        ptrdiff_t K, ptrdiff_t N, int dtype, int threads);
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
-                  ptrdiff_t K, ptrdiff_t N, int threads);
+                  ptrdiff_t K, ptrdiff_t N, int threads, int act);
 int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y,
                    ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
                    const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
+/* A post-LN Transformer encoder layer (BERT's) in one call, fp32, each step one of the operations above in turn
+ * (the same kernels, so the same bits as calling them one by one): qkv = x Wqkvᵀ + b (the three projections side
+ * by side, panels); attention over q, k, v read in place from qkv (hs a multiple of 16 up to 64); y =
+ * LayerNorm(ctx Woᵀ + b + x); out = LayerNorm(GELU(y Wiᵀ + b) Wfᵀ + b + y). x and out (B·T, hidden); `add` the
+ * scores' additive mask, (B, T) (row stride `add_rows`, 0: one row for all) or NULL. */
+typedef struct {
+    ptrdiff_t hidden, heads, inter;
+    const float *qkv_w, *qkv_b, *o_w, *o_b, *ln1_w, *ln1_b, *i_w, *i_b, *f_w, *f_b, *ln2_w, *ln2_b;
+    float eps1, eps2, scale;
+} PostLnLayer;
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
+                     const float *add, ptrdiff_t add_rows, int threads);
 /* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
 int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
                  ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads);

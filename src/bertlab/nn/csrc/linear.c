@@ -93,11 +93,17 @@ INLINE void panel_tile(const int MR, const float *x, ptrdiff_t K, const float *p
     }
 }
 
+/* The GELU epilogue (BL_ACT_GELU) over a block's panel just stored (rows x cols ≤ 32, in L1) */
+static __attribute__((noinline)) AVX512_TARGET void gelu_panel(float *y, ptrdiff_t rows, ptrdiff_t ldy, int cols) {
+    gelu_rows(y, rows, ldy, cols);
+}
+
 /* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
- * by tiles of t->f32_rows rows; the panel t->f32_prefetch ahead requested meanwhile */
+ * by tiles of t->f32_rows rows; the panel t->f32_prefetch ahead requested meanwhile; `act` on each block's panel
+ * once its tiles are stored */
 HIDDEN AVX512_TARGET void gemm_f32_avx512(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
                                           const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
-                                          ptrdiff_t p1) {
+                                          ptrdiff_t p1, int act) {
     const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
     const int mr = t->f32_rows;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
@@ -114,6 +120,7 @@ HIDDEN AVX512_TARGET void gemm_f32_avx512(const bl_tuning *t, const float *x, pt
                             next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)
             ROW_TILES_OF(m0, m1, mr, TILE);
 #undef TILE
+            if (act == BL_ACT_GELU) gelu_panel(yp + m0 * N, rows, N, cols);
         }
     }
 }

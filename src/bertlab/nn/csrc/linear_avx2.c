@@ -65,12 +65,19 @@ static inline __attribute__((always_inline)) AVX2_TARGET void half_panel_tile(
         case 1: TILE(1); break;                        \
     }
 
+/* The GELU epilogue (BL_ACT_GELU) over a block's half panel just stored (rows x cols ≤ 16, in L1): linear.c's
+ * vector code, so the same bits */
+static __attribute__((noinline)) AVX2_TARGET void gelu_half_panel(float *y, ptrdiff_t rows, ptrdiff_t ldy, int cols) {
+    gelu_rows(y, rows, ldy, cols);
+}
+
 /* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
- * by tiles of t->f32_rows rows. With t->f32_prefetch, the panel that many ahead is requested meanwhile, spread
- * over both halves' tiles as gemm_f32_avx512 spreads it over its tiles. */
+ * by tiles of t->f32_rows rows, `act` applied to each block's half panel once stored. With t->f32_prefetch, the
+ * panel that many ahead is requested meanwhile, spread over both halves' tiles as gemm_f32_avx512 spreads it over
+ * its tiles. */
 HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
                                       const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
-                                      ptrdiff_t p1) {
+                                      ptrdiff_t p1, int act) {
     const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
     const int mr = t->f32_rows;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
@@ -92,6 +99,7 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
                 for (; m + mr <= m1; m += mr) AVX2_TILE_OF(mr, TILE);
                 if (m < m1) AVX2_TILE_OF(m1 - m, TILE);
 #undef TILE
+                if (act == BL_ACT_GELU) gelu_half_panel(yp + m0 * N, m1 - m0, N, hc);
             }
         }
     }

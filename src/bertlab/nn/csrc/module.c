@@ -278,9 +278,14 @@ static PyObject *py_linear_few_rows(PyObject *self, PyObject *const *args, Py_ss
 }
 
 /* linear_f32 and linear_bf16(x_ptr, panels_ptr, bias_ptr | None, y_ptr, M, K, N, threads): y = x Wᵀ + b, W packed
- * in panels (fp32; bf16 pairs with an fp32 bias and K even) */
+ * in panels (fp32; bf16 pairs with an fp32 bias and K even); linear_f32 takes an epilogue (BL_ACT_*) after them */
 static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) {
     const char *name = dtype == BF16 ? "linear_bf16 (AVX-512 BF16, K even)" : "linear_f32 (AVX-512 or AVX2)";
+    long act = BL_ACT_NONE;
+    if (dtype == F32 && nargs == 9) {
+        act = PyLong_AsLong(args[--nargs]);
+        if (act == -1 && PyErr_Occurred()) return NULL;
+    }
     if (parse(args, nargs, 8, dtype == BF16 ? "linear_bf16" : "linear_f32") < 0) return NULL;
     const void *x = as_ptr(args[0]), *w = as_ptr(args[1]);
     const float *b = as_ptr(args[2]);
@@ -290,8 +295,29 @@ static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) 
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = dtype == BF16 ? bl_linear_bf16(k, x, w, b, y, M, K, N, (int)threads)
-                           : bl_linear_f32(k, x, w, b, y, M, K, N, (int)threads));
+                           : bl_linear_f32(k, x, w, b, y, M, K, N, (int)threads, (int)act));
     return result(rc, name);
+}
+
+/* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, i_w,
+ * i_b, f_w, f_b, ln2_w, ln2_b, eps1, eps2, scale, threads): a post-LN encoder layer in one call (see kernels.h) */
+static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 25, "post_ln_layer") < 0) return NULL;
+    const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
+    float *out = as_ptr(args[1]);
+    Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
+    PostLnLayer l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
+                     .inter = PyLong_AsSsize_t(args[8])};
+    const float **weights[] = {&l.qkv_w, &l.qkv_b, &l.o_w, &l.o_b, &l.ln1_w, &l.ln1_b,
+                               &l.i_w, &l.i_b, &l.f_w, &l.f_b, &l.ln2_w, &l.ln2_b};
+    for (int i = 0; i < 12; i++) *weights[i] = as_ptr(args[9 + i]);
+    l.eps1 = (float)PyFloat_AsDouble(args[21]), l.eps2 = (float)PyFloat_AsDouble(args[22]);
+    l.scale = (float)PyFloat_AsDouble(args[23]);
+    long threads = PyLong_AsLong(args[24]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_post_ln_layer(k, &l, x, out, B, T, add, add_rows, (int)threads));
+    return result(rc, "post_ln_layer (an fp32 GEMM, heads of a multiple of 16 up to 64)");
 }
 
 static PyObject *py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -362,8 +388,10 @@ static PyMethodDef methods[] = {
     METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"),
     METHOD(linear_few_rows, "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as "
                             "nn.Linear keeps it"),
-    METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads): y = x Wᵀ + b, fp32, W packed in panels of 32 "
-                       "columns"),
+    METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads[, act]): y = act(x Wᵀ + b), fp32, W packed "
+                       "in panels of 32 columns; act 0 none (the default), 1 the exact GELU"),
+    METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 12 weights, eps1, eps2, "
+                          "scale, threads): a post-LN encoder layer in one call, fp32"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),
     METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): the int8 linear "

@@ -200,19 +200,21 @@ int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const 
 
 #define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
 
-/* y (M, N) = x (M, K) · Wᵀ + b, fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or AVX2 +
- * FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the same bits. */
+/* y (M, N) = act(x (M, K) · Wᵀ + b), fp32, W packed into panels of 32 columns; on the level's GEMM (AVX-512 or
+ * AVX2 + FMA: the same panels, the same result). Threads split the panels, or the rows (bl_tuning.split): the
+ * same bits. `act`: BL_ACT_NONE or BL_ACT_GELU, over each block of output as soon as it is stored. */
 int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const float *b, float *y, ptrdiff_t M,
-                  ptrdiff_t K, ptrdiff_t N, int threads) {
+                  ptrdiff_t K, ptrdiff_t N, int threads, int act) {
+    if (act != BL_ACT_NONE && act != BL_ACT_GELU) return BL_UNSUPPORTED;
     if (!k->gemm_f32) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
     if (k->tune.split) { /* (bl_tuning: the rows split, each thread every panel) */
         int parts = thread_count(M, K * N, threads);
-        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels); });
+        FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels, act); });
         return BL_OK;
     }
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count); });
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_f32(&k->tune, x, M, K, w, b, y, N, start, start + count, act); });
     return BL_OK;
 }
 
@@ -293,6 +295,38 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
 #endif
     free(xq);
     return BL_OK;
+}
+
+/* ------------------------------------------------------------------------------ a post-LN encoder layer */
+/* One call for a whole layer: at one row of a short input, the Python around its seven kernels (module calls,
+ * operand checks, views of q, k and v) cost ~125 us a layer of all-MiniLM-L6-v2 at one thread, the kernels
+ * stubbed out (see nn/encoder_layer.py). Scratch: qkv (3H), the heads' output (H), the first sub-layer's output
+ * (H), the FFN's middle (I), per row. */
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
+                     const float *add, ptrdiff_t add_rows, int threads) {
+    const ptrdiff_t H = l->hidden, I = l->inter, M = B * T;
+    if (!k->gemm_f32 || !k->attention_rows_heads || l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
+    const ptrdiff_t hs = H / l->heads;
+    if (hs % 16 || hs > 64 || M < 1) return M < 1 ? BL_OK : BL_UNSUPPORTED;
+    float *qkv = malloc(sizeof(float) * (size_t)(M * (5 * H + I)));
+    if (!qkv) return BL_NO_MEMORY;
+    float *ctx = qkv + M * 3 * H, *y = ctx + M * H, *h = y + M * H;
+    int rc = bl_linear_f32(k, x, l->qkv_w, l->qkv_b, qkv, M, H, 3 * H, threads, BL_ACT_NONE);
+    if (rc == BL_OK) {
+        /* q, k, v: (B, heads, T, hs) views of qkv (row T·3H, head hs, position 3H); ctx (B, T, heads, hs) */
+        Rows a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .add = add, .out = ctx,
+                  .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
+                  .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
+                  .scale = l->scale, .dtype = F32};
+        rc = bl_attention_rows(k, &a, B, threads);
+    }
+    if (rc == BL_OK) rc = bl_linear_f32(k, ctx, l->o_w, l->o_b, y, M, H, H, threads, BL_ACT_NONE);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
+    if (rc == BL_OK) rc = bl_linear_f32(k, y, l->i_w, l->i_b, h, M, H, I, threads, BL_ACT_GELU);
+    if (rc == BL_OK) rc = bl_linear_f32(k, h, l->f_w, l->f_b, out, M, I, H, threads, BL_ACT_NONE);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
+    free(qkv);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------- search */

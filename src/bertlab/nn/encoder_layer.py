@@ -1,0 +1,69 @@
+"""CPU inference: a post-LN Transformer encoder layer (BERT's: attention, Add & Norm, a GELU feed-forward block,
+Add & Norm) in one C call, fp32.
+
+Why: at batch 1 on a short input the kernels themselves are fast, and the Python around them is not -- eleven
+module calls a layer, operand checks before each of seven kernels, the views and transposes that cut q, k and v
+out of the stacked projection and put the heads back. With the kernels stubbed out, all-MiniLM-L6-v2's layer cost
+~125 us of that per call at one thread on the Intel Xeon (under load from other jobs), ~6% of a 70-token input's
+time. `post_ln_layer` checks the layer's parts (the modules a family's block holds) and hands their tensors to
+one C function that runs the same kernels in the same order (`cpu_kernels.post_ln_layer`): the same bits as the
+modules one by one. Anything else -- training, autograd, bf16 or int8 layers, another attention kernel or
+activation, padded rows held as a `TokenLayout`, heads the C attention does not take, a trace -- returns None and
+the family's modules run as before.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import LONG_KEYS, AttentionMask
+from .cpu_kernels import post_ln_layer as _post_ln_layer
+from .packed_linear import GEMV_ROWS, PackedLinear
+
+def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """A PackedLinear on the C fp32 GEMM mapping shape[0] -> shape[1] features: its panels and bias."""
+    if (type(layer) is not PackedLinear or layer.panels is None or layer.panels.dtype != torch.float32
+            or (layer.in_features, layer.out_features) != shape):
+        return None
+    return layer.panels, layer.panel_bias
+
+
+def _norm(norm: nn.Module, hidden: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if (type(norm) is not nn.LayerNorm or not norm.elementwise_affine or norm.bias is None
+            or norm.normalized_shape != (hidden,) or norm.weight.dtype != torch.float32):
+        return None
+    return norm.weight, norm.bias
+
+
+def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, heads: int, attention_kernel: str,
+                  attention_out: nn.Module, norm1: nn.Module, ffn_in: nn.Module, activation: str,
+                  ffn_out: nn.Module, norm2: nn.Module, scale: float | None = None) -> torch.Tensor | None:
+    """LayerNorm(y + FFN(y)) with y = LayerNorm(x + Attention(x) W_o + b_o) and FFN(y) = GELU(y W_1 + b_1) W_2 + b_2,
+    for x (B, T, H) fp32 and a bidirectional `mask` (key padding or none), in one C call: `qkv` the stacked
+    (H -> 3H) projection, then the attention output, the two norms and the FFN's two layers, each a
+    `PackedLinear` on the C fp32 GEMM (or nn.LayerNorm); `attention_kernel` must be "bmm" (whose fp32 C loops
+    it runs) and `activation` "gelu". Returns (B, T, H), or None where it does not apply (see the module
+    docstring), the caller then running its modules."""
+    if (torch.is_grad_enabled() or attention_kernel != "bmm" or activation != "gelu" or x.dim() != 3
+            or x.dtype != torch.float32):
+        return None
+    B, T, H = x.shape
+    if not 2 <= T < LONG_KEYS or H % heads or (H // heads) % 16 or H // heads > 64:
+        return None  # (one query: the decoding step's kernel; long rows: SDPA; heads the C loops do not take)
+    inter = getattr(ffn_in, "out_features", 0)
+    parts = (_panels(qkv, (H, 3 * H)), _panels(attention_out, (H, H)), _norm(norm1, H), _panels(ffn_in, (H, inter)),
+             _panels(ffn_out, (inter, H)), _norm(norm2, H))
+    if any(p is None for p in parts):
+        return None
+    if B * T <= GEMV_ROWS and any(layer.plain is not None for layer in (qkv, attention_out, ffn_in, ffn_out)):
+        return None  # a few rows take the GEMV over a plain weight there: other sums
+    add = None
+    if mask is not None:
+        if mask.kind != "bidirectional" or mask.documents is not None:
+            return None
+        add = mask.additive(T, T, torch.float32, x.device)  # (B, 1, 1, T) or None
+    return _post_ln_layer(x, add, heads, scale if scale is not None else 1.0 / math.sqrt(H // heads),
+                          tuple(t for part in parts for t in part), (norm1.eps, norm2.eps), inter)

@@ -1,0 +1,71 @@
+"""CPU fp32 inference runs each BERT block in one C call (`nn.encoder_layer`): the same bits as its modules one by
+one, with and without padding, and the modules wherever the call does not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertlab import BertModel
+from bertlab.infer.runtime import InferenceOptions, load_model
+from bertlab.models.bert import modeling
+from bertlab.nn import cpu_kernels, encoder_layer, packed_linear
+
+from infer_support import tiny_model
+
+pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not packed_linear.available(),
+                                reason="the one-call layer runs on AVX-512's fp32 GEMM and attention loops")
+
+
+def _calls(monkeypatch) -> list:
+    """The one-call layers run from here on, counted."""
+    calls, real = [], encoder_layer._post_ln_layer
+    monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    # heads of 16 (the C attention's smallest), an FFN width that leaves a last panel of 5 columns
+    return tiny_model(tmp_path_factory.mktemp("m") / "bert", hidden_size=64, num_attention_heads=4,
+                      intermediate_size=37, num_hidden_layers=2)
+
+
+def test_one_call_layer_gives_the_modules_bits(folder, monkeypatch):
+    model = load_model(BertModel, folder, InferenceOptions())
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 40, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # padded rows: the additive mask per row
+    mask[2, 2:] = 0
+    calls = _calls(monkeypatch)
+    with torch.inference_mode():
+        fused = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
+                 model(ids[:1, :9]).last_hidden_state]
+        assert len(calls) == 6  # every block of the three passes
+        monkeypatch.setattr(modeling.BertLayer, "in_one_call", lambda self, x, m: None)
+        modules = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
+                   model(ids[:1, :9]).last_hidden_state]
+    for a, b in zip(fused, modules):
+        assert torch.equal(a, b)
+
+
+def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypatch):
+    calls = _calls(monkeypatch)
+    model = load_model(BertModel, folder, InferenceOptions())
+    ids = torch.randint(5, 40, (2, 6))
+    with torch.inference_mode():
+        model(ids, output_attentions=True)  # the probabilities: the eager modules
+        model(ids[:, :1])  # one query a row: the decoding step's kernel
+    model(ids)  # autograd on: the modules
+    model.train()
+    with torch.inference_mode():
+        model(ids)  # training mode (dropout): the modules
+    assert calls == []
+    narrow = load_model(BertModel, tiny_model(tmp_path / "narrow", hidden_size=32, num_attention_heads=4),
+                        InferenceOptions())  # heads of 8: not the C attention's
+    relu = load_model(BertModel, tiny_model(tmp_path / "relu", hidden_size=64, num_attention_heads=4,
+                                            hidden_act="relu"), InferenceOptions())
+    with torch.inference_mode():
+        narrow(ids), relu(ids)
+    assert calls == []

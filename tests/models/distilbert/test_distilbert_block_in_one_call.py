@@ -1,0 +1,33 @@
+"""CPU fp32 inference runs each DistilBERT block in one C call (`nn.encoder_layer`), the same bits as its modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertlab.infer.runtime import InferenceOptions, load_model
+from bertlab.models.distilbert.modeling import DistilBertModel
+from bertlab.nn import cpu_kernels, encoder_layer, packed_linear
+
+pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not packed_linear.available(),
+                                reason="the one-call layer runs on AVX-512's fp32 GEMM and attention loops")
+
+
+def test_distilbert_block_in_one_call_gives_the_modules_bits(tmp_path, monkeypatch):
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(vocab_size=50, dim=64, n_layers=2, n_heads=4, hidden_dim=37,
+                                           max_position_embeddings=32)
+    transformers.DistilBertModel(config).save_pretrained(tmp_path / "m")
+    model = load_model(DistilBertModel, tmp_path / "m", InferenceOptions())
+    calls, real = [], encoder_layer._post_ln_layer
+    monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: calls.append(1) or real(*a))
+    ids = torch.randint(5, 50, (2, 10))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.inference_mode():
+        fused = model(ids, attention_mask=mask).last_hidden_state
+        assert len(calls) == 2
+        monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: None)  # every block on its modules
+        assert torch.equal(fused, model(ids, attention_mask=mask).last_hidden_state)
