@@ -130,29 +130,36 @@ def candidates(level: str, default: dict[str, int], threads: int, int8: str | No
 
 class _Workload:
     """The layers the sweep times, made once: random weights already in the kernels' layouts (fp32 panels of 32
-    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write;
-    `run(part)` calls the extension directly ("f32", "int8" or "both")."""
+    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write. At
+    each row count the layers run in `SHAPES`' order as a feed-forward block does, each reading the output the
+    one before wrote where the widths chain (a split by rows then finds its rows in its own core's cache, as in
+    a model); `calls` picks them, `run` times them through the extension directly."""
 
     def __init__(self, ext, threads: int, int8: bool):
         g = torch.Generator().manual_seed(0)
         self.ext, self.threads, self.keep = ext, threads, []
         self.f32, self.int8 = [], []
+        layers = []
         for k, n in SHAPES:
             panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
-            self.keep += [b, panels]
-            for m in F32_ROWS:
-                x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
-                self.keep += [x, y]
-                self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
-            if int8:
-                packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g)
-                comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
-                self.keep += [packed, comp, ws]
-                for m in INT8_ROWS:
-                    x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
+            packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g) if int8 else None
+            comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
+            self.keep += [panels, b, packed, comp, ws]
+            layers.append((k, n, panels, b, packed, comp, ws))
+        for part, counts in (("f32", F32_ROWS), ("int8", INT8_ROWS if int8 else ())):
+            for m in counts:
+                x = None
+                for k, n, panels, b, packed, comp, ws in layers:
+                    if x is None or x.shape[1] != k:
+                        x = torch.randn(m, k, generator=g)
+                    y = torch.empty(m, n)
                     self.keep += [x, y]
-                    self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
-                                      b.data_ptr(), y.data_ptr(), m, k, n))
+                    if part == "f32":
+                        self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
+                    else:
+                        self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
+                                          b.data_ptr(), y.data_ptr(), m, k, n))
+                    x = y
 
     def calls(self, part: str, rows: str | None = None) -> list:
         """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given."""
