@@ -4,7 +4,7 @@ H 768, GeGLU 1152, one global layer in three, a 128-token window) saved by `tran
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
-        [--separate] [--model minilm|modernbert-base]
+        [--separate] [--model minilm|modernbert-base] [--splits 0,10]
     python benchmarks/bench_engines.py --model modernbert-base --shapes 512,8192 --n 8 --latency-n 0 --rounds 2 \
         --n-long 1 --rounds-long 1 --threads 1
 
@@ -37,6 +37,11 @@ predictions equal to bertlab fp32's.
 
 `--separate` runs each engine in a process of its own beside HF fp32 (use it above one thread: in one process
 each runtime's idle worker threads spin on the cores the next one needs).
+
+`--splits 0,10` runs each bertlab contender once per value of the GEMMs' thread split (`bertlab.nn.cpu_tuning`:
+one bit per shape class, set for rows; 0 every class by columns, 10 the bulk classes by rows), the value set
+before each of its calls: the splits compared in the same interleaved rounds, the rest of the blocking as the
+run's tuning has it.
 
 Prints a markdown table per thread count and writes all numbers to `--json`. `--quick` is a smoke run (64
 rows, 8 for latency, 1 round, short and long, 1 thread) that shows the script works; its numbers are noisy.
@@ -268,6 +273,19 @@ def run_long(model_dir, folders, args, threads: int, shape: str, ids: list[list[
              "min_cosine_to_hf_fp32": round(float(cosine(vectors[name], ref).min()), 6)} for name in names]
 
 
+class WithSplit:
+    """A bertlab contender whose every call runs with the GEMMs' thread split set to `split` (`--splits`)."""
+
+    def __init__(self, model, split: int):
+        self.model, self.split = model, split
+
+    def embed_ids(self, rows: list[list[int]]) -> np.ndarray:
+        cpu_kernels._tuned()  # (the run's blocking first: its first setting would undo the split)
+        ext = cpu_kernels._extension()
+        ext.tune(*ext.tune()[:-1], self.split)
+        return self.model.embed_ids(rows)
+
+
 def timed(fn) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn()
@@ -284,6 +302,9 @@ def run_threads(model_dir, folders, args, threads: int, inputs: dict[str, list[l
         return rows
     longest = max(SHAPES[s][1] for s in inputs)
     models = contenders(model_dir, folders, args.engines, args.dtypes, threads, max(512, longest))
+    if args.splits:
+        models = {f"{name} split={split}" if name.startswith("bertlab") else name: WithSplit(m, split)
+                  if name.startswith("bertlab") else m for name, m in models.items() for split in args.splits}
     names = list(models)
     for shape, ids in inputs.items():
         latency_ids = ids[:args.latency_n]
@@ -414,6 +435,8 @@ def run_separately(args: argparse.Namespace) -> int:
                    str(args.latency_n), "--rounds", str(args.rounds), "--n-long", str(args.n_long), "--rounds-long",
                    str(args.rounds_long), "--threads", args.threads, "--shapes",
                    args.shapes, "--dtypes", args.dtypes, "--model", args.model, "--json", str(out)]
+            if args.splits and engine == "bertlab":
+                cmd += ["--splits", ",".join(map(str, args.splits))]
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
             got = json.loads(out.read_text())["rows"]
             hf = {(r["threads"], r["shape"]): r["bulk_seq_per_s"] for r in got if r["contender"] == "HF fp32"}
@@ -448,6 +471,8 @@ def main() -> int:
                    help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's shape")
     p.add_argument("--separate", action="store_true",
                    help="each engine in a process of its own, beside HF fp32 (the ratios are to that process's HF)")
+    p.add_argument("--splits", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                   help="bertlab once per GEMM thread split (bit per shape class, set: rows), e.g. 0,10")
     args = p.parse_args()
     if args.quick:
         args.n, args.latency_n, args.rounds, args.threads = 64, 8, 1, "1"

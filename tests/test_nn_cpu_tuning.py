@@ -39,8 +39,9 @@ def _gemm_once():
 @pytest.mark.parametrize("isa", ["amx", "avx512", "avxvnni", "avx2"], indirect=True)
 def test_every_blocking_gives_the_same_bits(isa, threads):
     """Tile heights from 1 to the level's tallest, blocks of 1 row to all of them, no prefetch to four panels
-    ahead, VNNI panels from 1 row or never, columns or rows split over threads: the fp32 GEMM and the int8 layer
-    give the default blocking's outputs bit for bit (any row count, a last panel of 16 columns)."""
+    ahead, VNNI panels from 1 row or never, columns or rows split over threads in each shape class (fp32 and int8,
+    few rows and many): the fp32 GEMM and the int8 layer give the default blocking's outputs bit for bit (any row
+    count, on both sides of the classes' boundary, a last panel of 16 columns)."""
     ext = cpu_kernels._extension()
     g = torch.Generator().manual_seed(3)
     k, n = 384, 112
@@ -48,7 +49,7 @@ def test_every_blocking_gives_the_same_bits(isa, threads):
     panels = cpu_kernels.pack_f32_panels(w)
     wq = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
     packed, ws = cpu_kernels.pack_int8_weight(wq), torch.rand(n, generator=g) / 50
-    xs = [torch.randn(m, k, generator=g) for m in (1, 5, 13, 40, 205)]
+    xs = [torch.randn(m, k, generator=g) for m in (1, 5, 13, 40, 127, 128, 205)]
 
     def outputs():
         return [(cpu_kernels.linear_f32(x, panels, b, n), cpu_kernels.int8_linear(x, packed, ws, b)) for x in xs]
@@ -57,12 +58,42 @@ def test_every_blocking_gives_the_same_bits(isa, threads):
     default = ext.tune()
     tallest = 12 if isa in ("avx512", "amx") else 6
     try:
-        for values in [(1, 1, 0, 1, 1), (tallest, 1 << 20, 4, 1 << 20, 0), (tallest - 1, 37, 2, 4, 1),
-                       (3, 96, 1, 8, 0)]:
+        for values in [(1, 1, 0, 1, 15), (tallest, 1 << 20, 4, 1 << 20, 0), (tallest - 1, 37, 2, 4, 5),
+                       (3, 96, 1, 8, 10), (tallest, 192, 1, 16, 2), (tallest, 192, 1, 16, 8)]:
             ext.tune(*values)
             for (f32, int8), (f32_want, int8_want) in zip(outputs(), want):
                 assert torch.equal(f32, f32_want) and torch.equal(int8, int8_want), values
     finally:
+        ext.tune(*default)
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_every_split_at_four_threads_gives_the_one_thread_bits(isa):
+    """More threads than this CI's two cores: each thread's share (rows or columns, either class) still gives the
+    one-thread GEMM's bits."""
+    ext = cpu_kernels._extension()
+    g = torch.Generator().manual_seed(4)
+    k, n = 128, 208
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    panels = cpu_kernels.pack_f32_panels(w)
+    packed = cpu_kernels.pack_int8_weight(torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g))
+    ws = torch.rand(n, generator=g) / 50
+    xs = [torch.randn(m, k, generator=g) for m in (3, 50, 131, 300)]
+    before, default = torch.get_num_threads(), ext.tune()
+
+    def outputs():
+        return [(cpu_kernels.linear_f32(x, panels, b, n), cpu_kernels.int8_linear(x, packed, ws, b)) for x in xs]
+
+    try:
+        torch.set_num_threads(1)
+        want = outputs()
+        torch.set_num_threads(4)
+        for split in range(16):
+            ext.tune(*default[:4], split)
+            for (f32, int8), (f32_want, int8_want) in zip(outputs(), want):
+                assert torch.equal(f32, f32_want) and torch.equal(int8, int8_want), split
+    finally:
+        torch.set_num_threads(before)
         ext.tune(*default)
 
 
@@ -74,7 +105,7 @@ def test_a_blocking_the_level_cannot_run_is_refused_and_nothing_changes(isa):
     before = ext.tune()
     tallest = 12 if isa == "avx512" else 6
     for values in [(tallest + 1, 192, 1, 16, 0), (0, 192, 1, 16, 0), (6, 0, 1, 16, 0), (6, 192, 5, 16, 0),
-                   (6, 192, 1, 0, 0), (6, 192, 1, 16, 2), (6, -1, 1, 16, 0)]:
+                   (6, 192, 1, 0, 0), (6, 192, 1, 16, 16), (6, -1, 1, 16, 0)]:
         with pytest.raises(ValueError, match=f"is not a blocking of the level {isa}"):
             ext.tune(*values)
     with pytest.raises(TypeError, match="tune takes 5 arguments"):
@@ -90,6 +121,47 @@ def test_the_sweep_keeps_the_current_value_unless_beaten_in_every_round_and_beyo
     assert cpu_tuning.choose({12: current, 10: one_slower}, 12) == 12
     assert cpu_tuning.choose({12: current, 10: [t * 0.9 for t in current], 8: [t * 0.8 for t in current]}, 12) == 8
     assert cpu_tuning.choose({12: current}, 12) == 12
+
+
+@needs_gemm
+def test_the_split_is_chosen_per_shape_class_and_only_where_a_second_set_of_rounds_agrees(cache, monkeypatch):
+    """At two threads the sweep flips each class's split bit on that class's shapes alone; a flip that wins its
+    rounds is kept only if it wins a second set too. Timings stand in for the clock: rows win the fp32 bulk
+    class twice, the int8 few-rows class once (then lose: a burst of load), nothing else."""
+    monkeypatch.setattr(cpu_tuning, "F32_ROWS", (16, 160))
+    monkeypatch.setattr(cpu_tuning, "INT8_ROWS", (8, 130))
+    ext = cpu_kernels._extension()
+    _gemm_once()
+    default = dict(zip(cpu_tuning.PARAMS, ext.tune()))
+    asked, seen = [], {}
+
+    def fake_timed(ext_, work, current, name, values, calls):
+        if name != "split":
+            return {v: [1.0] * cpu_tuning.ROUNDS for v in values}
+        part = "f32" if calls[0][0] == ext.linear_f32 else "int8"
+        rows = {"bulk" if a[-3] >= cpu_tuning.SPLIT_BULK_ROWS else "few" for _, a in calls}
+        assert len(rows) == 1  # one class's shapes only
+        label = (part, rows.pop())
+        seen[label] = seen.get(label, 0) + 1
+        asked.append((label, tuple(values)))
+        wins = label == ("f32", "bulk") or (label == ("int8", "few") and seen[label] == 1)
+        return {values[0]: [1.0] * cpu_tuning.ROUNDS, values[1]: [0.9 if wins else 1.1] * cpu_tuning.ROUNDS}
+
+    monkeypatch.setattr(cpu_tuning, "timed", fake_timed)
+    entry = cpu_tuning.sweep(ext, cpu_kernels.cpu_isa(), 2, cpu_kernels.int8_kernel())
+    ext.tune(*default.values())
+    bits = cpu_tuning.SPLIT_BITS
+    assert entry["tuning"]["split"] == default["split"] ^ bits["f32", "bulk"]
+    assert set(entry["gains"]) == {"split.f32_bulk"} and entry["gains"]["split.f32_bulk"] > 1
+    want = {("f32", "few"): 1, ("f32", "bulk"): 2}
+    if cpu_kernels.int8_kernel() is not None:
+        want.update({("int8", "few"): 2, ("int8", "bulk"): 1})
+    assert seen == want
+    # one thread: no split tried
+    seen.clear()
+    assert cpu_tuning.sweep(ext, cpu_kernels.cpu_isa(), 1, cpu_kernels.int8_kernel())["tuning"] == default
+    assert not seen
+    ext.tune(*default.values())
 
 
 def test_a_mode_it_does_not_know_is_refused_in_one_line(monkeypatch):
@@ -114,11 +186,12 @@ def test_the_first_gemm_measures_caches_and_later_processes_read_it(cache, monke
     assert [p.name for p in cache.parent.iterdir()] == [cache.name]
     # the sweep keeps a changed value only with its measured gain
     assert all(entry["gains"][p] > 1 for p in entry["gains"])
-    assert {p for p in cpu_tuning.PARAMS if entry["tuning"][p] != entry["default"][p]} == set(entry["gains"])
+    assert {p for p in cpu_tuning.PARAMS if entry["tuning"][p] != entry["default"][p]} \
+        == {g.split(".")[0] for g in entry["gains"]}
 
     # a later process: the cached choice, nothing measured (here a choice the sweep would not make)
-    planted = {**entry["default"], "f32_rows": 3, "f32_block": 40}
-    cache.write_text(json.dumps({"version": 1, "entries": {key: {**entry, "tuning": planted}}}))
+    planted = {**entry["default"], "f32_rows": 3, "f32_block": 40, "split": 10}
+    cache.write_text(json.dumps({"version": cpu_tuning.CACHE_VERSION, "entries": {key: {**entry, "tuning": planted}}}))
 
     def no_sweep(*args):
         raise AssertionError("measured again despite the cache")
@@ -141,12 +214,16 @@ def test_the_first_gemm_measures_caches_and_later_processes_read_it(cache, monke
 
 
 @needs_gemm
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"version": 99, "entries": {}}', "ENTRY"])
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"version": 99, "entries": {}}', "ENTRY", "VERSION 1"])
 def test_a_cache_it_did_not_write_is_ignored_in_one_warning_and_replaced(cache, monkeypatch, caplog, text):
     monkeypatch.setenv("BERTLAB_CPU_TUNING", "auto")
     key = cpu_tuning.cache_key(cpu_kernels.cpu_isa(), torch.get_num_threads())
     if text == "ENTRY":  # a well-formed file whose entry is no blocking of this level
-        text = json.dumps({"version": 1, "entries": {key: {"tuning": {p: 99 for p in cpu_tuning.PARAMS}}}})
+        text = json.dumps({"version": cpu_tuning.CACHE_VERSION,
+                           "entries": {key: {"tuning": {p: 99 for p in cpu_tuning.PARAMS}}}})
+    elif text == "VERSION 1":  # the cache before split had a bit per shape class: its split 1 meant all rows
+        text = json.dumps({"version": 1, "entries": {key: {"tuning": {**dict(zip(cpu_tuning.PARAMS,
+                                                                                  (12, 192, 1, 16, 1)))}}}})
     cache.write_text(text)
     with caplog.at_level(logging.WARNING, logger="bertlab.nn.cpu_tuning"):
         ran = _gemm_once()

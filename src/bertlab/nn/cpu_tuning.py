@@ -7,7 +7,9 @@ bertlab's fp32 GEMM and int8 layer take their blocking at run time (`csrc/kernel
     f32_block        rows of x per block, which stay in L2 while every weight panel passes
     f32_prefetch     how many panels ahead the next weights are requested while one is multiplied (0: none)
     int8_panel_rows  from how many rows the AVX-512 VNNI int8 kernel takes 32-column panels by 12-row tiles
-    split            how threads share a GEMM: 0 by columns (each its own panels), 1 by rows (each all of them)
+    split            how threads share a GEMM, one bit per shape class -- fp32 or int8, below or from
+                     `SPLIT_BULK_ROWS` rows (a bit set: by rows, each thread every panel; clear: by columns, each
+                     its own panels; bits `SPLIT_BITS`)
 
 None of it moves a sum: each fp32 output is one FMA chain over k from the bias and each int8 one an exact integer
 sum, whatever the tiles, blocks or split, so every blocking gives the same bits (tests/test_nn_cpu_tuning.py
@@ -15,10 +17,12 @@ holds them to it); only the speed differs, and that differs by CPU (cache sizes,
 two threads share a core). The defaults were measured on one Zen 5 core.
 
 The sweep: the level's default blocking, then one parameter at a time, each value timed on all-MiniLM-L6-v2's
-layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 256 rows; the int8 layer where its kernel runs) in `ROUNDS`
-interleaved rounds (the order rotating, so a busy machine slows every value alike). A value replaces the current
-one only where it was faster in every round and by at least `MARGIN` in the median: where the sweep cannot beat
-the default beyond its noise, the default stays. About a second on a quiet core.
+layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 256 rows; the int8 layer where its kernel runs, at 16 and
+256) in `ROUNDS` interleaved rounds (the order rotating, so a busy machine slows every value alike); above one
+thread each split class is tried on its own shapes (the few rows' and the many rows', fp32 and int8). A value
+replaces the current one only where it was faster in every round and by at least `MARGIN` in the median, and
+again so in a second set of rounds taken after it (a burst of load from elsewhere in the first cannot pick it):
+where the sweep cannot beat the default beyond its noise, the default stays. About a second on a quiet core.
 
 The choice is kept in `$BERTLAB_CACHE/cpu-tuning.json` (default `~/.cache/bertlab/`), keyed by the CPU's model,
 the instruction-set level and the thread count, written atomically (a reader sees the old file or the new one); a
@@ -48,11 +52,14 @@ PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split")  
 TUNING_MODES = ("auto", "default", "retune")
 ROUNDS = 5
 MARGIN = 0.03  # a value must beat the current one by this much in the median (and in every round) to replace it
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # (1: `split` one value for every GEMM, 0 or 1)
 # all-MiniLM-L6-v2's layer shapes (K, N) that carry its time: the feed-forward's two, at a lone input's rows and
 # a bulk batch's
 SHAPES = ((384, 1536), (1536, 384))
-F32_ROWS, INT8_ROWS = (48, 256), (12, 64)
+F32_ROWS, INT8_ROWS = (48, 256), (16, 256)
+SPLIT_BULK_ROWS = 128  # from this many rows a layer is in a split bit's bulk class (kernels.h: BL_SPLIT_BULK_ROWS)
+# split's bits (kernels.h: BL_SPLIT_*): (part, rows class) -> bit
+SPLIT_BITS = {("f32", "few"): 1, ("f32", "bulk"): 2, ("int8", "few"): 4, ("int8", "bulk"): 8}
 
 
 def cache_path() -> Path:
@@ -108,7 +115,8 @@ def choose(times: dict[int, list[float]], current: int) -> int:
 
 
 def candidates(level: str, default: dict[str, int], threads: int, int8: str | None) -> dict[str, list[int]]:
-    """The values each parameter is tried at, the default's first; a parameter with one value is not timed."""
+    """The values each parameter but `split` (tried bit by bit, `SPLIT_BITS`) is tried at, the default's first; a
+    parameter with one value is not timed."""
     wide = level in ("avx512", "amx")
     out = {
         "f32_rows": [default["f32_rows"], *((8, 10) if wide else (4, 5))],
@@ -116,73 +124,98 @@ def candidates(level: str, default: dict[str, int], threads: int, int8: str | No
         "f32_prefetch": [default["f32_prefetch"], *(v for v in (0, 1, 2) if v != default["f32_prefetch"])],
         # (the VNNI kernel's panels, and at "amx" its rows below the AMX tiles' 16)
         "int8_panel_rows": [default["int8_panel_rows"], 8, 32] if int8 in ("vnni", "amx") else [],
-        "split": [default["split"], 1 - default["split"]] if threads > 1 else [],
     }
     return {name: list(dict.fromkeys(values)) for name, values in out.items()}
 
 
 class _Workload:
     """The layers the sweep times, made once: random weights already in the kernels' layouts (fp32 panels of 32
-    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write;
-    `run(part)` calls the extension directly ("f32", "int8" or "both")."""
+    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write. At
+    each row count the layers run in `SHAPES`' order as a feed-forward block does, each reading the output the
+    one before wrote where the widths chain (a split by rows then finds its rows in its own core's cache, as in
+    a model); `calls` picks them, `run` times them through the extension directly."""
 
     def __init__(self, ext, threads: int, int8: bool):
         g = torch.Generator().manual_seed(0)
         self.ext, self.threads, self.keep = ext, threads, []
         self.f32, self.int8 = [], []
+        layers = []
         for k, n in SHAPES:
             panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
-            self.keep += [b, panels]
-            for m in F32_ROWS:
-                x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
-                self.keep += [x, y]
-                self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
-            if int8:
-                packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g)
-                comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
-                self.keep += [packed, comp, ws]
-                for m in INT8_ROWS:
-                    x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
+            packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g) if int8 else None
+            comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
+            self.keep += [panels, b, packed, comp, ws]
+            layers.append((k, n, panels, b, packed, comp, ws))
+        for part, counts in (("f32", F32_ROWS), ("int8", INT8_ROWS if int8 else ())):
+            for m in counts:
+                x = None
+                for k, n, panels, b, packed, comp, ws in layers:
+                    if x is None or x.shape[1] != k:
+                        x = torch.randn(m, k, generator=g)
+                    y = torch.empty(m, n)
                     self.keep += [x, y]
-                    self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
-                                      b.data_ptr(), y.data_ptr(), m, k, n))
+                    if part == "f32":
+                        self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
+                    else:
+                        self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
+                                          b.data_ptr(), y.data_ptr(), m, k, n))
+                    x = y
 
-    def run(self, part: str) -> float:
+    def calls(self, part: str, rows: str | None = None) -> list:
+        """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given."""
+        calls = [(self.ext.linear_f32, a) for a in self.f32] if part == "f32" else \
+            [(self.ext.linear_int8, a) for a in self.int8]
+        if rows is not None:  # (the row count is the third argument from the end in both)
+            calls = [(f, a) for f, a in calls if (a[-3] >= SPLIT_BULK_ROWS) == (rows == "bulk")]
+        return calls
+
+    def run(self, calls: list) -> float:
         start = time.perf_counter()
-        if part in ("f32", "both"):
-            for args in self.f32:
-                self.ext.linear_f32(*args, self.threads)
-        if part in ("int8", "both"):
-            for args in self.int8:
-                self.ext.linear_int8(*args, self.threads)
+        for f, args in calls:
+            f(*args, self.threads)
         return time.perf_counter() - start
+
+
+def timed(ext, work: _Workload, current: dict, name: str, values: list[int], calls: list) -> dict[int, list[float]]:
+    """Each value of parameter `name` (the others at `current`) timed on `calls` in ROUNDS interleaved rounds, the
+    order rotating each round, after one warm-up call each (caches, the thread pool, first-touch pages)."""
+    times: dict[int, list[float]] = {v: [] for v in values}
+    for v in values:
+        ext.tune(*({**current, name: v}[p] for p in PARAMS))
+        work.run(calls)
+    for r in range(ROUNDS):
+        for v in values[r % len(values):] + values[:r % len(values)]:
+            ext.tune(*({**current, name: v}[p] for p in PARAMS))
+            times[v].append(work.run(calls))
+    return times
 
 
 def sweep(ext, level: str, threads: int, int8: str | None) -> dict:
     """Measure the blocking for this CPU at `level` (already selected, its default blocking set) and `threads`:
-    the entry the cache keeps ({"tuning", "default", "gains", "seconds", "measured"}), the table left at the
-    choice."""
+    the entry the cache keeps ({"tuning", "default", "gains", "seconds", "measured"}; a split bit's gain under
+    "split.PART_ROWS", e.g. "split.f32_bulk"), the table left at the choice."""
     started = time.perf_counter()
     default = dict(zip(PARAMS, ext.tune()))
     work = _Workload(ext, threads, int8 is not None)
     current, gains = dict(default), {}
-    part = {"f32_rows": "f32", "f32_block": "f32", "f32_prefetch": "f32", "int8_panel_rows": "int8",
-            "split": "both"}
-    for name, values in candidates(level, default, threads, int8).items():
-        if len(values) < 2 or (part[name] == "int8" and not work.int8):
+    part = {"f32_rows": "f32", "f32_block": "f32", "f32_prefetch": "f32", "int8_panel_rows": "int8"}
+    trials = [(name, name, values, work.calls(part[name])) for name, values in
+              candidates(level, default, threads, int8).items()]
+    if threads > 1:  # each class's bit flipped against the current split, on that class's shapes only
+        trials += [("split", f"split.{p}_{rows}", bit, work.calls(p, rows)) for (p, rows), bit in SPLIT_BITS.items()]
+    for name, label, values, calls in trials:
+        if name == "split":
+            values = [current["split"], current["split"] ^ values]
+        if len(values) < 2 or not calls:
             continue
-        times: dict[int, list[float]] = {v: [] for v in values}
-        for v in values:  # warm-up: each value once (caches, the thread pool, first-touch pages)
-            ext.tune(*({**current, name: v}[p] for p in PARAMS))
-            work.run(part[name])
-        for r in range(ROUNDS):
-            for v in values[r % len(values):] + values[:r % len(values)]:
-                ext.tune(*({**current, name: v}[p] for p in PARAMS))
-                times[v].append(work.run(part[name]))
+        times = timed(ext, work, current, name, values, calls)
         chosen = choose(times, current[name])
-        if chosen != current[name]:
-            gains[name] = round(statistics.median(times[current[name]]) / statistics.median(times[chosen]), 3)
-        current[name] = chosen
+        if chosen != current[name]:  # again, in rounds of its own: a win that was a burst of load does not repeat
+            again = timed(ext, work, current, name, [current[name], chosen], calls)
+            if choose(again, current[name]) == chosen:
+                gains[label] = round(statistics.median(times[current[name]] + again[current[name]])
+                                     / statistics.median(times[chosen] + again[chosen]), 3)
+                current[name] = chosen
     ext.tune(*(current[p] for p in PARAMS))
     return {"tuning": current, "default": default, "gains": gains,
             "seconds": round(time.perf_counter() - started, 2),
@@ -234,6 +267,14 @@ def _cached_tuning(entry) -> tuple[int, ...] | None:
     return values if all(type(v) is int for v in values) else None
 
 
+def _change(entry: dict, gain: str) -> str:
+    """A gain's key as the change it was for: "f32_rows 12 -> 10", "split.f32_bulk -> rows"."""
+    if gain.startswith("split."):
+        part, rows = gain[len("split."):].split("_")
+        return f"{gain} -> {'rows' if entry['tuning']['split'] & SPLIT_BITS[part, rows] else 'columns'}"
+    return f"{gain} {entry['default'][gain]} -> {entry['tuning'][gain]}"
+
+
 def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
     """Set the extension's blocking for `level` (selected) at `threads`: the default, the cached choice or a new
     sweep, as `BERTLAB_CPU_TUNING` says. Returns the blocking set (`PARAMS`' values)."""
@@ -256,7 +297,6 @@ def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
     entry = sweep(ext, level, threads, int8)
     ext.tune(*(entry["tuning"][p] for p in PARAMS))
     write_cache(path, key, entry)
-    changed = ", ".join(f"{p} {entry['default'][p]} -> {entry['tuning'][p]} ({entry['gains'][p]}x)"
-                        for p in entry["gains"]) or "the defaults kept"
+    changed = ", ".join(f"{_change(entry, p)} ({entry['gains'][p]}x)" for p in entry["gains"]) or "the defaults kept"
     log.info("tuned the GEMMs' blocking for %s in %.1f s: %s (cached in %s)", key, entry["seconds"], changed, path)
     return ext.tune()

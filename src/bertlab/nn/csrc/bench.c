@@ -171,7 +171,7 @@ static int check(ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
             ok &= same("linear_int8", name, int8_ref, l.y, out);
         }
         /* another blocking: short tiles, odd blocks, two panels ahead, VNNI panels from 4 rows, the rows split */
-        const bl_tuning other = {level >= BL_AVX512 ? 5 : 3, 37, 2, 4, 1};
+        const bl_tuning other = {level >= BL_AVX512 ? 5 : 3, 37, 2, 4, BL_SPLIT_ALL};
         if (bl_tune(&t, &other) == BL_OK) {
             if (call_f32(&t, &l, threads) == BL_OK) ok &= same("linear_f32 (another blocking)", name, f32_ref, l.y, out);
             if (call_int8(&t, &l, threads) == BL_OK) ok &= same("linear_int8 (another blocking)", name, int8_ref, l.y, out);

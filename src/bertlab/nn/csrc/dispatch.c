@@ -59,7 +59,8 @@ static int f32_rows_max(int level) { return level >= BL_AVX512 ? 12 : 6; }
 
 int bl_tune(bl_kernels *table, const bl_tuning *t) {
     if (t->f32_rows < 1 || t->f32_rows > f32_rows_max(table->level) || t->f32_block < 1 ||
-        t->f32_prefetch < 0 || t->f32_prefetch > 4 || t->int8_panel_rows < 1 || (t->split != 0 && t->split != 1))
+        t->f32_prefetch < 0 || t->f32_prefetch > 4 || t->int8_panel_rows < 1 || t->split < 0 ||
+        t->split > BL_SPLIT_ALL)
         return BL_UNSUPPORTED;
     table->tune = *t;
     return BL_OK;
@@ -70,7 +71,7 @@ int bl_select(int level, bl_kernels *t) {
     memset(t, 0, sizeof *t);
     t->level = level;
     /* the blocking the kernels were written with (measured on one Zen 5 core): the largest tile, 192 rows a
-     * block, the next panel requested on AVX-512 (AVX2: not at all), VNNI panels from 16 rows, columns split */
+     * block, the next panel requested on AVX-512 (AVX2: not at all), VNNI panels from 16 rows, columns split in every class */
     const bl_tuning defaults = {f32_rows_max(level), 192, level >= BL_AVX512, 16, 0};
     t->tune = defaults;
 #ifdef PORTABLE_LEVELS

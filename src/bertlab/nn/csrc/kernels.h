@@ -68,9 +68,14 @@ typedef struct {
     int f32_block;     /* rows of x per block: they stay in L2 while every panel passes (>= 1) */
     int f32_prefetch;  /* the panel that many ahead is requested while one is multiplied (0: none; 0-4) */
     int int8_panel_rows; /* AVX-512 VNNI: from this many rows, 12-row tiles over panels of 32 columns (>= 1) */
-    int split;         /* how threads share the fp32 GEMM and the int8 layer below AMX: 0 by columns, 1 by rows */
+    int split;         /* how threads share the fp32 GEMM and the int8 layer below AMX, one bit per shape class
+                        * (BL_SPLIT_*): set, by rows (each thread every panel); clear, by columns (each its own) */
 } bl_tuning;
 enum { BL_TUNING_VALUES = 5 };
+/* split's bits: fp32 or int8, below or from BL_SPLIT_BULK_ROWS rows (a lone input's few rows, where reading half
+ * the weights each can pay, or a batch's many, where each thread's rows stay in its cache from the step before) */
+enum { BL_SPLIT_F32_FEW = 1, BL_SPLIT_F32_BULK = 2, BL_SPLIT_INT8_FEW = 4, BL_SPLIT_INT8_BULK = 8, BL_SPLIT_ALL = 15,
+       BL_SPLIT_BULK_ROWS = 128 };
 
 /* The kernels of one level: each works on a block of rows, columns or (row, head) tasks, on one thread. */
 typedef struct {
