@@ -128,6 +128,28 @@ def test_softmax_matches_torch_to_rounding(cols, dtype, threads, isa):
     assert torch.allclose(got.float().sum(-1), torch.ones(()), atol=1e-5 if dtype == torch.float32 else 2e-2)
 
 
+
+@needs_c
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_softmax_on_avx2_gives_the_avx512_bits(isa):
+    """AVX2's exp runs in 8-float vectors with its branches as masks (the AVX-512 build's lane-wise loop ran
+    scalar there): the same operations per lane, so the same floats -- masked keys, a row of -inf padding
+    beyond the last 16-float block, scores just either side of exp's -87 cut and rows of every length mod 16."""
+    for cols in (1, 7, 16, 72, 129):
+        g = torch.Generator().manual_seed(cols)
+        x = torch.randn(3, 12, 9, cols, generator=g) * 30
+        x[..., -1] = torch.finfo(torch.float32).min
+        x[0, 1] = -100.0  # a row's max 0 and scores around exp's -87 cut beside it
+        x[0, 1, :, 0] = 0.0
+        x[0, 1, :, 1 % cols] = -87.0 + torch.linspace(-0.01, 0.01, 9) if cols > 1 else 0.0
+        x[2, 3, 4] = float("-inf")
+        x[2, 3, 4, 0] = 0.0
+        wide = softmax_(x.clone())
+        cpu_kernels.force_cpu_isa("avx2")
+        narrow = softmax_(x.clone())
+        cpu_kernels.force_cpu_isa("avx512")
+        assert torch.equal(wide, narrow), cols
+
 def test_the_torch_formulas_run_where_the_c_loops_do_not_apply(monkeypatch):
     """Strided or grad-requiring tensors, other dtypes, and `BERTLAB_NO_CPU_KERNELS`: the torch formulas, with
     the same results."""
