@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from .cpu_kernels import (
+    NARROW_WEIGHT_MAX,
     dequantize_rows,
     int8_gemm_available,
     int8_kernel,
@@ -64,6 +65,15 @@ MIN_FEATURES = 16
 KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
 
 
+def weight_max() -> int:
+    """The largest int8 weight Int8Linear quantizes to: 127, but NARROW_WEIGHT_MAX (64) where the int8 kernel is
+    AVX2's without VNNI. There VPMADDUBSW's int16 pairs take 8-bit weights exactly only through four instructions a
+    vector (the sign of x moved onto w), narrow weights through three on the unsigned x + 128 (oneDNN narrows its
+    non-VNNI weights to 7 bits the same way, by its "scale adjust" of 0.5). The product stays exact either way;
+    the weights carry half the resolution (docs/benchmarks.md: the accuracy this costs)."""
+    return NARROW_WEIGHT_MAX if int8_kernel() == "avx2" else 127
+
+
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b as `nn.Linear`, with W and x quantized to int8 and the product taken in int32 (no grad)."""
 
@@ -78,7 +88,7 @@ class Int8Linear(nn.Module):
         if keep_parameters:
             self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
         w = linear.weight.detach().float()
-        scale = w.abs().amax(1).clamp(min=1e-8) / 127.0  # (out,)
+        scale = w.abs().amax(1).clamp(min=1e-8) / weight_max()  # (out,)
         # (in, out) view of an (out, in) contiguous tensor: the layout `_int_mm` reads fastest as its B
         self.register_buffer("qweight", (w / scale[:, None]).round().to(torch.int8).t(), persistent=False)
         self.register_buffer("wscale", scale, persistent=False)
