@@ -245,8 +245,14 @@ static inline __attribute__((always_inline)) VNNI_OPT VNNI_TARGET void vnni_tile
     VNNI_ROWS(VNNI_DECL)
     for (ptrdiff_t kq = 0; kq < KQ; kq++) {
         VNNI_W(0) VNNI_W(1) VNNI_W(2) VNNI_W(3) VNNI_W(4) VNNI_W(5) VNNI_W(6) VNNI_W(7)
-        if (pf)
-            for (ptrdiff_t o = 0; o < pf_step; o += 64) _mm_prefetch(pf + kq * pf_step + o, _MM_HINT_T0);
+        if (pf) { /* the lines [0, pf_step) of this step's share, pf_step <= NB · 64 <= 256 (a loop here, not
+                   * rotated without loop-header copying, cost the 2 x 4 tile ~15%) */
+            const char *p = pf + kq * pf_step;
+            _mm_prefetch(p, _MM_HINT_T0);
+            if (pf_step > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
+            if (pf_step > 128) _mm_prefetch(p + 128, _MM_HINT_T0);
+            if (pf_step > 192) _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
         VNNI_ROWS(VNNI_ROW)
     }
     VNNI_ROWS(VNNI_OUT)
