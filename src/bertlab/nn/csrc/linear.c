@@ -335,13 +335,13 @@ static inline __attribute__((always_inline)) VNNI_TARGET ptrdiff_t vnni_panels(
         for (; r + 2 <= M; r += 2) TILE(2, NB);                         \
         for (; r < M; r++) TILE(1, NB);                                 \
     } while (0)
-HIDDEN VNNI_OPT VNNI_TARGET void int8_columns_vnni(const bl_tuning *tune, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,
-                                     const int32_t *comp, const float *xs, const float *ws, const float *b,
-                                     float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1) {
+/* blocks [nb, nb1) by the small-row tiles (built apart from the panels: VNNI_OPT's loops measured 0.95-1.03x the
+ * panel tiles' usual build) */
+static __attribute__((noinline)) VNNI_OPT VNNI_TARGET void vnni_blocks(
+    const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const int32_t *comp, const float *xs,
+    const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb, ptrdiff_t nb1) {
     const ptrdiff_t KQ = K / 4;
     const int NB = M >= 8 ? 2 : M >= 2 ? 4 : 8;
-    ptrdiff_t nb = nb0;
-    if (M >= tune->int8_panel_rows) nb = vnni_panels(x, M, K, wp, comp, xs, ws, b, y, N, nb0, nb1);
     for (; nb + NB <= nb1; nb += NB) {
         const char *next = NB <= 4 && nb + 2 * NB <= nb1 ? (const char *)(wp + (nb + NB) * KQ * 64) : NULL;
         switch (NB) {
@@ -354,6 +354,13 @@ HIDDEN VNNI_OPT VNNI_TARGET void int8_columns_vnni(const bl_tuning *tune, const 
     for (; nb < nb1; nb++) ROWS(1);
 }
 #undef ROWS
+HIDDEN VNNI_TARGET void int8_columns_vnni(const bl_tuning *tune, const uint8_t *x, ptrdiff_t M, ptrdiff_t K,
+                                          const int8_t *wp, const int32_t *comp, const float *xs, const float *ws,
+                                          const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1) {
+    ptrdiff_t nb = nb0;
+    if (M >= tune->int8_panel_rows) nb = vnni_panels(x, M, K, wp, comp, xs, ws, b, y, N, nb0, nb1);
+    if (nb < nb1) vnni_blocks(x, M, K, wp, comp, xs, ws, b, y, N, nb, nb1);
+}
 #undef TILE
 
 
