@@ -519,7 +519,8 @@ def test_int8_linear_on_avx2_narrow_weights_is_exact_at_the_int16_edge(isa):
     assert packed[2] and cpu_kernels.int8_kernel() == "avx2"
     acc = xq.double() @ w.double().t()  # exact
     assert acc[0, 0] == 127 * 64 * k and acc[0, 1] == -127 * 64 * k and acc[1, 0] == -127 * 64 * k
-    want = dequantize_rows_reference(acc.to(torch.int32), xs, ws := torch.full((n,), 0.01), None)
+    ws = torch.full((n,), 0.01)
+    want = dequantize_rows_reference(acc.to(torch.int32), xs, ws, None)
     for rows in (1, 2, 5, 6):  # the 1 x 4, 2 x 2 and 5 x 1 tiles and a tail
         assert torch.equal(cpu_kernels.int8_linear(x[:rows], packed, ws, None), want[:rows]), rows
 

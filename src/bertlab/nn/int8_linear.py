@@ -1,6 +1,7 @@
 """CPU inference in int8: linear layers with int8 weights (per output channel) and int8 activations (per row).
 
-    W ≈ s_w[o] · Wq[o, :]          weights: symmetric int8, one scale per output channel, quantized once
+    W ≈ s_w[o] · Wq[o, :]          weights: symmetric int8 (±127; ±64 on AVX2 without VNNI: `weight_max`), one
+                                   scale per output channel, quantized once
     x ≈ s_x[r] · xq[r, :]          activations: symmetric int8, one scale per token row, at run time
     y = (xq Wqᵀ) · s_x[r] · s_w[o] + b     the product in int32 (`torch._int_mm`: oneDNN's int8 GEMM;
                                             bertlab's own kernels up to KERNEL_MAX_ROWS rows)
@@ -70,7 +71,8 @@ def weight_max() -> int:
     AVX2's without VNNI. There VPMADDUBSW's int16 pairs take 8-bit weights exactly only through four instructions a
     vector (the sign of x moved onto w), narrow weights through three on the unsigned x + 128 (oneDNN narrows its
     non-VNNI weights to 7 bits the same way, by its "scale adjust" of 0.5). The product stays exact either way;
-    the weights carry half the resolution (docs/benchmarks.md: the accuracy this costs)."""
+    the weights carry half the resolution: all-MiniLM-L6-v2 on 256 WikiText-2 slices of 16-128 tokens, min
+    cosine to fp32 0.99293 (0.99618 with 8-bit weights)."""
     return NARROW_WEIGHT_MAX if int8_kernel() == "avx2" else 127
 
 
