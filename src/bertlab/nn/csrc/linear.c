@@ -209,8 +209,8 @@ HIDDEN BF16_TARGET void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff
  * with constant MR and NB, so the loops unroll and the rows and blocks a tile does not have fold away. The
  * accumulators are named variables (acc<row>_<block>), not an array indexed in loops, and the kernel is built
  * without loop-header copying (VNNI_OPT): with the array GCC 12 copied every accumulator to another register
- * and back at each step of k (the 2 x 8 tile: 50 instructions a step around its 16 dot products), as it did in
- * the AVX-VNNI tiles (linear_avx2.c). */
+ * and back at each step of k (the 8 x 2 and 4 x 4 tiles: 59-70 instructions a step around their 16 dot
+ * products, 28 of them register moves), as it did in the AVX-VNNI tiles (linear_avx2.c). */
 #define VNNI_OPT __attribute__((optimize("no-tree-ch")))
 #define VNNI_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define VNNI_BLOCKS(X, r) X(r, 0) X(r, 1) X(r, 2) X(r, 3) X(r, 4) X(r, 5) X(r, 6) X(r, 7)

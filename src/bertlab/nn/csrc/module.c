@@ -366,8 +366,8 @@ static PyMethodDef methods[] = {
                        "columns"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),
-    METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, narrow, threads): the int8 linear "
-                        "layer on the selected level's int8 kernel"),
+    METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, narrow, threads): the int8 "
+                        "linear layer on the selected level's int8 kernel"),
     {NULL, NULL, 0, NULL},
 };
 

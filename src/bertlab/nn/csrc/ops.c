@@ -228,13 +228,13 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
 }
 
 /* The int8 layer's two steps in one parallel region: each thread quantizes its share of the rows (and flips
- * their sign bits for the VNNI dot products), waits for the others -- every column block reads every row -- then
- * multiplies its share of the column blocks (AMX: of the pairs of blocks). The quantize ran on one thread before
- * the GEMM's region, ~1/3 of a short layer's time at two threads; each row is quantized as before, so the
- * output is unchanged bit for bit. */
-static void int8_share(const bl_kernels *k, int amx, int narrow, int split, const void *x, int dtype, int8_t *xq, float *xs,
-                       const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y, ptrdiff_t M,
-                       ptrdiff_t K, ptrdiff_t N, int part, int parts) {
+ * their sign bits for the VNNI dot products and AVX2's narrow kernel), waits for the others -- every column
+ * block reads every row -- then multiplies its share of the column blocks (AMX: of the pairs of blocks). The
+ * quantize ran on one thread before the GEMM's region, ~1/3 of a short layer's time at two threads; each row is
+ * quantized as before, so the output is unchanged bit for bit. */
+static void int8_share(const bl_kernels *k, int amx, int narrow, int split, const void *x, int dtype, int8_t *xq,
+                       float *xs, const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y,
+                       ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int part, int parts) {
     ptrdiff_t start, count;
     const int rows = block_of(M, part, parts, &start, &count);
     if (rows) {
