@@ -544,11 +544,64 @@ def test_int8_linear_on_avx2_is_exact_where_every_pair_is_at_the_int16_edge(isa)
 
 def test_pack_int8_weight_layout_and_shapes_it_refuses():
     w = torch.arange(32 * 8, dtype=torch.int32).remainder(251).sub(125).to(torch.int8).view(32, 8)
-    packed, comp = cpu_kernels.pack_int8_weight(w)
+    packed, comp, narrow = cpu_kernels.pack_int8_weight(w)
     assert packed.shape == (2, 2, 16, 4)
     assert torch.equal(packed[1, 1, 3], w[16 + 3, 4:8])  # block 1, k-quad 1: column 19's k = 4..7
     assert torch.equal(comp, w.int().sum(1) * 128)
+    assert not narrow
     assert cpu_kernels.pack_int8_weight(w[:20]) is None and cpu_kernels.pack_int8_weight(w[:, :6]) is None
+    # narrow: every weight within ±64 -- and -128 (whose int8 abs is -128 again) is not
+    edge = torch.full((16, 4), 64, dtype=torch.int8)
+    edge[0, 0] = -64
+    assert cpu_kernels.pack_int8_weight(edge)[2]
+    for wide in (65, -65, -128):
+        edge[3, 1] = wide
+        assert not cpu_kernels.pack_int8_weight(edge)[2], wide
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avxvnni", "avx512"], indirect=True)
+@pytest.mark.parametrize("shape", [(384, 384), (512, 2064), (64, 80)])
+def test_int8_linear_on_narrow_weights_equals_quantize_int_mm_dequantize(shape, threads, isa):
+    """Weights within ±64 (what Int8Linear quantizes to where the kernel is AVX2's without VNNI): AVX2 alone takes
+    its narrow kernel (unsigned x + 128 straight into VPMADDUBSW; tiles 5 x 1, 2 x 2, 1 x 4 and each tail), the
+    other levels their own; bit for bit the torch formulas either way."""
+    k, n = shape
+    g = torch.Generator().manual_seed(k + n + 1)
+    w = torch.randint(-64, 65, (n, k), dtype=torch.int8, generator=g)
+    packed = cpu_kernels.pack_int8_weight(w)
+    assert packed[2]
+    ws, b = torch.rand(n, generator=g) / 50, torch.randn(n, generator=g)
+    for m in (1, 2, 3, 4, 5, 7, 11, 16, 64, 205):
+        x = rows_with_outliers(m, k, torch.float32, seed=m)
+        xq, xs = quantize_rows_reference(x)
+        for bias in (b, None):
+            want = dequantize_rows_reference(torch._int_mm(xq, w.t()), xs, ws, bias)
+            assert torch.equal(cpu_kernels.int8_linear(x, packed, ws, bias), want), (m, bias is None)
+
+
+@pytest.mark.parametrize("isa", ["avx2"], indirect=True)
+def test_int8_linear_on_avx2_narrow_weights_is_exact_at_the_int16_edge(isa):
+    """AVX2's narrow kernel sums two products of the unsigned x + 128 and w into int16 with saturation: at
+    x = 127 (255) and w = ±64 a pair is ±2 · 255 · 64 = ±32,640, the edge of int16. Every pair here is at it,
+    both signs, in runs long enough that any int16 accumulation would wrap; x = -127 (1) beside it."""
+    k, n, m = 256, 48, 6
+    g = torch.Generator().manual_seed(6)
+    w = torch.where(torch.rand(n, k, generator=g) < 0.5, -64, 64).to(torch.int8)
+    w[:, 1::2] = w[:, 0::2]  # both of each pair the same sign
+    w[0] = 64
+    w[1] = -64
+    x = torch.where(torch.rand(m, k, generator=g) < 0.5, -1.0, 1.0)
+    x[0] = 1.0  # every x quantizes to 127: x + 128 = 255
+    x[1] = -1.0
+    xq, xs = quantize_rows_reference(x)
+    packed = cpu_kernels.pack_int8_weight(w)
+    assert packed[2] and cpu_kernels.int8_kernel() == "avx2"
+    acc = xq.double() @ w.double().t()  # exact
+    assert acc[0, 0] == 127 * 64 * k and acc[0, 1] == -127 * 64 * k and acc[1, 0] == -127 * 64 * k
+    ws = torch.full((n,), 0.01)
+    want = dequantize_rows_reference(acc.to(torch.int32), xs, ws, None)
+    for rows in (1, 2, 5, 6):  # the 1 x 4, 2 x 2 and 5 x 1 tiles and a tail
+        assert torch.equal(cpu_kernels.int8_linear(x[:rows], packed, ws, None), want[:rows]), rows
 
 
 @needs_c

@@ -64,6 +64,22 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
 
 
 @pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
+def test_weights_are_narrowed_only_for_avx2_without_vnni(isa):
+    """Where the int8 kernel is AVX2's without VNNI the weights are quantized to ±64 (its three-instruction
+    kernel's exact range; the layer packs them as narrow), elsewhere to ±127; either stays close to nn.Linear."""
+    torch.manual_seed(0)
+    linear = nn.Linear(384, 96)
+    q = int8_linear.Int8Linear(linear)
+    top = 64 if isa == "avx2" else 127
+    assert int8_linear.weight_max() == top and int(q.qweight.abs().amax()) == top
+    x = torch.randn(5, 384)
+    with torch.inference_mode():
+        got, want = q(x), linear(x)
+    assert q.packed_weight[2] == (isa == "avx2")
+    assert float(row_cosine(got, want).min()) > 0.999
+
+
+@pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
 def test_where_int_mm_is_not_exact_every_row_count_takes_bertlab_kernel(monkeypatch, isa):
     """With oneDNN held to AVX2 torch._int_mm saturates (int_mm_exact is False): int8 inference then still runs,
     on bertlab's kernel at any row count, and a width it does not take on exact int32 products -- the numbers an

@@ -587,24 +587,33 @@ def int8_gemm_available() -> bool:
     return int8_kernel() is not None
 
 
-def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+# The widest weights AVX2's narrow int8 kernel takes: VPMADDUBSW sums two products of an unsigned x + 128 (at most
+# 255) and a signed weight into int16 with saturation; with |w| <= 64 a pair stays within 2 · 255 · 64 = 32,640
+# < 2^15, so the sums are exact in three instructions a vector. Wider weights take the four-instruction kernel.
+NARROW_WEIGHT_MAX = 64
+
+
+def pack_int8_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
     """(N, K) int8 weight -> the layout `int8_linear` reads, [N/16][K/4][16][4] (16 columns with 4 consecutive k
-    each per 64 bytes), and the (N,) int32 correction 128 · Σ_k W[n, k] for the VNNI kernels' unsigned inputs.
-    None when N is not a multiple of 16 or K of 4."""
+    each per 64 bytes), the (N,) int32 correction 128 · Σ_k W[n, k] for the kernels' unsigned inputs, and whether
+    every weight is within ±NARROW_WEIGHT_MAX (then AVX2 without VNNI takes its narrow kernel). None when N is
+    not a multiple of 16 or K of 4."""
     n, k = weight.shape
     if n % 16 or k % 4:
         return None
     packed = weight.reshape(n // 16, 16, k // 4, 4).permute(0, 2, 1, 3).contiguous()
-    return packed, weight.sum(1, dtype=torch.int32).mul_(128)
+    # (min and max, not abs: an int8 -128's abs is -128)
+    narrow = bool(weight.numel() == 0 or -NARROW_WEIGHT_MAX <= weight.min() and weight.max() <= NARROW_WEIGHT_MAX)
+    return packed, weight.sum(1, dtype=torch.int32).mul_(128), narrow
 
 
-def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wscale: torch.Tensor,
+def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor, bool], wscale: torch.Tensor,
                 bias: torch.Tensor | None) -> torch.Tensor:
     """An int8 linear layer in one call -- on AMX tiles, AVX-512 VNNI, AVX-VNNI or AVX2, as the dispatch level's
     table has it (`int8_kernel()`; `int8_gemm_available()` must hold): x (M, K) fp32 or bf16, quantized per row as `quantize_rows`,
     times W packed by `pack_int8_weight`, dequantized as `dequantize_rows` -- bit for bit the result of those
     two around torch._int_mm, in one pass over W that serves every row. Returns (M, N) fp32."""
-    weight, comp = packed
+    weight, comp, narrow = packed
     (m, k), n = x.shape, comp.numel()
     if (x.dtype not in _DTYPE_CODES or not _native(x) or weight.numel() != n * k or wscale.numel() != n
             or (bias is not None and bias.numel() != n)):
@@ -614,5 +623,5 @@ def int8_linear(x: torch.Tensor, packed: tuple[torch.Tensor, torch.Tensor], wsca
     _tuned()
     _extension().linear_int8(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), comp.data_ptr(),
                              wscale.data_ptr(), None if bias is None else bias.data_ptr(), y.data_ptr(), m, k, n,
-                             torch.get_num_threads())
+                             narrow, torch.get_num_threads())
     return y

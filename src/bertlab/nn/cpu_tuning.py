@@ -142,7 +142,8 @@ class _Workload:
         layers = []
         for k, n in SHAPES:
             panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
-            packed = torch.randint(-127, 128, (n * k,), dtype=torch.int8, generator=g) if int8 else None
+            # (weights within ±64: AVX2 without VNNI times the narrow kernel Int8Linear gives it there)
+            packed = torch.randint(-64, 65, (n * k,), dtype=torch.int8, generator=g) if int8 else None
             comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
             self.keep += [panels, b, packed, comp, ws]
             layers.append((k, n, panels, b, packed, comp, ws))
@@ -158,15 +159,16 @@ class _Workload:
                         self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
                     else:
                         self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
-                                          b.data_ptr(), y.data_ptr(), m, k, n))
+                                          b.data_ptr(), y.data_ptr(), m, k, n, True))
                     x = y
 
     def calls(self, part: str, rows: str | None = None) -> list:
         """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given."""
         calls = [(self.ext.linear_f32, a) for a in self.f32] if part == "f32" else \
             [(self.ext.linear_int8, a) for a in self.int8]
-        if rows is not None:  # (the row count is the third argument from the end in both)
-            calls = [(f, a) for f, a in calls if (a[-3] >= SPLIT_BULK_ROWS) == (rows == "bulk")]
+        if rows is not None:  # (the row count: the fifth argument of linear_f32, the eighth of linear_int8)
+            at = 4 if part == "f32" else 7
+            calls = [(f, a) for f, a in calls if (a[at] >= SPLIT_BULK_ROWS) == (rows == "bulk")]
         return calls
 
     def run(self, calls: list) -> float:

@@ -1,6 +1,7 @@
 """CPU inference in int8: linear layers with int8 weights (per output channel) and int8 activations (per row).
 
-    W ≈ s_w[o] · Wq[o, :]          weights: symmetric int8, one scale per output channel, quantized once
+    W ≈ s_w[o] · Wq[o, :]          weights: symmetric int8 (±127; ±64 on AVX2 without VNNI: `weight_max`), one
+                                   scale per output channel, quantized once
     x ≈ s_x[r] · xq[r, :]          activations: symmetric int8, one scale per token row, at run time
     y = (xq Wqᵀ) · s_x[r] · s_w[o] + b     the product in int32 (`torch._int_mm`: oneDNN's int8 GEMM;
                                             bertlab's own kernels up to KERNEL_MAX_ROWS rows)
@@ -40,6 +41,7 @@ from torch import nn
 
 from ..core.host_memory import drop_file_pages
 from .cpu_kernels import (
+    NARROW_WEIGHT_MAX,
     dequantize_rows,
     int8_gemm_available,
     int8_kernel,
@@ -70,6 +72,16 @@ MIN_FEATURES = 16
 KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
 
 
+def weight_max() -> int:
+    """The largest int8 weight Int8Linear quantizes to: 127, but NARROW_WEIGHT_MAX (64) where the int8 kernel is
+    AVX2's without VNNI. There VPMADDUBSW's int16 pairs take 8-bit weights exactly only through four instructions a
+    vector (the sign of x moved onto w), narrow weights through three on the unsigned x + 128 (oneDNN narrows its
+    non-VNNI weights to 7 bits the same way, by its "scale adjust" of 0.5). The product stays exact either way;
+    the weights carry half the resolution: all-MiniLM-L6-v2 on 256 WikiText-2 slices of 16-128 tokens, min
+    cosine to fp32 0.99293 (0.99618 with 8-bit weights)."""
+    return NARROW_WEIGHT_MAX if int8_kernel() == "avx2" else 127
+
+
 class Int8Linear(nn.Module):
     """y = x Wᵀ + b as `nn.Linear`, with W and x quantized to int8 and the product taken in int32 (no grad)."""
 
@@ -84,7 +96,7 @@ class Int8Linear(nn.Module):
         if keep_parameters:
             self.weight, self.bias = linear.weight, linear.bias  # the same Parameters: state_dict is unchanged
         w = linear.weight.detach().float()
-        scale = w.abs().amax(1).clamp(min=1e-8) / 127.0  # (out,)
+        scale = w.abs().amax(1).clamp(min=1e-8) / weight_max()  # (out,)
         q = (w / scale[:, None]).round().to(torch.int8)  # (out, in)
         del w
         self.register_buffer("wscale", scale, persistent=False)
@@ -95,7 +107,7 @@ class Int8Linear(nn.Module):
         # unpacked from it when a trace or a bf16 input asks. Elsewhere both layouts serve (the kernel up to
         # KERNEL_MAX_ROWS rows, torch._int_mm beyond) and the packed one is made on the first call it serves
         # (most layers of a bulk encoder run never need it).
-        self.packed_weight: tuple[torch.Tensor, torch.Tensor] | None | bool = None
+        self.packed_weight: tuple[torch.Tensor, torch.Tensor, bool] | None | bool = None
         if self._row_limit() >= 1 << 62:
             self.packed_weight = pack_int8_weight(q) or False
         if not self.packed_weight:
@@ -136,7 +148,7 @@ class Int8Linear(nn.Module):
         # is the only copy (a trace, a bf16 input, a dispatch level changed since), unpacked from it -- the same
         # bytes -- and not kept
         if name == "qweight" and self.__dict__.get("packed_weight"):
-            packed, _ = self.__dict__["packed_weight"]
+            packed = self.__dict__["packed_weight"][0]
             return packed.permute(0, 2, 1, 3).reshape(self.out_features, self.in_features).t()
         return super().__getattr__(name)
 

@@ -107,7 +107,7 @@ static int call_bf16(const bl_kernels *t, Layer *l, int threads) {
     return bl_linear_bf16(t, l->xb, l->pairs, l->b, l->yb, l->M, l->K, l->N, threads);
 }
 static int call_int8(const bl_kernels *t, Layer *l, int threads) {
-    return bl_linear_int8(t, l->x, F32, l->wq, l->comp, l->ws, l->b, l->y, l->M, l->K, l->N, threads);
+    return bl_linear_int8(t, l->x, F32, l->wq, l->comp, l->ws, l->b, l->y, l->M, l->K, l->N, 0, threads);
 }
 static int call_few_rows(const bl_kernels *t, Layer *l, int threads) {
     const ptrdiff_t M = l->M < 4 ? l->M : 4;

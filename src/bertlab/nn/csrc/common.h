@@ -428,6 +428,7 @@ HIDDEN void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const 
 HIDDEN void int8_columns_vnni(INT8_COLUMNS_ARGS);
 HIDDEN void int8_columns_avxvnni(INT8_COLUMNS_ARGS);
 HIDDEN void int8_columns_avx2(INT8_COLUMNS_ARGS);
+HIDDEN void int8_columns_avx2_narrow(INT8_COLUMNS_ARGS);
 HIDDEN void int8_columns_amx(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
                              const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
 HIDDEN int amx_int8_granted(void);  /* linear_amx.c: the CPU has AMX-INT8 and the OS gave this process its tiles */

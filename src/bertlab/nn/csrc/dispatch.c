@@ -92,6 +92,7 @@ int bl_select(int level, bl_kernels *t) {
         const int avxvnni = level >= BL_AVXVNNI && f.avxvnni;
         t->int8_columns = avxvnni ? int8_columns_avxvnni : int8_columns_avx2;
         t->int8_unsigned = avxvnni;
+        t->int8_columns_narrow = avxvnni ? NULL : int8_columns_avx2_narrow;
         t->int8_name = avxvnni ? "avxvnni" : "avx2";
     }
     if (level >= BL_AVX512) {
@@ -100,6 +101,7 @@ int bl_select(int level, bl_kernels *t) {
         if (f.vnni) {
             t->int8_columns = int8_columns_vnni;
             t->int8_unsigned = 1;
+            t->int8_columns_narrow = NULL;
             t->int8_name = "vnni";
         }
         if (f.bf16) {

@@ -115,6 +115,11 @@ typedef struct {
                          const int32_t *comp, const float *xs, const float *ws, const float *b, float *y, ptrdiff_t N,
                          ptrdiff_t nb0, ptrdiff_t nb1);
     int int8_unsigned;
+    /* AVX2 without VNNI: the same layer for weights within ±64 (`narrow`), on the unsigned x + 128 (`comp` taking
+     * it off) in three instructions a vector instead of four; NULL elsewhere */
+    void (*int8_columns_narrow)(const bl_tuning *t, const uint8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp,
+                                const int32_t *comp, const float *xs, const float *ws, const float *b, float *y,
+                                ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
     void (*int8_columns_amx)(const int8_t *x, ptrdiff_t M, ptrdiff_t K, const int8_t *wp, const float *xs,
                              const float *ws, const float *b, float *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
     int (*beam_topk_input)(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
@@ -153,7 +158,8 @@ int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const flo
 int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, const float *b, uint16_t *y,
                    ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
-                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads);
+                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int narrow,
+                   int threads);
 /* A post-LN Transformer encoder layer (BERT's) in one call, fp32, each step one of the operations above in turn
  * (the same kernels, so the same bits as calling them one by one): qkv = x Wqkvᵀ + b (the three projections side
  * by side, panels); attention over q, k, v read in place from qkv (hs a multiple of 16 up to 64); y =

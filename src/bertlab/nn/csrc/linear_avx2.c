@@ -117,7 +117,11 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
  * product: VPMADDUBSW sums pairs of unsigned x signed bytes into int16 with saturation, which (x + 128) · w
  * would overflow (2 · 255 · 127). So the sign moves to the weights instead (llama.cpp's way): |x| · (w · sign x),
  * both at most 127 in magnitude (quantize_rows never gives -128, nor does the weight quantizer), a pair at most
- * 2 · 127² = 32258 < 2^15: exact; VPMADDWD by ones then sums the pairs into int32. comp is not used there. */
+ * 2 · 127² = 32258 < 2^15: exact; VPMADDWD by ones then sums the pairs into int32. comp is not used there.
+ * Four instructions a vector where VNNI has one; for weights within ±64 (what Int8Linear quantizes to at this
+ * level, nn/int8_linear.py) the narrow kernel takes the unsigned x + 128 straight into VPMADDUBSW -- a pair at
+ * most 2 · 255 · 64 = 32,640 < 2^15, exact in three (comp takes the offset off as with VNNI). oneDNN's int8
+ * GEMM held to AVX2 takes 8-bit weights in such pairs and saturates (nn/int8_linear.py: int_mm_exact). */
 #ifdef X86_KERNELS
 /* One tile: MR rows x NB blocks of 16 columns (j = 0 .. 2 NB - 1: the block's 8-column halves), MR · NB · 2
  * accumulators over all of K; VNNI picks the product. The accumulators are named variables (acc<row>_<j>), one
@@ -151,6 +155,16 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
     if ((j) < 2 * NB)                                                                                          \
         acc##r##_##j = _mm256_add_epi32(                                                                       \
             acc##r##_##j, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w##j, xb)), ones));
+/* (narrow weights, |w| <= 64) the unsigned x + 128 and w straight into VPMADDUBSW: a pair reaches at most
+ * 2 · 255 · 64 = 32,640 < 2^15, exact in three instructions where the sign's way takes four */
+#define INT8_NARROW_V(r, j)                                                                                    \
+    if ((j) < 2 * NB)                                                                                          \
+        acc##r##_##j = _mm256_add_epi32(acc##r##_##j, _mm256_madd_epi16(_mm256_maddubs_epi16(xb, w##j), ones));
+#define INT8_NARROW_ROW(r)          \
+    if ((r) < MR) {                 \
+        INT8_X(r)                   \
+        INT8_VECS(INT8_NARROW_V, r) \
+    }
 #define INT8_PAIRS_ROW(r)                          \
     if ((r) < MR) {                                \
         INT8_X(r)                                  \
@@ -194,13 +208,27 @@ static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile
     INT8_ROWS(INT8_OUT)
 }
 
+static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile_avx2_narrow(
+    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
+    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
+    const ptrdiff_t KQ = K / 4;
+    const __m256i ones = _mm256_set1_epi16(1);
+    INT8_ROWS(INT8_DECL)
+    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
+        INT8_W_ALL
+        INT8_ROWS(INT8_NARROW_ROW)
+    }
+    INT8_ROWS(INT8_OUT)
+}
+
 /* Column blocks [nb0, nb1) for all M rows: from BIG rows on, tiles of BIG rows x 1 block (the rows streaming
  * past each block's weights, which stay in L1), AVX2_MC rows at a time; for 2 to BIG - 1 rows tiles of SMALL
  * rows x 2 blocks; for one row 1 x 4 (a decoding step: several independent chains, the weights one stream).
  * The heights are what fits the 16 registers without spilling an accumulator: with VPDPBUSD a tile holds its
  * accumulators, the block's two weight vectors and the broadcast x (6 x 1: 12 + 2 + 1, 3 x 2: 6 + 4 + 1); the
  * pairs of AVX2 alone also hold |x|, the product and the ones of VPMADDWD, so there 4 x 1 and 2 x 2 (6 x 1 and
- * 3 x 2 kept 11 of their 12 accumulators on the stack across each step of k). */
+ * 3 x 2 kept 11 of their 12 accumulators on the stack across each step of k); the narrow kernel the same (its
+ * 5 x 1 fits 15 registers but GCC stored five accumulators a step, and measured level with 4 x 1). */
 #define INT8_COLUMNS(NAME, TARGET, TILE_FN, BIG, SMALL)                                                          \
     HIDDEN INT8_OPT TARGET void NAME(INT8_COLUMNS_ARGS) {                                                                 \
         const ptrdiff_t KQ = K / 4;                                                                             \
@@ -247,6 +275,7 @@ static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile
     TILE_FN(MR, 1, x + m * K, K, wb, cb, xs + m, ws + c * 16, b ? b + c * 16 : NULL, y + m * N + c * 16, N)
 INT8_COLUMNS(int8_columns_avxvnni, AVXVNNI_TARGET, int8_tile_avxvnni, 6, 3)
 INT8_COLUMNS(int8_columns_avx2, AVX2_TARGET, int8_tile_avx2, 4, 2)
+INT8_COLUMNS(int8_columns_avx2_narrow, AVX2_TARGET, int8_tile_avx2_narrow, 4, 2)
 #undef INT8_ONE
 #undef INT8_COLUMNS
 #endif

@@ -328,11 +328,11 @@ static PyObject *py_linear_bf16(PyObject *self, PyObject *const *args, Py_ssize_
     return panel_gemm(args, nargs, BF16);
 }
 
-/* linear_int8(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N, threads): the
- * int8 linear layer on the table's int8 kernel (AMX tiles, AVX-512 VNNI, AVX-VNNI or AVX2); K % 4 == 0,
- * N % 16 == 0 */
+/* linear_int8(x_ptr, x_dtype, wpacked_ptr, comp_ptr, wscale_ptr, bias_ptr | None, y_ptr, M, K, N, narrow,
+ * threads): the int8 linear layer on the table's int8 kernel (AMX tiles, AVX-512 VNNI, AVX-VNNI or AVX2; with
+ * `narrow`, every weight within ±64, AVX2's narrow kernel where the table has one); K % 4 == 0, N % 16 == 0 */
 static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 11, "linear_int8") < 0) return NULL;
+    if (parse(args, nargs, 12, "linear_int8") < 0) return NULL;
     const void *x = as_ptr(args[0]);
     long dtype = PyLong_AsLong(args[1]);
     const int8_t *wp = as_ptr(args[2]);
@@ -340,10 +340,10 @@ static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_
     const float *ws = as_ptr(args[4]), *b = as_ptr(args[5]);
     float *y = as_ptr(args[6]);
     Py_ssize_t M = PyLong_AsSsize_t(args[7]), K = PyLong_AsSsize_t(args[8]), N = PyLong_AsSsize_t(args[9]);
-    long threads = PyLong_AsLong(args[10]);
+    long narrow = PyLong_AsLong(args[10]), threads = PyLong_AsLong(args[11]);
     if (PyErr_Occurred()) return NULL;
     int rc;
-    RUN(rc = bl_linear_int8(k, x, (int)dtype, wp, comp, ws, b, y, M, K, N, (int)threads));
+    RUN(rc = bl_linear_int8(k, x, (int)dtype, wp, comp, ws, b, y, M, K, N, narrow != 0, (int)threads));
     return result(rc, "linear_int8 (an int8 kernel at this level, K % 4 == 0, N % 16 == 0)");
 }
 
@@ -394,8 +394,8 @@ static PyMethodDef methods[] = {
                           "scale, threads): a post-LN encoder layer in one call, fp32"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),
-    METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, threads): the int8 linear "
-                        "layer on the selected level's int8 kernel"),
+    METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, narrow, threads): the int8 "
+                        "linear layer on the selected level's int8 kernel"),
     {NULL, NULL, 0, NULL},
 };
 

@@ -238,13 +238,13 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
 }
 
 /* The int8 layer's two steps in one parallel region: each thread quantizes its share of the rows (and flips
- * their sign bits for the VNNI dot products), waits for the others -- every column block reads every row -- then
- * multiplies its share of the column blocks (AMX: of the pairs of blocks). The quantize ran on one thread before
- * the GEMM's region, ~1/3 of a short layer's time at two threads; each row is quantized as before, so the
- * output is unchanged bit for bit. */
-static void int8_share(const bl_kernels *k, int amx, int split, const void *x, int dtype, int8_t *xq, float *xs,
-                       const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y, ptrdiff_t M,
-                       ptrdiff_t K, ptrdiff_t N, int part, int parts) {
+ * their sign bits for the VNNI dot products and AVX2's narrow kernel), waits for the others -- every column
+ * block reads every row -- then multiplies its share of the column blocks (AMX: of the pairs of blocks). The
+ * quantize ran on one thread before the GEMM's region, ~1/3 of a short layer's time at two threads; each row is
+ * quantized as before, so the output is unchanged bit for bit. */
+static void int8_share(const bl_kernels *k, int amx, int narrow, int split, const void *x, int dtype, int8_t *xq,
+                       float *xs, const int8_t *wp, const int32_t *comp, const float *ws, const float *b, float *y,
+                       ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int part, int parts) {
     ptrdiff_t start, count;
     const int rows = block_of(M, part, parts, &start, &count);
     if (rows) {
@@ -252,14 +252,15 @@ static void int8_share(const bl_kernels *k, int amx, int split, const void *x, i
             k->quantize_bf16((const uint16_t *)x + start * K, xq + start * K, xs + start, count, K);
         else
             k->quantize_f32((const float *)x + start * K, xq + start * K, xs + start, count, K);
-        if (!amx && k->int8_unsigned)
+        if (!amx && (k->int8_unsigned || narrow))
             for (ptrdiff_t i = start * K; i < (start + count) * K; i++) ((uint8_t *)xq)[i] ^= 0x80u;
     }
     const ptrdiff_t blocks = N / 16;
-    const int32_t *c = k->int8_unsigned ? comp : NULL;
+    const int32_t *c = k->int8_unsigned || narrow ? comp : NULL;
+    void (*const columns)(INT8_COLUMNS_ARGS) = narrow ? k->int8_columns_narrow : k->int8_columns;
     if (split) { /* (bl_tuning) this thread's rows, every column block: it reads only the rows it quantized */
         if (rows)
-            k->int8_columns(&k->tune, (const uint8_t *)xq + start * K, count, K, wp, c, xs + start, ws, b,
+            columns(&k->tune, (const uint8_t *)xq + start * K, count, K, wp, c, xs + start, ws, b,
                             y + start * N, N, 0, blocks);
         return;
     }
@@ -272,7 +273,7 @@ static void int8_share(const bl_kernels *k, int amx, int split, const void *x, i
             k->int8_columns_amx(xq, M, K, wp, xs, ws, b, y, N, 2 * start, nb1);
         }
     } else if (block_of(blocks, part, parts, &start, &count)) {
-        k->int8_columns(&k->tune, (const uint8_t *)xq, M, K, wp, c, xs, ws, b, y, N, start, start + count);
+        columns(&k->tune, (const uint8_t *)xq, M, K, wp, c, xs, ws, b, y, N, start, start + count);
     }
 }
 
@@ -283,8 +284,10 @@ static void int8_share(const bl_kernels *k, int amx, int split, const void *x, i
  * Threads split the rows to quantize, then the column blocks (AMX: in pairs), each reading its own share of the
  * weights -- or below AMX, where the tuning says so, the rows, each reading all of them (see int8_share). */
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
-                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
+                   const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int narrow,
+                   int threads) {
     const int amx = k->int8_columns_amx && M >= BL_AMX_MIN_ROWS && K % 64 == 0;
+    narrow = narrow && !amx && k->int8_columns_narrow;  /* (elsewhere the level's kernel takes any weight) */
     if (!(amx || k->int8_columns) || K % 4 || N % 16) return BL_UNSUPPORTED;
     int8_t *xq = malloc((size_t)(M * K) + sizeof(float) * (size_t)M);
     if (!xq) return BL_NO_MEMORY;
@@ -296,10 +299,10 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
                               : thread_count(blocks, M * K * 16, threads);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(parts) if (parts > 1)
-    int8_share(k, amx, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, omp_get_thread_num(),
+    int8_share(k, amx, narrow, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, omp_get_thread_num(),
                omp_get_num_threads());
 #else
-    int8_share(k, amx, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, 0, 1);
+    int8_share(k, amx, narrow, split, x, dtype, xq, xs, wp, comp, ws, b, y, M, K, N, 0, 1);
 #endif
     free(xq);
     return BL_OK;
