@@ -139,7 +139,7 @@ def test_the_split_is_chosen_per_shape_class_and_only_where_a_second_set_of_roun
         if name != "split":
             return {v: [1.0] * cpu_tuning.ROUNDS for v in values}
         part = "f32" if calls[0][0] == ext.linear_f32 else "int8"
-        rows = {"bulk" if a[-3] >= cpu_tuning.SPLIT_BULK_ROWS else "few" for _, a in calls}
+        rows = {"bulk" if cpu_tuning.row_count(part, a) >= cpu_tuning.SPLIT_BULK_ROWS else "few" for _, a in calls}
         assert len(rows) == 1  # one class's shapes only
         label = (part, rows.pop())
         seen[label] = seen.get(label, 0) + 1

@@ -128,6 +128,11 @@ def candidates(level: str, default: dict[str, int], threads: int, int8: str | No
     return {name: list(dict.fromkeys(values)) for name, values in out.items()}
 
 
+def row_count(part: str, args: tuple) -> int:
+    """The row count M of one timed call's arguments: the fifth of linear_f32's, the eighth of linear_int8's."""
+    return args[4] if part == "f32" else args[7]
+
+
 class _Workload:
     """The layers the sweep times, made once: random weights already in the kernels' layouts (fp32 panels of 32
     columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write. At
@@ -166,9 +171,8 @@ class _Workload:
         """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given."""
         calls = [(self.ext.linear_f32, a) for a in self.f32] if part == "f32" else \
             [(self.ext.linear_int8, a) for a in self.int8]
-        if rows is not None:  # (the row count: the fifth argument of linear_f32, the eighth of linear_int8)
-            at = 4 if part == "f32" else 7
-            calls = [(f, a) for f, a in calls if (a[at] >= SPLIT_BULK_ROWS) == (rows == "bulk")]
+        if rows is not None:
+            calls = [(f, a) for f, a in calls if (row_count(part, a) >= SPLIT_BULK_ROWS) == (rows == "bulk")]
         return calls
 
     def run(self, calls: list) -> float:
