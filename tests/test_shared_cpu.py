@@ -249,3 +249,14 @@ def test_a_budgeted_run_that_fell_short_does_not_read_as_a_normal_one():
     assert "the step plan ended the run" in line and "WARNING: the run went 6.5x slower" in line
     short = TrainResult(step=300, stopped="time_budget", checkpoint=None, elapsed=288.0)
     assert "did 300 of the 1700 steps its first timing promised" in shortfall(short, 1700)
+
+
+def test_worker_processes_are_never_forked_from_a_threaded_process():
+    # a child forked from a process whose libgomp pool is running can inherit a held lock and never finish;
+    # corpus preparation and the tokenizer's pool start their workers from a fork server (or spawn) instead
+    from bertlab.core.threads import worker_context
+
+    torch.ones(64, 64) @ torch.ones(64, 64)  # (the pool exists now)
+    assert worker_context().get_start_method() in ("forkserver", "spawn")
+    with worker_context().Pool(1) as pool:
+        assert pool.apply(len, ("abc",)) == 3

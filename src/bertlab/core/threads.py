@@ -185,3 +185,18 @@ def add_threads_argument(parser, default_text: str) -> None:
     """`--threads N` as every command spells it; `default_text` says what happens without it."""
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help=f"CPU threads for torch (default: {default_text})")
+
+
+def worker_context():
+    """The multiprocessing context for worker processes: forkserver where the platform has it, else spawn.
+
+    Not fork: a process that has run torch holds libgomp's thread pool (and other libraries' threads), and a
+    child forked from it can inherit a lock one of those threads held at that instant and wait on it forever --
+    seen as a corpus-preparation worker asleep for good on a loaded 2-core machine. The fork server is a fresh
+    single-threaded process the workers fork from: `prepare` on the Chinese whole-word-masking tests ran no
+    slower with it than with fork."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+

@@ -28,10 +28,8 @@ makes a text-to-text instance set of packed examples from the same shards (`t5_d
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import logging
-import multiprocessing
 import os
 import random
 import shutil
@@ -44,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..core.threads import worker_context
 from . import shards as store
 from .instances import (ORDER_MODES, Corpus, InstanceConfig, generate_instances, instance_ids,
                         instance_word_continues)
@@ -262,12 +261,7 @@ def _progress(total: int | None, desc: str, unit: str, enabled: bool | None):
 def _pool(workers: int, initializer=None, initargs=()):
     if workers <= 1:
         return None
-    # fork starts workers instantly and shares the parent's pages; spawn elsewhere (macOS, Windows).
-    # gc.freeze(): the children's garbage collector then leaves the inherited objects alone instead of
-    # writing to each one's header, which would copy every shared page into each child (copy-on-write).
-    gc.freeze()
-    methods = multiprocessing.get_all_start_methods()
-    ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    ctx = worker_context()  # (not fork: see there)
     return ctx.Pool(workers, initializer=initializer, initargs=initargs)
 
 

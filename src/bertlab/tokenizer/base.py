@@ -429,12 +429,12 @@ class TokenizerBase:
         if workers == 1 or len(chunks) <= 1:
             parts = [self._flat_many(texts)]
         else:
-            import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
-            # fork shares the loaded tokenizer for free; elsewhere it is pickled once per worker
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=ctx, initializer=_worker_init,
+            from ..core.threads import worker_context
+
+            # (the tokenizer is pickled once per worker; not fork: see worker_context)
+            with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=worker_context(), initializer=_worker_init,
                                      initargs=(self,)) as pool:
                 parts = list(pool.map(_worker_flat, chunks))
         ids = np.concatenate([np.frombuffer(p[0], dtype=np.int32) for p in parts]) if parts else \
