@@ -194,7 +194,8 @@ def worker_context():
     child forked from it can inherit a lock one of those threads held at that instant and wait on it forever --
     seen as a corpus-preparation worker asleep for good on a loaded 2-core machine. The fork server is a fresh
     single-threaded process the workers fork from: `prepare` on the Chinese whole-word-masking tests ran no
-    slower with it than with fork."""
+    slower with it than with fork. The cost: the workers import the calling script, so a script that starts
+    them needs its top level under `if __name__ == "__main__":` (the `bertlab` command and notebooks have it)."""
     import multiprocessing
 
     methods = multiprocessing.get_all_start_methods()
