@@ -191,8 +191,9 @@ def worker_context():
     """The multiprocessing context for worker processes: forkserver where the platform has it, else spawn.
 
     Not fork: a process that has run torch holds libgomp's thread pool (and other libraries' threads), and a
-    child forked from it can inherit a lock one of those threads held at that instant and wait on it forever --
-    seen as a corpus-preparation worker asleep for good on a loaded 2-core machine. The fork server is a fresh
+    child forked from it can inherit a lock one of those threads held at that instant and wait on it forever
+    (the likely cause, not a proven one, of a corpus-preparation test whose worker sat idle for 19 minutes in a
+    long test run on a loaded 2-core machine, twice). The fork server is a fresh
     single-threaded process the workers fork from: `prepare` on the Chinese whole-word-masking tests ran no
     slower with it than with fork. The cost: the workers import the calling script, so a script that starts
     them needs its top level under `if __name__ == "__main__":` (the `bertlab` command and notebooks have it)."""

@@ -183,43 +183,25 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
 #define INT8_OUT(r) INT8_VECS(INT8_OUT_V, r)
 #define INT8_W_ALL INT8_W(0) INT8_W(1) INT8_W(2) INT8_W(3) INT8_W(4) INT8_W(5) INT8_W(6) INT8_W(7)
 
-static inline __attribute__((always_inline)) INT8_OPT AVXVNNI_TARGET void int8_tile_avxvnni(
-    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
-    const ptrdiff_t KQ = K / 4;
-    INT8_ROWS(INT8_DECL)
-    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
-        INT8_W_ALL
-        INT8_ROWS(INT8_VNNI_ROW)
+/* One register tile of MR rows x NB blocks over all of K: the accumulators declared, each step of k the block's
+ * weights loaded and every row's product added (ROW: one VPDPBUSD, the exact pairs of AVX2 alone, or the narrow
+ * pairs), then dequantized and stored. SETUP: what ROW needs beside them (the ones of VPMADDWD). */
+#define INT8_TILE(NAME, TARGET, SETUP, ROW)                                                                    \
+    static inline __attribute__((always_inline)) INT8_OPT TARGET void NAME(                                    \
+        const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,      \
+        const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {                           \
+        const ptrdiff_t KQ = K / 4;                                                                            \
+        SETUP                                                                                                  \
+        INT8_ROWS(INT8_DECL)                                                                                   \
+        for (ptrdiff_t kq = 0; kq < KQ; kq++) {                                                                \
+            INT8_W_ALL                                                                                         \
+            INT8_ROWS(ROW)                                                                                     \
+        }                                                                                                      \
+        INT8_ROWS(INT8_OUT)                                                                                    \
     }
-    INT8_ROWS(INT8_OUT)
-}
-
-static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile_avx2(
-    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
-    const ptrdiff_t KQ = K / 4;
-    const __m256i ones = _mm256_set1_epi16(1);
-    INT8_ROWS(INT8_DECL)
-    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
-        INT8_W_ALL
-        INT8_ROWS(INT8_PAIRS_ROW)
-    }
-    INT8_ROWS(INT8_OUT)
-}
-
-static inline __attribute__((always_inline)) INT8_OPT AVX2_TARGET void int8_tile_avx2_narrow(
-    const int MR, const int NB, const uint8_t *x, ptrdiff_t K, const int8_t *wp, const int32_t *comp,
-    const float *xs, const float *ws, const float *b, float *y, ptrdiff_t ldy) {
-    const ptrdiff_t KQ = K / 4;
-    const __m256i ones = _mm256_set1_epi16(1);
-    INT8_ROWS(INT8_DECL)
-    for (ptrdiff_t kq = 0; kq < KQ; kq++) {
-        INT8_W_ALL
-        INT8_ROWS(INT8_NARROW_ROW)
-    }
-    INT8_ROWS(INT8_OUT)
-}
+INT8_TILE(int8_tile_avxvnni, AVXVNNI_TARGET, , INT8_VNNI_ROW)
+INT8_TILE(int8_tile_avx2, AVX2_TARGET, const __m256i ones = _mm256_set1_epi16(1);, INT8_PAIRS_ROW)
+INT8_TILE(int8_tile_avx2_narrow, AVX2_TARGET, const __m256i ones = _mm256_set1_epi16(1);, INT8_NARROW_ROW)
 
 /* Column blocks [nb0, nb1) for all M rows: from BIG rows on, tiles of BIG rows x 1 block (the rows streaming
  * past each block's weights, which stay in L1), AVX2_MC rows at a time; for 2 to BIG - 1 rows tiles of SMALL
