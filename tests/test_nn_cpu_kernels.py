@@ -668,6 +668,23 @@ def test_attention_short_matches_the_formula(T_q, T_k, hs, threads):
         assert (got - want).abs().max() < 2e-5
 
 
+@needs_c
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_attention_short_on_avx2_gives_the_avx512_bits(isa):
+    """AVX2's tiles (6 queries x 16 keys or values, 8-float vectors, K transposed in 8 x 8 blocks) run each score's
+    FMA chain over hs and each output's over the keys in the AVX-512 tiles' order: the same floats, bit for bit --
+    partial query tiles and key blocks, every head size, every kind of mask, keys shared by groups of rows."""
+    for T_q, T_k in ((1, 7), (5, 5), (13, 70), (40, 40)):
+        for hs in (16, 32, 48, 64):
+            q, k, v, _, _, adds = attention_case(T_q, T_k, hs)
+            for add in adds:
+                cpu_kernels.force_cpu_isa("avx512")
+                wide = cpu_kernels.attention_short(q, k, v, add, 0.25)
+                cpu_kernels.force_cpu_isa("avx2")
+                narrow = cpu_kernels.attention_short(q, k, v, add, 0.25)
+                assert narrow is not None and torch.equal(wide, narrow), (T_q, T_k, hs)
+
+
 def test_attention_short_declines_what_it_does_not_take():
     q = torch.randn(2, 3, 4, 16)
     assert cpu_kernels.attention_short(q[..., :8], q[..., :8], q[..., :8], None, 1.0) is None  # hs 8

@@ -366,10 +366,9 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
     hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
     B, nh, T_q, hs = q.shape
-    # Only from AVX-512 up: the tiles hold 16-float vectors (4 x 4 of them in Q Kᵀ), which AVX2's 16 registers of 8
-    # floats spill -- all-MiniLM-L6-v2's attention at `avx2` on an Intel Xeon took 34x the AVX-512 build's time
-    # (1.93 s against 0.057 s for 48 inputs), where torch's matmuls keep pace
-    if (hs % 16 or hs > 64 or q.dtype != torch.float32 or cpu_isa() not in ("avx512", "amx")
+    # Not at the level `none`: its loops hold 16-float vectors in SSE's 16 registers of 4 and spill (AVX2 has tiles
+    # of its own, csrc/attention.c)
+    if (hs % 16 or hs > 64 or q.dtype != torch.float32 or cpu_isa() == "none"
             or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands
@@ -520,9 +519,9 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     with the same kernels, so bit for bit the layer computed one call at a time. `weights`: the 12 fp32 tensors
     (stacked qkv panels and bias, attention output panels and bias, LayerNorm weight and bias, FFN in panels and
     bias, FFN out panels and bias, LayerNorm weight and bias), checked by the caller (nn/encoder_layer.py); `add`
-    (B | 1, 1, 1, T) or None. None where the kernels do not apply (the level below AVX-512, a trace, x not a
+    (B | 1, 1, 1, T) or None. None where the kernels do not apply (the level below AVX2, a trace, x not a
     contiguous fp32 CPU tensor outside autograd)."""
-    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() not in ("avx512", "amx") or not _native(x)
+    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() == "none" or not _native(x)
             or not f32_gemm_available()):
         return None
     B, T, H = x.shape

@@ -13,8 +13,8 @@ from bertlab.nn import cpu_kernels, encoder_layer, packed_linear
 
 from infer_support import tiny_model
 
-pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not packed_linear.available(),
-                                reason="the one-call layer runs on AVX-512's fp32 GEMM and attention loops")
+pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not packed_linear.available(),
+                                reason="the one-call layer runs on the fp32 GEMM and attention loops of AVX2 and up")
 
 
 def _calls(monkeypatch) -> list:
@@ -31,7 +31,8 @@ def folder(tmp_path_factory):
                       intermediate_size=37, num_hidden_layers=2)
 
 
-def test_one_call_layer_gives_the_modules_bits(folder, monkeypatch):
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_one_call_layer_gives_the_modules_bits(isa, folder, monkeypatch):
     model = load_model(BertModel, folder, InferenceOptions())
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 40, (3, 11), generator=g)

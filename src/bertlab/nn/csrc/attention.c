@@ -184,6 +184,133 @@ INLINE void transpose16(const float *src, ptrdiff_t src_stride, ptrdiff_t rows, 
     for (int i = 0; i < 16; i++) memcpy(dst + i * dst_stride, &r[i], sizeof r[i]);
 }
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* AVX2: the same loops on tiles that fit its 16 registers of 8 floats. The tiles above (4 x 64 scores, 8 x 32
+ * outputs: 32 of those registers) spilled to the stack in every inner step -- all-MiniLM-L6-v2's attention took
+ * 34x the AVX-512 build's time there. Here 6 queries x 16 keys of scores and 6 queries x 16 values of outputs
+ * (12 accumulators each), K transposed in 8 x 8 blocks. Each score is still one FMA chain over hs in order and
+ * each output one over the keys in order, scaled once: the numbers of the loops above. */
+/* (f32x8, i32x8: common.h) */
+/* dst[i · dst_stride + j] = src[j · src_stride + i] for an 8 x 8 block, rows j >= rows of src read as zeros */
+INLINE void transpose8(const float *src, ptrdiff_t src_stride, ptrdiff_t rows, float *dst, ptrdiff_t dst_stride) {
+    __m256 r[8];
+    for (int j = 0; j < 8; j++) r[j] = j < rows ? _mm256_loadu_ps(src + j * src_stride) : _mm256_setzero_ps();
+    __m256 t[8], u[8];
+    for (int j = 0; j < 8; j += 2) {
+        t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+        t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+    }
+    for (int j = 0; j < 8; j += 4) {
+        u[j] = _mm256_shuffle_ps(t[j], t[j + 2], 0x44);
+        u[j + 1] = _mm256_shuffle_ps(t[j], t[j + 2], 0xee);
+        u[j + 2] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0x44);
+        u[j + 3] = _mm256_shuffle_ps(t[j + 1], t[j + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+        _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+    }
+}
+
+/* query rows a tile: 6 x 16 scores or outputs in 12 accumulators (8 would leave no slack under the FMAs' latency) */
+#define R8 6
+/* qk_tile for R8 query rows x 16 keys j0 .. j0 + 16; mk[r] the rows' running maxima (order keys) in 8 lanes */
+INLINE void qk_tile8(const float *const q[R8], const float *kt, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t hs, float scale,
+                     const float *const add[R8], ptrdiff_t keys, float *S, i32x8 mk[R8]) {
+    f32x8 acc[R8][2];
+    for (int r = 0; r < R8; r++) acc[r][0] = acc[r][1] = (f32x8){0};
+    for (ptrdiff_t d = 0; d < hs; d++) {
+        f32x8 k0, k1;
+        memcpy(&k0, kt + d * n + j0, sizeof k0);
+        memcpy(&k1, kt + d * n + j0 + 8, sizeof k1);
+        for (int r = 0; r < R8; r++) {
+            const float qd = q[r][d];
+            acc[r][0] += qd * k0;
+            acc[r][1] += qd * k1;
+        }
+    }
+    for (int r = 0; r < R8; r++)
+        for (int c = 0; c < 2; c++) {
+            const ptrdiff_t j = j0 + 8 * c;
+            f32x8 s = scale * acc[r][c];
+            if (j + 8 <= keys) {
+                if (add[r]) {
+                    f32x8 a;
+                    memcpy(&a, add[r] + j, sizeof a);
+                    s += a;
+                }
+            } else
+                for (int l = 0; l < 8; l++) s[l] = j + l < keys ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
+            i32x8 key;
+            memcpy(&key, &s, sizeof key);
+            key ^= (key >> 31) & 0x7fffffff;  /* order_key, lane by lane */
+            const i32x8 greater = key > mk[r];
+            mk[r] = (key & greater) | (mk[r] & ~greater);
+            memcpy(S + r * n + j, &s, sizeof s);
+        }
+}
+
+/* pv_tile for R8 rows and the 16 values v[0..16) of each key (o[r] + 0 .. 16) */
+INLINE void pv_tile8(const float *P, ptrdiff_t n, const float *v, ptrdiff_t v_step, ptrdiff_t keys,
+                     const float *inv, float *const *o, ptrdiff_t col) {
+    f32x8 acc[R8][2];
+    for (int r = 0; r < R8; r++) acc[r][0] = acc[r][1] = (f32x8){0};
+    for (ptrdiff_t j = 0; j < keys; j++) {
+        f32x8 v0, v1;
+        memcpy(&v0, v + j * v_step, sizeof v0);
+        memcpy(&v1, v + j * v_step + 8, sizeof v1);
+        for (int r = 0; r < R8; r++) {
+            const float p = P[r * n + j];
+            acc[r][0] += p * v0;
+            acc[r][1] += p * v1;
+        }
+    }
+    for (int r = 0; r < R8; r++)
+        if (o[r])
+            for (int c = 0; c < 2; c++) {
+                const f32x8 y = inv[r] * acc[r][c];
+                memcpy(o[r] + col + 8 * c, &y, sizeof y);
+            }
+}
+
+/* scratch: hs · n (K transposed) + 8 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
+HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch) {
+    const ptrdiff_t n = padded(a->keys), hs = a->hs;
+    float *kt = scratch, *S = scratch + hs * n, *zero = S + 8 * n;
+    for (ptrdiff_t d = 0; d < hs; d++) zero[d] = 0.0f;
+    for (ptrdiff_t task = first; task < first + count; task++) {
+        const ptrdiff_t b = task / a->heads, h = task % a->heads;
+        const float *q = (const float *)a->q + b * a->qs[0] + h * a->qs[1];
+        const float *k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1];
+        const float *v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1];
+        const float *add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        for (ptrdiff_t j0 = 0; j0 < n; j0 += 8)
+            for (ptrdiff_t d0 = 0; d0 < hs; d0 += 8)
+                transpose8(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
+        for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R8) {
+            float *orow[R8];
+            float inv[R8] = {0};
+            const float *qr[R8], *ar[R8];
+            i32x8 mk[R8];
+            for (int r = 0; r < R8; r++) {
+                const ptrdiff_t i = i0 + r;
+                const int real = i < a->queries;
+                qr[r] = real ? q + i * a->qs[2] : zero;
+                orow[r] = real ? (float *)a->out + ((b * a->queries + i) * a->heads + h) * hs : NULL;
+                ar[r] = add ? add + (real ? i : i0) * a->adds[2] : NULL;
+                for (int l = 0; l < 8; l++) mk[r][l] = INT32_MIN;
+            }
+            for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(qr, kt, n, j0, hs, a->scale, ar, a->keys, S, mk);
+            for (int r = 0; r < R8 && orow[r]; r++) {
+                int32_t best = mk[r][0];
+                for (int l = 1; l < 8; l++) best = mk[r][l] > best ? mk[r][l] : best;
+                inv[r] = 1.0f / exp_sum(S + r * n, n, from_order_key(best));
+            }
+            for (ptrdiff_t c = 0; c < hs; c += 16) pv_tile8(S, n, v + c, a->vs[2], a->keys, inv, orow, c);
+        }
+    }
+}
+#else
 /* scratch: hs · n (K transposed) + 8 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
 HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch) {
     const ptrdiff_t n = padded(a->keys), hs = a->hs;
@@ -235,3 +362,4 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
         }
     }
 }
+#endif
