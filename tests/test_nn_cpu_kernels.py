@@ -340,7 +340,8 @@ def test_each_level_runs_its_own_table(isa):
     AVX2 GEMMs at "avx2" (int8 on AVX-VNNI from "avxvnni" up), the AVX-512 ones from "avx512" (bf16 and VNNI where
     the CPU has them), AMX tiles for int8 at "amx" -- and what Python reports is what the table holds."""
     table = cpu_kernels._dispatch()[2]
-    want = {"none": set(), "avx2": {"gemm_f32", "int8_avx2"}, "avxvnni": {"gemm_f32", "int8_avxvnni"}}
+    want = {"none": set(), "avx2": {"gemm_f32", "int8_avx2", "beam_topk"},
+            "avxvnni": {"gemm_f32", "int8_avxvnni", "beam_topk"}}
     if isa in want:
         assert table == want[isa]
     else:
@@ -462,6 +463,28 @@ def test_beam_topk_takes_the_log_softmax_on_the_way(B, K, V, keep, threads):
     want = (logits.log_softmax(-1).view(B, K, V) + running[..., None]).view(B, K * V).topk(keep)
     assert torch.equal(index, want.indices)
     torch.testing.assert_close(best, want.values, atol=2e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_beam_topk_on_avx2_gives_the_avx512_bits(isa):
+    """AVX2's pass (8 scores at a time) and its row statistics (row_logsumexp's exp in 8-float vectors, the 16
+    lanes' sums in two halves) give AVX-512's candidates and sums bit for bit: rows of every length mod 16, ties,
+    -inf, logits either side of exp's -87 cut."""
+    for V in (1, 7, 8, 16, 24, 37, 1000):
+        g = torch.Generator().manual_seed(V)
+        logits = torch.randn(6, V, generator=g) * 30
+        logits[1] = logits[1].round()  # ties
+        logits[2, : V // 2] = -float("inf")
+        logits[3, 0], logits[3, 1:] = 0.0, -87.0 + torch.linspace(-0.01, 0.01, V - 1)
+        running = torch.randn(2, 3, generator=g)
+        for log_softmax in (False, True):
+            for keep in (1, min(5, 3 * V)):
+                cpu_kernels.force_cpu_isa("avx512")
+                wide = cpu_kernels.beam_topk(logits, running, keep, log_softmax=log_softmax)
+                cpu_kernels.force_cpu_isa("avx2")
+                narrow = cpu_kernels.beam_topk(logits, running, keep, log_softmax=log_softmax)
+                assert wide is not None and narrow is not None
+                assert torch.equal(wide[0], narrow[0]) and torch.equal(wide[1], narrow[1]), (V, log_softmax, keep)
 
 
 @needs_avx512

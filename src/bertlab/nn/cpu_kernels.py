@@ -543,7 +543,7 @@ def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softma
     -1).topk(keep)` in one pass, ties to the lower index. With `log_softmax`, `scores` are logits and each row's
     log-softmax is taken on the way, (x - max) - logsumexp as torch orders it (to ~1e-6 of torch's: another
     exp and summation order), without writing the (B·K, V) log-probabilities. None where the C kernel does not
-    apply (no AVX-512, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's torch path
+    apply (below AVX2, other dtypes) or a sum is NaN (torch's topk ranks NaN first; the caller's torch path
     then does)."""
     if (not _cpu_has("beam_topk") or scores.dim() != 2 or running.dim() != 2
             or scores.size(0) != running.numel() or not 1 <= keep <= running.size(1) * scores.size(1)

@@ -11,7 +11,7 @@
  *   linear_avx2.c   the fp32 and int8 GEMMs again on AVX2 + FMA (int8: AVX-VNNI where present), for CPUs
  *                   without AVX-512
  *   linear_amx.c    the int8 GEMM on AMX tiles, for many rows on CPUs with AMX
- *   search.c        a beam-search step's best candidates (and greedy's argmax), AVX-512
+ *   search.c        a beam-search step's best candidates (and greedy's argmax), AVX-512 and AVX2
  *   dispatch.c      the CPU's level and each level's table; ops.c the operations (threads, scratch, the int8
  *                   layer's quantize); module.c the Python bindings; bench.c a benchmark in C
  *
@@ -436,5 +436,7 @@ HIDDEN void attention_bf16_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count
 HIDDEN void attention_amx_heads(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
 HIDDEN int beam_topk_input(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
                            ptrdiff_t V, int keep, float *best, int64_t *index);
+HIDDEN int beam_topk_input_avx2(const float *score, const float *add, const float *mx, const float *lse, ptrdiff_t K,
+                                ptrdiff_t V, int keep, float *best, int64_t *index);
 
 #endif

@@ -94,6 +94,7 @@ int bl_select(int level, bl_kernels *t) {
         t->int8_unsigned = avxvnni;
         t->int8_columns_narrow = avxvnni ? NULL : int8_columns_avx2_narrow;
         t->int8_name = avxvnni ? "avxvnni" : "avx2";
+        t->beam_topk_input = beam_topk_input_avx2;
     }
     if (level >= BL_AVX512) {
         t->gemm_f32 = gemm_f32_avx512;

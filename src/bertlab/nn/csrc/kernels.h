@@ -22,7 +22,7 @@ enum { F32 = 0, BF16 = 1 };  /* element types, as nn/cpu_kernels.py's _DTYPE_COD
 
 /* The instruction-set levels, lowest first, as nn/cpu_kernels.py's ISA_LEVELS:
  *   none     the portable loops built for the baseline x86-64 (or any other CPU); no GEMM of bertlab's own
- *   avx2     AVX2 + FMA (x86-64-v3): the portable loops built for it, the AVX2 fp32 and int8 GEMMs
+ *   avx2     AVX2 + FMA (x86-64-v3): the portable loops built for it, the AVX2 fp32 and int8 GEMMs, beam search
  *   avxvnni  avx2 plus AVX-VNNI's int8 dot products
  *   avx512   AVX-512 (x86-64-v4): the portable loops built for it, the AVX-512 fp32 GEMM, beam search; the int8
  *            GEMM on AVX-512 VNNI (else AVX-VNNI, else AVX2), the bf16 GEMM and attention where AVX-512 BF16 is

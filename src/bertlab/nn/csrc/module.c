@@ -359,7 +359,7 @@ static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_beam_topk(k, score, add, best, index, B, K, V, (int)keep, (int)log_softmax, (int)threads));
-    if (rc < 0) return result(rc, "beam_topk (AVX-512, 1 <= keep <= K * V)");
+    if (rc < 0) return result(rc, "beam_topk (AVX2 or AVX-512, 1 <= keep <= K * V)");
     return PyBool_FromLong(rc);
 }
 

@@ -139,13 +139,30 @@ HIDDEN void VARIANT(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t col
             mk = key > mk ? key : mk;
         }
         const float mx = from_order_key(mk);
-        f32x16 lanes = {0};
         ptrdiff_t c = 0;
+#if defined(__AVX2__) && !defined(__AVX512F__)
+        /* AVX2 took the lane-wise loop below one float at a time (see exp_nonpositive8): here its exp runs in
+         * 8-float vectors, the same operations per lane, and the 16 lanes' sums are kept as two halves folded as
+         * one -- the same bits */
+        f32x8 lo = {0}, hi = {0};
+        for (; c + 16 <= cols; c += 16) {
+            f32x8 x0, x1;
+            memcpy(&x0, xr + c, sizeof x0);
+            memcpy(&x1, xr + c + 8, sizeof x1);
+            lo += exp_nonpositive8(x0 - mx);
+            hi += exp_nonpositive8(x1 - mx);
+        }
+        f32x16 lanes;
+        memcpy(&lanes, &lo, sizeof lo);
+        memcpy((char *)&lanes + sizeof lo, &hi, sizeof hi);
+#else
+        f32x16 lanes = {0};
         for (; c + 16 <= cols; c += 16) {
             f32x16 e;
             for (int l = 0; l < 16; l++) e[l] = exp_nonpositive(xr[c + l] - mx);
             lanes += e;
         }
+#endif
         float sum = fold_sum_f32(lanes);
         for (; c < cols; c++) sum += exp_nonpositive(xr[c] - mx);
         m[r] = mx;
