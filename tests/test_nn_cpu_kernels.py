@@ -652,6 +652,27 @@ def test_attention_one_query_matches_the_formula_on_cache_views(keys, hs, thread
         assert (got - want).abs().max() < 2e-5
 
 
+@needs_c
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_attention_one_query_on_avx2_gives_the_avx512_bits(isa):
+    """AVX2 takes each key's 16 lane sums as two 8-float halves folded in fold16's order, 4 keys at a time, and the
+    outputs 16 or 32 at a time: the same floats as AVX-512 -- 1 to 40 keys, every head size, with and without a
+    mask, beams sharing their input's keys and values, and heads of 8 (the dot products' scalar loop)."""
+    g = torch.Generator().manual_seed(0)
+    for keys in (1, 5, 16, 17, 40):
+        for hs in (8, 16, 32, 48, 64):
+            q = torch.randn(6, 4, 1, hs, generator=g)
+            k, v = torch.randn(3, 4, keys, hs, generator=g), torch.randn(3, 4, keys, hs, generator=g)
+            add = torch.zeros(6, 1, 1, keys)
+            add[1, ..., : keys // 2] = torch.finfo(torch.float32).min
+            for a in (None, add):
+                cpu_kernels.force_cpu_isa("avx512")
+                wide = cpu_kernels.attention_one_query(q, k, v, a, 0.3)
+                cpu_kernels.force_cpu_isa("avx2")
+                narrow = cpu_kernels.attention_one_query(q, k, v, a, 0.3)
+                assert narrow is not None and torch.equal(wide, narrow), (keys, hs)
+
+
 def test_attention_one_query_declines_what_it_does_not_take():
     q, k = torch.randn(2, 3, 1, 16), torch.randn(2, 3, 5, 16)
     assert cpu_kernels.attention_one_query(q.repeat(1, 1, 2, 1), k, k, None, 1.0) is None  # two queries
@@ -865,6 +886,24 @@ def test_add_and_norm_equals_layer_norm_of_the_sum(shape, threads, isa):
         # a large mean: the variance is taken about the mean, not as E[s²] - mean² (which cancels)
         torch.testing.assert_close(cpu_kernels.add_layer_norm_(y + 1000, res, norm.weight, norm.bias, 1e-12),
                                    want, atol=1e-3, rtol=1e-4)
+
+
+@needs_c
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_add_and_norm_on_avx2_gives_the_avx512_bits(isa):
+    """AVX2 keeps the 16 lanes' sums as two 8-float halves and normalises 8 at a time: each lane the same chain of
+    operations as the AVX-512 build's, so the same floats -- rows of whole 16-float blocks, with an 8-float tail,
+    and shorter than one block. (A tail of 4 floats, as in rows of 20, gave other last bits than the AVX-512 build
+    before this kernel too, in the same elements: the tail's sum; the formula test above holds it.)"""
+    for cols in (3, 8, 384, 392, 768, 1000):
+        g = torch.Generator().manual_seed(cols)
+        y, res = torch.randn(7, cols, generator=g) * 3 + 1, torch.randn(7, cols, generator=g)
+        w, b = torch.randn(cols, generator=g), torch.randn(cols, generator=g)
+        wide = cpu_kernels.add_layer_norm_(y.clone(), res, w, b, 1e-12)
+        cpu_kernels.force_cpu_isa("avx2")
+        narrow = cpu_kernels.add_layer_norm_(y.clone(), res, w, b, 1e-12)
+        cpu_kernels.force_cpu_isa("avx512")
+        assert torch.equal(wide, narrow), cols
 
 
 def test_add_and_norm_takes_torch_where_the_c_pass_does_not_apply():

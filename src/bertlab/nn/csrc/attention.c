@@ -8,6 +8,36 @@
  * T_k keys of hs values:  s_j = scale · q·k_j + add_j,  p = softmax(s),  out = Σ_j p_j v_j.
  * Torch's SDPA spent ~0.4 ms a call on this at T5-small's beam search (32 rows, 8 heads, <= 48 keys): its
  * kernel is built for blocks of many queries. Here each (row, head) is a few hundred multiply-adds. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* AVX2: the dot products and the weighted sum in 8-float vectors. In 16-float ones (16 keys' sums, 8 outputs
+ * twice) they need 32 of AVX2's 16 registers, and the build kept them on the stack (1,625 stack references in the
+ * kernel). The same sums here: each key's 16 lane sums as two halves, folded as fold16 folds them (lane l and
+ * l + 8, then + 4, + 2, + 1), 4 keys at a time; the outputs 32 or 16 at a time (weighted_sum16). */
+/* out[j] = q · k_j for the n <= 16 keys k_j = k + j · key_stride (out[n..15] = 0); hs a multiple of 16 */
+INLINE void dot16_keys(const float *q, const float *k, ptrdiff_t key_stride, ptrdiff_t hs, float *out, int n) {
+    for (int j0 = 0; j0 < 16; j0 += 4) {
+        f32x8 lo[4], hi[4];
+        for (int j = 0; j < 4; j++) lo[j] = hi[j] = (f32x8){0};
+        for (ptrdiff_t d = 0; d < hs && j0 < n; d += 16) {
+            f32x8 x0, x1;
+            memcpy(&x0, q + d, sizeof x0);
+            memcpy(&x1, q + d + 8, sizeof x1);
+            for (int j = 0; j < 4; j++) {
+                if (j0 + j >= n) break;
+                f32x8 y0, y1;
+                memcpy(&y0, k + (j0 + j) * key_stride + d, sizeof y0);
+                memcpy(&y1, k + (j0 + j) * key_stride + d + 8, sizeof y1);
+                lo[j] += x0 * y0;
+                hi[j] += x1 * y1;
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            const f32x8 s = lo[j] + hi[j];
+            out[j0 + j] = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+        }
+    }
+}
+#else
 /* out[j] = q · k_j for the n <= 16 keys k_j = k + j · key_stride (out[n..15] = 0); hs a multiple of 16 */
 INLINE void dot16_keys(const float *q, const float *k, ptrdiff_t key_stride, ptrdiff_t hs, float *out, int n) {
     f32x16 acc[16];
@@ -24,32 +54,52 @@ INLINE void dot16_keys(const float *q, const float *k, ptrdiff_t key_stride, ptr
     }
     fold16(acc, out);
 }
+#endif
 
-/* out[0..NV·16) = Σ_j p[j] · v_j over n keys v_j = v + j · stride: the accumulators stay in registers (NV
- * vectors, twice: even and odd keys in separate chains) */
-INLINE void weighted_sum16(const int NV, const float *p, const float *v, ptrdiff_t stride, ptrdiff_t n,
-                           float *out) {
-    f32x16 even[4] = {{0}}, odd[4] = {{0}};
+/* out[0..NV·FVEC) = Σ_j p[j] · v_j over n keys v_j = v + j · stride: the accumulators stay in registers (NV
+ * vectors of the level's width, twice: even and odd keys in separate chains) */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+typedef f32x8 fvec;
+#define FVEC 8
+#else
+typedef f32x16 fvec;
+#define FVEC 16
+#endif
+INLINE void weighted_sum(const int NV, const float *p, const float *v, ptrdiff_t stride, ptrdiff_t n, float *out) {
+    fvec even[4], odd[4];
+    for (int c = 0; c < NV; c++) even[c] = odd[c] = (fvec){0};
     ptrdiff_t j = 0;
     for (; j + 2 <= n; j += 2) {
         for (int c = 0; c < NV; c++) {
-            f32x16 a, b;
-            memcpy(&a, v + j * stride + 16 * c, sizeof a);
-            memcpy(&b, v + (j + 1) * stride + 16 * c, sizeof b);
+            fvec a, b;
+            memcpy(&a, v + j * stride + FVEC * c, sizeof a);
+            memcpy(&b, v + (j + 1) * stride + FVEC * c, sizeof b);
             even[c] += p[j] * a;
             odd[c] += p[j + 1] * b;
         }
     }
     if (j < n)
         for (int c = 0; c < NV; c++) {
-            f32x16 a;
-            memcpy(&a, v + j * stride + 16 * c, sizeof a);
+            fvec a;
+            memcpy(&a, v + j * stride + FVEC * c, sizeof a);
             even[c] += p[j] * a;
         }
     for (int c = 0; c < NV; c++) {
-        const f32x16 sum = even[c] + odd[c];
-        memcpy(out + 16 * c, &sum, sizeof sum);
+        const fvec sum = even[c] + odd[c];
+        memcpy(out + FVEC * c, &sum, sizeof sum);
     }
+}
+
+/* out[0..NV·16) = weighted_sum (AVX2: 32 or 16 outputs a pass, 8 or 4 accumulators) */
+INLINE void weighted_sum16(const int NV, const float *p, const float *v, ptrdiff_t stride, ptrdiff_t n,
+                           float *out) {
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    int c = 0;
+    for (; c + 2 <= NV; c += 2) weighted_sum(4, p, v + 16 * c, stride, n, out + 16 * c);
+    if (c < NV) weighted_sum(2, p, v + 16 * c, stride, n, out + 16 * c);
+#else
+    weighted_sum(NV, p, v, stride, n, out);
+#endif
 }
 
 /* see OneQuery (kernels.h) */

@@ -224,6 +224,14 @@ INLINE f32x8 exp_nonpositive8(f32x8 x) {
     return out;
 }
 
+/* fold_sum_f32 of the 16 lanes held as lanes 0-7 and 8-15 */
+INLINE float fold_sum_halves(f32x8 lo, f32x8 hi) {
+    f32x16 lanes;
+    memcpy(&lanes, &lo, sizeof lo);
+    memcpy((char *)&lanes + sizeof lo, &hi, sizeof hi);
+    return fold_sum_f32(lanes);
+}
+
 /* tmp[0:n16] -> e^(tmp - m), returning their sum */
 INLINE float exp_sum(float *tmp, ptrdiff_t n16, float m) {
     f32x8 lo = {0}, hi = {0};  /* lanes 0-7 and 8-15 of the 16 lanes' sums */
@@ -237,10 +245,7 @@ INLINE float exp_sum(float *tmp, ptrdiff_t n16, float m) {
         lo += e0;
         hi += e1;
     }
-    f32x16 lanes;
-    memcpy(&lanes, &lo, sizeof lo);
-    memcpy((char *)&lanes + sizeof lo, &hi, sizeof hi);
-    return fold_sum_f32(lanes);
+    return fold_sum_halves(lo, hi);
 }
 #else
 /* tmp[0:n16] -> e^(tmp - m), returning their sum */
