@@ -49,7 +49,7 @@ def test_every_blocking_gives_the_same_bits(isa, threads):
     panels = cpu_kernels.pack_f32_panels(w)
     wq = torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g)
     packed, ws = cpu_kernels.pack_int8_weight(wq), torch.rand(n, generator=g) / 50
-    xs = [torch.randn(m, k, generator=g) for m in (1, 5, 13, 40, 127, 128, 205)]
+    xs = [torch.randn(m, k, generator=g) for m in (1, 5, 13, 40, 127, 128, 205, 767, 768, 800)]
 
     def outputs():
         return [(cpu_kernels.linear_f32(x, panels, b, n), cpu_kernels.int8_linear(x, packed, ws, b)) for x in xs]
@@ -78,7 +78,7 @@ def test_every_split_at_four_threads_gives_the_one_thread_bits(isa):
     panels = cpu_kernels.pack_f32_panels(w)
     packed = cpu_kernels.pack_int8_weight(torch.randint(-127, 128, (n, k), dtype=torch.int8, generator=g))
     ws = torch.rand(n, generator=g) / 50
-    xs = [torch.randn(m, k, generator=g) for m in (3, 50, 131, 300)]
+    xs = [torch.randn(m, k, generator=g) for m in (3, 50, 131, 300, 1535, 1536, 1600)]
     before, default = torch.get_num_threads(), ext.tune()
 
     def outputs():
@@ -128,7 +128,7 @@ def test_the_split_is_chosen_per_shape_class_and_only_where_a_second_set_of_roun
     """At two threads the sweep flips each class's split bit on that class's shapes alone; a flip that wins its
     rounds is kept only if it wins a second set too. Timings stand in for the clock: rows win the fp32 bulk
     class twice, the int8 few-rows class once (then lose: a burst of load), nothing else."""
-    monkeypatch.setattr(cpu_tuning, "F32_ROWS", (16, 160))
+    monkeypatch.setattr(cpu_tuning, "F32_ROWS", (16, 2 * cpu_tuning.SPLIT_F32_BULK_ROWS + 8))
     monkeypatch.setattr(cpu_tuning, "INT8_ROWS", (8, 130))
     ext = cpu_kernels._extension()
     _gemm_once()
@@ -138,8 +138,9 @@ def test_the_split_is_chosen_per_shape_class_and_only_where_a_second_set_of_roun
     def fake_timed(ext_, work, current, name, values, calls):
         if name != "split":
             return {v: [1.0] * cpu_tuning.ROUNDS for v in values}
-        part = "f32" if calls[0][0] == ext.linear_f32 else "int8"
-        rows = {"bulk" if cpu_tuning.row_count(part, a) >= cpu_tuning.SPLIT_BULK_ROWS else "few" for _, a in calls}
+        assert len(calls) == cpu_tuning.COPIES  # one list a weight copy, each the same shapes
+        part = "f32" if calls[0][0][0] == ext.linear_f32 else "int8"
+        rows = {cpu_tuning.row_class(part, cpu_tuning.row_count(part, a), 2) for copy in calls for _, a in copy}
         assert len(rows) == 1  # one class's shapes only
         label = (part, rows.pop())
         seen[label] = seen.get(label, 0) + 1
@@ -250,3 +251,27 @@ def test_a_cache_write_that_fails_leaves_the_old_file_and_no_temporary(cache, mo
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("could not write the CPU tuning cache")
     assert set(ran) == set(cpu_tuning.PARAMS)
+
+
+@needs_gemm
+def test_the_sweep_times_cold_weights_and_parts_fp32_classes_by_rows_a_thread(cache):
+    """Each run takes the next weight copy (a run's weights last read `COPIES` - 1 runs before, out of L2 as a
+    model's are), every copy the same shapes with weights of its own; fp32's class boundary moves with the
+    thread count, int8's does not."""
+    ext = cpu_kernels._extension()
+    _gemm_once()
+    work = cpu_tuning._Workload(ext, 1, cpu_kernels.int8_kernel() is not None)
+    calls = work.calls("f32")
+    assert len(calls) == cpu_tuning.COPIES >= 2
+    assert len({a[1] for copy in calls for _, a in copy}) == cpu_tuning.COPIES * len(cpu_tuning.SHAPES)
+    assert len({tuple(a[4:] for _, a in copy) for copy in calls}) == 1
+    seen = []
+    fake = [[(lambda *a, c=c: seen.append(c), a) for _, a in copy] for c, copy in enumerate(calls)]
+    for _ in range(2 * cpu_tuning.COPIES):
+        work.run(fake)
+    per_run = [seen[i] for i in range(0, len(seen), len(calls[0]))]
+    assert per_run == list(range(cpu_tuning.COPIES)) * 2 and len(seen) == 2 * len(calls[0]) * cpu_tuning.COPIES
+    r = cpu_tuning.SPLIT_F32_BULK_ROWS
+    assert [cpu_tuning.row_class("f32", m, t) for m, t in ((r - 1, 1), (r, 1), (2 * r - 1, 2), (2 * r, 2))] \
+        == ["few", "bulk", "few", "bulk"]
+    assert cpu_tuning.row_class("int8", cpu_tuning.SPLIT_BULK_ROWS, 4) == "bulk"

@@ -7,9 +7,10 @@ bertlab's fp32 GEMM and int8 layer take their blocking at run time (`csrc/kernel
     f32_block        rows of x per block, which stay in L2 while every weight panel passes
     f32_prefetch     how many panels ahead the next weights are requested while one is multiplied (0: none)
     int8_panel_rows  from how many rows the AVX-512 VNNI int8 kernel takes 32-column panels by 12-row tiles
-    split            how threads share a GEMM, one bit per shape class -- fp32 or int8, below or from
-                     `SPLIT_BULK_ROWS` rows (a bit set: by rows, each thread every panel; clear: by columns, each
-                     its own panels; bits `SPLIT_BITS`)
+    split            how threads share a GEMM, one bit per shape class -- fp32 or int8, below or from the
+                     class boundary (`row_class`: int8 `SPLIT_BULK_ROWS` rows, fp32 `SPLIT_F32_BULK_ROWS` rows a
+                     thread; a bit set: by rows, each thread every panel; clear: by columns, each its own panels;
+                     bits `SPLIT_BITS`)
 
 None of it moves a sum: each fp32 output is one FMA chain over k from the bias and each int8 one an exact integer
 sum, whatever the tiles, blocks or split, so every blocking gives the same bits (tests/test_nn_cpu_tuning.py
@@ -17,8 +18,9 @@ holds them to it); only the speed differs, and that differs by CPU (cache sizes,
 two threads share a core). The defaults were measured on one Zen 5 core.
 
 The sweep: the level's default blocking, then one parameter at a time, each value timed on all-MiniLM-L6-v2's
-layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 256 rows; the int8 layer where its kernel runs, at 16 and
-256) in `ROUNDS` interleaved rounds (the order rotating, so a busy machine slows every value alike); above one
+layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 1,024 rows -- a lone input's and a bulk batch's; the int8
+layer where its kernel runs, at 16 and 256) with their weights cold, as a model's pass reads them (each run takes
+the next of `COPIES` copies of the weights, together larger than a core's L2), in `ROUNDS` interleaved rounds (the order rotating, so a busy machine slows every value alike); above one
 thread each split class is tried on its own shapes (the few rows' and the many rows', fp32 and int8). A value
 replaces the current one only where it was faster in every round and by at least `MARGIN` in the median, and
 again so in a second set of rounds taken after it (a burst of load from elsewhere in the first cannot pick it):
@@ -52,12 +54,14 @@ PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split")  
 TUNING_MODES = ("auto", "default", "retune")
 ROUNDS = 5
 MARGIN = 0.03  # a value must beat the current one by this much in the median (and in every round) to replace it
-CACHE_VERSION = 2  # (1: `split` one value for every GEMM, 0 or 1)
+CACHE_VERSION = 3  # (1: `split` one value for every GEMM, 0 or 1; 2: fp32's classes parted at 128 rows, warm weights)
 # all-MiniLM-L6-v2's layer shapes (K, N) that carry its time: the feed-forward's two, at a lone input's rows and
 # a bulk batch's
 SHAPES = ((384, 1536), (1536, 384))
-F32_ROWS, INT8_ROWS = (48, 256), (16, 256)
-SPLIT_BULK_ROWS = 128  # from this many rows a layer is in a split bit's bulk class (kernels.h: BL_SPLIT_BULK_ROWS)
+F32_ROWS, INT8_ROWS = (48, 1024), (16, 256)
+COPIES = 3  # weight copies the runs rotate through: each run finds its weights out of L2 (~4.7 MB fp32 a copy)
+SPLIT_BULK_ROWS = 128  # from this many rows an int8 layer is in its split bit's bulk class (kernels.h: BL_SPLIT_BULK_ROWS)
+SPLIT_F32_BULK_ROWS = 384  # an fp32 GEMM's, from this many rows a thread (kernels.h: BL_SPLIT_F32_BULK_ROWS)
 # split's bits (kernels.h: BL_SPLIT_*): (part, rows class) -> bit
 SPLIT_BITS = {("f32", "few"): 1, ("f32", "bulk"): 2, ("int8", "few"): 4, ("int8", "bulk"): 8}
 
@@ -133,51 +137,67 @@ def row_count(part: str, args: tuple) -> int:
     return args[4] if part == "f32" else args[7]
 
 
+def row_class(part: str, rows: int, threads: int) -> str:
+    """The split class ("few" or "bulk") of a `part` layer of `rows` rows at `threads` (ops.c: split_rows)."""
+    bulk = SPLIT_F32_BULK_ROWS * max(threads, 1) if part == "f32" else SPLIT_BULK_ROWS
+    return "bulk" if rows >= bulk else "few"
+
+
 class _Workload:
     """The layers the sweep times, made once: random weights already in the kernels' layouts (fp32 panels of 32
-    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), inputs, and outputs to write. At
-    each row count the layers run in `SHAPES`' order as a feed-forward block does, each reading the output the
-    one before wrote where the widths chain (a split by rows then finds its rows in its own core's cache, as in
-    a model); `calls` picks them, `run` times them through the extension directly."""
+    columns, int8 [N/16][K/4][16][4]: random either way, so nothing to pack), `COPIES` of them, inputs, and
+    outputs to write. At each row count the layers run in `SHAPES`' order as a feed-forward block does, each
+    reading the output the one before wrote where the widths chain (a split by rows then finds its rows in its own
+    core's cache, as in a model); `calls` picks them, one list a copy; `run` times the next copy's through the
+    extension directly, so a run's weights were last read two runs before, as a model's layer's were a pass
+    before: from L3, not L2, which is what a prefetch or a rows split reading every panel meets in a model."""
 
     def __init__(self, ext, threads: int, int8: bool):
         g = torch.Generator().manual_seed(0)
-        self.ext, self.threads, self.keep = ext, threads, []
-        self.f32, self.int8 = [], []
-        layers = []
-        for k, n in SHAPES:
-            panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
-            # (weights within ±64: AVX2 without VNNI times the narrow kernel Int8Linear gives it there)
-            packed = torch.randint(-64, 65, (n * k,), dtype=torch.int8, generator=g) if int8 else None
-            comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
-            self.keep += [panels, b, packed, comp, ws]
-            layers.append((k, n, panels, b, packed, comp, ws))
-        for part, counts in (("f32", F32_ROWS), ("int8", INT8_ROWS if int8 else ())):
-            for m in counts:
-                x = None
-                for k, n, panels, b, packed, comp, ws in layers:
-                    if x is None or x.shape[1] != k:
-                        x = torch.randn(m, k, generator=g)
-                    y = torch.empty(m, n)
-                    self.keep += [x, y]
-                    if part == "f32":
-                        self.f32.append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n))
-                    else:
-                        self.int8.append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(), ws.data_ptr(),
-                                          b.data_ptr(), y.data_ptr(), m, k, n, True))
-                    x = y
+        self.ext, self.threads, self.keep, self.turn = ext, threads, [], 0
+        self.f32, self.int8 = [[] for _ in range(COPIES)], [[] for _ in range(COPIES)]
+        for copy in range(COPIES):
+            layers = []
+            for k, n in SHAPES:
+                panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
+                # (weights within ±64: AVX2 without VNNI times the narrow kernel Int8Linear gives it there)
+                packed = torch.randint(-64, 65, (n * k,), dtype=torch.int8, generator=g) if int8 else None
+                comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
+                self.keep += [panels, b, packed, comp, ws]
+                layers.append((k, n, panels, b, packed, comp, ws))
+            for part, counts in (("f32", F32_ROWS), ("int8", INT8_ROWS if int8 else ())):
+                for m in counts:
+                    x = None
+                    for k, n, panels, b, packed, comp, ws in layers:
+                        if x is None or x.shape[1] != k:
+                            x = torch.randn(m, k, generator=g)
+                        y = torch.empty(m, n)
+                        self.keep += [x, y]
+                        if part == "f32":
+                            self.f32[copy].append((x.data_ptr(), panels.data_ptr(), b.data_ptr(), y.data_ptr(),
+                                                   m, k, n))
+                        else:
+                            self.int8[copy].append((x.data_ptr(), 0, packed.data_ptr(), comp.data_ptr(),
+                                                    ws.data_ptr(), b.data_ptr(), y.data_ptr(), m, k, n, True))
+                        x = y
 
-    def calls(self, part: str, rows: str | None = None) -> list:
-        """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given."""
-        calls = [(self.ext.linear_f32, a) for a in self.f32] if part == "f32" else \
-            [(self.ext.linear_int8, a) for a in self.int8]
-        if rows is not None:
-            calls = [(f, a) for f, a in calls if (row_count(part, a) >= SPLIT_BULK_ROWS) == (rows == "bulk")]
-        return calls
+    def calls(self, part: str, rows: str | None = None) -> list[list]:
+        """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given:
+        one list a weight copy."""
+        out = []
+        for f32, int8 in zip(self.f32, self.int8):
+            calls = [(self.ext.linear_f32, a) for a in f32] if part == "f32" else \
+                [(self.ext.linear_int8, a) for a in int8]
+            if rows is not None:
+                calls = [(f, a) for f, a in calls if row_class(part, row_count(part, a), self.threads) == rows]
+            out.append(calls)
+        return out if out and out[0] else []
 
-    def run(self, calls: list) -> float:
+    def run(self, calls: list[list]) -> float:
+        copy = calls[self.turn % len(calls)]
+        self.turn += 1
         start = time.perf_counter()
-        for f, args in calls:
+        for f, args in copy:
             f(*args, self.threads)
         return time.perf_counter() - start
 

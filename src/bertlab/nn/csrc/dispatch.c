@@ -73,7 +73,9 @@ int bl_select(int level, bl_kernels *t) {
     /* the blocking the kernels were written with (measured on one Zen 5 core): the largest tile, 192 rows a
      * block, the next panel requested (AVX2 too: on an Intel Xeon held to AVX2, MiniLM's layers with their
      * weights coming from L3, as in an encoder pass, ran 1.06-1.47x faster with it), VNNI panels from 16 rows,
-     * columns split in every class */
+     * columns split in every class (fp32's bulk class by rows, from BL_SPLIT_F32_BULK_ROWS rows a thread: on an
+     * Intel Xeon at 2 threads long bulk ran 1.20x, 0.98x and 0.88x columns in three runs, no steady gain; the
+     * sweep at first use keeps it wherever it wins beyond its noise) */
     const bl_tuning defaults = {f32_rows_max(level), 192, level >= BL_AVX2, 16, 0};
     t->tune = defaults;
 #ifdef PORTABLE_LEVELS

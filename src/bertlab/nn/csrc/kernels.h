@@ -72,10 +72,13 @@ typedef struct {
                         * (BL_SPLIT_*): set, by rows (each thread every panel); clear, by columns (each its own) */
 } bl_tuning;
 enum { BL_TUNING_VALUES = 5 };
-/* split's bits: fp32 or int8, below or from BL_SPLIT_BULK_ROWS rows (a lone input's few rows, where reading half
- * the weights each can pay, or a batch's many, where each thread's rows stay in its cache from the step before) */
+/* split's bits: fp32 or int8, below or from a class boundary (a lone input's few rows, where reading half the
+ * weights each can pay, or a batch's many, where each thread's rows stay in its cache from the step before). The
+ * int8 layer's boundary is BL_SPLIT_BULK_ROWS rows; the fp32 GEMM's BL_SPLIT_F32_BULK_ROWS rows per thread: at two
+ * threads a lone long input's 256-512 rows ran slower by rows, a bulk batch's ~1,024 faster (the boundary: where
+ * the two splits crossed on an Intel Xeon, MiniLM's six layers with their weights from L3). */
 enum { BL_SPLIT_F32_FEW = 1, BL_SPLIT_F32_BULK = 2, BL_SPLIT_INT8_FEW = 4, BL_SPLIT_INT8_BULK = 8, BL_SPLIT_ALL = 15,
-       BL_SPLIT_BULK_ROWS = 128 };
+       BL_SPLIT_BULK_ROWS = 128, BL_SPLIT_F32_BULK_ROWS = 384 };
 
 /* The kernels of one level: each works on a block of rows, columns or (row, head) tasks, on one thread. */
 typedef struct {

@@ -200,9 +200,10 @@ int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const 
 
 #define PANEL 32  /* columns per packed panel (linear.c, linear_avx2.c; nn/cpu_kernels.py: pack_f32_panels) */
 
-/* Whether bl_tuning.split says rows for an fp32 (`f32`) or int8 layer of M rows. */
-static inline int split_rows(const bl_tuning *t, int f32, ptrdiff_t M) {
-    const int bit = f32 ? (M < BL_SPLIT_BULK_ROWS ? BL_SPLIT_F32_FEW : BL_SPLIT_F32_BULK)
+/* Whether bl_tuning.split says rows for an fp32 (`f32`) or int8 layer of M rows over `threads`. */
+static inline int split_rows(const bl_tuning *t, int f32, ptrdiff_t M, int threads) {
+    const ptrdiff_t f32_bulk = (ptrdiff_t)BL_SPLIT_F32_BULK_ROWS * (threads > 1 ? threads : 1);
+    const int bit = f32 ? (M < f32_bulk ? BL_SPLIT_F32_FEW : BL_SPLIT_F32_BULK)
                         : (M < BL_SPLIT_BULK_ROWS ? BL_SPLIT_INT8_FEW : BL_SPLIT_INT8_BULK);
     return (t->split & bit) != 0;
 }
@@ -216,7 +217,7 @@ int bl_linear_f32(const bl_kernels *k, const float *x, const float *w, const flo
     if (act != BL_ACT_NONE && act != BL_ACT_GELU) return BL_UNSUPPORTED;
     if (!k->gemm_f32) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
-    if (split_rows(&k->tune, 1, M)) { /* (bl_tuning: the rows split, each thread every panel) */
+    if (split_rows(&k->tune, 1, M, threads)) { /* (bl_tuning: the rows split, each thread every panel) */
         int parts = thread_count(M, K * N, threads);
         FOR_EACH_BLOCK(M, parts, { k->gemm_f32(&k->tune, x + start * K, count, K, w, b, y + start * N, N, 0, panels, act); });
         return BL_OK;
@@ -293,7 +294,7 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
     if (!xq) return BL_NO_MEMORY;
     float *xs = (float *)(xq + M * K);  /* M * K is a multiple of 4: the scales stay aligned */
     const ptrdiff_t blocks = N / 16;
-    const int split = !amx && split_rows(&k->tune, 0, M);
+    const int split = !amx && split_rows(&k->tune, 0, M, threads);
     const int parts = amx     ? thread_count((blocks + 1) / 2, M * K * 32, threads)
                       : split ? thread_count(M, K * N, threads)
                               : thread_count(blocks, M * K * 16, threads);
