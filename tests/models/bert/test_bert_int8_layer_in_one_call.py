@@ -75,9 +75,16 @@ def test_one_call_int8_layer_declines_what_it_does_not_run(tmp_path, monkeypatch
     assert calls == []
     # an FFN width the int8 kernel does not take (40: not a multiple of 16) -- torch._int_mm there, so the modules
     odd = _int8(tiny_model(tmp_path / "odd", hidden_size=64, num_attention_heads=4, intermediate_size=40))
+    # one layer left in fp32 among int8 ones: that block's modules, the other block in one call
+    mixed = _int8(tiny_model(tmp_path / "mixed", hidden_size=64, num_attention_heads=4, intermediate_size=80,
+                             num_hidden_layers=2))
+    dense = mixed.encoder.layer[0].output.dense
+    mixed.encoder.layer[0].output.dense = torch.nn.Linear(dense.in_features, dense.out_features)
     with torch.inference_mode():
         odd(ids)
-    assert calls == []
+        assert calls == []
+        mixed(ids[:1])
+    assert calls == [1]  # mixed's second block only
 
 
 def test_gelu_pass_gives_the_gemm_epilogues_bits():
