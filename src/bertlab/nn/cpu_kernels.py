@@ -534,6 +534,41 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     return out
 
 
+def post_ln_layer_int8(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, linears: tuple,
+                       norms: tuple, eps: tuple[float, float], inter: int) -> torch.Tensor | None:
+    """`post_ln_layer` with int8 linear layers (csrc/kernels.h: bl_post_ln_layer_int8): `int8_linear` for the
+    stacked qkv, the attention output and the FFN's two layers, `gelu_` between those two -- the kernels the int8
+    modules call, in their order, so bit for bit their output. `linears`: four (packed weight tuple from
+    `pack_int8_weight`, per-channel scales, fp32 bias or None); `norms`: the two LayerNorms' weight and bias. None
+    where `post_ln_layer` would be (and where there is no int8 kernel)."""
+    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() not in ("avx512", "amx") or not _native(x)
+            or not f32_gemm_available() or not int8_gemm_available()):
+        return None
+    B, T, H = x.shape
+    out = x.new_empty((B, T, H))
+    _tuned()
+    args = []
+    for (weight, comp, narrow), wscale, bias in linears:
+        args += [weight.data_ptr(), comp.data_ptr(), wscale.data_ptr(), None if bias is None else bias.data_ptr(),
+                 int(narrow)]
+    _extension().post_ln_layer_int8(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
+                                    T if add is not None and add.size(0) > 1 else 0, H, heads, inter, *args,
+                                    *(w.data_ptr() for w in norms), float(eps[0]), float(eps[1]), float(scale),
+                                    torch.get_num_threads())
+    return out
+
+
+def gelu_(y: torch.Tensor) -> torch.Tensor | None:
+    """GELU (the exact form) over y in place, fp32, in one C pass: the fp32 GEMM's GELU epilogue (`linear_f32`'s
+    "gelu", within 1.4e-6 of the exact GELU) for a layer without one (int8). None where it does not apply (other
+    dtypes, non-contiguous, autograd, a trace, no extension); y is then unchanged."""
+    if y.dtype != torch.float32 or not y.numel() or not _native(y):
+        return None
+    cols = y.size(-1)
+    _extension().gelu_rows(y.data_ptr(), y.numel() // cols, cols, torch.get_num_threads())
+    return y
+
+
 # ------------------------------------------------------------------------------------------------ beam search
 def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -1,5 +1,5 @@
 """CPU inference: a post-LN Transformer encoder layer (BERT's: attention, Add & Norm, a GELU feed-forward block,
-Add & Norm) in one C call, fp32.
+Add & Norm) in one C call, fp32 or int8.
 
 Why: at batch 1 on a short input the kernels themselves are fast, and the Python around them is not -- eleven
 module calls a layer, operand checks before each of seven kernels, the views and transposes that cut q, k and v
@@ -7,9 +7,15 @@ out of the stacked projection and put the heads back. With the kernels stubbed o
 ~125 us of that per call at one thread on the Intel Xeon (under load from other jobs), ~6% of a 70-token input's
 time. `post_ln_layer` checks the layer's parts (the modules a family's block holds) and hands their tensors to
 one C function that runs the same kernels in the same order (`cpu_kernels.post_ln_layer`): the same bits as the
-modules one by one. Anything else -- training, autograd, bf16 or int8 layers, another attention kernel or
-activation, padded rows held as a `TokenLayout`, heads the C attention does not take, a trace -- returns None and
-the family's modules run as before.
+modules one by one. Int8 layers (`Int8Linear`, all four on bertlab's int8 kernel at that row count) take
+`cpu_kernels.post_ln_layer_int8`: the same steps with the int8 GEMMs, and the GELU a C pass that `Int8Linear`'s
+own `activated` runs too (the modules and the one call: the same bits). On all-MiniLM-L6-v2 int8, one 70-token
+row, one thread, under load, torch's profiler put torch's in-place GELU at ~300 us a layer and the views, slices
+and new tensors between the kernels at ~310 us a layer, of ~23 ms a call (six layers) in all. Anything else --
+training, autograd, bf16 layers, a mix of int8 and fp32 layers, another attention kernel (int8's bf16
+attention on a CPU with native bf16 included) or activation, padded
+rows held as a `TokenLayout`, heads the C attention does not take, a trace -- returns None and the family's
+modules run as before.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from torch import nn
 
 from .attention import LONG_KEYS, AttentionMask
 from .cpu_kernels import post_ln_layer as _post_ln_layer
+from .cpu_kernels import post_ln_layer_int8 as _post_ln_layer_int8
+from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
 
 def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -29,6 +37,15 @@ def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple[torch.Tensor, tor
             or (layer.in_features, layer.out_features) != shape):
         return None
     return layer.panels, layer.panel_bias
+
+
+def _int8(layer: nn.Module, shape: tuple[int, int], rows: int) -> tuple | None:
+    """An Int8Linear mapping shape[0] -> shape[1] features whose forward takes bertlab's int8 kernel at `rows`
+    rows: its packed weight, scales and bias (what `cpu_kernels.post_ln_layer_int8` reads)."""
+    if type(layer) is not Int8Linear or (layer.in_features, layer.out_features) != shape:
+        return None
+    packed = layer.packed_for_rows(rows)
+    return None if packed is None else (packed, layer.wscale, layer.fbias)
 
 
 def _norm(norm: nn.Module, hidden: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -44,9 +61,9 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
     """LayerNorm(y + FFN(y)) with y = LayerNorm(x + Attention(x) W_o + b_o) and FFN(y) = GELU(y W_1 + b_1) W_2 + b_2,
     for x (B, T, H) fp32 and a bidirectional `mask` (key padding or none), in one C call: `qkv` the stacked
     (H -> 3H) projection, then the attention output, the two norms and the FFN's two layers, each a
-    `PackedLinear` on the C fp32 GEMM (or nn.LayerNorm); `attention_kernel` must be "bmm" (whose fp32 C loops
-    it runs) and `activation` "gelu". Returns (B, T, H), or None where it does not apply (see the module
-    docstring), the caller then running its modules."""
+    `PackedLinear` on the C fp32 GEMM, or each an `Int8Linear` on bertlab's int8 kernel (and nn.LayerNorm);
+    `attention_kernel` must be "bmm" (whose fp32 C loops it runs) and `activation` "gelu". Returns (B, T, H), or
+    None where it does not apply (see the module docstring), the caller then running its modules."""
     if (torch.is_grad_enabled() or attention_kernel != "bmm" or activation != "gelu" or x.dim() != 3
             or x.dtype != torch.float32):
         return None
@@ -54,16 +71,28 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
     if not 2 <= T < LONG_KEYS or H % heads or (H // heads) % 16 or H // heads > 64:
         return None  # (one query: the decoding step's kernel; long rows: SDPA; heads the C loops do not take)
     inter = getattr(ffn_in, "out_features", 0)
-    parts = (_panels(qkv, (H, 3 * H)), _panels(attention_out, (H, H)), _norm(norm1, H), _panels(ffn_in, (H, inter)),
-             _panels(ffn_out, (inter, H)), _norm(norm2, H))
-    if any(p is None for p in parts):
+    norms = (_norm(norm1, H), _norm(norm2, H))
+    if any(p is None for p in norms):
         return None
-    if B * T <= GEMV_ROWS and any(layer.plain is not None for layer in (qkv, attention_out, ffn_in, ffn_out)):
-        return None  # a few rows take the GEMV over a plain weight there: other sums
+    if type(qkv) is Int8Linear:  # int8 layers: all four of them, each on bertlab's int8 kernel at B·T rows
+        linears = (_int8(qkv, (H, 3 * H), B * T), _int8(attention_out, (H, H), B * T),
+                   _int8(ffn_in, (H, inter), B * T), _int8(ffn_out, (inter, H), B * T))
+        if any(p is None for p in linears):
+            return None
+    else:
+        parts = (_panels(qkv, (H, 3 * H)), _panels(attention_out, (H, H)), norms[0], _panels(ffn_in, (H, inter)),
+                 _panels(ffn_out, (inter, H)), norms[1])
+        if any(p is None for p in parts):
+            return None
+        if B * T <= GEMV_ROWS and any(layer.plain is not None for layer in (qkv, attention_out, ffn_in, ffn_out)):
+            return None  # a few rows take the GEMV over a plain weight there: other sums
     add = None
     if mask is not None:
         if mask.kind != "bidirectional" or mask.documents is not None:
             return None
         add = mask.additive(T, T, torch.float32, x.device)  # (B, 1, 1, T) or None
-    return _post_ln_layer(x, add, heads, scale if scale is not None else 1.0 / math.sqrt(H // heads),
-                          tuple(t for part in parts for t in part), (norm1.eps, norm2.eps), inter)
+    scale = scale if scale is not None else 1.0 / math.sqrt(H // heads)
+    if type(qkv) is Int8Linear:
+        return _post_ln_layer_int8(x, add, heads, scale, linears, norms[0] + norms[1], (norm1.eps, norm2.eps), inter)
+    return _post_ln_layer(x, add, heads, scale, tuple(t for part in parts for t in part), (norm1.eps, norm2.eps),
+                          inter)

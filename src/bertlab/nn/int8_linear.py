@@ -43,6 +43,7 @@ from ..core.host_memory import drop_file_pages
 from .cpu_kernels import (
     NARROW_WEIGHT_MAX,
     dequantize_rows,
+    gelu_,
     int8_gemm_available,
     int8_kernel,
     int8_linear,
@@ -152,22 +153,45 @@ class Int8Linear(nn.Module):
             return packed.permute(0, 2, 1, 3).reshape(self.out_features, self.in_features).t()
         return super().__getattr__(name)
 
+    def packed_for(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+        """The packed weight when bertlab's int8 kernel (`int8_linear`) serves flat (M, in_features) -- packed on
+        the first such call -- else None (then torch._int_mm does). One rule for `forward` and the one-call
+        encoder layer (nn/encoder_layer.py), so both take the same kernel."""
+        if flat.dtype != torch.float32 or not flat.is_contiguous():
+            return None
+        return self.packed_for_rows(flat.shape[0])
+
+    def packed_for_rows(self, rows: int) -> tuple[torch.Tensor, torch.Tensor, bool] | None:
+        """`packed_for` of a contiguous fp32 input of `rows` rows."""
+        if rows > self._row_limit() or tracing():
+            return None
+        if self.packed_weight is None:
+            self.packed_weight = pack_int8_weight(self.qweight.t()) or False
+        return self.packed_weight or None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
         if flat.shape[0] == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features, dtype=torch.float32)
-        if (flat.shape[0] <= self._row_limit() and flat.dtype == torch.float32
-                and flat.is_contiguous() and not tracing()):
-            if self.packed_weight is None:
-                self.packed_weight = pack_int8_weight(self.qweight.t()) or False
-            if self.packed_weight:
-                y = int8_linear(flat, self.packed_weight, self.wscale, self.fbias)  # (N, out) fp32
-                return y.view(*x.shape[:-1], self.out_features)
+        if (packed := self.packed_for(flat)) is not None:
+            y = int8_linear(flat, packed, self.wscale, self.fbias)  # (N, out) fp32
+            return y.view(*x.shape[:-1], self.out_features)
         xq, xscale = quantize_rows(flat)  # (N, in) int8, (N, 1)
         # (int32 products the slow exact way where torch._int_mm is not exact: a trace, or a bf16 input, there)
         acc = torch._int_mm(xq, self.qweight) if int_mm_exact() else xq.int() @ self.qweight.int()
         y = dequantize_rows(acc, xscale, self.wscale, self.fbias)  # (N, out) fp32
         return y.view(*x.shape[:-1], self.out_features)
+
+    def activated(self, x: torch.Tensor, name: str) -> torch.Tensor | None:
+        """GELU(self(x)) with the GELU a C pass over the output (`cpu_kernels.gelu_`: the fp32 GEMM's epilogue,
+        within 1.4e-6 of torch's exact GELU) -- the activation the one-call int8 encoder layer applies, so the
+        modules and that layer give the same bits (torch's GELU where the C pass does not apply: a trace); None
+        for other activations or in autograd (`elementwise.linear_activate` then applies its own)."""
+        if name != "gelu" or torch.is_grad_enabled():
+            return None
+        y = self(x)
+        out = gelu_(y)
+        return out if out is not None else torch.ops.aten.gelu_(y)  # (a trace: torch's, as before)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 (per-channel W, per-row x)"

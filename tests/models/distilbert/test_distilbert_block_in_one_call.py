@@ -1,4 +1,5 @@
-"""CPU fp32 inference runs each DistilBERT block in one C call (`nn.encoder_layer`), the same bits as its modules."""
+"""CPU fp32 and int8 inference run each DistilBERT block in one C call (`nn.encoder_layer`), the same bits as its
+modules."""
 
 from __future__ import annotations
 
@@ -14,21 +15,29 @@ pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not packed_li
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
-def test_distilbert_block_in_one_call_gives_the_modules_bits(isa, tmp_path, monkeypatch):
+@pytest.mark.parametrize("dtype", ["fp32", "int8"])
+def test_distilbert_block_in_one_call_gives_the_modules_bits(isa, dtype, tmp_path, monkeypatch):
     import transformers
 
+    if dtype == "int8" and not cpu_kernels.int8_gemm_available():
+        pytest.skip("no int8 kernel at this level")
+
     torch.manual_seed(0)
-    config = transformers.DistilBertConfig(vocab_size=50, dim=64, n_layers=2, n_heads=4, hidden_dim=37,
+    hidden_dim = 37 if dtype == "fp32" else 80  # (the int8 kernel takes multiples of 16)
+    config = transformers.DistilBertConfig(vocab_size=50, dim=64, n_layers=2, n_heads=4, hidden_dim=hidden_dim,
                                            max_position_embeddings=32)
     transformers.DistilBertModel(config).save_pretrained(tmp_path / "m")
-    model = load_model(DistilBertModel, tmp_path / "m", InferenceOptions())
-    calls, real = [], encoder_layer._post_ln_layer
-    monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: calls.append(1) or real(*a))
+    model = load_model(DistilBertModel, tmp_path / "m", InferenceOptions(dtype=dtype))
+    name = "_post_ln_layer" if dtype == "fp32" else "_post_ln_layer_int8"
+    for block in model.transformer.layer:  # int8: fp32 attention, as on a CPU without native bf16
+        block.attention.attn_implementation = "bmm"
+    calls, real = [], getattr(encoder_layer, name)
+    monkeypatch.setattr(encoder_layer, name, lambda *a: calls.append(1) or real(*a))
     ids = torch.randint(5, 50, (2, 10))
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
     with torch.inference_mode():
         fused = model(ids, attention_mask=mask).last_hidden_state
         assert len(calls) == 2
-        monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: None)  # every block on its modules
+        monkeypatch.setattr(encoder_layer, name, lambda *a: None)  # every block on its modules
         assert torch.equal(fused, model(ids, attention_mask=mask).last_hidden_state)

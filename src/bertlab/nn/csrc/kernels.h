@@ -96,6 +96,7 @@ typedef struct {
     void (*add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b, float *out,
                                ptrdiff_t rows, ptrdiff_t cols, float eps);
     void (*row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);
+    void (*gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);  /* in place: the fp32 GEMM's epilogue, as a pass */
     void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
     void (*attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);
     void (*gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
@@ -175,6 +176,24 @@ typedef struct {
 } PostLnLayer;
 int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
                      const float *add, ptrdiff_t add_rows, int threads);
+/* The same layer with its four linear layers in int8 (bl_linear_int8 each: x quantized per row, the packed
+ * weight, its compensation, per-channel scales, the bias or NULL, `narrow` as there), the GELU a pass of the
+ * level's gelu_f32 over the FFN's middle (bl_gelu_rows) -- the kernels the int8 modules call, in their order. */
+typedef struct {
+    const int8_t *w;
+    const int32_t *comp;
+    const float *scale, *bias;
+    int narrow;
+} Int8Weight;
+typedef struct {
+    ptrdiff_t hidden, heads, inter;
+    Int8Weight qkv, o, i, f;
+    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    float eps1, eps2, scale;
+} PostLnLayerInt8;
+int bl_post_ln_layer_int8(const bl_kernels *k, const PostLnLayerInt8 *l, const float *x, float *out, ptrdiff_t B,
+                          ptrdiff_t T, const float *add, ptrdiff_t add_rows, int threads);
+int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
 /* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
 int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
                  ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads);

@@ -347,6 +347,43 @@ static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_
     return result(rc, "linear_int8 (an int8 kernel at this level, K % 4 == 0, N % 16 == 0)");
 }
 
+/* post_ln_layer_int8(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, comp, scale, bias | None,
+ * narrow) for qkv, o, i, f, then ln1_w, ln1_b, ln2_w, ln2_b, eps1, eps2, scale, threads): the int8 layer in one call */
+static PyObject *py_post_ln_layer_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 37, "post_ln_layer_int8") < 0) return NULL;
+    const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
+    float *out = as_ptr(args[1]);
+    Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
+    PostLnLayerInt8 l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
+                         .inter = PyLong_AsSsize_t(args[8])};
+    Int8Weight *layers[] = {&l.qkv, &l.o, &l.i, &l.f};
+    for (int i = 0; i < 4; i++) {
+        PyObject *const *a = args + 9 + 5 * i;
+        *layers[i] = (Int8Weight){.w = as_ptr(a[0]), .comp = as_ptr(a[1]), .scale = as_ptr(a[2]),
+                                  .bias = as_ptr(a[3]), .narrow = PyLong_AsLong(a[4]) != 0};
+    }
+    l.ln1_w = as_ptr(args[29]), l.ln1_b = as_ptr(args[30]), l.ln2_w = as_ptr(args[31]), l.ln2_b = as_ptr(args[32]);
+    l.eps1 = (float)PyFloat_AsDouble(args[33]), l.eps2 = (float)PyFloat_AsDouble(args[34]);
+    l.scale = (float)PyFloat_AsDouble(args[35]);
+    long threads = PyLong_AsLong(args[36]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_post_ln_layer_int8(k, &l, x, out, B, T, add, add_rows, (int)threads));
+    return result(rc, "post_ln_layer_int8 (an int8 kernel at this level, heads of a multiple of 16 up to 64)");
+}
+
+/* gelu_rows(y_ptr, rows, cols, threads): GELU in place, fp32 (the fp32 GEMM's epilogue as a pass) */
+static PyObject *py_gelu_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 4, "gelu_rows") < 0) return NULL;
+    float *y = as_ptr(args[0]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[1]), cols = PyLong_AsSsize_t(args[2]);
+    long threads = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_gelu_rows(k, y, rows, cols, (int)threads));
+    return result(rc, "gelu_rows");
+}
+
 /* beam_topk(score_ptr, add_ptr, best_ptr, index_ptr, B, K, V, keep, log_softmax, threads) -> whether a sum was
  * NaN; see bl_beam_topk */
 static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -392,6 +429,9 @@ static PyMethodDef methods[] = {
                        "in panels of 32 columns; act 0 none (the default), 1 the exact GELU"),
     METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 12 weights, eps1, eps2, "
                           "scale, threads): a post-LN encoder layer in one call, fp32"),
+    METHOD(post_ln_layer_int8, "post_ln_layer_int8(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, comp, "
+                               "scale, bias, narrow), 4 norm weights, eps1, eps2, scale, threads): the int8 layer"),
+    METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),
     METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, narrow, threads): the int8 "

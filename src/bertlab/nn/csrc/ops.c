@@ -341,6 +341,48 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, 
     return rc;
 }
 
+int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads) {
+    if (!k->gelu_f32) return BL_UNSUPPORTED;
+    if (rows < 1 || cols < 1) return BL_OK;
+    int parts = thread_count(rows, cols, threads);
+    FOR_EACH_BLOCK(rows, parts, { k->gelu_f32(y + start * cols, count, cols); });
+    return BL_OK;
+}
+
+static int linear_int8_of(const bl_kernels *k, const Int8Weight *w, const float *x, float *y, ptrdiff_t M,
+                          ptrdiff_t K, ptrdiff_t N, int threads) {
+    return bl_linear_int8(k, x, F32, w->w, w->comp, w->scale, w->bias, y, M, K, N, w->narrow, threads);
+}
+
+/* bl_post_ln_layer with int8 linear layers: the int8 modules' batch-1 cost was their Python as much as the
+ * fp32 ones' (see nn/encoder_layer.py). The same scratch and the same steps; the GELU a pass of its own. */
+int bl_post_ln_layer_int8(const bl_kernels *k, const PostLnLayerInt8 *l, const float *x, float *out, ptrdiff_t B,
+                          ptrdiff_t T, const float *add, ptrdiff_t add_rows, int threads) {
+    const ptrdiff_t H = l->hidden, I = l->inter, M = B * T;
+    if (!k->attention_rows_heads || !k->gelu_f32 || l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
+    const ptrdiff_t hs = H / l->heads;
+    if (hs % 16 || hs > 64 || M < 1) return M < 1 ? BL_OK : BL_UNSUPPORTED;
+    float *qkv = malloc(sizeof(float) * (size_t)(M * (5 * H + I)));
+    if (!qkv) return BL_NO_MEMORY;
+    float *ctx = qkv + M * 3 * H, *y = ctx + M * H, *h = y + M * H;
+    int rc = linear_int8_of(k, &l->qkv, x, qkv, M, H, 3 * H, threads);
+    if (rc == BL_OK) {
+        Rows a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .add = add, .out = ctx,
+                  .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
+                  .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
+                  .scale = l->scale, .dtype = F32};
+        rc = bl_attention_rows(k, &a, B, threads);
+    }
+    if (rc == BL_OK) rc = linear_int8_of(k, &l->o, ctx, y, M, H, H, threads);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
+    if (rc == BL_OK) rc = linear_int8_of(k, &l->i, y, h, M, H, I, threads);
+    if (rc == BL_OK) rc = bl_gelu_rows(k, h, M, I, threads);
+    if (rc == BL_OK) rc = linear_int8_of(k, &l->f, h, out, M, I, H, threads);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
+    free(qkv);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------------------------- search */
 /* score (B·K, V) and add (B·K,) fp32, best (B, keep) fp32 and index (B, keep) int64 written; see beam_topk_input
  * (search.c). With `log_softmax` the scores are logits, each row's log-softmax taken on the way (its max and

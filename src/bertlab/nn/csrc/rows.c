@@ -90,6 +90,10 @@ HIDDEN void VARIANT(rms_norm_f32)(const float *x, const float *w, float *y, ptrd
     }
 }
 
+/* GELU (exact form) over rows x cols fp32 in place: the fp32 GEMM's epilogue (common.h: gelu_rows) as a pass of
+ * its own, for a layer whose GEMM has no epilogue (int8) -- the same bits as that epilogue */
+HIDDEN void VARIANT(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols) { gelu_rows(y, rows, cols, cols); }
+
 /* The Transformer's "Add & Norm" in fp32, post-LN: out = LayerNorm(y + residual) = (s - mean(s)) / sqrt(var(s) + eps)
  * · w + b, s = y + residual, over each row. One pass over y and the residual (out may be y), then two over the
  * row's sum while it is in L1: the mean, then the variance as the mean of squared deviations (as torch's

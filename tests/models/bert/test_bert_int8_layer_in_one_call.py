@@ -1,0 +1,101 @@
+"""CPU int8 inference runs each BERT block in one C call too (`nn.encoder_layer`, `cpu_kernels.post_ln_layer_int8`):
+the same bits as its int8 modules one by one -- padded and unpadded, 1 and 2 threads, rows below and above the
+AMX tiles' threshold -- and the modules wherever the call does not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertlab import BertModel
+from bertlab.infer.runtime import InferenceOptions, load_model
+from bertlab.models.bert import modeling
+from bertlab.nn import cpu_kernels, encoder_layer, int8_linear
+
+from infer_support import tiny_model
+
+pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not cpu_kernels.int8_gemm_available(),
+                                reason="the one-call int8 layer runs on AVX-512's attention loops and an int8 kernel")
+
+
+def _calls(monkeypatch) -> list:
+    """The one-call int8 layers run from here on, counted."""
+    calls, real = [], encoder_layer._post_ln_layer_int8
+    monkeypatch.setattr(encoder_layer, "_post_ln_layer_int8", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+def _int8(folder):
+    model = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
+    assert type(model.encoder.layer[0].attention.self.stacked) is int8_linear.Int8Linear
+    for layer in model.encoder.layer:  # fp32 attention, as int8 has it on a CPU without native bf16 (elsewhere:
+        layer.attention.self.attn_implementation = "bmm"  # bf16 attention, which the one-call layer declines)
+    return model
+
+
+@pytest.mark.parametrize("shape", [dict(hidden_size=64, num_attention_heads=4, intermediate_size=80),
+                                   dict(hidden_size=96, num_attention_heads=2, intermediate_size=128),
+                                   dict(hidden_size=384, num_attention_heads=12, intermediate_size=1536)],
+                         ids=["h64", "h96", "minilm"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, monkeypatch):
+    # heads of 16, 48 and 32; FFN widths whose second layer is (80) and is not (128 is) a multiple of 64: the
+    # VNNI kernel or AMX tiles for it on an AMX CPU; 33 rows (AMX from 16) and 9 (below)
+    model = _int8(tiny_model(tmp_path / "bert", num_hidden_layers=2, **shape))
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 40, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0  # padded rows: the additive mask per row
+    mask[2, 2:] = 0
+    calls = _calls(monkeypatch)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.inference_mode():
+            fused = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
+                     model(ids[:1, :9]).last_hidden_state]
+            assert len(calls) == 6  # every block of the three passes
+            monkeypatch.setattr(modeling.BertLayer, "in_one_call", lambda self, x, m: None)
+            modules = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
+                       model(ids[:1, :9]).last_hidden_state]
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(fused, modules):
+        assert torch.equal(a, b)
+
+
+def test_one_call_int8_layer_declines_what_it_does_not_run(tmp_path, monkeypatch):
+    calls = _calls(monkeypatch)
+    model = _int8(tiny_model(tmp_path / "bert", hidden_size=64, num_attention_heads=4, intermediate_size=80))
+    ids = torch.randint(5, 40, (2, 6))
+    with torch.inference_mode():
+        model(ids, output_attentions=True)  # the probabilities: the eager modules
+        model(ids[:, :1])  # one query a row: the decoding step's kernel
+    model(ids)  # autograd on: the modules
+    assert calls == []
+    # an FFN width the int8 kernel does not take (40: not a multiple of 16) -- torch._int_mm there, so the modules
+    odd = _int8(tiny_model(tmp_path / "odd", hidden_size=64, num_attention_heads=4, intermediate_size=40))
+    # one layer left in fp32 among int8 ones: that block's modules, the other block in one call
+    mixed = _int8(tiny_model(tmp_path / "mixed", hidden_size=64, num_attention_heads=4, intermediate_size=80,
+                             num_hidden_layers=2))
+    dense = mixed.encoder.layer[0].output.dense
+    mixed.encoder.layer[0].output.dense = torch.nn.Linear(dense.in_features, dense.out_features)
+    with torch.inference_mode():
+        odd(ids)
+        assert calls == []
+        mixed(ids[:1])
+    assert calls == [1]  # mixed's second block only
+
+
+def test_gelu_pass_gives_the_gemm_epilogues_bits():
+    if not cpu_kernels.f32_gemm_available():
+        pytest.skip("no C fp32 GEMM at this level")
+    g = torch.Generator().manual_seed(1)
+    x, w, b = torch.randn(7, 48, generator=g), torch.randn(70, 48, generator=g), torch.randn(70, generator=g)
+    panels = cpu_kernels.pack_f32_panels(w)
+    with torch.inference_mode():
+        fused = cpu_kernels.linear_f32(x, panels, b, 70, "gelu")
+        plain = cpu_kernels.linear_f32(x, panels, b, 70)
+        assert cpu_kernels.gelu_(plain) is plain
+    assert torch.equal(fused, plain)
+    torch.testing.assert_close(plain, torch.nn.functional.gelu(x @ w.t() + b), atol=2e-5, rtol=1e-5)
