@@ -15,7 +15,7 @@ __version__ = "0.1.0"  # the one place: pyproject.toml reads it for the package 
 # The model classes need torch, ~1.5 s to import; they are loaded on first use (PEP 562), so the tokenizer,
 # `bertlab --help` and the commands that never run a model start without it.
 _LAZY = {
-    "BertModel": "models.bert.modeling", "BertModelOutput": "models.bert.modeling",
+    "BertModel": "models.bert.modeling", "EncoderOutput": "models.outputs",
     **dict.fromkeys(("BertForPreTraining", "BertForMaskedLM", "BertForSequenceClassification",
                      "BertForTokenClassification", "BertForQuestionAnswering", "BertForMultipleChoice"),
                     "models.bert.heads"),

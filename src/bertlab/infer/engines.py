@@ -118,9 +118,9 @@ class EngineModel(nn.Module):
         types = np.zeros_like(ids) if token_type_ids is None else token_type_ids.cpu().numpy()
         out = torch.from_numpy(np.ascontiguousarray(self.runner(ids, mask, types), dtype=np.float32))
         if self.output == "last_hidden_state":
-            from ..models.bert.modeling import BertModelOutput
+            from ..models.outputs import EncoderOutput
 
-            return BertModelOutput(last_hidden_state=out)
+            return EncoderOutput(last_hidden_state=out)
         if self.output == "spans":  # question answering: start and end logits stacked on the last axis
             return SimpleNamespace(start_logits=out[..., 0], end_logits=out[..., 1])
         return SimpleNamespace(logits=out)

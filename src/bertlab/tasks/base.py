@@ -78,7 +78,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 import torch
 
 from ..core.errors import DataError
-from ..models.bert.heads import IGNORE_INDEX
+from ..core.labels import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
 

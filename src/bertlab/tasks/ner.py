@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..models.bert.heads import IGNORE_INDEX, BertForTokenClassification
+from ..core.labels import IGNORE_INDEX
+from ..models.bert.heads import BertForTokenClassification
 from .base import Feature, FolderTask, PredictionWriter, data_error, iter_lines
 from .metrics import ChunkCounts
 

@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from ..models.bert.heads import BertForSequenceClassification, HeadOutput
+from ..models.bert.heads import BertForSequenceClassification
+from ..models.heads import HeadOutput
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
 from .tables import Table, read_table
 from .metrics import MultiLabelMetric, RegressionMetric, SingleLabelMetric, multi_label_sets, tune_threshold

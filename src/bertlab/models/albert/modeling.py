@@ -19,7 +19,8 @@ from torch import nn
 
 from ...nn import AttentionMask, Dropout, add_and_norm
 from ...nn.elementwise import linear_activate
-from ..bert.modeling import BertEmbeddings, BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
+from ..bert.modeling import BertEmbeddings, BertEncoder, BertPreTrainedModel, BertSelfAttention
+from ..outputs import EncoderOutput
 from .config import AlbertConfig
 
 
@@ -109,7 +110,7 @@ class AlbertPreTrainedModel(BertPreTrainedModel):
 
 
 class AlbertModel(AlbertPreTrainedModel):
-    """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `BertModelOutput` with
+    """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `EncoderOutput` with
     `.last_hidden_state` (B, T, H) and `.pooler_output` (B, H) (None without the pooler)."""
 
     def __init__(self, config: AlbertConfig, add_pooling_layer: bool = True):
@@ -121,9 +122,9 @@ class AlbertModel(AlbertPreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> BertModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, E)
         mask = AttentionMask.padding(attention_mask)
         x, hidden_states, attentions = self.encoder(x, mask, attention_mask, output_hidden_states, output_attentions)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None
-        return BertModelOutput.of(x, hidden_states, attentions, pooled)
+        return EncoderOutput.of(x, hidden_states, attentions, pooled)

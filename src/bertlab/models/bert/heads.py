@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import BertConfig
-from .modeling import BertModel, BertModelOutput, BertPreTrainedModel
+from .modeling import BertModel, BertPreTrainedModel
 from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ..heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
@@ -359,6 +359,6 @@ class BertForMultipleChoice(BertPreTrainedModel):
 
 
 __all__ = ["IGNORE_INDEX", "HEADS", "HeadSpec", "register_head", "head_for_architecture", "model_classes",
-           "TaskOutputLayer", "BertModel", "BertModelOutput", *(h.architecture for h in HEADS.values()), "HeadOutput",
+           "TaskOutputLayer", "BertModel", *(h.architecture for h in HEADS.values()), "HeadOutput",
            "PreTrainingOutput", "QuestionAnsweringOutput", "SpanBoundaryHead", "SpanBoundaryOutput",
            "span_boundary_positions"]

@@ -14,9 +14,7 @@ element-wise ops in `nn/`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,29 +22,11 @@ from torch import nn
 
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from .config import BertConfig
+from ..outputs import EncoderOutput
 from ...nn import AttentionMask, Dropout, TokenLayout, add_and_norm, attention
 from ...nn.attention import takes_rows
 from ...nn.elementwise import linear_activate
 from ...nn.encoder_layer import post_ln_layer
-
-@dataclass
-class BertModelOutput:
-    last_hidden_state: torch.Tensor  # (B, T, H)
-    pooler_output: torch.Tensor | None = None  # (B, H); None for encoders built without the pooler
-    hidden_states: tuple[torch.Tensor, ...] | None = None  # L+1 of (B, T, H): embeddings, then each layer
-    attentions: tuple[torch.Tensor, ...] | None = None  # L of (B, nh, T, T)
-
-    @classmethod
-    def of(cls, x: torch.Tensor, hidden_states: list | None, attentions: list | None,
-           pooled: torch.Tensor | None = None) -> "BertModelOutput":
-        """From an encoder's last state and its lists (None unless asked for)."""
-        return cls(x, pooled, tuple(hidden_states) if hidden_states is not None else None,
-                   tuple(attentions) if attentions is not None else None)
-
-    def __getitem__(self, index: int) -> Any:
-        """`out[0]` is the last hidden state, as with Hugging Face's outputs (None fields are skipped)."""
-        return tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)[index]
-
 
 class BertEmbeddings(nn.Module):
     """E = LayerNorm(word[input_ids] + position[0..T-1] + token_type[segment ids]), then dropout."""
@@ -318,7 +298,7 @@ class BertPreTrainedModel(nn.Module):
 class BertModel(BertPreTrainedModel):
     """The bidirectional encoder: embeddings, `num_hidden_layers` blocks, and (optionally) the pooler.
 
-    `model(input_ids, attention_mask=None, token_type_ids=None)` -> `BertModelOutput` with
+    `model(input_ids, attention_mask=None, token_type_ids=None)` -> `EncoderOutput` with
     `.last_hidden_state` (B, T, H) and `.pooler_output` (B, H); `output_hidden_states=True` adds the
     embeddings and every layer's output, `output_attentions=True` every layer's attention probabilities.
     """
@@ -346,10 +326,10 @@ class BertModel(BertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-    ) -> BertModelOutput:
+    ) -> EncoderOutput:
         x = self.embed(input_ids, token_type_ids, position_ids)  # (B, T, H)
         # Bidirectional: every query sees every real key. No mask at all when nothing is padded, so a fused
         # kernel may run without one.
         mask = AttentionMask.padding(attention_mask)
         x, hidden_states, attentions = self.encoder(x, mask, attention_mask, output_hidden_states, output_attentions)
-        return BertModelOutput.of(x, hidden_states, attentions, self.pooler(x) if self.pooler is not None else None)
+        return EncoderOutput.of(x, hidden_states, attentions, self.pooler(x) if self.pooler is not None else None)

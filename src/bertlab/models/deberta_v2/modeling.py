@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS, Dropout
-from ..bert.modeling import BertModelOutput, BertPreTrainedModel
+from ..bert.modeling import BertPreTrainedModel
+from ..outputs import EncoderOutput
 from .config import DebertaV2Config
 
 
@@ -370,7 +371,7 @@ class DebertaV2PreTrainedModel(BertPreTrainedModel):
 
 
 class DebertaV2Model(DebertaV2PreTrainedModel):
-    """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `BertModelOutput` with
+    """`model(input_ids, attention_mask=None, token_type_ids=None)` -> `EncoderOutput` with
     `.last_hidden_state` (B, T, H) (DeBERTa has no pooler on the bare encoder; the classifiers' `ContextPooler`
     is theirs); `output_hidden_states=True` adds the embeddings and every layer's output,
     `output_attentions=True` every layer's probabilities."""
@@ -392,8 +393,8 @@ class DebertaV2Model(DebertaV2PreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> BertModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
         keep = attention_mask.bool() if attention_mask is not None else None  # (B, T)
         x = self.embeddings(input_ids, token_type_ids, position_ids, keep)  # (B, T, H)
         x, hidden_states, attentions = self.encoder(x, keep, output_hidden_states, output_attentions)
-        return BertModelOutput.of(x, hidden_states, attentions, None)
+        return EncoderOutput.of(x, hidden_states, attentions, None)

@@ -20,7 +20,8 @@ from torch import nn
 from ...nn import AttentionMask, Dropout, add_and_norm
 from ...nn.elementwise import linear_activate
 from ...nn.encoder_layer import post_ln_layer
-from ..bert.modeling import BertEncoder, BertModelOutput, BertPreTrainedModel, BertSelfAttention
+from ..bert.modeling import BertEncoder, BertPreTrainedModel, BertSelfAttention
+from ..outputs import EncoderOutput
 from .config import DistilBertConfig
 
 
@@ -134,7 +135,7 @@ class DistilBertPreTrainedModel(BertPreTrainedModel):
 
 
 class DistilBertModel(DistilBertPreTrainedModel):
-    """`model(input_ids, attention_mask=None)` -> `BertModelOutput` (no pooler output). `token_type_ids` are
+    """`model(input_ids, attention_mask=None)` -> `EncoderOutput` (no pooler output). `token_type_ids` are
     accepted and ignored: DistilBERT has no segment embedding, and the recipes pass the ids their tokenizer
     makes (a text pair's second segment is 1); Hugging Face's DistilBERT tokenizer does not return them."""
 
@@ -146,9 +147,9 @@ class DistilBertModel(DistilBertPreTrainedModel):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> BertModelOutput:
+                output_hidden_states: bool = False, output_attentions: bool = False) -> EncoderOutput:
         x = self.embeddings(input_ids, position_ids)  # (B, T, H)
         mask = AttentionMask.padding(attention_mask)
         x, hidden_states, attentions = self.transformer(x, mask, attention_mask, output_hidden_states,
                                                         output_attentions)
-        return BertModelOutput.of(x, hidden_states, attentions)
+        return EncoderOutput.of(x, hidden_states, attentions)

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..bert.modeling import BertModelOutput, BertPreTrainedModel
+from ..bert.modeling import BertPreTrainedModel
+from ..outputs import EncoderOutput
 from ...nn import AttentionMask, Dropout, TokenLayout, attention
 from ...nn.attention import get_kernel, takes_rows, varlen_flash, varlen_flash_runs
 from ...nn.elementwise import activate, add_residual
@@ -324,7 +325,7 @@ class ModernBertModel(ModernBertPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,  # accepted for the shared call surface; ModernBERT has none
         output_hidden_states: bool = False,
         output_attentions: bool = False,
-    ) -> BertModelOutput:
+    ) -> EncoderOutput:
         B, T = input_ids.shape
         if T > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {T} exceeds max_position_embeddings "
@@ -361,4 +362,4 @@ class ModernBertModel(ModernBertPreTrainedModel):
             hidden_states[-1] = x
         if layout is not None:
             x = layout.pad(x)  # (B, T, H), zeros at padding
-        return BertModelOutput.of(x, hidden_states, attentions)
+        return EncoderOutput.of(x, hidden_states, attentions)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core.errors import ConfigError
-from ...models.bert.heads import IGNORE_INDEX
+from ...core.labels import IGNORE_INDEX
 from .losses import MASKED_LOGIT, cosine_distance, distillation_kl
 
 
