@@ -30,8 +30,19 @@ INLINE void load16(f32x16 *f, const void *w, ptrdiff_t i, const int WBF16) {
     }
 }
 
+/* y[at + j] = out[j] (+ b[j]), j < 16, in the layer's dtype (bf16: rounded once) */
+INLINE void store16(const float *out, const float *b, void *y, ptrdiff_t at, const int WBF16) {
+    for (int j = 0; j < 16; j++) {
+        const float v = b ? out[j] + b[j] : out[j];
+        if (WBF16)
+            ((uint16_t *)y)[at + j] = f32_to_bf16(v);
+        else
+            ((float *)y)[at + j] = v;
+    }
+}
+
 INLINE void gemv16_v16(const int MR, const int WBF16, const float *x, ptrdiff_t K, const void *w, const float *b,
-                   void *y, ptrdiff_t ldy) {
+                       void *y, ptrdiff_t ldy) {
     const ptrdiff_t size = WBF16 ? 2 : 4;
     f32x16 part[4][16];
     for (int j = 0; j < 16; j++) {
@@ -66,23 +77,17 @@ INLINE void gemv16_v16(const int MR, const int WBF16, const float *x, ptrdiff_t 
     for (int m = 0; m < MR; m++) {
         float out[16];
         fold16(part[m], out);
-        for (int j = 0; j < 16; j++) {
-            const float v = b ? out[j] + b[j] : out[j];
-            if (WBF16)
-                ((uint16_t *)y)[m * ldy + j] = f32_to_bf16(v);
-            else
-                ((float *)y)[m * ldy + j] = v;
-        }
+        store16(out, b, y, m * ldy, WBF16);
     }
 }
 
-
 #if defined(__AVX2__) && !defined(__AVX512F__)
-/* Below AVX-512 GCC keeps gemv16's 16-float vectors (below) on the stack and moves them through general registers
- * lane by lane: the level avx2's build of it ran at ~8 GB/s of weights. This is the same arithmetic, lane for lane
- * (the same bits), on 8-float halves held in registers: each 16-float accumulator of gemv16 is two 8-float ones,
- * and the rows of x go two at a time (4 rows' 16 accumulators do not fit AVX2's 16 registers), the second pair
- * reading w's row again from L1. The fold is fold16's, in its order:
+/* Below AVX-512 GCC keeps gemv16_v16's 16-float vectors on the stack and moves them through general registers
+ * lane by lane, and takes fold16's shuffles apart into scalar inserts: the level avx2's build read ~8 GB/s of
+ * weights at one row. For 1-2 rows this is the same arithmetic, lane for lane (the same bits), on 8-float halves
+ * held in registers: each 16-float accumulator is two 8-float ones (2 rows: 8 accumulators and 4 weight vectors
+ * of AVX2's 16 registers), ~13 GB/s at one row. 3-4 rows (16 accumulators) keep the 16-float form: two passes
+ * of two rows over each row of w measured slower. The fold is fold16's, in its order:
  *   h[j][t] = acc[j][t] + acc[j][t + 8]   (t < 8)     s[j][t] = h[j][t] + h[j][t + 4]   (t < 4)
  *   u[j][t] = s[j][t] + s[j][t + 2]       (t < 2)     out[j]  = u[j][0] + u[j][1] */
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
@@ -108,20 +113,23 @@ INLINE void fold16_x8(const f32x8 h[16], float *out) {
     const i32x8 keys = {0, 4, 1, 5, 2, 6, 3, 7};  /* the last step leaves keys 0 2 4 6 1 3 5 7 */
     f32x8 p[8], q[4];
     for (int i = 0; i < 8; i++)  /* keys 2i, 2i + 1: [s(2i) | s(2i + 1)] */
-        p[i] = __builtin_shuffle(h[2 * i], h[2 * i + 1], half_lo) + __builtin_shuffle(h[2 * i], h[2 * i + 1], half_hi);
+        p[i] = __builtin_shuffle(h[2 * i], h[2 * i + 1], half_lo)
+               + __builtin_shuffle(h[2 * i], h[2 * i + 1], half_hi);
     for (int i = 0; i < 4; i++)  /* keys 4i..4i + 3: [u(4i) u(4i + 2) | u(4i + 1) u(4i + 3)] */
-        q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], pair_lo) + __builtin_shuffle(p[2 * i], p[2 * i + 1], pair_hi);
+        q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], pair_lo)
+               + __builtin_shuffle(p[2 * i], p[2 * i + 1], pair_hi);
     for (int i = 0; i < 2; i++) {
-        const f32x8 r = __builtin_shuffle(q[2 * i], q[2 * i + 1], even) + __builtin_shuffle(q[2 * i], q[2 * i + 1], odd);
+        const f32x8 r = __builtin_shuffle(q[2 * i], q[2 * i + 1], even)
+                        + __builtin_shuffle(q[2 * i], q[2 * i + 1], odd);
         const f32x8 o = __builtin_shuffle(r, keys);
         memcpy(out + 8 * i, &o, sizeof o);
     }
 }
 
-/* gemv16's h[m][j] for rows x_m, m < MR (1-2), and w's row wj: gemv16's chains a0 (k from d) and a1 (from d + 16)
- * as 8-float halves */
-INLINE void gemv_row_x8(const int MR, const int WBF16, const int PREFETCH, const float *x, ptrdiff_t K,
-                        const char *wj, f32x8 *h0, f32x8 *h1) {
+/* *h0, *h1 = the h of rows x_0, x_1 (MR: 1-2) against w's row wj: gemv16_v16's chains a0 (k from d) and a1 (from
+ * d + 16) as 8-float halves, summed as gemv16_v16 then fold16's first step sum them */
+INLINE void gemv_row_x8(const int MR, const int WBF16, const float *x, ptrdiff_t K, const char *wj, f32x8 *h0,
+                        f32x8 *h1) {
     const ptrdiff_t size = WBF16 ? 2 : 4;
     const float *x1 = x + (MR > 1 ? K : 0);
     /* named, not arrays indexed by m: GCC kept the arrays in memory */
@@ -133,12 +141,10 @@ INLINE void gemv_row_x8(const int MR, const int WBF16, const int PREFETCH, const
         load8(&v1, wj, d + 8, WBF16);
         load8(&v2, wj, d + 16, WBF16);
         load8(&v3, wj, d + 24, WBF16);
-        if (PREFETCH) {
-            __builtin_prefetch(wj + d * size + 4096);  /* 4 KB ahead */
-            if (!WBF16) __builtin_prefetch(wj + d * size + 4096 + 64);
-        }
+        __builtin_prefetch(wj + d * size + 4096);  /* 4 KB ahead */
+        if (!WBF16) __builtin_prefetch(wj + d * size + 4096 + 64);
         memcpy(xv, x + d, sizeof xv);
-        p0 += xv[0] * v0;  /* gemv16's a0, lanes 0-7 */
+        p0 += xv[0] * v0;  /* a0, lanes 0-7 */
         p1 += xv[1] * v1;  /* a0, lanes 8-15 */
         p2 += xv[2] * v2;  /* a1, lanes 0-7 */
         p3 += xv[3] * v3;  /* a1, lanes 8-15 */
@@ -163,7 +169,7 @@ INLINE void gemv_row_x8(const int MR, const int WBF16, const int PREFETCH, const
             q1 += xv[1] * v1;
         }
     }
-    /* gemv16's part = a0 + a1, then fold16's first step: its two halves added */
+    /* part = a0 + a1, then its two halves added */
     *h0 = (p0 + p2) + (p1 + p3);
     if (MR > 1) *h1 = (q0 + q2) + (q1 + q3);
 }
@@ -171,25 +177,19 @@ INLINE void gemv_row_x8(const int MR, const int WBF16, const int PREFETCH, const
 INLINE void gemv16(const int MR, const int WBF16, const float *x, ptrdiff_t K, const void *w, const float *b,
                    void *y, ptrdiff_t ldy) {
     const ptrdiff_t size = WBF16 ? 2 : 4;
-    if (MR > 2) {  /* two passes of two rows measured slower than the 16-float form's 3-4 */
+    if (MR > 2) {
         gemv16_v16(MR, WBF16, x, K, w, b, y, ldy);
         return;
     }
     f32x8 h[2][16];
     for (int j = 0; j < 16; j++) {
         const char *wj = (const char *)w + j * K * size;
-        gemv_row_x8(MR, WBF16, 1, x, K, wj, &h[0][j], &h[1][j]);
+        gemv_row_x8(MR, WBF16, x, K, wj, &h[0][j], &h[1][j]);
     }
     for (int m = 0; m < MR; m++) {
         float out[16];
         fold16_x8(h[m], out);
-        for (int j = 0; j < 16; j++) {
-            const float v = b ? out[j] + b[j] : out[j];
-            if (WBF16)
-                ((uint16_t *)y)[m * ldy + j] = f32_to_bf16(v);
-            else
-                ((float *)y)[m * ldy + j] = v;
-        }
+        store16(out, b, y, m * ldy, WBF16);
     }
 }
 #else
