@@ -70,3 +70,27 @@ def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypa
     with torch.inference_mode():
         narrow(ids), relu(ids)
     assert calls == []
+
+
+def test_one_call_layer_split_over_two_threads_gives_the_one_thread_bits(folder, monkeypatch):
+    """Two threads split the GEMMs' panels, the attention's (row, head) tasks and the Add & Norm rows: the same
+    sums in the same order, so one thread's bits; and a row after rows of other lengths gives what its first call
+    gave (nothing carried over in the layer's scratch)."""
+    calls = _calls(monkeypatch)
+    model = load_model(BertModel, folder, InferenceOptions())
+    g = torch.Generator().manual_seed(1)
+    ids = [torch.randint(5, 40, shape, generator=g) for shape in ((1, 120), (1, 5), (2, 64))]
+    ids.append(ids[0])  # the first row again
+    before = torch.get_num_threads()
+    out = {}
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with torch.inference_mode():
+                out[threads] = [model(x).last_hidden_state for x in ids]
+    finally:
+        torch.set_num_threads(before)
+    assert len(calls) == 2 * 2 * len(ids)
+    for one, two in zip(out[1], out[2]):
+        assert torch.equal(one, two)
+    assert torch.equal(out[1][0], out[1][3]) and torch.equal(out[2][0], out[2][3])
