@@ -45,3 +45,20 @@ def tiny_model(folder: Path, cls_name: str = "BertModel", seed: int = 0, **confi
     vocab = write_vocab(folder.parent / f".{folder.name}-vocab")
     model.save_pretrained(folder, vocab_file=vocab)
     return folder
+
+
+def one_call_layers(monkeypatch) -> list:
+    """The one-call post-LN layers (`nn.encoder_layer`) run from here on, counted; each must be run by the
+    kernels, not declined by them after the gate passed it."""
+    from bertlab.nn import encoder_layer
+
+    calls, real = [], encoder_layer._post_ln_layer
+
+    def counted(*args):
+        out = real(*args)
+        assert out is not None, "the kernels declined a layer the gate passed"
+        calls.append(1)
+        return out
+
+    monkeypatch.setattr(encoder_layer, "_post_ln_layer", counted)
+    return calls

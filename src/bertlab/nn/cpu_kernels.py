@@ -512,49 +512,33 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
 
 
 # ------------------------------------------------------------------------------------ an encoder layer, one call
-def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, weights: tuple,
-                  eps: tuple[float, float], inter: int) -> torch.Tensor | None:
-    """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the fp32
-    GEMMs over packed panels, `attention_short`'s loops, `add_layer_norm_`, the GELU epilogue -- in that order,
-    with the same kernels, so bit for bit the layer computed one call at a time. `weights`: the 12 fp32 tensors
-    (stacked qkv panels and bias, attention output panels and bias, LayerNorm weight and bias, FFN in panels and
-    bias, FFN out panels and bias, LayerNorm weight and bias), checked by the caller (nn/encoder_layer.py); `add`
-    (B | 1, 1, 1, T) or None. None where the kernels do not apply (the level below AVX2, a trace, x not a
-    contiguous fp32 CPU tensor outside autograd)."""
+def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, linears: tuple,
+                  norms: tuple, eps: tuple[float, float], inter: int) -> torch.Tensor | None:
+    """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the stacked
+    qkv projection, `attention_short`'s loops, the attention output, `add_layer_norm_`, the FFN's two layers with
+    the GELU between them, `add_layer_norm_` -- in that order, with the kernels the modules call, so bit for bit
+    the layer computed one call at a time. `linears`: the four linear layers (qkv, attention output, FFN in, FFN
+    out), each (weight, bias | None, comp, wscale, narrow): fp32 panels with comp and wscale None (the GELU the
+    GEMM's epilogue), or int8 -- `pack_int8_weight`'s weight, compensation and narrowing with the per-channel
+    scales (`int8_linear`'s kernel; the GELU `gelu_`'s pass); `norms`: the two LayerNorms' weight and bias; all
+    checked by the caller (nn/encoder_layer.py). `add` (B | 1, 1, 1, T) or None. None where the kernels do not
+    apply (the level below AVX2, a trace, x not a contiguous fp32 CPU tensor outside autograd, no int8 kernel)."""
+    int8 = linears[0][2] is not None
     if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() == "none" or not _native(x)
-            or not f32_gemm_available()):
-        return None
-    B, T, H = x.shape
-    out = x.new_empty((B, T, H))
-    _tuned()
-    _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
-                               T if add is not None and add.size(0) > 1 else 0, H, heads, inter,
-                               *(None if w is None else w.data_ptr() for w in weights), float(eps[0]),
-                               float(eps[1]), float(scale), torch.get_num_threads())
-    return out
-
-
-def post_ln_layer_int8(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, linears: tuple,
-                       norms: tuple, eps: tuple[float, float], inter: int) -> torch.Tensor | None:
-    """`post_ln_layer` with int8 linear layers (csrc/kernels.h: bl_post_ln_layer_int8): `int8_linear` for the
-    stacked qkv, the attention output and the FFN's two layers, `gelu_` between those two -- the kernels the int8
-    modules call, in their order, so bit for bit their output. `linears`: four (packed weight tuple from
-    `pack_int8_weight`, per-channel scales, fp32 bias or None); `norms`: the two LayerNorms' weight and bias. None
-    where `post_ln_layer` would be (and where there is no int8 kernel)."""
-    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() not in ("avx512", "amx") or not _native(x)
-            or not f32_gemm_available() or not int8_gemm_available()):
+            or not f32_gemm_available() or (int8 and not int8_gemm_available())):
         return None
     B, T, H = x.shape
     out = x.new_empty((B, T, H))
     _tuned()
     args = []
-    for (weight, comp, narrow), wscale, bias in linears:
-        args += [weight.data_ptr(), comp.data_ptr(), wscale.data_ptr(), None if bias is None else bias.data_ptr(),
+    for weight, bias, comp, wscale, narrow in linears:
+        args += [weight.data_ptr(), None if bias is None else bias.data_ptr(),
+                 None if comp is None else comp.data_ptr(), None if wscale is None else wscale.data_ptr(),
                  int(narrow)]
-    _extension().post_ln_layer_int8(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
-                                    T if add is not None and add.size(0) > 1 else 0, H, heads, inter, *args,
-                                    *(w.data_ptr() for w in norms), float(eps[0]), float(eps[1]), float(scale),
-                                    torch.get_num_threads())
+    _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
+                               T if add is not None and add.size(0) > 1 else 0, H, heads, inter, *args,
+                               *(w.data_ptr() for w in norms), float(eps[0]), float(eps[1]), float(scale),
+                               torch.get_num_threads())
     return out
 
 

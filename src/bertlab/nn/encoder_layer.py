@@ -7,9 +7,9 @@ out of the stacked projection and put the heads back. With the kernels stubbed o
 ~125 us of that per call at one thread on the Intel Xeon (under load from other jobs), ~6% of a 70-token input's
 time. `post_ln_layer` checks the layer's parts (the modules a family's block holds) and hands their tensors to
 one C function that runs the same kernels in the same order (`cpu_kernels.post_ln_layer`): the same bits as the
-modules one by one. Int8 layers (`Int8Linear`, all four on bertlab's int8 kernel at that row count) take
-`cpu_kernels.post_ln_layer_int8`: the same steps with the int8 GEMMs, and the GELU a C pass that `Int8Linear`'s
-own `activated` runs too (the modules and the one call: the same bits). On all-MiniLM-L6-v2 int8, one 70-token
+modules one by one. Int8 layers (`Int8Linear`, all four on bertlab's int8 kernel at that row count) take the
+same steps with the int8 GEMMs, and the GELU a C pass that `Int8Linear`'s own `activated` runs too (the modules
+and the one call: the same bits). On all-MiniLM-L6-v2 int8, one 70-token
 row, one thread, under load, torch's profiler put torch's in-place GELU at ~300 us a layer and the views, slices
 and new tensors between the kernels at ~310 us a layer, of ~23 ms a call (six layers) in all. Anything else --
 training, autograd, bf16 layers, a mix of int8 and fp32 layers, another attention kernel (int8's bf16
@@ -27,25 +27,29 @@ from torch import nn
 
 from .attention import LONG_KEYS, AttentionMask
 from .cpu_kernels import post_ln_layer as _post_ln_layer
-from .cpu_kernels import post_ln_layer_int8 as _post_ln_layer_int8
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
 
-def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """A PackedLinear on the C fp32 GEMM mapping shape[0] -> shape[1] features: its panels and bias."""
+def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple | None:
+    """A PackedLinear on the C fp32 GEMM mapping shape[0] -> shape[1] features: its panels and bias, as
+    `cpu_kernels.post_ln_layer` takes an fp32 layer."""
     if (type(layer) is not PackedLinear or layer.panels is None or layer.panels.dtype != torch.float32
             or (layer.in_features, layer.out_features) != shape):
         return None
-    return layer.panels, layer.panel_bias
+    return layer.panels, layer.panel_bias, None, None, False
 
 
 def _int8(layer: nn.Module, shape: tuple[int, int], rows: int) -> tuple | None:
     """An Int8Linear mapping shape[0] -> shape[1] features whose forward takes bertlab's int8 kernel at `rows`
-    rows: its packed weight, scales and bias (what `cpu_kernels.post_ln_layer_int8` reads)."""
+    rows: its packed weight, bias, compensation, scales and whether its weights are narrowed, as
+    `cpu_kernels.post_ln_layer` takes an int8 layer."""
     if type(layer) is not Int8Linear or (layer.in_features, layer.out_features) != shape:
         return None
     packed = layer.packed_for_rows(rows)
-    return None if packed is None else (packed, layer.wscale, layer.fbias)
+    if packed is None:
+        return None
+    weight, comp, narrow = packed
+    return weight, layer.fbias, comp, layer.wscale, narrow
 
 
 def _norm(norm: nn.Module, hidden: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -72,27 +76,19 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
         return None  # (one query: the decoding step's kernel; long rows: SDPA; heads the C loops do not take)
     inter = getattr(ffn_in, "out_features", 0)
     norms = (_norm(norm1, H), _norm(norm2, H))
-    if any(p is None for p in norms):
-        return None
+    shapes = ((qkv, (H, 3 * H)), (attention_out, (H, H)), (ffn_in, (H, inter)), (ffn_out, (inter, H)))
     if type(qkv) is Int8Linear:  # int8 layers: all four of them, each on bertlab's int8 kernel at B·T rows
-        linears = (_int8(qkv, (H, 3 * H), B * T), _int8(attention_out, (H, H), B * T),
-                   _int8(ffn_in, (H, inter), B * T), _int8(ffn_out, (inter, H), B * T))
-        if any(p is None for p in linears):
-            return None
+        linears = tuple(_int8(layer, shape, B * T) for layer, shape in shapes)
     else:
-        parts = (_panels(qkv, (H, 3 * H)), _panels(attention_out, (H, H)), norms[0], _panels(ffn_in, (H, inter)),
-                 _panels(ffn_out, (inter, H)), norms[1])
-        if any(p is None for p in parts):
-            return None
-        if B * T <= GEMV_ROWS and any(layer.plain is not None for layer in (qkv, attention_out, ffn_in, ffn_out)):
+        linears = tuple(_panels(layer, shape) for layer, shape in shapes)
+        if B * T <= GEMV_ROWS and any(getattr(layer, "plain", None) is not None for layer, _ in shapes):
             return None  # a few rows take the GEMV over a plain weight there: other sums
+    if any(p is None for p in linears + norms):
+        return None
     add = None
     if mask is not None:
         if mask.kind != "bidirectional" or mask.documents is not None:
             return None
         add = mask.additive(T, T, torch.float32, x.device)  # (B, 1, 1, T) or None
     scale = scale if scale is not None else 1.0 / math.sqrt(H // heads)
-    if type(qkv) is Int8Linear:
-        return _post_ln_layer_int8(x, add, heads, scale, linears, norms[0] + norms[1], (norm1.eps, norm2.eps), inter)
-    return _post_ln_layer(x, add, heads, scale, tuple(t for part in parts for t in part), (norm1.eps, norm2.eps),
-                          inter)
+    return _post_ln_layer(x, add, heads, scale, linears, norms[0] + norms[1], (norm1.eps, norm2.eps), inter)

@@ -1,4 +1,4 @@
-"""CPU int8 inference runs each BERT block in one C call too (`nn.encoder_layer`, `cpu_kernels.post_ln_layer_int8`):
+"""CPU int8 inference runs each BERT block in one C call too (`nn.encoder_layer`, `cpu_kernels.post_ln_layer`):
 the same bits as its int8 modules one by one -- padded and unpadded, 1 and 2 threads, rows below and above the
 AMX tiles' threshold -- and the modules wherever the call does not apply."""
 
@@ -10,19 +10,13 @@ import torch
 from bertlab import BertModel
 from bertlab.infer.runtime import InferenceOptions, load_model
 from bertlab.models.bert import modeling
-from bertlab.nn import cpu_kernels, encoder_layer, int8_linear
+from bertlab.nn import cpu_kernels, int8_linear
 
-from infer_support import tiny_model
+from infer_support import one_call_layers, tiny_model
 
 pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not cpu_kernels.int8_gemm_available(),
                                 reason="the one-call int8 layer runs on AVX-512's attention loops and an int8 kernel")
 
-
-def _calls(monkeypatch) -> list:
-    """The one-call int8 layers run from here on, counted."""
-    calls, real = [], encoder_layer._post_ln_layer_int8
-    monkeypatch.setattr(encoder_layer, "_post_ln_layer_int8", lambda *a: calls.append(1) or real(*a))
-    return calls
 
 
 def _int8(folder):
@@ -47,7 +41,7 @@ def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, mo
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0  # padded rows: the additive mask per row
     mask[2, 2:] = 0
-    calls = _calls(monkeypatch)
+    calls = one_call_layers(monkeypatch)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -65,7 +59,7 @@ def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, mo
 
 
 def test_one_call_int8_layer_declines_what_it_does_not_run(tmp_path, monkeypatch):
-    calls = _calls(monkeypatch)
+    calls = one_call_layers(monkeypatch)
     model = _int8(tiny_model(tmp_path / "bert", hidden_size=64, num_attention_heads=4, intermediate_size=80))
     ids = torch.randint(5, 40, (2, 6))
     with torch.inference_mode():

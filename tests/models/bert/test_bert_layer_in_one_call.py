@@ -9,19 +9,13 @@ import torch
 from bertlab import BertModel
 from bertlab.infer.runtime import InferenceOptions, load_model
 from bertlab.models.bert import modeling
-from bertlab.nn import cpu_kernels, encoder_layer, packed_linear
+from bertlab.nn import cpu_kernels, packed_linear
 
-from infer_support import tiny_model
+from infer_support import one_call_layers, tiny_model
 
 pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not packed_linear.available(),
                                 reason="the one-call layer runs on the fp32 GEMM and attention loops of AVX2 and up")
 
-
-def _calls(monkeypatch) -> list:
-    """The one-call layers run from here on, counted."""
-    calls, real = [], encoder_layer._post_ln_layer
-    monkeypatch.setattr(encoder_layer, "_post_ln_layer", lambda *a: calls.append(1) or real(*a))
-    return calls
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +33,7 @@ def test_one_call_layer_gives_the_modules_bits(isa, folder, monkeypatch):
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0  # padded rows: the additive mask per row
     mask[2, 2:] = 0
-    calls = _calls(monkeypatch)
+    calls = one_call_layers(monkeypatch)
     with torch.inference_mode():
         fused = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
                  model(ids[:1, :9]).last_hidden_state]
@@ -52,7 +46,7 @@ def test_one_call_layer_gives_the_modules_bits(isa, folder, monkeypatch):
 
 
 def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypatch):
-    calls = _calls(monkeypatch)
+    calls = one_call_layers(monkeypatch)
     model = load_model(BertModel, folder, InferenceOptions())
     ids = torch.randint(5, 40, (2, 6))
     with torch.inference_mode():
@@ -76,7 +70,7 @@ def test_one_call_layer_split_over_two_threads_gives_the_one_thread_bits(folder,
     """Two threads split the GEMMs' panels, the attention's (row, head) tasks and the Add & Norm rows: the same
     sums in the same order, so one thread's bits; and a row after rows of other lengths gives what its first call
     gave (nothing carried over in the layer's scratch)."""
-    calls = _calls(monkeypatch)
+    calls = one_call_layers(monkeypatch)
     model = load_model(BertModel, folder, InferenceOptions())
     g = torch.Generator().manual_seed(1)
     ids = [torch.randint(5, 40, shape, generator=g) for shape in ((1, 120), (1, 5), (2, 64))]

@@ -164,21 +164,14 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
 int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *wp, const int32_t *comp,
                    const float *ws, const float *b, float *y, ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int narrow,
                    int threads);
-/* A post-LN Transformer encoder layer (BERT's) in one call, fp32, each step one of the operations above in turn
- * (the same kernels, so the same bits as calling them one by one): qkv = x Wqkvᵀ + b (the three projections side
- * by side, panels); attention over q, k, v read in place from qkv (hs a multiple of 16 up to 64); y =
- * LayerNorm(ctx Woᵀ + b + x); out = LayerNorm(GELU(y Wiᵀ + b) Wfᵀ + b + y). x and out (B·T, hidden); `add` the
- * scores' additive mask, (B, T) (row stride `add_rows`, 0: one row for all) or NULL. */
-typedef struct {
-    ptrdiff_t hidden, heads, inter;
-    const float *qkv_w, *qkv_b, *o_w, *o_b, *ln1_w, *ln1_b, *i_w, *i_b, *f_w, *f_b, *ln2_w, *ln2_b;
-    float eps1, eps2, scale;
-} PostLnLayer;
-int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
-                     const float *add, ptrdiff_t add_rows, int threads);
-/* The same layer with its four linear layers in int8 (bl_linear_int8 each: x quantized per row, the packed
- * weight, its compensation, per-channel scales, the bias or NULL, `narrow` as there), the GELU a pass of the
- * level's gelu_f32 over the FFN's middle (bl_gelu_rows) -- the kernels the int8 modules call, in their order. */
+/* A post-LN Transformer encoder layer (BERT's) in one call, each step one of the operations above in turn (the
+ * same kernels, so the same bits as calling them one by one): qkv = x Wqkvᵀ + b (the three projections side by
+ * side); attention over q, k, v read in place from qkv (hs a multiple of 16 up to 64); y = LayerNorm(ctx Woᵀ + b +
+ * x); out = LayerNorm(GELU(y Wiᵀ + b) Wfᵀ + b + y). x and out (B·T, hidden) fp32; `add` the scores' additive
+ * mask, (B, T) (row stride `add_rows`, 0: one row for all) or NULL. Each linear layer either fp32 (bl_linear_f32
+ * over panels, the GELU its epilogue) or, where `int8.w` is set, int8 (bl_linear_int8: x quantized per row, the
+ * packed weight, its compensation, per-channel scales, the bias or NULL, `narrow` as there; the GELU a pass of
+ * the level's gelu_f32, bl_gelu_rows) -- the kernels the fp32 or int8 modules call, in their order. */
 typedef struct {
     const int8_t *w;
     const int32_t *comp;
@@ -186,13 +179,17 @@ typedef struct {
     int narrow;
 } Int8Weight;
 typedef struct {
+    const float *w, *b;  /* fp32: packed panels and bias (or NULL) */
+    Int8Weight int8;     /* int8 where int8.w is set */
+} BlockLinear;
+typedef struct {
     ptrdiff_t hidden, heads, inter;
-    Int8Weight qkv, o, i, f;
+    BlockLinear qkv, o, i, f;
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     float eps1, eps2, scale;
-} PostLnLayerInt8;
-int bl_post_ln_layer_int8(const bl_kernels *k, const PostLnLayerInt8 *l, const float *x, float *out, ptrdiff_t B,
-                          ptrdiff_t T, const float *add, ptrdiff_t add_rows, int threads);
+} PostLnLayer;
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
+                     const float *add, ptrdiff_t add_rows, int threads);
 int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
 /* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
 int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,

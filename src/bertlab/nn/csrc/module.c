@@ -299,25 +299,33 @@ static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) 
     return result(rc, name);
 }
 
-/* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, qkv_w, qkv_b, o_w, o_b, ln1_w, ln1_b, i_w,
- * i_b, f_w, f_b, ln2_w, ln2_b, eps1, eps2, scale, threads): a post-LN encoder layer in one call (see kernels.h) */
+/* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, bias | None, comp | None,
+ * scale | None, narrow) for qkv, o, i, f -- fp32 panels where comp is None, else int8 --, then ln1_w, ln1_b, ln2_w,
+ * ln2_b, eps1, eps2, scale, threads): a post-LN encoder layer in one call (see kernels.h) */
 static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 25, "post_ln_layer") < 0) return NULL;
+    if (parse(args, nargs, 37, "post_ln_layer") < 0) return NULL;
     const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
     float *out = as_ptr(args[1]);
     Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
     PostLnLayer l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
                      .inter = PyLong_AsSsize_t(args[8])};
-    const float **weights[] = {&l.qkv_w, &l.qkv_b, &l.o_w, &l.o_b, &l.ln1_w, &l.ln1_b,
-                               &l.i_w, &l.i_b, &l.f_w, &l.f_b, &l.ln2_w, &l.ln2_b};
-    for (int i = 0; i < 12; i++) *weights[i] = as_ptr(args[9 + i]);
-    l.eps1 = (float)PyFloat_AsDouble(args[21]), l.eps2 = (float)PyFloat_AsDouble(args[22]);
-    l.scale = (float)PyFloat_AsDouble(args[23]);
-    long threads = PyLong_AsLong(args[24]);
+    BlockLinear *layers[] = {&l.qkv, &l.o, &l.i, &l.f};
+    for (int i = 0; i < 4; i++) {
+        PyObject *const *a = args + 9 + 5 * i;
+        const int32_t *comp = as_ptr(a[2]);
+        *layers[i] = comp ? (BlockLinear){.int8 = {.w = as_ptr(a[0]), .comp = comp, .scale = as_ptr(a[3]),
+                                                   .bias = as_ptr(a[1]), .narrow = PyLong_AsLong(a[4]) != 0}}
+                          : (BlockLinear){.w = as_ptr(a[0]), .b = as_ptr(a[1])};
+    }
+    l.ln1_w = as_ptr(args[29]), l.ln1_b = as_ptr(args[30]), l.ln2_w = as_ptr(args[31]), l.ln2_b = as_ptr(args[32]);
+    l.eps1 = (float)PyFloat_AsDouble(args[33]), l.eps2 = (float)PyFloat_AsDouble(args[34]);
+    l.scale = (float)PyFloat_AsDouble(args[35]);
+    long threads = PyLong_AsLong(args[36]);
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_post_ln_layer(k, &l, x, out, B, T, add, add_rows, (int)threads));
-    return result(rc, "post_ln_layer (an fp32 GEMM, heads of a multiple of 16 up to 64)");
+    return result(rc, "post_ln_layer (an fp32 GEMM or an int8 kernel at this level, heads of a multiple of 16 up "
+                      "to 64)");
 }
 
 static PyObject *py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -345,31 +353,6 @@ static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_
     int rc;
     RUN(rc = bl_linear_int8(k, x, (int)dtype, wp, comp, ws, b, y, M, K, N, narrow != 0, (int)threads));
     return result(rc, "linear_int8 (an int8 kernel at this level, K % 4 == 0, N % 16 == 0)");
-}
-
-/* post_ln_layer_int8(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, comp, scale, bias | None,
- * narrow) for qkv, o, i, f, then ln1_w, ln1_b, ln2_w, ln2_b, eps1, eps2, scale, threads): the int8 layer in one call */
-static PyObject *py_post_ln_layer_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 37, "post_ln_layer_int8") < 0) return NULL;
-    const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
-    float *out = as_ptr(args[1]);
-    Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
-    PostLnLayerInt8 l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
-                         .inter = PyLong_AsSsize_t(args[8])};
-    Int8Weight *layers[] = {&l.qkv, &l.o, &l.i, &l.f};
-    for (int i = 0; i < 4; i++) {
-        PyObject *const *a = args + 9 + 5 * i;
-        *layers[i] = (Int8Weight){.w = as_ptr(a[0]), .comp = as_ptr(a[1]), .scale = as_ptr(a[2]),
-                                  .bias = as_ptr(a[3]), .narrow = PyLong_AsLong(a[4]) != 0};
-    }
-    l.ln1_w = as_ptr(args[29]), l.ln1_b = as_ptr(args[30]), l.ln2_w = as_ptr(args[31]), l.ln2_b = as_ptr(args[32]);
-    l.eps1 = (float)PyFloat_AsDouble(args[33]), l.eps2 = (float)PyFloat_AsDouble(args[34]);
-    l.scale = (float)PyFloat_AsDouble(args[35]);
-    long threads = PyLong_AsLong(args[36]);
-    if (PyErr_Occurred()) return NULL;
-    int rc;
-    RUN(rc = bl_post_ln_layer_int8(k, &l, x, out, B, T, add, add_rows, (int)threads));
-    return result(rc, "post_ln_layer_int8 (an int8 kernel at this level, heads of a multiple of 16 up to 64)");
 }
 
 /* gelu_rows(y_ptr, rows, cols, threads): GELU in place, fp32 (the fp32 GEMM's epilogue as a pass) */
@@ -427,10 +410,9 @@ static PyMethodDef methods[] = {
                             "nn.Linear keeps it"),
     METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads[, act]): y = act(x Wᵀ + b), fp32, W packed "
                        "in panels of 32 columns; act 0 none (the default), 1 the exact GELU"),
-    METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 12 weights, eps1, eps2, "
-                          "scale, threads): a post-LN encoder layer in one call, fp32"),
-    METHOD(post_ln_layer_int8, "post_ln_layer_int8(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, comp, "
-                               "scale, bias, narrow), 4 norm weights, eps1, eps2, scale, threads): the int8 layer"),
+    METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, bias, comp, "
+                          "scale, narrow), 4 norm weights, eps1, eps2, scale, threads): a post-LN encoder layer in "
+                          "one call, its linear layers fp32 (comp None) or int8"),
     METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),

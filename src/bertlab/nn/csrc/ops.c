@@ -310,37 +310,6 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
 }
 
 /* ------------------------------------------------------------------------------ a post-LN encoder layer */
-/* One call for a whole layer: at one row of a short input, the Python around its seven kernels (module calls,
- * operand checks, views of q, k and v) cost ~125 us a layer of all-MiniLM-L6-v2 at one thread, the kernels
- * stubbed out (see nn/encoder_layer.py). Scratch: qkv (3H), the heads' output (H), the first sub-layer's output
- * (H), the FFN's middle (I), per row. */
-int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
-                     const float *add, ptrdiff_t add_rows, int threads) {
-    const ptrdiff_t H = l->hidden, I = l->inter, M = B * T;
-    if (!k->gemm_f32 || !k->attention_rows_heads || l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
-    const ptrdiff_t hs = H / l->heads;
-    if (hs % 16 || hs > 64 || M < 1) return M < 1 ? BL_OK : BL_UNSUPPORTED;
-    float *qkv = malloc(sizeof(float) * (size_t)(M * (5 * H + I)));
-    if (!qkv) return BL_NO_MEMORY;
-    float *ctx = qkv + M * 3 * H, *y = ctx + M * H, *h = y + M * H;
-    int rc = bl_linear_f32(k, x, l->qkv_w, l->qkv_b, qkv, M, H, 3 * H, threads, BL_ACT_NONE);
-    if (rc == BL_OK) {
-        /* q, k, v: (B, heads, T, hs) views of qkv (row T·3H, head hs, position 3H); ctx (B, T, heads, hs) */
-        Rows a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .add = add, .out = ctx,
-                  .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
-                  .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
-                  .scale = l->scale, .dtype = F32};
-        rc = bl_attention_rows(k, &a, B, threads);
-    }
-    if (rc == BL_OK) rc = bl_linear_f32(k, ctx, l->o_w, l->o_b, y, M, H, H, threads, BL_ACT_NONE);
-    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
-    if (rc == BL_OK) rc = bl_linear_f32(k, y, l->i_w, l->i_b, h, M, H, I, threads, BL_ACT_GELU);
-    if (rc == BL_OK) rc = bl_linear_f32(k, h, l->f_w, l->f_b, out, M, I, H, threads, BL_ACT_NONE);
-    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
-    free(qkv);
-    return rc;
-}
-
 int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads) {
     if (!k->gelu_f32) return BL_UNSUPPORTED;
     if (rows < 1 || cols < 1) return BL_OK;
@@ -349,35 +318,44 @@ int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, 
     return BL_OK;
 }
 
-static int linear_int8_of(const bl_kernels *k, const Int8Weight *w, const float *x, float *y, ptrdiff_t M,
-                          ptrdiff_t K, ptrdiff_t N, int threads) {
-    return bl_linear_int8(k, x, F32, w->w, w->comp, w->scale, w->bias, y, M, K, N, w->narrow, threads);
+/* y (M, N) = x (M, K) Wᵀ + b, GELU'd where `gelu`, as the block's fp32 or int8 module computes it: the fp32 GEMM
+ * with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output. */
+static int block_linear(const bl_kernels *k, const BlockLinear *w, const float *x, float *y, ptrdiff_t M,
+                        ptrdiff_t K, ptrdiff_t N, int gelu, int threads) {
+    if (!w->int8.w) return bl_linear_f32(k, x, w->w, w->b, y, M, K, N, threads, gelu ? BL_ACT_GELU : BL_ACT_NONE);
+    const Int8Weight *q = &w->int8;
+    int rc = bl_linear_int8(k, x, F32, q->w, q->comp, q->scale, q->bias, y, M, K, N, q->narrow, threads);
+    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, M, N, threads) : rc;
 }
 
-/* bl_post_ln_layer with int8 linear layers: the int8 modules' batch-1 cost was their Python as much as the
- * fp32 ones' (see nn/encoder_layer.py). The same scratch and the same steps; the GELU a pass of its own. */
-int bl_post_ln_layer_int8(const bl_kernels *k, const PostLnLayerInt8 *l, const float *x, float *out, ptrdiff_t B,
-                          ptrdiff_t T, const float *add, ptrdiff_t add_rows, int threads) {
+/* One call for a whole layer: at one row of a short input, the Python around its seven kernels (module calls,
+ * operand checks, views of q, k and v) cost ~125 us a layer of all-MiniLM-L6-v2 at one thread, the kernels
+ * stubbed out (see nn/encoder_layer.py); the int8 modules' as much. Scratch: qkv (3H), the heads' output (H),
+ * the first sub-layer's output (H), the FFN's middle (I), per row. */
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
+                     const float *add, ptrdiff_t add_rows, int threads) {
     const ptrdiff_t H = l->hidden, I = l->inter, M = B * T;
-    if (!k->attention_rows_heads || !k->gelu_f32 || l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
+    const int int8 = l->qkv.int8.w != NULL;
+    if (!(int8 ? k->gelu_f32 : k->gemm_f32) || !k->attention_rows_heads || l->heads < 1 || H % l->heads)
+        return BL_UNSUPPORTED;
     const ptrdiff_t hs = H / l->heads;
     if (hs % 16 || hs > 64 || M < 1) return M < 1 ? BL_OK : BL_UNSUPPORTED;
     float *qkv = malloc(sizeof(float) * (size_t)(M * (5 * H + I)));
     if (!qkv) return BL_NO_MEMORY;
     float *ctx = qkv + M * 3 * H, *y = ctx + M * H, *h = y + M * H;
-    int rc = linear_int8_of(k, &l->qkv, x, qkv, M, H, 3 * H, threads);
+    int rc = block_linear(k, &l->qkv, x, qkv, M, H, 3 * H, 0, threads);
     if (rc == BL_OK) {
+        /* q, k, v: (B, heads, T, hs) views of qkv (row T·3H, head hs, position 3H); ctx (B, T, heads, hs) */
         Rows a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .add = add, .out = ctx,
                   .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
                   .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
                   .scale = l->scale, .dtype = F32};
         rc = bl_attention_rows(k, &a, B, threads);
     }
-    if (rc == BL_OK) rc = linear_int8_of(k, &l->o, ctx, y, M, H, H, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->o, ctx, y, M, H, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
-    if (rc == BL_OK) rc = linear_int8_of(k, &l->i, y, h, M, H, I, threads);
-    if (rc == BL_OK) rc = bl_gelu_rows(k, h, M, I, threads);
-    if (rc == BL_OK) rc = linear_int8_of(k, &l->f, h, out, M, I, H, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->i, y, h, M, H, I, 1, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->f, h, out, M, I, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
     free(qkv);
     return rc;
