@@ -62,3 +62,29 @@ def one_call_layers(monkeypatch) -> list:
 
     monkeypatch.setattr(encoder_layer, "_post_ln_layer", counted)
     return calls
+
+
+def one_call_against_modules(model, layer_class, monkeypatch) -> None:
+    """Three passes through `model` -- a batch without a mask, the same with padded rows (an additive mask per row),
+    and a shorter single row -- with every block in one call, then again on the modules (`layer_class.in_one_call`
+    off): the same bits, and each of the six blocks ran in one call."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 40, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    calls = one_call_layers(monkeypatch)
+
+    def passes():
+        return [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
+                model(ids[:1, :9]).last_hidden_state]
+
+    with torch.inference_mode():
+        fused = passes()
+        assert len(calls) == 6  # every block of the three passes
+        monkeypatch.setattr(layer_class, "in_one_call", lambda self, x, m: None)
+        modules = passes()
+    for a, b in zip(fused, modules):
+        assert torch.equal(a, b)

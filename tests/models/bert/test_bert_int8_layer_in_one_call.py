@@ -12,11 +12,10 @@ from bertlab.infer.runtime import InferenceOptions, load_model
 from bertlab.models.bert import modeling
 from bertlab.nn import cpu_kernels, int8_linear
 
-from infer_support import one_call_layers, tiny_model
+from infer_support import one_call_against_modules, one_call_layers, tiny_model
 
 pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() not in ("avx512", "amx") or not cpu_kernels.int8_gemm_available(),
                                 reason="the one-call int8 layer runs on AVX-512's attention loops and an int8 kernel")
-
 
 
 def _int8(folder):
@@ -36,26 +35,12 @@ def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, mo
     # heads of 16, 48 and 32; FFN widths whose second layer is (80) and is not (128 is) a multiple of 64: the
     # VNNI kernel or AMX tiles for it on an AMX CPU; 33 rows (AMX from 16) and 9 (below)
     model = _int8(tiny_model(tmp_path / "bert", num_hidden_layers=2, **shape))
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 40, (3, 11), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0  # padded rows: the additive mask per row
-    mask[2, 2:] = 0
-    calls = one_call_layers(monkeypatch)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with torch.inference_mode():
-            fused = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
-                     model(ids[:1, :9]).last_hidden_state]
-            assert len(calls) == 6  # every block of the three passes
-            monkeypatch.setattr(modeling.BertLayer, "in_one_call", lambda self, x, m: None)
-            modules = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
-                       model(ids[:1, :9]).last_hidden_state]
+        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(fused, modules):
-        assert torch.equal(a, b)
 
 
 def test_one_call_int8_layer_declines_what_it_does_not_run(tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from bertlab.infer.runtime import InferenceOptions, load_model
 from bertlab.models.bert import modeling
 from bertlab.nn import cpu_kernels, packed_linear
 
-from infer_support import one_call_layers, tiny_model
+from infer_support import one_call_against_modules, one_call_layers, tiny_model
 
 pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not packed_linear.available(),
                                 reason="the one-call layer runs on the fp32 GEMM and attention loops of AVX2 and up")
@@ -28,21 +28,7 @@ def folder(tmp_path_factory):
 @pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
 def test_one_call_layer_gives_the_modules_bits(isa, folder, monkeypatch):
     model = load_model(BertModel, folder, InferenceOptions())
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 40, (3, 11), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0  # padded rows: the additive mask per row
-    mask[2, 2:] = 0
-    calls = one_call_layers(monkeypatch)
-    with torch.inference_mode():
-        fused = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
-                 model(ids[:1, :9]).last_hidden_state]
-        assert len(calls) == 6  # every block of the three passes
-        monkeypatch.setattr(modeling.BertLayer, "in_one_call", lambda self, x, m: None)
-        modules = [model(ids).last_hidden_state, model(ids, attention_mask=mask).last_hidden_state,
-                   model(ids[:1, :9]).last_hidden_state]
-    for a, b in zip(fused, modules):
-        assert torch.equal(a, b)
+    one_call_against_modules(model, modeling.BertLayer, monkeypatch)
 
 
 def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypatch):

@@ -234,6 +234,21 @@ INLINE void transpose16(const float *src, ptrdiff_t src_stride, ptrdiff_t rows, 
     for (int i = 0; i < 16; i++) memcpy(dst + i * dst_stride, &r[i], sizeof r[i]);
 }
 
+/* One (row, head) task of a fp32 Rows: its row b, head h, and where its q, k, v and mask rows start (add NULL
+ * where there is no mask). */
+typedef struct {
+    ptrdiff_t b, h;
+    const float *q, *k, *v, *add;
+} HeadRows;
+
+INLINE HeadRows head_rows(const Rows *a, ptrdiff_t task) {
+    const ptrdiff_t b = task / a->heads, h = task % a->heads;
+    return (HeadRows){.b = b, .h = h, .q = (const float *)a->q + b * a->qs[0] + h * a->qs[1],
+                      .k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1],
+                      .v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1],
+                      .add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL};
+}
+
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* AVX2: the same loops on tiles that fit its 16 registers of 8 floats. The tiles above (4 x 64 scores, 8 x 32
  * outputs: 32 of those registers) spilled to the stack in every inner step -- all-MiniLM-L6-v2's attention took
@@ -329,11 +344,9 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
     float *kt = scratch, *S = scratch + hs * n, *zero = S + 8 * n;
     for (ptrdiff_t d = 0; d < hs; d++) zero[d] = 0.0f;
     for (ptrdiff_t task = first; task < first + count; task++) {
-        const ptrdiff_t b = task / a->heads, h = task % a->heads;
-        const float *q = (const float *)a->q + b * a->qs[0] + h * a->qs[1];
-        const float *k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1];
-        const float *v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1];
-        const float *add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        const HeadRows t = head_rows(a, task);
+        const ptrdiff_t b = t.b, h = t.h;
+        const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
         for (ptrdiff_t j0 = 0; j0 < n; j0 += 8)
             for (ptrdiff_t d0 = 0; d0 < hs; d0 += 8)
                 transpose8(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
@@ -368,11 +381,9 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
     float *kt = scratch, *S = scratch + hs * n, *zero = S + 8 * n;
     for (ptrdiff_t d = 0; d < hs; d++) zero[d] = 0.0f;
     for (ptrdiff_t task = first; task < first + count; task++) {
-        const ptrdiff_t b = task / a->heads, h = task % a->heads;
-        const float *q = (const float *)a->q + b * a->qs[0] + h * a->qs[1];
-        const float *k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1];
-        const float *v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1];
-        const float *add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL;
+        const HeadRows t = head_rows(a, task);
+        const ptrdiff_t b = t.b, h = t.h;
+        const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
         for (ptrdiff_t j0 = 0; j0 < n; j0 += 16)
             for (ptrdiff_t d0 = 0; d0 < hs; d0 += 16)
                 transpose16(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
