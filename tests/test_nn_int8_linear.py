@@ -288,3 +288,23 @@ def test_int8_linear_gives_non_finite_rows_where_f_linear_does(rows):
     assert not want[bad].isfinite().any() and not got[bad].isfinite().any()
     if rows > 2:
         assert got[1:-1].isfinite().all() and float(row_cosine(got[1:-1], want[1:-1]).min()) > 0.999
+
+
+@pytest.mark.parametrize("env, native", [({}, True), ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, False),
+                                         ({"ONEDNN_MAX_CPU_ISA": "avx512_core_vnni"}, False),
+                                         ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, True),
+                                         ({"BERTLAB_CPU_ISA": "avx2"}, False), ({"BERTLAB_CPU_ISA": "avxvnni"}, False),
+                                         ({"BERTLAB_CPU_ISA": "amx"}, True)])
+def test_a_process_held_below_bf16_is_answered_as_a_cpu_without_it(monkeypatch, env, native):
+    """On a CPU with AVX-512 BF16, a process held to AVX2 (oneDNN's cap or the kernels' level) picks what an AVX2
+    CPU would (int8's attention in fp32, `--dtype bf16` refused to fp32): there bf16 would be emulated."""
+    from bertlab.nn import precision
+
+    monkeypatch.setattr(precision, "_cpuinfo_has_bf16", lambda: True)
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "BERTLAB_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert precision.cpu_has_native_bf16() is native
+    monkeypatch.setattr(precision, "_cpuinfo_has_bf16", lambda: False)
+    assert precision.cpu_has_native_bf16() is False
