@@ -4,7 +4,7 @@ H 768, GeGLU 1152, one global layer in three, a 128-token window) saved by `tran
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
-        [--separate] [--model minilm|modernbert-base] [--splits 0,10]
+        [--separate [--passes N]] [--model minilm|modernbert-base] [--splits 0,10]
     python benchmarks/bench_engines.py --model modernbert-base --shapes 512,8192 --n 8 --latency-n 0 --rounds 2 \
         --n-long 1 --rounds-long 1 --threads 1
 
@@ -36,7 +36,10 @@ engine that runs task heads (bertlab, onnxruntime, openvino), `bertlab predict`'
 predictions equal to bertlab fp32's.
 
 `--separate` runs each engine in a process of its own beside HF fp32 (use it above one thread: in one process
-each runtime's idle worker threads spin on the cores the next one needs).
+each runtime's idle worker threads spin on the cores the next one needs). `--passes N` repeats the set of
+processes N times, the engines' order rotated each pass, and reports each figure's median over the passes (a
+virtual machine's processes differ in speed by up to a quarter, so one process an engine can decide a close
+cell by chance). Every `--separate` run ends with a table of bertlab against the best peer at each precision.
 
 `--splits 0,10` runs each bertlab contender once per value of the GEMMs' thread split (`bertlab.nn.cpu_tuning`:
 one bit per shape class, set for rows; 0 every class by columns, 10 the bulk classes by rows), the value set
@@ -423,29 +426,93 @@ def provenance() -> dict:
             **{v: os.environ[v] for v in ISA_CAPS if v in os.environ}}
 
 
+def separate_command(args: argparse.Namespace, engine: str, out: Path) -> list[str]:
+    """This script's command line for one engine's process beside HF fp32, writing its rows to `out`."""
+    cmd = [sys.executable, __file__, "--engines", f"hf,{engine}", "--n", str(args.n), "--latency-n",
+           str(args.latency_n), "--rounds", str(args.rounds), "--n-long", str(args.n_long), "--rounds-long",
+           str(args.rounds_long), "--threads", args.threads, "--shapes", args.shapes, "--dtypes", args.dtypes,
+           "--model", args.model, "--json", str(out)]
+    if args.splits and engine == "bertlab":
+        cmd += ["--splits", ",".join(map(str, args.splits))]
+    return cmd
+
+
+def merge_passes(passes: list[list[dict]]) -> list[dict]:
+    """One row per (threads, shape, contender): the median over the passes of its bulk seq/s, batch-1 ms and
+    ratio to its process's HF, the lowest cosine of any pass, and each pass's figures beside them."""
+    merged: dict[tuple, dict] = {}
+    for rows in passes:
+        for row in rows:
+            key = (row["threads"], row["shape"], row["contender"])
+            if key not in merged:
+                merged[key] = {**row, "passes": []}
+            merged[key]["passes"].append({k: row[k] for k in ("bulk_seq_per_s", "batch1_ms", "vs_hf") if k in row})
+            merged[key]["min_cosine_to_hf_fp32"] = min(merged[key]["min_cosine_to_hf_fp32"], row["min_cosine_to_hf_fp32"])
+    for row in merged.values():
+        for k in [k for k in ("bulk_seq_per_s", "batch1_ms", "vs_hf") if k in row["passes"][0]]:
+            row[k] = round(statistics.median(p[k] for p in row["passes"]), 3)
+    return list(merged.values())
+
+
+def verdict(rows: list[dict]) -> str:
+    """bertlab against the best peer at each precision, thread count and shape, in bulk and at batch 1: the
+    done-when view of a run (a peer counts only at a minimum cosine to HF fp32 of 0.99 or more)."""
+    lines = ["", "**bertlab against the best peer at the same precision (ratio > 1: bertlab ahead)**", "",
+             "| threads | shape | precision | bulk: bertlab / best peer | batch 1: best peer ms / bertlab ms |",
+             "|---|---|---|---|---|"]
+    for threads in sorted({r["threads"] for r in rows}):
+        for shape in [s for s in SHAPES if any(r["shape"] == s for r in rows)]:
+            sel = [r for r in rows if r["threads"] == threads and r["shape"] == shape and " fp32 (" not in r["contender"]
+                   and not r["contender"].startswith("HF")]
+            for dtype in ("fp32", "bf16", "int8"):
+                ours = next((r for r in sel if r["contender"] == f"bertlab {dtype}"), None)
+                peers = [r for r in sel if r["contender"].endswith(f" {dtype}") and not r["contender"].startswith("bertlab")
+                         and r["min_cosine_to_hf_fp32"] >= 0.99]
+                left_out = sorted({r["contender"].split()[0] for r in sel if r["contender"].endswith(f" {dtype}")
+                                   and not r["contender"].startswith("bertlab") and r not in peers})
+                if ours is None or not peers:
+                    continue
+                bulk = max(peers, key=lambda r: r["bulk_seq_per_s"])
+                cells = [f"{ours['bulk_seq_per_s'] / bulk['bulk_seq_per_s']:.2f} ({bulk['contender'].split()[0]})"]
+                timed1 = [r for r in peers if r["batch1_ms"] == r["batch1_ms"]]  # not NaN (--latency-n 0)
+                if timed1 and ours["batch1_ms"] == ours["batch1_ms"]:
+                    fast = min(timed1, key=lambda r: r["batch1_ms"])
+                    cells.append(f"{fast['batch1_ms'] / ours['batch1_ms']:.2f} ({fast['contender'].split()[0]})")
+                else:
+                    cells.append("-")
+                note = f" (left out, min cosine under 0.99: {', '.join(left_out)})" if left_out else ""
+                lines.append(f"| {threads} | {shape} | {dtype}{note} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def run_separately(args: argparse.Namespace) -> int:
     """`--separate`: this script once per engine, each with `--engines hf,ENGINE`, rows gathered. At more than
     one thread a shared process misleads: each runtime's idle worker threads keep spinning on the cores the
-    next one needs (measured: bertlab int8 at 2 threads 217 seq/s among all engines, 380 beside HF alone)."""
-    rows = []
+    next one needs (measured: bertlab int8 at 2 threads 217 seq/s among all engines, 380 beside HF alone).
+    `--passes N` runs the whole set of processes N times, the engines' order rotated each pass, and reports
+    medians over the passes: on a virtual machine one process can run 25% faster or slower than the next
+    (every engine's alike), so a single process per engine can put any engine ahead or behind by that much."""
+    engines = [e for e in args.engines.split(",") if e != "hf"]
+    passes = []
     with tempfile.TemporaryDirectory(prefix="bench-engines-") as tmp:
-        for engine in [e for e in args.engines.split(",") if e != "hf"]:
-            out = Path(tmp) / f"{engine}.json"
-            cmd = [sys.executable, __file__, "--engines", f"hf,{engine}", "--n", str(args.n), "--latency-n",
-                   str(args.latency_n), "--rounds", str(args.rounds), "--n-long", str(args.n_long), "--rounds-long",
-                   str(args.rounds_long), "--threads", args.threads, "--shapes",
-                   args.shapes, "--dtypes", args.dtypes, "--model", args.model, "--json", str(out)]
-            if args.splits and engine == "bertlab":
-                cmd += ["--splits", ",".join(map(str, args.splits))]
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            got = json.loads(out.read_text())["rows"]
-            hf = {(r["threads"], r["shape"]): r["bulk_seq_per_s"] for r in got if r["contender"] == "HF fp32"}
-            for row in got:
-                row["vs_hf"] = row["bulk_seq_per_s"] / hf[row["threads"], row["shape"]]
-                if row["contender"] == "HF fp32":
-                    row["contender"] = f"HF fp32 (beside {engine})"
-                rows.append(row)
+        for n in range(args.passes):
+            rows = []
+            for engine in engines[n % len(engines):] + engines[:n % len(engines)]:
+                out = Path(tmp) / f"{engine}-{n}.json"
+                subprocess.run(separate_command(args, engine, out), check=True, stdout=subprocess.DEVNULL)
+                got = json.loads(out.read_text())["rows"]
+                hf = {(r["threads"], r["shape"]): r["bulk_seq_per_s"] for r in got if r["contender"] == "HF fp32"}
+                for row in got:
+                    row["vs_hf"] = row["bulk_seq_per_s"] / hf[row["threads"], row["shape"]]
+                    if row["contender"] == "HF fp32":
+                        row["contender"] = f"HF fp32 (beside {engine})"
+                    rows.append(row)
+            passes.append(rows)
+            if args.passes > 1:
+                print(f"pass {n + 1} of {args.passes} done", flush=True)
+    rows = merge_passes(passes) if args.passes > 1 else passes[0]
     print(table(rows))
+    print(verdict(rows))
     info = {**provenance(), "settings": {k: v for k, v in vars(args).items() if k != "json"}}
     if args.json:
         args.json.write_text(json.dumps({"provenance": info, "rows": rows}, indent=2, default=str) + "\n")
@@ -471,6 +538,8 @@ def main() -> int:
                    help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's shape")
     p.add_argument("--separate", action="store_true",
                    help="each engine in a process of its own, beside HF fp32 (the ratios are to that process's HF)")
+    p.add_argument("--passes", type=int, default=1,
+                   help="with --separate: every engine's process this many times, order rotated, medians reported")
     p.add_argument("--splits", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="bertlab once per GEMM thread split (bit per shape class, set: rows), e.g. 0,10")
     args = p.parse_args()
