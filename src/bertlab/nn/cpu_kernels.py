@@ -592,11 +592,17 @@ def int8_kernel() -> str | None:
     """Which of bertlab's int8 GEMMs `int8_linear` runs at the dispatch level: "amx" (AMX tiles from 16 rows
     where K % 64 == 0 -- below, the AVX-512 VNNI kernel's row-streaming tiles keep up and a tile of 16 rows would
     be mostly empty -- AVX-512 VNNI otherwise), "vnni" (AVX-512 VNNI), "avxvnni", "avx2", or None (no extension,
-    or the level "none"). The extension's table decides; this names its choice."""
-    for kernel in ("amx", "vnni", "avxvnni", "avx2"):
-        if _cpu_has(f"int8_{kernel}"):
-            return kernel
-    return None
+    or the level "none"). The extension's table decides; this names its choice (asked before every int8 layer's
+    call: looked up once per dispatch table)."""
+    global _int8_kernel_for
+    table = _dispatch()
+    if _int8_kernel_for[0] is not table:
+        _int8_kernel_for = (table, next((k for k in ("amx", "vnni", "avxvnni", "avx2") if f"int8_{k}" in table[2]),
+                                        None))
+    return _int8_kernel_for[1]
+
+
+_int8_kernel_for: tuple = (None, None)  # (the dispatch table it was read from, int8_kernel()'s answer)
 
 
 def int8_gemm_available() -> bool:
