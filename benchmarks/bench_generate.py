@@ -2,7 +2,7 @@
 `Translator` (float32 and int8), same model, same inputs.
 
     python benchmarks/bench_generate.py [--preset t5-small] [--batch 8] [--input-length 48]
-        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--no-ctranslate2] [--separate] [--profile]
+        [--new-tokens 32] [--rounds 3] [--threads 1] [--num-beams 1] [--no-ctranslate2] [--separate [--passes N]] [--profile]
 
 The model: a random T5 of the preset's size (t5-small: 60M, vocab 32128), built by bertlab, saved in the Hugging
 Face layout and loaded by `transformers.T5ForConditionalGeneration` (sdpa attention) and by bertlab's inference
@@ -23,7 +23,8 @@ included. `--profile` prints torch.profiler's top operators of one bertlab call.
 `--separate` times CTranslate2 in a process of its own (use it above one thread: in one process each runtime's
 idle worker threads spin on the cores the other needs, and both slow down -- at 2 threads, batch 1, bertlab
 int8 ran at 175 tokens/s beside CTranslate2 and 473 alone). Each process still checks the ids against bertlab
-fp32's.
+fp32's. `--passes N` runs the pair of processes N times, the order alternating, and reports each contender's
+median over the passes (a process on a virtual machine runs up to a quarter faster or slower than the next).
 """
 
 from __future__ import annotations
@@ -94,21 +95,34 @@ def report(result: dict) -> None:
 
 def run_separately(args: argparse.Namespace) -> None:
     """`--separate`: this script twice, bertlab and transformers in one process, CTranslate2 in another; the
-    results merged into one report."""
+    results merged into one report. `--passes N`: the pair N times, the order alternating, each contender's time
+    the median over the passes (a process on a virtual machine can run a quarter faster or slower than the next,
+    every engine in it alike), each pass's ratios printed too."""
     common = [sys.executable, __file__, "--preset", args.preset, "--batch", str(args.batch), "--input-length",
               str(args.input_length), "--new-tokens", str(args.new_tokens), "--num-beams", str(args.num_beams),
               "--rounds", str(args.rounds), "--threads", str(args.threads)]
-    parts = []
+    passes = []
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
-        for i, extra in enumerate((["--no-ctranslate2"], ["--only-ctranslate2"])):
-            out = Path(tmp) / f"{i}.json"
-            subprocess.run([*common, *extra, "--json", str(out)], check=True)
-            parts.append(json.loads(out.read_text()))
-    merged = {**parts[0], "ct2_agree": parts[1]["ct2_agree"],
-              "median_s": {**parts[0]["median_s"], **parts[1]["median_s"]},
-              "tokens_per_s": {**parts[0]["tokens_per_s"], **parts[1]["tokens_per_s"]}}
-    merged["title"] += " (CTranslate2 in a process of its own)"
+        for n in range(args.passes):
+            parts = {}
+            for i in ((0, 1) if n % 2 == 0 else (1, 0)):
+                out = Path(tmp) / f"{n}-{i}.json"
+                subprocess.run([*common, ["--no-ctranslate2", "--only-ctranslate2"][i], "--json", str(out)], check=True)
+                parts[i] = json.loads(out.read_text())
+            passes.append(parts)
+    first = passes[0]
+    median_s = {name: statistics.median(p[i]["median_s"][name] for p in passes)
+                for i in (0, 1) for name in first[i]["median_s"]}
+    tokens = next(iter(first[0]["tokens_per_s"].values())) * next(iter(first[0]["median_s"].values()))
+    merged = {**first[0], "ct2_agree": first[1]["ct2_agree"], "median_s": median_s,
+              "tokens_per_s": {name: tokens / s for name, s in median_s.items()}}
+    merged["title"] += " (CTranslate2 in a process of its own" + (f", {args.passes} passes)" if args.passes > 1 else ")")
     report(merged)
+    if args.passes > 1:
+        for n, p in enumerate(passes):
+            rate = {**p[0]["tokens_per_s"], **p[1]["tokens_per_s"]}
+            print(f"pass {n + 1}: bertlab / CTranslate2 float32 {rate['bertlab'] / rate['CTranslate2 float32']:.2f}x, "
+                  f"bertlab int8 / CTranslate2 int8 {rate['bertlab int8'] / rate['CTranslate2 int8']:.2f}x")
 
 
 def main() -> None:
@@ -122,6 +136,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--no-ctranslate2", dest="ctranslate2", action="store_false", help="leave CTranslate2 out")
     p.add_argument("--separate", action="store_true", help="time CTranslate2 in a process of its own")
+    p.add_argument("--passes", type=int, default=1,
+                   help="with --separate: both processes this many times, medians over the passes")
     p.add_argument("--only-ctranslate2", action="store_true", help=argparse.SUPPRESS)  # --separate's second process
     p.add_argument("--json", type=Path, help=argparse.SUPPRESS)  # where a --separate process leaves its results
     p.add_argument("--profile", action="store_true")
@@ -206,6 +222,11 @@ def main() -> None:
     for r in range(args.rounds):
         order = list(contenders.items())
         for name, fn in order if r % 2 == 0 else order[::-1]:
+            # An untimed call first: each timed call finds its weights as warm in the CPU's caches as a serving
+            # process would, whatever ran before it. An L3 can hold a whole small model (300 MB on the Intel
+            # Xeon of the docs' tables, more than t5-small's int8 or fp32 weights), so without it the order of
+            # the contenders, and how many share a process, decided whose weights came from memory.
+            fn()
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
