@@ -49,6 +49,17 @@ def family(model_type: str, where: str | os.PathLike | None = None) -> Family:
     return importlib.import_module(FAMILIES[model_type]).FAMILY
 
 
+def default_family() -> Family:
+    """The family of a config without a model_type, which `pretrain` builds when nothing says otherwise."""
+    return family(DEFAULT_MODEL_TYPE)
+
+
+def default_head(kind: str) -> type:
+    """The class of the default family's head of `kind` (`models/heads.py`): what a task or an objective builds
+    when no model folder names a family (a model folder's family is asked for its own head of that kind)."""
+    return default_family().head(kind).model_class
+
+
 def parameter_table(model_type: str, where: str | os.PathLike | None = None) -> ParameterTable:
     """The parameter table of `model_type` (its folder's `params.py`), without importing the family's model code:
     `bertlab params` counts any family's config from its arithmetic alone."""
