@@ -84,7 +84,7 @@ class SentinelVocab:
 
     @classmethod
     def from_tokenizer(cls, tok: Any) -> "SentinelVocab":
-        """From a `bertlab.tokenizer.TextToTextTokenizer` (T5Tokenizer or WordPieceT5Tokenizer)."""
+        """From a `models.text_to_text.TextToTextTokenizer` (T5Tokenizer or WordPieceT5Tokenizer)."""
         base = tok.vocab_size - tok.num_sentinels
         low = max(i for i in tok.all_special_ids if i < base) + 1  # past the special tokens (T5: ids 0-2)
         return cls(tok.vocab_size, tok.num_sentinels, tok.eos_token_id, tok.pad_token_id, tok.mask_token_id,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .tokenizer import T5Tokenizer
+from .tokenizer import T5Tokenizer, load_text_to_text_tokenizer
 from ..family import Family
 from .config import T5Config
 from .params import PARAMETERS
@@ -20,7 +20,15 @@ def corpus_tokenizer(vocab: Path) -> T5Tokenizer:
     return T5Tokenizer.from_pretrained(vocab, split_special_tokens=True)
 
 
+def text_to_text_model() -> type:
+    """`T5ForConditionalGeneration`, imported when a model is built."""
+    from .modeling import T5ForConditionalGeneration  # torch only when a model is built
+
+    return T5ForConditionalGeneration
+
+
 FAMILY = Family(model_type="t5", name="T5", config_class=T5Config, base_model=None, heads={},
                 tokenizer=T5Tokenizer.from_pretrained, parameters=PARAMETERS, data_tokenizer="sentencepiece",
                 pretrain_command="pretrain-t5", corpus_tokenizer=corpus_tokenizer,
-                generates_text=True)
+                generates_text=True, text_to_text_model=text_to_text_model,
+                text_to_text_tokenizer=load_text_to_text_tokenizer)
