@@ -59,6 +59,11 @@ class Family:
     # recipes build, through `text_to_text()`
     text_to_text_model: Callable[[], type] | None = None
     text_to_text_tokenizer: Callable[..., Any] | None = None
+    # A random start (the baseline fine-tuning compares pre-training with): `random_start(model, vocab, folder)`
+    # writes a model of a size (`model` one of its presets, `vocab` the tokenizer's vocabulary) or of a folder's
+    # shape (`model` a folder, `vocab` None: its config and tokenizer) with freshly drawn weights (the torch seed
+    # the caller set) and its tokenizer into `folder`; None: the family has none
+    random_start: Callable[[str, str | None, Path], None] | None = None
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
     # attention block's and the feed-forward block's output projections, a regular expression) and the norms that

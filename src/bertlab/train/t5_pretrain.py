@@ -34,8 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.pretrained import save_pretrained
-from ..core.fsio import atomic_directory
+from ..checkpoint.pretrained import save_model_folder
 from ..core.errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
 from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
@@ -159,18 +158,6 @@ def count_text_to_text_tokens(batch: Mapping[str, torch.Tensor]) -> int:
     return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
 
 
-def export_t5(model: torch.nn.Module, path: Path, tokenizer) -> Path:
-    """config.json + model.safetensors + the tokenizer's files, in one atomic write."""
-    model.eval()
-    with atomic_directory(path) as tmp:
-        weights = save_pretrained(model, tmp / "weights")
-        for f in weights.iterdir():
-            f.rename(tmp / f.name)
-        weights.rmdir()
-        tokenizer.save_pretrained(tmp)
-    return path
-
-
 # ---------------------------------------------------------------------------------------------- the recipe
 def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = print,
                        given: Collection[str] | None = None) -> PretrainResult:
@@ -267,7 +254,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
         if dist.is_main:
-            final_dir = export_t5(model, run_dir / FINAL_DIR, load_text_to_text_tokenizer(info.vocab_file))
+            final_dir = save_model_folder(model, run_dir / FINAL_DIR, load_text_to_text_tokenizer(info.vocab_file))
             say(f"saved the model in Hugging Face layout to {final_dir}")
     if dist.world_size > 1:
         torch.distributed.barrier()
@@ -296,5 +283,4 @@ def cpu_batch_for_budget(model, loss_fn, stream, precision: str, dist, budget_s:
     return batch
 
 
-__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5",
-           "run_t5_pretraining", "select_data"]
+__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "run_t5_pretraining", "select_data"]

@@ -54,6 +54,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checkpoint.pretrained import save_model_folder
 from ..core.fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..core.errors import BertlabError, ConfigError
@@ -77,7 +78,6 @@ from .run_record import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_devic
 from .runconfig import GroupedSettings
 from .options import EpochTraining, RunOptions
 from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, t5_lr
-from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
 
@@ -475,7 +475,7 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
     paths = task_paths(cfg)
     init: dict[str, Any] = {"init": "pretrained", "model": cfg.model}
     if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
-        start = random_start("t5", cfg.model, cfg.vocab, out, cfg.seed)
+        start = random_start(cfg.model, cfg.vocab, out, cfg.seed, generates_text=True)
         init = start.record
         cfg = dataclasses.replace(cfg, model=str(start.folder), vocab=None, init="pretrained")
     if not (Path(cfg.model) / "config.json").is_file():
@@ -494,7 +494,7 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
             model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, run_dir)
             log.info("seed %d: %s", run.seed, "; ".join(f"{t} {json.dumps(s)}" for t, s in run.scores.items()))
             if best is None or run.average > best.average:  # exported as it is found: no weights kept aside
-                export_t5(model, out / "model", tokenizer)
+                save_model_folder(model, out / "model", tokenizer)
                 if cfg.tuning.method == "adapters":
                     save_adapters(model, out / ADAPTERS_DIR, cfg.model)
             # run.json after the export it may have led to; then its training state is no longer needed
