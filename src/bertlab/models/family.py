@@ -64,6 +64,9 @@ class Family:
     # shape (`model` a folder, `vocab` None: its config and tokenizer) with freshly drawn weights (the torch seed
     # the caller set) and its tokenizer into `folder`; None: the family has none
     random_start: Callable[[str, str | None, Path], None] | None = None
+    # Distillation's `student_layout`: a student (a BERT-layout folder, as distillation cuts and trains it)
+    # rewritten in place as this family's model (DistilBERT's); None: students are not written as its models
+    student_writer: Callable[[Path], Any] | None = None
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
     # attention block's and the feed-forward block's output projections, a regular expression) and the norms that
