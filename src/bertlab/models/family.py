@@ -67,6 +67,9 @@ class Family:
     # Distillation's `student_layout`: a student (a BERT-layout folder, as distillation cuts and trains it)
     # rewritten in place as this family's model (DistilBERT's); None: students are not written as its models
     student_writer: Callable[[Path], Any] | None = None
+    # `bertlab convert`: (a TensorFlow checkpoint -> a Hugging Face-layout folder, the reverse), each returning the
+    # summary it prints, for the family Google released TensorFlow checkpoints of; None: none
+    tf_conversion: tuple[Callable[..., dict], Callable[..., dict]] | None = None
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
     # attention block's and the feed-forward block's output projections, a regular expression) and the norms that

@@ -7,6 +7,7 @@ from pathlib import Path
 from ...tokenizer import BertTokenizer
 from ..family import Family
 from .config import BertConfig, preset
+from .convert import convert_tf_to_hf, export_tf_checkpoint
 from .heads import HEADS, BertForPreTraining
 from .modeling import BertModel
 from .params import PARAMETERS
@@ -22,4 +23,5 @@ def random_start(model: str, vocab: str | None, folder: Path) -> None:
 
 FAMILY = Family(model_type="bert", name="BERT", config_class=BertConfig, base_model=BertModel, heads=HEADS,
                 tokenizer=BertTokenizer.from_pretrained, parameters=PARAMETERS,
-                data_tokenizer="wordpiece", engines=frozenset({"ctranslate2"}), random_start=random_start)
+                data_tokenizer="wordpiece", engines=frozenset({"ctranslate2"}), random_start=random_start,
+                tf_conversion=(convert_tf_to_hf, export_tf_checkpoint))
