@@ -15,6 +15,7 @@ from pathlib import Path
 from ..core.errors import BertlabError
 from ..core.jsonconfig import read_json_object
 from .family import Family, ParameterTable
+from .text_to_text import Corruptions
 
 # model_type -> the module whose FAMILY describes it
 FAMILIES: dict[str, str] = {
@@ -88,6 +89,24 @@ def family_objectives() -> list:
         except ModuleNotFoundError as e:
             if e.name != module:
                 raise
+    return found
+
+
+def corruptions() -> dict[str, Corruptions]:
+    """Objective name -> the corruption transforms (`models.text_to_text.Corruptions`) of the family that defines
+    it in its folder's `denoising.py` (`CORRUPTIONS`: T5's seven), families asked in the registry's order; no model
+    code is imported (`prepare --help` lists the names)."""
+    found: dict[str, Corruptions] = {}
+    for module in FAMILIES.values():
+        module = module.rpartition(".")[0] + ".denoising"
+        try:
+            transforms = importlib.import_module(module).CORRUPTIONS
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        for name in transforms.objectives:
+            found.setdefault(name, transforms)
     return found
 
 

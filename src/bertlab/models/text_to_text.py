@@ -10,8 +10,9 @@ find a folder's through its family (`Family.text_to_text_tokenizer`).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 SENTINEL_PATTERN = re.compile(r"<extra_id_(\d+)>")
 
@@ -42,3 +43,15 @@ class TextToTextTokenizer(Protocol):
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str: ...
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]: ...
+
+
+@dataclass(frozen=True)
+class Corruptions:
+    """A family's corruption transforms for text-to-text pre-training data (T5's seven): what `prepare --objective
+    NAME` records and the loader applies when it makes a batch. In the family folder's `denoising.py` as
+    `CORRUPTIONS`, found by `models.registry.corruptions()` without importing any model code."""
+
+    model_type: str  # the family whose tokenizer (`Family.text_to_text`) reads the data's vocabulary
+    objectives: Mapping[str, Any]  # name -> the transform's class, in the order `--help` lists them
+    make: Callable[..., Any]  # (name, **params) -> the transform: `.check`, `.source_length`, `.params()`, ...
+    vocab: Callable[..., Any]  # the sentinel layout a transform needs: `(**saved)`, `.from_tokenizer(tokenizer)`
