@@ -110,6 +110,23 @@ def corruptions() -> dict[str, Corruptions]:
     return found
 
 
+def vocabulary_trainer(kind: str):
+    """The trainer of a kind of vocabulary that a family's own settings define (its folder's `tokenizer.py`'s
+    `VOCABULARY_TRAINERS`: T5's SentencePiece unigram model), the first in the registry's order, or None; no
+    model code is imported."""
+    for module in FAMILIES.values():
+        module = module.rpartition(".")[0] + ".tokenizer"
+        try:
+            trainers = getattr(importlib.import_module(module), "VOCABULARY_TRAINERS", {})
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        if kind in trainers:
+            return trainers[kind]
+    return None
+
+
 def preset_family(name: str) -> str | None:
     """The `model_type` of the family that has a preset called `name`, or None; families asked in the
     registry's order."""

@@ -291,3 +291,18 @@ def train_sentencepiece(paths: Iterable[str | os.PathLike], config: SentencePiec
     finally:
         tmp.unlink(missing_ok=True)
     return out / SPIECE_NAME, report
+
+
+def train_vocabulary(paths: Iterable[str | os.PathLike], out: str | os.PathLike, *, vocab_size: int,
+                     character_coverage: float, threads: int, seed: int, on_decode_error: str = "replace",
+                     progress: bool = False, verbose: bool = False) -> tuple[Path, SentencePieceTrainReport, T5Tokenizer]:
+    """`bertlab vocab train --kind sentencepiece`: a SentencePiece model of T5's settings from `paths`, written to
+    `out`; (its path, the trainer's report, the tokenizer on it)."""
+    config = SentencePieceTrainConfig(vocab_size, character_coverage=character_coverage, threads=threads, seed=seed)
+    path, report = train_sentencepiece(paths, config, out, on_decode_error=on_decode_error, progress=progress,
+                                       verbose=verbose)
+    return path, report, T5Tokenizer(path)
+
+
+# The kinds of vocabulary `bertlab vocab train` trains with T5's settings (`models.registry.vocabulary_trainer`)
+VOCABULARY_TRAINERS = {"sentencepiece": train_vocabulary}
