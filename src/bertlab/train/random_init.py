@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from ..core.errors import ConfigError
+from ..core.errors import BertlabError, ConfigError
 from ..models.family import Family
-from ..models.registry import FAMILIES, family, family_of
+from ..models.registry import FAMILIES, family, family_of, parameter_table
 
 INITS = ("pretrained", "random")
 INIT_DIR = "init"  # OUT/init: the random start of a fine-tuning run
@@ -33,9 +33,12 @@ def _size_family(name: str) -> Family | None:
     """The family with a random start that has a preset called `name` (BERT's tiny ... large, T5's t5-tiny ...),
     or None; families asked in the registry's order."""
     for model_type in FAMILIES:
-        found = family(model_type)
-        if found.random_start is not None and found.parameters is not None and found.parameters.is_preset(name):
-            return found
+        try:
+            table = parameter_table(model_type)  # its presets, without importing its model code
+        except BertlabError:
+            continue
+        if table.is_preset(name) and family(model_type).random_start is not None:
+            return family(model_type)
     return None
 
 
