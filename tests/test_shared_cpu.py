@@ -80,6 +80,21 @@ def test_init_random_keeps_a_folders_shape_and_tokenizer_but_not_its_weights(glu
     assert torch.equal(read_state_dict(same.folder)[key], a[key])
 
 
+def test_a_random_start_is_its_familys_and_of_the_kind_the_recipe_trains(vocab_file, tmp_path):
+    """The preset's (or the folder's) family writes the start; a size or folder of the other kind of model than
+    the recipe trains (an encoder for finetune-t5) is one line, before any weight is drawn."""
+    from bertlab.models.registry import model_type_of
+    from bertlab.train.random_init import random_start
+
+    start = random_start("tiny", str(vocab_file), tmp_path / "a", seed=0)
+    assert model_type_of(start.folder) == "bert"
+    with pytest.raises(ConfigError, match=r"--model tiny is a BERT size; this recipe trains a text-to-text model"):
+        random_start("tiny", str(vocab_file), tmp_path / "b", seed=0, generates_text=True)
+    with pytest.raises(ConfigError, match=r"is a BERT model; this recipe trains a text-to-text model"):
+        random_start(str(start.folder), None, tmp_path / "c", seed=0, generates_text=True)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
 def test_resolve_init_rules():
     from bertlab.train.random_init import resolve_init
 

@@ -90,8 +90,9 @@ def random_start(model: str, vocab: str | None, out: str | Path, seed: int, reus
     if not (reuse and (folder / "config.json").is_file()):
         found = _size_family(model) if vocab else family_of(model)
         if found is None or found.random_start is None:
-            raise ConfigError(f"--model {model}: {found.name + ' models have' if found else 'it names'} no random "
-                              "start (a size such as tiny or t5-tiny, or a BERT or T5 model folder, has one)")
+            why = f"{found.name} models have no random start" if found else "no family has a size of that name"
+            raise ConfigError(f"--model {model}: {why} (a size such as tiny or t5-tiny, or a BERT or T5 model "
+                              "folder, has one)")
         if found.generates_text != generates_text:
             raise ConfigError(f"--model {model} is a {found.name} {'size' if vocab else 'model'}; this recipe "
                               f"trains {'a text-to-text model' if generates_text else 'an encoder'}")
