@@ -1,4 +1,5 @@
-"""Text-to-text generation with a model folder of a family that generates text (T5's): texts in, generated texts out, and T5's span filling.
+"""Text-to-text generation with a model folder of a family that generates text (T5's): texts in, generated texts
+out, and T5's span filling.
 
     "The <extra_id_0> walks in <extra_id_1> park"  --model-->  "<extra_id_0> cute dog <extra_id_1> the <extra_id_2>"
                                                  --spans-->  {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"}

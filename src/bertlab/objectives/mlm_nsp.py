@@ -1,7 +1,8 @@
 """BERT's objective (paper, section 3.1): masked LM + next-sentence prediction, `--objective mlm+nsp`.
 
 loss = mean MLM cross-entropy over the masked positions + mean NSP cross-entropy over the pairs (both
-computed by the family's pretraining head, BERT's `BertForPreTraining`). The data must be segment or sentence pairs with NSP labels.
+computed by the family's pretraining head, BERT's `BertForPreTraining`). The data must be segment or sentence
+pairs with NSP labels.
 Held out: the MLM metrics (`models/objective.py`), and NSP accuracy over the pairs.
 """
 

@@ -305,8 +305,8 @@ class MultipleChoiceFilesTask(OwnFiles, MultipleChoiceTask):
 
 TOKEN_CLASSIFICATION = TokenClassificationTask(name="token-classification", head=default_head("token-classification"),
                                                labels=None, main_metric="f1", default_max_seq_length=256)
-QUESTION_ANSWERING = QuestionAnsweringTask(name="question-answering", head=default_head("question-answering"), labels=None,
-                                           main_metric="f1", test_splits=("test",),
+QUESTION_ANSWERING = QuestionAnsweringTask(name="question-answering", head=default_head("question-answering"),
+                                           labels=None, main_metric="f1", test_splits=("test",),
                                            target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
 MULTIPLE_CHOICE = MultipleChoiceFilesTask(name="multiple-choice", head=default_head("multiple-choice"), labels=None,
                                           main_metric="accuracy", default_max_seq_length=128)

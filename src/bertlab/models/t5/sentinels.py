@@ -4,8 +4,9 @@ T5 needs a few things of its vocabulary that BERT does not: sentinel ids (`<extr
 appended after the base vocabulary in reverse, so `<extra_id_0>` is the last id), an end-of-sequence token
 appended to every sequence, and a pad id (0) that doubles as the decoder's start token.
 `models.text_to_text.TextToTextTokenizer` is that interface; T5's objectives and data use nothing else.
-`SentinelTokenizer` implements it once -- sentinels, special tokens written in text, `__call__` with padding / truncation / tensors, decoding -- over a
-base tokenizer that a subclass supplies (`tokenizer.T5Tokenizer`, `tokenizer.WordPieceT5Tokenizer`).
+`SentinelTokenizer` implements it once -- sentinels, special tokens written in text, `__call__` with padding /
+truncation / tensors, decoding -- over a base tokenizer that a subclass supplies (`tokenizer.T5Tokenizer`,
+`tokenizer.WordPieceT5Tokenizer`).
 """
 
 from __future__ import annotations

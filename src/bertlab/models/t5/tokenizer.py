@@ -295,7 +295,8 @@ def train_sentencepiece(paths: Iterable[str | os.PathLike], config: SentencePiec
 
 def train_vocabulary(paths: Iterable[str | os.PathLike], out: str | os.PathLike, *, vocab_size: int,
                      character_coverage: float, threads: int, seed: int, on_decode_error: str = "replace",
-                     progress: bool = False, verbose: bool = False) -> tuple[Path, SentencePieceTrainReport, T5Tokenizer]:
+                     progress: bool = False, verbose: bool = False
+                     ) -> tuple[Path, SentencePieceTrainReport, T5Tokenizer]:
     """`bertlab vocab train --kind sentencepiece`: a SentencePiece model of T5's settings from `paths`, written to
     `out`; (its path, the trainer's report, the tokenizer on it)."""
     config = SentencePieceTrainConfig(vocab_size, character_coverage=character_coverage, threads=threads, seed=seed)
