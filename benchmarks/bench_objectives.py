@@ -52,7 +52,8 @@ from bertlab.models.t5 import T5ForConditionalGeneration, preset  # noqa: E402
 from bertlab.train import finetune as ft  # noqa: E402
 from bertlab.train import text_to_text as t2t  # noqa: E402
 from bertlab.train.pretrain import PretrainConfig, run_pretraining  # noqa: E402
-from bertlab.train.t5_pretrain import T5PretrainConfig, export_t5, run_t5_pretraining  # noqa: E402
+from bertlab.checkpoint.pretrained import save_model_folder  # noqa: E402
+from bertlab.train.t5_pretrain import T5PretrainConfig, run_t5_pretraining  # noqa: E402
 
 T5_OBJECTIVES = ("span-corruption", "iid-denoising", "prefix-lm", "deshuffle")
 ROWS = {"bert-mlm": "BERT-style MLM (BERT encoder)", "span-corruption": "span corruption (T5)",
@@ -140,7 +141,7 @@ def pretrain_all(work: Path, vocab: Path, bert_data: Path, t5_data: Path, budget
         torch.manual_seed(0)
         t5_final = work / "pretrain" / "t5-none" / "final"
         if not t5_final.is_dir():
-            export_t5(T5ForConditionalGeneration(t5_config(tokenizer)), t5_final, tokenizer)
+            save_model_folder(T5ForConditionalGeneration(t5_config(tokenizer)), t5_final, tokenizer)
         models["bert-none"] = {"dir": str(bert_final), "steps": 0, "tokens": 0, "seconds": 0}
         models["t5-none"] = {"dir": str(t5_final), "steps": 0, "tokens": 0, "seconds": 0}
     models["_params"] = {"bert": params(BertForMaskedLM(bert_cfg)),

@@ -360,3 +360,28 @@ def test_a_learned_bias_gets_the_formulas_gradient(kernel):
     ref = scores.masked_fill(~causal, float("-inf")).softmax(-1) @ split(v).double()
     (want,) = torch.autograd.grad(ref.square().sum(), ref_bias)
     torch.testing.assert_close(grad.double(), want, atol=1e-5, rtol=1e-4)
+
+
+def test_the_registry_hands_up_what_a_family_folder_defines():
+    """What the layers above `models/` once imported from BERT's and T5's folders by name they now reach
+    through the registry: the default family's heads, T5's corruption transforms and SentencePiece trainer
+    (found without importing model code), and the family hooks (text-to-text model and tokenizer, random
+    starts, the student writer, TensorFlow conversion)."""
+    from bertlab.core.errors import BertlabError
+    from bertlab.models.registry import corruptions, default_head, family, vocabulary_trainer
+    from bertlab.objectives import get_objective
+    from bertlab.tasks import TASKS
+
+    assert default_head("masked-lm") is family("bert").head("masked-lm").model_class
+    assert get_objective("mlm").model_class is default_head("masked-lm")
+    assert TASKS["conll2003"].head is default_head("token-classification")
+    found = corruptions()
+    assert list(found)[:2] == ["span-corruption", "iid-denoising"] and found["span-corruption"].model_type == "t5"
+    assert vocabulary_trainer("sentencepiece") is not None and vocabulary_trainer("wordpiece") is None
+    model_class, _ = family("t5").text_to_text()
+    assert model_class.__name__ == "T5ForConditionalGeneration"
+    with pytest.raises(BertlabError, match=r"^x: model_type 'bert': BERT models do not generate text, which "
+                                           r"generation needs$"):
+        family("bert").text_to_text("generation", "x")
+    assert family("bert").random_start and family("t5").random_start and family("roberta").random_start is None
+    assert family("distilbert").student_writer and family("bert").tf_conversion

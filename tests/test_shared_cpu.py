@@ -68,16 +68,31 @@ def test_init_random_keeps_a_folders_shape_and_tokenizer_but_not_its_weights(glu
     from bertlab.checkpoint import read_state_dict
     from bertlab.train.random_init import random_start
 
-    start = random_start("bert", "tiny", str(vocab_file), tmp_path / "a", seed=1)
-    again = random_start("bert", str(start.folder), None, tmp_path / "b", seed=2)
+    start = random_start("tiny", str(vocab_file), tmp_path / "a", seed=1)
+    again = random_start(str(start.folder), None, tmp_path / "b", seed=2)
     assert json.loads((again.folder / "config.json").read_text()) == json.loads((start.folder / "config.json").read_text())
     assert (again.folder / "vocab.txt").read_text() == vocab_file.read_text()
     a, b = read_state_dict(start.folder), read_state_dict(again.folder)
     key = next(k for k in a if k.endswith("word_embeddings.weight"))
     assert not torch.equal(a[key], b[key])
     # reused on resume, redrawn otherwise
-    same = random_start("bert", "tiny", str(vocab_file), tmp_path / "a", seed=3, reuse=True)
+    same = random_start("tiny", str(vocab_file), tmp_path / "a", seed=3, reuse=True)
     assert torch.equal(read_state_dict(same.folder)[key], a[key])
+
+
+def test_a_random_start_is_its_familys_and_of_the_kind_the_recipe_trains(vocab_file, tmp_path):
+    """The preset's (or the folder's) family writes the start; a size or folder of the other kind of model than
+    the recipe trains (an encoder for finetune-t5) is one line, before any weight is drawn."""
+    from bertlab.models.registry import model_type_of
+    from bertlab.train.random_init import random_start
+
+    start = random_start("tiny", str(vocab_file), tmp_path / "a", seed=0)
+    assert model_type_of(start.folder) == "bert"
+    with pytest.raises(ConfigError, match=r"--model tiny is a BERT size; this recipe trains a text-to-text model"):
+        random_start("tiny", str(vocab_file), tmp_path / "b", seed=0, generates_text=True)
+    with pytest.raises(ConfigError, match=r"is a BERT model; this recipe trains a text-to-text model"):
+        random_start(str(start.folder), None, tmp_path / "c", seed=0, generates_text=True)
+    assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
 
 def test_resolve_init_rules():
@@ -128,7 +143,7 @@ def test_demo_next_commands_run_as_printed(vocab_file, tmp_path):
     from bertlab.train.demo import SECTIONS, next_commands, section_rows, write_sections
     from bertlab.train.random_init import random_start
 
-    model = random_start("bert", "tiny", str(vocab_file), tmp_path / "m", seed=0).folder  # a demo-sized BERT
+    model = random_start("tiny", str(vocab_file), tmp_path / "m", seed=0).folder  # a demo-sized BERT
     sections = write_sections(tmp_path / "demo" / "sections.csv")
     fill, finetune, serve = next_commands(model, tmp_path, sections)
     rows = section_rows()
@@ -209,7 +224,7 @@ def test_training_commands_take_threads_and_log_the_choice(glue_dir, tmp_path, c
     from bertlab.train.random_init import random_start
 
     vocab = write_vocab(tmp_path / "vocab.txt")
-    start = random_start("bert", "tiny", str(vocab), model, seed=0).folder
+    start = random_start("tiny", str(vocab), model, seed=0).folder
     with caplog.at_level("INFO", logger="bertlab.core.threads"):
         assert _run("finetune", "sst2", "--model", start, "--data", glue_dir / "SST-2", "--out", tmp_path / "o",
                     "--max-steps", 1, "--batch-size", 8, "--no-progress", "--threads", 1) == 0

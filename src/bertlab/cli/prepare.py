@@ -27,10 +27,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..models.t5.denoising import DENOISING_OBJECTIVES, make_objective
 from ..data.instances import MODES, NSP_MODES, ORDER_MODES, InstanceConfig
 from ..data.masking import GRANULARITIES, MaskingConfig
 from ..data.readers import CORPUS_FORMATS, CleaningConfig, DataError, ReaderConfig
+from ..models.registry import corruptions, family
 
 # Instance flags and their defaults. Defaults are applied after parsing, so that "not given" can be told from
 # "given with the default value" (without CORPUS, flags not given keep the current instance set's values).
@@ -82,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--objective", default=None, metavar="NAME",
                    help="mlm+nsp, mlm, mlm+sop or mlm+sbo (BERT's, ALBERT's and SpanBERT's: masks below), or a "
                         "T5 objective: "
-                        f"{', '.join(DENOISING_OBJECTIVES)}")
+                        f"{', '.join(corruptions())}")
     g.add_argument("--noise-density", type=float, default=None,
                    help="T5 objectives: share of the tokens corrupted (default 0.15)")
     g.add_argument("--mean-span-length", type=float, default=None,
@@ -145,14 +145,14 @@ def _check_objective(args: argparse.Namespace) -> None:
     """An unknown --objective, or flags that do not go with it: one line. A BERT objective sets --mode's
     default (segment pairs for mlm+nsp, packed full sentences for mlm)."""
     name = args.objective
-    if name is not None and name not in DENOISING_OBJECTIVES and name not in BERT_OBJECTIVE_MODES:
-        names = [*BERT_OBJECTIVE_MODES, *DENOISING_OBJECTIVES]
+    if name is not None and name not in corruptions() and name not in BERT_OBJECTIVE_MODES:
+        names = [*BERT_OBJECTIVE_MODES, *corruptions()]
         raise DataError(f"--objective: unknown {name!r}; expected one of {', '.join(names)}")
     given = [k for k in T5_PARAMS if getattr(args, k) is not None]
     if name in BERT_OBJECTIVE_MODES or (name is None and given and not args.out_is_text_to_text):
         if given:
             raise DataError(f"--{given[0].replace('_', '-')} is a T5 objective's parameter "
-                            f"(--objective {', '.join(DENOISING_OBJECTIVES)})")
+                            f"(--objective {', '.join(corruptions())})")
         if name == "mlm+nsp" and args.mode is not None and args.mode not in NSP_MODES:
             raise DataError(f"--objective mlm+nsp needs next-sentence pairs: --mode {' or '.join(NSP_MODES)}, "
                             f"not {args.mode}")
@@ -186,7 +186,7 @@ def _text_to_text_settings(args: argparse.Namespace, base: dict | None):
             params = {k: v for k, v in base["objective"].items() if k != "name"}
     name = args.objective or base["objective"]["name"]
     params.update({k: getattr(args, k) for k in T5_PARAMS if getattr(args, k) is not None})
-    return TextToTextSettings(make_objective(name, **params),
+    return TextToTextSettings(corruptions()[name].make(name, **params),
                               args.max_seq_length if args.max_seq_length is not None else max_seq_length,
                               args.seed if args.seed is not None else seed)
 
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
                             f"again to tokenize it with --segmenter {args.segmenter}")
     args.out_is_text_to_text = base is not None and is_text_to_text(base)
     _check_objective(args)
-    text_to_text = args.objective in DENOISING_OBJECTIVES or (args.objective is None and args.out_is_text_to_text)
+    text_to_text = args.objective in corruptions() or (args.objective is None and args.out_is_text_to_text)
     if text_to_text:
         settings = _text_to_text_settings(args, base)
     if not args.corpus:
@@ -260,10 +260,10 @@ def show_text_to_text(data_dir: str, n: int, instance_set: str | None = None) ->
     """Print the first n training examples of a text-to-text set, corrupted as the first epoch sees them: two
     lines of space-separated tokens each, sentinels written `<extra_id_N>`."""
     from ..data.t5_loader import TextToTextDataset
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     ds = TextToTextDataset(data_dir, "train", instance_set=instance_set, shuffle=False, epochs=1, batch_size=1)
-    tok = load_text_to_text_tokenizer(ds.info.vocab_file)
+    _, load_tokenizer = family(corruptions()[ds.info.objective.name].model_type).text_to_text("prepare --show")
+    tok = load_tokenizer(ds.info.vocab_file)
     collate = ds.collator()
     params = ", ".join(f"{k} {v:g}" for k, v in ds.info.objective.params().items())
     print(f"# {ds.info.instance_set}: {ds.num_instances:,} training examples; objective "

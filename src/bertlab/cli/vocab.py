@@ -19,6 +19,8 @@ import argparse
 import logging
 import time
 
+from ..core.errors import BertlabError
+
 log = logging.getLogger("bertlab.vocab")
 
 
@@ -128,17 +130,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train_sentencepiece(args: argparse.Namespace) -> int:
-    from ..models.t5.tokenizer import SentencePieceTrainConfig, T5Tokenizer, train_sentencepiece
+    from ..models.registry import vocabulary_trainer
 
+    train = vocabulary_trainer("sentencepiece")  # a family's settings (T5's)
+    if train is None:
+        raise BertlabError("no model family trains SentencePiece vocabularies")
     start = time.perf_counter()
-    config = SentencePieceTrainConfig(args.vocab_size, character_coverage=args.character_coverage,
-                                      threads=args.threads, seed=args.seed)
     log.info("training a SentencePiece unigram model of %d pieces (T5's settings, %d threads)", args.vocab_size,
              args.threads)
-    path, report = train_sentencepiece(args.corpus, config, args.out, on_decode_error=args.on_decode_error,
-                                       progress=not args.no_progress,
-                                       verbose=log.isEnabledFor(logging.DEBUG))
-    tok = T5Tokenizer(path)
+    path, report, tok = train(args.corpus, args.out, vocab_size=args.vocab_size,
+                              character_coverage=args.character_coverage, threads=args.threads, seed=args.seed,
+                              on_decode_error=args.on_decode_error, progress=not args.no_progress,
+                              verbose=log.isEnabledFor(logging.DEBUG))
     print(f"wrote {path}: {tok.base_size} pieces + {tok.num_sentinels} sentinels = {tok.vocab_size} ids, from "
           f"{report.lines:,} lines ({report.chars:,} characters), {time.perf_counter() - start:.1f}s"
           + (f"; {report.bad_lines} line(s) not UTF-8" if report.bad_lines else ""))

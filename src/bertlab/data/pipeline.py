@@ -598,7 +598,7 @@ def prepare(inputs: Sequence[str | os.PathLike], vocab: str | os.PathLike, out: 
                 created.append(tmp)
                 if text_to_text:
                     isplits = build_text_to_text_instances(out, manifest, instances, tmp)
-                    extra = {"sentinel_vocab": sentinel_vocab_dict(out, manifest)}
+                    extra = {"sentinel_vocab": sentinel_vocab_dict(out, manifest, instances.objective.name)}
                 else:
                     isplits = _build_instances(out, manifest, instances, tmp, workers, progress)
                     extra = {}
@@ -669,10 +669,10 @@ def nsp_balance_report(iset: dict, documents: int) -> tuple[str | None, str | No
     return line, warning
 
 
-def sentinel_vocab_dict(out: Path, manifest: dict) -> dict:
+def sentinel_vocab_dict(out: Path, manifest: dict, objective: str) -> dict:
     from .t5_data import sentinel_vocab_of
 
-    return sentinel_vocab_of(out, manifest).to_dict()
+    return sentinel_vocab_of(out, manifest, objective).to_dict()
 
 
 def tokenizer_kind(tokenizer) -> str:

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import shards as store
-from ..models.t5.denoising import DENOISING_OBJECTIVES, DenoisingObjective, SentinelVocab, make_objective
+from ..models.registry import corruptions, family
 from .readers import DataError
 
 MODE = "text-to-text"  # instances.mode of these instance sets
@@ -33,7 +34,7 @@ class TextToTextSettings:
     """What `prepare` needs to make a text-to-text instance set: the objective (with its parameters), the
     longest inputs, and the seed the noise is drawn from."""
 
-    objective: DenoisingObjective
+    objective: Any  # a corruption transform (`models.text_to_text.Corruptions.make`: T5's `DenoisingObjective`)
     max_seq_length: int = 512  # T5's inputs length
     seed: int = 12345
 
@@ -61,18 +62,29 @@ def is_text_to_text(instance_set: dict) -> bool:
     return "objective" in instance_set
 
 
-def sentinel_vocab_of(data_dir: Path, manifest: dict) -> SentinelVocab:
-    """The sentinel layout of a data directory's vocabulary (its tokenizer, with T5's 100 sentinels)."""
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
+def transforms_of(objective: str, where: str | Path) -> Any:
+    """The corruption transforms (`models.text_to_text.Corruptions`) of the family that defines `objective`; one
+    line when no family does."""
+    found = corruptions()
+    if objective not in found:
+        raise DataError(f"{where}: objective {objective!r} is not a corruption objective this bertlab knows "
+                        f"({', '.join(found)})")
+    return found[objective]
 
-    tokenizer = load_text_to_text_tokenizer(Path(data_dir) / manifest["tokenizer"]["vocab_file"])
-    return SentinelVocab.from_tokenizer(tokenizer)
+
+def sentinel_vocab_of(data_dir: Path, manifest: dict, objective: str) -> Any:
+    """The sentinel layout of a data directory's vocabulary (read by the text-to-text tokenizer of the family
+    whose `objective` it is: T5's, with its 100 sentinels)."""
+    transforms = transforms_of(objective, data_dir)
+    _, load_tokenizer = family(transforms.model_type).text_to_text("text-to-text data")
+    tokenizer = load_tokenizer(Path(data_dir) / manifest["tokenizer"]["vocab_file"])
+    return transforms.vocab.from_tokenizer(tokenizer)
 
 
 def build_text_to_text_instances(root: Path, manifest: dict, settings: TextToTextSettings, directory: Path) -> dict:
     """Write the packed examples (plan rows start, length) of every split into `directory`; returns the
     splits' entries for the manifest. Pure arithmetic over the shard lengths: no token is read."""
-    vocab = sentinel_vocab_of(root, manifest)
+    vocab = sentinel_vocab_of(root, manifest, settings.objective.name)
     settings.objective.check(settings.max_seq_length, vocab)
     length = settings.source_length
     id_dtype = np.dtype(manifest["tokenizer"]["token_dtype"])
@@ -102,8 +114,8 @@ class TextToTextInfo:
     data_dir: Path
     vocab_file: Path
     instance_set: str
-    objective: DenoisingObjective
-    vocab: SentinelVocab
+    objective: Any  # the corruption transform (`models.text_to_text.Corruptions.make`)
+    vocab: Any  # its sentinel layout (`Corruptions.vocab`)
     max_seq_length: int
     source_length: int
     targets_length: int
@@ -121,13 +133,14 @@ class TextToTextInfo:
     def from_manifest(cls, data_dir: Path, manifest: dict, iset: dict) -> "TextToTextInfo":
         params = dict(iset["objective"])
         name = params.pop("name")
-        if name not in DENOISING_OBJECTIVES:
+        transforms = corruptions().get(name)
+        if transforms is None:
             raise DataError(f"{data_dir}: instance set {iset['name']} has objective {name!r}, which this bertlab "
                             "does not know")
         i = iset["instances"]
         return cls(data_dir=data_dir, vocab_file=data_dir / manifest["tokenizer"]["vocab_file"],
-                   instance_set=iset["name"], objective=make_objective(name, **params),
-                   vocab=SentinelVocab(**iset["sentinel_vocab"]), max_seq_length=i["max_seq_length"],
+                   instance_set=iset["name"], objective=transforms.make(name, **params),
+                   vocab=transforms.vocab(**iset["sentinel_vocab"]), max_seq_length=i["max_seq_length"],
                    source_length=i["source_length"], targets_length=i["targets_length"], seed=iset["seed"],
                    num_instances={k: v["instances"] for k, v in iset["splits"].items()})
 

@@ -25,7 +25,6 @@ import numpy as np
 import torch
 
 from ..core.labels import IGNORE_INDEX
-from ..models.t5.denoising import decoder_only_labels
 from .loader import PretrainingDataset
 from .readers import DataError
 from .t5_data import TextToTextInfo, TextToTextStore
@@ -97,6 +96,15 @@ class TextToTextCollator:
                 "attention_mask": torch.from_numpy(self._mask([s.input_ids for s in seqs], ids.shape[1])),
                 "prefix_lengths": torch.tensor([s.prefix_length for s in seqs], dtype=torch.long),
                 "labels": torch.from_numpy(self._pad([decoder_only_labels(s) for s in seqs], IGNORE_INDEX))}
+
+
+def decoder_only_labels(example: Any) -> np.ndarray:
+    """Labels for a decoder-only example (an objective's `decoder_only(...)`): the token itself after the prefix,
+    IGNORE_INDEX on the prefix (the model shifts them, as Hugging Face's causal LMs do: position t is trained to
+    predict labels[t + 1])."""
+    labels = example.input_ids.copy()
+    labels[:example.prefix_length] = IGNORE_INDEX
+    return labels
 
 
 def batch_at(data_dir: str | Path, step: int, batch_size: int, *, seed: int | None = None, rank: int = 0,

@@ -1,11 +1,13 @@
-"""Text-to-text generation with a T5 model folder: texts in, generated texts out, and T5's span filling.
+"""Text-to-text generation with a model folder of a family that generates text (T5's): texts in, generated texts
+out, and T5's span filling.
 
     "The <extra_id_0> walks in <extra_id_1> park"  --model-->  "<extra_id_0> cute dog <extra_id_1> the <extra_id_2>"
                                                  --spans-->  {"<extra_id_0>": "cute dog", "<extra_id_1>": "the"}
                                                  --filled->  "The cute dog walks in the park"
 
-The tokenizer is the folder's T5 tokenizer (`models.t5.tokenizer.load_text_to_text_tokenizer`): SentencePiece
-from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`; its end and pad ids must be the model's.
+The model class and the tokenizer are the folder's family's (`Family.text_to_text`; T5's tokenizer is SentencePiece
+from `spiece.model`, else WordPiece plus sentinels from `vocab.txt`); the tokenizer's end and pad ids must be the
+model's.
 Inputs are sorted by length and generated in buckets (`length_buckets.run_bucketed`), so short texts do not wait
 for padding. An input over the model's length (`n_positions`, or the tokenizer's limit, or `--max-seq-length`) is
 refused in one line naming it (`--on-long truncate` cuts it, keeping `</s>`, with a warning).
@@ -22,7 +24,8 @@ from typing import Any
 import torch
 
 from ..core.errors import BertlabError
-from ..models.t5.sentinels import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
+from ..models.registry import family_of
+from ..models.text_to_text import SENTINEL_PATTERN, TextToTextTokenizer, sentinel_token
 from . import length_buckets
 from .runtime import InferenceOptions, check_model_dir, load_model
 
@@ -30,11 +33,10 @@ log = logging.getLogger(__name__)
 
 
 def load_generation_tokenizer(model_dir: str | Path, config) -> TextToTextTokenizer:
-    """The model folder's T5 tokenizer, checked against the model: the ids it ends and pads sequences with are
-    the ones generation stops on and pads with."""
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
-
-    tokenizer = load_text_to_text_tokenizer(model_dir)
+    """The model folder's text-to-text tokenizer (its family's), checked against the model: the ids it ends and
+    pads sequences with are the ones generation stops on and pads with."""
+    _, load_tokenizer = family_of(model_dir).text_to_text("generation", model_dir)
+    tokenizer = load_tokenizer(model_dir)
     for name in ("eos_token_id", "pad_token_id"):
         if getattr(tokenizer, name) != getattr(config, name):
             raise BertlabError(f"{model_dir}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json "
@@ -44,7 +46,7 @@ def load_generation_tokenizer(model_dir: str | Path, config) -> TextToTextTokeni
 
 # ---------------------------------------------------------------------------------------------- generation
 class Generator:
-    """A T5 model folder as a text-to-text function: `generate(texts)` and `fill_spans(texts)`."""
+    """A text-to-text model folder (T5's) as a text-to-text function: `generate(texts)` and `fill_spans(texts)`."""
 
     def __init__(self, model, tokenizer: TextToTextTokenizer, options: InferenceOptions | None = None,
                  max_new_tokens: int = 20, num_beams: int = 1, length_penalty: float = 1.0,
@@ -65,11 +67,10 @@ class Generator:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None, **settings: Any
                         ) -> "Generator":
-        from ..models.t5 import T5ForConditionalGeneration
-
         options = options or InferenceOptions()
         model_dir = check_model_dir(Path(model_dir))
-        model = load_model(T5ForConditionalGeneration, model_dir, options)  # another model_type: one line
+        model_class, _ = family_of(model_dir).text_to_text("generation", model_dir)  # an encoder's: one line
+        model = load_model(model_class, model_dir, options)
         return cls(model, load_generation_tokenizer(model_dir, model.config), options, **settings)
 
     def encode(self, texts: Sequence[str], where: Callable[[int], str] | None = None) -> list[list[int]]:

@@ -53,6 +53,23 @@ class Family:
     # its models answer by generating text (an encoder-decoder: `infer/generate.py`, one process) rather than with
     # an encoder's head
     generates_text: bool = False
+    # Such a family's text-to-text model class, asked for when a folder of it is loaded (a callable, so reading a
+    # family's config needs no torch), and its tokenizer (a folder or vocabulary -> a
+    # `models.text_to_text.TextToTextTokenizer`, keyword settings passed on): what generation and the text-to-text
+    # recipes build, through `text_to_text()`
+    text_to_text_model: Callable[[], type] | None = None
+    text_to_text_tokenizer: Callable[..., Any] | None = None
+    # A random start (the baseline fine-tuning compares pre-training with): `random_start(model, vocab, folder)`
+    # writes a model of a size (`model` one of its presets, `vocab` the tokenizer's vocabulary) or of a folder's
+    # shape (`model` a folder, `vocab` None: its config and tokenizer) with freshly drawn weights (the torch seed
+    # the caller set) and its tokenizer into `folder`; None: the family has none
+    random_start: Callable[[str, str | None, Path], None] | None = None
+    # Distillation's `student_layout`: a student (a BERT-layout folder, as distillation cuts and trains it)
+    # rewritten in place as this family's model (DistilBERT's); None: students are not written as its models
+    student_writer: Callable[[Path], Any] | None = None
+    # `bertlab convert`: (a TensorFlow checkpoint -> a Hugging Face-layout folder, the reverse), each returning the
+    # summary it prints, for the family Google released TensorFlow checkpoints of; None: none
+    tf_conversion: tuple[Callable[..., dict], Callable[..., dict]] | None = None
     # Parameter-efficient fine-tuning by module names: the linear layers LoRA adapts when the run names none (the
     # attention's query and value projections, as the LoRA paper chose), the layers a Houlsby adapter follows (the
     # attention block's and the feed-forward block's output projections, a regular expression) and the norms that
@@ -67,6 +84,15 @@ class Family:
             have = ", ".join(self.heads) or "none"
             raise BertlabError(f"{self.name} models have no {kind} head, which {purpose} needs (they have: {have})")
         return self.heads[kind]
+
+    def text_to_text(self, purpose: str = "this command", where: str | Path | None = None
+                     ) -> tuple[type, Callable[..., Any]]:
+        """(model class, tokenizer loader) of a family whose models generate text; one line (naming `where` the
+        family was read) when it has none."""
+        if self.text_to_text_model is None or self.text_to_text_tokenizer is None:
+            raise BertlabError(f"{f'{where}: ' if where is not None else ''}model_type {self.model_type!r}: "
+                               f"{self.name} models do not generate text, which {purpose} needs")
+        return self.text_to_text_model(), self.text_to_text_tokenizer
 
     def load_tokenizer(self, folder: str | Path, placed_tokens: Sequence[str] = ()):
         """The folder's tokenizer; `placed_tokens`: tokens its tokenizer.json adds after the vocabulary that the

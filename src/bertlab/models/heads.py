@@ -72,6 +72,18 @@ class VocabProjection:
     bias: torch.Tensor | None  # (V,)
 
 
+# The config.json key of how many span offsets a span-boundary head has embeddings for (SpanBERT's), and its default;
+# an objective checks its data against it before any family's head is built
+SPAN_BOUNDARY_POSITIONS_KEY = "span_boundary_positions"
+SPAN_BOUNDARY_POSITIONS = 200
+
+
+def span_boundary_positions(config) -> int:
+    """How many span offsets the span-boundary head of a model of `config` (a family's config, its `extra`
+    holding the keys it does not know) has embeddings for."""
+    return int(config.extra.get(SPAN_BOUNDARY_POSITIONS_KEY, SPAN_BOUNDARY_POSITIONS))
+
+
 @dataclass(frozen=True)
 class HeadSpec:
     """One kind of head of one family, and what the rest of bertlab needs to know about it."""

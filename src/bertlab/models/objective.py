@@ -114,6 +114,16 @@ def masked_targets(batch: Batch) -> torch.Tensor:
     return labels[labels != IGNORE_INDEX]
 
 
+def target_token_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Training metric of a text-to-text model (T5's objectives, `finetune-t5`): accuracy of the argmax over the
+    target tokens (labels != -100)."""
+    with torch.no_grad():
+        keep = labels != IGNORE_INDEX
+        right = (logits.argmax(-1) == labels) & keep
+        accuracy = right.sum() / keep.sum().clamp(min=1)
+    return {"token_accuracy": accuracy}
+
+
 def masked_lm_metrics(output: Any, batch: Batch) -> dict[str, torch.Tensor]:
     """Training metrics of the MLM term: its loss, and accuracy over the masked tokens (0 with none)."""
     targets = masked_targets(batch)

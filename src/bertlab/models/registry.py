@@ -3,18 +3,23 @@ map it), and the family of a folder.
 
 A family is imported only when a folder of it is used, so `bertlab params` or a BERT run never imports T5.
 Adding a family is one line here (or `register_family` at run time) and a folder with a `family.py` (and a
-`params.py` beside it for `bertlab params`, an `objectives.py` for pre-training objectives of its own).
+`params.py` beside it for `bertlab params`, an `objectives.py` for pre-training objectives of its own, a
+`denoising.py` with `CORRUPTIONS` for corruption transforms of text-to-text data, a `tokenizer.py` with
+`VOCABULARY_TRAINERS` for a kind of vocabulary trained with its settings).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 from ..core.errors import BertlabError
 from ..core.jsonconfig import read_json_object
 from .family import Family, ParameterTable
+from .text_to_text import Corruptions
 
 # model_type -> the module whose FAMILY describes it
 FAMILIES: dict[str, str] = {
@@ -49,6 +54,17 @@ def family(model_type: str, where: str | os.PathLike | None = None) -> Family:
     return importlib.import_module(FAMILIES[model_type]).FAMILY
 
 
+def default_family() -> Family:
+    """The family of a config without a model_type, which `pretrain` builds when nothing says otherwise."""
+    return family(DEFAULT_MODEL_TYPE)
+
+
+def default_head(kind: str) -> type:
+    """The class of the default family's head of `kind` (`models/heads.py`): what a task or an objective builds
+    when no model folder names a family (a model folder's family is asked for its own head of that kind)."""
+    return default_family().head(kind).model_class
+
+
 def parameter_table(model_type: str, where: str | os.PathLike | None = None) -> ParameterTable:
     """The parameter table of `model_type` (its folder's `params.py`), without importing the family's model code:
     `bertlab params` counts any family's config from its arithmetic alone."""
@@ -64,20 +80,45 @@ def parameter_table(model_type: str, where: str | os.PathLike | None = None) -> 
                            f"table") from None
 
 
+def _folder_modules(name: str) -> Iterator[ModuleType]:
+    """Each registered family folder's module `name` ("objectives", "denoising", "tokenizer"), in the registry's
+    order; a folder without one is passed over (an error inside one is not)."""
+    for module in FAMILIES.values():
+        module = module.rpartition(".")[0] + "." + name
+        try:
+            yield importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+
+
 def family_objectives() -> list:
     """The pre-training objectives the families define in their folders (an `objectives.py` with a list
     `PRETRAINING_OBJECTIVES` of `models.objective.Objective`s: T5's denoising, ELECTRA's replaced-token
     detection), in the registry's order; `bertlab.objectives` registers them beside the encoders' masked-LM
     kinds."""
-    found = []
-    for module in FAMILIES.values():
-        module = module.rpartition(".")[0] + ".objectives"
-        try:
-            found.extend(importlib.import_module(module).PRETRAINING_OBJECTIVES)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
+    return [objective for module in _folder_modules("objectives") for objective in module.PRETRAINING_OBJECTIVES]
+
+
+def corruptions() -> dict[str, Corruptions]:
+    """Objective name -> the corruption transforms (`models.text_to_text.Corruptions`) of the family that defines
+    it in its folder's `denoising.py` (`CORRUPTIONS`: T5's seven), families asked in the registry's order; no model
+    code is imported (`prepare --help` lists the names)."""
+    found: dict[str, Corruptions] = {}
+    for module in _folder_modules("denoising"):
+        for name in module.CORRUPTIONS.objectives:
+            found.setdefault(name, module.CORRUPTIONS)
     return found
+
+
+def vocabulary_trainer(kind: str):
+    """The trainer of a kind of vocabulary that a family's own settings define (its folder's `tokenizer.py`'s
+    `VOCABULARY_TRAINERS`: T5's SentencePiece unigram model), the first in the registry's order, or None; no
+    model code is imported."""
+    for module in _folder_modules("tokenizer"):
+        if kind in getattr(module, "VOCABULARY_TRAINERS", {}):
+            return module.VOCABULARY_TRAINERS[kind]
+    return None
 
 
 def preset_family(name: str) -> str | None:

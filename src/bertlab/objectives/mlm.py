@@ -8,13 +8,13 @@ family-neutral, are `models/objective.py`'s: ELECTRA's generator reports them to
 
 from __future__ import annotations
 
-from ..models.bert.heads import BertForMaskedLM
 from ..models.objective import Evaluation, MaskedLMEval, Objective, masked_lm_metrics
+from ..models.registry import default_head
 
 
 class MaskedLM(Objective):
     name = "mlm"
-    model_class = BertForMaskedLM
+    model_class = default_head("masked-lm")
     head_kind = "masked-lm"
     label_keys = ("labels",)
 

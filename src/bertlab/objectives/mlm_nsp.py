@@ -1,7 +1,8 @@
 """BERT's objective (paper, section 3.1): masked LM + next-sentence prediction, `--objective mlm+nsp`.
 
 loss = mean MLM cross-entropy over the masked positions + mean NSP cross-entropy over the pairs (both
-computed by `heads.BertForPreTraining`). The data must be segment or sentence pairs with NSP labels.
+computed by the family's pretraining head, BERT's `BertForPreTraining`). The data must be segment or sentence
+pairs with NSP labels.
 Held out: the MLM metrics (`models/objective.py`), and NSP accuracy over the pairs.
 """
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models.bert.heads import BertForPreTraining
 from ..models.objective import Batch, Evaluation, Evaluations, MaskedLMEval, masked_lm_metrics
+from ..models.registry import default_head
 from .mlm import MaskedLM
 
 
@@ -32,7 +33,7 @@ class NextSentenceEval:
 
 class MaskedLMAndNextSentence(MaskedLM):
     name = "mlm+nsp"
-    model_class = BertForPreTraining
+    model_class = default_head("pretraining")
     head_kind = "pretraining"
     label_keys = ("labels", "next_sentence_label")
     needs_next_sentence_labels = True

@@ -18,8 +18,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..models.bert.heads import SPAN_BOUNDARY_POSITIONS_KEY, BertForSpanBoundary, span_boundary_positions
+from ..models.heads import SPAN_BOUNDARY_POSITIONS_KEY, span_boundary_positions
 from ..models.objective import Batch, Evaluation, Evaluations, MaskedLMEval, masked_lm_metrics, masked_targets
+from ..models.registry import default_head
 from .mlm import MaskedLM
 
 SPAN_KEYS = ("span_left", "span_right", "span_offset")
@@ -47,7 +48,7 @@ class SpanBoundaryEval:
 
 class MaskedLMAndSpanBoundary(MaskedLM):
     name = "mlm+sbo"
-    model_class = BertForSpanBoundary
+    model_class = default_head("span-boundary")
     head_kind = "span-boundary"
     label_keys = ("labels", *SPAN_KEYS)
 

@@ -3,8 +3,9 @@
 A task is a `TaskSpec` subclass instance registered by name in `bertlab.tasks.TASKS`. The recipe
 (`bertlab.train.finetune`) and `bertlab evaluate` only ever talk to a task through these members:
 
-    spec.head                 the BertFor* class (one added layer, section 4 of the paper); `head_kind` its kind,
-                              `head_class(folder)` the class of that kind in the folder's model family
+    spec.head                 the default family's head class (BERT's BertFor*: one added layer, section 4 of the
+                              paper); `head_kind` its kind, `head_class(folder)` the class of that kind in the
+                              folder's model family
     spec.labels               label names in id order -> `config.id2label`; None when the head has no
                               label set of its own (regression has one output, QA has start/end)
     spec.num_labels           len(labels), or 1 for regression (MSE loss), or None (QA)
@@ -162,7 +163,7 @@ class TaskSpec:
     override `predictions`); the rest has defaults. See the module docstring for the contract."""
 
     name: str
-    head: type  # BERT's head class of the task's kind (`models/bert/heads.py`); other families: `head_class`
+    head: type  # the default family's head class of the task's kind (`registry.default_head`); a folder's: `head_class`
     labels: tuple[str, ...] | None
     main_metric: str
     eval_splits: tuple[str, ...] = ("dev",)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..models.bert.heads import BertForSequenceClassification
+from ..models.registry import default_head
 from .base import Feature, FolderTask, PredictionWriter, data_error, iter_lines
 from .metrics import ConfusionMatrix, pearson, spearman
 
@@ -225,7 +225,7 @@ def _glue(name: str, labels, main: str, train: Columns, dev: Columns, test: Colu
     columns = {"train": train, **{s: dev for s in eval_splits}, **{s: test for s in test_splits}}
     subs = {test_splits[0]: submission} if len(test_files) == 1 else \
         {"test_matched": f"{submission}-m", "test_mismatched": f"{submission}-mm"}
-    return GlueTask(name=name, head=BertForSequenceClassification, labels=labels, main_metric=main,
+    return GlueTask(name=name, head=default_head("text-classification"), labels=labels, main_metric=main,
                     eval_splits=eval_splits, test_splits=test_splits, files=files, columns=columns,
                     submission=subs, **kw)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from ..models.bert.heads import BertForMultipleChoice
+from ..models.registry import default_head
 from .base import Feature, FolderTask, data_error, iter_lines
 
 ENDINGS = ("ending0", "ending1", "ending2", "ending3")
@@ -104,6 +104,6 @@ class MultipleChoiceTask(FolderTask):
         return AccuracyMetric()
 
 
-SWAG = MultipleChoiceTask(name="swag", head=BertForMultipleChoice, labels=None, main_metric="accuracy",
+SWAG = MultipleChoiceTask(name="swag", head=default_head("multiple-choice"), labels=None, main_metric="accuracy",
                           eval_splits=("dev",), test_splits=("test",), default_max_seq_length=128,
                           files={"train": "train.csv", "dev": "val.csv", "test": "test.csv"})

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..core.labels import IGNORE_INDEX
-from ..models.bert.heads import BertForTokenClassification
+from ..models.registry import default_head
 from .base import Feature, FolderTask, PredictionWriter, data_error, iter_lines
 from .metrics import ChunkCounts
 
@@ -164,6 +164,6 @@ class NerTask(FolderTask):
         return ConllWriter(out_dir, split)
 
 
-CONLL2003 = NerTask(name="conll2003", head=BertForTokenClassification, labels=CONLL_TAGS, main_metric="f1",
+CONLL2003 = NerTask(name="conll2003", head=default_head("token-classification"), labels=CONLL_TAGS, main_metric="f1",
                     eval_splits=("dev",), test_splits=("test",), default_max_seq_length=256,
                     files={"train": "train.txt", "dev": "valid.txt", "test": "test.txt"})

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..models.bert.heads import BertForMultipleChoice, BertForQuestionAnswering, BertForTokenClassification
+from ..models.registry import default_head
 from .base import DataError, TaskSpec
 from .tables import TAGS_COLUMNS, TOKENS_COLUMNS, SUFFIXES, Table, guess_column, read_table
 from .multiple_choice import ChoiceExample, MultipleChoiceTask
@@ -303,10 +303,10 @@ class MultipleChoiceFilesTask(OwnFiles, MultipleChoiceTask):
                                f"({', '.join(choices)}) or one of the choices' text")
 
 
-TOKEN_CLASSIFICATION = TokenClassificationTask(name="token-classification", head=BertForTokenClassification,
+TOKEN_CLASSIFICATION = TokenClassificationTask(name="token-classification", head=default_head("token-classification"),
                                                labels=None, main_metric="f1", default_max_seq_length=256)
-QUESTION_ANSWERING = QuestionAnsweringTask(name="question-answering", head=BertForQuestionAnswering, labels=None,
-                                           main_metric="f1", test_splits=("test",),
+QUESTION_ANSWERING = QuestionAnsweringTask(name="question-answering", head=default_head("question-answering"),
+                                           labels=None, main_metric="f1", test_splits=("test",),
                                            target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
-MULTIPLE_CHOICE = MultipleChoiceFilesTask(name="multiple-choice", head=BertForMultipleChoice, labels=None,
+MULTIPLE_CHOICE = MultipleChoiceFilesTask(name="multiple-choice", head=default_head("multiple-choice"), labels=None,
                                           main_metric="accuracy", default_max_seq_length=128)

@@ -48,8 +48,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..models.bert.heads import BertForQuestionAnswering
 from . import squad_metrics
+from ..models.registry import default_head
 from .base import DataError, Feature, PredictionWriter, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -636,8 +636,8 @@ class SquadTask(TaskSpec):
         return SquadPredictionWriter(out_dir, split, self)
 
 
-_COMMON = dict(head=BertForQuestionAnswering, labels=None, main_metric="f1", eval_splits=("dev",), test_splits=(),
-               target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
+_COMMON = dict(head=default_head("question-answering"), labels=None, main_metric="f1", eval_splits=("dev",),
+               test_splits=(), target_keys=("start_positions", "end_positions"), default_max_seq_length=384)
 SQUAD = SquadTask(name="squad", version2=False, **_COMMON)
 SQUAD2 = SquadTask(name="squad2", version2=True, **_COMMON)
 

@@ -53,8 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from ..models.bert.heads import BertForSequenceClassification
 from ..models.heads import HeadOutput
+from ..models.registry import default_head
 from .base import Batch, DataError, Feature, PredictionWriter, TaskSpec, pad_collate
 from .tables import Table, read_table
 from .metrics import MultiLabelMetric, RegressionMetric, SingleLabelMetric, multi_label_sets, tune_threshold
@@ -393,6 +393,6 @@ def class_weights(examples: Sequence[TextExample], labels: Sequence[str], proble
     return tuple(n / (len(labels) * counts[l]) if counts[l] else 1.0 for l in labels)
 
 
-TEXT_CLASSIFICATION = TextClassificationTask(name="text-classification", head=BertForSequenceClassification,
+TEXT_CLASSIFICATION = TextClassificationTask(name="text-classification", head=default_head("text-classification"),
                                              labels=None, main_metric="accuracy", eval_splits=("dev",),
                                              test_splits=("test",), default_max_seq_length=128)

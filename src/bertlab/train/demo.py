@@ -150,10 +150,11 @@ class DemoSettings:
     seed: int = 0  # the model's initialisation and the order of the batches (the data's draws are fixed)
 
     def model_config(self, vocab_size: int):
-        from ..models.bert.config import preset
+        from ..models.registry import default_family  # a config without a model_type: the demo's encoder
 
-        return preset(self.model).replace(vocab_size=vocab_size, hidden_dropout_prob=self.dropout,
-                                          attention_probs_dropout_prob=self.dropout)
+        config = default_family().config_class.from_name_or_path(self.model)
+        return config.replace(vocab_size=vocab_size, hidden_dropout_prob=self.dropout,
+                              attention_probs_dropout_prob=self.dropout)
 
 
 # Held-out masked-word accuracy by the steps a demo run did (measured: docs/benchmarks.md, the demo, and
@@ -309,9 +310,9 @@ def run_demo(out: Path, corpus: list[Path] | None = None, minutes: float | None 
     length = settings.max_seq_length
 
     # 4. pre-training, for what is left of the demo's time
-    from ..models.bert.config import BertConfig
+    from ..models.registry import family_of
 
-    model_config = BertConfig.from_json_file(config_file)
+    model_config = family_of(config_file).config_class.from_json_file(config_file)
     run_dir = out / RUN_DIR_NAME
     if not resume and (run_dir / "run_config.json").is_file():
         shutil.rmtree(run_dir)  # a demo that stopped before a checkpoint (claim_demo_dir let it pass): start over
@@ -409,11 +410,11 @@ def probes(corpus: list[Path] | None, data_dir: Path) -> list[tuple[str, str]]:
 
 @torch.no_grad()
 def fill_in_the_blank(model_dir: Path, sentences: list[tuple[str, str]], k: int = 3):
-    from ..models.bert.heads import BertForPreTraining
-    from ..tokenizer import BertTokenizer
+    from ..models.registry import family_of
 
-    tokenizer = BertTokenizer.from_pretrained(model_dir)
-    model = BertForPreTraining.from_pretrained(model_dir).eval()
+    family = family_of(model_dir)
+    tokenizer = family.load_tokenizer(model_dir)
+    model = family.head("pretraining", "the demo's fill-in-the-blank").model_class.from_pretrained(model_dir).eval()
     mask_id = tokenizer.convert_tokens_to_ids("[MASK]")
     for text, want in sentences:
         enc = tokenizer(text, return_tensors="pt")

@@ -241,28 +241,25 @@ def prepare_data(cfg: FeatureNerConfig) -> NerData:
     feature cache over the frozen encoder."""
     from ..tasks import TASKS
     from ..infer.features import FeatureExtractor
-    from ..infer.runtime import InferenceOptions, length_limit, load_model, load_tokenizer
+    from ..infer.runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
+    from ..models.registry import family_of
     from .finetune import subset
 
     spec = TASKS[cfg.task]
-    if getattr(spec, "head", None).__name__ != "BertForTokenClassification":
+    if getattr(spec, "head_kind", None) != "token-classification":
         raise ConfigError(f"finetune-features trains a tagger: it needs a token-classification task such as "
                           f"conll2003, not {cfg.task}")
     train = subset(spec.read(cfg.data, "train"), cfg.train_limit)
     dev = subset(spec.read(cfg.data, spec.eval_splits[0]), cfg.eval_limit)
-    from ..models.bert.config import BertConfig
-
-    config = BertConfig.from_json_file(Path(cfg.model))
+    config = family_of(Path(cfg.model)).config_class.from_json_file(Path(cfg.model))
     # The task's default length (256 pieces for CoNLL) unless asked otherwise, within the model's positions.
     max_length = cfg.max_seq_length or min(spec.default_max_seq_length, config.max_position_embeddings)
     options = InferenceOptions(device=cfg.device, max_seq_length=max_length)
     state: dict = {}
 
     def factory(layers: list[int]):
-        from ..models.bert.modeling import BertModel
-
         if "model" not in state:  # the encoder is loaded only if some layer is not cached yet
-            state["model"] = load_model(BertModel, Path(cfg.model), options)
+            state["model"] = load_encoder(Path(cfg.model), options)
             state["tokenizer"] = load_tokenizer(Path(cfg.model))
         model, tok = state["model"], state["tokenizer"]
         return FeatureExtractor(model, tok, layers, "first", length_limit(None, model.config, tok, max_length),

@@ -590,10 +590,10 @@ def finetune(cfg: FinetuneConfig, given: Sequence[str] | set[str] | None = None)
     start = None
     if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
         if dist.is_main:
-            start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=cfg.resume)
+            start = random_start(cfg.model, cfg.vocab, out, cfg.seed, reuse=cfg.resume)
         barrier(dist)
         if not dist.is_main:  # the start rank 0 drew
-            start = random_start("bert", cfg.model, cfg.vocab, out, cfg.seed, reuse=True)
+            start = random_start(cfg.model, cfg.vocab, out, cfg.seed, reuse=True)
     barrier(dist)
     model_dir = str(start.folder) if start else cfg.model
     cfg = with_default_lr(cfg, model_dir)

@@ -21,18 +21,31 @@ from typing import Any
 
 import torch
 
-from ..models.bert.config import BertConfig, is_preset, preset
-from ..core.errors import ConfigError
+from ..core.errors import BertlabError, ConfigError
+from ..models.family import Family
+from ..models.registry import FAMILIES, family, family_of, parameter_table
 
 INITS = ("pretrained", "random")
 INIT_DIR = "init"  # OUT/init: the random start of a fine-tuning run
 
 
-def names_a_size(model: str | None) -> bool:
-    """Whether `model` names a size (a BERT or T5 preset) rather than a folder or a cached model's name."""
-    from ..models.t5.config import PRESETS as T5_PRESETS
+def _size_family(name: str) -> Family | None:
+    """The family with a random start that has a preset called `name` (BERT's tiny ... large, T5's t5-tiny ...),
+    or None; families asked in the registry's order."""
+    for model_type in FAMILIES:
+        try:
+            table = parameter_table(model_type)  # its presets, without importing its model code
+        except BertlabError:
+            continue
+        if table.is_preset(name) and family(model_type).random_start is not None:
+            return family(model_type)
+    return None
 
-    return bool(model) and not Path(model).expanduser().exists() and (is_preset(model) or model in T5_PRESETS)
+
+def names_a_size(model: str | None) -> bool:
+    """Whether `model` names a size (a preset of a family with a random start) rather than a folder or a cached
+    model's name."""
+    return bool(model) and not Path(model).expanduser().exists() and _size_family(model) is not None
 
 
 def resolve_init(model: str | None, vocab: str | None, init: str | None) -> str:
@@ -66,45 +79,23 @@ class RandomStart:
     record: dict[str, Any]
 
 
-def random_start(family: str, model: str, vocab: str | None, out: str | Path, seed: int,
-                 reuse: bool = False) -> RandomStart:
-    """OUT/init: a `family` ("bert" or "t5") model of `model`'s size (a preset, with `vocab`'s tokenizer) or
-    shape (a folder, with its tokenizer), its weights drawn from `seed`. `reuse` (a resumed run): the start
-    an earlier session wrote, as it is."""
+def random_start(model: str, vocab: str | None, out: str | Path, seed: int, reuse: bool = False,
+                 generates_text: bool = False) -> RandomStart:
+    """OUT/init: a model of `model`'s size (a preset, with `vocab`'s tokenizer) or shape (a folder, with its
+    tokenizer), its weights drawn from `seed`, written by its family (`Family.random_start`: the preset's or the
+    folder's); `generates_text`: the recipe trains a text-to-text model (`finetune-t5`), else an encoder's heads.
+    `reuse` (a resumed run): the start an earlier session wrote, as it is."""
     folder = Path(out) / INIT_DIR
     record = {"init": "random", "model": model, "vocab": vocab, "seed": seed}
     if not (reuse and (folder / "config.json").is_file()):
+        found = _size_family(model) if vocab else family_of(model)
+        if found is None or found.random_start is None:
+            why = f"{found.name} models have no random start" if found else "no family has a size of that name"
+            raise ConfigError(f"--model {model}: {why} (a size such as tiny or t5-tiny, or a BERT or T5 model "
+                              "folder, has one)")
+        if found.generates_text != generates_text:
+            raise ConfigError(f"--model {model} is a {found.name} {'size' if vocab else 'model'}; this recipe "
+                              f"trains {'a text-to-text model' if generates_text else 'an encoder'}")
         torch.manual_seed(seed)
-        (_write_bert if family == "bert" else _write_t5)(model, vocab, folder)
+        found.random_start(model, vocab, folder)
     return RandomStart(folder, record)
-
-
-def _write_bert(model: str, vocab: str | None, folder: Path) -> None:
-    """Google's initialisation (`BertPreTrainedModel.init_weights`), the tokenizer beside it."""
-    from ..models.bert.heads import BertForPreTraining
-    from ..tokenizer import BertTokenizer
-
-    tokenizer = BertTokenizer.from_pretrained(vocab or model)
-    if vocab:
-        config = preset(model, vocab_size=len(tokenizer.vocab))
-    else:
-        config = BertConfig.from_json_file(model)
-    BertForPreTraining(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-
-
-def _write_t5(model: str, vocab: str | None, folder: Path) -> None:
-    """A T5 preset takes its vocabulary size and special ids from the tokenizer, as pre-training's do."""
-    from ..models.t5.config import T5Config
-    from ..models.t5.config import preset as t5_preset
-    from ..models.t5.modeling import T5ForConditionalGeneration
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
-    from .t5_pretrain import export_t5
-
-    tokenizer = load_text_to_text_tokenizer(vocab or model)
-    if vocab:
-        config = t5_preset(model, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
-                           eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id)
-    else:
-        config = T5Config.from_json_file(model)
-    export_t5(T5ForConditionalGeneration(config), folder, tokenizer)

@@ -29,12 +29,11 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..checkpoint.hf_layout import (CONFIG_NAME, PYTORCH_WEIGHTS_NAME, TF_INDEX_NAME, WEIGHTS_INDEX_NAME,
                                     WEIGHTS_NAME)
-from ..models.bert.config import BertConfig, is_preset, preset
 from ..core.errors import ConfigError
-from ..models.bert.modeling import BertPreTrainedModel
 
 _EVERY_K = re.compile(r"every-(\d+)-layers?")
 _LAYER_KEY = re.compile(r"^(.*?encoder\.layer\.)(\d+)(\..*)$")
@@ -84,7 +83,7 @@ def parse_layers(spec: str, num_layers: int) -> list[int] | None:
     return None
 
 
-def cut_layers(teacher: BertPreTrainedModel, layers: list[int]) -> BertPreTrainedModel:
+def cut_layers(teacher: Any, layers: list[int]) -> Any:
     """A copy of `teacher` (same class) with only `layers`, renumbered 0..n-1; every other tensor copied."""
     config = teacher.config.replace(num_hidden_layers=len(layers), extra=dict(teacher.config.extra),
                                     id2label=dict(teacher.config.id2label) if teacher.config.id2label else None)
@@ -101,18 +100,21 @@ def cut_layers(teacher: BertPreTrainedModel, layers: list[int]) -> BertPreTraine
     return student
 
 
-def fresh_config(spec: str, teacher_config: BertConfig) -> BertConfig:
-    """The config of a fresh student from a preset or a config file, with the teacher's input fields."""
+def fresh_config(spec: str, teacher_config: Any) -> Any:
+    """The config of a fresh student from a preset or a config file (of the teacher's config class: BERT's
+    presets for a BERT teacher), with the teacher's input fields."""
+    config_class = type(teacher_config)
+    is_preset, preset, _ = config_class.preset_lookup()
     if is_preset(spec):
         inputs = {name: getattr(teacher_config, name) for name in INPUT_FIELDS}
         return preset(spec, **inputs, hidden_act=teacher_config.hidden_act,
                       layer_norm_eps=teacher_config.layer_norm_eps)
-    config = BertConfig.from_json_file(spec)
+    config = config_class.from_json_file(spec)
     check_same_vocabulary(config, teacher_config, spec)
     return config
 
 
-def check_same_vocabulary(student: BertConfig, teacher: BertConfig, source: str) -> None:
+def check_same_vocabulary(student: Any, teacher: Any, source: str) -> None:
     if student.vocab_size != teacher.vocab_size:
         raise ConfigError(f"{source}: the student's vocabulary has {student.vocab_size} tokens, the teacher's "
                           f"{teacher.vocab_size}; a student must read the teacher's token ids")
@@ -129,9 +131,8 @@ def check_same_vocab_file(student_dir: str | Path, teacher_dir: str | Path) -> N
                           "must read the teacher's token ids")
 
 
-def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Path | None = None,
-                  model_cls: type[BertPreTrainedModel] | None = None, random_init: bool = False,
-                  **config_overrides) -> tuple[BertPreTrainedModel, StudentInit]:
+def build_student(spec: str, teacher: Any, teacher_dir: str | Path | None = None, model_cls: type | None = None,
+                  random_init: bool = False, **config_overrides) -> tuple[Any, StudentInit]:
     """The student `--student spec` describes (see the module docstring), of class `model_cls` (default: the
     teacher's), with its weights drawn anew when `random_init` (the baseline: that shape, untaught).
     `config_overrides` (e.g. a task's id2label) apply to fresh and loaded students; one cut from the teacher
@@ -143,9 +144,10 @@ def build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Pa
     return student, init
 
 
-def _build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | Path | None,
-                   model_cls: type[BertPreTrainedModel] | None, **config_overrides):
+def _build_student(spec: str, teacher: Any, teacher_dir: str | Path | None, model_cls: type | None,
+                   **config_overrides):
     model_cls = model_cls or type(teacher)
+    is_preset = type(teacher.config).preset_lookup()[0]
     layers = parse_layers(spec, teacher.config.num_hidden_layers)
     if layers is not None:
         if model_cls is not type(teacher):
@@ -158,7 +160,7 @@ def _build_student(spec: str, teacher: BertPreTrainedModel, teacher_dir: str | P
                           "preset (tiny, mini, small, medium, base, large, L4-H256, ...), a config.json or a "
                           "model folder")
     if path.is_dir() and (path / CONFIG_NAME).is_file() and _has_weights(path):
-        config = BertConfig.from_json_file(path)
+        config = type(teacher.config).from_json_file(path)
         check_same_vocabulary(config, teacher.config, spec)
         if teacher_dir is not None:
             check_same_vocab_file(path, teacher_dir)

@@ -34,11 +34,10 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint.pretrained import save_pretrained
-from ..core.fsio import atomic_directory
+from ..checkpoint.pretrained import save_model_folder
 from ..core.errors import ConfigError
 from ..objectives import OBJECTIVES, get_objective, is_text_to_text
-from ..models.t5.config import ARCHITECTURES, PRESETS, T5Config
+from ..models.registry import corruptions, family
 from .batches import time_step
 from .distributed import seed_everything
 from .loop import Trainer
@@ -90,8 +89,9 @@ class T5PretrainConfig(GroupedSettings):
         if self.objective is not None and not is_text_to_text(get_objective(self.objective)):
             raise ConfigError(f"objective {self.objective} trains BERT, not T5; T5's objectives: "
                               f"{', '.join(n for n, o in OBJECTIVES.items() if is_text_to_text(o))}")
-        if self.architecture is not None and self.architecture not in ARCHITECTURES:
-            raise ConfigError(f"architecture must be one of {', '.join(ARCHITECTURES)}, got {self.architecture!r}")
+        architectures = text_to_text_architectures()
+        if self.architecture is not None and self.architecture not in architectures:
+            raise ConfigError(f"architecture must be one of {', '.join(architectures)}, got {self.architecture!r}")
         if self.steps is None and self.time_budget is None:
             raise ConfigError("pretrain: give the length of the run, --steps N or --time-budget 2h")
         if self.steps is not None and self.steps < 1:
@@ -123,15 +123,28 @@ def select_data(data_dir: str, objective: str | None):
     return TextToTextInfo.from_manifest(Path(data_dir), manifest, chosen)
 
 
-def build_t5_config(cfg: T5PretrainConfig, info) -> T5Config:
-    """The model's config, made to fit the data: a preset takes the data's vocabulary and special ids (and room
-    for the longest sequence); a given config must already agree with them."""
+def text_to_text_architectures() -> tuple[str, ...]:
+    """The architectures the text-to-text objectives train (`Objective.architectures`: T5's three), in order."""
+    found: dict[str, None] = {}
+    for objective in OBJECTIVES.values():
+        if is_text_to_text(objective):
+            found.update(dict.fromkeys(objective.architectures))
+    return tuple(found)
+
+
+def build_t5_config(cfg: T5PretrainConfig, info, config_class: type | None = None):
+    """The model's config (of `config_class`, the class the objective trains's; default: the objective's), made
+    to fit the data: a preset takes the data's vocabulary and special ids (and room for the longest sequence); a
+    given config must already agree with them."""
+    if config_class is None:
+        config_class = get_objective(info.objective.name).model_class.config_class
     source = cfg.init_from or cfg.model
-    config = T5Config.from_name_or_path(source)
+    config = config_class.from_name_or_path(source)
     vocab = info.vocab
     special = dict(vocab_size=vocab.vocab_size, pad_token_id=vocab.pad_id, eos_token_id=vocab.eos_id,
                    decoder_start_token_id=vocab.pad_id)
-    preset = cfg.init_from is None and source in PRESETS
+    is_preset, _, _ = config_class.preset_lookup()
+    preset = cfg.init_from is None and is_preset(source)
     if preset:
         config = config.replace(**special)
     else:
@@ -154,21 +167,16 @@ def build_t5_config(cfg: T5PretrainConfig, info) -> T5Config:
     return config
 
 
+def data_tokenizer(info):
+    """The tokenizer of a text-to-text data directory's vocabulary, as the family of its corruption transforms
+    reads it (T5's), saved beside the model."""
+    _, load_tokenizer = family(corruptions()[info.objective.name].model_type).text_to_text("pretrain-t5")
+    return load_tokenizer(info.vocab_file)
+
+
 def count_text_to_text_tokens(batch: Mapping[str, torch.Tensor]) -> int:
     """Tokens a text-to-text step processes: the inputs' and the targets' (for tokens/s and compute budgets)."""
     return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
-
-
-def export_t5(model: torch.nn.Module, path: Path, tokenizer) -> Path:
-    """config.json + model.safetensors + the tokenizer's files, in one atomic write."""
-    model.eval()
-    with atomic_directory(path) as tmp:
-        weights = save_pretrained(model, tmp / "weights")
-        for f in weights.iterdir():
-            f.rename(tmp / f.name)
-        weights.rmdir()
-        tokenizer.save_pretrained(tmp)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------- the recipe
@@ -176,8 +184,6 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
                        given: Collection[str] | None = None) -> PretrainResult:
     """`given`: the settings the user stated; on resume the others are the run's own."""
     from ..data.t5_loader import TextToTextDataset
-    from ..models.t5.modeling import T5ForConditionalGeneration
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
 
     cfg, dist, say, run_dir = start_run(T5PretrainConfig, cfg, RESUME_MAY_CHANGE, given, echo)
 
@@ -185,13 +191,14 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     info = select_data(cfg.data, cfg.objective)
     cfg = dataclasses.replace(cfg, objective=info.objective.name)  # recorded: a resumed run trains the same
     objective = get_objective(cfg.objective)
-    model_config = build_t5_config(cfg, info)
+    model_class = objective.model_class  # the text-to-text model its data's family trains (T5's)
+    model_config = build_t5_config(cfg, info, model_class.config_class)
 
     seed_everything(cfg.seed)
     if cfg.init_from is not None:
-        model = T5ForConditionalGeneration.from_pretrained(cfg.init_from)
+        model = model_class.from_pretrained(cfg.init_from)
     else:
-        model = T5ForConditionalGeneration(model_config)
+        model = model_class(model_config)
     model.to(dist.device).train()
     resolved = resolved_settings(run_dir) if cfg.resume else {}
     precision = resolved.get("precision") or resolve_precision(cfg.precision, dist.device)
@@ -267,7 +274,7 @@ def run_t5_pretraining(cfg: T5PretrainConfig, echo: Callable[[str], None] = prin
     final_dir = None
     if result.stopped in ("max_steps", "time_budget", "data_exhausted"):
         if dist.is_main:
-            final_dir = export_t5(model, run_dir / FINAL_DIR, load_text_to_text_tokenizer(info.vocab_file))
+            final_dir = save_model_folder(model, run_dir / FINAL_DIR, data_tokenizer(info))
             say(f"saved the model in Hugging Face layout to {final_dir}")
     if dist.world_size > 1:
         torch.distributed.barrier()
@@ -296,5 +303,4 @@ def cpu_batch_for_budget(model, loss_fn, stream, precision: str, dist, budget_s:
     return batch
 
 
-__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "export_t5",
-           "run_t5_pretraining", "select_data"]
+__all__ = ["OPTIMIZERS", "SCHEDULES", "T5PretrainConfig", "build_t5_config", "run_t5_pretraining", "select_data"]

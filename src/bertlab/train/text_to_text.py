@@ -54,14 +54,15 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..checkpoint.pretrained import save_model_folder
 from ..core.fsio import atomic_directory, atomic_write_text
 from ..data.mixing import mixing_rates, task_schedule
 from ..core.errors import BertlabError, ConfigError
 from ..nn.adapters import ADAPTERS_CONFIG_KEY, GradualUnfreezing, add_adapters, freeze_except, parameter_counts
 from ..core.labels import IGNORE_INDEX
-from ..models.t5.objectives import target_token_metrics
+from ..models.objective import target_token_metrics
+from ..models.registry import family_of
 from ..tasks import TASKS
-from ..models.t5.config import T5Config
 from ..tasks.base import warn_if_one_class
 from ..tasks.text_to_text import TEXT_FORMATS, render, score, text_format
 from . import methods
@@ -77,7 +78,6 @@ from .run_record import (RUN_CONFIG, autocast_dtype, lr_for_width, resolve_devic
 from .runconfig import GroupedSettings
 from .options import EpochTraining, RunOptions
 from .t5_optim import T5OptimOptions, build_schedule, build_t5_optimizer, t5_lr
-from .t5_pretrain import export_t5
 
 log = logging.getLogger(__name__)
 
@@ -411,10 +411,9 @@ class RunOutcome:
 def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: int, device: torch.device,
                run_dir: Path):
     """One mixed (or single-task) fine-tuning run on the shared loop, then every task scored on dev."""
-    from ..models.t5.modeling import T5ForConditionalGeneration
-
+    model_class, _ = family_of(cfg.model).text_to_text("finetune-t5", cfg.model)
     torch.manual_seed(seed)
-    model = T5ForConditionalGeneration.from_pretrained(cfg.model)
+    model = model_class.from_pretrained(cfg.model)
     tuning = prepare_tuning(model, cfg.tuning)
     model.to(device).train()
     micro, accum = split_batch(cfg.batch_size, grad_accum=cfg.grad_accum)
@@ -457,8 +456,6 @@ def train_once(cfg: TextToTextConfig, texts: list[TaskTexts], tokenizer, seed: i
 def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str] | None = None) -> dict[str, Any]:
     """The recipe of the module docstring; returns what OUT/metrics.json holds. `given`: on resume, the
     settings stated again (as for `finetune`: only the runtime ones may change)."""
-    from ..models.t5.tokenizer import load_text_to_text_tokenizer
-
     refuse_torchrun("finetune-t5")
     out = Path(cfg.out)
     if not cfg.out:
@@ -475,13 +472,15 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
     paths = task_paths(cfg)
     init: dict[str, Any] = {"init": "pretrained", "model": cfg.model}
     if resolve_init(cfg.model, cfg.vocab, cfg.init) == "random":  # the baseline: no pre-trained weights
-        start = random_start("t5", cfg.model, cfg.vocab, out, cfg.seed)
+        start = random_start(cfg.model, cfg.vocab, out, cfg.seed, generates_text=True)
         init = start.record
         cfg = dataclasses.replace(cfg, model=str(start.folder), vocab=None, init="pretrained")
     if not (Path(cfg.model) / "config.json").is_file():
         raise ConfigError(f"{cfg.model}: no config.json (give a T5 model folder, e.g. a pretrain run's final/)")
-    T5Config.from_json_file(cfg.model)  # another family's folder: one line naming its model_type
-    tokenizer = load_text_to_text_tokenizer(cfg.model)
+    family = family_of(cfg.model)
+    _, load_tokenizer = family.text_to_text("finetune-t5", cfg.model)  # an encoder's folder: one line
+    family.config_class.from_json_file(cfg.model)  # its config checked before anything is read
+    tokenizer = load_tokenizer(cfg.model)
     texts = [load_texts(name, paths[name], tokenizer, cfg) for name in cfg.tasks]
     device = resolve_device(cfg.device)
     write_run_config(out, run_record(cfg, {"tasks": cfg.tasks, "data": paths, "init": init}))
@@ -494,7 +493,7 @@ def finetune_text_to_text(cfg: TextToTextConfig, given: Sequence[str] | set[str]
             model, run = train_once(cfg, texts, tokenizer, cfg.seed + k, device, run_dir)
             log.info("seed %d: %s", run.seed, "; ".join(f"{t} {json.dumps(s)}" for t, s in run.scores.items()))
             if best is None or run.average > best.average:  # exported as it is found: no weights kept aside
-                export_t5(model, out / "model", tokenizer)
+                save_model_folder(model, out / "model", tokenizer)
                 if cfg.tuning.method == "adapters":
                     save_adapters(model, out / ADAPTERS_DIR, cfg.model)
             # run.json after the export it may have led to; then its training state is no longer needed

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from bertlab.checkpoint.pretrained import save_model_folder
 from bertlab.cli import main
 from bertlab.models.t5 import T5ForConditionalGeneration, preset
 from bertlab.tasks import TASKS
 from bertlab.tasks.text_to_text import render, score
 from bertlab.train import text_to_text as t2t
-from bertlab.train.t5_pretrain import export_t5
 from faults_support import signal_on_item
 from test_data_prepare import WORDS, write_vocab
 
@@ -73,7 +73,7 @@ def t5_dir(tmp_path_factory) -> Path:
     config = preset("t5-tiny", vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id,
                     num_layers=2, num_decoder_layers=3)
-    return export_t5(T5ForConditionalGeneration(config), root / "model", tokenizer)
+    return save_model_folder(T5ForConditionalGeneration(config), root / "model", tokenizer)
 
 
 def t2t_args(model: Path, data: Path, out: Path, *extra) -> list[str]:

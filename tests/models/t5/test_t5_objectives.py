@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 from bertlab.cli import main
-from bertlab.models.t5.denoising import (DENOISING_OBJECTIVES, IGNORE_INDEX, SentinelVocab, TextToText, make_objective,
-                                    random_spans_noise_mask, span_starts)
+from bertlab.core.labels import IGNORE_INDEX
+from bertlab.models.t5.denoising import (DENOISING_OBJECTIVES, SentinelVocab, TextToText, make_objective,
+                                         random_spans_noise_mask, span_starts)
 from bertlab.data.readers import DataError
 
 VOCAB = SentinelVocab(vocab_size=1100, num_sentinels=100, eos_id=1, pad_id=0, mask_id=1099, random_low=3,

@@ -19,8 +19,9 @@ import pytest
 
 from bertlab.cli import main
 from bertlab.tokenizer import BertTokenizer
-from bertlab.models.t5.tokenizer import (SentencePieceTrainConfig, T5Tokenizer, TextToTextTokenizer,
+from bertlab.models.t5.tokenizer import (SentencePieceTrainConfig, T5Tokenizer,
                                          WordPieceT5Tokenizer, load_text_to_text_tokenizer, train_sentencepiece)
+from bertlab.models.text_to_text import TextToTextTokenizer
 from bertlab.tokenizer.sentencepiece import SentencePieceError
 
 spm = pytest.importorskip("sentencepiece")

@@ -29,7 +29,7 @@ from .modeling import BertModel, BertPreTrainedModel
 from ...core.labels import IGNORE_INDEX
 from ...nn import ACTIVATIONS
 from ..heads import (HeadOutput, HeadRegistry, HeadSpec, PreTrainingOutput, QuestionAnsweringOutput,
-                         TaskOutputLayer, VocabProjection)
+                     TaskOutputLayer, VocabProjection, span_boundary_positions)
 
 HEADS = HeadRegistry()  # BERT's heads by kind (`models/heads.py`)
 register_head = HEADS.register
@@ -132,15 +132,6 @@ class BertForPreTraining(BertPreTrainedModel):
 # masking budget bounds (max_predictions_per_seq: 77 at length 512), so 200 rows serve sequences up to ~1300
 # tokens at 15%. A config.json may set another count under this key; `pretrain` refuses data whose budget
 # exceeds it.
-SPAN_BOUNDARY_POSITIONS_KEY = "span_boundary_positions"
-SPAN_BOUNDARY_POSITIONS = 200
-
-
-def span_boundary_positions(config: BertConfig) -> int:
-    """How many span offsets the span-boundary head of a model of `config` has embeddings for."""
-    return int(config.extra.get(SPAN_BOUNDARY_POSITIONS_KEY, SPAN_BOUNDARY_POSITIONS))
-
-
 class SpanBoundaryHead(nn.Module):
     """SpanBERT's span-boundary representation (Joshi et al., 2020, section 3.2): for the token at offset i - s of
     a span x_s..x_e, y_i = f(x_{s-1}, x_{e+1}, p_{i-s+1}) with p a learned embedding of the offset and f two
@@ -360,5 +351,4 @@ class BertForMultipleChoice(BertPreTrainedModel):
 
 __all__ = ["IGNORE_INDEX", "HEADS", "HeadSpec", "register_head", "head_for_architecture", "model_classes",
            "TaskOutputLayer", "BertModel", *(h.architecture for h in HEADS.values()), "HeadOutput",
-           "PreTrainingOutput", "QuestionAnsweringOutput", "SpanBoundaryHead", "SpanBoundaryOutput",
-           "span_boundary_positions"]
+           "PreTrainingOutput", "QuestionAnsweringOutput", "SpanBoundaryHead", "SpanBoundaryOutput"]

@@ -53,7 +53,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 
 from ...core.errors import DataError
-from ...core.labels import IGNORE_INDEX
+from ..text_to_text import Corruptions
 
 
 
@@ -84,7 +84,7 @@ class SentinelVocab:
 
     @classmethod
     def from_tokenizer(cls, tok: Any) -> "SentinelVocab":
-        """From a `bertlab.tokenizer.TextToTextTokenizer` (T5Tokenizer or WordPieceT5Tokenizer)."""
+        """From a `models.text_to_text.TextToTextTokenizer` (T5Tokenizer or WordPieceT5Tokenizer)."""
         base = tok.vocab_size - tok.num_sentinels
         low = max(i for i in tok.all_special_ids if i < base) + 1  # past the special tokens (T5: ids 0-2)
         return cls(tok.vocab_size, tok.num_sentinels, tok.eos_token_id, tok.pad_token_id, tok.mask_token_id,
@@ -440,9 +440,5 @@ class PrefixLM(DenoisingObjective):
         return DecoderOnly(_with_eos(tokens, vocab), random_prefix_split(len(tokens), rng))
 
 
-def decoder_only_labels(example: DecoderOnly) -> np.ndarray:
-    """Labels for a decoder-only example: the token itself after the prefix, IGNORE_INDEX on the prefix (the
-    model shifts them, as Hugging Face's causal LMs do: position t is trained to predict labels[t + 1])."""
-    labels = example.input_ids.copy()
-    labels[:example.prefix_length] = IGNORE_INDEX
-    return labels
+# What the layers above `models/` reach T5's transforms through (`models.registry.corruptions`)
+CORRUPTIONS = Corruptions(model_type="t5", objectives=DENOISING_OBJECTIVES, make=make_objective, vocab=SentinelVocab)

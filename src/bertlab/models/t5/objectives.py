@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ...core.errors import BertlabError
 from ...core.labels import IGNORE_INDEX
-from ..objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective
+from ..objective import MAX_LOG_PERPLEXITY, Batch, Evaluation, Objective, target_token_metrics
 from .config import ARCHITECTURES
 from .denoising import DENOISING_OBJECTIVES
 from .modeling import T5ForConditionalGeneration
@@ -35,15 +35,6 @@ from .modeling import T5ForConditionalGeneration
 # One objective per corruption transform T5's folder registers (`denoising.py`): the names come from
 # that registry, in its order, so a new transform is an objective without a second list to keep in step.
 T5_OBJECTIVES = tuple(DENOISING_OBJECTIVES)
-
-
-def target_token_metrics(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Training metric: accuracy of the argmax over the target tokens (labels != -100)."""
-    with torch.no_grad():
-        keep = labels != IGNORE_INDEX
-        right = (logits.argmax(-1) == labels) & keep
-        accuracy = right.sum() / keep.sum().clamp(min=1)
-    return {"token_accuracy": accuracy}
 
 
 class TargetTokenEval:

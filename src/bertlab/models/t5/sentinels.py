@@ -1,53 +1,26 @@
-"""The sentinel machinery T5's tokenizers share: the `TextToTextTokenizer` interface and `SentinelTokenizer`.
+"""The sentinel machinery T5's tokenizers share: `SentinelTokenizer`, over the text-to-text interface.
 
 T5 needs a few things of its vocabulary that BERT does not: sentinel ids (`<extra_id_0>` ... `<extra_id_99>`,
 appended after the base vocabulary in reverse, so `<extra_id_0>` is the last id), an end-of-sequence token
-appended to every sequence, and a pad id (0) that doubles as the decoder's start token. `TextToTextTokenizer`
-is that interface; T5's objectives and data use nothing else. `SentinelTokenizer` implements it once --
-sentinels, special tokens written in text, `__call__` with padding / truncation / tensors, decoding -- over a
-base tokenizer that a subclass supplies (`tokenizer.T5Tokenizer`, `tokenizer.WordPieceT5Tokenizer`).
+appended to every sequence, and a pad id (0) that doubles as the decoder's start token.
+`models.text_to_text.TextToTextTokenizer` is that interface; T5's objectives and data use nothing else.
+`SentinelTokenizer` implements it once -- sentinels, special tokens written in text, `__call__` with padding /
+truncation / tensors, decoding -- over a base tokenizer that a subclass supplies (`tokenizer.T5Tokenizer`,
+`tokenizer.WordPieceT5Tokenizer`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from ...tokenizer.base import (BatchEncoding, TokenizerError, _as_int_list, _as_rows, _longest_first,
-                                   _padding_mode, _to_tensors, _truncation_strategy, check_valid_unicode,
-                                   padded_length)
+                               _padding_mode, _to_tensors, _truncation_strategy, check_valid_unicode,
+                               padded_length)
+from ..text_to_text import SENTINEL_PATTERN, sentinel_token
 
 NUM_SENTINELS = 100  # T5's extra_ids
-SENTINEL_PATTERN = re.compile(r"<extra_id_(\d+)>")
-
-
-def sentinel_token(i: int) -> str:
-    """The text of sentinel i: `<extra_id_i>`."""
-    return f"<extra_id_{i}>"
-
-
-@runtime_checkable
-class TextToTextTokenizer(Protocol):
-    """What T5's objectives and data need of a tokenizer."""
-
-    pad_token_id: int  # also the decoder's start token
-    eos_token_id: int  # appended to every sequence
-    unk_token_id: int
-    mask_token_id: int  # what BERT-style / MASS-style corruption writes over a token
-    num_sentinels: int
-
-    @property
-    def vocab_size(self) -> int: ...  # the model's embedding size: base vocabulary + sentinels
-
-    def sentinel_id(self, i: int) -> int: ...
-
-    def encode(self, text: str, pair: str | None = None, add_special_tokens: bool = True,
-               truncation: bool | str | None = None, max_length: int | None = None) -> list[int]: ...
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str: ...
-
-    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]: ...
 
 
 class SentinelTokenizer:

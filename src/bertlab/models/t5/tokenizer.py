@@ -1,6 +1,6 @@
 """T5's tokenizers, on either kind of vocabulary, and `load_text_to_text_tokenizer(path)`, which picks
-SentencePiece or WordPiece from the path. Both have the interface of `sentinels.TextToTextTokenizer`
-(re-exported here):
+SentencePiece or WordPiece from the path. Both have the interface of
+`models.text_to_text.TextToTextTokenizer`:
 
 - `T5Tokenizer`: T5's own, a SentencePiece model (`spiece.model`); `</s>` is the eos.
 - `WordPieceT5Tokenizer`: a `BertTokenizer` (vocab.txt) plus 100 sentinels; `[SEP]` is the eos, `[PAD]` the
@@ -50,10 +50,11 @@ from ...tokenizer.sentencepiece import (SPIECE_NAME, SentencePieceBinding, Sente
                                         load_processor, metaspace_join, model_max_length_of)
 from ...tokenizer.base import SPECIAL_TOKENS_MAP_NAME, TOKENIZER_CONFIG_NAME, TokenizerError
 from ...tokenizer.bert import BertTokenizer
-from .sentinels import NUM_SENTINELS, SENTINEL_PATTERN, SentinelTokenizer, TextToTextTokenizer, sentinel_token
+from ..text_to_text import SENTINEL_PATTERN, sentinel_token
+from .sentinels import NUM_SENTINELS, SentinelTokenizer
 
-__all__ = ["NUM_SENTINELS", "SentinelTokenizer", "TextToTextTokenizer", "T5Tokenizer", "WordPieceT5Tokenizer",
-           "load_text_to_text_tokenizer", "sentinel_token", "SentencePieceTrainConfig", "train_sentencepiece"]
+__all__ = ["NUM_SENTINELS", "SentinelTokenizer", "T5Tokenizer", "WordPieceT5Tokenizer",
+           "load_text_to_text_tokenizer", "SentencePieceTrainConfig", "train_sentencepiece"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class T5Tokenizer(SentencePieceBinding, SentinelTokenizer):
     """T5's tokenizer over a SentencePiece model (see the module docstring). The calling interface is that of
     `BertTokenizer` where it makes sense: `tok(texts, padding=..., truncation=..., max_length=...,
     return_tensors=...)`, `encode`, `decode`, `convert_ids_to_tokens`, `from_pretrained` / `save_pretrained`;
-    and the text-to-text interface (`sentinels.TextToTextTokenizer`): `sentinel_id(i)`, `eos_token_id`,
+    and the text-to-text interface (`models.text_to_text.TextToTextTokenizer`): `sentinel_id(i)`, `eos_token_id`,
     `pad_token_id`, `mask_token_id`, `vocab_size` (sentinels included)."""
 
     def __init__(self, model_file: str | os.PathLike, extra_ids: int = NUM_SENTINELS, model_max_length: int = 512,
@@ -290,3 +291,19 @@ def train_sentencepiece(paths: Iterable[str | os.PathLike], config: SentencePiec
     finally:
         tmp.unlink(missing_ok=True)
     return out / SPIECE_NAME, report
+
+
+def train_vocabulary(paths: Iterable[str | os.PathLike], out: str | os.PathLike, *, vocab_size: int,
+                     character_coverage: float, threads: int, seed: int, on_decode_error: str = "replace",
+                     progress: bool = False, verbose: bool = False
+                     ) -> tuple[Path, SentencePieceTrainReport, T5Tokenizer]:
+    """`bertlab vocab train --kind sentencepiece`: a SentencePiece model of T5's settings from `paths`, written to
+    `out`; (its path, the trainer's report, the tokenizer on it)."""
+    config = SentencePieceTrainConfig(vocab_size, character_coverage=character_coverage, threads=threads, seed=seed)
+    path, report = train_sentencepiece(paths, config, out, on_decode_error=on_decode_error, progress=progress,
+                                       verbose=verbose)
+    return path, report, T5Tokenizer(path)
+
+
+# The kinds of vocabulary `bertlab vocab train` trains with T5's settings (`models.registry.vocabulary_trainer`)
+VOCABULARY_TRAINERS = {"sentencepiece": train_vocabulary}

@@ -78,6 +78,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...core.errors import BertlabError, ConfigError
+from ...models.registry import DEFAULT_MODEL_TYPE, family
 from ..run_dir import latest_checkpoint
 from ..run_record import RUN_CONFIG, resolve_resume_config
 from .config import RESUME_MAY_CHANGE, DistillConfig, DistillResult
@@ -98,10 +99,11 @@ def run_distillation(cfg: DistillConfig, echo: Callable[[str], None] = print) ->
         raise BertlabError(f"{cfg.out}: already holds checkpoints; pass --resume to continue it, or choose "
                            "another --out")
     result = run_task(cfg, echo) if cfg.task else run_general(cfg, echo)
-    if cfg.student_layout == "distilbert" and result.model_dir is not None:  # the main process saved one
-        from ...models.distilbert.convert import write_distilbert
-
-        write_distilbert(result.model_dir)  # in place: models/distilbert/convert.py
+    if cfg.student_layout != DEFAULT_MODEL_TYPE and result.model_dir is not None:  # the main process saved one
+        layout = family(cfg.student_layout)
+        if layout.student_writer is None:
+            raise ConfigError(f"student_layout {cfg.student_layout}: {layout.name} has no student writer")
+        layout.student_writer(result.model_dir)  # in place: DistilBERT's models/distilbert/convert.py
     return result
 
 
