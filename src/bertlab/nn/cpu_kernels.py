@@ -542,6 +542,22 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     return out
 
 
+def decoder_layer_step(x: int, out: int, rows: int, self_k: int, self_v: int, cache_len: int, start: int,
+                       self_add: int | None, self_add_rows: int, self_add_heads: int, cross_k: int | None,
+                       cross_v: int | None, cross_add: int | None, group: int, enc_len: int, cross_add_rows: int,
+                       layer: tuple) -> None:
+    """A pre-norm decoder layer's decoding step in one C call (csrc/kernels.h: bl_decoder_layer_step): RMSNorm, the
+    stacked qkv projection, this step's keys and values into the caches, `attention_one_query`'s loops, the
+    attention output and the residual; the same for cross-attention; RMSNorm, the FFN's two layers with a ReLU
+    between, the residual -- the kernels the modules call, in their order. Pointers and sizes, all checked by the
+    caller (nn/decoder_layer.py, which also builds `layer`: the sizes, the six linear layers as (weight, bias,
+    comp, scale, narrow, gemv), the three norms' weights, eps and scale)."""
+    _tuned()
+    _extension().decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, self_add_rows,
+                                    self_add_heads, cross_k, cross_v, cross_add, group, enc_len, cross_add_rows,
+                                    torch.get_num_threads(), *layer)
+
+
 def gelu_(y: torch.Tensor) -> torch.Tensor | None:
     """GELU (the exact form) over y in place, fp32, in one C pass: the fp32 GEMM's GELU epilogue (`linear_f32`'s
     "gelu", within 1.4e-6 of the exact GELU) for a layer without one (int8). None where it does not apply (other

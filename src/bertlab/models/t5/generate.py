@@ -101,6 +101,8 @@ class CachedDecoder:
             self.layers.append(cache)
         # (1, nh, T_max, T_max), sliced per step; contiguous, so each step's slice goes to the kernels as it is
         self.bias = model.decoder.position_bias(T_max, T_max).contiguous()
+        # each block's step of one new position in one C call, where it has one (CPU inference)
+        self.steps = [block.decoding_step(rows) for block in model.decoder.block]
         self.length = 0  # positions in the cache
         self.spare = None  # one more self-attention buffer, for `reorder`
 
@@ -112,7 +114,7 @@ class CachedDecoder:
         mask = self._mask(start, end)
         x = self.model.shared(tokens)  # (rows, n, d_model)
         h = self.model.decoder(x, mask, self.bias[:, :, start:end, :end], encoder_mask=self.encoder_mask,
-                               cache=self.layers, start=start)
+                               cache=self.layers, start=start, steps=self.steps)
         self.length = end
         return self.model.lm_logits(h[:, -1])
 

@@ -38,6 +38,7 @@ from torch import nn
 from ...checkpoint.pretrained import load_pretrained, save_pretrained
 from ...core.errors import BertlabError
 from ...nn import AttentionMask, Dropout, attention
+from ...nn.decoder_layer import DecoderLayerStep, decoder_layer_step
 from ...nn.elementwise import activate
 from ...nn.relative_position import relative_position_bias
 from ...nn.rms_norm import RMSNorm
@@ -181,6 +182,19 @@ class T5Block(nn.Module):
             self.layer.append(T5LayerCrossAttention(config))
         self.layer.append(T5LayerFF(config))
 
+    def decoding_step(self, rows: int) -> DecoderLayerStep | None:
+        """This block's decoding step over `rows` sequences (one new position each) in one C call, for CPU
+        inference (nn/decoder_layer.py); None where it does not apply (then `forward` runs)."""
+        attn, ffn = self.layer[0].SelfAttention, self.layer[-1]
+        if type(ffn.DenseReluDense) is not T5DenseActDense:  # (the gated FFN: its modules)
+            return None
+        cross = self.layer[1] if len(self.layer) == 3 else None
+        return decoder_layer_step(
+            rows, attn.num_heads, self.layer[0].layer_norm, attn.stacked, attn.o, ffn.layer_norm,
+            ffn.DenseReluDense.wi, ffn.DenseReluDense.act, ffn.DenseReluDense.wo, attn.attn_implementation,
+            norm_cross=cross.layer_norm if cross else None, cross_q=cross.EncDecAttention.q if cross else None,
+            cross_out=cross.EncDecAttention.o if cross else None, scale=1.0)
+
     def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache=None, start: int = 0):
         x = self.layer[0](x, mask, bias, cache, start)
         if len(self.layer) == 3:
@@ -210,14 +224,24 @@ class T5Stack(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, bias: torch.Tensor | None = None,
                 encoder_states: torch.Tensor | None = None, encoder_mask: AttentionMask | None = None,
-                cache: list | None = None, start: int = 0) -> torch.Tensor:
+                cache: list | None = None, start: int = 0, steps: list | None = None) -> torch.Tensor:
         """x: (B, T, d_model) embeddings of the new positions (which follow `start` cached ones) -> (B, T, d_model).
         `cache`: while generating, one `generate.LayerCache` per block (generate.py owns the cache: the model
-        only writes the new keys and values into it and reads the rest)."""
+        only writes the new keys and values into it and reads the rest). `steps`: the blocks' `decoding_step`s
+        for these rows (None where a block has none), which a step of one new position without a mask runs."""
         if bias is None:
             bias = self.position_bias(x.size(1), start + x.size(1), start)
         x = self.dropout(x)
+        one_call = steps is not None and cache is not None and mask is None and x.size(1) == 1
+        cross_add = None
+        if one_call and encoder_mask is not None:
+            cross_add = encoder_mask.additive(1, cache[0].cross_k.size(1), x.dtype, x.device)
         for i, block in enumerate(self.block):
+            if one_call and steps[i] is not None:
+                c = cache[i]
+                if (y := steps[i](x, c.self_k, c.self_v, start, bias, c.cross_k, c.cross_v, cross_add)) is not None:
+                    x = y
+                    continue
             x = block(x, mask, bias, encoder_states, encoder_mask, cache[i] if cache is not None else None, start)
         return self.dropout(self.final_layer_norm(x))
 

@@ -181,6 +181,7 @@ typedef struct {
 typedef struct {
     const float *w, *b;  /* fp32: packed panels and bias (or NULL) */
     Int8Weight int8;     /* int8 where int8.w is set */
+    int gemv;            /* fp32 with w the plain (N, K) weight: bl_linear_few_rows' GEMV (a few rows, K % 16 == 0) */
 } BlockLinear;
 typedef struct {
     ptrdiff_t hidden, heads, inter;
@@ -191,6 +192,35 @@ typedef struct {
 int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
                      const float *add, ptrdiff_t add_rows, int threads);
 int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
+/* A pre-norm decoder layer's decoding step (T5's: RMSNorm before each sub-layer, no biases needed) in one call,
+ * one new position per row, each step one of the operations above in turn (the kernels the modules call, in their
+ * order, so the same bits):
+ *   h = RMSNorm(x); q, k, v = h Wqkvᵀ; k, v written to the caches at position `start`;
+ *   x = x + OneQuery(q, K[:start+1], V[:start+1], self_add) Woᵀ
+ *   x = x + OneQuery(RMSNorm(x) Wcqᵀ, cross K, cross V, cross_add) Wcoᵀ    (where norm_cross is set)
+ *   out = x + ReLU(RMSNorm(x) Wiᵀ) Wfᵀ
+ * x and out (rows, hidden) fp32; inner = heads · hs. The self-attention caches (rows, cache_len, inner),
+ * contiguous; `self_add` the scores' additive part of this position (position bias and mask) for row r, head h at
+ * self_add + r·self_add_rows + h·self_add_heads (strides 0: broadcast), or NULL. The cross-attention keys and
+ * values (rows / group, enc_len, inner) contiguous, each shared by `group` consecutive rows (the beams of one
+ * input); `cross_add` (rows, enc_len) with row stride cross_add_rows (0: one row for all), or NULL. Each linear
+ * layer as BlockLinear: the GEMV over the plain weight, the fp32 GEMM over panels, or int8. */
+typedef struct {
+    ptrdiff_t hidden, heads, hs, inter;
+    BlockLinear qkv, o, cross_q, cross_o, ffn_in, ffn_out;
+    const float *norm_self, *norm_cross, *norm_ffn;  /* RMSNorm weights; norm_cross NULL: no cross-attention */
+    float eps, scale;
+} DecoderLayer;
+typedef struct {
+    float *self_k, *self_v;
+    ptrdiff_t cache_len, start;
+    const float *self_add;
+    ptrdiff_t self_add_rows, self_add_heads;
+    const float *cross_k, *cross_v, *cross_add;
+    ptrdiff_t group, enc_len, cross_add_rows;
+} DecoderState;
+int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const float *x,
+                          float *out, ptrdiff_t rows, int threads);
 /* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
 int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
                  ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads);

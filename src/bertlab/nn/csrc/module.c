@@ -328,6 +328,46 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
                       "to 64)");
 }
 
+/* A BlockLinear from (w, bias | None, comp | None, scale | None, narrow, gemv): int8 where comp is set, else fp32
+ * panels, or the plain weight's GEMV where gemv */
+static BlockLinear block_linear_arg(PyObject *const *a) {
+    const int32_t *comp = as_ptr(a[2]);
+    if (comp)
+        return (BlockLinear){.int8 = {.w = as_ptr(a[0]), .comp = comp, .scale = as_ptr(a[3]), .bias = as_ptr(a[1]),
+                                      .narrow = PyLong_AsLong(a[4]) != 0}};
+    return (BlockLinear){.w = as_ptr(a[0]), .b = as_ptr(a[1]), .gemv = PyLong_AsLong(a[5]) != 0};
+}
+
+/* decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add | None, self_add_rows,
+ * self_add_heads, cross_k | None, cross_v | None, cross_add | None, group, enc_len, cross_add_rows, threads, then
+ * the layer: hidden, heads, hs, inter, 6 x (w, bias, comp, scale, narrow, gemv) for qkv, o, cross q, cross o,
+ * ffn in, ffn out, then norm_self, norm_cross | None, norm_ffn, eps, scale): a pre-norm decoder layer's decoding
+ * step in one call (see kernels.h) */
+static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 62, "decoder_layer_step") < 0) return NULL;
+    const float *x = as_ptr(args[0]);
+    float *out = as_ptr(args[1]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[2]);
+    DecoderState s = {.self_k = as_ptr(args[3]), .self_v = as_ptr(args[4]), .cache_len = PyLong_AsSsize_t(args[5]),
+                      .start = PyLong_AsSsize_t(args[6]), .self_add = as_ptr(args[7]),
+                      .self_add_rows = PyLong_AsSsize_t(args[8]), .self_add_heads = PyLong_AsSsize_t(args[9]),
+                      .cross_k = as_ptr(args[10]), .cross_v = as_ptr(args[11]), .cross_add = as_ptr(args[12]),
+                      .group = PyLong_AsSsize_t(args[13]), .enc_len = PyLong_AsSsize_t(args[14]),
+                      .cross_add_rows = PyLong_AsSsize_t(args[15])};
+    long threads = PyLong_AsLong(args[16]);
+    PyObject *const *a = args + 17;
+    DecoderLayer l = {.hidden = PyLong_AsSsize_t(a[0]), .heads = PyLong_AsSsize_t(a[1]),
+                      .hs = PyLong_AsSsize_t(a[2]), .inter = PyLong_AsSsize_t(a[3])};
+    BlockLinear *layers[] = {&l.qkv, &l.o, &l.cross_q, &l.cross_o, &l.ffn_in, &l.ffn_out};
+    for (int i = 0; i < 6; i++) *layers[i] = block_linear_arg(a + 4 + 6 * i);
+    l.norm_self = as_ptr(a[40]), l.norm_cross = as_ptr(a[41]), l.norm_ffn = as_ptr(a[42]);
+    l.eps = (float)PyFloat_AsDouble(a[43]), l.scale = (float)PyFloat_AsDouble(a[44]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_decoder_layer_step(k, &l, &s, x, out, rows, (int)threads));
+    return result(rc, "decoder_layer_step (a GEMV, an fp32 GEMM or an int8 kernel at this level)");
+}
+
 static PyObject *py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return panel_gemm(args, nargs, F32);
 }
@@ -413,6 +453,11 @@ static PyMethodDef methods[] = {
     METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, bias, comp, "
                           "scale, narrow), 4 norm weights, eps1, eps2, scale, threads): a post-LN encoder layer in "
                           "one call, its linear layers fp32 (comp None) or int8"),
+    METHOD(decoder_layer_step, "decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, "
+                               "self_add_rows, self_add_heads, cross_k, cross_v, cross_add, group, enc_len, "
+                               "cross_add_rows, threads, hidden, heads, hs, inter, 6 x (w, bias, comp, scale, narrow, "
+                               "gemv), 3 norm weights, eps, scale): a pre-norm decoder layer's decoding step in one "
+                               "call"),
     METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),

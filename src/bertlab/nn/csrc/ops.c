@@ -319,9 +319,11 @@ int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, 
 }
 
 /* y (M, N) = x (M, K) Wᵀ + b, GELU'd where `gelu`, as the block's fp32 or int8 module computes it: the fp32 GEMM
- * with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output. */
+ * with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output; a few rows' GEMV
+ * over the plain weight (no GELU: its module applies none there). */
 static int block_linear(const bl_kernels *k, const BlockLinear *w, const float *x, float *y, ptrdiff_t M,
                         ptrdiff_t K, ptrdiff_t N, int gelu, int threads) {
+    if (w->gemv) return gelu ? BL_UNSUPPORTED : bl_linear_few_rows(k, x, w->w, w->b, y, M, K, N, F32, threads);
     if (!w->int8.w) return bl_linear_f32(k, x, w->w, w->b, y, M, K, N, threads, gelu ? BL_ACT_GELU : BL_ACT_NONE);
     const Int8Weight *q = &w->int8;
     int rc = bl_linear_int8(k, x, F32, q->w, q->comp, q->scale, q->bias, y, M, K, N, q->narrow, threads);
@@ -358,6 +360,70 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, 
     if (rc == BL_OK) rc = block_linear(k, &l->f, h, out, M, I, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
     free(qkv);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------- a decoder layer's decoding step */
+/* out = x + y, elementwise: a residual connection, the sum torch's `x + y` gives */
+static void add_rows(const float *x, const float *y, float *out, ptrdiff_t n) {
+    for (ptrdiff_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+}
+
+/* One call for a decoder layer's step: at batch 1, t5-small's six decoder layers ran ~2 ms a step of Python
+ * around their kernels at two threads (module calls, operand checks, views of q, k and v, cache writes), against
+ * ~8 ms of GEMVs (see nn/decoder_layer.py). Scratch per row: the normed input (H), qkv (3D), the heads' output
+ * (D), a sub-layer's output (H), the FFN's middle (I). */
+int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const float *x,
+                          float *out, ptrdiff_t rows, int threads) {
+    const ptrdiff_t H = l->hidden, D = l->heads * l->hs, I = l->inter, M = rows, end = s->start + 1;
+    if (M < 1) return BL_OK;
+    if (l->heads < 1 || l->hs < 1 || s->start < 0 || end > s->cache_len || (l->norm_cross && s->group < 1))
+        return BL_UNSUPPORTED;
+    float *h = malloc(sizeof(float) * (size_t)(M * (2 * H + 4 * D + I)));
+    if (!h) return BL_NO_MEMORY;
+    float *qkv = h + M * H, *ctx = qkv + M * 3 * D, *y = ctx + M * D, *f = y + M * H;
+    /* self-attention over the cache, this step's keys and values written into it first */
+    int rc = bl_rms_norm_rows(k, x, l->norm_self, h, M, H, l->eps, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->qkv, h, qkv, M, H, 3 * D, 0, threads);
+    if (rc == BL_OK) {
+        const ptrdiff_t row = s->cache_len * D;
+        for (ptrdiff_t r = 0; r < M; r++) {
+            memcpy(s->self_k + r * row + s->start * D, qkv + r * 3 * D + D, sizeof(float) * (size_t)D);
+            memcpy(s->self_v + r * row + s->start * D, qkv + r * 3 * D + 2 * D, sizeof(float) * (size_t)D);
+        }
+        /* q (rows, heads, hs) in qkv; K, V (rows, heads, end, hs) views of the caches; ctx (rows, heads, hs) */
+        OneQuery a = {.q = qkv, .k = s->self_k, .v = s->self_v, .add = s->self_add, .out = ctx,
+                      .qs = {3 * D, l->hs}, .ks = {row, l->hs, D}, .vs = {row, l->hs, D},
+                      .adds = {s->self_add_rows, s->self_add_heads}, .heads = l->heads, .hs = l->hs, .keys = end,
+                      .group = 1, .scale = l->scale};
+        rc = bl_attention_one_query(k, &a, M, threads);
+    }
+    if (rc == BL_OK) rc = block_linear(k, &l->o, ctx, y, M, D, H, 0, threads);
+    if (rc == BL_OK) add_rows(x, y, out, M * H);
+    /* cross-attention over the encoder's keys and values */
+    if (rc == BL_OK && l->norm_cross) {
+        rc = bl_rms_norm_rows(k, out, l->norm_cross, h, M, H, l->eps, threads);
+        if (rc == BL_OK) rc = block_linear(k, &l->cross_q, h, qkv, M, H, D, 0, threads);
+        if (rc == BL_OK) {
+            const ptrdiff_t row = s->enc_len * D;
+            OneQuery a = {.q = qkv, .k = s->cross_k, .v = s->cross_v, .add = s->cross_add, .out = ctx,
+                          .qs = {D, l->hs}, .ks = {row, l->hs, D}, .vs = {row, l->hs, D},
+                          .adds = {s->cross_add_rows, 0}, .heads = l->heads, .hs = l->hs, .keys = s->enc_len,
+                          .group = s->group, .scale = l->scale};
+            rc = bl_attention_one_query(k, &a, M, threads);
+        }
+        if (rc == BL_OK) rc = block_linear(k, &l->cross_o, ctx, y, M, D, H, 0, threads);
+        if (rc == BL_OK) add_rows(out, y, out, M * H);
+    }
+    /* the feed-forward block: ReLU between its two layers */
+    if (rc == BL_OK) rc = bl_rms_norm_rows(k, out, l->norm_ffn, h, M, H, l->eps, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->ffn_in, h, f, M, H, I, 0, threads);
+    if (rc == BL_OK) {
+        for (ptrdiff_t i = 0; i < M * I; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
+        rc = block_linear(k, &l->ffn_out, f, y, M, I, H, 0, threads);
+    }
+    if (rc == BL_OK) add_rows(out, y, out, M * H);
+    free(h);
     return rc;
 }
 
