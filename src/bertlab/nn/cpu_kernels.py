@@ -11,6 +11,8 @@
     attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), or on AMX tiles
                                 where the level is amx (`attention_bf16_kernel()`), fp32 or bf16 in and out,
                                 scores and softmax in fp32
+    gelu_tanh_(y)               GELU's tanh form (`gelu_new`) in place, fp32
+    decoder_layer_step(...)     a pre-norm decoder layer's decoding step in one call (nn/decoder_layer.py)
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
                                 (`int8_gemm_available()`)
@@ -549,9 +551,10 @@ def decoder_layer_step(x: int, out: int, rows: int, self_k: int, self_v: int, ca
     """A pre-norm decoder layer's decoding step in one C call (csrc/kernels.h: bl_decoder_layer_step): RMSNorm, the
     stacked qkv projection, this step's keys and values into the caches, `attention_one_query`'s loops, the
     attention output and the residual; the same for cross-attention; RMSNorm, the FFN's two layers with a ReLU
-    between, the residual -- the kernels the modules call, in their order. Pointers and sizes, all checked by the
-    caller (nn/decoder_layer.py, which also builds `layer`: the sizes, the six linear layers as (weight, bias,
-    comp, scale, narrow, gemv), the three norms' weights, eps and scale)."""
+    between (GELU's tanh form, and a gate, where the layer has them), the residual -- the kernels the modules call,
+    in their order. Pointers and sizes, all checked by the caller (nn/decoder_layer.py, which also builds `layer`:
+    the sizes and activation, the seven linear layers as (weight, bias, comp, scale, narrow, gemv), the three
+    norms' weights, eps and scale)."""
     _tuned()
     _extension().decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, self_add_rows,
                                     self_add_heads, cross_k, cross_v, cross_add, group, enc_len, cross_add_rows,
@@ -566,6 +569,17 @@ def gelu_(y: torch.Tensor) -> torch.Tensor | None:
         return None
     cols = y.size(-1)
     _extension().gelu_rows(y.data_ptr(), y.numel() // cols, cols, torch.get_num_threads())
+    return y
+
+
+def gelu_tanh_(y: torch.Tensor) -> torch.Tensor | None:
+    """GELU's tanh form (`gelu_new`, torch's approximate="tanh") over y in place, fp32, in one C pass: x · σ(2u)
+    with u = √(2/π)(x + 0.044715 x³), within 6e-7 of the formula in float64 (1e-6 relative for x > -3;
+    torch's own fp32: 4.3e-7, 1.2e-5; csrc/common.h). None where it does not apply (other dtypes, non-contiguous, autograd, a trace, no
+    extension); y is then unchanged."""
+    if y.dtype != torch.float32 or not y.numel() or not _native(y):
+        return None
+    _extension().gelu_tanh(y.data_ptr(), y.numel(), torch.get_num_threads())
     return y
 
 

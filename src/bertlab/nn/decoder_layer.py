@@ -1,5 +1,6 @@
 """CPU inference: a pre-norm decoder layer's decoding step (T5's: RMSNorm before self-attention over a key/value
-cache, before cross-attention to the encoder, before a ReLU feed-forward block) in one C call, fp32 or int8.
+cache, before cross-attention to the encoder, before a feed-forward block -- ReLU, or v1.1's gated tanh GELU) in
+one C call, fp32 or int8.
 
 Why: a decoding step feeds one new position per sequence, so each layer's kernels are small (GEMVs at batch 1)
 and the Python around them is not: t5-small's six decoder layers make ~40 linear-layer calls, 12 attention calls
@@ -10,8 +11,8 @@ family's block holds, at the row count of that generation -- and returns a `Deco
 their tensors to one C function (`cpu_kernels.decoder_layer_step`) running the kernels the modules call, in their
 order: the same bits as the modules one by one. Each linear layer is what its module runs at that row count:
 `PackedLinear`'s GEMV over the plain weight (up to `GEMV_ROWS` rows) or its fp32 panel GEMM, or `Int8Linear` on
-bertlab's int8 kernel. Anything else -- autograd, bf16, a gated feed-forward block or another activation, an
-attention kernel other than the C loops' (`bmm`, `bmm_bf16`: one query per row runs `attention_one_query` in
+bertlab's int8 kernel; the tanh GELU the C pass the modules run too (`elementwise.gelu_tanh_inplace`). Anything
+else -- autograd, bf16, another activation (the exact GELU: torch's in the modules), an attention kernel other than the C loops' (`bmm`, `bmm_bf16`: one query per row runs `attention_one_query` in
 both), a self-attention mask beside the position bias -- gives None (or the step returns None) and the family's
 modules run as before.
 """
@@ -28,6 +29,10 @@ from .rms_norm import RMSNorm
 
 # The attention kernels whose one-query path is `cpu_kernels.attention_one_query` over fp32 operands
 ONE_QUERY_KERNELS = ("bmm", "bmm_bf16")
+# The FFN activations the C step applies as the modules do (`elementwise.INPLACE_ACTIVATIONS`: torch's ReLU, the
+# C pass of GELU's tanh form), by their config names -> csrc/kernels.h's BL_ACT_* codes
+ACTIVATIONS = {"relu": 2, "gelu_new": 3, "gelu_pytorch_tanh": 3}
+NO_LAYER = (None, None, None, None, False, False)
 
 
 def _linear(layer: nn.Module | None, shape: tuple[int, int], rows: int) -> tuple | None:
@@ -124,15 +129,19 @@ class DecoderLayerStep:
 def decoder_layer_step(rows: int, heads: int, norm_self: nn.Module, qkv: nn.Module, attention_out: nn.Module,
                        norm_ffn: nn.Module, ffn_in: nn.Module, activation: str, ffn_out: nn.Module,
                        attention_kernel: str, norm_cross: nn.Module | None = None, cross_q: nn.Module | None = None,
-                       cross_out: nn.Module | None = None, scale: float = 1.0) -> DecoderLayerStep | None:
+                       cross_out: nn.Module | None = None, ffn_gate: nn.Module | None = None,
+                       scale: float = 1.0) -> DecoderLayerStep | None:
     """The decoding step of a pre-norm decoder layer over `rows` sequences in one C call, for inference:
     x + Attention(RMSNorm(x)) W_o over the key/value cache (`qkv` the stacked projection, heads of inner /
     `heads`), then x + CrossAttention(RMSNorm(x)) (where `norm_cross` is given: `cross_q`, `cross_out`; the keys
-    and values the caller's), then x + ReLU(RMSNorm(x) W_i) W_f; no biases needed (any there are added). Each
-    linear layer a `PackedLinear` (fp32) or an `Int8Linear`, each norm an fp32 `RMSNorm` (one eps). Returns
-    None where it does not apply (see the module docstring): the caller then runs its modules."""
-    if (torch.is_grad_enabled() or tracing() or activation != "relu" or attention_kernel not in ONE_QUERY_KERNELS
-            or cpu_isa() == "none" or not f32_gemm_available() or rows < 1):
+    and values the caller's), then x + act(RMSNorm(x) W_i) W_f -- or, with `ffn_gate` (T5 v1.1's gated FFN),
+    x + (act(RMSNorm(x) W_i) * RMSNorm(x) W_g) W_f; `activation` a name in `ACTIVATIONS`; no biases needed (any
+    there are added). Each linear layer a `PackedLinear` (fp32) or an `Int8Linear`, each norm an fp32 `RMSNorm`
+    (one eps). Returns None where it does not apply (see the module docstring): the caller then runs its
+    modules."""
+    if (torch.is_grad_enabled() or tracing() or activation not in ACTIVATIONS
+            or attention_kernel not in ONE_QUERY_KERNELS or cpu_isa() == "none" or not f32_gemm_available()
+            or rows < 1):
         return None
     inner = getattr(qkv, "out_features", 0) // 3
     hidden = getattr(attention_out, "out_features", 0)
@@ -140,17 +149,18 @@ def decoder_layer_step(rows: int, heads: int, norm_self: nn.Module, qkv: nn.Modu
     if not (inner and hidden and inter) or inner % heads:
         return None
     cross = norm_cross is not None
-    shapes = [(qkv, (hidden, 3 * inner)), (attention_out, (inner, hidden)),
-              (cross_q, (hidden, inner)), (cross_out, (inner, hidden)),
-              (ffn_in, (hidden, inter)), (ffn_out, (inter, hidden))]
+    gated = ffn_gate is not None
+    shapes = [(qkv, (hidden, 3 * inner), True), (attention_out, (inner, hidden), True),
+              (cross_q, (hidden, inner), cross), (cross_out, (inner, hidden), cross),
+              (ffn_in, (hidden, inter), True), (ffn_gate, (hidden, inter), gated), (ffn_out, (inter, hidden), True)]
     linears = []
-    for i, (layer, shape) in enumerate(shapes):
-        if not cross and i in (2, 3):
-            linears.append((None, None, None, None, False, False))
-            continue
-        if (operands := _linear(layer, shape, rows)) is None:
+    for layer, shape, present in shapes:
+        if not present:
+            linears.append(NO_LAYER)
+        elif (operands := _linear(layer, shape, rows)) is None:
             return None
-        linears.append(operands)
+        else:
+            linears.append(operands)
     norms = [_norm(n, hidden) for n in (norm_self, norm_cross if cross else None, norm_ffn)]
     if norms[0] is None or norms[2] is None or (cross and norms[1] is None):
         return None
@@ -161,6 +171,6 @@ def decoder_layer_step(rows: int, heads: int, norm_self: nn.Module, qkv: nn.Modu
     pointers = []
     for operands in linears:
         pointers += [None if t is None else t.data_ptr() for t in operands[:4]] + [int(operands[4]), int(operands[5])]
-    operands = (hidden, heads, inner // heads, inter, *pointers,
+    operands = (hidden, heads, inner // heads, inter, ACTIVATIONS[activation], *pointers,
                 *(None if n is None else n[0].data_ptr() for n in norms), eps.pop(), float(scale))
     return DecoderLayerStep(rows, hidden, heads, inner // heads, cross, operands, tensors)

@@ -1,7 +1,8 @@
 """CPU inference runs each T5 decoder block's decoding step in one C call (`nn.decoder_layer`,
-`cpu_kernels.decoder_layer_step`): the same bits as its modules one by one -- fp32 (a few rows' GEMV and the panel
-GEMM) and int8, greedy rows and beams sharing the encoder's keys and values, padded inputs, 1 and 2 threads --
-the same ids as `transformers`, and the modules wherever the call does not apply."""
+`cpu_kernels.decoder_layer_step`): the same bits as its modules one by one -- v1.0's ReLU FFN and v1.1's gated
+tanh GELU, fp32 (a few rows' GEMV and the panel GEMM) and int8, greedy rows and beams sharing the encoder's keys
+and values, padded inputs, 1 and 2 threads -- the same ids as `transformers`, and the modules wherever the call
+does not apply."""
 
 from __future__ import annotations
 
@@ -44,10 +45,11 @@ def modules_only(monkeypatch) -> None:
 @pytest.mark.parametrize("dtype", ["fp32", "int8"])
 @pytest.mark.parametrize("rows, beams", [(1, 1), (3, 1), (6, 1), (2, 3)], ids=["1", "3", "6", "2x3beams"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_one_call_step_gives_the_modules_bits(dtype, rows, beams, threads, tmp_path, monkeypatch):
+@pytest.mark.parametrize("variant", ["v1.0", "v1.1"])  # ReLU FFN; gated tanh-GELU FFN
+def test_one_call_step_gives_the_modules_bits(dtype, rows, beams, threads, variant, tmp_path, monkeypatch):
     if dtype == "int8" and not cpu_kernels.int8_gemm_available():
         pytest.skip("no int8 kernel at this level")
-    model = prepared(tmp_path, dtype)
+    model = prepared(tmp_path, dtype, variant)
     ids, mask = inputs(B=rows)  # padded rows (an additive mask per row in cross-attention)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -78,13 +80,14 @@ def test_one_call_step_gives_the_modules_bits(dtype, rows, beams, threads, tmp_p
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
-def test_prepared_generation_matches_transformers(num_beams, tmp_path, monkeypatch):
-    model = prepared(tmp_path, "fp32")
+@pytest.mark.parametrize("variant", ["v1.0", "v1.1"])
+def test_prepared_generation_matches_transformers(num_beams, variant, tmp_path, monkeypatch):
+    model = prepared(tmp_path, "fp32", variant)
     calls = counted_steps(monkeypatch)
     ids, mask = inputs()
     ours = model.generate(ids, mask, max_new_tokens=20, num_beams=num_beams)
-    theirs = hf_twin(lively_model(), tmp_path).generate(ids, attention_mask=mask, max_new_tokens=20,
-                                                        num_beams=num_beams, do_sample=False)
+    theirs = hf_twin(lively_model(variant), tmp_path).generate(ids, attention_mask=mask, max_new_tokens=20,
+                                                               num_beams=num_beams, do_sample=False)
     assert calls
     assert_lively(ours)
     assert torch.equal(after_eos_as_pad(ours), after_eos_as_pad(theirs))
@@ -94,9 +97,13 @@ def test_one_call_step_declines_what_it_does_not_run(tmp_path, monkeypatch):
     ids, mask = inputs(B=2)
     calls = counted_steps(monkeypatch)
     with torch.inference_mode():
-        # the gated FFN (v1.1), an unprepared model (nn.Linear): the modules
-        assert CachedDecoder(prepared(tmp_path, "fp32", "v1.1"), ids, mask, 1, 4).steps == [None, None]
+        # an unprepared model (nn.Linear), an activation the step does not apply as the modules do (the exact
+        # GELU: torch's there): the modules
         assert CachedDecoder(lively_model(), ids, mask, 1, 4).steps == [None, None]
+        exact = prepared(tmp_path, "fp32", "v1.1")
+        for block in exact.decoder.block:
+            block.layer[-1].DenseReluDense.act = "gelu"
+        assert CachedDecoder(exact, ids, mask, 1, 4).steps == [None, None]
         # bf16 (where the CPU has it natively; elsewhere --dtype bf16 runs fp32): the modules
         bf16 = prepared(tmp_path, "bf16")
         if bf16.shared.weight.dtype == torch.bfloat16:

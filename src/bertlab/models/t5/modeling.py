@@ -186,14 +186,14 @@ class T5Block(nn.Module):
         """This block's decoding step over `rows` sequences (one new position each) in one C call, for CPU
         inference (nn/decoder_layer.py); None where it does not apply (then `forward` runs)."""
         attn, ffn = self.layer[0].SelfAttention, self.layer[-1]
-        if type(ffn.DenseReluDense) is not T5DenseActDense:  # (the gated FFN: its modules)
-            return None
+        dense = ffn.DenseReluDense
+        gated = type(dense) is T5DenseGatedActDense  # act(wi_0 x) * (wi_1 x), else act(wi x)
         cross = self.layer[1] if len(self.layer) == 3 else None
         return decoder_layer_step(
             rows, attn.num_heads, self.layer[0].layer_norm, attn.stacked, attn.o, ffn.layer_norm,
-            ffn.DenseReluDense.wi, ffn.DenseReluDense.act, ffn.DenseReluDense.wo, attn.attn_implementation,
+            dense.wi_0 if gated else dense.wi, dense.act, dense.wo, attn.attn_implementation,
             norm_cross=cross.layer_norm if cross else None, cross_q=cross.EncDecAttention.q if cross else None,
-            cross_out=cross.EncDecAttention.o if cross else None, scale=1.0)
+            cross_out=cross.EncDecAttention.o if cross else None, ffn_gate=dense.wi_1 if gated else None, scale=1.0)
 
     def forward(self, x, mask, bias, encoder_states=None, encoder_mask=None, cache=None, start: int = 0):
         x = self.layer[0](x, mask, bias, cache, start)

@@ -366,6 +366,35 @@ INLINE void gelu_f32x16(f32x16 *v) {
     *v = x * (splat16(0.5f) * t);
 }
 
+/* GELU in its tanh form (`gelu_new`, torch's approximate="tanh": GPT-2's, ALBERT's, T5 v1.1's), 16 lanes:
+ * 0.5 x (1 + tanh(u)), u = √(2/π) (x + 0.044715 x³), computed as x · σ(2u) = x / (1 + e^(-2u)) -- the same function,
+ * without tanh's cancellation near 0 -- with t = e^(-2|u|) from exp_nonpositive's polynomial, 0 from |2u| > 87
+ * (below 2^-125, and a huge |x| must not scale it back up): x / (1 + t) for u >= 0, x t / (1 + t) below. Against the formula in
+ * float64 over [-10, 10]: within 6e-7, and 1e-6 relative for x > -3 (torch's own fp32 tanh GELU: 4.3e-7 and
+ * 1.2e-5; tests/test_nn_cpu_kernels.py). Integer masks and the vector extension only, as gelu_f32x16: every
+ * level the same operations, so the same bits. */
+INLINE void gelu_tanh_f32x16(f32x16 *v) {
+    const f32x16 x = *v;
+    const f32x16 u = splat16(0.7978845608028654f) * (x + splat16(0.044715f) * (x * x * x));
+    const i32x16 ub = (i32x16)u, mag = ub & splat16i(0x7fffffff), neg = ub >> 31;
+    /* -2|u|, clamped at -87 (also for NaN: x then carries it through; t is 0 there in the end) */
+    const i32x16 big = (splat16i(0x422e0000) - mag) >> 31;  /* |u| > 43.5 (bits of 43.5f) */
+    const f32x16 a = (f32x16)(((i32x16)(splat16(-2.0f) * (f32x16)mag) & ~big) | ((i32x16)splat16(-87.0f) & big));
+    /* e^a: a = n ln2 + r, Cephes' expf polynomial for e^r, 2^n from its exponent bits (n in [-126, 0]) */
+    const f32x16 n = (a * splat16(1.44269504088896341f) + splat16(12582912.0f)) - splat16(12582912.0f);
+    f32x16 r = a - n * splat16(0.693359375f);
+    r = r - n * splat16(-2.12194440e-4f);
+    f32x16 p = r * splat16(1.9875691500e-4f) + splat16(1.3981999507e-3f);
+    p = p * r + splat16(8.3334519073e-3f);
+    p = p * r + splat16(4.1665795894e-2f);
+    p = p * r + splat16(1.6666665459e-1f);
+    p = p * r + splat16(5.0000001201e-1f);
+    const f32x16 e = (p * (r * r) + r + splat16(1.0f)) * (f32x16)((__builtin_convertvector(n, i32x16) + 127) << 23);
+    const f32x16 t = (f32x16)((i32x16)e & ~big);  /* 0 where |u| > 43.5: x itself, or -0.0 (NaN for -inf) */
+    const f32x16 w = (f32x16)(((i32x16)t & neg) | ((i32x16)splat16(1.0f) & ~neg));  /* t where u < 0, else 1 */
+    *v = x * (w / (splat16(1.0f) + t));
+}
+
 /* GELU over `rows` rows of `cols` floats, `ldy` apart: an output block the GEMM has just stored, still in L1 --
  * after the tiles rather than inside them, so their k loops stay the plain GEMM's code */
 INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
@@ -400,6 +429,7 @@ INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
                                       float *out, ptrdiff_t rows, ptrdiff_t cols, float eps);                      \
     HIDDEN void V(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);            \
     HIDDEN void V(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);                                             \
+    HIDDEN void V(gelu_tanh_f32)(float *y, ptrdiff_t n);                                                           \
     HIDDEN void V(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);               \
     HIDDEN void V(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);          \
     HIDDEN void V(gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w,                \

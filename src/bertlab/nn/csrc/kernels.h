@@ -34,6 +34,8 @@ enum { BL_OK = 0, BL_NO_MEMORY = -1, BL_UNSUPPORTED = -2 };
 /* What the fp32 GEMM applies to each block of its output right after storing it, still in L1 (its epilogue):
  * nothing, or the exact GELU (common.h: gelu_f32x16) */
 enum { BL_ACT_NONE = 0, BL_ACT_GELU = 1 };
+/* A decoder layer's FFN activation (bl_decoder_layer_step): ReLU, or GELU's tanh form (bl_gelu_tanh) */
+enum { BL_ACT_RELU = 2, BL_ACT_GELU_TANH = 3 };
 
 /* A decoding step's attention (one query per row and head), fp32. Strides in elements, [0] row, [1] head, [2]
  * position (q and out: one position); the last dimension contiguous. `add` (the scores' additive mask and bias)
@@ -97,6 +99,7 @@ typedef struct {
                                ptrdiff_t rows, ptrdiff_t cols, float eps);
     void (*row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);
     void (*gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);  /* in place: the fp32 GEMM's epilogue, as a pass */
+    void (*gelu_tanh_f32)(float *y, ptrdiff_t n);  /* GELU's tanh form, in place */
     void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
     void (*attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);
     void (*gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
@@ -192,13 +195,15 @@ typedef struct {
 int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
                      const float *add, ptrdiff_t add_rows, int threads);
 int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
+/* GELU's tanh form (`gelu_new`) over n fp32 in place */
+int bl_gelu_tanh(const bl_kernels *k, float *y, ptrdiff_t n, int threads);
 /* A pre-norm decoder layer's decoding step (T5's: RMSNorm before each sub-layer, no biases needed) in one call,
  * one new position per row, each step one of the operations above in turn (the kernels the modules call, in their
  * order, so the same bits):
  *   h = RMSNorm(x); q, k, v = h Wqkvᵀ; k, v written to the caches at position `start`;
  *   x = x + OneQuery(q, K[:start+1], V[:start+1], self_add) Woᵀ
  *   x = x + OneQuery(RMSNorm(x) Wcqᵀ, cross K, cross V, cross_add) Wcoᵀ    (where norm_cross is set)
- *   out = x + ReLU(RMSNorm(x) Wiᵀ) Wfᵀ
+ *   out = x + act(RMSNorm(x) Wiᵀ) Wfᵀ, or x + (act(RMSNorm(x) Wiᵀ) * RMSNorm(x) Wgᵀ) Wfᵀ where gated (ffn_gate set)
  * x and out (rows, hidden) fp32; inner = heads · hs. The self-attention caches (rows, cache_len, inner),
  * contiguous; `self_add` the scores' additive part of this position (position bias and mask) for row r, head h at
  * self_add + r·self_add_rows + h·self_add_heads (strides 0: broadcast), or NULL. The cross-attention keys and
@@ -207,9 +212,10 @@ int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, 
  * layer as BlockLinear: the GEMV over the plain weight, the fp32 GEMM over panels, or int8. */
 typedef struct {
     ptrdiff_t hidden, heads, hs, inter;
-    BlockLinear qkv, o, cross_q, cross_o, ffn_in, ffn_out;
+    BlockLinear qkv, o, cross_q, cross_o, ffn_in, ffn_gate, ffn_out;  /* ffn_gate unset: no gate */
     const float *norm_self, *norm_cross, *norm_ffn;  /* RMSNorm weights; norm_cross NULL: no cross-attention */
     float eps, scale;
+    int act;  /* BL_ACT_RELU or BL_ACT_GELU_TANH */
 } DecoderLayer;
 typedef struct {
     float *self_k, *self_v;

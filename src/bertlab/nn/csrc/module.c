@@ -340,11 +340,11 @@ static BlockLinear block_linear_arg(PyObject *const *a) {
 
 /* decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add | None, self_add_rows,
  * self_add_heads, cross_k | None, cross_v | None, cross_add | None, group, enc_len, cross_add_rows, threads, then
- * the layer: hidden, heads, hs, inter, 6 x (w, bias, comp, scale, narrow, gemv) for qkv, o, cross q, cross o,
- * ffn in, ffn out, then norm_self, norm_cross | None, norm_ffn, eps, scale): a pre-norm decoder layer's decoding
- * step in one call (see kernels.h) */
+ * the layer: hidden, heads, hs, inter, act (BL_ACT_RELU or BL_ACT_GELU_TANH), 7 x (w, bias, comp, scale, narrow,
+ * gemv) for qkv, o, cross q, cross o, ffn in, ffn gate (w None: no gate), ffn out, then norm_self, norm_cross |
+ * None, norm_ffn, eps, scale): a pre-norm decoder layer's decoding step in one call (see kernels.h) */
 static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 62, "decoder_layer_step") < 0) return NULL;
+    if (parse(args, nargs, 69, "decoder_layer_step") < 0) return NULL;
     const float *x = as_ptr(args[0]);
     float *out = as_ptr(args[1]);
     Py_ssize_t rows = PyLong_AsSsize_t(args[2]);
@@ -357,15 +357,27 @@ static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py
     long threads = PyLong_AsLong(args[16]);
     PyObject *const *a = args + 17;
     DecoderLayer l = {.hidden = PyLong_AsSsize_t(a[0]), .heads = PyLong_AsSsize_t(a[1]),
-                      .hs = PyLong_AsSsize_t(a[2]), .inter = PyLong_AsSsize_t(a[3])};
-    BlockLinear *layers[] = {&l.qkv, &l.o, &l.cross_q, &l.cross_o, &l.ffn_in, &l.ffn_out};
-    for (int i = 0; i < 6; i++) *layers[i] = block_linear_arg(a + 4 + 6 * i);
-    l.norm_self = as_ptr(a[40]), l.norm_cross = as_ptr(a[41]), l.norm_ffn = as_ptr(a[42]);
-    l.eps = (float)PyFloat_AsDouble(a[43]), l.scale = (float)PyFloat_AsDouble(a[44]);
+                      .hs = PyLong_AsSsize_t(a[2]), .inter = PyLong_AsSsize_t(a[3]), .act = (int)PyLong_AsLong(a[4])};
+    BlockLinear *layers[] = {&l.qkv, &l.o, &l.cross_q, &l.cross_o, &l.ffn_in, &l.ffn_gate, &l.ffn_out};
+    for (int i = 0; i < 7; i++) *layers[i] = block_linear_arg(a + 5 + 6 * i);
+    l.norm_self = as_ptr(a[47]), l.norm_cross = as_ptr(a[48]), l.norm_ffn = as_ptr(a[49]);
+    l.eps = (float)PyFloat_AsDouble(a[50]), l.scale = (float)PyFloat_AsDouble(a[51]);
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_decoder_layer_step(k, &l, &s, x, out, rows, (int)threads));
     return result(rc, "decoder_layer_step (a GEMV, an fp32 GEMM or an int8 kernel at this level)");
+}
+
+/* gelu_tanh(y_ptr, n, threads): GELU's tanh form in place, fp32 */
+static PyObject *py_gelu_tanh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 3, "gelu_tanh") < 0) return NULL;
+    float *y = as_ptr(args[0]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    long threads = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_gelu_tanh(k, y, n, (int)threads));
+    return result(rc, "gelu_tanh");
 }
 
 static PyObject *py_linear_f32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -455,9 +467,10 @@ static PyMethodDef methods[] = {
                           "one call, its linear layers fp32 (comp None) or int8"),
     METHOD(decoder_layer_step, "decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, "
                                "self_add_rows, self_add_heads, cross_k, cross_v, cross_add, group, enc_len, "
-                               "cross_add_rows, threads, hidden, heads, hs, inter, 6 x (w, bias, comp, scale, narrow, "
-                               "gemv), 3 norm weights, eps, scale): a pre-norm decoder layer's decoding step in one "
-                               "call"),
+                               "cross_add_rows, threads, hidden, heads, hs, inter, act, 7 x (w, bias, comp, scale, "
+                               "narrow, gemv), 3 norm weights, eps, scale): a pre-norm decoder layer's decoding step "
+                               "in one call"),
+    METHOD(gelu_tanh, "gelu_tanh(y, n, threads): GELU's tanh form (gelu_new) in place, fp32"),
     METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),

@@ -318,6 +318,18 @@ int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, 
     return BL_OK;
 }
 
+int bl_gelu_tanh(const bl_kernels *k, float *y, ptrdiff_t n, int threads) {
+    if (!k->gelu_tanh_f32) return BL_UNSUPPORTED;
+    if (n < 1) return BL_OK;
+    const ptrdiff_t blocks = (n + 15) / 16;  /* whole 16-float blocks per thread: the same bits at any split */
+    int parts = thread_count(blocks, 16, threads);
+    FOR_EACH_BLOCK(blocks, parts, {
+        const ptrdiff_t end = (start + count) * 16 < n ? (start + count) * 16 : n;
+        k->gelu_tanh_f32(y + start * 16, end - start * 16);
+    });
+    return BL_OK;
+}
+
 /* y (M, N) = x (M, K) Wᵀ + b, GELU'd where `gelu`, as the block's fp32 or int8 module computes it: the fp32 GEMM
  * with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output; a few rows' GEMV
  * over the plain weight (no GELU: its module applies none there). */
@@ -372,16 +384,18 @@ static void add_rows(const float *x, const float *y, float *out, ptrdiff_t n) {
 /* One call for a decoder layer's step: at batch 1, t5-small's six decoder layers ran ~2 ms a step of Python
  * around their kernels at two threads (module calls, operand checks, views of q, k and v, cache writes), against
  * ~8 ms of GEMVs (see nn/decoder_layer.py). Scratch per row: the normed input (H), qkv (3D), the heads' output
- * (D), a sub-layer's output (H), the FFN's middle (I). */
+ * (D), a sub-layer's output (H), the FFN's middle (I; twice where gated). */
 int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const float *x,
                           float *out, ptrdiff_t rows, int threads) {
     const ptrdiff_t H = l->hidden, D = l->heads * l->hs, I = l->inter, M = rows, end = s->start + 1;
     if (M < 1) return BL_OK;
-    if (l->heads < 1 || l->hs < 1 || s->start < 0 || end > s->cache_len || (l->norm_cross && s->group < 1))
+    const int gated = l->ffn_gate.w || l->ffn_gate.int8.w;
+    if (l->heads < 1 || l->hs < 1 || s->start < 0 || end > s->cache_len || (l->norm_cross && s->group < 1)
+        || (l->act != BL_ACT_RELU && l->act != BL_ACT_GELU_TANH))
         return BL_UNSUPPORTED;
-    float *h = malloc(sizeof(float) * (size_t)(M * (2 * H + 4 * D + I)));
+    float *h = malloc(sizeof(float) * (size_t)(M * (2 * H + 4 * D + (gated ? 2 : 1) * I)));
     if (!h) return BL_NO_MEMORY;
-    float *qkv = h + M * H, *ctx = qkv + M * 3 * D, *y = ctx + M * D, *f = y + M * H;
+    float *qkv = h + M * H, *ctx = qkv + M * 3 * D, *y = ctx + M * D, *f = y + M * H, *g = f + M * I;
     /* self-attention over the cache, this step's keys and values written into it first */
     int rc = bl_rms_norm_rows(k, x, l->norm_self, h, M, H, l->eps, threads);
     if (rc == BL_OK) rc = block_linear(k, &l->qkv, h, qkv, M, H, 3 * D, 0, threads);
@@ -415,13 +429,21 @@ int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const Deco
         if (rc == BL_OK) rc = block_linear(k, &l->cross_o, ctx, y, M, D, H, 0, threads);
         if (rc == BL_OK) add_rows(out, y, out, M * H);
     }
-    /* the feed-forward block: ReLU between its two layers */
+    /* the feed-forward block: act(h Wiᵀ) (times h Wgᵀ where gated) Wfᵀ */
     if (rc == BL_OK) rc = bl_rms_norm_rows(k, out, l->norm_ffn, h, M, H, l->eps, threads);
     if (rc == BL_OK) rc = block_linear(k, &l->ffn_in, h, f, M, H, I, 0, threads);
     if (rc == BL_OK) {
-        for (ptrdiff_t i = 0; i < M * I; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
-        rc = block_linear(k, &l->ffn_out, f, y, M, I, H, 0, threads);
+        if (l->act == BL_ACT_GELU_TANH)
+            rc = bl_gelu_tanh(k, f, M * I, threads);
+        else
+            for (ptrdiff_t i = 0; i < M * I; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
     }
+    if (rc == BL_OK && gated) {
+        rc = block_linear(k, &l->ffn_gate, h, g, M, H, I, 0, threads);
+        if (rc == BL_OK)
+            for (ptrdiff_t i = 0; i < M * I; i++) f[i] *= g[i];
+    }
+    if (rc == BL_OK) rc = block_linear(k, &l->ffn_out, f, y, M, I, H, 0, threads);
     if (rc == BL_OK) add_rows(out, y, out, M * H);
     free(h);
     return rc;

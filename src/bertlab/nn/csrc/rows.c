@@ -94,6 +94,23 @@ HIDDEN void VARIANT(rms_norm_f32)(const float *x, const float *w, float *y, ptrd
  * its own, for a layer whose GEMM has no epilogue (int8) -- the same bits as that epilogue */
 HIDDEN void VARIANT(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols) { gelu_rows(y, rows, cols, cols); }
 
+/* GELU (tanh form) over n fp32 in place (common.h: gelu_tanh_f32x16) */
+HIDDEN void VARIANT(gelu_tanh_f32)(float *y, ptrdiff_t n) {
+    ptrdiff_t c = 0;
+    for (; c + 16 <= n; c += 16) {  /* (a constant size: a vector load and store, not a call of memcpy) */
+        f32x16 v;
+        memcpy(&v, y + c, sizeof v);
+        gelu_tanh_f32x16(&v);
+        memcpy(y + c, &v, sizeof v);
+    }
+    if (c < n) {
+        f32x16 v = {0};
+        memcpy(&v, y + c, sizeof(float) * (size_t)(n - c));
+        gelu_tanh_f32x16(&v);
+        memcpy(y + c, &v, sizeof(float) * (size_t)(n - c));
+    }
+}
+
 /* The Transformer's "Add & Norm" in fp32, post-LN: out = LayerNorm(y + residual) = (s - mean(s)) / sqrt(var(s) + eps)
  * · w + b, s = y + residual, over each row. One pass over y and the residual (out may be y), then two over the
  * row's sum while it is in L1: the mean, then the variance as the mean of squared deviations (as torch's
