@@ -515,7 +515,8 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
 
 # ------------------------------------------------------------------------------------ an encoder layer, one call
 def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, linears: tuple,
-                  norms: tuple, eps: tuple[float, float], inter: int) -> torch.Tensor | None:
+                  norms: tuple, eps: tuple[float, float], inter: int, bf16_attention: bool = False
+                  ) -> torch.Tensor | None:
     """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the stacked
     qkv projection, `attention_short`'s loops, the attention output, `add_layer_norm_`, the FFN's two layers with
     the GELU between them, `add_layer_norm_` -- in that order, with the kernels the modules call, so bit for bit
@@ -523,11 +524,14 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     out), each (weight, bias | None, comp, wscale, narrow): fp32 panels with comp and wscale None (the GELU the
     GEMM's epilogue), or int8 -- `pack_int8_weight`'s weight, compensation and narrowing with the per-channel
     scales (`int8_linear`'s kernel; the GELU `gelu_`'s pass); `norms`: the two LayerNorms' weight and bias; all
-    checked by the caller (nn/encoder_layer.py). `add` (B | 1, 1, 1, T) or None. None where the kernels do not
-    apply (the level below AVX2, a trace, x not a contiguous fp32 CPU tensor outside autograd, no int8 kernel)."""
+    checked by the caller (nn/encoder_layer.py). `add` (B | 1, 1, 1, T) or None. `bf16_attention`: the attention
+    `attention_bf16`'s (fp32 in and out), as int8's bf16 attention kernel runs it. None where the kernels do not
+    apply (the level below AVX2, a trace, x not a contiguous fp32 CPU tensor outside autograd, no int8 kernel, no
+    bf16 dot products for `bf16_attention`)."""
     int8 = linears[0][2] is not None
     if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() == "none" or not _native(x)
-            or not f32_gemm_available() or (int8 and not int8_gemm_available())):
+            or not f32_gemm_available() or (int8 and not int8_gemm_available())
+            or (bf16_attention and not bf16_dot_available())):
         return None
     B, T, H = x.shape
     out = x.new_empty((B, T, H))
@@ -540,7 +544,7 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
                                T if add is not None and add.size(0) > 1 else 0, H, heads, inter, *args,
                                *(w.data_ptr() for w in norms), float(eps[0]), float(eps[1]), float(scale),
-                               torch.get_num_threads())
+                               int(bf16_attention), torch.get_num_threads())
     return out
 
 

@@ -9,11 +9,11 @@ time. `post_ln_layer` checks the layer's parts (the modules a family's block hol
 one C function that runs the same kernels in the same order (`cpu_kernels.post_ln_layer`): the same bits as the
 modules one by one. Int8 layers (`Int8Linear`, all four on bertlab's int8 kernel at that row count) take the
 same steps with the int8 GEMMs, and the GELU a C pass that `Int8Linear`'s own `activated` runs too (the modules
-and the one call: the same bits). On all-MiniLM-L6-v2 int8, one 70-token
+and the one call: the same bits); their attention is int8's: fp32, or on a CPU with native bf16 the bf16
+dot products (`cpu_kernels.attention_bf16`, as the `bmm_bf16` kernel picks it). On all-MiniLM-L6-v2 int8, one 70-token
 row, one thread, under load, torch's profiler put torch's in-place GELU at ~300 us a layer and the views, slices
 and new tensors between the kernels at ~310 us a layer, of ~23 ms a call (six layers) in all. Anything else --
-training, autograd, bf16 layers, a mix of int8 and fp32 layers, another attention kernel (int8's bf16
-attention on a CPU with native bf16 included) or activation, padded
+training, autograd, bf16 layers, a mix of int8 and fp32 layers, another attention kernel or activation, padded
 rows held as a `TokenLayout`, heads the C attention does not take, a trace -- returns None and the family's
 modules run as before.
 """
@@ -25,8 +25,8 @@ import math
 import torch
 from torch import nn
 
-from .attention import LONG_KEYS, AttentionMask
-from .cpu_kernels import post_ln_layer as _post_ln_layer
+from .attention import AMX_SHORT_KEYS, LONG_KEYS, SHORT_KEYS, AttentionMask
+from .cpu_kernels import bf16_dot_available, cpu_isa, post_ln_layer as _post_ln_layer
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
 
@@ -66,14 +66,20 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
     for x (B, T, H) fp32 and a bidirectional `mask` (key padding or none), in one C call: `qkv` the stacked
     (H -> 3H) projection, then the attention output, the two norms and the FFN's two layers, each a
     `PackedLinear` on the C fp32 GEMM, or each an `Int8Linear` on bertlab's int8 kernel (and nn.LayerNorm);
-    `attention_kernel` must be "bmm" (whose fp32 C loops it runs) and `activation` "gelu". Returns (B, T, H), or
+    `attention_kernel` must be "bmm" (whose fp32 C loops it runs) or "bmm_bf16" (int8's on a CPU with native
+    bf16: its bf16 dot-product loops, or the fp32 ones where it takes them) and `activation` "gelu". Returns (B, T, H), or
     None where it does not apply (see the module docstring), the caller then running its modules."""
-    if (torch.is_grad_enabled() or attention_kernel != "bmm" or activation != "gelu" or x.dim() != 3
-            or x.dtype != torch.float32):
+    if (torch.is_grad_enabled() or attention_kernel not in ("bmm", "bmm_bf16") or activation != "gelu"
+            or x.dim() != 3 or x.dtype != torch.float32):
         return None
     B, T, H = x.shape
     if not 2 <= T < LONG_KEYS or H % heads or (H // heads) % 16 or H // heads > 64:
         return None  # (one query: the decoding step's kernel; long rows: SDPA; heads the C loops do not take)
+    bf16_attention = False
+    if attention_kernel == "bmm_bf16":  # what `attention.bmm_bf16_attention` runs for these fp32 rows
+        bf16_attention = bf16_dot_available() and not (T <= AMX_SHORT_KEYS and cpu_isa() == "amx")
+        if not bf16_attention and T > SHORT_KEYS:
+            return None  # (its bf16 matmuls there: the modules)
     inter = getattr(ffn_in, "out_features", 0)
     norms = (_norm(norm1, H), _norm(norm2, H))
     shapes = ((qkv, (H, 3 * H)), (attention_out, (H, H)), (ffn_in, (H, inter)), (ffn_out, (inter, H)))
@@ -91,4 +97,5 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
             return None
         add = mask.additive(T, T, torch.float32, x.device)  # (B, 1, 1, T) or None
     scale = scale if scale is not None else 1.0 / math.sqrt(H // heads)
-    return _post_ln_layer(x, add, heads, scale, linears, norms[0] + norms[1], (norm1.eps, norm2.eps), inter)
+    return _post_ln_layer(x, add, heads, scale, linears, norms[0] + norms[1], (norm1.eps, norm2.eps), inter,
+                          bf16_attention)

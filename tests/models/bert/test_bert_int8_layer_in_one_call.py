@@ -1,6 +1,7 @@
 """CPU int8 inference runs each BERT block in one C call too (`nn.encoder_layer`, `cpu_kernels.post_ln_layer`):
 the same bits as its int8 modules one by one -- padded and unpadded, 1 and 2 threads, rows below and above the
-AMX tiles' threshold -- and the modules wherever the call does not apply."""
+AMX tiles' threshold, fp32 attention and (on a CPU with native bf16) int8's bf16 attention -- and the modules
+wherever the call does not apply."""
 
 from __future__ import annotations
 
@@ -35,6 +36,23 @@ def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, mo
     # heads of 16, 48 and 32; FFN widths whose second layer is (80) and is not (128 is) a multiple of 64: the
     # VNNI kernel or AMX tiles for it on an AMX CPU; 33 rows (AMX from 16) and 9 (below)
     model = _int8(tiny_model(tmp_path / "bert", num_hidden_layers=2, **shape))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16: int8's attention is fp32 there")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_call_int8_layer_with_bf16_attention_gives_the_modules_bits(threads, tmp_path, monkeypatch):
+    # a CPU with native bf16: int8's attention is `bmm_bf16` (bf16 dot products; on AMX up to 64 keys the fp32
+    # loops), which the one call runs as the modules do
+    folder = tiny_model(tmp_path / "bert", num_hidden_layers=2, hidden_size=384, num_attention_heads=12,
+                        intermediate_size=1536)
+    model = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
+    assert {layer.attention.self.attn_implementation for layer in model.encoder.layer} == {"bmm_bf16"}
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -174,7 +174,8 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
  * mask, (B, T) (row stride `add_rows`, 0: one row for all) or NULL. Each linear layer either fp32 (bl_linear_f32
  * over panels, the GELU its epilogue) or, where `int8.w` is set, int8 (bl_linear_int8: x quantized per row, the
  * packed weight, its compensation, per-channel scales, the bias or NULL, `narrow` as there; the GELU a pass of
- * the level's gelu_f32, bl_gelu_rows) -- the kernels the fp32 or int8 modules call, in their order. */
+ * the level's gelu_f32, bl_gelu_rows) -- the kernels the fp32 or int8 modules call, in their order; the attention
+ * bl_attention_rows, or bl_attention_bf16 where `bf16_attention` (fp32 in and out, as int8's modules call it). */
 typedef struct {
     const int8_t *w;
     const int32_t *comp;
@@ -191,6 +192,7 @@ typedef struct {
     BlockLinear qkv, o, i, f;
     const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
     float eps1, eps2, scale;
+    int bf16_attention;  /* the attention on bf16 dot products (bl_attention_bf16), as int8's bf16 attention runs it */
 } PostLnLayer;
 int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
                      const float *add, ptrdiff_t add_rows, int threads);

@@ -301,9 +301,9 @@ static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) 
 
 /* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, bias | None, comp | None,
  * scale | None, narrow) for qkv, o, i, f -- fp32 panels where comp is None, else int8 --, then ln1_w, ln1_b, ln2_w,
- * ln2_b, eps1, eps2, scale, threads): a post-LN encoder layer in one call (see kernels.h) */
+ * ln2_b, eps1, eps2, scale, bf16_attention, threads): a post-LN encoder layer in one call (see kernels.h) */
 static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 37, "post_ln_layer") < 0) return NULL;
+    if (parse(args, nargs, 38, "post_ln_layer") < 0) return NULL;
     const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
     float *out = as_ptr(args[1]);
     Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
@@ -320,7 +320,8 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
     l.ln1_w = as_ptr(args[29]), l.ln1_b = as_ptr(args[30]), l.ln2_w = as_ptr(args[31]), l.ln2_b = as_ptr(args[32]);
     l.eps1 = (float)PyFloat_AsDouble(args[33]), l.eps2 = (float)PyFloat_AsDouble(args[34]);
     l.scale = (float)PyFloat_AsDouble(args[35]);
-    long threads = PyLong_AsLong(args[36]);
+    l.bf16_attention = PyLong_AsLong(args[36]) != 0;
+    long threads = PyLong_AsLong(args[37]);
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_post_ln_layer(k, &l, x, out, B, T, add, add_rows, (int)threads));
@@ -463,8 +464,8 @@ static PyMethodDef methods[] = {
     METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads[, act]): y = act(x Wᵀ + b), fp32, W packed "
                        "in panels of 32 columns; act 0 none (the default), 1 the exact GELU"),
     METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, bias, comp, "
-                          "scale, narrow), 4 norm weights, eps1, eps2, scale, threads): a post-LN encoder layer in "
-                          "one call, its linear layers fp32 (comp None) or int8"),
+                          "scale, narrow), 4 norm weights, eps1, eps2, scale, bf16_attention, threads): a post-LN "
+                          "encoder layer in one call, its linear layers fp32 (comp None) or int8"),
     METHOD(decoder_layer_step, "decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, "
                                "self_add_rows, self_add_heads, cross_k, cross_v, cross_add, group, enc_len, "
                                "cross_add_rows, threads, hidden, heads, hs, inter, act, 7 x (w, bias, comp, scale, "

@@ -364,7 +364,7 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, 
                   .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
                   .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
                   .scale = l->scale, .dtype = F32};
-        rc = bl_attention_rows(k, &a, B, threads);
+        rc = l->bf16_attention ? bl_attention_bf16(k, &a, B, threads) : bl_attention_rows(k, &a, B, threads);
     }
     if (rc == BL_OK) rc = block_linear(k, &l->o, ctx, y, M, H, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
