@@ -56,6 +56,7 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
             with torch.inference_mode():
                 own = q(x)
                 monkeypatch.setitem(int8_linear.KERNEL_MAX_ROWS, cpu_kernels.int8_kernel(), 0)
+                monkeypatch.setattr(int8_linear, "VNNI_MAX_ROWS_BY_CPU", {})
                 int_mm = q(x)
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape
@@ -63,19 +64,45 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
         assert bool(q.packed_weight) == packed
 
 
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_the_vnni_kernels_row_limit_follows_the_cpu_family(monkeypatch, isa):
+    """AVX-512 VNNI's kernel serves up to KERNEL_MAX_ROWS rows, beyond them torch._int_mm -- except on a CPU family
+    measured to want the kernel at every row count (AMD Zen 4): there a bulk batch's rows take it too, with the
+    same outputs."""
+    from bertlab.nn import cpu_kernels
+
+    if cpu_kernels.int8_kernel() != "vnni":
+        pytest.skip("no AVX-512 VNNI int8 kernel here")
+    torch.manual_seed(0)
+    q = int8_linear.Int8Linear(nn.Linear(48, 80))
+    x = torch.randn(400, 48)
+    with torch.inference_mode():
+        monkeypatch.setattr(int8_linear, "cpu_family", lambda: ("GenuineIntel", 6))
+        assert q.packed_for_rows(128) is not None and q.packed_for_rows(400) is None
+        int_mm = q(x)
+        monkeypatch.setattr(int8_linear, "cpu_family", lambda: ("AuthenticAMD", 25))
+        assert q.packed_for_rows(400) is not None
+        assert torch.equal(q(x), int_mm)
+        monkeypatch.setattr(int8_linear, "cpu_family", lambda: None)  # no /proc/cpuinfo: the table's limit
+        assert q.packed_for_rows(400) is None
+
+
 @pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
 def test_weights_are_narrowed_only_for_avx2_without_vnni(isa):
     """Where the int8 kernel is AVX2's without VNNI the weights are quantized to ±64 (its three-instruction
     kernel's exact range; the layer packs them as narrow), elsewhere to ±127; either stays close to nn.Linear."""
+    from bertlab.nn import cpu_kernels
+
     torch.manual_seed(0)
     linear = nn.Linear(384, 96)
     q = int8_linear.Int8Linear(linear)
-    top = 64 if isa == "avx2" else 127
+    narrow = cpu_kernels.int8_kernel() == "avx2"  # (avxvnni without AVX-VNNI's 256-bit form, AMD Zen 4: AVX2's)
+    top = 64 if narrow else 127
     assert int8_linear.weight_max() == top and int(q.qweight.abs().amax()) == top
     x = torch.randn(5, 384)
     with torch.inference_mode():
         got, want = q(x), linear(x)
-    assert q.packed_weight[2] == (isa == "avx2")
+    assert q.packed_weight[2] == narrow
     assert float(row_cosine(got, want).min()) > 0.999
 
 
@@ -115,8 +142,9 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
 
 @pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
 def test_int8_layer_keeps_one_int8_layout_where_the_kernel_takes_every_row_count(isa):
-    """On AMX (K % 64 == 0) bertlab's kernel serves every row count: the layer holds the packed weight alone, and
-    torch._int_mm's layout, asked for, is unpacked from it byte for byte. Below AMX both are kept."""
+    """On AMX (K % 64 == 0), and with AVX-512 VNNI on a CPU family measured to want it at every row count (AMD Zen
+    4), bertlab's kernel serves every row count: the layer holds the packed weight alone, and torch._int_mm's
+    layout, asked for, is unpacked from it byte for byte. Elsewhere both are kept."""
     from bertlab.nn import cpu_kernels
 
     torch.manual_seed(0)
@@ -124,7 +152,9 @@ def test_int8_layer_keeps_one_int8_layout_where_the_kernel_takes_every_row_count
     q = int8_linear.Int8Linear(linear)
     w = linear.weight.detach()
     want = (w / (w.abs().amax(1).clamp(min=1e-8) / 127.0)[:, None]).round().to(torch.int8).t()
-    alone = cpu_kernels.int8_kernel() == "amx" and int8_linear.int_mm_exact()
+    kernel = cpu_kernels.int8_kernel()
+    alone = int8_linear.int_mm_exact() and (
+        kernel == "amx" or (kernel == "vnni" and int8_linear.cpu_family() in int8_linear.VNNI_MAX_ROWS_BY_CPU))
     assert ("qweight" not in q._buffers) == alone and bool(q.packed_weight) == alone
     assert torch.equal(q.qweight, want)
     x = torch.randn(300, 64)

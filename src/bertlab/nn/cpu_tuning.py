@@ -35,6 +35,7 @@ or read), `retune` (measure again now and replace the cached entry).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -80,9 +81,10 @@ def mode() -> str:
     return asked
 
 
-def cpu_name() -> str:
-    """The CPU's model name with its family and model numbers (/proc/cpuinfo; elsewhere `platform`'s name)."""
-    fields = {}
+@functools.cache
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ({} where there is none)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -92,6 +94,21 @@ def cpu_name() -> str:
                 fields.setdefault(name.strip(), value.strip())
     except OSError:
         pass
+    return fields
+
+
+def cpu_family() -> tuple[str, int] | None:
+    """(vendor, family number) of this CPU, as /proc/cpuinfo gives them ("AuthenticAMD", 25); None elsewhere."""
+    fields = _cpuinfo()
+    try:
+        return fields["vendor_id"], int(fields["cpu family"])
+    except (KeyError, ValueError):
+        return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name with its family and model numbers (/proc/cpuinfo; elsewhere `platform`'s name)."""
+    fields = _cpuinfo()
     model = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
     if "cpu family" in fields and "model" in fields:
         model += f" (family {fields['cpu family']}, model {fields['model']})"

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from ..core.host_memory import drop_file_pages
+from .cpu_tuning import cpu_family
 from .cpu_kernels import (
     NARROW_WEIGHT_MAX,
     dequantize_rows,
@@ -71,6 +72,12 @@ MIN_FEATURES = 16
 # (Measured before the AVX2 tiles kept their accumulators in registers: since then the AVX-VNNI kernel runs
 # 1.5-1.8x faster at 16-48 rows, AVX2 alone ~1.0-1.07x; the limits were not re-measured.)
 KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
+# The AVX-512 VNNI kernel's limit where a CPU family was measured to want another, by (vendor, family)
+# (`cpu_tuning.cpu_family`). AMD Zen 4 (family 25; its AVX-512 halves are 256 bits wide): the kernel 1.06-3.7x
+# torch._int_mm (oneDNN) with quantize and dequantize at 128-1,500 rows on MiniLM's four shapes, 1 and 2 threads
+# (an AMD EPYC, family 25 model 17); all-MiniLM-L6-v2 int8 embedding 192 inputs of 16-128 tokens 1.24x (1 thread)
+# and 1.35x (2), 32 of 256-512 1.12x and 1.20x. Zen 5 (family 26) keeps 128 (the measurement above).
+VNNI_MAX_ROWS_BY_CPU = {("AuthenticAMD", 25): 1 << 62}
 
 
 def weight_max() -> int:
@@ -142,7 +149,10 @@ class Int8Linear(nn.Module):
             kernel = "vnni"
         # where torch._int_mm is not exact (oneDNN held to AVX2: see int_mm_exact), bertlab's kernel takes every
         # row count
-        return KERNEL_MAX_ROWS.get(kernel, 0) if int_mm_exact() else (1 << 62 if kernel else 0)
+        if not int_mm_exact():
+            return 1 << 62 if kernel else 0
+        limit = KERNEL_MAX_ROWS.get(kernel, 0)
+        return VNNI_MAX_ROWS_BY_CPU.get(cpu_family(), limit) if kernel == "vnni" else limit
 
     def __getattr__(self, name: str):
         # only reached where normal lookup fails: the int8 weight in torch._int_mm's layout where the packed one

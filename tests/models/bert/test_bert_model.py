@@ -108,12 +108,14 @@ def test_padding_does_not_change_real_tokens(tiny_config):
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu", "tanh"])
 def test_inference_in_place_activation_equals_autograd_path(tiny_config, act, monkeypatch):
     """Without autograd the FFN activation overwrites its input; with it, it must not (and gradients flow). Bit
-    for bit, with Add & Norm in torch on both paths (its fused C pass is checked below)."""
+    for bit, with Add & Norm and the tanh GELU in torch on both paths (their C passes are checked below and in
+    tests/test_nn_cpu_kernels.py)."""
     import dataclasses
 
     from bertlab.nn import elementwise
 
     monkeypatch.setattr(elementwise, "add_layer_norm_", lambda *args: None)
+    monkeypatch.setattr(elementwise, "gelu_tanh_", lambda x: None)
     torch.manual_seed(0)
     model = BertModel(dataclasses.replace(tiny_config, hidden_act=act)).eval()
     ids = torch.randint(1, 99, (2, 9))
