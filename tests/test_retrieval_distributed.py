@@ -189,6 +189,12 @@ def test_reranker_over_two_processes_is_one_process(runs, loss, sharding):
     w1, w2 = final_weights(runs / f"{loss}-one"), final_weights(runs / f"{loss}-{sharding}")
     assert w1.keys() == w2.keys()
     for k in w1:
+        if loss == "listwise" and k.endswith("classifier.bias"):
+            # A softmax over each group's scores does not change when one constant is added to all of them: the
+            # bias's gradient is 0 but for rounding, which AdamW's normalised step turns into updates up to lr
+            # either way (one process and two round differently: 1.2e-5 apart on an AMD EPYC). Bounded, not equal.
+            assert float(w1[k].abs().max()) <= 4 * 1e-3 and float(w2[k].abs().max()) <= 4 * 1e-3
+            continue
         torch.testing.assert_close(w2[k], w1[k], atol=1e-5, rtol=1e-4, msg=k)
     resolved = json.loads((runs / f"{loss}-{sharding}" / "run_config.json").read_text())["_resolved"]
     assert (resolved["world_size"], resolved["sharding"]) == (2, sharding)
