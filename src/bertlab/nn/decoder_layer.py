@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .cpu_kernels import cpu_isa, decoder_layer_step as _decoder_layer_step, f32_gemm_available, tracing
+from .encoder_layer import int8_operands, panel_operands
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
 from .rms_norm import RMSNorm
@@ -37,16 +38,12 @@ NO_LAYER = (None, None, None, None, False, False)
 
 def _linear(layer: nn.Module | None, shape: tuple[int, int], rows: int) -> tuple | None:
     """The C call's operands for `layer` mapping shape[0] -> shape[1] features at `rows` rows, as its module's
-    forward computes them there: (weight, bias, comp, scale, narrow, gemv) -- or None where it is neither."""
-    if layer is None or (getattr(layer, "in_features", None), getattr(layer, "out_features", None)) != shape:
-        return None
+    forward computes them there: (weight, bias, comp, scale, narrow, gemv) -- the one-call encoder layer's int8 and
+    panel operands (`encoder_layer`), or a few rows' GEMV over the plain weight -- or None where it is neither."""
     if type(layer) is Int8Linear:
-        packed = layer.packed_for_rows(rows)
-        if packed is None:
-            return None
-        weight, comp, narrow = packed
-        return weight, layer.fbias, comp, layer.wscale, narrow, False
-    if type(layer) is not PackedLinear:
+        operands = int8_operands(layer, shape, rows)
+        return None if operands is None else (*operands, False)
+    if type(layer) is not PackedLinear or (layer.in_features, layer.out_features) != shape:
         return None
     plain = layer.plain
     if rows <= GEMV_ROWS and plain is not None:  # PackedLinear.forward's GEMV (cpu_kernels.linear_few_rows)
@@ -54,9 +51,8 @@ def _linear(layer: nn.Module | None, shape: tuple[int, int], rows: int) -> tuple
         if (shape[0] % 16 == 0 and weight.dtype == torch.float32 and weight.is_contiguous()
                 and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous()))):
             return weight.detach(), None if bias is None else bias.detach(), None, None, False, True
-    if layer.panels is None or layer.panels.dtype != torch.float32:
-        return None
-    return layer.panels, layer.panel_bias, None, None, False, False
+    operands = panel_operands(layer, shape)
+    return None if operands is None else (*operands, False)
 
 
 def _norm(norm: nn.Module | None, hidden: int) -> tuple[torch.Tensor, float] | None:

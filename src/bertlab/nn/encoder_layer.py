@@ -30,7 +30,7 @@ from .cpu_kernels import bf16_dot_available, cpu_isa, post_ln_layer as _post_ln_
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
 
-def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple | None:
+def panel_operands(layer: nn.Module, shape: tuple[int, int]) -> tuple | None:
     """A PackedLinear on the C fp32 GEMM mapping shape[0] -> shape[1] features: its panels and bias, as
     `cpu_kernels.post_ln_layer` takes an fp32 layer."""
     if (type(layer) is not PackedLinear or layer.panels is None or layer.panels.dtype != torch.float32
@@ -39,7 +39,7 @@ def _panels(layer: nn.Module, shape: tuple[int, int]) -> tuple | None:
     return layer.panels, layer.panel_bias, None, None, False
 
 
-def _int8(layer: nn.Module, shape: tuple[int, int], rows: int) -> tuple | None:
+def int8_operands(layer: nn.Module, shape: tuple[int, int], rows: int) -> tuple | None:
     """An Int8Linear mapping shape[0] -> shape[1] features whose forward takes bertlab's int8 kernel at `rows`
     rows: its packed weight, bias, compensation, scales and whether its weights are narrowed, as
     `cpu_kernels.post_ln_layer` takes an int8 layer."""
@@ -84,9 +84,9 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
     norms = (_norm(norm1, H), _norm(norm2, H))
     shapes = ((qkv, (H, 3 * H)), (attention_out, (H, H)), (ffn_in, (H, inter)), (ffn_out, (inter, H)))
     if type(qkv) is Int8Linear:  # int8 layers: all four of them, each on bertlab's int8 kernel at B·T rows
-        linears = tuple(_int8(layer, shape, B * T) for layer, shape in shapes)
+        linears = tuple(int8_operands(layer, shape, B * T) for layer, shape in shapes)
     else:
-        linears = tuple(_panels(layer, shape) for layer, shape in shapes)
+        linears = tuple(panel_operands(layer, shape) for layer, shape in shapes)
         if B * T <= GEMV_ROWS and any(getattr(layer, "plain", None) is not None for layer, _ in shapes):
             return None  # a few rows take the GEMV over a plain weight there: other sums
     if any(p is None for p in linears + norms):

@@ -299,6 +299,16 @@ static PyObject *panel_gemm(PyObject *const *args, Py_ssize_t nargs, int dtype) 
     return result(rc, name);
 }
 
+/* A BlockLinear from (w, bias | None, comp | None, scale | None, narrow[, gemv]): int8 where comp is set, else fp32
+ * panels, or the plain weight's GEMV where `with_gemv` and the sixth item is true */
+static BlockLinear block_linear_arg(PyObject *const *a, int with_gemv) {
+    const int32_t *comp = as_ptr(a[2]);
+    if (comp)
+        return (BlockLinear){.int8 = {.w = as_ptr(a[0]), .comp = comp, .scale = as_ptr(a[3]), .bias = as_ptr(a[1]),
+                                      .narrow = PyLong_AsLong(a[4]) != 0}};
+    return (BlockLinear){.w = as_ptr(a[0]), .b = as_ptr(a[1]), .gemv = with_gemv && PyLong_AsLong(a[5]) != 0};
+}
+
 /* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, bias | None, comp | None,
  * scale | None, narrow) for qkv, o, i, f -- fp32 panels where comp is None, else int8 --, then ln1_w, ln1_b, ln2_w,
  * ln2_b, eps1, eps2, scale, bf16_attention, threads): a post-LN encoder layer in one call (see kernels.h) */
@@ -310,13 +320,7 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
     PostLnLayer l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
                      .inter = PyLong_AsSsize_t(args[8])};
     BlockLinear *layers[] = {&l.qkv, &l.o, &l.i, &l.f};
-    for (int i = 0; i < 4; i++) {
-        PyObject *const *a = args + 9 + 5 * i;
-        const int32_t *comp = as_ptr(a[2]);
-        *layers[i] = comp ? (BlockLinear){.int8 = {.w = as_ptr(a[0]), .comp = comp, .scale = as_ptr(a[3]),
-                                                   .bias = as_ptr(a[1]), .narrow = PyLong_AsLong(a[4]) != 0}}
-                          : (BlockLinear){.w = as_ptr(a[0]), .b = as_ptr(a[1])};
-    }
+    for (int i = 0; i < 4; i++) *layers[i] = block_linear_arg(args + 9 + 5 * i, 0);
     l.ln1_w = as_ptr(args[29]), l.ln1_b = as_ptr(args[30]), l.ln2_w = as_ptr(args[31]), l.ln2_b = as_ptr(args[32]);
     l.eps1 = (float)PyFloat_AsDouble(args[33]), l.eps2 = (float)PyFloat_AsDouble(args[34]);
     l.scale = (float)PyFloat_AsDouble(args[35]);
@@ -327,16 +331,6 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
     RUN(rc = bl_post_ln_layer(k, &l, x, out, B, T, add, add_rows, (int)threads));
     return result(rc, "post_ln_layer (an fp32 GEMM or an int8 kernel at this level, heads of a multiple of 16 up "
                       "to 64)");
-}
-
-/* A BlockLinear from (w, bias | None, comp | None, scale | None, narrow, gemv): int8 where comp is set, else fp32
- * panels, or the plain weight's GEMV where gemv */
-static BlockLinear block_linear_arg(PyObject *const *a) {
-    const int32_t *comp = as_ptr(a[2]);
-    if (comp)
-        return (BlockLinear){.int8 = {.w = as_ptr(a[0]), .comp = comp, .scale = as_ptr(a[3]), .bias = as_ptr(a[1]),
-                                      .narrow = PyLong_AsLong(a[4]) != 0}};
-    return (BlockLinear){.w = as_ptr(a[0]), .b = as_ptr(a[1]), .gemv = PyLong_AsLong(a[5]) != 0};
 }
 
 /* decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add | None, self_add_rows,
@@ -360,7 +354,7 @@ static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py
     DecoderLayer l = {.hidden = PyLong_AsSsize_t(a[0]), .heads = PyLong_AsSsize_t(a[1]),
                       .hs = PyLong_AsSsize_t(a[2]), .inter = PyLong_AsSsize_t(a[3]), .act = (int)PyLong_AsLong(a[4])};
     BlockLinear *layers[] = {&l.qkv, &l.o, &l.cross_q, &l.cross_o, &l.ffn_in, &l.ffn_gate, &l.ffn_out};
-    for (int i = 0; i < 7; i++) *layers[i] = block_linear_arg(a + 5 + 6 * i);
+    for (int i = 0; i < 7; i++) *layers[i] = block_linear_arg(a + 5 + 6 * i, 1);
     l.norm_self = as_ptr(a[47]), l.norm_cross = as_ptr(a[48]), l.norm_ffn = as_ptr(a[49]);
     l.eps = (float)PyFloat_AsDouble(a[50]), l.scale = (float)PyFloat_AsDouble(a[51]);
     if (PyErr_Occurred()) return NULL;
