@@ -346,11 +346,23 @@ def test_gelu_tanh_pass_is_the_formula(isa, threads):
     assert torch.equal(cpu_kernels.gelu_tanh_(odd.clone()), cpu_kernels.gelu_tanh_(odd.flatten().clone()).view(37, 101))
     with torch.inference_mode():
         assert torch.equal(INPLACE_ACTIVATIONS["gelu_new"](odd.clone()), cpu_kernels.gelu_tanh_(odd.clone()))
+    # bf16: each value widened, the same fp32 pass, rounded once -- and so within one rounding of torch's bf16
+    x16 = x.bfloat16()
+    got16 = cpu_kernels.gelu_tanh_(x16.clone())
+    assert got16.dtype == torch.bfloat16
+    assert torch.equal(got16, cpu_kernels.gelu_tanh_(x16.float()).bfloat16())
+    torch_16 = torch.nn.functional.gelu(x16, approximate="tanh")
+    finite = torch_16.isfinite()
+    bound = torch_16.float().abs()[finite] * 2 ** -7 + 6e-7  # a bf16 step, or the fp32 pass's absolute bound
+    assert ((got16.float() - torch_16.float()).abs()[finite] <= bound).all()
+    with torch.inference_mode():
+        assert torch.equal(INPLACE_ACTIVATIONS["gelu_new"](odd.bfloat16()), cpu_kernels.gelu_tanh_(odd.bfloat16()))
     if cpu_kernels.cpu_isa() != "avx512":
         return
     wide = cpu_kernels.gelu_tanh_(x.clone())
     cpu_kernels.force_cpu_isa("avx2")  # (the level none has no FMA: other roundings, within the same bounds)
     assert torch.equal(cpu_kernels.gelu_tanh_(x.clone()), wide)
+    assert torch.equal(cpu_kernels.gelu_tanh_(x16.clone()), got16)
 
 
 def test_cpu_isa_refuses_an_unknown_or_unreachable_level():
@@ -541,6 +553,9 @@ def test_argmax_rows_equals_torch_first_of_ties_and_declines_nan():
     ties = torch.zeros(2, 40)
     ties[0, 7] = ties[0, 9] = 1.0
     assert cpu_kernels.argmax_rows(ties).tolist() == [7, 0] == ties.argmax(-1).tolist()
+    x16 = x.bfloat16()  # a bf16 model's logits: many equal values, the first of them
+    assert torch.equal(cpu_kernels.argmax_rows(x16), x16.argmax(-1))
+    assert torch.equal(cpu_kernels.argmax_rows(ties.bfloat16()), ties.argmax(-1))
     x[3, 5] = float("nan")
     assert cpu_kernels.argmax_rows(x) is None  # torch's argmax picks the NaN: the caller takes it
     assert cpu_kernels.beam_topk(torch.tensor([[0.0, float("nan")]]), torch.zeros(1, 1), 1) is None
@@ -901,7 +916,18 @@ def test_rms_norm_equals_the_formula(shape, threads, isa):
     x, w = torch.randn(shape, generator=g) * 3, torch.randn(shape[-1], generator=g)
     want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
     torch.testing.assert_close(cpu_kernels.rms_norm(x, w, 1e-6), want, atol=1e-5, rtol=1e-6)
-    assert cpu_kernels.rms_norm(x.bfloat16(), w.bfloat16(), 1e-6) is None
+    # bf16, as transformers' T5LayerNorm computes a bf16 model's: x · 1/sqrt(mean(x²) + eps) in fp32, rounded to
+    # bf16, times the bf16 weight (rounded again). The fp32 factor is the kernel's to ~1e-7, so a product can land
+    # on the other side of a bf16 rounding boundary: one bf16 step at most, and rarely
+    x16, w16 = x.bfloat16(), w.bfloat16()
+    xf = x16.float()
+    want16 = w16 * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).bfloat16()
+    got16 = cpu_kernels.rms_norm(x16, w16, 1e-6)
+    assert got16.dtype == torch.bfloat16 and got16.shape == x16.shape
+    step = want16.float().abs() * 2 ** -7 + 1e-30  # one bf16 step (8 bits of mantissa) at each value's size
+    assert ((got16.float() - want16.float()).abs() <= step).all()
+    assert (got16 == want16).float().mean() >= 0.99
+    assert cpu_kernels.rms_norm(x16, w, 1e-6) is None  # mixed dtypes: the torch formula
     assert cpu_kernels.rms_norm(x.requires_grad_(), w, 1e-6) is None  # autograd: the torch formula
     assert cpu_kernels.rms_norm(torch.randn(4, 64)[:, ::2], torch.randn(32), 1e-6) is None  # not contiguous
 

@@ -4,14 +4,14 @@
     quantize_rows(x)            x (N, K) -> int8 xq and (N, 1) scales s, x ≈ s · xq (symmetric, per row)
     dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
-    rms_norm(x, w, eps)         T5's RMS layer norm in one call (fp32)
+    rms_norm(x, w, eps)         T5's RMS layer norm in one call (fp32 or bf16)
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
     attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), or on AMX tiles
                                 where the level is amx (`attention_bf16_kernel()`), fp32 or bf16 in and out,
                                 scores and softmax in fp32
-    gelu_tanh_(y)               GELU's tanh form (`gelu_new`) in place, fp32
+    gelu_tanh_(y)               GELU's tanh form (`gelu_new`) in place, fp32 or bf16
     decoder_layer_step(...)     a pre-norm decoder layer's decoding step in one call (nn/decoder_layer.py)
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
@@ -258,15 +258,17 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
-    """weight · x / sqrt(mean(x²) + eps) over the last dimension, fp32 (T5's layer norm, `nn.rms_norm`), in one
-    C call. None where it does not apply (other dtypes, non-contiguous, autograd, no extension)."""
-    if (x.dtype != torch.float32 or weight.dtype != torch.float32 or weight.dim() != 1 or x.dim() == 0
+    """weight · x / sqrt(mean(x²) + eps) over the last dimension (T5's layer norm, `nn.rms_norm`), in one C call:
+    fp32, or bf16 as `transformers` computes a bf16 model's (the mean of squares and the product with x in fp32,
+    rounded to bf16, then times the weight in bf16). x and weight of one dtype. None where it does not apply
+    (other dtypes, non-contiguous, autograd, no extension)."""
+    if (x.dtype not in _DTYPE_CODES or weight.dtype != x.dtype or weight.dim() != 1 or x.dim() == 0
             or x.size(-1) != weight.numel() or not _native(x, weight)):
         return None
     y = torch.empty_like(x)
     cols = weight.numel()
-    _extension().rms_norm_rows(x.data_ptr(), weight.data_ptr(), y.data_ptr(), x.numel() // max(cols, 1), cols,
-                               float(eps), torch.get_num_threads())
+    _extension().rms_norm_rows(x.data_ptr(), weight.data_ptr(), y.data_ptr(), _DTYPE_CODES[x.dtype],
+                               x.numel() // max(cols, 1), cols, float(eps), torch.get_num_threads())
     return y
 
 
@@ -551,18 +553,18 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
 def decoder_layer_step(x: int, out: int, rows: int, self_k: int, self_v: int, cache_len: int, start: int,
                        self_add: int | None, self_add_rows: int, self_add_heads: int, cross_k: int | None,
                        cross_v: int | None, cross_add: int | None, group: int, enc_len: int, cross_add_rows: int,
-                       layer: tuple) -> None:
+                       layer: tuple, dtype: torch.dtype) -> None:
     """A pre-norm decoder layer's decoding step in one C call (csrc/kernels.h: bl_decoder_layer_step): RMSNorm, the
-    stacked qkv projection, this step's keys and values into the caches, `attention_one_query`'s loops, the
-    attention output and the residual; the same for cross-attention; RMSNorm, the FFN's two layers with a ReLU
-    between (GELU's tanh form, and a gate, where the layer has them), the residual -- the kernels the modules call,
-    in their order. Pointers and sizes, all checked by the caller (nn/decoder_layer.py, which also builds `layer`:
-    the sizes and activation, the seven linear layers as (weight, bias, comp, scale, narrow, gemv), the three
-    norms' weights, eps and scale)."""
+    stacked qkv projection, this step's keys and values into the caches, `attention_one_query`'s loops (bf16:
+    `attention_bf16`'s), the attention output and the residual; the same for cross-attention; RMSNorm, the FFN's
+    two layers with a ReLU between (GELU's tanh form, and a gate, where the layer has them), the residual -- the
+    kernels the modules call, in their order, in `dtype` (fp32 or bf16). Pointers and sizes, all checked by the
+    caller (nn/decoder_layer.py, which also builds `layer`: the sizes and activation, the seven linear layers as
+    (weight, bias, comp, scale, narrow, gemv), the three norms' weights, eps and scale)."""
     _tuned()
     _extension().decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, self_add_rows,
                                     self_add_heads, cross_k, cross_v, cross_add, group, enc_len, cross_add_rows,
-                                    torch.get_num_threads(), *layer)
+                                    torch.get_num_threads(), *layer, _DTYPE_CODES[dtype])
 
 
 def gelu_(y: torch.Tensor) -> torch.Tensor | None:
@@ -577,17 +579,16 @@ def gelu_(y: torch.Tensor) -> torch.Tensor | None:
 
 
 def gelu_tanh_(y: torch.Tensor) -> torch.Tensor | None:
-    """GELU's tanh form (`gelu_new`, torch's approximate="tanh") over y in place, fp32, in one C pass: x · σ(2u)
-    with u = √(2/π)(x + 0.044715 x³), within 6e-7 of the formula in float64 (1e-6 relative for x > -3;
-    torch's own fp32: 4.3e-7, 1.2e-5; csrc/common.h). None where it does not apply (other dtypes, non-contiguous, autograd, a trace, no
-    extension); y is then unchanged."""
-    if y.dtype != torch.float32 or not y.numel() or not _native(y):
+    """GELU's tanh form (`gelu_new`, torch's approximate="tanh") over y in place, in one C pass: x · σ(2u) with
+    u = √(2/π)(x + 0.044715 x³), within 6e-7 of the formula in float64 (1e-6 relative for x > -3; torch's own fp32:
+    4.3e-7, 1.2e-5; csrc/common.h); bf16 widened, the same fp32 formula, rounded once. None where it does not apply
+    (other dtypes, non-contiguous, autograd, a trace, no extension); y is then unchanged."""
+    if y.dtype not in _DTYPE_CODES or not y.numel() or not _native(y):
         return None
-    _extension().gelu_tanh(y.data_ptr(), y.numel(), torch.get_num_threads())
+    _extension().gelu_tanh(y.data_ptr(), _DTYPE_CODES[y.dtype], y.numel(), torch.get_num_threads())
     return y
 
 
-# ------------------------------------------------------------------------------------------------ beam search
 def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softmax: bool = False
               ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """A beam-search step's candidates: scores (B·K, V) and the beams' running scores (B, K), fp32 -> the `keep`
@@ -612,11 +613,14 @@ def beam_topk(scores: torch.Tensor, running: torch.Tensor, keep: int, log_softma
 
 
 def argmax_rows(x: torch.Tensor) -> torch.Tensor | None:
-    """x.argmax(-1) for fp32 x (B, V), the first of equal maxima, as torch -- greedy decoding's next tokens, in
-    one pass (`beam_topk` with one beam and one candidate; torch's argmax took ~0.6 ms over 32 x 32k
-    logits at one thread). None where `beam_topk` does not apply, or a value is NaN."""
+    """x.argmax(-1) for fp32 or bf16 x (B, V), the first of equal maxima, as torch -- greedy decoding's next tokens,
+    in one pass (`beam_topk` with one beam and one candidate; torch's argmax took ~0.6 ms over 32 x 32k fp32
+    logits at one thread, and 0.125 ms over one row of 32k bf16 ones, where widening them first takes ~0.01 ms: the
+    same values, so the same maxima). None where `beam_topk` does not apply, or a value is NaN."""
     if x.dim() != 2 or x.size(1) == 0:
         return None
+    if x.dtype == torch.bfloat16:
+        x = x.float()
     found = beam_topk(x, x.new_zeros(x.size(0), 1), 1)
     return None if found is None else found[1][:, 0]
 

@@ -23,9 +23,9 @@ ACTIVATIONS = {
 
 
 def gelu_tanh_inplace(x: torch.Tensor) -> torch.Tensor:
-    """GELU's tanh form in place: a C pass where it applies (fp32 on the CPU, `cpu_kernels.gelu_tanh_`: within 6e-7
-    of the formula, as torch's own is within 4.3e-7; the pass a decoder layer's one-call step runs, so both give the same
-    bits), torch's otherwise."""
+    """GELU's tanh form in place: a C pass where it applies (fp32 or bf16 on the CPU, `cpu_kernels.gelu_tanh_`:
+    within 6e-7 of the formula, as torch's own is within 4.3e-7; the pass a decoder layer's one-call step runs, so
+    both give the same bits), torch's otherwise."""
     if (y := gelu_tanh_(x)) is not None:
         return y
     return torch.ops.aten.gelu_(x, approximate="tanh")

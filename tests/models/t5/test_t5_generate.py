@@ -29,14 +29,15 @@ EOS_QUANTILE = {"v1.0": 0.1, "v1.1": 0.4}
 BEAM_SETTINGS = [(3, 1.0, False), (4, 0.6, True), (2, 2.0, "never"), (3, -0.5, False)]
 
 
-def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0, vocab_size: int = 99):
+def lively_model(variant: str = "v1.0", architecture: str = "encoder-decoder", seed: int = 0, vocab_size: int = 99,
+                 d_kv: int = 8):
     """A random tiny T5 whose outputs are not degenerate: at initializer_factor 1 a random T5 repeats one token
     forever, so weights are drawn 3x larger and the decoder's position bias is sharpened (outputs change along
     the sequence); and `</s>` is made the best token at some positions (some rows end early, exercising the stop on
     eos): its output row is moved along the mean decoder output (EOS_QUANTILE says how far). Equal encoder and decoder depth:
     transformers' own cache breaks on unequal ones (it sizes the cache from num_layers)."""
     torch.manual_seed(seed)
-    config = T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+    config = T5Config(vocab_size=vocab_size, d_model=32, d_kv=d_kv, d_ff=64, num_layers=2, num_heads=4,
                       relative_attention_num_buckets=8, relative_attention_max_distance=20, initializer_factor=3.0,
                       architecture=architecture, **VARIANTS[variant])
     model = T5ForConditionalGeneration(config).eval()

@@ -425,11 +425,14 @@ INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
     HIDDEN void V(softmax_bf16)(uint16_t *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);                          \
     HIDDEN void V(rms_norm_f32)(const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,          \
                                 float eps);                                                                         \
+    HIDDEN void V(rms_norm_bf16)(const uint16_t *x, const uint16_t *w, uint16_t *y, float *tmp, ptrdiff_t rows,   \
+                                 ptrdiff_t cols, float eps);                                                        \
     HIDDEN void V(add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b,            \
                                       float *out, ptrdiff_t rows, ptrdiff_t cols, float eps);                      \
     HIDDEN void V(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);            \
     HIDDEN void V(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);                                             \
     HIDDEN void V(gelu_tanh_f32)(float *y, ptrdiff_t n);                                                           \
+    HIDDEN void V(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);                                                       \
     HIDDEN void V(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);               \
     HIDDEN void V(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);          \
     HIDDEN void V(gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w,                \

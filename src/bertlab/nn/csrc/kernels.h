@@ -95,11 +95,14 @@ typedef struct {
     void (*softmax_f32)(float *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);
     void (*softmax_bf16)(uint16_t *x, float *tmp, ptrdiff_t rows, ptrdiff_t cols);
     void (*rms_norm_f32)(const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols, float eps);
+    void (*rms_norm_bf16)(const uint16_t *x, const uint16_t *w, uint16_t *y, float *tmp, ptrdiff_t rows,
+                          ptrdiff_t cols, float eps);
     void (*add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b, float *out,
                                ptrdiff_t rows, ptrdiff_t cols, float eps);
     void (*row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);
     void (*gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);  /* in place: the fp32 GEMM's epilogue, as a pass */
     void (*gelu_tanh_f32)(float *y, ptrdiff_t n);  /* GELU's tanh form, in place */
+    void (*gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);
     void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
     void (*attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);
     void (*gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
@@ -145,8 +148,9 @@ int bl_quantize_rows(const bl_kernels *k, const void *x, int dtype, int8_t *q, f
 int bl_dequantize_rows(const bl_kernels *k, const int32_t *acc, float *y, const float *xs, const float *ws,
                        const float *b, ptrdiff_t rows, ptrdiff_t cols, int threads);
 int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads);
-int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,
-                     float eps, int threads);
+/* T5's RMS norm over each row: x, w and y all F32 or all BF16 (rms_norm_f32, rms_norm_bf16) */
+int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y, int dtype, ptrdiff_t rows,
+                     ptrdiff_t cols, float eps, int threads);
 /* rotary positions over `heads` heads in each of `rows` rows, in place: row r's heads at x + r·row_stride +
  * h·head_stride, rotated by row r % table of the (table, hs) cos and sin tables; x and tables of `dtype`
  * (F32 or BF16), strides in elements */
@@ -197,8 +201,8 @@ typedef struct {
 int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
                      const float *add, ptrdiff_t add_rows, int threads);
 int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
-/* GELU's tanh form (`gelu_new`) over n fp32 in place */
-int bl_gelu_tanh(const bl_kernels *k, float *y, ptrdiff_t n, int threads);
+/* GELU's tanh form (`gelu_new`) over n F32 or BF16 in place */
+int bl_gelu_tanh(const bl_kernels *k, void *y, int dtype, ptrdiff_t n, int threads);
 /* A pre-norm decoder layer's decoding step (T5's: RMSNorm before each sub-layer, no biases needed) in one call,
  * one new position per row, each step one of the operations above in turn (the kernels the modules call, in their
  * order, so the same bits):
@@ -206,29 +210,34 @@ int bl_gelu_tanh(const bl_kernels *k, float *y, ptrdiff_t n, int threads);
  *   x = x + OneQuery(q, K[:start+1], V[:start+1], self_add) Woᵀ
  *   x = x + OneQuery(RMSNorm(x) Wcqᵀ, cross K, cross V, cross_add) Wcoᵀ    (where norm_cross is set)
  *   out = x + act(RMSNorm(x) Wiᵀ) Wfᵀ, or x + (act(RMSNorm(x) Wiᵀ) * RMSNorm(x) Wgᵀ) Wfᵀ where gated (ffn_gate set)
- * x and out (rows, hidden) fp32; inner = heads · hs. The self-attention caches (rows, cache_len, inner),
- * contiguous; `self_add` the scores' additive part of this position (position bias and mask) for row r, head h at
- * self_add + r·self_add_rows + h·self_add_heads (strides 0: broadcast), or NULL. The cross-attention keys and
- * values (rows / group, enc_len, inner) contiguous, each shared by `group` consecutive rows (the beams of one
- * input); `cross_add` (rows, enc_len) with row stride cross_add_rows (0: one row for all), or NULL. Each linear
- * layer as BlockLinear: the GEMV over the plain weight, the fp32 GEMM over panels, or int8. */
+ * x and out (rows, hidden) of `dtype`, F32 or BF16, and every other tensor with them (a bf16 model's step: the
+ * caches, the additive parts, the norms' weights and the GEMV's weights and bias bf16, a panel GEMM's bias fp32);
+ * inner = heads · hs. The self-attention caches (rows, cache_len, inner), contiguous; `self_add` the scores'
+ * additive part of this position (position bias and mask) for row r, head h at self_add + r·self_add_rows +
+ * h·self_add_heads (strides 0: broadcast), or NULL. The cross-attention keys and values (rows / group, enc_len,
+ * inner) contiguous, each shared by `group` consecutive rows (the beams of one input); `cross_add` (rows, enc_len)
+ * with row stride cross_add_rows (0: one row for all), or NULL. Each linear layer as BlockLinear: the GEMV over the
+ * plain weight, the GEMM over panels (fp32, or bf16 in a bf16 step), or int8 (fp32 steps). Attention as the
+ * modules run it: fp32 bl_attention_one_query, bf16 bl_attention_bf16; the residual sums, the ReLU and the gate's
+ * product elementwise in the step's dtype (bf16: each rounded once, as torch's bf16 operators). */
 typedef struct {
     ptrdiff_t hidden, heads, hs, inter;
     BlockLinear qkv, o, cross_q, cross_o, ffn_in, ffn_gate, ffn_out;  /* ffn_gate unset: no gate */
-    const float *norm_self, *norm_cross, *norm_ffn;  /* RMSNorm weights; norm_cross NULL: no cross-attention */
+    const void *norm_self, *norm_cross, *norm_ffn;  /* RMSNorm weights; norm_cross NULL: no cross-attention */
     float eps, scale;
-    int act;  /* BL_ACT_RELU or BL_ACT_GELU_TANH */
+    int act;    /* BL_ACT_RELU or BL_ACT_GELU_TANH */
+    int dtype;  /* F32 or BF16 */
 } DecoderLayer;
 typedef struct {
-    float *self_k, *self_v;
+    void *self_k, *self_v;
     ptrdiff_t cache_len, start;
-    const float *self_add;
+    const void *self_add;
     ptrdiff_t self_add_rows, self_add_heads;
-    const float *cross_k, *cross_v, *cross_add;
+    const void *cross_k, *cross_v, *cross_add;
     ptrdiff_t group, enc_len, cross_add_rows;
 } DecoderState;
-int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const float *x,
-                          float *out, ptrdiff_t rows, int threads);
+int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const void *x,
+                          void *out, ptrdiff_t rows, int threads);
 /* returns 1 where a sum was NaN (the caller then takes torch's path), else BL_OK or an error */
 int bl_beam_topk(const bl_kernels *k, const float *score, const float *add, float *best, int64_t *index,
                  ptrdiff_t B, ptrdiff_t K, ptrdiff_t V, int keep, int log_softmax, int threads);

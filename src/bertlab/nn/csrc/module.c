@@ -161,17 +161,18 @@ static PyObject *py_rotate_heads(PyObject *self, PyObject *const *args, Py_ssize
     return result(rc, "rotate_heads");
 }
 
-/* rms_norm_rows(x_ptr, w_ptr, y_ptr, rows, cols, eps, threads): fp32, contiguous */
+/* rms_norm_rows(x_ptr, w_ptr, y_ptr, dtype, rows, cols, eps, threads): fp32 or bf16 (all alike), contiguous */
 static PyObject *py_rms_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t rows, cols;
     float eps;
     int threads, rc;
-    if (parse(args, nargs, 7, "rms_norm_rows") < 0 || parse_norm(args, 3, &rows, &cols, &eps, &threads) < 0)
+    if (parse(args, nargs, 8, "rms_norm_rows") < 0 || parse_norm(args, 4, &rows, &cols, &eps, &threads) < 0)
         return NULL;
-    const float *x = as_ptr(args[0]), *w = as_ptr(args[1]);
-    float *y = as_ptr(args[2]);
+    const void *x = as_ptr(args[0]), *w = as_ptr(args[1]);
+    void *y = as_ptr(args[2]);
+    const int dtype = (int)PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    RUN(rc = bl_rms_norm_rows(k, x, w, y, rows, cols, eps, threads));
+    RUN(rc = bl_rms_norm_rows(k, x, w, y, dtype, rows, cols, eps, threads));
     return result(rc, "rms_norm_rows");
 }
 
@@ -337,11 +338,11 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
  * self_add_heads, cross_k | None, cross_v | None, cross_add | None, group, enc_len, cross_add_rows, threads, then
  * the layer: hidden, heads, hs, inter, act (BL_ACT_RELU or BL_ACT_GELU_TANH), 7 x (w, bias, comp, scale, narrow,
  * gemv) for qkv, o, cross q, cross o, ffn in, ffn gate (w None: no gate), ffn out, then norm_self, norm_cross |
- * None, norm_ffn, eps, scale): a pre-norm decoder layer's decoding step in one call (see kernels.h) */
+ * None, norm_ffn, eps, scale, dtype): a pre-norm decoder layer's decoding step in one call (see kernels.h) */
 static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 69, "decoder_layer_step") < 0) return NULL;
-    const float *x = as_ptr(args[0]);
-    float *out = as_ptr(args[1]);
+    if (parse(args, nargs, 70, "decoder_layer_step") < 0) return NULL;
+    const void *x = as_ptr(args[0]);
+    void *out = as_ptr(args[1]);
     Py_ssize_t rows = PyLong_AsSsize_t(args[2]);
     DecoderState s = {.self_k = as_ptr(args[3]), .self_v = as_ptr(args[4]), .cache_len = PyLong_AsSsize_t(args[5]),
                       .start = PyLong_AsSsize_t(args[6]), .self_add = as_ptr(args[7]),
@@ -357,21 +358,24 @@ static PyObject *py_decoder_layer_step(PyObject *self, PyObject *const *args, Py
     for (int i = 0; i < 7; i++) *layers[i] = block_linear_arg(a + 5 + 6 * i, 1);
     l.norm_self = as_ptr(a[47]), l.norm_cross = as_ptr(a[48]), l.norm_ffn = as_ptr(a[49]);
     l.eps = (float)PyFloat_AsDouble(a[50]), l.scale = (float)PyFloat_AsDouble(a[51]);
+    l.dtype = (int)PyLong_AsLong(a[52]);
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_decoder_layer_step(k, &l, &s, x, out, rows, (int)threads));
-    return result(rc, "decoder_layer_step (a GEMV, an fp32 GEMM or an int8 kernel at this level)");
+    return result(rc, "decoder_layer_step (a GEMV, an fp32 or bf16 GEMM, bf16 attention or an int8 kernel at this "
+                      "level)");
 }
 
-/* gelu_tanh(y_ptr, n, threads): GELU's tanh form in place, fp32 */
+/* gelu_tanh(y_ptr, dtype, n, threads): GELU's tanh form in place, fp32 or bf16 */
 static PyObject *py_gelu_tanh(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 3, "gelu_tanh") < 0) return NULL;
-    float *y = as_ptr(args[0]);
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    long threads = PyLong_AsLong(args[2]);
+    if (parse(args, nargs, 4, "gelu_tanh") < 0) return NULL;
+    void *y = as_ptr(args[0]);
+    const int dtype = (int)PyLong_AsLong(args[1]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]);
+    long threads = PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) return NULL;
     int rc;
-    RUN(rc = bl_gelu_tanh(k, y, n, (int)threads));
+    RUN(rc = bl_gelu_tanh(k, y, dtype, n, (int)threads));
     return result(rc, "gelu_tanh");
 }
 
@@ -452,7 +456,7 @@ static PyMethodDef methods[] = {
     METHOD(rotate_heads, "rotate_heads(x, dtype, row_stride, heads, head_stride, hs, rows, cos, sin, table_rows, "
                          "threads): rotary positions over each row's heads in place, fp32 or bf16, torch's formula "
                          "bit for bit"),
-    METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32"),
+    METHOD(rms_norm_rows, "rms_norm_rows(x, w, y, dtype, rows, cols, eps, threads): T5's RMS norm over each contiguous row, fp32 or bf16"),
     METHOD(linear_few_rows, "linear_few_rows(x, w, bias, y, M, K, N, dtype, threads): y = x Wᵀ + b, W (N, K) as "
                             "nn.Linear keeps it"),
     METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads[, act]): y = act(x Wᵀ + b), fp32, W packed "
@@ -463,9 +467,9 @@ static PyMethodDef methods[] = {
     METHOD(decoder_layer_step, "decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, "
                                "self_add_rows, self_add_heads, cross_k, cross_v, cross_add, group, enc_len, "
                                "cross_add_rows, threads, hidden, heads, hs, inter, act, 7 x (w, bias, comp, scale, "
-                               "narrow, gemv), 3 norm weights, eps, scale): a pre-norm decoder layer's decoding step "
+                               "narrow, gemv), 3 norm weights, eps, scale, dtype): a pre-norm decoder layer's decoding step "
                                "in one call"),
-    METHOD(gelu_tanh, "gelu_tanh(y, n, threads): GELU's tanh form (gelu_new) in place, fp32"),
+    METHOD(gelu_tanh, "gelu_tanh(y, dtype, n, threads): GELU's tanh form (gelu_new) in place, fp32 or bf16"),
     METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),

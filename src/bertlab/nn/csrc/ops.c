@@ -81,11 +81,21 @@ int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptr
     return BL_OK;
 }
 
-int bl_rms_norm_rows(const bl_kernels *k, const float *x, const float *w, float *y, ptrdiff_t rows, ptrdiff_t cols,
-                     float eps, int threads) {
+int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y, int dtype, ptrdiff_t rows,
+                     ptrdiff_t cols, float eps, int threads) {
+    if (dtype != F32 && dtype != BF16) return BL_UNSUPPORTED;
     if (rows < 1 || cols < 1) return BL_OK;
     int parts = thread_count(rows, cols, threads);
-    FOR_EACH_BLOCK(rows, parts, { k->rms_norm_f32(x + start * cols, w, y + start * cols, count, cols, eps); });
+    if (dtype == BF16) {
+        FOR_EACH_BLOCK_WITH_SCRATCH(float, cols, rows, parts, {
+            k->rms_norm_bf16((const uint16_t *)x + start * cols, w, (uint16_t *)y + start * cols,
+                             scratch + part * cols, count, cols, eps);
+        });
+        return BL_OK;
+    }
+    FOR_EACH_BLOCK(rows, parts, {
+        k->rms_norm_f32((const float *)x + start * cols, w, (float *)y + start * cols, count, cols, eps);
+    });
     return BL_OK;
 }
 
@@ -318,14 +328,17 @@ int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, 
     return BL_OK;
 }
 
-int bl_gelu_tanh(const bl_kernels *k, float *y, ptrdiff_t n, int threads) {
-    if (!k->gelu_tanh_f32) return BL_UNSUPPORTED;
+int bl_gelu_tanh(const bl_kernels *k, void *y, int dtype, ptrdiff_t n, int threads) {
+    if (!k->gelu_tanh_f32 || (dtype != F32 && dtype != BF16)) return BL_UNSUPPORTED;
     if (n < 1) return BL_OK;
     const ptrdiff_t blocks = (n + 15) / 16;  /* whole 16-float blocks per thread: the same bits at any split */
     int parts = thread_count(blocks, 16, threads);
     FOR_EACH_BLOCK(blocks, parts, {
         const ptrdiff_t end = (start + count) * 16 < n ? (start + count) * 16 : n;
-        k->gelu_tanh_f32(y + start * 16, end - start * 16);
+        if (dtype == BF16)
+            k->gelu_tanh_bf16((uint16_t *)y + start * 16, end - start * 16);
+        else
+            k->gelu_tanh_f32((float *)y + start * 16, end - start * 16);
     });
     return BL_OK;
 }
@@ -376,75 +389,123 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, 
 }
 
 /* ------------------------------------------------------------------------- a decoder layer's decoding step */
-/* out = x + y, elementwise: a residual connection, the sum torch's `x + y` gives */
-static void add_rows(const float *x, const float *y, float *out, ptrdiff_t n) {
-    for (ptrdiff_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+/* The step's elementwise passes over n values of `dtype`, each result as torch's operator gives it (bf16: the
+ * operands widened, the fp32 result rounded once) */
+enum { STEP_ADD, STEP_MUL };
+static void elementwise(int dtype, int op, const void *x, const void *y, void *out, ptrdiff_t n) {
+    if (dtype == BF16) {
+        const uint16_t *a = x, *b = y;
+        uint16_t *o = out;
+        for (ptrdiff_t i = 0; i < n; i++) {
+            const float u = bf16_to_f32(a[i]), v = bf16_to_f32(b[i]);
+            o[i] = f32_to_bf16(op == STEP_ADD ? u + v : u * v);
+        }
+        return;
+    }
+    const float *a = x, *b = y;
+    float *o = out;
+    for (ptrdiff_t i = 0; i < n; i++) o[i] = op == STEP_ADD ? a[i] + b[i] : a[i] * b[i];
+}
+
+/* ReLU in place (x < 0: 0; NaN and -0 as they are, as torch's) */
+static void relu(int dtype, void *y, ptrdiff_t n) {
+    if (dtype == BF16) {
+        uint16_t *h = y;
+        for (ptrdiff_t i = 0; i < n; i++) h[i] = bf16_to_f32(h[i]) < 0.0f ? 0 : h[i];
+        return;
+    }
+    float *f = y;
+    for (ptrdiff_t i = 0; i < n; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
+}
+
+/* A decoder step's linear layer: block_linear in fp32; in bf16 the GEMV over the plain weight (its bias bf16) or
+ * the bf16 GEMM over panels (its bias fp32), as PackedLinear runs a bf16 layer */
+static int step_linear(const bl_kernels *k, int dtype, const BlockLinear *w, const void *x, void *y, ptrdiff_t M,
+                       ptrdiff_t K, ptrdiff_t N, int threads) {
+    if (dtype != BF16) return block_linear(k, w, x, y, M, K, N, 0, threads);
+    if (w->int8.w) return BL_UNSUPPORTED;
+    if (w->gemv) return bl_linear_few_rows(k, x, w->w, w->b, y, M, K, N, BF16, threads);
+    return bl_linear_bf16(k, x, (const uint16_t *)w->w, w->b, y, M, K, N, threads);
+}
+
+/* One query per row over `keys` keys and values (row stride `row`, group rows sharing one), as the modules run it:
+ * fp32 on bl_attention_one_query's loops, bf16 on bl_attention_bf16's (bf16 products, fp32 scores and softmax) */
+static int step_attention(const bl_kernels *k, int dtype, const DecoderLayer *l, const void *q, ptrdiff_t q_row,
+                          const void *K, const void *V, ptrdiff_t row, ptrdiff_t keys, ptrdiff_t group,
+                          const void *add, ptrdiff_t add_rows, ptrdiff_t add_heads, void *ctx, ptrdiff_t M,
+                          int threads) {
+    const ptrdiff_t D = l->heads * l->hs;
+    if (dtype == BF16) {
+        Rows a = {.q = q, .k = K, .v = V, .add = add, .out = ctx, .qs = {q_row, l->hs, q_row},
+                  .ks = {row, l->hs, D}, .vs = {row, l->hs, D}, .adds = {add_rows, add_heads, 0},
+                  .heads = l->heads, .hs = l->hs, .queries = 1, .keys = keys, .group = group, .scale = l->scale,
+                  .dtype = BF16};
+        return bl_attention_bf16(k, &a, M, threads);
+    }
+    OneQuery a = {.q = q, .k = K, .v = V, .add = add, .out = ctx, .qs = {q_row, l->hs}, .ks = {row, l->hs, D},
+                  .vs = {row, l->hs, D}, .adds = {add_rows, add_heads}, .heads = l->heads, .hs = l->hs,
+                  .keys = keys, .group = group, .scale = l->scale};
+    return bl_attention_one_query(k, &a, M, threads);
 }
 
 /* One call for a decoder layer's step: at batch 1, t5-small's six decoder layers ran ~2 ms a step of Python
  * around their kernels at two threads (module calls, operand checks, views of q, k and v, cache writes), against
  * ~8 ms of GEMVs (see nn/decoder_layer.py). Scratch per row: the normed input (H), qkv (3D), the heads' output
- * (D), a sub-layer's output (H), the FFN's middle (I; twice where gated). */
-int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const float *x,
-                          float *out, ptrdiff_t rows, int threads) {
+ * (D), a sub-layer's output (H), the FFN's middle (I; twice where gated), of the step's dtype. */
+int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const DecoderState *s, const void *x,
+                          void *out, ptrdiff_t rows, int threads) {
     const ptrdiff_t H = l->hidden, D = l->heads * l->hs, I = l->inter, M = rows, end = s->start + 1;
+    const int dtype = l->dtype;
     if (M < 1) return BL_OK;
     const int gated = l->ffn_gate.w || l->ffn_gate.int8.w;
     if (l->heads < 1 || l->hs < 1 || s->start < 0 || end > s->cache_len || (l->norm_cross && s->group < 1)
-        || (l->act != BL_ACT_RELU && l->act != BL_ACT_GELU_TANH))
+        || (l->act != BL_ACT_RELU && l->act != BL_ACT_GELU_TANH) || (dtype != F32 && dtype != BF16))
         return BL_UNSUPPORTED;
-    float *h = malloc(sizeof(float) * (size_t)(M * (2 * H + 4 * D + (gated ? 2 : 1) * I)));
+    const size_t size = dtype == BF16 ? 2 : 4;  /* bytes per value */
+    char *h = malloc(size * (size_t)(M * (2 * H + 4 * D + (gated ? 2 : 1) * I)));
     if (!h) return BL_NO_MEMORY;
-    float *qkv = h + M * H, *ctx = qkv + M * 3 * D, *y = ctx + M * D, *f = y + M * H, *g = f + M * I;
+    char *qkv = h + size * M * H, *ctx = qkv + size * M * 3 * D, *y = ctx + size * M * D, *f = y + size * M * H,
+         *g = f + size * M * I;
     /* self-attention over the cache, this step's keys and values written into it first */
-    int rc = bl_rms_norm_rows(k, x, l->norm_self, h, M, H, l->eps, threads);
-    if (rc == BL_OK) rc = block_linear(k, &l->qkv, h, qkv, M, H, 3 * D, 0, threads);
+    int rc = bl_rms_norm_rows(k, x, l->norm_self, h, dtype, M, H, l->eps, threads);
+    if (rc == BL_OK) rc = step_linear(k, dtype, &l->qkv, h, qkv, M, H, 3 * D, threads);
     if (rc == BL_OK) {
         const ptrdiff_t row = s->cache_len * D;
         for (ptrdiff_t r = 0; r < M; r++) {
-            memcpy(s->self_k + r * row + s->start * D, qkv + r * 3 * D + D, sizeof(float) * (size_t)D);
-            memcpy(s->self_v + r * row + s->start * D, qkv + r * 3 * D + 2 * D, sizeof(float) * (size_t)D);
+            memcpy((char *)s->self_k + size * (r * row + s->start * D), qkv + size * (r * 3 * D + D), size * D);
+            memcpy((char *)s->self_v + size * (r * row + s->start * D), qkv + size * (r * 3 * D + 2 * D), size * D);
         }
         /* q (rows, heads, hs) in qkv; K, V (rows, heads, end, hs) views of the caches; ctx (rows, heads, hs) */
-        OneQuery a = {.q = qkv, .k = s->self_k, .v = s->self_v, .add = s->self_add, .out = ctx,
-                      .qs = {3 * D, l->hs}, .ks = {row, l->hs, D}, .vs = {row, l->hs, D},
-                      .adds = {s->self_add_rows, s->self_add_heads}, .heads = l->heads, .hs = l->hs, .keys = end,
-                      .group = 1, .scale = l->scale};
-        rc = bl_attention_one_query(k, &a, M, threads);
+        rc = step_attention(k, dtype, l, qkv, 3 * D, s->self_k, s->self_v, row, end, 1, s->self_add,
+                            s->self_add_rows, s->self_add_heads, ctx, M, threads);
     }
-    if (rc == BL_OK) rc = block_linear(k, &l->o, ctx, y, M, D, H, 0, threads);
-    if (rc == BL_OK) add_rows(x, y, out, M * H);
+    if (rc == BL_OK) rc = step_linear(k, dtype, &l->o, ctx, y, M, D, H, threads);
+    if (rc == BL_OK) elementwise(dtype, STEP_ADD, x, y, out, M * H);
     /* cross-attention over the encoder's keys and values */
     if (rc == BL_OK && l->norm_cross) {
-        rc = bl_rms_norm_rows(k, out, l->norm_cross, h, M, H, l->eps, threads);
-        if (rc == BL_OK) rc = block_linear(k, &l->cross_q, h, qkv, M, H, D, 0, threads);
-        if (rc == BL_OK) {
-            const ptrdiff_t row = s->enc_len * D;
-            OneQuery a = {.q = qkv, .k = s->cross_k, .v = s->cross_v, .add = s->cross_add, .out = ctx,
-                          .qs = {D, l->hs}, .ks = {row, l->hs, D}, .vs = {row, l->hs, D},
-                          .adds = {s->cross_add_rows, 0}, .heads = l->heads, .hs = l->hs, .keys = s->enc_len,
-                          .group = s->group, .scale = l->scale};
-            rc = bl_attention_one_query(k, &a, M, threads);
-        }
-        if (rc == BL_OK) rc = block_linear(k, &l->cross_o, ctx, y, M, D, H, 0, threads);
-        if (rc == BL_OK) add_rows(out, y, out, M * H);
+        rc = bl_rms_norm_rows(k, out, l->norm_cross, h, dtype, M, H, l->eps, threads);
+        if (rc == BL_OK) rc = step_linear(k, dtype, &l->cross_q, h, qkv, M, H, D, threads);
+        if (rc == BL_OK)
+            rc = step_attention(k, dtype, l, qkv, D, s->cross_k, s->cross_v, s->enc_len * D, s->enc_len, s->group,
+                                s->cross_add, s->cross_add_rows, 0, ctx, M, threads);
+        if (rc == BL_OK) rc = step_linear(k, dtype, &l->cross_o, ctx, y, M, D, H, threads);
+        if (rc == BL_OK) elementwise(dtype, STEP_ADD, out, y, out, M * H);
     }
     /* the feed-forward block: act(h Wiᵀ) (times h Wgᵀ where gated) Wfᵀ */
-    if (rc == BL_OK) rc = bl_rms_norm_rows(k, out, l->norm_ffn, h, M, H, l->eps, threads);
-    if (rc == BL_OK) rc = block_linear(k, &l->ffn_in, h, f, M, H, I, 0, threads);
+    if (rc == BL_OK) rc = bl_rms_norm_rows(k, out, l->norm_ffn, h, dtype, M, H, l->eps, threads);
+    if (rc == BL_OK) rc = step_linear(k, dtype, &l->ffn_in, h, f, M, H, I, threads);
     if (rc == BL_OK) {
         if (l->act == BL_ACT_GELU_TANH)
-            rc = bl_gelu_tanh(k, f, M * I, threads);
+            rc = bl_gelu_tanh(k, f, dtype, M * I, threads);
         else
-            for (ptrdiff_t i = 0; i < M * I; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
+            relu(dtype, f, M * I);
     }
     if (rc == BL_OK && gated) {
-        rc = block_linear(k, &l->ffn_gate, h, g, M, H, I, 0, threads);
-        if (rc == BL_OK)
-            for (ptrdiff_t i = 0; i < M * I; i++) f[i] *= g[i];
+        rc = step_linear(k, dtype, &l->ffn_gate, h, g, M, H, I, threads);
+        if (rc == BL_OK) elementwise(dtype, STEP_MUL, f, g, f, M * I);
     }
-    if (rc == BL_OK) rc = block_linear(k, &l->ffn_out, f, y, M, I, H, 0, threads);
-    if (rc == BL_OK) add_rows(out, y, out, M * H);
+    if (rc == BL_OK) rc = step_linear(k, dtype, &l->ffn_out, f, y, M, I, H, threads);
+    if (rc == BL_OK) elementwise(dtype, STEP_ADD, out, y, out, M * H);
     free(h);
     return rc;
 }

@@ -90,6 +90,21 @@ HIDDEN void VARIANT(rms_norm_f32)(const float *x, const float *w, float *y, ptrd
     }
 }
 
+/* The same in bf16, as `transformers`' T5LayerNorm computes a bf16 model's: x widened, the mean of squares and
+ * x · 1/sqrt(...) in fp32 (the fp32 kernel's sum), that rounded to bf16, then times w in bf16 (rounded once more).
+ * tmp: cols floats. */
+HIDDEN void VARIANT(rms_norm_bf16)(const uint16_t *x, const uint16_t *w, uint16_t *y, float *tmp, ptrdiff_t rows,
+                                   ptrdiff_t cols, float eps) {
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const uint16_t *xr = x + r * cols;
+        uint16_t *yr = y + r * cols;
+        for (ptrdiff_t c = 0; c < cols; c++) tmp[c] = bf16_to_f32(xr[c]);
+        const float inv = 1.0f / sqrtf(dot_f32(tmp, tmp, cols) / (float)cols + eps);
+        for (ptrdiff_t c = 0; c < cols; c++)
+            yr[c] = f32_to_bf16(bf16_to_f32(w[c]) * bf16_to_f32(f32_to_bf16(tmp[c] * inv)));
+    }
+}
+
 /* GELU (exact form) over rows x cols fp32 in place: the fp32 GEMM's epilogue (common.h: gelu_rows) as a pass of
  * its own, for a layer whose GEMM has no epilogue (int8) -- the same bits as that epilogue */
 HIDDEN void VARIANT(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols) { gelu_rows(y, rows, cols, cols); }
@@ -108,6 +123,17 @@ HIDDEN void VARIANT(gelu_tanh_f32)(float *y, ptrdiff_t n) {
         memcpy(&v, y + c, sizeof(float) * (size_t)(n - c));
         gelu_tanh_f32x16(&v);
         memcpy(y + c, &v, sizeof(float) * (size_t)(n - c));
+    }
+}
+
+/* The same over n bf16 in place: each widened, the fp32 formula, rounded to bf16 once (as torch's bf16 gelu) */
+HIDDEN void VARIANT(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n) {
+    for (ptrdiff_t c = 0; c < n; c += 16) {
+        const ptrdiff_t m = n - c < 16 ? n - c : 16;
+        f32x16 v = {0};
+        for (ptrdiff_t i = 0; i < m; i++) v[i] = bf16_to_f32(y[c + i]);
+        gelu_tanh_f32x16(&v);
+        for (ptrdiff_t i = 0; i < m; i++) y[c + i] = f32_to_bf16(v[i]);
     }
 }
 
