@@ -4,6 +4,7 @@ path taken wherever the C one does not apply."""
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -950,6 +951,21 @@ def test_add_and_norm_equals_layer_norm_of_the_sum(shape, threads, isa):
         # a large mean: the variance is taken about the mean, not as E[s²] - mean² (which cancels)
         torch.testing.assert_close(cpu_kernels.add_layer_norm_(y + 1000, res, norm.weight, norm.bias, 1e-12),
                                    want, atol=1e-3, rtol=1e-4)
+        # bf16, as a bf16 model's modules compute it with torch: the sum rounded to bf16, then the fp32 pass over
+        # it (the same statistics, bit for bit), rounded once; within one bf16 step of torch's bf16 LayerNorm
+        y16, res16, norm16 = y.bfloat16(), res.bfloat16(), copy.deepcopy(norm).bfloat16()
+        w16, b16 = norm16.weight, norm16.bias
+        got16 = cpu_kernels.add_layer_norm_(y16.clone(), res16, w16, b16, 1e-12)
+        assert got16.dtype == torch.bfloat16
+        s = (y16 + res16).float()
+        exact = cpu_kernels.add_layer_norm_(s, torch.zeros_like(s), w16.float(), b16.float(), 1e-12).bfloat16()
+        assert torch.equal(got16, exact)
+        torch_16 = norm16(y16 + res16)
+        step = torch_16.float().abs() * 2 ** -7 + 1e-6
+        assert ((got16.float() - torch_16.float()).abs() <= step).all()
+        assert (got16 == torch_16).float().mean() >= 0.97
+        assert torch.equal(add_and_norm(y16.clone(), res16, norm16), got16)
+        assert cpu_kernels.add_layer_norm_(y16.clone(), res16, norm.weight, norm.bias, 1e-12) is None  # mixed
 
 
 @needs_c
@@ -975,7 +991,8 @@ def test_add_and_norm_takes_torch_where_the_c_pass_does_not_apply():
     y, res = torch.randn(4, 32, generator=g), torch.randn(4, 32, generator=g)
     norm = torch.nn.LayerNorm(32)
     w, b = norm.weight.detach(), norm.bias.detach()
-    assert cpu_kernels.add_layer_norm_(y.bfloat16(), res.bfloat16(), w.bfloat16(), b.bfloat16(), 1e-5) is None
+    assert cpu_kernels.add_layer_norm_(y.half(), res.half(), w.half(), b.half(), 1e-5) is None  # fp16
+    assert cpu_kernels.add_layer_norm_(y.bfloat16(), res, w, b, 1e-5) is None  # mixed dtypes
     assert cpu_kernels.add_layer_norm_(y.clone(), res, norm.weight, norm.bias, 1e-5) is None  # autograd
     assert cpu_kernels.add_layer_norm_(y.clone(), res, w, None, 1e-5) is None  # no bias
     assert cpu_kernels.add_layer_norm_(y.clone(), res[:2], w, b, 1e-5) is None  # shapes differ

@@ -296,15 +296,19 @@ def rotate_qk_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
 def add_layer_norm_(y: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
                     eps: float) -> torch.Tensor | None:
     """LayerNorm(y + residual) over the last dimension, written over y (the Transformer's "Add & Norm", post-LN),
-    fp32, in one C call. None where it does not apply (other dtypes or shapes, non-contiguous, autograd, no
-    extension); y is then unchanged."""
+    in one C call: fp32, or bf16 as a bf16 model's modules compute it with torch (the sum rounded to bf16, the
+    norm's statistics and arithmetic in fp32, rounded once; another summation order than torch's, so a value can
+    land one bf16 step apart, rarely). y, residual, weight and bias of one dtype. None where it does not apply
+    (other dtypes or shapes, non-contiguous, autograd, no extension); y is then unchanged."""
     cols = y.size(-1) if y.dim() else 0
-    if (y.dtype != torch.float32 or residual.dtype != torch.float32 or weight.dtype != torch.float32
-            or bias is None or bias.dtype != torch.float32 or y.shape != residual.shape or weight.dim() != 1
+    dtype = y.dtype
+    if (dtype not in _DTYPE_CODES or residual.dtype != dtype or weight.dtype != dtype
+            or bias is None or bias.dtype != dtype or y.shape != residual.shape or weight.dim() != 1
             or weight.numel() != cols or bias.numel() != cols or not cols or not _native(y, residual, weight, bias)):
         return None
     _extension().add_layer_norm_rows(y.data_ptr(), residual.data_ptr(), weight.data_ptr(), bias.data_ptr(),
-                                     y.data_ptr(), y.numel() // cols, cols, float(eps), torch.get_num_threads())
+                                     y.data_ptr(), _DTYPE_CODES[dtype], y.numel() // cols, cols, float(eps),
+                                     torch.get_num_threads())
     return y
 
 
@@ -519,21 +523,23 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
 def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: float, linears: tuple,
                   norms: tuple, eps: tuple[float, float], inter: int, bf16_attention: bool = False
                   ) -> torch.Tensor | None:
-    """A post-LN encoder layer over x (B, T, H) fp32 in one C call (csrc/kernels.h: bl_post_ln_layer): the stacked
-    qkv projection, `attention_short`'s loops, the attention output, `add_layer_norm_`, the FFN's two layers with
-    the GELU between them, `add_layer_norm_` -- in that order, with the kernels the modules call, so bit for bit
-    the layer computed one call at a time. `linears`: the four linear layers (qkv, attention output, FFN in, FFN
-    out), each (weight, bias | None, comp, wscale, narrow): fp32 panels with comp and wscale None (the GELU the
-    GEMM's epilogue), or int8 -- `pack_int8_weight`'s weight, compensation and narrowing with the per-channel
-    scales (`int8_linear`'s kernel; the GELU `gelu_`'s pass); `norms`: the two LayerNorms' weight and bias; all
-    checked by the caller (nn/encoder_layer.py). `add` (B | 1, 1, 1, T) or None. `bf16_attention`: the attention
-    `attention_bf16`'s (fp32 in and out), as int8's bf16 attention kernel runs it. None where the kernels do not
-    apply (the level below AVX2, a trace, x not a contiguous fp32 CPU tensor outside autograd, no int8 kernel, no
-    bf16 dot products for `bf16_attention`)."""
+    """A post-LN encoder layer over x (B, T, H) fp32 or bf16 in one C call (csrc/kernels.h: bl_post_ln_layer): the
+    stacked qkv projection, `attention_short`'s loops (bf16: `attention_bf16`'s), the attention output,
+    `add_layer_norm_`, the FFN's two layers with the GELU between them, `add_layer_norm_` -- in that order, with
+    the kernels the modules call, so bit for bit the layer computed one call at a time. `linears`: the four linear
+    layers (qkv, attention output, FFN in, FFN out), each (weight, bias | None, comp, wscale, narrow): fp32 panels
+    with comp and wscale None (the GELU the GEMM's epilogue), bf16 panels with an fp32 bias for a bf16 x (the GELU
+    `gelu_`'s bf16 pass), or int8 -- `pack_int8_weight`'s weight, compensation and narrowing with the per-channel
+    scales (`int8_linear`'s kernel; the GELU `gelu_`'s pass); `norms`: the two LayerNorms' weight and bias (x's
+    dtype); all checked by the caller (nn/encoder_layer.py). `add` (B | 1, 1, 1, T) of x's dtype, or None.
+    `bf16_attention`: an fp32 x's attention `attention_bf16`'s (fp32 in and out), as int8's bf16 attention kernel
+    runs it. None where the kernels do not apply (the level below AVX2, a trace, x not a contiguous fp32 or bf16
+    CPU tensor outside autograd, no int8 kernel, no bf16 dot products for bf16 or `bf16_attention`)."""
     int8 = linears[0][2] is not None
-    if (x.dtype != torch.float32 or x.dim() != 3 or cpu_isa() == "none" or not _native(x)
-            or not f32_gemm_available() or (int8 and not int8_gemm_available())
-            or (bf16_attention and not bf16_dot_available())):
+    bf16 = x.dtype == torch.bfloat16
+    if (x.dtype not in _DTYPE_CODES or x.dim() != 3 or cpu_isa() == "none" or not _native(x)
+            or not f32_gemm_available() or (int8 and (bf16 or not int8_gemm_available()))
+            or ((bf16 or bf16_attention) and not bf16_dot_available())):
         return None
     B, T, H = x.shape
     out = x.new_empty((B, T, H))
@@ -546,7 +552,7 @@ def post_ln_layer(x: torch.Tensor, add: torch.Tensor | None, heads: int, scale: 
     _extension().post_ln_layer(x.data_ptr(), out.data_ptr(), B, T, None if add is None else add.data_ptr(),
                                T if add is not None and add.size(0) > 1 else 0, H, heads, inter, *args,
                                *(w.data_ptr() for w in norms), float(eps[0]), float(eps[1]), float(scale),
-                               int(bf16_attention), torch.get_num_threads())
+                               int(bf16_attention), torch.get_num_threads(), _DTYPE_CODES[x.dtype])
     return out
 
 
@@ -568,13 +574,14 @@ def decoder_layer_step(x: int, out: int, rows: int, self_k: int, self_v: int, ca
 
 
 def gelu_(y: torch.Tensor) -> torch.Tensor | None:
-    """GELU (the exact form) over y in place, fp32, in one C pass: the fp32 GEMM's GELU epilogue (`linear_f32`'s
-    "gelu", within 1.4e-6 of the exact GELU) for a layer without one (int8). None where it does not apply (other
-    dtypes, non-contiguous, autograd, a trace, no extension); y is then unchanged."""
-    if y.dtype != torch.float32 or not y.numel() or not _native(y):
+    """GELU (the exact form) over y in place, in one C pass: fp32, the fp32 GEMM's GELU epilogue (`linear_f32`'s
+    "gelu", within 1.4e-6 of the exact GELU) for a layer without one (int8); bf16, each value widened, the same
+    formula, rounded once (torch's bf16 gelu took ~1 ns a value). None where it does not apply (other dtypes,
+    non-contiguous, autograd, a trace, no extension); y is then unchanged."""
+    if y.dtype not in _DTYPE_CODES or not y.numel() or not _native(y):
         return None
     cols = y.size(-1)
-    _extension().gelu_rows(y.data_ptr(), y.numel() // cols, cols, torch.get_num_threads())
+    _extension().gelu_rows(y.data_ptr(), _DTYPE_CODES[y.dtype], y.numel() // cols, cols, torch.get_num_threads())
     return y
 
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from .attention import AMX_SDPA_KEYS
 from .cpu_kernels import (bf16_dot_available, cpu_isa, decoder_layer_step as _decoder_layer_step, f32_gemm_available,
-                          linear_bf16, tracing)
+                          tracing)
 from .encoder_layer import int8_operands, panel_operands
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
@@ -60,11 +60,7 @@ def _linear(layer: nn.Module | None, shape: tuple[int, int], rows: int, dtype: t
         if (shape[0] % 16 == 0 and weight.dtype == dtype and weight.is_contiguous()
                 and (bias is None or (bias.dtype == dtype and bias.is_contiguous()))):
             return weight.detach(), None if bias is None else bias.detach(), None, None, False, True
-    if dtype == torch.bfloat16:  # forward's bf16 panel GEMM (cpu_kernels.linear_bf16)
-        if layer.kernel is not linear_bf16 or layer.panels.dtype != dtype or shape[0] % 2:
-            return None
-        return layer.panels, layer.panel_bias, None, None, False, False
-    operands = panel_operands(layer, shape)
+    operands = panel_operands(layer, shape, dtype)  # forward's panel GEMM: cpu_kernels.linear_f32 or linear_bf16
     return None if operands is None else (*operands, False)
 
 

@@ -1,5 +1,5 @@
-"""CPU fp32 inference runs each BERT block in one C call (`nn.encoder_layer`): the same bits as its modules one by
-one, with and without padding, and the modules wherever the call does not apply."""
+"""CPU fp32 and bf16 inference runs each BERT block in one C call (`nn.encoder_layer`): the same bits as its modules
+one by one, with and without padding, and the modules wherever the call does not apply."""
 
 from __future__ import annotations
 
@@ -31,6 +31,29 @@ def test_one_call_layer_gives_the_modules_bits(isa, folder, monkeypatch):
     one_call_against_modules(model, modeling.BertLayer, monkeypatch)
 
 
+@pytest.fixture(scope="module")
+def even_folder(tmp_path_factory):
+    # bf16's panel GEMM takes an even K: an FFN width of 38 (a last panel of 6 columns)
+    return tiny_model(tmp_path_factory.mktemp("m") / "bert", hidden_size=64, num_attention_heads=4,
+                      intermediate_size=38, num_hidden_layers=2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_one_call_layer_gives_the_modules_bits(threads, even_folder, monkeypatch):
+    """A bf16 model (a CPU with AVX-512 BF16 and no AMX: the bf16 panel GEMM): the bf16 GEMM, the bf16 attention
+    loops, and the C passes its modules run too (Add & Norm, GELU), in one call; 1 and 2 threads."""
+    if not cpu_kernels.bf16_dot_available() or cpu_kernels.cpu_isa() == "amx":
+        pytest.skip("bf16 linear layers on bertlab's panel GEMM need AVX-512 BF16 without AMX")
+    model = load_model(BertModel, even_folder, InferenceOptions(dtype="bf16"))
+    assert model.embeddings.word_embeddings.weight.dtype == torch.bfloat16
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypatch):
     calls = one_call_layers(monkeypatch)
     model = load_model(BertModel, folder, InferenceOptions())
@@ -49,6 +72,11 @@ def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypa
                                             hidden_act="relu"), InferenceOptions())
     with torch.inference_mode():
         narrow(ids), relu(ids)
+    assert calls == []
+    # bf16 with an odd FFN width (the bf16 panel GEMM takes an even K: its modules run oneDNN's or torch's there)
+    odd = load_model(BertModel, folder, InferenceOptions(dtype="bf16"))
+    with torch.inference_mode():
+        odd(ids)
     assert calls == []
 
 

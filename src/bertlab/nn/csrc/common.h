@@ -395,6 +395,47 @@ INLINE void gelu_tanh_f32x16(f32x16 *v) {
     *v = x * (w / (splat16(1.0f) + t));
 }
 
+/* ------------------------------------------------------------------------------------------- bf16 lanes */
+/* 16 bf16 values as fp32 lanes and back, in the vector extension (a lane-by-lane loop over a vector's elements
+ * made GCC keep it in memory: the bf16 GELU pass ran 10x slower than torch's). Widening is exact (the bits in the
+ * high half); narrowing rounds to nearest even and keeps a NaN a NaN, as f32_to_bf16. */
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+INLINE void widen16(const uint16_t *h, f32x16 *v) {
+    u16x16 b;
+    memcpy(&b, h, sizeof b);
+    const u32x16 u = __builtin_convertvector(b, u32x16) << 16;
+    memcpy(v, &u, sizeof *v);
+}
+INLINE void narrow16(const f32x16 *v, uint16_t *h) {
+    u32x16 u;
+    memcpy(&u, v, sizeof u);
+    const u32x16 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const u32x16 nan = (u32x16)((u & 0x7fffffffu) > 0x7f800000u);  /* all ones in a NaN's lane */
+    const u16x16 b = __builtin_convertvector((rounded & ~nan) | (((u >> 16) | 0x40u) & nan), u16x16);
+    memcpy(h, &b, sizeof b);
+}
+
+/* fn over n bf16 in place, 16 lanes at a time (the last block zero-padded): each value widened, fn's fp32
+ * result rounded once */
+INLINE void map_bf16(uint16_t *y, ptrdiff_t n, void (*fn)(f32x16 *)) {
+    f32x16 v;
+    ptrdiff_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        widen16(y + c, &v);
+        fn(&v);
+        narrow16(&v, y + c);
+    }
+    if (c < n) {
+        uint16_t tail[16] = {0};
+        memcpy(tail, y + c, sizeof(uint16_t) * (size_t)(n - c));
+        widen16(tail, &v);
+        fn(&v);
+        narrow16(&v, tail);
+        memcpy(y + c, tail, sizeof(uint16_t) * (size_t)(n - c));
+    }
+}
+
 /* GELU over `rows` rows of `cols` floats, `ldy` apart: an output block the GEMM has just stored, still in L1 --
  * after the tiles rather than inside them, so their k loops stay the plain GEMM's code */
 INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
@@ -429,8 +470,11 @@ INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
                                  ptrdiff_t cols, float eps);                                                        \
     HIDDEN void V(add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b,            \
                                       float *out, ptrdiff_t rows, ptrdiff_t cols, float eps);                      \
+    HIDDEN void V(add_layer_norm_bf16)(const uint16_t *y, const uint16_t *res, const float *wf, const float *bf,  \
+                                       uint16_t *out, float *tmp, ptrdiff_t rows, ptrdiff_t cols, float eps);      \
     HIDDEN void V(row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);            \
     HIDDEN void V(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);                                             \
+    HIDDEN void V(gelu_bf16)(uint16_t *y, ptrdiff_t n);                                                            \
     HIDDEN void V(gelu_tanh_f32)(float *y, ptrdiff_t n);                                                           \
     HIDDEN void V(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);                                                       \
     HIDDEN void V(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);               \

@@ -46,8 +46,10 @@ int bl_cpu_level(void) {
         (t)->rms_norm_f32 = V(rms_norm_f32);               \
         (t)->rms_norm_bf16 = V(rms_norm_bf16);             \
         (t)->add_layer_norm_f32 = V(add_layer_norm_f32);   \
+        (t)->add_layer_norm_bf16 = V(add_layer_norm_bf16); \
         (t)->row_logsumexp = V(row_logsumexp);             \
         (t)->gelu_f32 = V(gelu_f32);                       \
+        (t)->gelu_bf16 = V(gelu_bf16);                     \
         (t)->gelu_tanh_f32 = V(gelu_tanh_f32);             \
         (t)->gelu_tanh_bf16 = V(gelu_tanh_bf16);           \
         (t)->one_query_heads = V(one_query_heads);         \

@@ -15,8 +15,6 @@
  * widened by the caller, once). W is read in memory order, row after row -- one sequential stream, which the
  * hardware prefetcher follows, helped by a request 4 KB ahead (reading the 16 rows side by side, 16 short
  * streams, reached 26 GB/s) -- and the 16 rows' lanes are folded at once at the end. */
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
 /* *f = 16 weights from w[i..i+16), of dtype WBF16 ? bf16 : fp32, as floats (bf16: its bits in the high half) */
 INLINE void load16(f32x16 *f, const void *w, ptrdiff_t i, const int WBF16) {

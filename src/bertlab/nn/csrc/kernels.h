@@ -99,8 +99,11 @@ typedef struct {
                           ptrdiff_t cols, float eps);
     void (*add_layer_norm_f32)(const float *y, const float *res, const float *w, const float *b, float *out,
                                ptrdiff_t rows, ptrdiff_t cols, float eps);
+    void (*add_layer_norm_bf16)(const uint16_t *y, const uint16_t *res, const float *wf, const float *bf,
+                                uint16_t *out, float *tmp, ptrdiff_t rows, ptrdiff_t cols, float eps);
     void (*row_logsumexp)(const float *x, ptrdiff_t rows, ptrdiff_t cols, float *m, float *lse);
     void (*gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols);  /* in place: the fp32 GEMM's epilogue, as a pass */
+    void (*gelu_bf16)(uint16_t *y, ptrdiff_t n);  /* the same over bf16, each value rounded once */
     void (*gelu_tanh_f32)(float *y, ptrdiff_t n);  /* GELU's tanh form, in place */
     void (*gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);
     void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
@@ -157,8 +160,10 @@ int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y,
 int bl_rotate_heads(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t row_stride, ptrdiff_t heads,
                     ptrdiff_t head_stride, ptrdiff_t hs, const void *cos, const void *sin, ptrdiff_t table,
                     int threads);
-int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
-                           float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads);
+/* out = LayerNorm(y + res) over each row (post-LN's Add & Norm; out may be y): all fp32, or y, res, w, b and out
+ * bf16 (add_layer_norm_bf16) */
+int bl_add_layer_norm_rows(const bl_kernels *k, const void *y, const void *res, const void *w, const void *b,
+                           void *out, int dtype, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads);
 int bl_attention_one_query(const bl_kernels *k, const OneQuery *a, ptrdiff_t rows, int threads);
 int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
 int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
@@ -194,13 +199,16 @@ typedef struct {
 typedef struct {
     ptrdiff_t hidden, heads, inter;
     BlockLinear qkv, o, i, f;
-    const float *ln1_w, *ln1_b, *ln2_w, *ln2_b;
+    const void *ln1_w, *ln1_b, *ln2_w, *ln2_b;  /* of the layer's dtype */
     float eps1, eps2, scale;
     int bf16_attention;  /* the attention on bf16 dot products (bl_attention_bf16), as int8's bf16 attention runs it */
+    int dtype;           /* F32, or BF16: x, out, add, the norms bf16, each linear layer bf16 panels (bl_linear_bf16,
+                          * its bias fp32), the attention bl_attention_bf16's, the GELU bl_gelu_rows' bf16 pass */
 } PostLnLayer;
-int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
-                     const float *add, ptrdiff_t add_rows, int threads);
-int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads);
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const void *x, void *out, ptrdiff_t B, ptrdiff_t T,
+                     const void *add, ptrdiff_t add_rows, int threads);
+/* GELU (exact form) over rows x cols in place: fp32 (the fp32 GEMM's epilogue as a pass) or bf16 */
+int bl_gelu_rows(const bl_kernels *k, void *y, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads);
 /* GELU's tanh form (`gelu_new`) over n F32 or BF16 in place */
 int bl_gelu_tanh(const bl_kernels *k, void *y, int dtype, ptrdiff_t n, int threads);
 /* A pre-norm decoder layer's decoding step (T5's: RMSNorm before each sub-layer, no biases needed) in one call,

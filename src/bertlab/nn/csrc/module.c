@@ -176,18 +176,19 @@ static PyObject *py_rms_norm_rows(PyObject *self, PyObject *const *args, Py_ssiz
     return result(rc, "rms_norm_rows");
 }
 
-/* add_layer_norm_rows(y_ptr, residual_ptr, w_ptr, b_ptr, out_ptr, rows, cols, eps, threads): fp32, contiguous
- * (out may be y) */
+/* add_layer_norm_rows(y_ptr, residual_ptr, w_ptr, b_ptr, out_ptr, dtype, rows, cols, eps, threads): fp32 or bf16
+ * (all alike), contiguous (out may be y) */
 static PyObject *py_add_layer_norm_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t rows, cols;
     float eps;
     int threads, rc;
-    if (parse(args, nargs, 9, "add_layer_norm_rows") < 0 || parse_norm(args, 5, &rows, &cols, &eps, &threads) < 0)
+    if (parse(args, nargs, 10, "add_layer_norm_rows") < 0 || parse_norm(args, 6, &rows, &cols, &eps, &threads) < 0)
         return NULL;
-    const float *y = as_ptr(args[0]), *res = as_ptr(args[1]), *w = as_ptr(args[2]), *b = as_ptr(args[3]);
-    float *out = as_ptr(args[4]);
+    const void *y = as_ptr(args[0]), *res = as_ptr(args[1]), *w = as_ptr(args[2]), *b = as_ptr(args[3]);
+    void *out = as_ptr(args[4]);
+    const int dtype = (int)PyLong_AsLong(args[5]);
     if (PyErr_Occurred()) return NULL;
-    RUN(rc = bl_add_layer_norm_rows(k, y, res, w, b, out, rows, cols, eps, threads));
+    RUN(rc = bl_add_layer_norm_rows(k, y, res, w, b, out, dtype, rows, cols, eps, threads));
     return result(rc, "add_layer_norm_rows");
 }
 
@@ -311,12 +312,13 @@ static BlockLinear block_linear_arg(PyObject *const *a, int with_gemv) {
 }
 
 /* post_ln_layer(x, out, B, T, add | None, add_rows, hidden, heads, inter, then (w, bias | None, comp | None,
- * scale | None, narrow) for qkv, o, i, f -- fp32 panels where comp is None, else int8 --, then ln1_w, ln1_b, ln2_w,
- * ln2_b, eps1, eps2, scale, bf16_attention, threads): a post-LN encoder layer in one call (see kernels.h) */
+ * scale | None, narrow) for qkv, o, i, f -- fp32 (or, with dtype BF16, bf16) panels where comp is None, else int8
+ * --, then ln1_w, ln1_b, ln2_w, ln2_b, eps1, eps2, scale, bf16_attention, threads, dtype): a post-LN encoder layer
+ * in one call (see kernels.h) */
 static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 38, "post_ln_layer") < 0) return NULL;
-    const float *x = as_ptr(args[0]), *add = as_ptr(args[4]);
-    float *out = as_ptr(args[1]);
+    if (parse(args, nargs, 39, "post_ln_layer") < 0) return NULL;
+    const void *x = as_ptr(args[0]), *add = as_ptr(args[4]);
+    void *out = as_ptr(args[1]);
     Py_ssize_t B = PyLong_AsSsize_t(args[2]), T = PyLong_AsSsize_t(args[3]), add_rows = PyLong_AsSsize_t(args[5]);
     PostLnLayer l = {.hidden = PyLong_AsSsize_t(args[6]), .heads = PyLong_AsSsize_t(args[7]),
                      .inter = PyLong_AsSsize_t(args[8])};
@@ -327,11 +329,12 @@ static PyObject *py_post_ln_layer(PyObject *self, PyObject *const *args, Py_ssiz
     l.scale = (float)PyFloat_AsDouble(args[35]);
     l.bf16_attention = PyLong_AsLong(args[36]) != 0;
     long threads = PyLong_AsLong(args[37]);
+    l.dtype = (int)PyLong_AsLong(args[38]);
     if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_post_ln_layer(k, &l, x, out, B, T, add, add_rows, (int)threads));
-    return result(rc, "post_ln_layer (an fp32 GEMM or an int8 kernel at this level, heads of a multiple of 16 up "
-                      "to 64)");
+    return result(rc, "post_ln_layer (an fp32 or bf16 GEMM or an int8 kernel at this level, heads of a multiple of "
+                      "16 up to 64)");
 }
 
 /* decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add | None, self_add_rows,
@@ -406,15 +409,16 @@ static PyObject *py_linear_int8(PyObject *self, PyObject *const *args, Py_ssize_
     return result(rc, "linear_int8 (an int8 kernel at this level, K % 4 == 0, N % 16 == 0)");
 }
 
-/* gelu_rows(y_ptr, rows, cols, threads): GELU in place, fp32 (the fp32 GEMM's epilogue as a pass) */
+/* gelu_rows(y_ptr, dtype, rows, cols, threads): GELU in place, fp32 (the fp32 GEMM's epilogue as a pass) or bf16 */
 static PyObject *py_gelu_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 4, "gelu_rows") < 0) return NULL;
-    float *y = as_ptr(args[0]);
-    Py_ssize_t rows = PyLong_AsSsize_t(args[1]), cols = PyLong_AsSsize_t(args[2]);
-    long threads = PyLong_AsLong(args[3]);
+    if (parse(args, nargs, 5, "gelu_rows") < 0) return NULL;
+    void *y = as_ptr(args[0]);
+    const int dtype = (int)PyLong_AsLong(args[1]);
+    Py_ssize_t rows = PyLong_AsSsize_t(args[2]), cols = PyLong_AsSsize_t(args[3]);
+    long threads = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return NULL;
     int rc;
-    RUN(rc = bl_gelu_rows(k, y, rows, cols, (int)threads));
+    RUN(rc = bl_gelu_rows(k, y, dtype, rows, cols, (int)threads));
     return result(rc, "gelu_rows");
 }
 
@@ -451,8 +455,8 @@ static PyMethodDef methods[] = {
                            "rows, heads, hs, queries, keys, scale, threads, group): AVX-512 BF16 dot products"),
     METHOD(beam_topk, "beam_topk(score, add, best, index, B, K, V, keep, log_softmax, threads): a beam step's best "
                       "candidates per input"),
-    METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, rows, cols, eps, threads): "
-                                "LayerNorm(y + residual) over each contiguous row, fp32"),
+    METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, dtype, rows, cols, eps, threads): "
+                                "LayerNorm(y + residual) over each contiguous row, fp32 or bf16"),
     METHOD(rotate_heads, "rotate_heads(x, dtype, row_stride, heads, head_stride, hs, rows, cos, sin, table_rows, "
                          "threads): rotary positions over each row's heads in place, fp32 or bf16, torch's formula "
                          "bit for bit"),
@@ -462,15 +466,15 @@ static PyMethodDef methods[] = {
     METHOD(linear_f32, "linear_f32(x, panels, bias, y, M, K, N, threads[, act]): y = act(x Wᵀ + b), fp32, W packed "
                        "in panels of 32 columns; act 0 none (the default), 1 the exact GELU"),
     METHOD(post_ln_layer, "post_ln_layer(x, out, B, T, add, add_rows, hidden, heads, inter, 4 x (w, bias, comp, "
-                          "scale, narrow), 4 norm weights, eps1, eps2, scale, bf16_attention, threads): a post-LN "
-                          "encoder layer in one call, its linear layers fp32 (comp None) or int8"),
+                          "scale, narrow), 4 norm weights, eps1, eps2, scale, bf16_attention, threads, dtype): a "
+                          "post-LN encoder layer in one call, its linear layers fp32 or bf16 (comp None) or int8"),
     METHOD(decoder_layer_step, "decoder_layer_step(x, out, rows, self_k, self_v, cache_len, start, self_add, "
                                "self_add_rows, self_add_heads, cross_k, cross_v, cross_add, group, enc_len, "
                                "cross_add_rows, threads, hidden, heads, hs, inter, act, 7 x (w, bias, comp, scale, "
                                "narrow, gemv), 3 norm weights, eps, scale, dtype): a pre-norm decoder layer's decoding step "
                                "in one call"),
     METHOD(gelu_tanh, "gelu_tanh(y, dtype, n, threads): GELU's tanh form (gelu_new) in place, fp32 or bf16"),
-    METHOD(gelu_rows, "gelu_rows(y, rows, cols, threads): GELU in place, fp32, the fp32 GEMM epilogue's bits"),
+    METHOD(gelu_rows, "gelu_rows(y, dtype, rows, cols, threads): GELU in place, fp32 (the fp32 GEMM epilogue's bits) or bf16"),
     METHOD(linear_bf16, "linear_bf16(x, panels, bias_f32, y, M, K, N, threads): y = x Wᵀ + b, bf16, AVX-512 BF16 dot "
                         "products"),
     METHOD(linear_int8, "linear_int8(x, x_dtype, wpacked, comp, wscale, bias, y, M, K, N, narrow, threads): the int8 "

@@ -115,12 +115,36 @@ int bl_rotate_heads(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptr
     return BL_OK;
 }
 
-int bl_add_layer_norm_rows(const bl_kernels *k, const float *y, const float *res, const float *w, const float *b,
-                           float *out, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads) {
+int bl_add_layer_norm_rows(const bl_kernels *k, const void *y, const void *res, const void *w, const void *b,
+                           void *out, int dtype, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads) {
+    if (dtype != F32 && dtype != BF16) return BL_UNSUPPORTED;
     if (rows < 1 || cols < 1) return BL_OK;
     int parts = thread_count(rows, cols, threads);
+    if (dtype == BF16) {
+        float *wb = malloc(sizeof(float) * 2 * (size_t)cols);  /* w and b widened once, for every row */
+        if (!wb) return BL_NO_MEMORY;
+        for (ptrdiff_t c = 0; c < cols; c++) {
+            wb[c] = bf16_to_f32(((const uint16_t *)w)[c]);
+            wb[cols + c] = bf16_to_f32(((const uint16_t *)b)[c]);
+        }
+        const ptrdiff_t per_part = 3 * cols;
+        float *scratch = malloc(sizeof(float) * (size_t)(per_part * parts));
+        if (!scratch) {
+            free(wb);
+            return BL_NO_MEMORY;
+        }
+        FOR_EACH_BLOCK(rows, parts, {
+            k->add_layer_norm_bf16((const uint16_t *)y + start * cols, (const uint16_t *)res + start * cols, wb,
+                                   wb + cols, (uint16_t *)out + start * cols, scratch + part * per_part, count,
+                                   cols, eps);
+        });
+        free(scratch);
+        free(wb);
+        return BL_OK;
+    }
     FOR_EACH_BLOCK(rows, parts, {
-        k->add_layer_norm_f32(y + start * cols, res + start * cols, w, b, out + start * cols, count, cols, eps);
+        k->add_layer_norm_f32((const float *)y + start * cols, (const float *)res + start * cols, w, b,
+                              (float *)out + start * cols, count, cols, eps);
     });
     return BL_OK;
 }
@@ -320,11 +344,16 @@ int bl_linear_int8(const bl_kernels *k, const void *x, int dtype, const int8_t *
 }
 
 /* ------------------------------------------------------------------------------ a post-LN encoder layer */
-int bl_gelu_rows(const bl_kernels *k, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads) {
-    if (!k->gelu_f32) return BL_UNSUPPORTED;
+int bl_gelu_rows(const bl_kernels *k, void *y, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads) {
+    if (!k->gelu_f32 || (dtype != F32 && dtype != BF16)) return BL_UNSUPPORTED;
     if (rows < 1 || cols < 1) return BL_OK;
     int parts = thread_count(rows, cols, threads);
-    FOR_EACH_BLOCK(rows, parts, { k->gelu_f32(y + start * cols, count, cols); });
+    FOR_EACH_BLOCK(rows, parts, {
+        if (dtype == BF16)
+            k->gelu_bf16((uint16_t *)y + start * cols, count * cols);
+        else
+            k->gelu_f32((float *)y + start * cols, count, cols);
+    });
     return BL_OK;
 }
 
@@ -352,38 +381,53 @@ static int block_linear(const bl_kernels *k, const BlockLinear *w, const float *
     if (!w->int8.w) return bl_linear_f32(k, x, w->w, w->b, y, M, K, N, threads, gelu ? BL_ACT_GELU : BL_ACT_NONE);
     const Int8Weight *q = &w->int8;
     int rc = bl_linear_int8(k, x, F32, q->w, q->comp, q->scale, q->bias, y, M, K, N, q->narrow, threads);
-    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, M, N, threads) : rc;
+    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, F32, M, N, threads) : rc;
+}
+
+/* A post-LN layer's linear layer in its dtype: block_linear in fp32; in bf16 the bf16 panel GEMM, then the GELU as
+ * a bf16 pass where `gelu` (as a bf16 PackedLinear and `elementwise.gelu_inplace` run them) */
+static int post_ln_linear(const bl_kernels *k, int dtype, const BlockLinear *w, const void *x, void *y, ptrdiff_t M,
+                          ptrdiff_t K, ptrdiff_t N, int gelu, int threads) {
+    if (dtype != BF16) return block_linear(k, w, x, y, M, K, N, gelu, threads);
+    if (w->int8.w || w->gemv) return BL_UNSUPPORTED;
+    int rc = bl_linear_bf16(k, x, (const uint16_t *)w->w, w->b, y, M, K, N, threads);
+    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, BF16, M, N, threads) : rc;
 }
 
 /* One call for a whole layer: at one row of a short input, the Python around its seven kernels (module calls,
  * operand checks, views of q, k and v) cost ~125 us a layer of all-MiniLM-L6-v2 at one thread, the kernels
- * stubbed out (see nn/encoder_layer.py); the int8 modules' as much. Scratch: qkv (3H), the heads' output (H),
- * the first sub-layer's output (H), the FFN's middle (I), per row. */
-int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const float *x, float *out, ptrdiff_t B, ptrdiff_t T,
-                     const float *add, ptrdiff_t add_rows, int threads) {
+ * stubbed out (see nn/encoder_layer.py); the int8 modules' as much, the bf16 ones' more. Scratch: qkv (3H), the
+ * heads' output (H), the first sub-layer's output (H), the FFN's middle (I), per row, of the layer's dtype. */
+int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const void *x, void *out, ptrdiff_t B, ptrdiff_t T,
+                     const void *add, ptrdiff_t add_rows, int threads) {
     const ptrdiff_t H = l->hidden, I = l->inter, M = B * T;
-    const int int8 = l->qkv.int8.w != NULL;
-    if (!(int8 ? k->gelu_f32 : k->gemm_f32) || !k->attention_rows_heads || l->heads < 1 || H % l->heads)
+    const int int8 = l->qkv.int8.w != NULL, dtype = l->dtype;
+    if (dtype != F32 && dtype != BF16) return BL_UNSUPPORTED;
+    if (dtype == BF16 ? !k->gemm_bf16 || !k->attention_bf16_heads || !k->gelu_f32
+                      : !(int8 ? k->gelu_f32 : k->gemm_f32) || !k->attention_rows_heads)
         return BL_UNSUPPORTED;
+    if (l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
     const ptrdiff_t hs = H / l->heads;
     if (hs % 16 || hs > 64 || M < 1) return M < 1 ? BL_OK : BL_UNSUPPORTED;
-    float *qkv = malloc(sizeof(float) * (size_t)(M * (5 * H + I)));
+    const size_t size = dtype == BF16 ? 2 : 4;  /* bytes per value */
+    char *qkv = malloc(size * (size_t)(M * (5 * H + I)));
     if (!qkv) return BL_NO_MEMORY;
-    float *ctx = qkv + M * 3 * H, *y = ctx + M * H, *h = y + M * H;
-    int rc = block_linear(k, &l->qkv, x, qkv, M, H, 3 * H, 0, threads);
+    char *ctx = qkv + size * M * 3 * H, *y = ctx + size * M * H, *h = y + size * M * H;
+    int rc = post_ln_linear(k, dtype, &l->qkv, x, qkv, M, H, 3 * H, 0, threads);
     if (rc == BL_OK) {
         /* q, k, v: (B, heads, T, hs) views of qkv (row T·3H, head hs, position 3H); ctx (B, T, heads, hs) */
-        Rows a = {.q = qkv, .k = qkv + H, .v = qkv + 2 * H, .add = add, .out = ctx,
+        Rows a = {.q = qkv, .k = qkv + size * H, .v = qkv + size * 2 * H, .add = add, .out = ctx,
                   .qs = {T * 3 * H, hs, 3 * H}, .ks = {T * 3 * H, hs, 3 * H}, .vs = {T * 3 * H, hs, 3 * H},
                   .adds = {add_rows, 0, 0}, .heads = l->heads, .hs = hs, .queries = T, .keys = T, .group = 1,
-                  .scale = l->scale, .dtype = F32};
-        rc = l->bf16_attention ? bl_attention_bf16(k, &a, B, threads) : bl_attention_rows(k, &a, B, threads);
+                  .scale = l->scale, .dtype = dtype};
+        rc = dtype == BF16 || l->bf16_attention ? bl_attention_bf16(k, &a, B, threads)
+                                                : bl_attention_rows(k, &a, B, threads);
     }
-    if (rc == BL_OK) rc = block_linear(k, &l->o, ctx, y, M, H, H, 0, threads);
-    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, M, H, l->eps1, threads);
-    if (rc == BL_OK) rc = block_linear(k, &l->i, y, h, M, H, I, 1, threads);
-    if (rc == BL_OK) rc = block_linear(k, &l->f, h, out, M, I, H, 0, threads);
-    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, M, H, l->eps2, threads);
+    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->o, ctx, y, M, H, H, 0, threads);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, dtype, M, H, l->eps1, threads);
+    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->i, y, h, M, H, I, 1, threads);
+    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->f, h, out, M, I, H, 0, threads);
+    if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, dtype, M, H, l->eps2, threads);
     free(qkv);
     return rc;
 }

@@ -109,6 +109,10 @@ HIDDEN void VARIANT(rms_norm_bf16)(const uint16_t *x, const uint16_t *w, uint16_
  * its own, for a layer whose GEMM has no epilogue (int8) -- the same bits as that epilogue */
 HIDDEN void VARIANT(gelu_f32)(float *y, ptrdiff_t rows, ptrdiff_t cols) { gelu_rows(y, rows, cols, cols); }
 
+/* The same GELU over n bf16 in place: each widened, the fp32 formula, rounded to bf16 once (as torch's bf16 gelu
+ * rounds its fp32 result; torch's took ~1 ns a value on an AMD EPYC, a bf16 model's widest pass) */
+HIDDEN void VARIANT(gelu_bf16)(uint16_t *y, ptrdiff_t n) { map_bf16(y, n, gelu_f32x16); }
+
 /* GELU (tanh form) over n fp32 in place (common.h: gelu_tanh_f32x16) */
 HIDDEN void VARIANT(gelu_tanh_f32)(float *y, ptrdiff_t n) {
     ptrdiff_t c = 0;
@@ -127,15 +131,7 @@ HIDDEN void VARIANT(gelu_tanh_f32)(float *y, ptrdiff_t n) {
 }
 
 /* The same over n bf16 in place: each widened, the fp32 formula, rounded to bf16 once (as torch's bf16 gelu) */
-HIDDEN void VARIANT(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n) {
-    for (ptrdiff_t c = 0; c < n; c += 16) {
-        const ptrdiff_t m = n - c < 16 ? n - c : 16;
-        f32x16 v = {0};
-        for (ptrdiff_t i = 0; i < m; i++) v[i] = bf16_to_f32(y[c + i]);
-        gelu_tanh_f32x16(&v);
-        for (ptrdiff_t i = 0; i < m; i++) y[c + i] = f32_to_bf16(v[i]);
-    }
-}
+HIDDEN void VARIANT(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n) { map_bf16(y, n, gelu_tanh_f32x16); }
 
 /* The Transformer's "Add & Norm" in fp32, post-LN: out = LayerNorm(y + residual) = (s - mean(s)) / sqrt(var(s) + eps)
  * · w + b, s = y + residual, over each row. One pass over y and the residual (out may be y), then two over the
@@ -216,6 +212,22 @@ HIDDEN void VARIANT(add_layer_norm_f32)(const float *y, const float *res, const 
         const float inv = 1.0f / sqrtf(sq / (float)cols + eps);
         for (ptrdiff_t c = 0; c < cols; c++) o[c] = (o[c] - mean) * inv * w[c] + b[c];
 #endif
+    }
+}
+
+/* Add & Norm in bf16, as a bf16 model's modules compute it: s = y + residual rounded to bf16 (torch's bf16 add),
+ * then LayerNorm(s) with fp32 statistics and arithmetic -- add_layer_norm_f32's over s and a zero residual, w and
+ * b widened by the caller (wf, bf) -- rounded to bf16 once. tmp: 3 · cols floats. (torch's bf16 LayerNorm also
+ * takes fp32 statistics, in another summation order: a value can land one bf16 step apart, rarely.) */
+HIDDEN void VARIANT(add_layer_norm_bf16)(const uint16_t *y, const uint16_t *res, const float *wf, const float *bf,
+                                         uint16_t *out, float *tmp, ptrdiff_t rows, ptrdiff_t cols, float eps) {
+    float *s = tmp, *zero = tmp + cols, *o = tmp + 2 * cols;
+    for (ptrdiff_t c = 0; c < cols; c++) zero[c] = 0.0f;
+    for (ptrdiff_t r = 0; r < rows; r++) {
+        const uint16_t *yr = y + r * cols, *rr = res + r * cols;
+        for (ptrdiff_t c = 0; c < cols; c++) s[c] = bf16_to_f32(f32_to_bf16(bf16_to_f32(yr[c]) + bf16_to_f32(rr[c])));
+        VARIANT(add_layer_norm_f32)(s, zero, wf, bf, o, 1, cols, eps);
+        for (ptrdiff_t c = 0; c < cols; c++) out[r * cols + c] = f32_to_bf16(o[c]);
     }
 }
 
