@@ -64,11 +64,19 @@ def one_call_layers(monkeypatch) -> list:
     return calls
 
 
-def one_call_against_modules(model, layer_class, monkeypatch) -> None:
+def one_call_against_modules(model, layer_class, monkeypatch, threads: int | None = None) -> None:
     """Three passes through `model` -- a batch without a mask, the same with padded rows (an additive mask per row),
     and a shorter single row -- with every block in one call, then again on the modules (`layer_class.in_one_call`
-    off): the same bits, and each of the six blocks ran in one call."""
+    off): the same bits, and each of the six blocks ran in one call. `threads`: torch's thread count meanwhile."""
     import torch
+
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return one_call_against_modules(model, layer_class, monkeypatch)
+        finally:
+            torch.set_num_threads(before)
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(5, 40, (3, 11), generator=g)

@@ -36,12 +36,7 @@ def test_one_call_int8_layer_gives_the_modules_bits(shape, threads, tmp_path, mo
     # heads of 16, 48 and 32; FFN widths whose second layer is (80) and is not (128 is) a multiple of 64: the
     # VNNI kernel or AMX tiles for it on an AMX CPU; 33 rows (AMX from 16) and 9 (below)
     model = _int8(tiny_model(tmp_path / "bert", num_hidden_layers=2, **shape))
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
-    finally:
-        torch.set_num_threads(before)
+    one_call_against_modules(model, modeling.BertLayer, monkeypatch, threads)
 
 
 @pytest.mark.skipif(not cpu_kernels.bf16_dot_available(), reason="no AVX-512 BF16: int8's attention is fp32 there")
@@ -53,12 +48,7 @@ def test_one_call_int8_layer_with_bf16_attention_gives_the_modules_bits(threads,
                         intermediate_size=1536)
     model = load_model(BertModel, folder, InferenceOptions(dtype="int8"))
     assert {layer.attention.self.attn_implementation for layer in model.encoder.layer} == {"bmm_bf16"}
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
-    finally:
-        torch.set_num_threads(before)
+    one_call_against_modules(model, modeling.BertLayer, monkeypatch, threads)
 
 
 def test_one_call_int8_layer_declines_what_it_does_not_run(tmp_path, monkeypatch):

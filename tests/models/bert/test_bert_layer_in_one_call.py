@@ -46,12 +46,7 @@ def test_bf16_one_call_layer_gives_the_modules_bits(threads, even_folder, monkey
         pytest.skip("bf16 linear layers on bertlab's panel GEMM need AVX-512 BF16 without AMX")
     model = load_model(BertModel, even_folder, InferenceOptions(dtype="bf16"))
     assert model.embeddings.word_embeddings.weight.dtype == torch.bfloat16
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        one_call_against_modules(model, modeling.BertLayer, monkeypatch)
-    finally:
-        torch.set_num_threads(before)
+    one_call_against_modules(model, modeling.BertLayer, monkeypatch, threads)
 
 
 def test_one_call_layer_declines_what_it_does_not_run(folder, tmp_path, monkeypatch):
