@@ -372,26 +372,25 @@ int bl_gelu_tanh(const bl_kernels *k, void *y, int dtype, ptrdiff_t n, int threa
     return BL_OK;
 }
 
-/* y (M, N) = x (M, K) Wᵀ + b, GELU'd where `gelu`, as the block's fp32 or int8 module computes it: the fp32 GEMM
- * with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output; a few rows' GEMV
- * over the plain weight (no GELU: its module applies none there). */
-static int block_linear(const bl_kernels *k, const BlockLinear *w, const float *x, float *y, ptrdiff_t M,
+/* y (M, N) = x (M, K) Wᵀ + b, GELU'd where `gelu`, as the block's module computes it in `dtype`: fp32 -- the fp32
+ * GEMM with the GELU as its epilogue, or the int8 layer then the same GELU as a pass over its output; bf16 -- the
+ * bf16 panel GEMM (its bias fp32), the GELU a bf16 pass (as a bf16 PackedLinear and `elementwise.gelu_inplace` run
+ * them); either, a few rows' GEMV over the plain weight (its bias of the dtype; no GELU: its module applies none
+ * there). */
+static int block_linear(const bl_kernels *k, const BlockLinear *w, int dtype, const void *x, void *y, ptrdiff_t M,
                         ptrdiff_t K, ptrdiff_t N, int gelu, int threads) {
-    if (w->gemv) return gelu ? BL_UNSUPPORTED : bl_linear_few_rows(k, x, w->w, w->b, y, M, K, N, F32, threads);
-    if (!w->int8.w) return bl_linear_f32(k, x, w->w, w->b, y, M, K, N, threads, gelu ? BL_ACT_GELU : BL_ACT_NONE);
-    const Int8Weight *q = &w->int8;
-    int rc = bl_linear_int8(k, x, F32, q->w, q->comp, q->scale, q->bias, y, M, K, N, q->narrow, threads);
-    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, F32, M, N, threads) : rc;
-}
-
-/* A post-LN layer's linear layer in its dtype: block_linear in fp32; in bf16 the bf16 panel GEMM, then the GELU as
- * a bf16 pass where `gelu` (as a bf16 PackedLinear and `elementwise.gelu_inplace` run them) */
-static int post_ln_linear(const bl_kernels *k, int dtype, const BlockLinear *w, const void *x, void *y, ptrdiff_t M,
-                          ptrdiff_t K, ptrdiff_t N, int gelu, int threads) {
-    if (dtype != BF16) return block_linear(k, w, x, y, M, K, N, gelu, threads);
-    if (w->int8.w || w->gemv) return BL_UNSUPPORTED;
-    int rc = bl_linear_bf16(k, x, (const uint16_t *)w->w, w->b, y, M, K, N, threads);
-    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, BF16, M, N, threads) : rc;
+    if (w->gemv) return gelu ? BL_UNSUPPORTED : bl_linear_few_rows(k, x, w->w, w->b, y, M, K, N, dtype, threads);
+    int rc;
+    if (dtype == BF16) {
+        if (w->int8.w) return BL_UNSUPPORTED;
+        rc = bl_linear_bf16(k, x, (const uint16_t *)w->w, w->b, y, M, K, N, threads);
+    } else if (!w->int8.w) {
+        return bl_linear_f32(k, x, w->w, w->b, y, M, K, N, threads, gelu ? BL_ACT_GELU : BL_ACT_NONE);
+    } else {
+        const Int8Weight *q = &w->int8;
+        rc = bl_linear_int8(k, x, F32, q->w, q->comp, q->scale, q->bias, y, M, K, N, q->narrow, threads);
+    }
+    return rc == BL_OK && gelu ? bl_gelu_rows(k, y, dtype, M, N, threads) : rc;
 }
 
 /* One call for a whole layer: at one row of a short input, the Python around its seven kernels (module calls,
@@ -413,7 +412,7 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const void *x, v
     char *qkv = malloc(size * (size_t)(M * (5 * H + I)));
     if (!qkv) return BL_NO_MEMORY;
     char *ctx = qkv + size * M * 3 * H, *y = ctx + size * M * H, *h = y + size * M * H;
-    int rc = post_ln_linear(k, dtype, &l->qkv, x, qkv, M, H, 3 * H, 0, threads);
+    int rc = block_linear(k, &l->qkv, dtype, x, qkv, M, H, 3 * H, 0, threads);
     if (rc == BL_OK) {
         /* q, k, v: (B, heads, T, hs) views of qkv (row T·3H, head hs, position 3H); ctx (B, T, heads, hs) */
         Rows a = {.q = qkv, .k = qkv + size * H, .v = qkv + size * 2 * H, .add = add, .out = ctx,
@@ -423,10 +422,10 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const void *x, v
         rc = dtype == BF16 || l->bf16_attention ? bl_attention_bf16(k, &a, B, threads)
                                                 : bl_attention_rows(k, &a, B, threads);
     }
-    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->o, ctx, y, M, H, H, 0, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->o, dtype, ctx, y, M, H, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, y, x, l->ln1_w, l->ln1_b, y, dtype, M, H, l->eps1, threads);
-    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->i, y, h, M, H, I, 1, threads);
-    if (rc == BL_OK) rc = post_ln_linear(k, dtype, &l->f, h, out, M, I, H, 0, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->i, dtype, y, h, M, H, I, 1, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->f, dtype, h, out, M, I, H, 0, threads);
     if (rc == BL_OK) rc = bl_add_layer_norm_rows(k, out, y, l->ln2_w, l->ln2_b, out, dtype, M, H, l->eps2, threads);
     free(qkv);
     return rc;
@@ -460,16 +459,6 @@ static void relu(int dtype, void *y, ptrdiff_t n) {
     }
     float *f = y;
     for (ptrdiff_t i = 0; i < n; i++) f[i] = f[i] < 0.0f ? 0.0f : f[i];
-}
-
-/* A decoder step's linear layer: block_linear in fp32; in bf16 the GEMV over the plain weight (its bias bf16) or
- * the bf16 GEMM over panels (its bias fp32), as PackedLinear runs a bf16 layer */
-static int step_linear(const bl_kernels *k, int dtype, const BlockLinear *w, const void *x, void *y, ptrdiff_t M,
-                       ptrdiff_t K, ptrdiff_t N, int threads) {
-    if (dtype != BF16) return block_linear(k, w, x, y, M, K, N, 0, threads);
-    if (w->int8.w) return BL_UNSUPPORTED;
-    if (w->gemv) return bl_linear_few_rows(k, x, w->w, w->b, y, M, K, N, BF16, threads);
-    return bl_linear_bf16(k, x, (const uint16_t *)w->w, w->b, y, M, K, N, threads);
 }
 
 /* One query per row over `keys` keys and values (row stride `row`, group rows sharing one), as the modules run it:
@@ -512,7 +501,7 @@ int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const Deco
          *g = f + size * M * I;
     /* self-attention over the cache, this step's keys and values written into it first */
     int rc = bl_rms_norm_rows(k, x, l->norm_self, h, dtype, M, H, l->eps, threads);
-    if (rc == BL_OK) rc = step_linear(k, dtype, &l->qkv, h, qkv, M, H, 3 * D, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->qkv, dtype, h, qkv, M, H, 3 * D, 0, threads);
     if (rc == BL_OK) {
         const ptrdiff_t row = s->cache_len * D;
         for (ptrdiff_t r = 0; r < M; r++) {
@@ -523,21 +512,21 @@ int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const Deco
         rc = step_attention(k, dtype, l, qkv, 3 * D, s->self_k, s->self_v, row, end, 1, s->self_add,
                             s->self_add_rows, s->self_add_heads, ctx, M, threads);
     }
-    if (rc == BL_OK) rc = step_linear(k, dtype, &l->o, ctx, y, M, D, H, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->o, dtype, ctx, y, M, D, H, 0, threads);
     if (rc == BL_OK) elementwise(dtype, STEP_ADD, x, y, out, M * H);
     /* cross-attention over the encoder's keys and values */
     if (rc == BL_OK && l->norm_cross) {
         rc = bl_rms_norm_rows(k, out, l->norm_cross, h, dtype, M, H, l->eps, threads);
-        if (rc == BL_OK) rc = step_linear(k, dtype, &l->cross_q, h, qkv, M, H, D, threads);
+        if (rc == BL_OK) rc = block_linear(k, &l->cross_q, dtype, h, qkv, M, H, D, 0, threads);
         if (rc == BL_OK)
             rc = step_attention(k, dtype, l, qkv, D, s->cross_k, s->cross_v, s->enc_len * D, s->enc_len, s->group,
                                 s->cross_add, s->cross_add_rows, 0, ctx, M, threads);
-        if (rc == BL_OK) rc = step_linear(k, dtype, &l->cross_o, ctx, y, M, D, H, threads);
+        if (rc == BL_OK) rc = block_linear(k, &l->cross_o, dtype, ctx, y, M, D, H, 0, threads);
         if (rc == BL_OK) elementwise(dtype, STEP_ADD, out, y, out, M * H);
     }
     /* the feed-forward block: act(h Wiᵀ) (times h Wgᵀ where gated) Wfᵀ */
     if (rc == BL_OK) rc = bl_rms_norm_rows(k, out, l->norm_ffn, h, dtype, M, H, l->eps, threads);
-    if (rc == BL_OK) rc = step_linear(k, dtype, &l->ffn_in, h, f, M, H, I, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->ffn_in, dtype, h, f, M, H, I, 0, threads);
     if (rc == BL_OK) {
         if (l->act == BL_ACT_GELU_TANH)
             rc = bl_gelu_tanh(k, f, dtype, M * I, threads);
@@ -545,10 +534,10 @@ int bl_decoder_layer_step(const bl_kernels *k, const DecoderLayer *l, const Deco
             relu(dtype, f, M * I);
     }
     if (rc == BL_OK && gated) {
-        rc = step_linear(k, dtype, &l->ffn_gate, h, g, M, H, I, threads);
+        rc = block_linear(k, &l->ffn_gate, dtype, h, g, M, H, I, 0, threads);
         if (rc == BL_OK) elementwise(dtype, STEP_MUL, f, g, f, M * I);
     }
-    if (rc == BL_OK) rc = step_linear(k, dtype, &l->ffn_out, f, y, M, I, H, threads);
+    if (rc == BL_OK) rc = block_linear(k, &l->ffn_out, dtype, f, y, M, I, H, 0, threads);
     if (rc == BL_OK) elementwise(dtype, STEP_ADD, out, y, out, M * H);
     free(h);
     return rc;
