@@ -5,13 +5,16 @@
     dequantize_rows(acc, ...)   int32 GEMM output -> (acc · s_x[r]) · s_w[c] + b[c], over acc's own memory
     softmax_(x)                 softmax over the last dimension, in place (fp32 or bf16)
     rms_norm(x, w, eps)         T5's RMS layer norm in one call (fp32 or bf16)
+    add_layer_norm_(y, r, w, b, eps)  post-LN's Add & Norm in one pass over y (fp32 or bf16)
     attention_one_query(...)    softmax(scale · q Kᵀ + add) V for one query per row and head (a decoding step
                                 against its K/V cache), fp32
     attention_short(...)        the same for many queries, register-tiled per (row, head), fp32, heads of 16-64
     attention_bf16(...)         the same on AVX-512 BF16 dot products (`bf16_dot_available()`), or on AMX tiles
                                 where the level is amx (`attention_bf16_kernel()`), fp32 or bf16 in and out,
                                 scores and softmax in fp32
+    gelu_(y)                    the exact GELU in place, fp32 (the fp32 GEMM's epilogue as a pass) or bf16
     gelu_tanh_(y)               GELU's tanh form (`gelu_new`) in place, fp32 or bf16
+    post_ln_layer(...)          a post-LN encoder layer in one call (nn/encoder_layer.py)
     decoder_layer_step(...)     a pre-norm decoder layer's decoding step in one call (nn/decoder_layer.py)
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
                                 `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
@@ -20,7 +23,7 @@
                                 the fp32 one applies an activation (the exact GELU) to its output blocks
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
     beam_topk(...)              a beam-search step's best candidates, in one pass over the log-probabilities
-    argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate
+    argmax_rows(x)              greedy decoding's argmax, the same pass with one candidate (bf16 logits widened)
 
 Why: around an int8 GEMM the torch formulas take 6-8 passes over memory (abs, amax, divide, round, cast;
 multiply, addcmul), several into fresh buffers; on all-MiniLM-L6-v2 in int8 at one thread they were about a
