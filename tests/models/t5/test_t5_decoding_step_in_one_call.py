@@ -99,13 +99,17 @@ def test_prepared_generation_matches_transformers(num_beams, variant, tmp_path, 
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
-def test_bf16_generation_in_one_call_gives_the_modules_ids(num_beams, tmp_path, monkeypatch):
-    """A bf16 model's generation (where the CPU has AVX-512 BF16) with every step in one call: the ids and scores
-    its modules give, greedy (the bf16 logits' argmax) and beam search."""
+@pytest.mark.parametrize("architecture", ["encoder-decoder", "decoder-only"])
+def test_bf16_generation_in_one_call_gives_the_modules_ids(num_beams, architecture, tmp_path, monkeypatch):
+    """A bf16 model's generation (where the CPU has AVX-512 BF16) with every step in one call: the ids its modules
+    give, greedy (the bf16 logits' argmax) and beam search; with cross-attention, and without (a decoder-only
+    model's unpadded prompt: every step after the prompt's in one call)."""
     if not cpu_kernels.bf16_dot_available():
         pytest.skip("no AVX-512 BF16 here (--dtype bf16 runs fp32)")
-    model = prepared(tmp_path, "bf16", "v1.1", d_kv=16)
+    model = prepared(tmp_path, "bf16", "v1.1", architecture, d_kv=16)
     ids, mask = inputs()
+    if architecture == "decoder-only":
+        mask = None
     with monkeypatch.context() as m:
         modules_only(m)
         want = model.generate(ids, mask, max_new_tokens=12, num_beams=num_beams)
