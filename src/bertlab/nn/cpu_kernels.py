@@ -518,6 +518,7 @@ def linear_bf16(x: torch.Tensor, panels: torch.Tensor, bias: torch.Tensor | None
     AVX-512 BF16, another dtype, K odd, a non-contiguous x, a trace)."""
     if not bf16_dot_available() or x.dim() != 2 or x.shape[1] % 2:
         return None
+    _tuned()  # (its one-tile calls' prefetch: bl_tuning.few_prefetch)
     return _panel_gemm("linear_bf16", x, panels, bias, n, torch.bfloat16,
                        lambda k: (-(-n // PANEL), k // 2, PANEL, 2))
 

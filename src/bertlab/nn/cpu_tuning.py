@@ -11,6 +11,8 @@ bertlab's fp32 GEMM and int8 layer take their blocking at run time (`csrc/kernel
                      class boundary (`row_class`: int8 `SPLIT_BULK_ROWS` rows, fp32 `SPLIT_F32_BULK_ROWS` rows a
                      thread; a bit set: by rows, each thread every panel; clear: by columns, each its own panels;
                      bits `SPLIT_BITS`)
+    few_prefetch     f32_prefetch for a call whose rows fit in one tile -- a decoding step's -- in the fp32 and
+                     bf16 GEMMs (on an AMD EPYC, Zen 4, the next panel requested made 4-8 rows 1.2-1.35x slower)
 
 None of it moves a sum: each fp32 output is one FMA chain over k from the bias and each int8 one an exact integer
 sum, whatever the tiles, blocks or split, so every blocking gives the same bits (tests/test_nn_cpu_tuning.py
@@ -19,7 +21,8 @@ two threads share a core). The defaults were measured on one Zen 5 core.
 
 The sweep: the level's default blocking, then one parameter at a time, each value timed on all-MiniLM-L6-v2's
 layer shapes (384 -> 1536 and 1536 -> 384 at 48 and 1,024 rows -- a lone input's and a bulk batch's; the int8
-layer where its kernel runs, at 16 and 256) with their weights cold, as a model's pass reads them (each run takes
+layer where its kernel runs, at 16 and 256; a decoding step's `FEW_ROWS`, fp32 and bf16 where the bf16 GEMM runs, for
+few_prefetch) with their weights cold, as a model's pass reads them (each run takes
 the next of `COPIES` copies of the weights, together larger than a core's L2), in `ROUNDS` interleaved rounds (the order rotating, so a busy machine slows every value alike); above one
 thread each split class is tried on its own shapes (the few rows' and the many rows', fp32 and int8). A value
 replaces the current one only where it was faster in every round and by at least `MARGIN` in the median, and
@@ -51,15 +54,16 @@ from ..core.fsio import atomic_write_text
 
 log = logging.getLogger(__name__)
 
-PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split")  # bl_tuning's fields, in order
+PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split", "few_prefetch")  # bl_tuning's fields
 TUNING_MODES = ("auto", "default", "retune")
 ROUNDS = 5
 MARGIN = 0.03  # a value must beat the current one by this much in the median (and in every round) to replace it
-CACHE_VERSION = 3  # (1: `split` one value for every GEMM, 0 or 1; 2: fp32's classes parted at 128 rows, warm weights)
+CACHE_VERSION = 4  # (1: `split` one value for every GEMM, 0 or 1; 2: fp32's classes parted at 128 rows, warm weights;
+# 3: no few_prefetch)
 # all-MiniLM-L6-v2's layer shapes (K, N) that carry its time: the feed-forward's two, at a lone input's rows and
 # a bulk batch's
 SHAPES = ((384, 1536), (1536, 384))
-F32_ROWS, INT8_ROWS = (48, 1024), (16, 256)
+F32_ROWS, INT8_ROWS, FEW_ROWS = (48, 1024), (16, 256), (4, 8)
 COPIES = 3  # weight copies the runs rotate through: each run finds its weights out of L2 (~4.7 MB fp32 a copy)
 SPLIT_BULK_ROWS = 128  # from this many rows an int8 layer is in its split bit's bulk class (kernels.h: BL_SPLIT_BULK_ROWS)
 SPLIT_F32_BULK_ROWS = 384  # an fp32 GEMM's, from this many rows a thread (kernels.h: BL_SPLIT_F32_BULK_ROWS)
@@ -145,6 +149,7 @@ def candidates(level: str, default: dict[str, int], threads: int, int8: str | No
         "f32_prefetch": [default["f32_prefetch"], *(v for v in (0, 1, 2) if v != default["f32_prefetch"])],
         # (the VNNI kernel's panels, and at "amx" its rows below the AMX tiles' 16)
         "int8_panel_rows": [default["int8_panel_rows"], 8, 32] if int8 in ("vnni", "amx") else [],
+        "few_prefetch": [default["few_prefetch"], *(v for v in (0, 1, 2) if v != default["few_prefetch"])],
     }
     return {name: list(dict.fromkeys(values)) for name, values in out.items()}
 
@@ -169,14 +174,26 @@ class _Workload:
     extension directly, so a run's weights were last read two runs before, as a model's layer's were a pass
     before: from L3, not L2, which is what a prefetch or a rows split reading every panel meets in a model."""
 
-    def __init__(self, ext, threads: int, int8: bool):
+    def __init__(self, ext, threads: int, int8: bool, bf16: bool = False):
         g = torch.Generator().manual_seed(0)
         self.ext, self.threads, self.keep, self.turn = ext, threads, [], 0
         self.f32, self.int8 = [[] for _ in range(COPIES)], [[] for _ in range(COPIES)]
+        self.few = [[] for _ in range(COPIES)]  # a decoding step's rows: fp32, and bf16 where its GEMM runs
         for copy in range(COPIES):
             layers = []
             for k, n in SHAPES:
                 panels, b = torch.randn(-(-n // 32), k, 32, generator=g) * 0.05, torch.randn(n, generator=g)
+                for m in FEW_ROWS:
+                    x, y = torch.randn(m, k, generator=g), torch.empty(m, n)
+                    self.keep += [x, y]
+                    self.few[copy].append((ext.linear_f32, (x.data_ptr(), panels.data_ptr(), b.data_ptr(),
+                                                            y.data_ptr(), m, k, n)))
+                    if bf16:
+                        pairs = (torch.randn(-(-n // 32), k // 2, 32, 2, generator=g) * 0.05).bfloat16()
+                        x16, y16 = x.bfloat16(), torch.empty(m, n, dtype=torch.bfloat16)
+                        self.keep += [pairs, x16, y16]
+                        self.few[copy].append((ext.linear_bf16, (x16.data_ptr(), pairs.data_ptr(), b.data_ptr(),
+                                                                 y16.data_ptr(), m, k, n)))
                 # (weights within ±64: AVX2 without VNNI times the narrow kernel Int8Linear gives it there)
                 packed = torch.randint(-64, 65, (n * k,), dtype=torch.int8, generator=g) if int8 else None
                 comp, ws = torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50
@@ -199,8 +216,10 @@ class _Workload:
                         x = y
 
     def calls(self, part: str, rows: str | None = None) -> list[list]:
-        """The part's calls (\"f32\" or \"int8\"), only those of one rows class (\"few\", \"bulk\") if given:
-        one list a weight copy."""
+        """The part's calls (\"f32\", \"int8\", or \"step\": a decoding step's few rows), only those of one rows
+        class (\"few\", \"bulk\") if given: one list a weight copy."""
+        if part == "step":
+            return [list(calls) for calls in self.few]
         out = []
         for f32, int8 in zip(self.f32, self.int8):
             calls = [(self.ext.linear_f32, a) for a in f32] if part == "f32" else \
@@ -233,15 +252,16 @@ def timed(ext, work: _Workload, current: dict, name: str, values: list[int], cal
     return times
 
 
-def sweep(ext, level: str, threads: int, int8: str | None) -> dict:
+def sweep(ext, level: str, threads: int, int8: str | None, bf16: bool = False) -> dict:
     """Measure the blocking for this CPU at `level` (already selected, its default blocking set) and `threads`:
     the entry the cache keeps ({"tuning", "default", "gains", "seconds", "measured"}; a split bit's gain under
     "split.PART_ROWS", e.g. "split.f32_bulk"), the table left at the choice."""
     started = time.perf_counter()
     default = dict(zip(PARAMS, ext.tune()))
-    work = _Workload(ext, threads, int8 is not None)
+    work = _Workload(ext, threads, int8 is not None, bf16)
     current, gains = dict(default), {}
-    part = {"f32_rows": "f32", "f32_block": "f32", "f32_prefetch": "f32", "int8_panel_rows": "int8"}
+    part = {"f32_rows": "f32", "f32_block": "f32", "f32_prefetch": "f32", "int8_panel_rows": "int8",
+            "few_prefetch": "step"}
     trials = [(name, name, values, work.calls(part[name])) for name, values in
               candidates(level, default, threads, int8).items()]
     if threads > 1:  # each class's bit flipped against the current split, on that class's shapes only
@@ -322,7 +342,7 @@ def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
     """Set the extension's blocking for `level` (selected) at `threads`: the default, the cached choice or a new
     sweep, as `BERTLAB_CPU_TUNING` says. Returns the blocking set (`PARAMS`' values)."""
     how = mode()
-    ext.select(level)  # the level's default blocking
+    kernels = ext.select(level)  # the level's default blocking; the names of its kernels
     if how == "default" or level == "none":
         return ext.tune()
     path, key = cache_path(), cache_key(level, threads)
@@ -337,7 +357,8 @@ def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
                 pass
             log.warning("ignored the CPU tuning cache's entry for %s in %s (not a blocking of this level); "
                         "measuring again", key, path)
-    entry = sweep(ext, level, threads, int8)
+    # (bf16 layers on AMX are oneDNN's: the bf16 GEMM's one-tile calls are timed below it only)
+    entry = sweep(ext, level, threads, int8, "gemm_bf16" in kernels and level != "amx")
     ext.tune(*(entry["tuning"][p] for p in PARAMS))
     write_cache(path, key, entry)
     changed = ", ".join(f"{_change(entry, p)} ({entry['gains'][p]}x)" for p in entry["gains"]) or "the defaults kept"

@@ -5,7 +5,7 @@
  *   cc -O3 -std=c99 -ffp-contract=fast -fopenmp -o bench_kernels \
  *       $(ls src/bertlab/nn/csrc/*.c | grep -v /module.c) -lm
  *   ./bench_kernels [--level avx2] [--threads 2] [--rows 128] [--k 384] [--n 1536] [--ms 300] [--check]
- *       [--tune f32_rows,f32_block,f32_prefetch,int8_panel_rows,split]
+ *       [--tune f32_rows,f32_block,f32_prefetch,int8_panel_rows,split,few_prefetch]
  *
  * Prints, per kernel, the best time of one call and its rate over repeated calls of about `--ms` milliseconds.
  * --check instead runs every kernel at every level this CPU reaches, on the same inputs, and exits 1 unless
@@ -170,8 +170,9 @@ static int check(ptrdiff_t M, ptrdiff_t K, ptrdiff_t N, int threads) {
             if (first) memcpy(int8_ref, l.y, out);
             ok &= same("linear_int8", name, int8_ref, l.y, out);
         }
-        /* another blocking: short tiles, odd blocks, two panels ahead, VNNI panels from 4 rows, the rows split */
-        const bl_tuning other = {level >= BL_AVX512 ? 5 : 3, 37, 2, 4, BL_SPLIT_ALL};
+        /* another blocking: short tiles, odd blocks, two panels ahead, VNNI panels from 4 rows, the rows split, no
+         * request ahead in one-tile calls */
+        const bl_tuning other = {level >= BL_AVX512 ? 5 : 3, 37, 2, 4, BL_SPLIT_ALL, 0};
         if (bl_tune(&t, &other) == BL_OK) {
             if (call_f32(&t, &l, threads) == BL_OK) ok &= same("linear_f32 (another blocking)", name, f32_ref, l.y, out);
             if (call_int8(&t, &l, threads) == BL_OK) ok &= same("linear_int8 (another blocking)", name, int8_ref, l.y, out);
@@ -225,11 +226,11 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--ms")) {
             ms = atof(v);
         } else if (!strcmp(a, "--tune")) {
-            tuned = sscanf(v, "%d,%d,%d,%d,%d", &tuning.f32_rows, &tuning.f32_block, &tuning.f32_prefetch,
-                           &tuning.int8_panel_rows, &tuning.split) == BL_TUNING_VALUES;
+            tuned = sscanf(v, "%d,%d,%d,%d,%d,%d", &tuning.f32_rows, &tuning.f32_block, &tuning.f32_prefetch,
+                           &tuning.int8_panel_rows, &tuning.split, &tuning.few_prefetch) == BL_TUNING_VALUES;
             if (!tuned) {
-                fprintf(stderr, "bench_kernels: --tune %s: expected five integers, as f32_rows,f32_block,"
-                                "f32_prefetch,int8_panel_rows,split\n", v);
+                fprintf(stderr, "bench_kernels: --tune %s: expected six integers, as f32_rows,f32_block,"
+                                "f32_prefetch,int8_panel_rows,split,few_prefetch\n", v);
                 return 2;
             }
         } else {
@@ -250,9 +251,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     Layer l = make_layer(M, K, N);
-    printf("level %s (highest here: %s), %d thread(s), x (%td, %td), W (%td, %td), blocking %d,%d,%d,%d,%d\n",
+    printf("level %s (highest here: %s), %d thread(s), x (%td, %td), W (%td, %td), blocking %d,%d,%d,%d,%d,%d\n",
            BL_LEVEL_NAMES[level], BL_LEVEL_NAMES[bl_cpu_level()], threads, M, K, N, K, t.tune.f32_rows,
-           t.tune.f32_block, t.tune.f32_prefetch, t.tune.int8_panel_rows, t.tune.split);
+           t.tune.f32_block, t.tune.f32_prefetch, t.tune.int8_panel_rows, t.tune.split, t.tune.few_prefetch);
     const double flop = 2.0 * (double)M * (double)K * (double)N;
     bench("linear_f32", call_f32, &t, &l, threads, ms, flop);
     bench("linear_bf16", call_bf16, &t, &l, threads, ms, flop);

@@ -506,7 +506,7 @@ HIDDEN void gemm_f32_avx512(const bl_tuning *t, const float *x, ptrdiff_t M, ptr
                             const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1, int act);
 HIDDEN void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w,
                           const float *b, float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1, int act);
-HIDDEN void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b,
+HIDDEN void gemm_bf16_avx512(const bl_tuning *t, const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b,
                              uint16_t *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
 HIDDEN void int8_columns_vnni(INT8_COLUMNS_ARGS);
 HIDDEN void int8_columns_avxvnni(INT8_COLUMNS_ARGS);

@@ -66,7 +66,7 @@ static int f32_rows_max(int level) { return level >= BL_AVX512 ? 12 : 6; }
 int bl_tune(bl_kernels *table, const bl_tuning *t) {
     if (t->f32_rows < 1 || t->f32_rows > f32_rows_max(table->level) || t->f32_block < 1 ||
         t->f32_prefetch < 0 || t->f32_prefetch > 4 || t->int8_panel_rows < 1 || t->split < 0 ||
-        t->split > BL_SPLIT_ALL)
+        t->split > BL_SPLIT_ALL || t->few_prefetch < 0 || t->few_prefetch > 4)
         return BL_UNSUPPORTED;
     table->tune = *t;
     return BL_OK;
@@ -81,8 +81,9 @@ int bl_select(int level, bl_kernels *t) {
      * weights coming from L3, as in an encoder pass, ran 1.06-1.47x faster with it), VNNI panels from 16 rows,
      * columns split in every class (fp32's bulk class by rows, from BL_SPLIT_F32_BULK_ROWS rows a thread: on an
      * Intel Xeon at 2 threads long bulk ran 1.20x, 0.98x and 0.88x columns in three runs, no steady gain; the
-     * sweep at first use keeps it wherever it wins beyond its noise) */
-    const bl_tuning defaults = {f32_rows_max(level), 192, level >= BL_AVX2, 16, 0};
+     * sweep at first use keeps it wherever it wins beyond its noise), and a one-tile call's next panel requested
+     * too (the sweep times that class apart) */
+    const bl_tuning defaults = {f32_rows_max(level), 192, level >= BL_AVX2, 16, 0, level >= BL_AVX2};
     t->tune = defaults;
 #ifdef PORTABLE_LEVELS
     if (level >= BL_AVX512)

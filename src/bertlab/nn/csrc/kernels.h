@@ -72,8 +72,11 @@ typedef struct {
     int int8_panel_rows; /* AVX-512 VNNI: from this many rows, 12-row tiles over panels of 32 columns (>= 1) */
     int split;         /* how threads share the fp32 GEMM and the int8 layer below AMX, one bit per shape class
                         * (BL_SPLIT_*): set, by rows (each thread every panel); clear, by columns (each its own) */
+    int few_prefetch;  /* f32_prefetch for a call whose rows fit in one tile (a decoding step's), in the fp32 and
+                        * bf16 GEMMs (0-4): on an AMD EPYC (Zen 4) the next panel requested made 4-8 rows 1.2-1.35x
+                        * slower, and no fewer or more rows faster */
 } bl_tuning;
-enum { BL_TUNING_VALUES = 5 };
+enum { BL_TUNING_VALUES = 6 };
 /* split's bits: fp32 or int8, below or from a class boundary (a lone input's few rows, where reading half the
  * weights each can pay, or a batch's many, where each thread's rows stay in its cache from the step before). The
  * int8 layer's boundary is BL_SPLIT_BULK_ROWS rows; the fp32 GEMM's BL_SPLIT_F32_BULK_ROWS rows per thread: at two
@@ -118,7 +121,7 @@ typedef struct {
     /* the level's own kernels; NULL where it has none */
     void (*gemm_f32)(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K, const float *w, const float *b,
                      float *y, ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1, int act);
-    void (*gemm_bf16)(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
+    void (*gemm_bf16)(const bl_tuning *t, const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w, const float *b, uint16_t *y,
                       ptrdiff_t N, ptrdiff_t p0, ptrdiff_t p1);
     void (*attention_bf16_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);
     void (*attention_amx_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, uint32_t *scratch);  /* the same, AMX */

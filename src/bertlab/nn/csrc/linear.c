@@ -99,13 +99,13 @@ static __attribute__((noinline)) AVX512_TARGET void gelu_panel(float *y, ptrdiff
 }
 
 /* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
- * by tiles of t->f32_rows rows; the panel t->f32_prefetch ahead requested meanwhile; `act` on each block's panel
- * once its tiles are stored */
+ * by tiles of t->f32_rows rows; the panel t->f32_prefetch ahead requested meanwhile (t->few_prefetch where the M
+ * rows fit in one tile); `act` on each block's panel once its tiles are stored */
 HIDDEN AVX512_TARGET void gemm_f32_avx512(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
                                           const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
                                           ptrdiff_t p1, int act) {
-    const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
     const int mr = t->f32_rows;
+    const ptrdiff_t mc = t->f32_block, ahead = M <= mr ? t->few_prefetch : t->f32_prefetch;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
         const ptrdiff_t m1 = m0 + mc < M ? m0 + mc : M;
         for (ptrdiff_t p = p0; p < p1; p++) {
@@ -173,9 +173,11 @@ static inline __attribute__((always_inline)) BF16_TARGET void panel_tile_bf16(
     }
 }
 
-HIDDEN BF16_TARGET void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff_t K, const uint16_t *w,
-                                         const float *b, uint16_t *y, ptrdiff_t N, ptrdiff_t p0,
+HIDDEN BF16_TARGET void gemm_bf16_avx512(const bl_tuning *t, const uint16_t *x, ptrdiff_t M, ptrdiff_t K,
+                                         const uint16_t *w, const float *b, uint16_t *y, ptrdiff_t N, ptrdiff_t p0,
                                          ptrdiff_t p1) {
+    /* the next panel requested (t->few_prefetch panels ahead where the M rows fit in one tile) */
+    const ptrdiff_t ahead = M <= GEMM_MR ? t->few_prefetch : 1;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += GEMM_MC) {
         const ptrdiff_t m1 = m0 + GEMM_MC < M ? m0 + GEMM_MC : M;
         for (ptrdiff_t p = p0; p < p1; p++) {
@@ -184,7 +186,7 @@ HIDDEN BF16_TARGET void gemm_bf16_avx512(const uint16_t *x, ptrdiff_t M, ptrdiff
             float bias[PANEL] = {0};
             if (b) memcpy(bias, b + p * PANEL, sizeof(float) * (size_t)cols);
             uint16_t *yp = y + p * PANEL;
-            const char *next = p + 1 < p1 ? (const char *)(panel + K * PANEL) : NULL;
+            const char *next = ahead && p + ahead < p1 ? (const char *)(panel + ahead * K * PANEL) : NULL;
             const ptrdiff_t rows = m1 - m0, bytes = K * PANEL * 2;
 #define TILE(MR) panel_tile_bf16(MR, x + m * K, K, panel, bias, yp + m * N, N, cols,                \
                                  next_share(next, bytes, m - m0, rows), PANEL_STEP * (MR) / rows)

@@ -72,14 +72,14 @@ static __attribute__((noinline)) AVX2_TARGET void gelu_half_panel(float *y, ptrd
 }
 
 /* panels [p0, p1) for all M rows, t->f32_block rows at a time (those rows of x stay in L2 while the panels pass),
- * by tiles of t->f32_rows rows, `act` applied to each block's half panel once stored. With t->f32_prefetch, the
- * panel that many ahead is requested meanwhile, spread over both halves' tiles as gemm_f32_avx512 spreads it over
- * its tiles. */
+ * by tiles of t->f32_rows rows, `act` applied to each block's half panel once stored. With t->f32_prefetch (or
+ * t->few_prefetch where the M rows fit in one tile), the panel that many ahead is requested meanwhile, spread over
+ * both halves' tiles as gemm_f32_avx512 spreads it over its tiles. */
 HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdiff_t M, ptrdiff_t K,
                                       const float *w, const float *b, float *y, ptrdiff_t N, ptrdiff_t p0,
                                       ptrdiff_t p1, int act) {
-    const ptrdiff_t mc = t->f32_block, ahead = t->f32_prefetch;
     const int mr = t->f32_rows;
+    const ptrdiff_t mc = t->f32_block, ahead = M <= mr ? t->few_prefetch : t->f32_prefetch;
     for (ptrdiff_t m0 = 0; m0 < M; m0 += mc) {
         const ptrdiff_t m1 = m0 + mc < M ? m0 + mc : M;
         for (ptrdiff_t p = p0; p < p1; p++) {

@@ -76,7 +76,7 @@ static PyObject *py_select(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* tune() -> the table's blocking (bl_tuning's fields in order); tune(f32_rows, f32_block, f32_prefetch,
- * int8_panel_rows, split) sets it first (until the next `select`); out of range: ValueError, nothing changed */
+ * int8_panel_rows, split, few_prefetch) sets it first (until the next `select`); out of range: ValueError, nothing changed */
 static PyObject *py_tune(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs && parse(args, nargs, BL_TUNING_VALUES, "tune") < 0) return NULL;
     if (nargs) {
@@ -85,13 +85,15 @@ static PyObject *py_tune(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         if (PyErr_Occurred()) return NULL;
         for (int i = 0; i < BL_TUNING_VALUES; i++)
             if (v[i] < 0 || v[i] > 1 << 20) v[i] = -1;  /* (out of any field's range: bl_tune refuses it) */
-        const bl_tuning t = {(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4]};
+        const bl_tuning t = {(int)v[0], (int)v[1], (int)v[2], (int)v[3], (int)v[4], (int)v[5]};
         if (bl_tune(&table, &t) != BL_OK)
-            return PyErr_Format(PyExc_ValueError, "tune: %ld, %ld, %ld, %ld, %ld is not a blocking of the level %s",
-                                v[0], v[1], v[2], v[3], v[4], BL_LEVEL_NAMES[table.level]);
+            return PyErr_Format(PyExc_ValueError,
+                                "tune: %ld, %ld, %ld, %ld, %ld, %ld is not a blocking of the level %s", v[0], v[1],
+                                v[2], v[3], v[4], v[5], BL_LEVEL_NAMES[table.level]);
     }
     const bl_tuning *t = &table.tune;
-    return Py_BuildValue("(iiiii)", t->f32_rows, t->f32_block, t->f32_prefetch, t->int8_panel_rows, t->split);
+    return Py_BuildValue("(iiiiii)", t->f32_rows, t->f32_block, t->f32_prefetch, t->int8_panel_rows, t->split,
+                         t->few_prefetch);
 }
 
 /* quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads) */
@@ -442,7 +444,7 @@ static PyObject *py_beam_topk(PyObject *self, PyObject *const *args, Py_ssize_t 
 static PyMethodDef methods[] = {
     METHOD(select, "select(level): run every kernel from now on at `level` (none, avx2, avxvnni, avx512, amx); "
                    "returns the names of the GEMMs, attention and search kernels its table holds"),
-    METHOD(tune, "tune([f32_rows, f32_block, f32_prefetch, int8_panel_rows, split]): the GEMMs' blocking at the "
+    METHOD(tune, "tune([f32_rows, f32_block, f32_prefetch, int8_panel_rows, split, few_prefetch]): the GEMMs' blocking at the "
                  "selected level, set first where given; outputs are the same bits under any blocking"),
     METHOD(quantize_rows, "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"),
     METHOD(dequantize_rows, "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"),

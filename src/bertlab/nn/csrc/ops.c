@@ -268,7 +268,7 @@ int bl_linear_bf16(const bl_kernels *k, const uint16_t *x, const uint16_t *w, co
     if (!k->gemm_bf16 || K % 2) return BL_UNSUPPORTED;
     const ptrdiff_t panels = (N + PANEL - 1) / PANEL;
     int parts = thread_count(panels, M * K * PANEL, threads);
-    FOR_EACH_BLOCK(panels, parts, { k->gemm_bf16(x, M, K, w, b, y, N, start, start + count); });
+    FOR_EACH_BLOCK(panels, parts, { k->gemm_bf16(&k->tune, x, M, K, w, b, y, N, start, start + count); });
     return BL_OK;
 }
 
