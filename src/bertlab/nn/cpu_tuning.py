@@ -27,7 +27,7 @@ the next of `COPIES` copies of the weights, together larger than a core's L2), i
 thread each split class is tried on its own shapes (the few rows' and the many rows', fp32 and int8). A value
 replaces the current one only where it was faster in every round and by at least `MARGIN` in the median, and
 again so in a second set of rounds taken after it (a burst of load from elsewhere in the first cannot pick it):
-where the sweep cannot beat the default beyond its noise, the default stays. About a second on a quiet core.
+where the sweep cannot beat the default beyond its noise, the default stays. 1-1.5 s on a quiet core.
 
 The choice is kept in `$BERTLAB_CACHE/cpu-tuning.json` (default `~/.cache/bertlab/`), keyed by the CPU's model,
 the instruction-set level and the thread count, written atomically (a reader sees the old file or the new one); a

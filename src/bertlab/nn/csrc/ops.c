@@ -403,7 +403,7 @@ int bl_post_ln_layer(const bl_kernels *k, const PostLnLayer *l, const void *x, v
     const int int8 = l->qkv.int8.w != NULL, dtype = l->dtype;
     if (dtype != F32 && dtype != BF16) return BL_UNSUPPORTED;
     if (dtype == BF16 ? !k->gemm_bf16 || !k->attention_bf16_heads || !k->gelu_f32
-                      : !(int8 ? k->gelu_f32 : k->gemm_f32) || !k->attention_rows_heads)
+                      : !(int8 ? k->gelu_f32 != NULL : k->gemm_f32 != NULL) || !k->attention_rows_heads)
         return BL_UNSUPPORTED;
     if (l->heads < 1 || H % l->heads) return BL_UNSUPPORTED;
     const ptrdiff_t hs = H / l->heads;
