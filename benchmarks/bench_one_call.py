@@ -63,6 +63,17 @@ def interleaved(pair: dict, rounds: int) -> dict[str, float]:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def against_modules(run, calls: list, rounds: int, what: str) -> tuple[dict[str, float], torch.Tensor] | None:
+    """`run(one_call)` both ways: None where the one-call path declined (`calls`, which `run` fills on the one-call
+    side, stayed empty); else each side's median seconds and the output, after checking both give the same."""
+    out = run(True)
+    if not calls:
+        return None
+    if not torch.equal(out, run(False)):
+        raise SystemExit(f"{what}: the one-call path's output differs from the modules'")
+    return interleaved({"one": lambda: run(True), "modules": lambda: run(False)}, rounds), out
+
+
 def decoder_rows(args: argparse.Namespace) -> list[str]:
     torch.manual_seed(0)
     plain = T5ForConditionalGeneration(preset(args.preset, dropout_rate=0.0)).eval()
@@ -85,27 +96,22 @@ def decoder_rows(args: argparse.Namespace) -> list[str]:
                 continue
             model, calls = models[dtype], []
 
-            def generate(one_call: bool, model=model):
+            def generate(one_call: bool, model=model, calls=calls):
+                real = decoder_layer._decoder_layer_step
                 modeling.T5Block.decoding_step = step if one_call else (lambda self, rows: None)
+                decoder_layer._decoder_layer_step = lambda *a: (calls.append(1), real(*a))[1]
                 try:
                     with torch.inference_mode():
                         return model.generate(ids, attention_mask=mask, max_new_tokens=args.new_tokens)
                 finally:
-                    modeling.T5Block.decoding_step = step
+                    modeling.T5Block.decoding_step, decoder_layer._decoder_layer_step = step, real
 
-            real = decoder_layer._decoder_layer_step
-            decoder_layer._decoder_layer_step = lambda *a: (calls.append(1), real(*a))[1]
-            try:
-                fused = generate(True)
-            finally:
-                decoder_layer._decoder_layer_step = real
-            if not calls:
+            got = against_modules(generate, calls, args.rounds, f"{dtype}, batch {batch}")
+            if got is None:
                 lines.append(f"| {args.preset}, batch {batch} | {dtype} | - | - | the one-call step declines here |")
                 continue
-            if not torch.equal(fused, generate(False)):
-                raise SystemExit(f"{dtype}, batch {batch}: the one-call step's ids differ from the modules'")
-            med = interleaved({"one": lambda: generate(True), "modules": lambda: generate(False)}, args.rounds)
-            tokens = batch * (fused.size(1) - 1)
+            med, out = got
+            tokens = batch * (out.size(1) - 1)
             lines.append(f"| {args.preset}, batch {batch} | {dtype} | {tokens / med['one']:.1f} | "
                          f"{tokens / med['modules']:.1f} | **{med['modules'] / med['one']:.2f}** |")
     return ["| model, rows | precision | one call tokens/s | modules tokens/s | one call / modules |",
@@ -138,13 +144,11 @@ def encoder_rows(args: argparse.Namespace) -> list[str]:
                 finally:
                     encoder_layer._post_ln_layer = real
 
-            fused = forward(True)
-            if not calls:
+            got = against_modules(forward, calls, args.rounds, f"{dtype}, {length} tokens")
+            if got is None:
                 lines.append(f"| {length} | {dtype} | - | - | the one-call block declines here |")
                 continue
-            if not torch.equal(fused, forward(False)):
-                raise SystemExit(f"{dtype}, {length} tokens: the one-call block's output differs from the modules'")
-            med = interleaved({"one": lambda: forward(True), "modules": lambda: forward(False)}, args.rounds)
+            med = got[0]
             lines.append(f"| {length} | {dtype} | {med['one'] * 1e3:.2f} | {med['modules'] * 1e3:.2f} | "
                          f"**{med['modules'] / med['one']:.2f}** |")
     return ["| tokens (one row) | precision | one call ms | modules ms | one call / modules |",

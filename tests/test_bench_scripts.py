@@ -1,0 +1,58 @@
+"""Benchmark scripts that run end to end on a tiny setting and refuse a bad argument in one line:
+benchmarks/bench_one_call.py (each precision's row a ratio -- the one-call path ran and gave the modules' output --
+or why it has none here) and benchmarks/bench_blocking.py (a row per precision and row count, the ids checked
+equal across the field's values)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bertlab.nn import cpu_kernels
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+needs_gemm = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not cpu_kernels.f32_gemm_available(),
+                                reason="bertlab's C GEMMs (AVX2 or AVX-512) run these paths")
+
+
+def run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          timeout=600)
+
+
+@needs_gemm
+def test_one_call_compares_each_precision_with_its_modules():
+    done = run("bench_one_call.py", "--part", "decoder", "--preset", "t5-tiny", "--batch", "1", "--new-tokens", "3",
+               "--rounds", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| t5-tiny, batch 1 |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["fp32", "int8", "bf16"]
+    for r in rows:
+        ratio = r.split("|")[5].strip()
+        assert ratio.startswith("**") or "level" in ratio or "declines" in ratio, r
+    assert rows[0].split("|")[5].strip().startswith("**")  # fp32's step runs wherever the GEMMs do
+    assert "| commit " in done.stdout and "bertlab kernels:" in done.stdout
+
+
+def test_one_call_refuses_an_unknown_precision():
+    done = run("bench_one_call.py", "--dtypes", "fp32,fp8")
+    assert done.returncode == 2 and "--dtypes: expected fp32, int8 or bf16, got fp8" in done.stderr
+
+
+@needs_gemm
+def test_blocking_times_each_value_of_a_field():
+    done = run("bench_blocking.py", "--preset", "t5-tiny", "--batch", "1,3", "--new-tokens", "3", "--rounds", "1",
+               "--dtypes", "fp32", "--values", "0,2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| fp32, ")]
+    assert [r.split("|")[1].strip() for r in rows] == ["fp32, 1", "fp32, 3"]
+    assert all(len(r.split("|")) == 6 for r in rows)  # two values, then the rounds column
+    assert "| commit " in done.stdout
+
+
+def test_blocking_refuses_an_unknown_field():
+    done = run("bench_blocking.py", "--field", "f32_cols")
+    assert done.returncode == 2 and "--field: expected one of f32_rows" in done.stderr
