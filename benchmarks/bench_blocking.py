@@ -15,6 +15,7 @@ blocking moves no sum): checked.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_engines import provenance  # noqa: E402
+from bench_engines import provenance, provenance_line  # noqa: E402
 
 from bertlab.infer.runtime import InferenceOptions, prepare  # noqa: E402
 from bertlab.models.t5 import T5ForConditionalGeneration  # noqa: E402
@@ -108,9 +109,8 @@ def main() -> None:
                       flush=True)
     finally:
         ext.tune(*base.values())
-    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} "
-          f"({', '.join(info['cpu_flags']) or 'no AVX2'}), {info['cores']} cores | load {info['load_average'][0]} | "
-          f"{info['date']} | torch {info['torch']} | bertlab kernels: {info['bertlab_cpu_isa']}")
+    print("\n" + provenance_line({**info, "load_average_end": [round(x, 2) for x in os.getloadavg()],
+                                   "bertlab_blocking": base}))
 
 
 if __name__ == "__main__":

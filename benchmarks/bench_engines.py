@@ -426,6 +426,16 @@ def provenance() -> dict:
             **{v: os.environ[v] for v in ISA_CAPS if v in os.environ}}
 
 
+def provenance_line(info: dict) -> str:
+    """`provenance()`'s record as the one line every benchmark ends with (the load at the end, the blocking and the
+    ISA caps where the record has them)."""
+    end = f" -> {info['load_average_end'][0]}" if "load_average_end" in info else ""
+    blocking = f", blocking {info['bertlab_blocking']}" if "bertlab_blocking" in info else ""
+    return (f"{info['command']} | commit {info['commit']} | {info['cpu']} ({', '.join(info['cpu_flags']) or 'no AVX2'}), "
+            f"{info['cores']} cores | load {info['load_average'][0]}{end} | {info['date']} | torch {info['torch']} | "
+            f"bertlab kernels: {info['bertlab_cpu_isa']}{blocking}" + "".join(f" | {v}={info[v]}" for v in ISA_CAPS if v in info))
+
+
 def separate_command(args: argparse.Namespace, engine: str, out: Path) -> list[str]:
     """This script's command line for one engine's process beside HF fp32, writing its rows to `out`."""
     cmd = [sys.executable, __file__, "--engines", f"hf,{engine}", "--n", str(args.n), "--latency-n",
@@ -580,11 +590,7 @@ def run(args: argparse.Namespace, model_dir: Path) -> int:
             # the GEMMs' blocking the run used (nn/cpu_tuning.py: measured for this CPU, or the default)
             "bertlab_blocking": dict(zip(cpu_tuning.PARAMS, ext.tune())) if ext is not None else None,
             "settings": {k: v for k, v in vars(args).items() if k != "json"}}
-    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} ({', '.join(info['cpu_flags']) or 'no AVX2'}), "
-          f"{info['cores']} cores | load "
-          f"{info['load_average'][0]} -> {info['load_average_end'][0]} | {info['date']} | torch {info['torch']} | "
-          f"bertlab kernels: {info['bertlab_cpu_isa']}, blocking {info['bertlab_blocking']}"
-          + "".join(f" | {v}={info[v]}" for v in ISA_CAPS if v in info))
+    print("\n" + provenance_line(info))
     if args.json:
         args.json.write_text(json.dumps({"provenance": info, "rows": rows, "task_accuracy": accuracy}, indent=2,
                                         default=str) + "\n")

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_engines import provenance  # noqa: E402
+from bench_engines import provenance, provenance_line  # noqa: E402
 
 from bertlab.cli.demo import installed_minilm  # noqa: E402
 from bertlab.infer.embeddings import Embedder  # noqa: E402
@@ -180,10 +180,7 @@ def main() -> None:
     if args.part in ("encoder", "both"):
         print(f"\n**all-MiniLM-L6-v2 encoder, {args.threads} thread(s)**\n")
         print("\n".join(encoder_rows(args)), flush=True)
-    print(f"\n{info['command']} | commit {info['commit']} | {info['cpu']} "
-          f"({', '.join(info['cpu_flags']) or 'no AVX2'}), {info['cores']} cores | load {info['load_average'][0]} "
-          f"-> {round(os.getloadavg()[0], 2)} | {info['date']} | torch {info['torch']} | "
-          f"bertlab kernels: {info['bertlab_cpu_isa']}")
+    print("\n" + provenance_line({**info, "load_average_end": [round(x, 2) for x in os.getloadavg()]}))
 
 
 if __name__ == "__main__":

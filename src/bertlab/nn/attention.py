@@ -219,6 +219,12 @@ LONG_KEYS = 2048
 # the tile kernel, SDPA led from 1,024 keys: 3.3-3.9x.)
 AMX_SDPA_KEYS = 6144
 
+
+def bf16_sdpa(dtype: torch.dtype, keys: int) -> bool:
+    """Whether `bmm_attention` hands rows of `keys` keys in `dtype` to SDPA on AMX (a bf16 model's long rows, from
+    `AMX_SDPA_KEYS`) rather than to the C loops -- which a one-call block must not run in its place."""
+    return dtype == torch.bfloat16 and keys >= AMX_SDPA_KEYS and cpu_isa() == "amx"
+
 # The most bytes of attention scores `bmm_attention` holds at once. A whole batch's (B, nh, T_q, T_k) scores
 # outgrow the caches (4 rows of 512 tokens, 12 heads: 25 MB in bf16) and then memory traffic sets the pace;
 # slices of a few MB measured fastest at 1 and 2 threads, and bound the memory a long batch needs.
@@ -265,7 +271,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
         # each head's rows made contiguous first (see LONG_KEYS): the same arithmetic, bit for bit.
         q, k, v = (t.contiguous() for t in (q, *expand_shared_rows(k, v, B)))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
-    if T_k >= AMX_SDPA_KEYS and q.dtype == torch.bfloat16 and cpu_isa() == "amx":
+    if bf16_sdpa(q.dtype, T_k):
         # a bf16 model's long rows: SDPA in bf16 (GEMMs on AMX tiles) over the tile kernel, as an int8 model's
         # (`AMX_SDPA_KEYS`; bf16 inputs, 12 heads of 64, 8,192 keys, one thread, load ~10: SDPA 1.36x the tiles)
         k, v = expand_shared_rows(k, v, B)

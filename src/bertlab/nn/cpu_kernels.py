@@ -371,6 +371,12 @@ def _rows_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch
             float(scale), torch.get_num_threads(), B // k.size(0))
 
 
+def loop_heads(hs: int) -> bool:
+    """Whether the C attention loops (`attention_short`, `attention_bf16`) take heads of `hs`: a multiple of 16 up
+    to 64 (their tiles' widths); the one-call blocks ask it of a layer before building its call."""
+    return hs % 16 == 0 and 16 <= hs <= 64
+
+
 def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
                     scale: float) -> torch.Tensor | None:
     """softmax(scale · q kᵀ + add) v for q (B, nh, T_q, hs), k, v (B / G, nh, T_k, hs) (any strides, hs
@@ -379,7 +385,7 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     B, nh, T_q, hs = q.shape
     # Not at the level `none`: its loops hold 16-float vectors in SSE's 16 registers of 4 and spill (AVX2 has tiles
     # of its own, csrc/attention.c)
-    if (hs % 16 or hs > 64 or q.dtype != torch.float32 or cpu_isa() == "none"
+    if (not loop_heads(hs) or q.dtype != torch.float32 or cpu_isa() == "none"
             or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands
@@ -412,7 +418,7 @@ def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch
     C kernel does not apply (no AVX-512 BF16, other dtypes or shapes). The reference is the same formula in
     torch on bf16-rounded operands (tests/test_nn_cpu_kernels.py)."""
     B, nh, T_q, hs = q.shape
-    if (hs % 16 or hs > 64 or q.dtype not in _DTYPE_CODES or not bf16_dot_available()
+    if (not loop_heads(hs) or q.dtype not in _DTYPE_CODES or not bf16_dot_available()
             or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands

@@ -18,7 +18,7 @@ modules run too (`elementwise.gelu_tanh_inplace`); a bf16 step's attention `cpu_
 residual sums and gate products rounded to bf16 once each, as torch's bf16 operators. Anything else --
 autograd, a bf16 layer on oneDNN's kernel (AMX's), another activation (the exact GELU: torch's in the modules),
 an attention kernel other than the C loops' (`bmm`, `bmm_bf16`: one query per row runs `attention_one_query` in
-both; bf16 `attention_bf16`, or SDPA from `AMX_SDPA_KEYS` keys on AMX), a self-attention mask beside the
+both; bf16 `attention_bf16`, or SDPA on AMX's long rows: `attention.bf16_sdpa`), a self-attention mask beside the
 position bias -- gives None (or the step returns None) and the family's modules run as before.
 """
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import AMX_SDPA_KEYS
+from .attention import bf16_sdpa
 from .cpu_kernels import (bf16_dot_available, cpu_isa, decoder_layer_step as _decoder_layer_step, f32_gemm_available,
-                          tracing)
+                          loop_heads, tracing)
 from .encoder_layer import int8_operands, panel_operands
 from .int8_linear import Int8Linear
 from .packed_linear import GEMV_ROWS, PackedLinear
@@ -125,7 +125,7 @@ class DecoderLayerStep:
                     return None
                 ca = cross_add.data_ptr()
                 ca_rows = cross_add.stride(0) if cross_add.size(0) > 1 else 0
-        if dtype == torch.bfloat16 and cpu_isa() == "amx" and max(start + 1, T_enc) >= AMX_SDPA_KEYS:
+        if bf16_sdpa(dtype, max(start + 1, T_enc)):
             return None  # the modules' attention is SDPA there (nn.attention.bmm_attention)
         out = torch.empty_like(x)
         _decoder_layer_step(x.data_ptr(), out.data_ptr(), rows, self_k.data_ptr(), self_v.data_ptr(), T_max, start,
@@ -174,8 +174,8 @@ def decoder_layer_step(rows: int, heads: int, norm_self: nn.Module, qkv: nn.Modu
     norms = [_norm(n, hidden, dtype) for n in (norm_self, norm_cross if cross else None, norm_ffn)]
     if norms[0] is None or norms[2] is None or (cross and norms[1] is None):
         return None
-    if dtype == torch.bfloat16 and ((inner // heads) % 16 or inner // heads > 64):
-        return None  # attention_bf16's heads: a multiple of 16 up to 64 (the modules' torch formula elsewhere)
+    if dtype == torch.bfloat16 and not loop_heads(inner // heads):
+        return None  # attention_bf16's heads (the modules' torch formula elsewhere)
     eps = {n[1] for n in norms if n is not None}
     if len(eps) != 1:
         return None

@@ -6,6 +6,8 @@ modules wherever the call does not apply."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -15,6 +17,8 @@ from bertlab.models.t5.generate import CachedDecoder
 from bertlab.nn import cpu_kernels, decoder_layer
 
 from test_t5_generate import after_eos_as_pad, assert_lively, hf_twin, inputs, lively_model
+
+attention = importlib.import_module("bertlab.nn.attention")  # (the package exports the function by this name)
 
 pytestmark = pytest.mark.skipif(cpu_kernels.cpu_isa() == "none" or not cpu_kernels.f32_gemm_available(),
                                 reason="the one-call decoder step runs on bertlab's GEMMs (AVX2 or AVX-512)")
@@ -141,9 +145,8 @@ def test_one_call_step_declines_what_it_does_not_run(tmp_path, monkeypatch):
             x = torch.zeros(2, 1, 32, dtype=torch.bfloat16)
             bias = torch.zeros(1, 4, 1, 1, dtype=torch.bfloat16)
             assert step(x, layer.self_k, layer.self_v, 0, bias, layer.cross_k, layer.cross_v) is not None
-            monkeypatch.setattr(cpu_kernels, "cpu_isa", lambda: "amx")
-            monkeypatch.setattr(decoder_layer, "cpu_isa", lambda: "amx")
-            monkeypatch.setattr(decoder_layer, "AMX_SDPA_KEYS", 4)
+            monkeypatch.setattr(attention, "cpu_isa", lambda: "amx")
+            monkeypatch.setattr(attention, "AMX_SDPA_KEYS", 4)
             assert step(x, layer.self_k, layer.self_v, 0, bias, layer.cross_k, layer.cross_v) is None
             monkeypatch.undo()
             calls = counted_steps(monkeypatch)
