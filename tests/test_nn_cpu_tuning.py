@@ -1,6 +1,7 @@
 """The C GEMMs' blocking chosen per CPU (nn/cpu_tuning.py): every blocking gives the default's bits, at every level
-and thread count; the sweep keeps the default unless it is beaten beyond its noise; the cache is written
-atomically, read back instead of measuring again, and ignored in one warning when it is not one it wrote."""
+and thread count; the sweep keeps the default unless it is beaten beyond its noise; the int8 kernel's row limit
+moves from its default only where a race against torch._int_mm says so twice; the cache is written atomically,
+read back instead of measuring again, and ignored in one warning when it is not one it wrote."""
 
 from __future__ import annotations
 
@@ -126,6 +127,84 @@ def test_the_sweep_keeps_the_current_value_unless_beaten_in_every_round_and_beyo
     assert cpu_tuning.choose({12: current, 10: one_slower}, 12) == 12
     assert cpu_tuning.choose({12: current, 10: [t * 0.9 for t in current], 8: [t * 0.8 for t in current]}, 12) == 8
     assert cpu_tuning.choose({12: current}, 12) == 12
+
+
+def test_the_int8_row_limit_walks_up_while_the_kernel_wins_else_down_while_torch_wins():
+    """From the level's default the limit climbs the ladder while the kernel wins (past its top: every row
+    count), else falls while torch._int_mm wins (to half the rows it won at); a rung is raced only where the walk
+    reaches it."""
+    top = cpu_tuning.INT8_LADDER[-1]
+
+    def walk(default, kernel_up_to=0, int_mm_from=1 << 63):
+        asked = []
+
+        def wins(rows, side):
+            asked.append((rows, side))
+            return rows <= kernel_up_to if side == "kernel" else rows >= int_mm_from
+
+        return cpu_tuning.walk_int8_rows(wins, default), asked
+
+    assert walk(128, kernel_up_to=512) == (512, [(256, "kernel"), (512, "kernel"), (1024, "kernel")])
+    assert walk(128, kernel_up_to=top)[0] == cpu_tuning.ALL_ROWS
+    assert walk(128) == (128, [(256, "kernel"), (128, "int_mm")])  # level: the default stays
+    assert walk(128, int_mm_from=64) == (32, [(256, "kernel"), (128, "int_mm"), (64, "int_mm"), (32, "int_mm")])
+    assert walk(cpu_tuning.ALL_ROWS, int_mm_from=512) == (256, [(1024, "int_mm"), (512, "int_mm"), (256, "int_mm")])
+    assert walk(cpu_tuning.ALL_ROWS, kernel_up_to=top) == (cpu_tuning.ALL_ROWS, [(1024, "int_mm")])
+    assert walk(16, int_mm_from=16)[0] == 8  # below the ladder: half its lowest rung (a decoding step's rows stay)
+
+
+def test_the_int8_race_moves_the_limit_only_where_a_second_set_of_rounds_agrees(cache, monkeypatch):
+    """A rung moves the limit only where the same side wins it in two sets of rounds: the kernel wins 256 rows
+    twice, 512 once (then loses: a burst of load), so the limit stops at 256; each side's times are recorded as
+    torch._int_mm's over the kernel's."""
+    sets = {}
+
+    def fake_times(self, rows):
+        sets[rows] = sets.get(rows, 0) + 1
+        kernel = 0.9 if rows == 256 or (rows == 512 and sets[rows] == 1) else 1.0
+        return {"kernel": [kernel] * cpu_tuning.ROUNDS, "int_mm": [1.0] * cpu_tuning.ROUNDS}
+
+    monkeypatch.setattr(cpu_tuning._Int8Race, "times", fake_times)
+    monkeypatch.setattr(cpu_tuning, "default_int8_rows", lambda kernel: 128)
+    got = cpu_tuning.race_int8_rows(cpu_kernels._extension(), "vnni", 1)
+    assert got == {"kernel": "vnni", "default": 128, "rows": 256, "speedup": {"256": 1.111, "512": 1.0}}
+    assert sets == {256: 2, 512: 2}
+
+
+@needs_gemm
+@pytest.mark.parametrize("isa", ["avx512", "avx2"], indirect=True)
+def test_a_measured_int8_row_limit_is_cached_and_read_back(cache, monkeypatch, isa):
+    """The first GEMM races the int8 kernel against torch._int_mm after the blocking and caches the limit with it;
+    the layers follow it; a later process reads it back, and one cached for another kernel (or none) leaves the
+    level's default."""
+    from torch import nn
+
+    from bertlab.nn import int8_linear
+
+    kernel = cpu_kernels.int8_kernel()
+    if kernel not in cpu_tuning.RACED_INT8 or not cpu_kernels.int_mm_exact():
+        pytest.skip("no int8 kernel to race against an exact torch._int_mm here")
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "auto")
+    _gemm_once()
+    key = cpu_tuning.cache_key(cpu_kernels.cpu_isa(), torch.get_num_threads())
+    entry = json.loads(cache.read_text())["entries"][key]
+    raced = entry["int8_rows"]
+    assert raced["kernel"] == kernel and raced["default"] == cpu_tuning.default_int8_rows(kernel)
+    assert raced["speedup"] and all(x > 0 for x in raced["speedup"].values())
+    assert cpu_kernels.int8_max_rows() == raced["rows"]
+
+    def cached(int8_rows):
+        planted = {**entry, "int8_rows": int8_rows} if int8_rows else \
+            {k: v for k, v in entry.items() if k != "int8_rows"}
+        cache.write_text(json.dumps({"version": cpu_tuning.CACHE_VERSION, "entries": {key: planted}}))
+        cpu_kernels._tuned_for = None
+        return cpu_kernels.int8_max_rows()
+
+    assert cached({**raced, "rows": 300}) == 300
+    q = int8_linear.Int8Linear(nn.Linear(64, 80))
+    assert q.packed_for_rows(300) is not None and q.packed_for_rows(301) is None
+    assert cached({**raced, "rows": 300, "kernel": "another"}) == raced["default"]
+    assert cached(None) == raced["default"]
 
 
 @needs_gemm

@@ -42,21 +42,21 @@ def test_int8_linear_is_close_to_nn_linear(shape):
 
 @pytest.mark.parametrize("isa", ["amx", "avx512", "avxvnni", "avx2"], indirect=True)
 def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa):
-    """Up to KERNEL_MAX_ROWS rows the layer runs bertlab's own int8 kernel where there is one (packing its
-    weight on the first such call), beyond them torch._int_mm; the two give identical outputs, in the VNNI
-    tiles and in the 12-row panel tiles (from 16 rows on, a last panel of one block where the blocks are odd). An
-    output width that is no multiple of 16 keeps torch._int_mm."""
+    """Up to its row limit the layer runs bertlab's own int8 kernel where there is one (packing its weight on the
+    first such call), beyond it torch._int_mm; the two give identical outputs, in the VNNI tiles and in the 12-row
+    panel tiles (from 16 rows on, a last panel of one block where the blocks are odd). An output width that is no
+    multiple of 16 keeps torch._int_mm."""
     from bertlab.nn import cpu_kernels
 
     torch.manual_seed(0)
     for out in (80, 72, 96):
         q = int8_linear.Int8Linear(nn.Linear(48, out))
-        for shape in ((2, 5, 48), (3, 17, 48), (1, 400, 48)):  # 400 rows: torch._int_mm either way
+        for shape in ((2, 5, 48), (3, 17, 48), (1, 400, 48)):
             x = torch.randn(shape)
             with torch.inference_mode():
+                monkeypatch.setattr(int8_linear, "int8_max_rows", lambda: int8_linear.ALL_ROWS)
                 own = q(x)
-                monkeypatch.setitem(int8_linear.KERNEL_MAX_ROWS, cpu_kernels.int8_kernel(), 0)
-                monkeypatch.setattr(int8_linear, "VNNI_MAX_ROWS_BY_CPU", {})
+                monkeypatch.setattr(int8_linear, "int8_max_rows", lambda: 0)
                 int_mm = q(x)
                 monkeypatch.undo()
             assert torch.equal(own, int_mm), shape
@@ -65,26 +65,34 @@ def test_int8_linear_takes_the_same_numbers_through_either_gemm(monkeypatch, isa
 
 
 @pytest.mark.parametrize("isa", ["avx512"], indirect=True)
-def test_the_vnni_kernels_row_limit_follows_the_cpu_family(monkeypatch, isa):
-    """AVX-512 VNNI's kernel serves up to KERNEL_MAX_ROWS rows, beyond them torch._int_mm -- except on a CPU family
-    measured to want the kernel at every row count (AMD Zen 4): there a bulk batch's rows take it too, with the
-    same outputs."""
-    from bertlab.nn import cpu_kernels
+def test_the_vnni_kernels_default_row_limit_follows_the_cpu_family(monkeypatch, isa):
+    """Where nothing was measured (BERTLAB_CPU_TUNING=default) AVX-512 VNNI's kernel serves up to its level's
+    limit, beyond it torch._int_mm -- except on a CPU family measured to want the kernel at every row count (AMD
+    Zen 4): there a bulk batch's rows take it too, with the same outputs."""
+    from bertlab.nn import cpu_kernels, cpu_tuning
 
-    if cpu_kernels.int8_kernel() != "vnni":
-        pytest.skip("no AVX-512 VNNI int8 kernel here")
+    if cpu_kernels.int8_kernel() != "vnni" or not cpu_kernels.int_mm_exact():
+        pytest.skip("no AVX-512 VNNI int8 kernel (or no exact torch._int_mm) here")
+    monkeypatch.setenv("BERTLAB_CPU_TUNING", "default")
+    monkeypatch.setattr(cpu_kernels, "_tuned_for", None)
     torch.manual_seed(0)
     q = int8_linear.Int8Linear(nn.Linear(48, 80))
     x = torch.randn(400, 48)
+
+    def family(found):
+        monkeypatch.setattr(cpu_tuning, "cpu_family", lambda: found)
+        cpu_kernels._tuned_for = None  # the limit is set with the blocking
+
     with torch.inference_mode():
-        monkeypatch.setattr(int8_linear, "cpu_family", lambda: ("GenuineIntel", 6))
+        family(("GenuineIntel", 6))
         assert q.packed_for_rows(128) is not None and q.packed_for_rows(400) is None
         int_mm = q(x)
-        monkeypatch.setattr(int8_linear, "cpu_family", lambda: ("AuthenticAMD", 25))
+        family(("AuthenticAMD", 25))
         assert q.packed_for_rows(400) is not None
         assert torch.equal(q(x), int_mm)
-        monkeypatch.setattr(int8_linear, "cpu_family", lambda: None)  # no /proc/cpuinfo: the table's limit
+        family(None)  # no /proc/cpuinfo: the level's limit
         assert q.packed_for_rows(400) is None
+    cpu_kernels._tuned_for = None
 
 
 @pytest.mark.parametrize("isa", ["avxvnni", "avx2"], indirect=True)
@@ -142,9 +150,9 @@ def test_int8_layers_keep_state_dict_tied_weights_and_leave_small_heads_fp32(tmp
 
 @pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
 def test_int8_layer_keeps_one_int8_layout_where_the_kernel_takes_every_row_count(isa):
-    """On AMX (K % 64 == 0), and with AVX-512 VNNI on a CPU family measured to want it at every row count (AMD Zen
-    4), bertlab's kernel serves every row count: the layer holds the packed weight alone, and torch._int_mm's
-    layout, asked for, is unpacked from it byte for byte. Elsewhere both are kept."""
+    """Where bertlab's kernel serves every row count -- on AMX (K % 64 == 0), and with AVX-512 VNNI where that was
+    measured (AMD Zen 4) -- the layer holds the packed weight alone, and torch._int_mm's layout, asked for, is
+    unpacked from it byte for byte. Elsewhere both are kept."""
     from bertlab.nn import cpu_kernels
 
     torch.manual_seed(0)
@@ -152,9 +160,7 @@ def test_int8_layer_keeps_one_int8_layout_where_the_kernel_takes_every_row_count
     q = int8_linear.Int8Linear(linear)
     w = linear.weight.detach()
     want = (w / (w.abs().amax(1).clamp(min=1e-8) / 127.0)[:, None]).round().to(torch.int8).t()
-    kernel = cpu_kernels.int8_kernel()
-    alone = int8_linear.int_mm_exact() and (
-        kernel == "amx" or (kernel == "vnni" and int8_linear.cpu_family() in int8_linear.VNNI_MAX_ROWS_BY_CPU))
+    alone = cpu_kernels.int_mm_exact() and cpu_kernels.int8_max_rows() >= int8_linear.ALL_ROWS
     assert ("qweight" not in q._buffers) == alone and bool(q.packed_weight) == alone
     assert torch.equal(q.qweight, want)
     x = torch.randn(300, 64)

@@ -17,8 +17,8 @@
     post_ln_layer(...)          a post-LN encoder layer in one call (nn/encoder_layer.py)
     decoder_layer_step(...)     a pre-norm decoder layer's decoding step in one call (nn/decoder_layer.py)
     int8_linear(...)            an int8 linear layer (quantize, GEMM, dequantize) in one call, for up to
-                                `int8_linear.KERNEL_MAX_ROWS` rows, on AVX-512 VNNI, AVX-VNNI or AVX2
-                                (`int8_gemm_available()`)
+                                `int8_max_rows()` rows (AMX: every row count), on AMX tiles, AVX-512 VNNI,
+                                AVX-VNNI or AVX2 (`int8_gemm_available()`)
     linear_f32(...), linear_bf16(...)  fp32 (AVX-512 or AVX2) and bf16 (AVX-512 BF16) GEMMs over packed panels;
                                 the fp32 one applies an activation (the exact GELU) to its output blocks
     linear_few_rows(...)        an fp32 or bf16 linear layer for 1-4 rows: a GEMV over the plain weight
@@ -86,7 +86,8 @@ def _extension():
     return _dispatch()[0]
 
 
-_tuned_for: tuple | None = None  # (the `_dispatch()` result, the thread count) the GEMMs' blocking was set for
+# (the `_dispatch()` result, the thread count) the GEMMs' blocking was set for, and the int8 row limit with it
+_tuned_for: tuple | None = None
 
 
 def _tuned() -> None:
@@ -99,8 +100,19 @@ def _tuned() -> None:
         return
     from . import cpu_tuning
 
-    cpu_tuning.apply(dispatch[0], dispatch[1], threads, int8_kernel())  # (the sweep calls the extension directly)
-    _tuned_for = (dispatch, threads)
+    # (the sweep calls the extension directly)
+    _tuned_for = (dispatch, threads, cpu_tuning.apply(dispatch[0], dispatch[1], threads, int8_kernel(),
+                                                      int_mm_exact()))
+
+
+def int8_max_rows() -> int:
+    """Up to how many rows `int8_linear` serves an int8 layer at this dispatch level and thread count, beyond them
+    torch._int_mm (`cpu_tuning`: measured with the blocking, else the level's default; 0 where there is no
+    kernel)."""
+    if int8_kernel() is None:
+        return 0
+    _tuned()
+    return _tuned_for[2]
 
 
 def available() -> bool:
@@ -664,6 +676,21 @@ def int8_gemm_available() -> bool:
     """Whether `int8_linear` runs here: the extension is built and the dispatch level has AMX, AVX-512 VNNI,
     AVX-VNNI or AVX2."""
     return int8_kernel() is not None
+
+
+@functools.cache  # once per process
+def int_mm_exact() -> bool:
+    """Whether this torch has a CPU int8 GEMM (torch._int_mm) that gives exact integer products (probed on a small
+    case). Not where oneDNN is held to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, and so presumably on an AVX2-only CPU):
+    there its s8 x s8 GEMM saturates (measured on an Intel Xeon: off by up to 25,114 on this probe's 5 x 40 x 24
+    products of values in [-127, 127])."""
+    try:
+        g = torch.Generator().manual_seed(0)
+        a = torch.randint(-127, 128, (5, 40), dtype=torch.int8, generator=g)
+        b = torch.randint(-127, 128, (24, 40), dtype=torch.int8, generator=g)
+        return bool(torch.equal(torch._int_mm(a, b.t()), a.int() @ b.int().t()))
+    except (RuntimeError, AttributeError, TypeError):  # (no CPU int8 GEMM in this build)
+        return False
 
 
 # The widest weights AVX2's narrow int8 kernel takes: VPMADDUBSW sums two products of an unsigned x + 128 (at most

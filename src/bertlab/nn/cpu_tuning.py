@@ -1,5 +1,5 @@
-"""The C GEMMs' blocking chosen per CPU: measured once, at the first GEMM on a CPU, level and thread count this
-user has no record of, and cached beside bertlab's other caches.
+"""The C GEMMs' blocking, and the int8 kernel's row limit, chosen per CPU: measured once, at the first GEMM on a
+CPU, level and thread count this user has no record of, and cached beside bertlab's other caches.
 
 bertlab's fp32 GEMM and int8 layer take their blocking at run time (`csrc/kernels.h`: `bl_tuning`):
 
@@ -29,6 +29,16 @@ replaces the current one only where it was faster in every round and by at least
 again so in a second set of rounds taken after it (a burst of load from elsewhere in the first cannot pick it):
 where the sweep cannot beat the default beyond its noise, the default stays. 1-1.5 s on a quiet core.
 
+The int8 layer's row limit -- up to how many rows an `Int8Linear` runs bertlab's own kernel and beyond them
+torch._int_mm (oneDNN's GEMM, with the quantize and dequantize passes around it) -- is the same kind of choice:
+both give the same bits, the crossover moves with the CPU (AMD Zen 4: the kernel ahead at every row count measured;
+held to AVX2 beside an AVX-512 oneDNN: level at 16 rows, behind from 32). Each level starts from its measured
+default (`INT8_MAX_ROWS`, `VNNI_MAX_ROWS_BY_CPU`); after the blocking, the two race on the same feed-forward at
+row counts doubling away from that default (`INT8_LADDER`), up while the kernel wins, else down while torch's
+wins, each step again only where it wins a second set of rounds; past the ladder's top the kernel takes every
+row count. Measured where torch._int_mm is exact (else the kernel takes every row count anyway); AMX tiles take
+every row count without a race. 0.02-0.2 s more on an AMD EPYC (Zen 4), where one or two row counts are raced.
+
 The choice is kept in `$BERTLAB_CACHE/cpu-tuning.json` (default `~/.cache/bertlab/`), keyed by the CPU's model,
 the instruction-set level and the thread count, written atomically (a reader sees the old file or the new one); a
 file that is not one this module wrote is ignored in one warning and replaced. `BERTLAB_CPU_TUNING` says what to
@@ -46,6 +56,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -58,8 +69,8 @@ PARAMS = ("f32_rows", "f32_block", "f32_prefetch", "int8_panel_rows", "split", "
 TUNING_MODES = ("auto", "default", "retune")
 ROUNDS = 5
 MARGIN = 0.03  # a value must beat the current one by this much in the median (and in every round) to replace it
-CACHE_VERSION = 4  # (1: `split` one value for every GEMM, 0 or 1; 2: fp32's classes parted at 128 rows, warm weights;
-# 3: no few_prefetch)
+CACHE_VERSION = 5  # (1: `split` one value for every GEMM, 0 or 1; 2: fp32's classes parted at 128 rows, warm weights;
+# 3: no few_prefetch; 4: no int8 row limit)
 # all-MiniLM-L6-v2's layer shapes (K, N) that carry its time: the feed-forward's two, at a lone input's rows and
 # a bulk batch's
 SHAPES = ((384, 1536), (1536, 384))
@@ -252,9 +263,11 @@ def timed(ext, work: _Workload, current: dict, name: str, values: list[int], cal
     return times
 
 
-def sweep(ext, level: str, threads: int, int8: str | None, bf16: bool = False) -> dict:
-    """Measure the blocking for this CPU at `level` (already selected, its default blocking set) and `threads`:
-    the entry the cache keeps ({"tuning", "default", "gains", "seconds", "measured"}; a split bit's gain under
+def sweep(ext, level: str, threads: int, int8: str | None, bf16: bool = False, int_mm: bool = False) -> dict:
+    """Measure the blocking for this CPU at `level` (already selected, its default blocking set) and `threads`,
+    then the int8 kernel's row limit where it races torch._int_mm (`int_mm`: torch's int8 GEMM is exact here,
+    `cpu_kernels.int_mm_exact`): the entry the cache keeps ({"tuning",
+    "default", "gains", "seconds", "measured"} and "int8_rows" where raced; a split bit's gain under
     "split.PART_ROWS", e.g. "split.f32_bulk"), the table left at the choice."""
     started = time.perf_counter()
     default = dict(zip(PARAMS, ext.tune()))
@@ -280,9 +293,149 @@ def sweep(ext, level: str, threads: int, int8: str | None, bf16: bool = False) -
                                      / statistics.median(times[chosen] + again[chosen]), 3)
                 current[name] = chosen
     ext.tune(*(current[p] for p in PARAMS))
-    return {"tuning": current, "default": default, "gains": gains,
-            "seconds": round(time.perf_counter() - started, 2),
+    entry = {"tuning": current, "default": default, "gains": gains}
+    if int8 in RACED_INT8 and int_mm:  # at the blocking just chosen
+        entry["int8_rows"] = race_int8_rows(ext, int8, threads)
+    return {**entry, "seconds": round(time.perf_counter() - started, 2),
             "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+# ------------------------------------------------------------------------------ the int8 kernel's row limit
+ALL_ROWS = 1 << 62  # a row limit no input reaches: bertlab's int8 kernel at every row count
+# Up to this many rows an Int8Linear runs bertlab's own int8 kernel (nn/cpu_kernels.py), by the kernel the CPU
+# dispatch picks (`cpu_kernels.int8_kernel()`), beyond them torch._int_mm (oneDNN) -- where nothing was measured on
+# this CPU (`BERTLAB_CPU_TUNING=default`), and as the race's starting point. AVX-512 VNNI: on T5 and MiniLM shapes,
+# one thread, the kernel measured 3-6x faster at 2-8 rows (a decoder step's sequences or beams) and, with its
+# 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128 (quantize and dequantize included on both sides; a lone
+# input of up to 128 tokens: batch-1 latency 1.03-1.07x end to end). A bulk batch (~700 rows) measured the same
+# either way at one thread and 0.94x at two. AMX: every row count (from 16 rows the kernel runs on AMX tiles): on an
+# Intel Xeon with AMX (family 6, model 207), MiniLM's shapes, one thread, 1.3-3.0x the VNNI kernel from 16 rows on
+# and 1.2-4.3x torch._int_mm (oneDNN's VNNI GEMM there) but for one shape at 700 rows (0.95x). AVX2 (the same Xeon
+# held to it: BERTLAB_CPU_ISA, and ONEDNN_MAX_CPU_ISA=AVX2 for torch._int_mm): with AVX-VNNI 2.5-7x at 1-8 rows,
+# 1.25-1.4x at 32, 0.9-1.5x at 128 (~level at 700); without it (VPMADDUBSW pairs, 4 instructions where VNNI has
+# one) 5-6x at one row, ~2x at 8, 1.06-1.3x at 16, and 0.8-1.0x from 32 rows on. (Measured before the AVX2 tiles
+# kept their accumulators in registers: since then the AVX-VNNI kernel runs 1.5-1.8x faster at 16-48 rows, AVX2
+# alone ~1.0-1.07x -- what the race measures on the user's CPU.)
+INT8_MAX_ROWS = {"amx": ALL_ROWS, "vnni": 128, "avxvnni": 128, "avx2": 16}
+# The AVX-512 VNNI kernel's default where a CPU family was measured to want another, by (vendor, family)
+# (`cpu_family`). AMD Zen 4 (family 25; its AVX-512 halves are 256 bits wide): the kernel 1.06-3.7x
+# torch._int_mm (oneDNN) with quantize and dequantize at 128-1,500 rows on MiniLM's four shapes, 1 and 2 threads
+# (an AMD EPYC, family 25 model 17); all-MiniLM-L6-v2 int8 embedding 192 inputs of 16-128 tokens 1.24x (1 thread)
+# and 1.35x (2), 32 of 256-512 1.12x and 1.20x. Zen 5 (family 26) keeps 128 (the measurement above).
+VNNI_MAX_ROWS_BY_CPU = {("AuthenticAMD", 25): ALL_ROWS}
+INT8_LADDER = (16, 32, 64, 128, 256, 512, 1024)  # the row counts the race may stop at, doubling
+RACED_INT8 = ("vnni", "avxvnni", "avx2")  # the kernels raced against torch._int_mm (AMX's tiles take every row)
+
+
+def default_int8_rows(kernel: str | None) -> int:
+    """The int8 kernel's built-in row limit on this CPU (0 where there is no kernel)."""
+    limit = INT8_MAX_ROWS.get(kernel, 0)
+    return VNNI_MAX_ROWS_BY_CPU.get(cpu_family(), limit) if kernel == "vnni" else limit
+
+
+def walk_int8_rows(wins: Callable[[int, str], bool], default: int) -> int:
+    """The row limit from the default and `wins(rows, side)` (whether "kernel" or "int_mm" won at that many rows):
+    up the ladder while the kernel wins -- past its top, every row count -- else down while torch._int_mm wins
+    (the limit then half the rows it won at). A rung is asked about only where the walk reaches it."""
+    above = [r for r in INT8_LADDER if r > default]
+    limit = default
+    for rows in above:
+        if not wins(rows, "kernel"):
+            break
+        limit = rows
+    else:
+        if above:
+            return ALL_ROWS
+    if limit != default:
+        return limit
+    for rows in reversed([r for r in INT8_LADDER if r <= default]):
+        if not wins(rows, "int_mm"):
+            break
+        limit = rows // 2
+    return limit
+
+
+class _Int8Race:
+    """bertlab's int8 kernel against torch._int_mm with `quantize_rows` and `dequantize_rows` around it -- the two
+    ways an Int8Linear runs -- on SHAPES' feed-forward at a given row count: the same int8 weights for both (random
+    bytes within ±64, which either layout reads), `COPIES` of them taken in turn (cold, as a model's)."""
+
+    def __init__(self, ext, threads: int):
+        g = torch.Generator().manual_seed(1)
+        self.ext, self.threads, self.turn, self.inputs = ext, threads, 0, {}
+        self.copies = [[(k, n, torch.randint(-64, 65, (n, k), dtype=torch.int8, generator=g),
+                         torch.zeros(n, dtype=torch.int32), torch.rand(n, generator=g) / 50, torch.randn(n, generator=g))
+                        for k, n in SHAPES] for _ in range(COPIES)]
+
+    def _input(self, rows: int, k: int) -> torch.Tensor:
+        if (rows, k) not in self.inputs:
+            self.inputs[rows, k] = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+        return self.inputs[rows, k]
+
+    def run(self, side: str, rows: int) -> float:
+        copy = self.copies[self.turn % COPIES]
+        self.turn += 1
+        inputs = [self._input(rows, k) for k, *_ in copy]
+        ext, threads = self.ext, self.threads
+        start = time.perf_counter()
+        x = inputs[0]
+        for (k, n, w, comp, ws, b), given in zip(copy, inputs):
+            if x.shape[1] != k:  # (widths that do not chain: the layer reads an input of its own)
+                x = given
+            if side == "kernel":
+                y = torch.empty(rows, n)
+                ext.linear_int8(x.data_ptr(), 0, w.data_ptr(), comp.data_ptr(), ws.data_ptr(), b.data_ptr(),
+                                y.data_ptr(), rows, k, n, True, threads)
+            else:  # cpu_kernels' quantize_rows, torch._int_mm, dequantize_rows, as an Int8Linear runs them; w (N, K):
+                # its transpose is the (K, N) layout torch._int_mm reads fastest as B (Int8Linear's)
+                xq, xscale = torch.empty(rows, k, dtype=torch.int8), torch.empty(rows, 1)
+                ext.quantize_rows(x.data_ptr(), 0, xq.data_ptr(), xscale.data_ptr(), rows, k, threads)
+                acc = torch._int_mm(xq, w.t())
+                y = acc.view(torch.float32)  # (written over the products, as dequantize_rows does)
+                ext.dequantize_rows(acc.data_ptr(), y.data_ptr(), xscale.data_ptr(), ws.data_ptr(), b.data_ptr(),
+                                    rows, n, threads)
+            x = y
+        return time.perf_counter() - start
+
+    def times(self, rows: int) -> dict[str, list[float]]:
+        """Each side's seconds at `rows` in ROUNDS rounds, the order alternating, after a warm-up call each."""
+        out = {"kernel": [], "int_mm": []}
+        for side in out:
+            self.run(side, rows)
+        for r in range(ROUNDS):
+            for side in (("kernel", "int_mm") if r % 2 else ("int_mm", "kernel")):
+                out[side].append(self.run(side, rows))
+        return out
+
+
+def race_int8_rows(ext, kernel: str, threads: int) -> dict:
+    """The int8 kernel's row limit measured against torch._int_mm at `threads` (`walk_int8_rows` from the
+    default; a side wins a row count by `choose`'s rule, in a first set of rounds and again in a second): the
+    cache entry's "int8_rows" -- {"kernel", "default", "rows", "speedup"} (torch._int_mm's median time over the
+    kernel's, per row count raced)."""
+    race, speedup = _Int8Race(ext, threads), {}
+
+    def wins(rows: int, side: str) -> bool:
+        for _ in range(2):  # a second set of rounds: a burst of load elsewhere cannot decide it
+            t = race.times(rows)
+            speedup[str(rows)] = round(statistics.median(t["int_mm"]) / statistics.median(t["kernel"]), 3)
+            other = "int_mm" if side == "kernel" else "kernel"
+            if choose({0: t[other], 1: t[side]}, 0) != 1:
+                return False
+        return True
+
+    default = default_int8_rows(kernel)
+    return {"kernel": kernel, "default": default, "rows": walk_int8_rows(wins, default), "speedup": speedup}
+
+
+def _cached_int8_rows(entry, kernel: str | None) -> int | None:
+    """The row limit a cache entry holds for `kernel`, None where it holds none (or one for another kernel)."""
+    try:
+        found = entry["int8_rows"]
+        rows = found["rows"]
+    except (KeyError, TypeError):
+        return None
+    return rows if found.get("kernel") == kernel and type(rows) is int and rows >= 0 else None
 
 
 # --------------------------------------------------------------------------------------------------- the cache
@@ -338,13 +491,15 @@ def _change(entry: dict, gain: str) -> str:
     return f"{gain} {entry['default'][gain]} -> {entry['tuning'][gain]}"
 
 
-def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
+def apply(ext, level: str, threads: int, int8: str | None, int_mm: bool = False) -> int:
     """Set the extension's blocking for `level` (selected) at `threads`: the default, the cached choice or a new
-    sweep, as `BERTLAB_CPU_TUNING` says. Returns the blocking set (`PARAMS`' values)."""
+    sweep, as `BERTLAB_CPU_TUNING` says (`int8`: the level's int8 kernel; `int_mm`: whether torch._int_mm is
+    exact here, so worth racing). Returns the int8 kernel's row limit that goes with it (its built-in one where
+    none was measured)."""
     how = mode()
     kernels = ext.select(level)  # the level's default blocking; the names of its kernels
     if how == "default" or level == "none":
-        return ext.tune()
+        return default_int8_rows(int8)
     path, key = cache_path(), cache_key(level, threads)
     if how == "auto":
         entry = read_cache(path).get(key)
@@ -352,15 +507,27 @@ def apply(ext, level: str, threads: int, int8: str | None) -> tuple[int, ...]:
             values = _cached_tuning(entry)
             try:
                 if values is not None:
-                    return ext.tune(*values)
+                    ext.tune(*values)
+                    rows = _cached_int8_rows(entry, int8)
+                    return default_int8_rows(int8) if rows is None else rows
             except ValueError:
                 pass
             log.warning("ignored the CPU tuning cache's entry for %s in %s (not a blocking of this level); "
                         "measuring again", key, path)
     # (bf16 layers on AMX are oneDNN's: the bf16 GEMM's one-tile calls are timed below it only)
-    entry = sweep(ext, level, threads, int8, "gemm_bf16" in kernels and level != "amx")
+    entry = sweep(ext, level, threads, int8, "gemm_bf16" in kernels and level != "amx", int_mm)
     ext.tune(*(entry["tuning"][p] for p in PARAMS))
     write_cache(path, key, entry)
-    changed = ", ".join(f"{_change(entry, p)} ({entry['gains'][p]}x)" for p in entry["gains"]) or "the defaults kept"
-    log.info("tuned the GEMMs' blocking for %s in %.1f s: %s (cached in %s)", key, entry["seconds"], changed, path)
-    return ext.tune()
+    changed = [f"{_change(entry, p)} ({entry['gains'][p]}x)" for p in entry["gains"]]
+    rows = _cached_int8_rows(entry, int8)
+    if rows is not None and rows != entry["int8_rows"]["default"]:
+        raced = ", ".join(f"{r} rows {x}x" for r, x in entry["int8_rows"]["speedup"].items())
+        changed.append(f"int8 kernel rows {_rows(entry['int8_rows']['default'])} -> {_rows(rows)} "
+                       f"(torch._int_mm's time over the kernel's: {raced})")
+    log.info("tuned the GEMMs' blocking for %s in %.1f s: %s (cached in %s)", key, entry["seconds"],
+             ", ".join(changed) or "the defaults kept", path)
+    return default_int8_rows(int8) if rows is None else rows
+
+
+def _rows(limit: int) -> str:
+    return "all" if limit >= ALL_ROWS else str(limit)

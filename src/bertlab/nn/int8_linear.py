@@ -4,7 +4,8 @@
                                    scale per output channel, quantized once
     x ≈ s_x[r] · xq[r, :]          activations: symmetric int8, one scale per token row, at run time
     y = (xq Wqᵀ) · s_x[r] · s_w[o] + b     the product in int32 (`torch._int_mm`: oneDNN's int8 GEMM;
-                                            bertlab's own kernels up to KERNEL_MAX_ROWS rows)
+                                            bertlab's own kernels up to a row limit measured
+                                            per CPU and thread count: `cpu_tuning`)
 
 Why these choices, measured on all-MiniLM-L6-v2 (200 WikiText-2 slices of 16-128 tokens, one thread):
 
@@ -33,51 +34,27 @@ packed int8 weight is the only int8 copy. ModernBERT-base int8 resident after lo
 
 from __future__ import annotations
 
-import functools
-import logging
-
 import torch
 from torch import nn
 
 from ..core.host_memory import drop_file_pages
-from .cpu_tuning import cpu_family
+from .cpu_tuning import ALL_ROWS, default_int8_rows
 from .cpu_kernels import (
     NARROW_WEIGHT_MAX,
     dequantize_rows,
     gelu_,
     int8_gemm_available,
     int8_kernel,
+    int8_max_rows,
     int8_linear,
+    int_mm_exact,
     pack_int8_weight,
     quantize_rows,
     tracing,
 )
 
-log = logging.getLogger(__name__)
-
 # Layers narrower than this (either side) stay fp32: task heads with a few outputs.
 MIN_FEATURES = 16
-
-# Up to this many rows the product runs in bertlab's own int8 kernel (nn/cpu_kernels.py), by the kernel the CPU
-# dispatch picks (`cpu_kernels.int8_kernel()`), beyond them in torch._int_mm (oneDNN). AVX-512 VNNI: on T5 and MiniLM
-# shapes, one thread, the kernel measured 3-6x faster at 2-8 rows (a decoder step's sequences or beams) and, with
-# its 12-row panel tiles from 16 rows on, 1.15-1.7x at 32-128 (quantize and dequantize included on both sides; a
-# lone input of up to 128 tokens: batch-1 latency 1.03-1.07x end to end). A bulk batch (~700 rows) measured the
-# same either way at one thread and 0.94x at two. AMX: every row count (from 16 rows the kernel runs on AMX
-# tiles): on an Intel Xeon with AMX (family 6, model 207), MiniLM's shapes, one thread, 1.3-3.0x the VNNI kernel
-# from 16 rows on and 1.2-4.3x torch._int_mm (oneDNN's VNNI GEMM there) but for one shape at 700 rows (0.95x).
-# AVX2 (the same Xeon held to it: BERTLAB_CPU_ISA, and ONEDNN_MAX_CPU_ISA=AVX2 for torch._int_mm): with AVX-VNNI
-# 2.5-7x at 1-8 rows, 1.25-1.4x at 32, 0.9-1.5x at 128 (~level at 700); without it (VPMADDUBSW pairs, 4 instructions
-# where VNNI has one) 5-6x at one row, ~2x at 8, 1.06-1.3x at 16, and 0.8-1.0x from 32 rows on.
-# (Measured before the AVX2 tiles kept their accumulators in registers: since then the AVX-VNNI kernel runs
-# 1.5-1.8x faster at 16-48 rows, AVX2 alone ~1.0-1.07x; the limits were not re-measured.)
-KERNEL_MAX_ROWS = {"amx": 1 << 62, "vnni": 128, "avxvnni": 128, "avx2": 16}
-# The AVX-512 VNNI kernel's limit where a CPU family was measured to want another, by (vendor, family)
-# (`cpu_tuning.cpu_family`). AMD Zen 4 (family 25; its AVX-512 halves are 256 bits wide): the kernel 1.06-3.7x
-# torch._int_mm (oneDNN) with quantize and dequantize at 128-1,500 rows on MiniLM's four shapes, 1 and 2 threads
-# (an AMD EPYC, family 25 model 17); all-MiniLM-L6-v2 int8 embedding 192 inputs of 16-128 tokens 1.24x (1 thread)
-# and 1.35x (2), 32 of 256-512 1.12x and 1.20x. Zen 5 (family 26) keeps 128 (the measurement above).
-VNNI_MAX_ROWS_BY_CPU = {("AuthenticAMD", 25): 1 << 62}
 
 
 def weight_max() -> int:
@@ -111,12 +88,13 @@ class Int8Linear(nn.Module):
         self.register_buffer("fbias", None if linear.bias is None else linear.bias.detach().float(), persistent=False)
         # the weight packed for bertlab's int8 GEMM (`int8_linear`, at every level: AMX, AVX-512 VNNI, AVX-VNNI,
         # AVX2); False where its shape does not fit the kernel. Where the dispatch's kernel takes every row count
-        # (AMX, K % 64 == 0) it is made now and is the only int8 copy: `qweight` (torch._int_mm's layout) is then
-        # unpacked from it when a trace or a bf16 input asks. Elsewhere both layouts serve (the kernel up to
-        # KERNEL_MAX_ROWS rows, torch._int_mm beyond) and the packed one is made on the first call it serves
+        # (AMX, K % 64 == 0; AVX-512 VNNI where so measured) it is made now and is the only int8 copy: `qweight`
+        # (torch._int_mm's layout) is then unpacked from it when a trace, a bf16 input or a row limit that has
+        # since fallen (another thread count) asks. Elsewhere both layouts serve (the kernel up to
+        # its row limit, torch._int_mm beyond) and the packed one is made on the first call it serves
         # (most layers of a bulk encoder run never need it).
         self.packed_weight: tuple[torch.Tensor, torch.Tensor, bool] | None | bool = None
-        if self._row_limit() >= 1 << 62:
+        if self._row_limit() >= ALL_ROWS:
             self.packed_weight = pack_int8_weight(q) or False
         if not self.packed_weight:
             # (in, out) view of an (out, in) contiguous tensor: the layout `_int_mm` reads fastest as its B
@@ -143,16 +121,16 @@ class Int8Linear(nn.Module):
         return cls(joint, keep_parameters=False)
 
     def _row_limit(self) -> int:
-        """Up to how many rows bertlab's kernel serves this layer at the dispatch level (0: none)."""
+        """Up to how many rows bertlab's kernel serves this layer at the dispatch level and thread count (0:
+        none; `cpu_kernels.int8_max_rows`)."""
         kernel = int8_kernel()
-        if kernel == "amx" and self.in_features % 64:  # no tiles: the VNNI kernel, and its limit
-            kernel = "vnni"
         # where torch._int_mm is not exact (oneDNN held to AVX2: see int_mm_exact), bertlab's kernel takes every
         # row count
         if not int_mm_exact():
-            return 1 << 62 if kernel else 0
-        limit = KERNEL_MAX_ROWS.get(kernel, 0)
-        return VNNI_MAX_ROWS_BY_CPU.get(cpu_family(), limit) if kernel == "vnni" else limit
+            return ALL_ROWS if kernel else 0
+        if kernel == "amx" and self.in_features % 64:  # no tiles: the VNNI kernel, and its default limit
+            return default_int8_rows("vnni")
+        return int8_max_rows()
 
     def __getattr__(self, name: str):
         # only reached where normal lookup fails: the int8 weight in torch._int_mm's layout where the packed one
@@ -211,22 +189,6 @@ def available() -> bool:
     """Whether int8 inference runs here: bertlab's own int8 kernel at the dispatch level, or a torch._int_mm
     that gives exact integer products."""
     return int8_gemm_available() or int_mm_exact()
-
-
-@functools.cache  # once per process
-def int_mm_exact() -> bool:
-    """Whether this torch has a CPU int8 GEMM (torch._int_mm) that gives exact integer products (probed on a small
-    case). Not where oneDNN is held to AVX2 (`ONEDNN_MAX_CPU_ISA=AVX2`, and so presumably on an AVX2-only CPU):
-    there its s8 x s8 GEMM saturates (measured on an Intel Xeon: off by up to 25,114 on this probe's 5 x 40 x 24
-    products of values in [-127, 127])."""
-    try:
-        g = torch.Generator().manual_seed(0)
-        a = torch.randint(-127, 128, (5, 40), dtype=torch.int8, generator=g)
-        b = torch.randint(-127, 128, (24, 40), dtype=torch.int8, generator=g)
-        return bool(torch.equal(torch._int_mm(a, b.t()), a.int() @ b.int().t()))
-    except (RuntimeError, AttributeError, TypeError) as e:
-        log.debug("int8 GEMM unavailable: %s", e)
-        return False
 
 
 def quantizable(layer: nn.Module) -> bool:

@@ -26,7 +26,7 @@ def test_long_rows_held_to_avx2_run_in_one_call_in_fp32_attention(isa, dtype, th
     if not cpu_kernels.f32_gemm_available() or (dtype == "int8" and not cpu_kernels.int8_gemm_available()):
         pytest.skip(f"no C {dtype} GEMM at {isa}")
     # oneDNN held to AVX2 too, as that CPU's: torch._int_mm is not exact there, and bertlab's int8 kernel takes
-    # every row count (int8_linear.int_mm_exact)
+    # every row count (cpu_kernels.int_mm_exact, as int8_linear reads it)
     monkeypatch.setattr(int8_linear, "int_mm_exact", lambda: False)
     folder = tiny_model(tmp_path / "bert", hidden_size=64, num_attention_heads=4, intermediate_size=80,
                         num_hidden_layers=2, max_position_embeddings=512)

@@ -121,7 +121,7 @@ HIDDEN AVX2_TARGET void gemm_f32_avx2(const bl_tuning *t, const float *x, ptrdif
  * Four instructions a vector where VNNI has one; for weights within ±64 (what Int8Linear quantizes to at this
  * level, nn/int8_linear.py) the narrow kernel takes the unsigned x + 128 straight into VPMADDUBSW -- a pair at
  * most 2 · 255 · 64 = 32,640 < 2^15, exact in three (comp takes the offset off as with VNNI). oneDNN's int8
- * GEMM held to AVX2 takes 8-bit weights in such pairs and saturates (nn/int8_linear.py: int_mm_exact). */
+ * GEMM held to AVX2 takes 8-bit weights in such pairs and saturates (nn/cpu_kernels.py: int_mm_exact). */
 #ifdef X86_KERNELS
 /* One tile: MR rows x NB blocks of 16 columns (j = 0 .. 2 NB - 1: the block's 8-column halves), MR · NB · 2
  * accumulators over all of K; VNNI picks the product. The accumulators are named variables (acc<row>_<j>), one
