@@ -149,14 +149,51 @@ def modernbert_folder(root: Path, layers: int = 22, local_only: bool = False) ->
     return folder
 
 
+def deberta_folder(root: Path, layers: int = 12, tokenizer: bool = True) -> Path:
+    """A random-weight DeBERTa-v3-base (H 768, 12 heads, 256 position buckets, 128k vocabulary; `layers` of its
+    12) saved by `transformers`, with (`tokenizer`) an `spm.model` of its form ([PAD] 0, [CLS] 1, [SEP] 2, [UNK]
+    3, unigram) trained on WikiText-2."""
+    import transformers
+
+    folder = root / f"deberta-v3-base-random-{layers}"
+    if folder.is_dir():
+        return folder
+    torch.manual_seed(0)
+    config = transformers.DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
+        intermediate_size=3072, max_position_embeddings=512, relative_attention=True, position_buckets=256,
+        norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+        type_vocab_size=0, max_relative_positions=-1, layer_norm_eps=1e-7, pad_token_id=0)
+    transformers.DebertaV2Model(config).eval().save_pretrained(folder)
+    if tokenizer:
+        import io
+
+        import sentencepiece as spm
+
+        lines = [l for l in WIKITEXT_TRAIN.read_text(encoding="utf-8").splitlines() if l.strip()] \
+            if WIKITEXT_TRAIN.is_file() else [" ".join(f"w{(i * 7 + j) % 997}" for j in range(20)) for i in range(2000)]
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=8000,
+                                       model_type="unigram", pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
+                                       bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]",
+                                       character_coverage=0.9995, minloglevel=2, hard_vocab_limit=False)
+        (folder / "spm.model").write_bytes(model.getvalue())
+        (folder / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "DebertaV2Tokenizer", "model_max_length": 512, "do_lower_case": False,
+            "bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
+            "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}))
+    return folder
+
+
 class HF:
-    """transformers' encoder (`AutoModel`: BertModel, ModernBertModel) on bertlab's bucket plan, mean-pooled and
-    L2-normalised as Embedder does."""
+    """transformers' encoder (`AutoModel`: BertModel, ModernBertModel, DebertaV2Model) on bertlab's bucket plan,
+    mean-pooled and L2-normalised as Embedder does; SDPA attention where the family has it (DeBERTa-v2: eager)."""
 
     def __init__(self, model_dir: Path, options: InferenceOptions):
-        from transformers import AutoModel
+        from transformers import AutoConfig, AutoModel
 
-        self.model = AutoModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
+        eager = AutoConfig.from_pretrained(model_dir).model_type == "deberta-v2"
+        self.model = AutoModel.from_pretrained(model_dir, attn_implementation="eager" if eager else "sdpa").eval()
         self.options = options
 
     def embed_ids(self, rows: list[list[int]]) -> np.ndarray:
@@ -544,8 +581,8 @@ def main() -> int:
     p.add_argument("--sst2-model", type=Path, metavar="DIR", help="also SST-2 dev accuracy of this fine-tuned model")
     p.add_argument("--no-speed", dest="speed", action="store_false", help="only the task accuracy")
     p.add_argument("--quick", action="store_true", help="a smoke run: 64 rows, 8 for latency, 1 round, 1 thread")
-    p.add_argument("--model", choices=("minilm", "modernbert-base"), default="minilm",
-                   help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's shape")
+    p.add_argument("--model", choices=("minilm", "modernbert-base", "deberta-v3-base"), default="minilm",
+                   help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's or DeBERTa-v3-base's shape")
     p.add_argument("--separate", action="store_true",
                    help="each engine in a process of its own, beside HF fp32 (the ratios are to that process's HF)")
     p.add_argument("--passes", type=int, default=1,
@@ -562,6 +599,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-engines-model-") as model_root:
         if args.model == "modernbert-base":
             model_dir = modernbert_folder(Path(model_root))
+        elif args.model == "deberta-v3-base":
+            model_dir = deberta_folder(Path(model_root))
         else:
             model_dir = installed_minilm()
             if model_dir is None:

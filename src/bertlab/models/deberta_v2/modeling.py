@@ -32,11 +32,15 @@ the whole (T, T) at once.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...nn import ACTIVATIONS, Dropout
+from ...nn import ACTIVATIONS, Dropout, add_and_norm
+from ...nn.cpu_kernels import tracing
+from ...nn.elementwise import linear_activate
 from ..bert.modeling import BertPreTrainedModel
 from ..outputs import EncoderOutput
 from .config import DebertaV2Config
@@ -48,6 +52,37 @@ BLOCK_SCORES = 1 << 22
 
 
 # ---------------------------------------------------------------------------------------------- relative positions
+def inference_pass(module: nn.Module) -> bool:
+    """Whether what `module` computes from its weights alone may be kept from one pass to the next: no gradients,
+    eval mode (no dropout), and no trace recording the operators (an ONNX export's graph computes it itself)."""
+    return not (module.training or torch.is_grad_enabled() or tracing())
+
+
+def weights_version(*modules: nn.Module) -> "WeightsVersion | None":
+    """What identifies the values of every parameter and buffer of `modules` (`WeightsVersion`), so that what was
+    computed from them alone can be kept while it stands; None where a tensor keeps no version counter (one made
+    under `torch.inference_mode`): nothing is kept then."""
+    tensors = [t for module in modules for t in (*module.parameters(), *module.buffers())]
+    try:
+        return WeightsVersion(tuple((t, t._version, t.data_ptr()) for t in tensors),
+                              tuple(t.untyped_storage() for t in tensors))
+    except RuntimeError:
+        return None
+
+
+class WeightsVersion:
+    """Each tensor with its version counter (moved by every in-place write: an optimizer step, `load_state_dict`)
+    and its data's address (moved when `.to()` gives it new data, the dtype or device changed), and its storage
+    held: while held, no other data can come to lie at that address."""
+
+    def __init__(self, tensors: tuple, storages: tuple):
+        self.tensors, self.storages = tensors, storages
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WeightsVersion) and len(self.tensors) == len(other.tensors) and all(
+            a is b and va == vb and pa == pb for (a, va, pa), (b, vb, pb) in zip(self.tensors, other.tensors))
+
+
 def log_bucket_positions(relative: torch.Tensor, buckets: int, max_distance: int) -> torch.Tensor:
     """v3's buckets: distances under buckets/2 kept as they are, longer ones spread logarithmically over the
     rest, so that max_distance - 1 lands in the last bucket (`transformers`' make_log_bucket_position, op for op).
@@ -63,6 +98,16 @@ def log_bucket_positions(relative: torch.Tensor, buckets: int, max_distance: int
     log_pos = torch.ceil(torch.log(abs_pos / mid) / torch.log(torch.tensor((max_distance - 1) / mid))
                          * (mid - 1)) + mid
     return torch.where(abs_pos <= mid, relative.type_as(log_pos), log_pos * sign).long()
+
+
+@functools.lru_cache(maxsize=256)
+def relative_extremes(length: int, buckets: int, max_distance: int) -> tuple[int, int]:
+    """The least and the greatest δ of a `length`-token pass, δ(0, T-1) and δ(T-1, 0) (δ grows with i - j),
+    computed as `relative_positions` computes them."""
+    relative = torch.tensor([1 - length, length - 1])
+    if buckets > 0:
+        relative = log_bucket_positions(relative, buckets, max_distance)
+    return int(relative[0]), int(relative[1])
 
 
 def relative_positions(length: int, config: DebertaV2Config, device: torch.device) -> torch.Tensor:
@@ -134,6 +179,7 @@ class DisentangledSelfAttention(nn.Module):
         self.relative = config.relative_attention
         self.share_att_key = config.share_att_key
         self.span = config.relative_span  # k: the relative table has 2k rows
+        self.buckets, self.max_distance = config.position_buckets, config.max_distance
         if self.relative:
             self.pos_dropout = Dropout(config.hidden_dropout_prob)
             if not self.share_att_key:
@@ -155,7 +201,7 @@ class DisentangledSelfAttention(nn.Module):
         q, k, v = self.heads(self.query_proj(x)), self.heads(self.key_proj(x)), self.heads(self.value_proj(x))
         B, nh, T, d = q.shape
         k_scaled = k.transpose(-1, -2) / self.scale  # (B, nh, d, T)
-        tables = self.relative_tables(q, k, self.pos_dropout(rel_embeddings)) if self.relative else None
+        tables = self.relative_tables(q, k, rel_embeddings) if self.relative else None
         # a block of queries at a time where nothing needs the whole (T, T) (module docstring)
         rows = T if torch.is_grad_enabled() or output_attentions else max(1, BLOCK_SCORES // (B * nh * T))
         if rows >= T:
@@ -181,17 +227,58 @@ class DisentangledSelfAttention(nn.Module):
         return context.transpose(1, 2).reshape(B, Tq, -1), probs if output_attentions else None
 
     def relative_tables(self, q: torch.Tensor, k: torch.Tensor, rel_embeddings: torch.Tensor):
-        """Each token against every row of the relative table, (B, nh, T, 2k) per term (None where the term is off):
-        c2p[i, r] = Q_c,i · K_r,rᵀ, p2c[j, r] = K_c,j · Q_r,rᵀ."""
-        P = rel_embeddings[: 2 * self.span].unsqueeze(0)  # (1, 2k, H)
+        """Each token against the rows of the relative table a pass of T tokens reaches, (B, nh, T, rows) per term
+        (None where the term is off), with the first row's number: c2p[i, r - first] = Q_c,i · K_r,rᵀ,
+        p2c[j, r - first] = K_c,j · Q_r,rᵀ. c2p reads row k + δ(i, j), p2c row k - δ(i, j) (both clamped to the
+        table): rows k + δ_min .. k + δ_max and k - δ_max .. k - δ_min, not all 2k -- a 72-token input under
+        v3's 256 buckets reaches 143 of 512, and the products of the others were 3.6x the work of these."""
+        K_r, Q_r = self.position_projections(rel_embeddings)
+        # (a trace -- an ONNX export -- keeps every row: the rows a length reaches would be constants in its graph)
+        low, high = (-2 * self.span, 2 * self.span) if tracing() else \
+            relative_extremes(q.shape[2], self.buckets, self.max_distance)
         c2p = p2c = None
+        if K_r is not None:
+            first, last = self.table_rows(self.span + low, self.span + high)
+            c2p = (q @ K_r[:, :, first:last + 1].transpose(-1, -2), first)  # (B, nh, T, rows)
+        if Q_r is not None:
+            first, last = self.table_rows(self.span - high, self.span - low)
+            p2c = (k @ Q_r[:, :, first:last + 1].transpose(-1, -2), first)  # (B, nh, T, rows)
+        return c2p, p2c
+
+    def table_rows(self, first: int, last: int) -> tuple[int, int]:
+        """Rows first..last of the relative table, clamped to it as the indices are."""
+        top = 2 * self.span - 1
+        return min(max(first, 0), top), min(max(last, 0), top)
+
+    def position_projections(self, rel_embeddings: torch.Tensor):
+        """K_r = P W_k,r and Q_r = P W_q,r, (1, nh, 2k, d) each (None where its term is off). They depend on the
+        weights alone -- 2 · 2k · H² multiply-adds a layer, as much as a 2k-token input's projections, whatever the
+        input's length -- so an inference pass (no gradients, eval mode: no dropout on P) reuses them from the
+        pass before while P is the same tensor and no parameter or buffer of the projections was replaced or
+        written since (`weights_version`); the same numbers either way (the same modules on the same P)."""
+        version = weights_version(*self.position_projectors()) if inference_pass(self) else None
+        cached = self.__dict__.get("_position_projections")
+        if version is not None and cached is not None and cached[0] is rel_embeddings and cached[1] == version:
+            return cached[2]
+        P = self.pos_dropout(rel_embeddings)[: 2 * self.span].unsqueeze(0)  # (1, 2k, H)
+        K_r = Q_r = None
         if "c2p" in self.terms:
             K_r = self.heads(self.key_proj(P) if self.share_att_key else self.pos_key_proj(P))  # (1, nh, 2k, d)
-            c2p = q @ K_r.transpose(-1, -2)  # (B, nh, T, 2k)
         if "p2c" in self.terms:
             Q_r = self.heads(self.query_proj(P) if self.share_att_key else self.pos_query_proj(P))  # (1, nh, 2k, d)
-            p2c = k @ Q_r.transpose(-1, -2)  # (B, nh, T, 2k)
-        return c2p, p2c
+        # (a plain attribute, not a buffer: in no state_dict, moved by no .to(); a pass on another device or dtype
+        # finds another P and recomputes)
+        self.__dict__["_position_projections"] = (rel_embeddings, version, (K_r, Q_r)) if version is not None else None
+        return K_r, Q_r
+
+    def position_projectors(self) -> list[nn.Module]:
+        """The projections K_r and Q_r are made with (v3 shares the content ones)."""
+        out = []
+        if "c2p" in self.terms:
+            out.append(self.key_proj if self.share_att_key else self.pos_key_proj)
+        if "p2c" in self.terms:
+            out.append(self.query_proj if self.share_att_key else self.pos_query_proj)
+        return out
 
     def relative_scores(self, tables, relative: torch.Tensor, start: int, stop: int) -> torch.Tensor | None:
         """c2p + p2c, each / √(d·(1+terms)), for queries start..stop: (B, nh, Tq, T), gathered from the tables
@@ -199,15 +286,18 @@ class DisentangledSelfAttention(nn.Module):
         span, (c2p, p2c) = self.span, tables
         if c2p is None and p2c is None:
             return None
-        B, nh, T, _ = (c2p if c2p is not None else p2c).shape
+        B, nh, T, _ = (c2p if c2p is not None else p2c)[0].shape
         Tq = stop - start
         score = None
         if c2p is not None:
-            index = torch.clamp(relative[start:stop] + span, 0, 2 * span - 1)  # (Tq, T): row of δ(i, j)
+            (c2p, first) = c2p
+            index = torch.clamp(relative[start:stop] + span, 0, 2 * span - 1) - first  # (Tq, T): row of δ(i, j)
             score = torch.gather(c2p[:, :, start:stop], -1, index.expand(B, nh, Tq, T))  # Q_c,i · K_r,δ(i,j)ᵀ
             score.div_(self.scale)
         if p2c is not None:
-            index = torch.clamp(-relative[:, start:stop] + span, 0, 2 * span - 1)  # (T, Tq): row of δ(j, i), [j, i]
+            (p2c, first) = p2c
+            # (T, Tq): row of δ(j, i), [j, i]
+            index = torch.clamp(-relative[:, start:stop] + span, 0, 2 * span - 1) - first
             p2c = torch.gather(p2c, -1, index.expand(B, nh, T, Tq)).transpose(-1, -2)  # [i, j]: K_c,j · Q_r,δ(j,i)ᵀ
             p2c.div_(self.scale)
             score = p2c if score is None else score.add_(p2c)
@@ -224,7 +314,7 @@ class DebertaV2SelfOutput(nn.Module):
         self.dropout = Dropout(config.hidden_dropout_prob)
 
     def forward(self, y: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(y)) + residual)
+        return add_and_norm(self.dropout(self.dense(y)), residual, self.LayerNorm)
 
 
 class DebertaV2Attention(nn.Module):
@@ -244,10 +334,10 @@ class DebertaV2Intermediate(nn.Module):
     def __init__(self, config: DebertaV2Config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.act = ACTIVATIONS[config.hidden_act]
+        self.hidden_act = config.hidden_act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.act(self.dense(x))
+        return linear_activate(self.dense, x, self.hidden_act)  # (the GELU in the GEMM's epilogue where it has one)
 
 
 class DebertaV2Output(DebertaV2SelfOutput):
@@ -314,10 +404,22 @@ class DebertaV2Encoder(nn.Module):
         return list(self.layer)
 
     def rel_table(self) -> torch.Tensor | None:
+        """P, LayerNorm'd where the config says: an inference pass (no gradients, eval mode) reuses the pass
+        before's while the table and the norm are unchanged (`weights_version`), so each layer's projections of it
+        can be reused too (`DisentangledSelfAttention.position_projections`)."""
         if not self.config.relative_attention:
             return None
         P = self.rel_embeddings.weight  # (2k, H)
-        return self.LayerNorm(P) if self.config.rel_layer_norm else P
+        if not self.config.rel_layer_norm:
+            return P
+        sources = (self.rel_embeddings, self.LayerNorm)
+        version = weights_version(*sources) if inference_pass(self) else None
+        cached = self.__dict__.get("_rel_table")
+        if version is not None and cached is not None and cached[0] == version:
+            return cached[1]
+        P = self.LayerNorm(P)
+        self.__dict__["_rel_table"] = (version, P) if version is not None else None
+        return P
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor | None, output_hidden_states: bool = False,
                 output_attentions: bool = False):
