@@ -1,10 +1,13 @@
 """bertlab against the engines CPU users choose, every precision, in one process: sentence embeddings with
 all-MiniLM-L6-v2, or (`--model modernbert-base`) a random-weight model of ModernBERT-base's shape (22 layers,
-H 768, GeGLU 1152, one global layer in three, a 128-token window) saved by `transformers`.
+H 768, GeGLU 1152, one global layer in three, a 128-token window) saved by `transformers`, or (`--model
+deberta-v3-base`) one of DeBERTa-v3-base's (12 layers, H 768, 256 relative-position buckets, a 128,100-row
+vocabulary) with an `spm.model` of its form trained on WikiText-2 (CTranslate2 has no DeBERTa converter;
+`transformers`' DeBERTa has no SDPA path, so HF runs its eager attention).
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
-        [--separate [--passes N]] [--model minilm|modernbert-base] [--splits 0,10]
+        [--separate [--passes N]] [--model minilm|modernbert-base|deberta-v3-base] [--splits 0,10]
     python benchmarks/bench_engines.py --model modernbert-base --shapes 512,8192 --n 8 --latency-n 0 --rounds 2 \
         --n-long 1 --rounds-long 1 --threads 1
 

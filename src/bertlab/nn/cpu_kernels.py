@@ -272,6 +272,38 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def relative_softmax_(scores: torch.Tensor, c2p: tuple[torch.Tensor, int] | None,
+                      p2c: tuple[torch.Tensor, int] | None, relative: torch.Tensor, pair_mask: torch.Tensor | None,
+                      start: int, span: int) -> torch.Tensor | None:
+    """DeBERTa's disentangled attention probabilities for a block of queries, written over `scores` (B, heads, Tq,
+    T) fp32 -- Q_c K_cᵀ / scale for queries start..start+Tq -- in one pass: to each score its c2p and p2c terms,
+    gathered from the tables (B, heads, T, rows), already divided by the scale, at rows clamp(k ± δ) less each
+    table's first row (`(table, first)`, None where the term is off), and summed as torch rounds them; the lowest
+    float where pair_mask (B, 1, T, T) bool is False; softmax over the keys (to rounding: the C softmax). The same
+    as models/deberta_v2/modeling.py's gather, add_, masked_fill_ and softmax; None where it does not apply (not
+    fp32, not contiguous, autograd, no extension, neither table). A table whose rows do not hold every index the
+    block reaches is refused (ValueError), not read."""
+    tables = [t for t in (c2p, p2c) if t is not None]
+    parts = (scores, relative, *(t for t, _ in tables)) + (() if pair_mask is None else (pair_mask,))
+    if (not tables or scores.dtype != torch.float32 or scores.dim() != 4 or relative.dtype != torch.int64
+            or any(t.dtype != torch.float32 or t.dim() != 4 for t, _ in tables)
+            or (pair_mask is not None and pair_mask.dtype != torch.bool) or not _native(*parts)):
+        return None
+    B, heads, Tq, T = scores.shape
+    if relative.shape != (T, T) or any(t.shape[:3] != (B, heads, T) for t, _ in tables) or (
+            pair_mask is not None and pair_mask.shape != (B, 1, T, T)):
+        raise ValueError(f"relative_softmax_: scores {tuple(scores.shape)} do not fit relative "
+                         f"{tuple(relative.shape)} or the tables {[tuple(t.shape) for t, _ in tables]}")
+
+    def ptr(table):
+        return (None, 0, 0) if table is None else (table[0].data_ptr(), table[0].shape[3], table[1])
+
+    _extension().relative_softmax_rows(scores.data_ptr(), *ptr(c2p), *ptr(p2c), relative.data_ptr(),
+                                       None if pair_mask is None else pair_mask.data_ptr(), B, heads, T, start, Tq,
+                                       span, torch.get_num_threads())
+    return scores
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     """weight · x / sqrt(mean(x²) + eps) over the last dimension (T5's layer norm, `nn.rms_norm`), in one C call:
     fp32, or bf16 as `transformers` computes a bf16 model's (the mean of squares and the product with x in fp32,

@@ -119,3 +119,67 @@ def test_the_position_projections_are_kept_while_their_weights_stand(tmp_path):
     assert [a - b for a, b in zip(made, before)] == [3, 3]
     run()
     assert [a - b for a, b in zip(made, before)] == [3, 3]
+
+
+@pytest.mark.parametrize("kind", ["v3", "v2", "c2p-only"])
+@pytest.mark.parametrize("blocks", [False, True])
+def test_the_c_pass_gives_the_torch_formulas_probabilities(kind, blocks, tmp_path, monkeypatch):
+    """On a CPU an inference pass adds the relative terms, masks and softmaxes a block of scores in one C call
+    (`cpu_kernels.relative_softmax_`): hidden states within 1e-6 of the torch formulas' (gather, div_, add_,
+    masked_fill_, softmax) on padded rows, past v2's k (clamped rows), with c2p alone, and a block of queries at a
+    time (later blocks start past query 0)."""
+    from bertlab.nn import cpu_kernels
+    from bertlab.models.deberta_v2 import modeling
+
+    if not cpu_kernels.available():
+        pytest.skip("no C kernels in this build")
+    B, T = 3, 40
+    folder = saved(tmp_path, kind)
+    ours = modeling.DebertaV2Model.from_pretrained(folder).eval()
+    ids, mask = padded_batch(99, shape=(B, T))
+    mask[0, T - 11:] = 0
+    if blocks:
+        monkeypatch.setattr(modeling, "BLOCK_SCORES", B * ours.config.num_attention_heads * T * 16)  # 16, 16, 8
+    calls = []
+
+    def counted(scores, *args):
+        out = cpu_kernels.relative_softmax_(scores, *args)
+        calls.append((args[-2], out is not None))  # (start, ran)
+        return out
+
+    monkeypatch.setattr(modeling, "relative_softmax_", counted)
+    with torch.inference_mode():
+        fused = ours(ids, attention_mask=mask).last_hidden_state
+    starts = [0, 16, 32] if blocks else [0]
+    assert calls == [(s, True) for _ in ours.encoder.layer for s in starts]
+    monkeypatch.setattr(modeling, "relative_softmax_", lambda *args: None)
+    with torch.inference_mode():
+        torch_formulas = ours(ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(fused, torch_formulas, rtol=1e-6, atol=1e-6)
+    monkeypatch.undo()
+    assert compare_hidden_states(transformers.DebertaV2Model.from_pretrained(folder), ours, ids, mask) <= 1e-6
+
+
+def test_the_c_pass_refuses_tables_that_miss_a_row_the_block_reaches():
+    """Each (query, key) reads row k ± δ of a table; a table holding fewer rows (its first row past one reached)
+    is refused in one line, never read out of bounds, and the scores are left as they were."""
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("no C kernels in this build")
+    B, heads, T, span = 1, 2, 6, 8
+    positions = torch.arange(T)
+    relative = positions[:, None] - positions[None, :]
+    scores = torch.randn(B, heads, T, T)
+    before = scores.clone()
+    reached = (span - (T - 1), span + (T - 1))  # rows 3..13
+    short = torch.randn(B, heads, T, reached[1] - reached[0])  # rows 3..12: row 13 missing
+    with pytest.raises(ValueError, match="relative_softmax_rows: .*operands it does not take"):
+        cpu_kernels.relative_softmax_(scores, (short, reached[0]), None, relative, None, 0, span)
+    with pytest.raises(ValueError, match="operands it does not take"):
+        cpu_kernels.relative_softmax_(scores, None, (short, reached[0] + 1), relative, None, 0, span)
+    assert torch.equal(scores, before)
+    whole = torch.randn(B, heads, T, reached[1] - reached[0] + 1)
+    assert cpu_kernels.relative_softmax_(scores, (whole, reached[0]), (whole, reached[0]), relative, None, 0,
+                                         span) is scores
+    torch.testing.assert_close(scores.sum(-1), torch.ones(B, heads, T))

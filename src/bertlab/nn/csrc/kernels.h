@@ -154,6 +154,11 @@ int bl_quantize_rows(const bl_kernels *k, const void *x, int dtype, int8_t *q, f
 int bl_dequantize_rows(const bl_kernels *k, const int32_t *acc, float *y, const float *xs, const float *ws,
                        const float *b, ptrdiff_t rows, ptrdiff_t cols, int threads);
 int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads);
+/* DeBERTa's relative terms added to a block of fp32 scores, masked and softmaxed in place (see ops.c) */
+int bl_relative_softmax_rows(const bl_kernels *k, float *scores, const float *c2p, ptrdiff_t c2p_rows,
+                             ptrdiff_t c2p_first, const float *p2c, ptrdiff_t p2c_rows, ptrdiff_t p2c_first,
+                             const int64_t *relative, const uint8_t *pair_mask, ptrdiff_t B, ptrdiff_t heads,
+                             ptrdiff_t T, ptrdiff_t query_start, ptrdiff_t Tq, ptrdiff_t span, int threads);
 /* T5's RMS norm over each row: x, w and y all F32 or all BF16 (rms_norm_f32, rms_norm_bf16) */
 int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y, int dtype, ptrdiff_t rows,
                      ptrdiff_t cols, float eps, int threads);
