@@ -35,7 +35,8 @@ Q_r = P W_q,r (2k x H each, a layer) are kept from the pass before while P and t
 rows of the table the input's length reaches (k + δ_min .. k + δ_max: 143 of 512 for 72 tokens under v3's 256
 buckets). On a CPU the relative terms, the mask and the softmax of a block are then one C pass
 (`cpu_kernels.relative_softmax_`, the tables divided by the scale first: the same floats). DeBERTa-v3-base, one
-thread, 16-128 tokens: 1.27x the throughput and 1.8x the batch-1 speed of recomputing them (benchmarks page).
+thread, 16-128 tokens: 1.31x the throughput and 1.9x the batch-1 speed of the pass that recomputed them all
+(docs/benchmarks.md, "DeBERTa-v3-base's shape").
 """
 
 from __future__ import annotations
