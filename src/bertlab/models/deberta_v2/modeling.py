@@ -219,20 +219,21 @@ class DisentangledSelfAttention(nn.Module):
         # a block of queries at a time where nothing needs the whole (T, T) (module docstring)
         rows = T if whole else max(1, BLOCK_SCORES // (B * nh * T))
         if rows >= T:
-            return self.attend(q, k_scaled, v, pair_mask, relative, tables, 0, T, output_attentions)
+            return self.attend(q, k_scaled, v, pair_mask, relative, tables, 0, T, not whole, output_attentions)
         context = q.new_empty(B, T, nh * d)
         for start in range(0, T, rows):
             stop = min(start + rows, T)
-            context[:, start:stop] = self.attend(q, k_scaled, v, pair_mask, relative, tables, start, stop)[0]
+            context[:, start:stop] = self.attend(q, k_scaled, v, pair_mask, relative, tables, start, stop, True)[0]
         return context, None
 
     def attend(self, q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor, pair_mask: torch.Tensor | None,
-               relative: torch.Tensor | None, tables, start: int, stop: int, output_attentions: bool = False):
-        """Queries start..stop against every key: (B, stop - start, H) and the probabilities if asked."""
+               relative: torch.Tensor | None, tables, start: int, stop: int, divided: bool,
+               output_attentions: bool = False):
+        """Queries start..stop against every key: (B, stop - start, H) and the probabilities if asked (`divided`:
+        the tables come divided by the scale, as an inference pass has them)."""
         # (in place on the fresh tensors each step makes: the same numbers, a block's scores fewer times over)
         scores = q[:, :, start:stop] @ k_scaled  # (B, nh, Tq, T): Q_c K_cᵀ / √(d·(1+terms))
         # an inference pass on a CPU: the relative terms, the mask and the softmax in one C pass over the block
-        divided = not (torch.is_grad_enabled() or output_attentions)  # (forward divided the tables)
         if self.relative and divided and (probs := relative_softmax_(
                 scores, *tables, relative, pair_mask, start, self.span)) is not None:
             context = self.dropout(probs) @ v  # (B, nh, Tq, d)
