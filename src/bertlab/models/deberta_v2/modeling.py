@@ -233,26 +233,29 @@ class DisentangledSelfAttention(nn.Module):
         the tables come divided by the scale, as an inference pass has them)."""
         # (in place on the fresh tensors each step makes: the same numbers, a block's scores fewer times over)
         scores = q[:, :, start:stop] @ k_scaled  # (B, nh, Tq, T): Q_c K_cᵀ / √(d·(1+terms))
-        # an inference pass on a CPU: the relative terms, the mask and the softmax in one C pass over the block
+        probs = self.probabilities(scores, pair_mask, relative, tables, start, stop, divided)
+        context = self.dropout(probs) @ v  # (B, nh, Tq, d)
+        B, _, Tq, _ = context.shape
+        return context.transpose(1, 2).reshape(B, Tq, -1), probs if output_attentions else None
+
+    def probabilities(self, scores: torch.Tensor, pair_mask: torch.Tensor | None, relative: torch.Tensor | None,
+                      tables, start: int, stop: int, divided: bool) -> torch.Tensor:
+        """softmax over the keys of a block's scores with their relative terms added and the mask applied: on a
+        CPU's inference pass one C pass over the block (`cpu_kernels.relative_softmax_`), else the torch formulas."""
         if self.relative and divided and (probs := relative_softmax_(
                 scores, *tables, relative, pair_mask, start, self.span)) is not None:
-            context = self.dropout(probs) @ v  # (B, nh, Tq, d)
-            B, _, Tq, _ = context.shape
-            return context.transpose(1, 2).reshape(B, Tq, -1), None
+            return probs
         if self.relative and (relative_scores := self.relative_scores(tables, relative, start, stop,
                                                                       divided)) is not None:
             scores.add_(relative_scores)
         if pair_mask is not None:
             scores.masked_fill_(~pair_mask[:, :, start:stop], torch.finfo(scores.dtype).min)
-        probs = F.softmax(scores, dim=-1)
-        context = self.dropout(probs) @ v  # (B, nh, Tq, d)
-        B, _, Tq, _ = context.shape
-        return context.transpose(1, 2).reshape(B, Tq, -1), probs if output_attentions else None
+        return F.softmax(scores, dim=-1)
 
     def relative_tables(self, q: torch.Tensor, k: torch.Tensor, rel_embeddings: torch.Tensor):
         """Each token against the rows of the relative table a pass of T tokens reaches, (B, nh, T, rows) per term
         (None where the term is off), with the first row's number: c2p[i, r - first] = Q_c,i · K_r,rᵀ,
-        p2c[j, r - first] = K_c,j · Q_r,rᵀ. c2p reads row k + δ(i, j), p2c row k - δ(i, j) (both clamped to the
+        p2c[j, r - first] = K_c,j · Q_r,rᵀ. c2p reads row k + δ(i, j), p2c row k - δ(j, i) (both clamped to the
         table): rows k + δ_min .. k + δ_max and k - δ_max .. k - δ_min, not all 2k -- a 72-token input under
         v3's 256 buckets reaches 143 of 512, and the products of the others were 3.6x the work of these."""
         K_r, Q_r = self.position_projections(rel_embeddings)
