@@ -272,38 +272,6 @@ def softmax_(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def relative_softmax_(scores: torch.Tensor, c2p: tuple[torch.Tensor, int] | None,
-                      p2c: tuple[torch.Tensor, int] | None, relative: torch.Tensor, pair_mask: torch.Tensor | None,
-                      start: int, span: int) -> torch.Tensor | None:
-    """DeBERTa's disentangled attention probabilities for a block of queries, written over `scores` (B, heads, Tq,
-    T) fp32 -- Q_c K_cᵀ / scale for queries start..start+Tq -- in one pass: to each score its c2p and p2c terms,
-    gathered from the tables (B, heads, T, rows), already divided by the scale, at rows clamp(k ± δ) less each
-    table's first row (`(table, first)`, None where the term is off), and summed as torch rounds them; the lowest
-    float where pair_mask (B, 1, T, T) bool is False; softmax over the keys (to rounding: the C softmax). The same
-    as models/deberta_v2/modeling.py's gather, add_, masked_fill_ and softmax; None where it does not apply (not
-    fp32, not contiguous, autograd, no extension, neither table). A table whose rows do not hold every index the
-    block reaches is refused (ValueError), not read."""
-    tables = [t for t in (c2p, p2c) if t is not None]
-    parts = (scores, relative, *(t for t, _ in tables)) + (() if pair_mask is None else (pair_mask,))
-    if (not tables or scores.dtype != torch.float32 or scores.dim() != 4 or relative.dtype != torch.int64
-            or any(t.dtype != torch.float32 or t.dim() != 4 for t, _ in tables)
-            or (pair_mask is not None and pair_mask.dtype != torch.bool) or not _native(*parts)):
-        return None
-    B, heads, Tq, T = scores.shape
-    if relative.shape != (T, T) or any(t.shape[:3] != (B, heads, T) for t, _ in tables) or (
-            pair_mask is not None and pair_mask.shape != (B, 1, T, T)):
-        raise ValueError(f"relative_softmax_: scores {tuple(scores.shape)} do not fit relative "
-                         f"{tuple(relative.shape)} or the tables {[tuple(t.shape) for t, _ in tables]}")
-
-    def ptr(table):
-        return (None, 0, 0) if table is None else (table[0].data_ptr(), table[0].shape[3], table[1])
-
-    _extension().relative_softmax_rows(scores.data_ptr(), *ptr(c2p), *ptr(p2c), relative.data_ptr(),
-                                       None if pair_mask is None else pair_mask.data_ptr(), B, heads, T, start, Tq,
-                                       span, torch.get_num_threads())
-    return scores
-
-
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     """weight · x / sqrt(mean(x²) + eps) over the last dimension (T5's layer norm, `nn.rms_norm`), in one C call:
     fp32, or bf16 as `transformers` computes a bf16 model's (the mean of squares and the product with x in fp32,
@@ -436,6 +404,47 @@ def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torc
     out = q.new_empty((B, T_q, nh, hs))  # (q's dtype, fp32: `new_empty` skips the keyword parsing, ~2 us a call)
     _extension().attention_rows(*_rows_operands(q, k, v, add, add_strides, out, scale))
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
+
+
+def relative_attention(q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor,
+                       c2p: tuple[torch.Tensor, int] | None, p2c: tuple[torch.Tensor, int] | None,
+                       relative: torch.Tensor, pair_mask: torch.Tensor | None, start: int, span: int,
+                       scale: float) -> torch.Tensor | None:
+    """DeBERTa's disentangled attention (models/deberta_v2/modeling.py) for the queries start .. start + T_q in one C
+    call: softmax(q k_scaledᵀ + c2p + p2c, masked) v, with
+        c2p[i, j] = q_i · K_r[clamp(k + δ(i, j))] / scale      p2c[i, j] = k_scaled_j · Q_r[clamp(k - δ(j, i))]
+    (their sum added to the score, the lowest float where pair_mask is False), each (row, head) making its own
+    products with the table rows instead of reading (B, nh, T, rows) tables. q (B, nh, T_q, hs): the block's
+    queries; k_scaled (the keys divided by `scale`) and v (B, nh, T, hs); c2p, p2c: (K_r or Q_r (nh, rows, hs),
+    the table row it starts at) or None where the term is off; relative (T, T) δ; pair_mask (B, 1, T, T) bool or
+    None; k = span. fp32, hs contiguous, hs a multiple of 16 up to 64. Returns the context (B, T_q, nh · hs), or
+    None where the kernel does not apply. The same formula as the torch path in another order of sums (tests hold
+    them to 1e-6). A table whose rows do not hold every row the block reaches is refused (ValueError), not read."""
+    B, nh, T_q, hs = q.shape
+    T = k_scaled.size(2)
+    tables = [term[0] for term in (c2p, p2c) if term is not None]
+    if (not tables or not loop_heads(hs) or q.dtype != torch.float32 or cpu_isa() == "none"
+            or relative.dtype != torch.int64 or (pair_mask is not None and pair_mask.dtype != torch.bool)
+            or _attention_operands(q, k_scaled, v, None) is None or k_scaled.size(0) != B
+            or any(t.dtype != torch.float32 or t.dim() != 3 or t.shape[0] != nh or t.shape[2] != hs
+                   or t.stride(-1) != 1 for t in tables)
+            or not _native(relative, *(() if pair_mask is None else (pair_mask,)))):
+        return None
+    if relative.shape != (T, T) or (pair_mask is not None and pair_mask.shape != (B, 1, T, T)):
+        raise ValueError(f"relative_attention: keys {T} do not fit relative {tuple(relative.shape)} or the mask "
+                         f"{None if pair_mask is None else tuple(pair_mask.shape)}")
+    out = q.new_empty((B, T_q, nh, hs))
+
+    def table(term):
+        if term is None:
+            return (None, 0, 0, 0, 0)
+        t, first = term
+        return (t.data_ptr(), t.stride(0), t.stride(1), t.size(1), first)
+
+    _extension().relative_attention_rows(*_rows_operands(q, k_scaled, v, None, (0, 0, 0), out, 1.0), *table(c2p),
+                                         *table(p2c), 1.0 / scale, relative.data_ptr(),
+                                         None if pair_mask is None else pair_mask.data_ptr(), start, span)
+    return out.view(B, T_q, nh * hs)
 
 
 def bf16_dot_available() -> bool:

@@ -121,38 +121,42 @@ def test_the_position_projections_are_kept_while_their_weights_stand(tmp_path):
     assert [a - b for a, b in zip(made, before)] == [3, 3]
 
 
+# heads of 16: the C attention's narrowest (the tiny configs' heads of 8 take the torch formulas)
+C_HEADS = dict(hidden_size=64, num_attention_heads=4)
+
+
 @pytest.mark.parametrize("kind", ["v3", "v2", "c2p-only"])
 @pytest.mark.parametrize("blocks", [False, True])
-def test_the_c_pass_gives_the_torch_formulas_probabilities(kind, blocks, tmp_path, monkeypatch):
-    """On a CPU an inference pass adds the relative terms, masks and softmaxes a block of scores in one C call
-    (`cpu_kernels.relative_softmax_`): hidden states within 1e-6 of the torch formulas' (gather, div_, add_,
-    masked_fill_, softmax) on padded rows, past v2's k (clamped rows), with c2p alone, and a block of queries at a
-    time (later blocks start past query 0)."""
+def test_the_c_attention_gives_the_torch_formulas_outputs(kind, blocks, tmp_path, monkeypatch):
+    """On a CPU an inference pass runs the whole disentangled attention in C (`cpu_kernels.relative_attention`):
+    hidden states within 1e-6 of the torch formulas' (products, gather, div_, add_, masked_fill_, softmax, @ v) on
+    padded rows, past v2's k (clamped rows), with c2p alone, and a block of queries a call (later blocks start
+    past query 0)."""
     from bertlab.nn import cpu_kernels
     from bertlab.models.deberta_v2 import modeling
 
-    if not cpu_kernels.available():
-        pytest.skip("no C kernels in this build")
+    if not cpu_kernels.available() or cpu_kernels.cpu_isa() == "none":
+        pytest.skip("no C attention at this level")
     B, T = 3, 40
-    folder = saved(tmp_path, kind)
+    folder = saved(tmp_path, kind, **C_HEADS)
     ours = modeling.DebertaV2Model.from_pretrained(folder).eval()
     ids, mask = padded_batch(99, shape=(B, T))
     mask[0, T - 11:] = 0
     if blocks:
-        monkeypatch.setattr(modeling, "BLOCK_SCORES", B * ours.config.num_attention_heads * T * 16)  # 16, 16, 8
+        monkeypatch.setattr(modeling, "INDEX_PAIRS", T * 16)  # queries 0-15, 16-31, 32-39
     calls = []
 
-    def counted(scores, *args):
-        out = cpu_kernels.relative_softmax_(scores, *args)
-        calls.append((args[-2], out is not None))  # (start, ran)
+    def counted(q, *args):
+        out = cpu_kernels.relative_attention(q, *args)
+        calls.append((args[-3], out is not None))  # (start, ran)
         return out
 
-    monkeypatch.setattr(modeling, "relative_softmax_", counted)
+    monkeypatch.setattr(modeling, "relative_attention", counted)
     with torch.inference_mode():
         fused = ours(ids, attention_mask=mask).last_hidden_state
     starts = [0, 16, 32] if blocks else [0]
     assert calls == [(s, True) for _ in ours.encoder.layer for s in starts]
-    monkeypatch.setattr(modeling, "relative_softmax_", lambda *args: None)
+    monkeypatch.setattr(modeling, "relative_attention", lambda *args: None)
     with torch.inference_mode():
         torch_formulas = ours(ids, attention_mask=mask).last_hidden_state
     torch.testing.assert_close(fused, torch_formulas, rtol=1e-6, atol=1e-6)
@@ -160,26 +164,111 @@ def test_the_c_pass_gives_the_torch_formulas_probabilities(kind, blocks, tmp_pat
     assert compare_hidden_states(transformers.DebertaV2Model.from_pretrained(folder), ours, ids, mask) <= 1e-6
 
 
-def test_the_c_pass_refuses_tables_that_miss_a_row_the_block_reaches():
-    """Each (query, key) reads row k ± δ of a table; a table holding fewer rows (its first row past one reached)
-    is refused in one line, never read out of bounds, and the scores are left as they were."""
+def test_the_c_attention_matches_transformers_past_v3s_buckets(tmp_path, monkeypatch):
+    """300 tokens, past v3's 256 buckets and the 128 where its log buckets begin, padded rows of several lengths:
+    the C attention's hidden states within 1e-6 of transformers' in every layer."""
+    from bertlab.nn import cpu_kernels
+    from bertlab.models.deberta_v2 import modeling
+
+    if not cpu_kernels.available() or cpu_kernels.cpu_isa() == "none":
+        pytest.skip("no C attention at this level")
+    folder = saved(tmp_path, "v3", **C_HEADS)
+    ours = modeling.DebertaV2Model.from_pretrained(folder).eval()
+    ids, mask = padded_batch(99, shape=(3, 300))
+    mask[1, 170:] = 0
+    mask[2, 40:] = 0
+    ran = []
+    monkeypatch.setattr(modeling, "relative_attention",
+                        lambda *args: ran.append(out := cpu_kernels.relative_attention(*args)) or out)
+    assert compare_hidden_states(transformers.DebertaV2Model.from_pretrained(folder), ours, ids, mask) <= 1e-6
+    assert ran and all(out is not None for out in ran)
+
+
+def relative_attention_reference(q, k_scaled, v, c2p, p2c, relative, pair_mask, start, span, scale):
+    """The formula of `cpu_kernels.relative_attention` in float64 torch operators, as modeling.py's torch path
+    computes it: the products with the table rows, the gathers at clamp(k ± δ), the sum, the mask, the softmax."""
+    q, k_scaled, v = (t.double() for t in (q, k_scaled, v))
+    B, nh, Tq, hs = q.shape
+    T = k_scaled.size(2)
+    scores = q @ k_scaled.transpose(-1, -2)  # (B, nh, Tq, T)
+    terms = torch.zeros_like(scores)
+    if c2p is not None:
+        table, first = c2p
+        products = q @ table.double().transpose(-1, -2) / scale  # (B, nh, Tq, rows)
+        index = torch.clamp(relative[start:start + Tq] + span, 0, 2 * span - 1) - first
+        terms += torch.gather(products, -1, index.expand(B, nh, Tq, T))
+    if p2c is not None:
+        table, first = p2c
+        products = k_scaled @ table.double().transpose(-1, -2)  # (B, nh, T, rows)
+        index = torch.clamp(-relative[:, start:start + Tq] + span, 0, 2 * span - 1) - first  # (T, Tq)
+        terms += torch.gather(products, -1, index.expand(B, nh, T, Tq)).transpose(-1, -2)
+    scores += terms
+    if pair_mask is not None:
+        scores.masked_fill_(~pair_mask[:, :, start:start + Tq], torch.finfo(torch.float32).min)
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, Tq, nh * hs)
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512"], indirect=True)
+@pytest.mark.parametrize("hs", [32, 64])
+@pytest.mark.parametrize("terms", ["both", "c2p", "p2c"])
+def test_the_c_attention_is_the_formula(isa, hs, terms, threads):
+    """`cpu_kernels.relative_attention` against the formula in float64 at each level's tiles (AVX2's 6-row tiles,
+    AVX-512's 4 and 8), 1 and 2 threads: lengths off the tiles' widths (37 keys), a block of queries from 5, a padded
+    row and one all padding; clamped rows (span 8 < the length: every row of the table reached) and a span past the
+    length (span 64: the tables hold only the reached rows 28-100)."""
+    for span in (8, 64):
+        check_the_c_attention(hs, terms, span)
+
+
+def check_the_c_attention(hs, terms, span):
     from bertlab.nn import cpu_kernels
 
-    if not cpu_kernels.available():
-        pytest.skip("no C kernels in this build")
-    B, heads, T, span = 1, 2, 6, 8
+    torch.manual_seed(0)
+    B, nh, T, scale = 3, 2, 37, 13.9
+    positions = torch.arange(T)
+    relative = positions[:, None] - positions[None, :]  # (T, T)
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[1, 29:] = False
+    keep[2] = False
+    pair_mask = keep[:, None, :, None] & keep[:, None, None, :]
+    q = torch.randn(B, T, nh, hs).transpose(1, 2)  # the heads of a (B, T, H) projection: strided views
+    k_scaled = torch.randn(B, T, nh, hs).transpose(1, 2) / scale
+    v = torch.randn(B, T, nh, hs).transpose(1, 2)
+    K_r = torch.randn(2 * span, nh * hs).view(2 * span, nh, hs).transpose(0, 1)  # (nh, 2k, hs)
+    Q_r = torch.randn(2 * span, nh * hs).view(2 * span, nh, hs).transpose(0, 1)
+    first, last = max(0, span - (T - 1)), min(2 * span - 1, span + T - 1)  # the rows k ± δ reach, clamped
+    c2p = (K_r[:, first:last + 1], first) if terms in ("both", "c2p") else None
+    p2c = (Q_r[:, first:last + 1], first) if terms in ("both", "p2c") else None
+    for start, stop in ((0, T), (5, 31)):
+        ours = cpu_kernels.relative_attention(q[:, :, start:stop], k_scaled, v, c2p, p2c, relative, pair_mask,
+                                              start, span, scale)
+        assert ours is not None
+        reference = relative_attention_reference(q[:, :, start:stop], k_scaled, v, c2p, p2c, relative, pair_mask,
+                                                 start, span, scale)
+        torch.testing.assert_close(ours.double(), reference, rtol=1e-5, atol=2e-6)
+    # the row of padding sees every key with equal weight: its context is the mean of the values
+    torch.testing.assert_close(ours[2].view(stop - start, nh, hs).transpose(0, 1), v[2].mean(1, keepdim=True)
+                               .expand(nh, stop - start, hs), rtol=1e-5, atol=1e-6)
+
+
+def test_the_c_attention_refuses_tables_that_miss_a_row_the_block_reaches():
+    """Each (query, key) reads row k ± δ of a table; a table holding fewer rows (its first row past one reached,
+    or its last short of one) is refused in one line, never read out of bounds."""
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.available() or cpu_kernels.cpu_isa() == "none":
+        pytest.skip("no C attention at this level")
+    B, nh, hs, T, span = 1, 2, 16, 6, 8
     positions = torch.arange(T)
     relative = positions[:, None] - positions[None, :]
-    scores = torch.randn(B, heads, T, T)
-    before = scores.clone()
+    q, k, v = (torch.randn(B, nh, T, hs) for _ in range(3))
     reached = (span - (T - 1), span + (T - 1))  # rows 3..13
-    short = torch.randn(B, heads, T, reached[1] - reached[0])  # rows 3..12: row 13 missing
-    with pytest.raises(ValueError, match="relative_softmax_rows: .*operands it does not take"):
-        cpu_kernels.relative_softmax_(scores, (short, reached[0]), None, relative, None, 0, span)
+    short = torch.randn(nh, reached[1] - reached[0], hs)  # rows 3..12: row 13 missing
+    with pytest.raises(ValueError, match="relative_attention_rows: .*operands it does not take"):
+        cpu_kernels.relative_attention(q, k, v, (short, reached[0]), None, relative, None, 0, span, 1.0)
     with pytest.raises(ValueError, match="operands it does not take"):
-        cpu_kernels.relative_softmax_(scores, None, (short, reached[0] + 1), relative, None, 0, span)
-    assert torch.equal(scores, before)
-    whole = torch.randn(B, heads, T, reached[1] - reached[0] + 1)
-    assert cpu_kernels.relative_softmax_(scores, (whole, reached[0]), (whole, reached[0]), relative, None, 0,
-                                         span) is scores
-    torch.testing.assert_close(scores.sum(-1), torch.ones(B, heads, T))
+        cpu_kernels.relative_attention(q, k, v, None, (short, reached[0] + 1), relative, None, 0, span, 1.0)
+    whole = torch.randn(nh, reached[1] - reached[0] + 1, hs)
+    out = cpu_kernels.relative_attention(q, k, v, (whole, reached[0]), (whole, reached[0]), relative, None, 0,
+                                         span, 1.0)
+    assert out.shape == (B, T, nh * hs) and torch.isfinite(out).all()

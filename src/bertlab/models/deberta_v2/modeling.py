@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...nn import ACTIVATIONS, Dropout, add_and_norm
-from ...nn.cpu_kernels import relative_softmax_, tracing
+from ...nn.cpu_kernels import relative_attention, tracing
 from ...nn.elementwise import linear_activate
 from ..bert.modeling import BertPreTrainedModel
 from ..outputs import EncoderOutput
@@ -58,6 +58,8 @@ from .config import DebertaV2Config
 # Without gradients, a block of queries whose (B, heads, rows, T) scores hold at most this many floats (16 MB in
 # fp32) runs at a time: a 512-token row is one block, a 2,048-token row 12 blocks of 170 queries
 BLOCK_SCORES = 1 << 22
+# The C attention's (query, key) pairs a call: the row numbers of both terms, 8 bytes a pair (16 MB at most)
+INDEX_PAIRS = 1 << 21
 
 
 # ---------------------------------------------------------------------------------------------- relative positions
@@ -210,8 +212,11 @@ class DisentangledSelfAttention(nn.Module):
         q, k, v = self.heads(self.query_proj(x)), self.heads(self.key_proj(x)), self.heads(self.value_proj(x))
         B, nh, T, d = q.shape
         k_scaled = k.transpose(-1, -2) / self.scale  # (B, nh, d, T)
-        tables = self.relative_tables(q, k, rel_embeddings) if self.relative else None
         whole = torch.is_grad_enabled() or output_attentions
+        if self.relative and not whole and (context := self.relative_attention(
+                q, k_scaled.transpose(-1, -2), v, pair_mask, relative, rel_embeddings)) is not None:
+            return context, None
+        tables = self.relative_tables(q, k, rel_embeddings) if self.relative else None
         if tables is not None and not whole:
             # each table divided by the scale before the gathers, not each gathered term after: the same floats
             # (one division of the same value), fewer of them for long inputs, and none left for the C pass
@@ -225,6 +230,37 @@ class DisentangledSelfAttention(nn.Module):
             stop = min(start + rows, T)
             context[:, start:stop] = self.attend(q, k_scaled, v, pair_mask, relative, tables, start, stop, True)[0]
         return context, None
+
+    def relative_attention(self, q: torch.Tensor, keys_scaled: torch.Tensor, v: torch.Tensor,
+                           pair_mask: torch.Tensor | None, relative: torch.Tensor,
+                           rel_embeddings: torch.Tensor) -> torch.Tensor | None:
+        """On a CPU's inference pass the whole attention in C (`cpu_kernels.relative_attention`): each (row, head)
+        multiplies its queries and keys by the table rows the pass reaches and adds the terms to each score as it is
+        made -- no (B, nh, T, T) scores and no (B, nh, T, rows) tables in memory. (B, T, H), or None where the
+        kernel does not apply. keys_scaled (B, nh, T, d): the keys divided by the scale. A call takes queries
+        enough that their (query, key) row numbers stay under `INDEX_PAIRS` (every query of a 1,448-token row)."""
+        K_r, Q_r = self.position_projections(rel_embeddings)
+        B, nh, T, d = q.shape
+        low, high = relative_extremes(T, self.buckets, self.max_distance)
+        c2p = p2c = None
+        if K_r is not None:
+            first, last = self.table_rows(self.span + low, self.span + high)
+            c2p = (K_r[0, :, first:last + 1], first)  # (nh, rows, d)
+        if Q_r is not None:
+            first, last = self.table_rows(self.span - high, self.span - low)
+            p2c = (Q_r[0, :, first:last + 1], first)  # (nh, rows, d)
+        rows = max(1, INDEX_PAIRS // T)
+        context = None
+        for start in range(0, T, rows):
+            stop = min(start + rows, T)
+            block = relative_attention(q[:, :, start:stop], keys_scaled, v, c2p, p2c, relative, pair_mask, start,
+                                       self.span, self.scale)  # (B, stop - start, H)
+            if block is None or stop - start == T:
+                return block
+            if context is None:
+                context = q.new_empty(B, T, nh * d)
+            context[:, start:stop] = block
+        return context
 
     def attend(self, q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor, pair_mask: torch.Tensor | None,
                relative: torch.Tensor | None, tables, start: int, stop: int, divided: bool,
@@ -240,11 +276,7 @@ class DisentangledSelfAttention(nn.Module):
 
     def probabilities(self, scores: torch.Tensor, pair_mask: torch.Tensor | None, relative: torch.Tensor | None,
                       tables, start: int, stop: int, divided: bool) -> torch.Tensor:
-        """softmax over the keys of a block's scores with their relative terms added and the mask applied: on a
-        CPU's inference pass one C pass over the block (`cpu_kernels.relative_softmax_`), else the torch formulas."""
-        if self.relative and divided and (probs := relative_softmax_(
-                scores, *tables, relative, pair_mask, start, self.span)) is not None:
-            return probs
+        """softmax over the keys of a block's scores with their relative terms added and the mask applied."""
         if self.relative and (relative_scores := self.relative_scores(tables, relative, start, stop,
                                                                       divided)) is not None:
             scores.add_(relative_scores)

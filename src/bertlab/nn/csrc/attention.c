@@ -249,6 +249,36 @@ INLINE HeadRows head_rows(const Rows *a, ptrdiff_t task) {
                       .add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL};
 }
 
+/* DeBERTa's relative terms (RelativeTerms, kernels.h) into the scores of the R <= 8 query rows i0 .. i0 + R - 1 of
+ * row b (row r's keys at S + r · n): S += C[i, at_c[i, j]] + P[j, at_p[j, i]], C the queries' c2p products (nc
+ * a query), P the keys' p2c products (np a key), either NULL; then the lowest float where the mask has 0 (after
+ * the sum, as torch's masked_fill_ replaces what a masked score held). Key by key, every row at once: the R p2c
+ * terms of key j lie side by side in its row of P (at_p[j, i] runs with i), one cache line where row by row each
+ * key's would be read R times. */
+INLINE void add_relative_terms(const RelativeTerms *t, ptrdiff_t b, ptrdiff_t i0, int R, ptrdiff_t queries,
+                               ptrdiff_t keys, const float *C, ptrdiff_t nc, const float *P, ptrdiff_t np, float *S,
+                               ptrdiff_t n) {
+    const float *c[8];
+    const int32_t *ac[8];
+    for (int r = 0; r < R; r++) c[r] = C ? C + (i0 + r) * nc : NULL, ac[r] = t->at_c + (i0 + r) * keys;
+    for (ptrdiff_t j = 0; j < keys; j++) {
+        const int32_t *ap = t->at_p + j * queries + i0;
+        const float *p = P ? P + j * np : NULL;
+        if (C && P)
+            for (int r = 0; r < R; r++) S[r * n + j] += c[r][ac[r][j]] + p[ap[r]];
+        else if (C)
+            for (int r = 0; r < R; r++) S[r * n + j] += c[r][ac[r][j]];
+        else
+            for (int r = 0; r < R; r++) S[r * n + j] += p[ap[r]];
+    }
+    if (t->mask)
+        for (int r = 0; r < R; r++) {
+            const uint8_t *keep = t->mask + (b * keys + t->query_start + i0 + r) * keys;
+            float *s = S + r * n;
+            for (ptrdiff_t j = 0; j < keys; j++) s[j] = keep[j] ? s[j] : -FLT_MAX;
+        }
+}
+
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* AVX2: the same loops on tiles that fit its 16 registers of 8 floats. The tiles above (4 x 64 scores, 8 x 32
  * outputs: 32 of those registers) spilled to the stack in every inner step -- all-MiniLM-L6-v2's attention took
@@ -338,18 +368,50 @@ INLINE void pv_tile8(const float *P, ptrdiff_t n, const float *v, ptrdiff_t v_st
             }
 }
 
-/* scratch: hs · n (K transposed) + 8 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
-HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch) {
+/* dst (hs x n) = the `rows` rows of src (hs floats each, `stride` apart) transposed, zeros past them */
+INLINE void transpose_rows(const float *src, ptrdiff_t stride, ptrdiff_t rows, ptrdiff_t hs, float *dst, ptrdiff_t n) {
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += 8)
+        for (ptrdiff_t d0 = 0; d0 < hs; d0 += 8) transpose8(src + j0 * stride + d0, stride, rows - j0, dst + d0 * n + j0, n);
+}
+
+/* out[i · n + j] = scale · x_i · kt[:, j] for `rows` rows x_i = x + i · x_stride against kt (hs x n), -inf at the
+ * columns j >= cols: qk_tile8's products, R8 rows at a time (out holds rows + R8 rows) */
+INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, const float *kt, ptrdiff_t n,
+                         ptrdiff_t cols, ptrdiff_t hs, float scale, const float *zero, float *out) {
+    const float *const none[R8] = {NULL};
+    for (ptrdiff_t i0 = 0; i0 < rows; i0 += R8) {
+        const float *xr[R8];
+        i32x8 mk[R8];
+        for (int r = 0; r < R8; r++) {
+            xr[r] = i0 + r < rows ? x + (i0 + r) * x_stride : zero;
+            for (int l = 0; l < 8; l++) mk[r][l] = INT32_MIN;
+        }
+        for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(xr, kt, n, j0, hs, scale, none, cols, out + i0 * n, mk);
+    }
+}
+
+/* attention_rows_heads, and with `rel` DeBERTa's relative_rows_heads. scratch: hs · n (K transposed) + 8 · n
+ * (scores) + hs (a zero query row) floats, n = padded(keys); with `rel` also hs · (nc + np) (the tables
+ * transposed) + (queries + R8) · nc + (keys + R8) · np (the products), nc and np the tables' rows padded */
+INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first, ptrdiff_t count, float *scratch) {
     const ptrdiff_t n = padded(a->keys), hs = a->hs;
     float *kt = scratch, *S = scratch + hs * n, *zero = S + 8 * n;
+    const ptrdiff_t nc = rel ? padded(rel->c2p_rows) : 0, np = rel ? padded(rel->p2c_rows) : 0;
+    float *ct = zero + hs, *pt = ct + hs * nc, *C = pt + hs * np, *P = C + (a->queries + R8) * nc;
     for (ptrdiff_t d = 0; d < hs; d++) zero[d] = 0.0f;
     for (ptrdiff_t task = first; task < first + count; task++) {
         const HeadRows t = head_rows(a, task);
         const ptrdiff_t b = t.b, h = t.h;
         const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
-        for (ptrdiff_t j0 = 0; j0 < n; j0 += 8)
-            for (ptrdiff_t d0 = 0; d0 < hs; d0 += 8)
-                transpose8(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
+        transpose_rows(k, a->ks[2], a->keys, hs, kt, n);
+        if (rel && rel->c2p) {  /* the queries' c2p products, then the keys' p2c ones */
+            transpose_rows(rel->c2p + h * rel->c2p_s[0], rel->c2p_s[1], rel->c2p_rows, hs, ct, nc);
+            row_products(q, a->qs[2], a->queries, ct, nc, rel->c2p_rows, hs, rel->c2p_scale, zero, C);
+        }
+        if (rel && rel->p2c) {
+            transpose_rows(rel->p2c + h * rel->p2c_s[0], rel->p2c_s[1], rel->p2c_rows, hs, pt, np);
+            row_products(k, a->ks[2], a->keys, pt, np, rel->p2c_rows, hs, 1.0f, zero, P);
+        }
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R8) {
             float *orow[R8];
             float inv[R8] = {0};
@@ -364,29 +426,80 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
                 for (int l = 0; l < 8; l++) mk[r][l] = INT32_MIN;
             }
             for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(qr, kt, n, j0, hs, a->scale, ar, a->keys, S, mk);
-            for (int r = 0; r < R8 && orow[r]; r++) {
-                int32_t best = mk[r][0];
-                for (int l = 1; l < 8; l++) best = mk[r][l] > best ? mk[r][l] : best;
-                inv[r] = 1.0f / exp_sum(S + r * n, n, from_order_key(best));
-            }
+            if (rel) {  /* the relative terms change every maximum */
+                const int real = a->queries - i0 < R8 ? (int)(a->queries - i0) : R8;
+                add_relative_terms(rel, b, i0, real, a->queries, a->keys, rel->c2p ? C : NULL, nc,
+                                   rel->p2c ? P : NULL, np, S, n);
+                for (int r = 0; r < real; r++) inv[r] = exp_normalizer(S + r * n, n);
+            } else
+                for (int r = 0; r < R8 && orow[r]; r++) {
+                    int32_t best = mk[r][0];
+                    for (int l = 1; l < 8; l++) best = mk[r][l] > best ? mk[r][l] : best;
+                    inv[r] = 1.0f / exp_sum(S + r * n, n, from_order_key(best));
+                }
             for (ptrdiff_t c = 0; c < hs; c += 16) pv_tile8(S, n, v + c, a->vs[2], a->keys, inv, orow, c);
         }
     }
 }
 #else
-/* scratch: hs · n (K transposed) + 8 · n (scores) + hs (a zero query row) floats, n = padded(keys) */
-HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch) {
+/* dst (hs x n) = the `rows` rows of src (hs floats each, `stride` apart) transposed, zeros past them */
+INLINE void transpose_rows(const float *src, ptrdiff_t stride, ptrdiff_t rows, ptrdiff_t hs, float *dst, ptrdiff_t n) {
+    for (ptrdiff_t j0 = 0; j0 < n; j0 += 16)
+        for (ptrdiff_t d0 = 0; d0 < hs; d0 += 16)
+            transpose16(src + j0 * stride + d0, stride, rows - j0, dst + d0 * n + j0, n);
+}
+
+/* qk_tile over all n columns of kt for 4 rows q[r] (the rows' running maxima in mk, from INT32_MIN) */
+INLINE void qk_tiles(const float *const q[4], const float *kt, ptrdiff_t n, ptrdiff_t hs, float scale,
+                     const float *const add[4], ptrdiff_t keys, float *S, i32x16 mk[4]) {
+    for (int r = 0; r < 4; r++)
+        for (int l = 0; l < BLOCK; l++) mk[r][l] = INT32_MIN;
+    ptrdiff_t j0 = 0;
+    for (; j0 + 64 <= n; j0 += 64) qk_tile(4, q, kt, n, j0, hs, scale, add, keys, S, mk);
+    switch ((n - j0) / 16) {
+        case 3: qk_tile(3, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
+        case 2: qk_tile(2, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
+        case 1: qk_tile(1, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
+        default: break;
+    }
+}
+
+/* out[i · n + j] = scale · x_i · kt[:, j] for `rows` rows x_i = x + i · x_stride against kt (hs x n), -inf at the
+ * columns j >= cols: qk_tile's products, 4 rows at a time (out holds rows + 4 rows) */
+INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, const float *kt, ptrdiff_t n,
+                         ptrdiff_t cols, ptrdiff_t hs, float scale, const float *zero, float *out) {
+    const float *const none[4] = {NULL, NULL, NULL, NULL};
+    for (ptrdiff_t i0 = 0; i0 < rows; i0 += 4) {
+        const float *xr[4];
+        i32x16 mk[4];
+        for (int r = 0; r < 4; r++) xr[r] = i0 + r < rows ? x + (i0 + r) * x_stride : zero;
+        qk_tiles(xr, kt, n, hs, scale, none, cols, out + i0 * n, mk);
+    }
+}
+
+/* attention_rows_heads, and with `rel` DeBERTa's relative_rows_heads. scratch: hs · n (K transposed) + 8 · n
+ * (scores) + hs (a zero query row) floats, n = padded(keys); with `rel` also hs · (nc + np) (the tables
+ * transposed) + (queries + 8) · nc + (keys + 8) · np (the products), nc and np the tables' rows padded */
+INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first, ptrdiff_t count, float *scratch) {
     const ptrdiff_t n = padded(a->keys), hs = a->hs;
     const int R = hs <= 32 ? 8 : 4;  /* query rows a tile */
     float *kt = scratch, *S = scratch + hs * n, *zero = S + 8 * n;
+    const ptrdiff_t nc = rel ? padded(rel->c2p_rows) : 0, np = rel ? padded(rel->p2c_rows) : 0;
+    float *ct = zero + hs, *pt = ct + hs * nc, *C = pt + hs * np, *P = C + (a->queries + 8) * nc;
     for (ptrdiff_t d = 0; d < hs; d++) zero[d] = 0.0f;
     for (ptrdiff_t task = first; task < first + count; task++) {
         const HeadRows t = head_rows(a, task);
         const ptrdiff_t b = t.b, h = t.h;
         const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
-        for (ptrdiff_t j0 = 0; j0 < n; j0 += 16)
-            for (ptrdiff_t d0 = 0; d0 < hs; d0 += 16)
-                transpose16(k + j0 * a->ks[2] + d0, a->ks[2], a->keys - j0, kt + d0 * n + j0, n);
+        transpose_rows(k, a->ks[2], a->keys, hs, kt, n);
+        if (rel && rel->c2p) {  /* the queries' c2p products, then the keys' p2c ones */
+            transpose_rows(rel->c2p + h * rel->c2p_s[0], rel->c2p_s[1], rel->c2p_rows, hs, ct, nc);
+            row_products(q, a->qs[2], a->queries, ct, nc, rel->c2p_rows, hs, rel->c2p_scale, zero, C);
+        }
+        if (rel && rel->p2c) {
+            transpose_rows(rel->p2c + h * rel->p2c_s[0], rel->p2c_s[1], rel->p2c_rows, hs, pt, np);
+            row_products(k, a->ks[2], a->keys, pt, np, rel->p2c_rows, hs, 1.0f, zero, P);
+        }
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R) {
             float *orow[8];
             float inv[8] = {0};
@@ -399,19 +512,17 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
                     qr[r] = real ? q + i * a->qs[2] : zero;
                     orow[g + r] = real ? (float *)a->out + ((b * a->queries + i) * a->heads + h) * hs : NULL;
                     ar[r] = add ? add + (real ? i : i0) * a->adds[2] : NULL;
-                    for (int l = 0; l < BLOCK; l++) mk[r][l] = INT32_MIN;
                 }
                 float *Sg = S + g * n;
-                ptrdiff_t j0 = 0;
-                for (; j0 + 64 <= n; j0 += 64) qk_tile(4, qr, kt, n, j0, hs, a->scale, ar, a->keys, Sg, mk);
-                switch ((n - j0) / 16) {
-                    case 3: qk_tile(3, qr, kt, n, j0, hs, a->scale, ar, a->keys, Sg, mk); break;
-                    case 2: qk_tile(2, qr, kt, n, j0, hs, a->scale, ar, a->keys, Sg, mk); break;
-                    case 1: qk_tile(1, qr, kt, n, j0, hs, a->scale, ar, a->keys, Sg, mk); break;
-                    default: break;
-                }
-                for (int r = 0; r < 4 && orow[g + r]; r++)
-                    inv[g + r] = 1.0f / exp_sum(Sg + r * n, n, from_order_key(fold_max_i32(mk[r])));
+                qk_tiles(qr, kt, n, hs, a->scale, ar, a->keys, Sg, mk);
+                if (rel) {  /* the relative terms change every maximum */
+                    const int real = a->queries - (i0 + g) < 4 ? (int)(a->queries - (i0 + g)) : 4;
+                    add_relative_terms(rel, b, i0 + g, real, a->queries, a->keys, rel->c2p ? C : NULL, nc,
+                                       rel->p2c ? P : NULL, np, Sg, n);
+                    for (int r = 0; r < real; r++) inv[g + r] = exp_normalizer(Sg + r * n, n);
+                } else
+                    for (int r = 0; r < 4 && orow[g + r]; r++)
+                        inv[g + r] = 1.0f / exp_sum(Sg + r * n, n, from_order_key(fold_max_i32(mk[r])));
             }
             for (ptrdiff_t r = a->queries - i0; r < R; r++) orow[r] = NULL;  /* rows past the end */
             switch (hs / 16) {
@@ -424,3 +535,14 @@ HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdif
     }
 }
 #endif
+
+/* see Rows (kernels.h) */
+HIDDEN void VARIANT(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch) {
+    rows_heads(a, NULL, first, count, scratch);
+}
+
+/* see RelativeTerms (kernels.h) */
+HIDDEN void VARIANT(relative_rows_heads)(const Rows *a, const RelativeTerms *t, ptrdiff_t first, ptrdiff_t count,
+                                         float *scratch) {
+    rows_heads(a, t, first, count, scratch);
+}

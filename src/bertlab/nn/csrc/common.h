@@ -33,6 +33,7 @@
 #ifndef BERTLAB_CPU_KERNELS_COMMON_H
 #define BERTLAB_CPU_KERNELS_COMMON_H
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -479,6 +480,8 @@ INLINE void gelu_rows(float *y, ptrdiff_t rows, ptrdiff_t ldy, ptrdiff_t cols) {
     HIDDEN void V(gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);                                                       \
     HIDDEN void V(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);               \
     HIDDEN void V(attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);          \
+    HIDDEN void V(relative_rows_heads)(const Rows *a, const RelativeTerms *t, ptrdiff_t first, ptrdiff_t count,    \
+                                       float *scratch);                                                            \
     HIDDEN void V(gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w,                \
                                 const float *b, void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);                \
     HIDDEN void V(rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride,               \

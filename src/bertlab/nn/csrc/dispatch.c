@@ -54,6 +54,7 @@ int bl_cpu_level(void) {
         (t)->gelu_tanh_bf16 = V(gelu_tanh_bf16);           \
         (t)->one_query_heads = V(one_query_heads);         \
         (t)->attention_rows_heads = V(attention_rows_heads); \
+        (t)->relative_rows_heads = V(relative_rows_heads); \
         (t)->gemv_columns = V(gemv_columns);               \
         (t)->rotate_heads_f32 = V(rotate_heads_f32);       \
         (t)->rotate_heads_bf16 = V(rotate_heads_bf16);     \

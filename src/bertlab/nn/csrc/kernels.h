@@ -61,6 +61,23 @@ typedef struct {
     int dtype;
 } Rows;
 
+/* DeBERTa's disentangled attention (models/deberta_v2/modeling.py) over a fp32 Rows whose keys come divided by the
+ * scale (and a->scale 1): to each score q_i · k_j of query i and key j its relative terms are added,
+ *     c2p = c2p_scale · q_i · K_r[at_c[i, j]]        p2c = k_j · Q_r[at_p[j, i]]
+ * (their sum first, as torch adds them), the lowest float where mask[b, query_start + i, j] is 0, then the softmax
+ * and the product with V as Rows. K_r and Q_r are the position projections' rows the pass reaches, one head's at
+ * table + h · s[0] + row · s[1] (hs contiguous), NULL where the term is off; at_c (queries, keys) and at_p (keys,
+ * queries) their row numbers, the same for every (row, head); mask (B, keys, keys) or NULL. Each (row, head)
+ * multiplies its queries by K_r and its keys by Q_r into scratch, so no (B, heads, T, rows) table is written. */
+typedef struct {
+    const float *c2p, *p2c;
+    ptrdiff_t c2p_s[2], p2c_s[2], c2p_rows, p2c_rows;
+    float c2p_scale;
+    const int32_t *at_c, *at_p;
+    const uint8_t *mask;
+    ptrdiff_t query_start;
+} RelativeTerms;
+
 /* The GEMMs' blocking, chosen at run time (nn/cpu_tuning.py measures it once per CPU, level and thread count;
  * bl_select sets the defaults, bl_tune another). None of it moves a sum: each fp32 output is one FMA chain over
  * k from the bias and each int8 one an exact integer sum, whatever the tiles, blocks or thread split, so every
@@ -111,6 +128,8 @@ typedef struct {
     void (*gelu_tanh_bf16)(uint16_t *y, ptrdiff_t n);
     void (*one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff_t count, float *tmp);
     void (*attention_rows_heads)(const Rows *a, ptrdiff_t first, ptrdiff_t count, float *scratch);
+    void (*relative_rows_heads)(const Rows *a, const RelativeTerms *t, ptrdiff_t first, ptrdiff_t count,
+                                float *scratch);
     void (*gemv_columns)(int dtype, const float *x, ptrdiff_t M, ptrdiff_t K, const void *w, const float *b,
                          void *y, ptrdiff_t N, ptrdiff_t nb0, ptrdiff_t nb1);
     void (*rotate_heads_f32)(float *x, ptrdiff_t rows, ptrdiff_t first, ptrdiff_t row_stride, ptrdiff_t heads,
@@ -154,11 +173,6 @@ int bl_quantize_rows(const bl_kernels *k, const void *x, int dtype, int8_t *q, f
 int bl_dequantize_rows(const bl_kernels *k, const int32_t *acc, float *y, const float *xs, const float *ws,
                        const float *b, ptrdiff_t rows, ptrdiff_t cols, int threads);
 int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptrdiff_t cols, int threads);
-/* DeBERTa's relative terms added to a block of fp32 scores, masked and softmaxed in place (see ops.c) */
-int bl_relative_softmax_rows(const bl_kernels *k, float *scores, const float *c2p, ptrdiff_t c2p_rows,
-                             ptrdiff_t c2p_first, const float *p2c, ptrdiff_t p2c_rows, ptrdiff_t p2c_first,
-                             const int64_t *relative, const uint8_t *pair_mask, ptrdiff_t B, ptrdiff_t heads,
-                             ptrdiff_t T, ptrdiff_t query_start, ptrdiff_t Tq, ptrdiff_t span, int threads);
 /* T5's RMS norm over each row: x, w and y all F32 or all BF16 (rms_norm_f32, rms_norm_bf16) */
 int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y, int dtype, ptrdiff_t rows,
                      ptrdiff_t cols, float eps, int threads);
@@ -174,6 +188,12 @@ int bl_add_layer_norm_rows(const bl_kernels *k, const void *y, const void *res, 
                            void *out, int dtype, ptrdiff_t rows, ptrdiff_t cols, float eps, int threads);
 int bl_attention_one_query(const bl_kernels *k, const OneQuery *a, ptrdiff_t rows, int threads);
 int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
+/* DeBERTa's attention (RelativeTerms) for `rows` rows: the terms' row numbers made here from relative (keys, keys),
+ * δ(i, j), as clamp(span + δ(query_start + i, j)) - c2p_first and clamp(span - δ(j, query_start + i)) - p2c_first
+ * (clamp to 0 .. 2 · span - 1; t's at_c and at_p are ignored); BL_UNSUPPORTED where one falls outside the rows a
+ * table holds (a window that does not cover what the pass reaches: refused, never read) */
+int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const RelativeTerms *t, const int64_t *relative,
+                               ptrdiff_t span, ptrdiff_t c2p_first, ptrdiff_t p2c_first, ptrdiff_t rows, int threads);
 int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads);
 int bl_linear_few_rows(const bl_kernels *k, const void *x, const void *w, const void *b, void *y, ptrdiff_t M,
                        ptrdiff_t K, ptrdiff_t N, int dtype, int threads);

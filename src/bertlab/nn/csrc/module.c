@@ -138,27 +138,6 @@ static PyObject *py_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize
     return result(rc, "softmax_rows");
 }
 
-/* relative_softmax_rows(scores, c2p, c2p_rows, c2p_first, p2c, p2c_rows, p2c_first, relative, pair_mask, B, heads,
- * T, query_start, Tq, span, threads): fp32 scores in place; a table or the mask None where absent */
-static PyObject *py_relative_softmax_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 16, "relative_softmax_rows") < 0) return NULL;
-    float *scores = as_ptr(args[0]);
-    const float *c2p = as_ptr(args[1]), *p2c = as_ptr(args[4]);
-    Py_ssize_t c2p_rows = PyLong_AsSsize_t(args[2]), c2p_first = PyLong_AsSsize_t(args[3]);
-    Py_ssize_t p2c_rows = PyLong_AsSsize_t(args[5]), p2c_first = PyLong_AsSsize_t(args[6]);
-    const int64_t *relative = as_ptr(args[7]);
-    const uint8_t *pair_mask = as_ptr(args[8]);
-    Py_ssize_t B = PyLong_AsSsize_t(args[9]), heads = PyLong_AsSsize_t(args[10]), T = PyLong_AsSsize_t(args[11]);
-    Py_ssize_t query_start = PyLong_AsSsize_t(args[12]), Tq = PyLong_AsSsize_t(args[13]);
-    Py_ssize_t span = PyLong_AsSsize_t(args[14]);
-    long threads = PyLong_AsLong(args[15]);
-    if (PyErr_Occurred()) return NULL;
-    int rc;
-    RUN(rc = bl_relative_softmax_rows(k, scores, c2p, c2p_rows, c2p_first, p2c, p2c_rows, p2c_first, relative,
-                                      pair_mask, B, heads, T, query_start, Tq, span, (int)threads));
-    return result(rc, "relative_softmax_rows");
-}
-
 /* The norms' last four arguments, from args[at]: rows, cols, eps, threads. Returns -1 with the exception set. */
 static int parse_norm(PyObject *const *args, int at, Py_ssize_t *rows, Py_ssize_t *cols, float *eps, int *threads) {
     *rows = PyLong_AsSsize_t(args[at]), *cols = PyLong_AsSsize_t(args[at + 1]);
@@ -273,6 +252,35 @@ static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssi
     int rc;
     RUN(rc = bl_attention_rows(k, &a, rows, (int)threads));
     return result(rc, "attention_rows (group >= 1, hs a multiple of 16 up to 64)");
+}
+
+/* relative_attention_rows(the 25 operands of parse_rows, c2p, its 2 strides, rows and first row, p2c the same,
+ * c2p_scale, relative, mask, query_start, span): DeBERTa's attention, fp32; see RelativeTerms (a table or the mask
+ * None where absent) */
+static PyObject *py_relative_attention_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (parse(args, nargs, 40, "relative_attention_rows") < 0) return NULL;
+    Rows a;
+    Py_ssize_t rows;
+    long threads;
+    if (parse_rows(args, F32, &a, &rows, &threads) < 0) return NULL;
+    PyObject *const *r = args + 25;
+    RelativeTerms t = {.c2p = as_ptr(r[0]), .p2c = as_ptr(r[5])};
+    Py_ssize_t firsts[2];
+    for (int i = 0; i < 2; i++) {
+        t.c2p_s[i] = PyLong_AsSsize_t(r[1 + i]);
+        t.p2c_s[i] = PyLong_AsSsize_t(r[6 + i]);
+    }
+    t.c2p_rows = PyLong_AsSsize_t(r[3]), firsts[0] = PyLong_AsSsize_t(r[4]);
+    t.p2c_rows = PyLong_AsSsize_t(r[8]), firsts[1] = PyLong_AsSsize_t(r[9]);
+    t.c2p_scale = (float)PyFloat_AsDouble(r[10]);
+    const int64_t *relative = as_ptr(r[11]);
+    t.mask = as_ptr(r[12]);
+    t.query_start = PyLong_AsSsize_t(r[13]);
+    Py_ssize_t span = PyLong_AsSsize_t(r[14]);
+    if (PyErr_Occurred()) return NULL;
+    int rc;
+    RUN(rc = bl_relative_attention_rows(k, &a, &t, relative, span, firsts[0], firsts[1], rows, (int)threads));
+    return result(rc, "relative_attention_rows");
 }
 
 /* attention_bf16(dtype, the 25 operands of parse_rows): AVX-512 BF16 dot products */
@@ -470,14 +478,13 @@ static PyMethodDef methods[] = {
     METHOD(quantize_rows, "quantize_rows(x_ptr, x_dtype, q_ptr, scale_ptr, rows, cols, threads): symmetric int8 per row"),
     METHOD(dequantize_rows, "dequantize_rows(acc_ptr, y_ptr, xscale_ptr, wscale_ptr, bias_ptr, rows, cols, threads)"),
     METHOD(softmax_rows, "softmax_rows(x_ptr, dtype, rows, cols, threads): softmax over each contiguous row, in place"),
-    METHOD(relative_softmax_rows, "relative_softmax_rows(scores, c2p, c2p_rows, c2p_first, p2c, p2c_rows, p2c_first, "
-                                  "relative, pair_mask, B, heads, T, query_start, Tq, span, threads): DeBERTa's "
-                                  "relative terms (tables divided by the scale) added to fp32 scores, masked, "
-                                  "softmaxed in place"),
     METHOD(attention_one_query, "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, "
                                 "rows, heads, hs, keys, scale, threads, group)"),
     METHOD(attention_rows, "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, "
                            "heads, hs, queries, keys, scale, threads, group)"),
+    METHOD(relative_attention_rows, "relative_attention_rows(the 25 operands of attention_rows, c2p, 2 strides, "
+                                    "rows, first, p2c, 2 strides, rows, first, c2p_scale, relative, mask, "
+                                    "query_start, span): DeBERTa's disentangled attention, fp32"),
     METHOD(attention_bf16, "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, "
                            "rows, heads, hs, queries, keys, scale, threads, group): AVX-512 BF16 dot products"),
     METHOD(beam_topk, "beam_topk(score, add, best, index, B, K, V, keep, log_softmax, threads): a beam step's best "

@@ -83,99 +83,6 @@ int bl_softmax_rows(const bl_kernels *k, void *x, int dtype, ptrdiff_t rows, ptr
     return BL_OK;
 }
 
-/* DeBERTa's disentangled scores, softmaxed in place (models/deberta_v2/modeling.py): row (b, h, i) of `scores`
- * (B, heads, Tq, T), query start + i against every key j, holds Q_c,i · K_c,jᵀ / scale from the GEMM; to it is added
- *     c2p[b, h, start + i, clamp(k + δ(start + i, j)) - c2p_first]
- *   + p2c[b, h, j, clamp(k - δ(j, start + i)) - p2c_first]
- * (the tables already divided by the scale; either NULL: its term left out; clamp to 0..2k-1; δ = relative,
- * (T, T)), the terms' sum and its sum with the score rounded to fp32 as torch's add_ rounds them; the lowest float
- * where pair_mask[b, start + i, j] (B, T, T) is 0 (NULL: none); then softmax over j -- one pass over the row where
- * torch makes six over the (B, heads, Tq, T) block. */
-typedef struct {
-    float *scores;
-    const float *c2p, *p2c;
-    ptrdiff_t c2p_rows, c2p_first, p2c_rows, p2c_first;
-    const int64_t *relative;
-    const uint8_t *pair_mask;
-    ptrdiff_t heads, T, query_start, Tq, span;
-} relative_scores;
-
-/* One (batch, head)'s Tq rows of scores. The p2c terms are gathered first into `terms` (Tq, T), a row of the
- * table at a time: p2c row j serves every query of the block at indices that run through it in order, where
- * gathering them by query would read a different row of the table for every key (one cache line each). The
- * tables' indices, the same for every (batch, head), come clamped and less each table's first row: `at_c` (Tq, T)
- * for c2p, `at_p` (T, Tq) for p2c. `tmp`: the softmax's padded row. */
-static void relative_softmax_head(const bl_kernels *k, const relative_scores *a, ptrdiff_t bh, const int32_t *at_c,
-                                  const int32_t *at_p, float *terms, float *tmp) {
-    const ptrdiff_t T = a->T, Tq = a->Tq, b = bh / a->heads;
-    if (a->p2c) {
-        for (ptrdiff_t j = 0; j < T; j++) {
-            const float *p_row = a->p2c + (bh * T + j) * a->p2c_rows;
-            const int32_t *at = at_p + j * Tq;
-            for (ptrdiff_t q = 0; q < Tq; q++) terms[q * T + j] = p_row[at[q]];
-        }
-    }
-    for (ptrdiff_t q = 0; q < Tq; q++) {
-        const ptrdiff_t i = a->query_start + q;
-        float *s = a->scores + (bh * Tq + q) * T;
-        const float *p_terms = terms + q * T;
-        if (a->c2p) {
-            const float *c_row = a->c2p + (bh * T + i) * a->c2p_rows;
-            const int32_t *at = at_c + q * T;
-            if (a->p2c)
-                for (ptrdiff_t j = 0; j < T; j++) s[j] += c_row[at[j]] + p_terms[j];
-            else
-                for (ptrdiff_t j = 0; j < T; j++) s[j] += c_row[at[j]];
-        } else {
-            for (ptrdiff_t j = 0; j < T; j++) s[j] += p_terms[j];
-        }
-        if (a->pair_mask) {  /* (after the sum, as torch's masked_fill_: what a masked score held is replaced) */
-            const uint8_t *keep = a->pair_mask + (b * T + i) * T;
-            for (ptrdiff_t j = 0; j < T; j++) s[j] = keep[j] ? s[j] : -FLT_MAX;
-        }
-        k->softmax_f32(s, tmp, 1, T);
-    }
-}
-
-/* A table's index for row k ± δ, clamped to the 2k rows, less the table's first row; -1 where that falls outside
- * the rows it holds (a window that does not cover what the pass reaches: refused, never read). */
-static inline int32_t table_index(ptrdiff_t row, ptrdiff_t top, ptrdiff_t first, ptrdiff_t rows) {
-    ptrdiff_t at = (row < 0 ? 0 : row > top ? top : row) - first;
-    return at < 0 || at >= rows ? -1 : (int32_t)at;
-}
-
-int bl_relative_softmax_rows(const bl_kernels *k, float *scores, const float *c2p, ptrdiff_t c2p_rows,
-                             ptrdiff_t c2p_first, const float *p2c, ptrdiff_t p2c_rows, ptrdiff_t p2c_first,
-                             const int64_t *relative, const uint8_t *pair_mask, ptrdiff_t B, ptrdiff_t heads,
-                             ptrdiff_t T, ptrdiff_t query_start, ptrdiff_t Tq, ptrdiff_t span, int threads) {
-    const ptrdiff_t units = B * heads, per_part = Tq * T + padded(T), top = 2 * span - 1;
-    if (units < 1 || Tq < 1 || T < 1) return BL_OK;
-    int parts = thread_count(units, Tq * T, threads);
-    int32_t *at = malloc(sizeof(int32_t) * 2 * (size_t)(Tq * T));
-    float *scratch = malloc(sizeof(float) * (size_t)per_part * (size_t)parts);
-    int rc = at && scratch ? BL_OK : BL_NO_MEMORY;
-    int32_t *at_c = at, *at_p = at ? at + Tq * T : NULL;
-    for (ptrdiff_t q = 0; q < Tq && rc == BL_OK; q++)
-        for (ptrdiff_t j = 0; j < T; j++) {
-            const ptrdiff_t i = query_start + q;
-            at_c[q * T + j] = c2p ? table_index(span + relative[i * T + j], top, c2p_first, c2p_rows) : 0;
-            at_p[j * Tq + q] = p2c ? table_index(span - relative[j * T + i], top, p2c_first, p2c_rows) : 0;
-            if (at_c[q * T + j] < 0 || at_p[j * Tq + q] < 0) rc = BL_UNSUPPORTED;
-        }
-    if (rc == BL_OK) {
-        const relative_scores a = {scores, c2p, p2c, c2p_rows, c2p_first, p2c_rows, p2c_first, relative, pair_mask,
-                                   heads, T, query_start, Tq, span};
-        FOR_EACH_BLOCK(units, parts, {
-            for (ptrdiff_t bh = start; bh < start + count; bh++)
-                relative_softmax_head(k, &a, bh, at_c, at_p, scratch + part * per_part,
-                                      scratch + part * per_part + Tq * T);
-        });
-    }
-    free(at);
-    free(scratch);
-    return rc;
-}
-
 int bl_rms_norm_rows(const bl_kernels *k, const void *x, const void *w, void *y, int dtype, ptrdiff_t rows,
                      ptrdiff_t cols, float eps, int threads) {
     if (dtype != F32 && dtype != BF16) return BL_UNSUPPORTED;
@@ -271,6 +178,51 @@ int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int th
         k->attention_rows_heads(a, start, count, scratch + part * per_part);
     });
     return BL_OK;
+}
+
+/* A table's index for row k ± δ, clamped to the 2k rows, less the table's first row; -1 where that falls outside
+ * the rows it holds (a window that does not cover what the pass reaches: refused, never read). */
+static inline int32_t table_index(ptrdiff_t row, ptrdiff_t top, ptrdiff_t first, ptrdiff_t rows) {
+    ptrdiff_t at = (row < 0 ? 0 : row > top ? top : row) - first;
+    return at < 0 || at >= rows ? -1 : (int32_t)at;
+}
+
+int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const RelativeTerms *t, const int64_t *relative,
+                               ptrdiff_t span, ptrdiff_t c2p_first, ptrdiff_t p2c_first, ptrdiff_t rows, int threads) {
+    if (!rows_fit(a) || a->dtype != F32 || !k->relative_rows_heads) return BL_UNSUPPORTED;
+    const ptrdiff_t tasks = rows * a->heads, Tq = a->queries, T = a->keys, top = 2 * span - 1;
+    if (tasks < 1 || T < 1 || Tq < 1) return BL_OK;
+    int32_t *at = malloc(sizeof(int32_t) * 2 * (size_t)(Tq * T));
+    if (!at) return BL_NO_MEMORY;
+    int32_t *at_c = at, *at_p = at + Tq * T;
+    int rc = BL_OK;
+    for (ptrdiff_t q = 0; q < Tq; q++)  /* the same for every (row, head): made once */
+        for (ptrdiff_t j = 0; j < T; j++) {
+            const ptrdiff_t i = t->query_start + q;
+            at_c[q * T + j] = t->c2p ? table_index(span + relative[i * T + j], top, c2p_first, t->c2p_rows) : 0;
+            at_p[j * Tq + q] = t->p2c ? table_index(span - relative[j * T + i], top, p2c_first, t->p2c_rows) : 0;
+            if (at_c[q * T + j] < 0 || at_p[j * Tq + q] < 0) rc = BL_UNSUPPORTED;
+        }
+    if (rc == BL_OK) {
+        RelativeTerms terms = *t;
+        terms.at_c = at_c, terms.at_p = at_p;
+        const ptrdiff_t n = padded(T), hs = a->hs, nc = padded(t->c2p ? t->c2p_rows : 0);
+        const ptrdiff_t np = padded(t->p2c ? t->p2c_rows : 0);
+        /* rows_heads' scratch (attention.c): K transposed, a tile's scores, a zero row; the tables transposed and
+         * the products, each with a tile's rows to spare (8 at most) */
+        const ptrdiff_t per_part = hs * n + 8 * n + hs + hs * (nc + np) + (Tq + 8) * nc + (T + 8) * np;
+        int parts = thread_count(tasks, Tq * T * hs, threads);
+        if (!t->c2p) terms.c2p_rows = 0;
+        if (!t->p2c) terms.p2c_rows = 0;
+        float *scratch = malloc(sizeof(float) * (size_t)per_part * (size_t)parts);
+        if (scratch)
+            FOR_EACH_BLOCK(tasks, parts, { k->relative_rows_heads(a, &terms, start, count, scratch + part * per_part); });
+        else
+            rc = BL_NO_MEMORY;
+        free(scratch);
+    }
+    free(at);
+    return rc;
 }
 
 /* bf16 attention on AMX tiles (where the level has them) from this many queries: below, most of a tile's 16 rows
