@@ -249,34 +249,55 @@ INLINE HeadRows head_rows(const Rows *a, ptrdiff_t task) {
                       .add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL};
 }
 
-/* DeBERTa's relative terms (RelativeTerms, kernels.h) into the scores of the R <= 8 query rows i0 .. i0 + R - 1 of
- * row b (row r's keys at S + r · n): S += C[i, at_c[i, j]] + P[j, at_p[j, i]], C the queries' c2p products (nc
- * a query), P the keys' p2c products (np a key), either NULL; then the lowest float where the mask has 0 (after
- * the sum, as torch's masked_fill_ replaces what a masked score held). Key by key, every row at once: the R p2c
- * terms of key j lie side by side in its row of P (at_p[j, i] runs with i), one cache line where row by row each
- * key's would be read R times. */
-INLINE void add_relative_terms(const RelativeTerms *t, ptrdiff_t b, ptrdiff_t i0, int R, ptrdiff_t queries,
-                               ptrdiff_t keys, const float *C, ptrdiff_t nc, const float *P, ptrdiff_t np, float *S,
-                               ptrdiff_t n) {
-    const float *c[8];
-    const int32_t *ac[8];
-    for (int r = 0; r < R; r++) c[r] = C ? C + (i0 + r) * nc : NULL, ac[r] = t->at_c + (i0 + r) * keys;
-    for (ptrdiff_t j = 0; j < keys; j++) {
-        const int32_t *ap = t->at_p + j * queries + i0;
-        const float *p = P ? P + j * np : NULL;
-        if (C && P)
-            for (int r = 0; r < R; r++) S[r * n + j] += c[r][ac[r][j]] + p[ap[r]];
-        else if (C)
-            for (int r = 0; r < R; r++) S[r * n + j] += c[r][ac[r][j]];
+/* s[j] += c[ac[j]] + P[ap[j]] for the keys j of one query row (either table NULL: its term left out; their sum
+ * first, as torch adds them): the gathers in whole vectors where the level has them (each lane the scalar loop's
+ * sum, so the same bits) */
+INLINE void add_terms_row(float *s, const float *c, const int32_t *ac, const float *P, const int32_t *ap,
+                          ptrdiff_t keys) {
+    ptrdiff_t j = 0;
+#if defined(__AVX512F__)
+    for (; j + 16 <= keys; j += 16) {
+        __m512 t;
+        if (c && P)
+            t = _mm512_add_ps(_mm512_i32gather_ps(_mm512_loadu_si512(ac + j), c, 4),
+                              _mm512_i32gather_ps(_mm512_loadu_si512(ap + j), P, 4));
+        else if (c)
+            t = _mm512_i32gather_ps(_mm512_loadu_si512(ac + j), c, 4);
         else
-            for (int r = 0; r < R; r++) S[r * n + j] += p[ap[r]];
+            t = _mm512_i32gather_ps(_mm512_loadu_si512(ap + j), P, 4);
+        _mm512_storeu_ps(s + j, _mm512_add_ps(_mm512_loadu_ps(s + j), t));
     }
-    if (t->mask)
-        for (int r = 0; r < R; r++) {
-            const uint8_t *keep = t->mask + (b * keys + t->query_start + i0 + r) * keys;
-            float *s = S + r * n;
+#elif defined(__AVX2__)
+    for (; j + 8 <= keys; j += 8) {
+        __m256 t;
+        if (c && P)
+            t = _mm256_add_ps(_mm256_i32gather_ps(c, _mm256_loadu_si256((const __m256i *)(ac + j)), 4),
+                              _mm256_i32gather_ps(P, _mm256_loadu_si256((const __m256i *)(ap + j)), 4));
+        else if (c)
+            t = _mm256_i32gather_ps(c, _mm256_loadu_si256((const __m256i *)(ac + j)), 4);
+        else
+            t = _mm256_i32gather_ps(P, _mm256_loadu_si256((const __m256i *)(ap + j)), 4);
+        _mm256_storeu_ps(s + j, _mm256_add_ps(_mm256_loadu_ps(s + j), t));
+    }
+#endif
+    for (; j < keys; j++) s[j] += c && P ? c[ac[j]] + P[ap[j]] : c ? c[ac[j]] : P[ap[j]];
+}
+
+/* DeBERTa's relative terms (RelativeTerms, kernels.h) into the scores of the R query rows i0 .. i0 + R - 1 of row b
+ * (row r's keys at S + r · n): S += C[i, at_c[i, j]] + P[at_p[i, j]], C the queries' c2p products (nc a query), P
+ * the keys' p2c products (at_p: offsets into P, key j's row at j · np), either NULL; then the lowest float where
+ * the mask has 0 (after the sum, as torch's masked_fill_ replaces what a masked score held). */
+INLINE void add_relative_terms(const RelativeTerms *t, ptrdiff_t b, ptrdiff_t i0, int R, ptrdiff_t keys,
+                               const float *C, ptrdiff_t nc, const float *P, float *S, ptrdiff_t n) {
+    for (int r = 0; r < R; r++) {
+        const ptrdiff_t i = i0 + r;
+        float *s = S + r * n;
+        add_terms_row(s, C ? C + i * nc : NULL, t->at_c + i * keys, P, t->at_p + i * keys, keys);
+        if (t->mask) {
+            const uint8_t *keep = t->mask + (b * keys + t->query_start + i) * keys;
             for (ptrdiff_t j = 0; j < keys; j++) s[j] = keep[j] ? s[j] : -FLT_MAX;
         }
+    }
 }
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
@@ -428,8 +449,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
             for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(qr, kt, n, j0, hs, a->scale, ar, a->keys, S, mk);
             if (rel) {  /* the relative terms change every maximum */
                 const int real = a->queries - i0 < R8 ? (int)(a->queries - i0) : R8;
-                add_relative_terms(rel, b, i0, real, a->queries, a->keys, rel->c2p ? C : NULL, nc,
-                                   rel->p2c ? P : NULL, np, S, n);
+                add_relative_terms(rel, b, i0, real, a->keys, rel->c2p ? C : NULL, nc, rel->p2c ? P : NULL, S, n);
                 for (int r = 0; r < real; r++) inv[r] = exp_normalizer(S + r * n, n);
             } else
                 for (int r = 0; r < R8 && orow[r]; r++) {
@@ -517,8 +537,8 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
                 qk_tiles(qr, kt, n, hs, a->scale, ar, a->keys, Sg, mk);
                 if (rel) {  /* the relative terms change every maximum */
                     const int real = a->queries - (i0 + g) < 4 ? (int)(a->queries - (i0 + g)) : 4;
-                    add_relative_terms(rel, b, i0 + g, real, a->queries, a->keys, rel->c2p ? C : NULL, nc,
-                                       rel->p2c ? P : NULL, np, Sg, n);
+                    add_relative_terms(rel, b, i0 + g, real, a->keys, rel->c2p ? C : NULL, nc,
+                                       rel->p2c ? P : NULL, Sg, n);
                     for (int r = 0; r < real; r++) inv[g + r] = exp_normalizer(Sg + r * n, n);
                 } else
                     for (int r = 0; r < 4 && orow[g + r]; r++)

@@ -66,9 +66,10 @@ typedef struct {
  *     c2p = c2p_scale · q_i · K_r[at_c[i, j]]        p2c = k_j · Q_r[at_p[j, i]]
  * (their sum first, as torch adds them), the lowest float where mask[b, query_start + i, j] is 0, then the softmax
  * and the product with V as Rows. K_r and Q_r are the position projections' rows the pass reaches, one head's at
- * table + h · s[0] + row · s[1] (hs contiguous), NULL where the term is off; at_c (queries, keys) and at_p (keys,
- * queries) their row numbers, the same for every (row, head); mask (B, keys, keys) or NULL. Each (row, head)
- * multiplies its queries by K_r and its keys by Q_r into scratch, so no (B, heads, T, rows) table is written. */
+ * table + h · s[0] + row · s[1] (hs contiguous), NULL where the term is off; at_c (queries, keys) their row
+ * numbers, at_p (queries, keys) j · np + Q_r's row number (np: the p2c rows padded to 16, rows_heads' stride of its
+ * products), the same for every (row, head); mask (B, keys, keys) or NULL. Each (row, head) multiplies its queries
+ * by K_r and its keys by Q_r into scratch, so no (B, heads, T, rows) table is written. */
 typedef struct {
     const float *c2p, *p2c;
     ptrdiff_t c2p_s[2], p2c_s[2], c2p_rows, p2c_rows;

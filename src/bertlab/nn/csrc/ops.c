@@ -196,18 +196,20 @@ int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const Relativ
     if (!at) return BL_NO_MEMORY;
     int32_t *at_c = at, *at_p = at + Tq * T;
     int rc = BL_OK;
+    const ptrdiff_t n = padded(T), hs = a->hs, nc = padded(t->c2p ? t->c2p_rows : 0);
+    const ptrdiff_t np = padded(t->p2c ? t->p2c_rows : 0);
     for (ptrdiff_t q = 0; q < Tq; q++)  /* the same for every (row, head): made once */
         for (ptrdiff_t j = 0; j < T; j++) {
             const ptrdiff_t i = t->query_start + q;
-            at_c[q * T + j] = t->c2p ? table_index(span + relative[i * T + j], top, c2p_first, t->c2p_rows) : 0;
-            at_p[j * Tq + q] = t->p2c ? table_index(span - relative[j * T + i], top, p2c_first, t->p2c_rows) : 0;
-            if (at_c[q * T + j] < 0 || at_p[j * Tq + q] < 0) rc = BL_UNSUPPORTED;
+            const int32_t c = t->c2p ? table_index(span + relative[i * T + j], top, c2p_first, t->c2p_rows) : 0;
+            const int32_t p = t->p2c ? table_index(span - relative[j * T + i], top, p2c_first, t->p2c_rows) : 0;
+            at_c[q * T + j] = c;
+            at_p[q * T + j] = (int32_t)(j * np) + p;  /* where rows_heads keeps key j's p2c products: row j of np */
+            if (c < 0 || p < 0) rc = BL_UNSUPPORTED;
         }
     if (rc == BL_OK) {
         RelativeTerms terms = *t;
         terms.at_c = at_c, terms.at_p = at_p;
-        const ptrdiff_t n = padded(T), hs = a->hs, nc = padded(t->c2p ? t->c2p_rows : 0);
-        const ptrdiff_t np = padded(t->p2c ? t->p2c_rows : 0);
         /* rows_heads' scratch (attention.c): K transposed, a tile's scores, a zero row; the tables transposed and
          * the products, each with a tile's rows to spare (8 at most) */
         const ptrdiff_t per_part = hs * n + 8 * n + hs + hs * (nc + np) + (Tq + 8) * nc + (T + 8) * np;
