@@ -272,3 +272,21 @@ def test_the_c_attention_refuses_tables_that_miss_a_row_the_block_reaches():
     out = cpu_kernels.relative_attention(q, k, v, (whole, reached[0]), (whole, reached[0]), relative, None, 0,
                                          span, 1.0)
     assert out.shape == (B, T, nh * hs) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("kind", ["v3", "v2", "c2p-only"])
+def test_relative_positions_from_the_distances_are_the_pairs_formula(kind, tmp_path):
+    """δ(i, j) bucketed once per distance and laid out as the (T, T) windows equals the formula over every pair
+    (what a trace records), at lengths of 1 to past v3's buckets; int64 and contiguous, as the C attention reads it."""
+    from bertlab.models.deberta_v2 import modeling
+    from bertlab.models.deberta_v2.config import DebertaV2Config
+
+    hf_config(kind).save_pretrained(tmp_path)
+    config = DebertaV2Config.from_json_file(tmp_path)
+    for T in (1, 2, 17, 300):
+        positions = torch.arange(T)
+        pairs = positions[:, None] - positions[None, :]
+        if config.position_buckets > 0:
+            pairs = modeling.log_bucket_positions(pairs, config.position_buckets, config.max_distance)
+        ours = modeling.relative_positions(T, config, torch.device("cpu"))
+        assert ours.dtype == torch.int64 and ours.is_contiguous() and torch.equal(ours, pairs)

@@ -21,22 +21,21 @@ renaming, and the arithmetic follows its order of operations (the tests hold eve
 1e-6 in fp32), including two of its conventions: padding rows of the attention see every key with equal weight
 (their outputs are never read), and the embeddings are zeroed at padding.
 
-The attention is computed here rather than through `nn.attention`'s kernels: the relative terms are a (T, T)
-bias per head that depends on the query, the key and the layer's weights, so there is no kernel to hand it to
-beyond the eager one. Without gradients (inference, evaluation) it runs a block of queries at a time, each block's
-scores, relative terms and probabilities at most `BLOCK_SCORES` floats, so a layer holds O(B · heads · T · 2k)
-beside one block instead of several (B, heads, T, T) tensors at once (the same numbers: every score is computed
-from the same operands in the same order); a pass that needs gradients, or the probabilities themselves, takes
-the whole (T, T) at once.
-
-An inference pass also skips what does not depend on its input: the position projections K_r = P W_k,r and
-Q_r = P W_q,r (2k x H each, a layer) are kept from the pass before while P and the projections' weights stand
+The attention is computed here rather than through `nn.attention`'s kernels: the relative terms are a (T, T) bias
+per head that depends on the query, the key and the layer's weights, so there is no kernel to hand it to beyond the
+eager one. An inference pass also skips what does not depend on its input: the position projections K_r = P W_k,r
+and Q_r = P W_q,r (2k x H each, a layer) are kept from the pass before while P and the projections' weights stand
 (`weights_version`: a write, a load or a `.to()` makes them anew), and c2p / p2c are multiplied only against the
 rows of the table the input's length reaches (k + δ_min .. k + δ_max: 143 of 512 for 72 tokens under v3's 256
-buckets). On a CPU the relative terms, the mask and the softmax of a block are then one C pass
-(`cpu_kernels.relative_softmax_`, the tables divided by the scale first: the same floats). DeBERTa-v3-base, one
-thread, 16-128 tokens: 1.31x the throughput and 1.9x the batch-1 speed of the pass that recomputed them all
-(docs/benchmarks.md, "DeBERTa-v3-base's shape").
+buckets). On a CPU, with fp32 activations (fp32 and int8 models), it is then one C call
+(`cpu_kernels.relative_attention`): each (row, head) multiplies its queries and keys by those rows in scratch and
+adds the terms to each score as it is made -- no (B, heads, T, T) scores and no (B, heads, T, rows) products in
+memory (DeBERTa-v3-base, one thread: 1.11x ONNX Runtime on 256-512 tokens, where the torch operators around a C
+softmax pass were level; docs/benchmarks.md, "DeBERTa-v3-base's shape"). Elsewhere without gradients (a bf16 model,
+no C kernels) the torch formulas run a block of queries at a time, each block's scores, relative terms and
+probabilities at most `BLOCK_SCORES` floats, so a layer holds O(B · heads · T · 2k) beside one block instead of
+several (B, heads, T, T) tensors at once (the same numbers: every score is computed from the same operands in the
+same order); a pass that needs gradients, or the probabilities themselves, takes the whole (T, T) at once.
 """
 
 from __future__ import annotations
@@ -122,12 +121,23 @@ def relative_extremes(length: int, buckets: int, max_distance: int) -> tuple[int
 
 
 def relative_positions(length: int, config: DebertaV2Config, device: torch.device) -> torch.Tensor:
-    """(T, T): δ[i, j] = i - j, bucketed when the config has buckets (before the ±k clamp, done per term)."""
-    positions = torch.arange(length, dtype=torch.long, device=device)
-    relative = positions[:, None] - positions[None, :]  # (T, T)
+    """(T, T): δ[i, j] = i - j, bucketed when the config has buckets (before the ±k clamp, done per term).
+
+    Bucketed once per distance, not per pair: δ takes 2T - 1 values, and the (T, T) matrix is their windows --
+    w[k] = (T - 1) - k, m[a, b] = w[a + b] = (T - 1) - a - b, so δ[i, j] = m[T - 1 - i, j]. The bucketing's
+    temporaries on the (T, T) grid were most of a long input's attention memory (a 2,048-token row: 214 MB for
+    the pairs, against one 34 MB matrix now). A trace (an ONNX export) records the pairs' formula, which its
+    operators have."""
+    if tracing():
+        positions = torch.arange(length, dtype=torch.long, device=device)
+        relative = positions[:, None] - positions[None, :]  # (T, T)
+        if config.position_buckets > 0:
+            relative = log_bucket_positions(relative, config.position_buckets, config.max_distance)
+        return relative
+    distances = torch.arange(length - 1, -length, -1, dtype=torch.long, device=device)  # (2T - 1,): T-1 .. 1-T
     if config.position_buckets > 0:
-        relative = log_bucket_positions(relative, config.position_buckets, config.max_distance)
-    return relative
+        distances = log_bucket_positions(distances, config.position_buckets, config.max_distance)
+    return distances.as_strided((length, length), (1, 1)).flip(0)  # (T, T), contiguous (flip copies)
 
 
 def attention_scale(head_size: int, terms: int) -> float:
@@ -213,13 +223,14 @@ class DisentangledSelfAttention(nn.Module):
         B, nh, T, d = q.shape
         k_scaled = k.transpose(-1, -2) / self.scale  # (B, nh, d, T)
         whole = torch.is_grad_enabled() or output_attentions
-        if self.relative and not whole and (context := self.relative_attention(
+        # (not under a trace: an ONNX export records the torch formulas)
+        if self.relative and not whole and not tracing() and (context := self.relative_attention(
                 q, k_scaled.transpose(-1, -2), v, pair_mask, relative, rel_embeddings)) is not None:
             return context, None
         tables = self.relative_tables(q, k, rel_embeddings) if self.relative else None
         if tables is not None and not whole:
             # each table divided by the scale before the gathers, not each gathered term after: the same floats
-            # (one division of the same value), fewer of them for long inputs, and none left for the C pass
+            # (one division of the same value), fewer of them for long inputs
             tables = tuple(None if t is None else (t[0].div_(self.scale), t[1]) for t in tables)
         # a block of queries at a time where nothing needs the whole (T, T) (module docstring)
         rows = T if whole else max(1, BLOCK_SCORES // (B * nh * T))
