@@ -279,13 +279,30 @@ def _temporary_files_in(folder: Path) -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class _QuantiserLog(logging.Filter):
+    """What ONNX Runtime's quantiser logs through the root logger while it runs -- a line per tensor it quantizes,
+    a multi-line warning per integer tensor it cannot (a ModernBERT export's local-attention block shapes: ~30 lines
+    a layer), and advice to pre-process the graph -- kept off the console (errors pass); the tensors it left are
+    counted for one line after (`left`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.left = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        self.left += "unsupported type to quantize" in record.getMessage()
+        return False
+
+
 def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable, out: Path) -> dict[str, float]:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # Per-channel weight scales: per-tensor ones measured a sentence-embedding cosine to fp32 of 0.85 at worst
     # on all-MiniLM-L6-v2's samples, per-channel 0.96 (mean 0.96 -> 0.99).
-    previous = logging.root.manager.disable
-    logging.disable(logging.INFO)  # the quantiser logs a line per tensor through the root logger
+    quiet = _QuantiserLog()
+    logging.root.addFilter(quiet)
     try:
         with _temporary_files_in(fp32_path.parent / ".quantize"):
             quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=True)
@@ -303,7 +320,10 @@ def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable, out
         raise BertlabError(f"{out}: ONNX Runtime's int8 quantisation failed ({type(e).__name__}: "
                            f"{first[:200]})") from None
     finally:
-        logging.disable(previous)
+        logging.root.removeFilter(quiet)
+    if quiet.left:
+        log.info("%s: int8: %d integer tensors left as they are (shape arithmetic: nothing to quantize)", out,
+                 quiet.left)
     batch = _sample_batches(exportable.tokenizer, exportable.max_length)[0]
     a = _vectors(run_ort(fp32, batch), batch, exportable.output)
     b = _vectors(run_ort(int8, batch), batch, exportable.output)

@@ -105,3 +105,24 @@ def test_exported_local_layers_hold_no_t_by_t_tensor(tmp_path_factory):
     # the blocks' scores: nh x T x 4w, 4x the window's; the MLP's (T, 2 I) is the only other wide tensor
     assert largest <= max(heads * T * 4 * W, T * 2 * TINY["intermediate_size"])
     assert largest < T * T
+
+
+def test_int8_export_says_one_line_for_the_quantisers_log(tmp_path, capfd, caplog):
+    """ONNX Runtime's quantiser warns through the root logger for each integer tensor it cannot quantize (the local
+    blocks' shape arithmetic: ~30 lines a layer) and advises pre-processing; `--quantize int8` keeps all that off
+    the console and says in one line how many tensors it left."""
+    pytest.importorskip("onnxruntime")
+    import logging
+
+    from bertlab.infer.export import export_onnx
+
+    folder = tiny_folder(tmp_path, TEXTS, head="ModernBertModel")
+    with caplog.at_level(logging.INFO, logger="bertlab.infer.export"):
+        export_onnx(folder, tmp_path / "onnx", quantize="int8")
+    printed = "".join(capfd.readouterr())
+    assert "unsupported type to quantize" not in printed and "pre-processing" not in printed
+    assert "unsupported type to quantize" not in caplog.text and "pre-processing" not in caplog.text
+    lines = [r.getMessage() for r in caplog.records if "integer tensors left as they are" in r.getMessage()]
+    assert len(lines) == 1 and int(lines[0].split("int8: ")[1].split()[0]) > 0
+    assert (tmp_path / "onnx" / "model_int8.onnx").is_file()
+    assert not logging.root.filters  # the quantiser's filter is gone again
