@@ -300,6 +300,25 @@ INLINE void add_relative_terms(const RelativeTerms *t, ptrdiff_t b, ptrdiff_t i0
     }
 }
 
+/* (each level's own, below) */
+INLINE void transpose_rows(const float *src, ptrdiff_t stride, ptrdiff_t rows, ptrdiff_t hs, float *dst, ptrdiff_t n);
+INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, const float *kt, ptrdiff_t n,
+                         ptrdiff_t cols, ptrdiff_t hs, float scale, const float *zero, float *out);
+
+/* What one (row, head) of DeBERTa's attention gathers its terms from: its queries' c2p products into C (nc a query)
+ * and its keys' p2c products into P (np a key), each table's rows for head h transposed first (into ct, pt) */
+INLINE void relative_products(const RelativeTerms *rel, const Rows *a, const HeadRows *t, const float *zero,
+                              float *ct, ptrdiff_t nc, float *C, float *pt, ptrdiff_t np, float *P) {
+    if (rel->c2p) {
+        transpose_rows(rel->c2p + t->h * rel->c2p_s[0], rel->c2p_s[1], rel->c2p_rows, a->hs, ct, nc);
+        row_products(t->q, a->qs[2], a->queries, ct, nc, rel->c2p_rows, a->hs, rel->c2p_scale, zero, C);
+    }
+    if (rel->p2c) {
+        transpose_rows(rel->p2c + t->h * rel->p2c_s[0], rel->p2c_s[1], rel->p2c_rows, a->hs, pt, np);
+        row_products(t->k, a->ks[2], a->keys, pt, np, rel->p2c_rows, a->hs, 1.0f, zero, P);
+    }
+}
+
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* AVX2: the same loops on tiles that fit its 16 registers of 8 floats. The tiles above (4 x 64 scores, 8 x 32
  * outputs: 32 of those registers) spilled to the stack in every inner step -- all-MiniLM-L6-v2's attention took
@@ -425,14 +444,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
         const ptrdiff_t b = t.b, h = t.h;
         const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
         transpose_rows(k, a->ks[2], a->keys, hs, kt, n);
-        if (rel && rel->c2p) {  /* the queries' c2p products, then the keys' p2c ones */
-            transpose_rows(rel->c2p + h * rel->c2p_s[0], rel->c2p_s[1], rel->c2p_rows, hs, ct, nc);
-            row_products(q, a->qs[2], a->queries, ct, nc, rel->c2p_rows, hs, rel->c2p_scale, zero, C);
-        }
-        if (rel && rel->p2c) {
-            transpose_rows(rel->p2c + h * rel->p2c_s[0], rel->p2c_s[1], rel->p2c_rows, hs, pt, np);
-            row_products(k, a->ks[2], a->keys, pt, np, rel->p2c_rows, hs, 1.0f, zero, P);
-        }
+        if (rel) relative_products(rel, a, &t, zero, ct, nc, C, pt, np, P);
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R8) {
             float *orow[R8];
             float inv[R8] = {0};
@@ -512,14 +524,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
         const ptrdiff_t b = t.b, h = t.h;
         const float *q = t.q, *k = t.k, *v = t.v, *add = t.add;
         transpose_rows(k, a->ks[2], a->keys, hs, kt, n);
-        if (rel && rel->c2p) {  /* the queries' c2p products, then the keys' p2c ones */
-            transpose_rows(rel->c2p + h * rel->c2p_s[0], rel->c2p_s[1], rel->c2p_rows, hs, ct, nc);
-            row_products(q, a->qs[2], a->queries, ct, nc, rel->c2p_rows, hs, rel->c2p_scale, zero, C);
-        }
-        if (rel && rel->p2c) {
-            transpose_rows(rel->p2c + h * rel->p2c_s[0], rel->p2c_s[1], rel->p2c_rows, hs, pt, np);
-            row_products(k, a->ks[2], a->keys, pt, np, rel->p2c_rows, hs, 1.0f, zero, P);
-        }
+        if (rel) relative_products(rel, a, &t, zero, ct, nc, C, pt, np, P);
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R) {
             float *orow[8];
             float inv[8] = {0};
