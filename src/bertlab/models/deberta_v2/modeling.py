@@ -27,15 +27,16 @@ eager one. An inference pass also skips what does not depend on its input: the p
 and Q_r = P W_q,r (2k x H each, a layer) are kept from the pass before while P and the projections' weights stand
 (`weights_version`: a write, a load or a `.to()` makes them anew), and c2p / p2c are multiplied only against the
 rows of the table the input's length reaches (k + δ_min .. k + δ_max: 143 of 512 for 72 tokens under v3's 256
-buckets). On a CPU, with fp32 activations (fp32 and int8 models), it is then one C call
-(`cpu_kernels.relative_attention`): each (row, head) multiplies its queries and keys by those rows in scratch and
-adds the terms to each score as it is made -- no (B, heads, T, T) scores and no (B, heads, T, rows) products in
-memory (DeBERTa-v3-base, one thread: 1.11x ONNX Runtime on 256-512 tokens, where the torch operators around a C
-softmax pass were level; docs/benchmarks.md, "DeBERTa-v3-base's shape"). Elsewhere without gradients (a bf16 model,
-no C kernels) the torch formulas run a block of queries at a time, each block's scores, relative terms and
-probabilities at most `BLOCK_SCORES` floats, so a layer holds O(B · heads · T · 2k) beside one block instead of
-several (B, heads, T, T) tensors at once (the same numbers: every score is computed from the same operands in the
-same order); a pass that needs gradients, or the probabilities themselves, takes the whole (T, T) at once.
+buckets). On a CPU it is then one C call at every precision (`cpu_kernels.relative_attention`; a bf16 model's values
+widened to fp32 for it, the context rounded back once): each (row, head) multiplies its queries and keys by those
+rows in scratch and adds the terms to each score as it is made -- no (B, heads, T, T) scores and no (B, heads, T,
+rows) products in memory (DeBERTa-v3-base, one thread: 1.11x ONNX Runtime on 256-512 tokens, where the torch
+operators around a C softmax pass were level; docs/benchmarks.md, "DeBERTa-v3-base's shape"). Elsewhere without
+gradients (no C kernels, heads the C call does not take) the torch formulas run a block of queries at a time, each
+block's scores, relative terms and probabilities at most `BLOCK_SCORES` floats, so a layer holds O(B · heads · T ·
+2k) beside one block instead of several (B, heads, T, T) tensors at once (the same numbers: every score is computed
+from the same operands in the same order); a pass that needs gradients, or the probabilities themselves, takes the
+whole (T, T) at once.
 """
 
 from __future__ import annotations
