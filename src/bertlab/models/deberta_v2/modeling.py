@@ -224,11 +224,12 @@ class DisentangledSelfAttention(nn.Module):
         B, nh, T, d = q.shape
         k_scaled = k.transpose(-1, -2) / self.scale  # (B, nh, d, T)
         whole = torch.is_grad_enabled() or output_attentions
+        reached = self.reached_rows(rel_embeddings, T) if self.relative else None
         # (not under a trace: an ONNX export records the torch formulas)
-        if self.relative and not whole and not tracing() and (context := self.relative_attention(
-                q, k_scaled.transpose(-1, -2), v, pair_mask, relative, rel_embeddings)) is not None:
+        if reached is not None and not whole and not tracing() and (context := self.relative_attention(
+                q, k_scaled.transpose(-1, -2), v, pair_mask, relative, reached)) is not None:
             return context, None
-        tables = self.relative_tables(q, k, rel_embeddings) if self.relative else None
+        tables = self.relative_tables(q, k, reached) if reached is not None else None
         if tables is not None and not whole:
             # each table divided by the scale before the gathers, not each gathered term after: the same floats
             # (one division of the same value), fewer of them for long inputs
@@ -244,23 +245,15 @@ class DisentangledSelfAttention(nn.Module):
         return context, None
 
     def relative_attention(self, q: torch.Tensor, keys_scaled: torch.Tensor, v: torch.Tensor,
-                           pair_mask: torch.Tensor | None, relative: torch.Tensor,
-                           rel_embeddings: torch.Tensor) -> torch.Tensor | None:
+                           pair_mask: torch.Tensor | None, relative: torch.Tensor, reached) -> torch.Tensor | None:
         """On a CPU's inference pass the whole attention in C (`cpu_kernels.relative_attention`): each (row, head)
-        multiplies its queries and keys by the table rows the pass reaches and adds the terms to each score as it is
-        made -- no (B, nh, T, T) scores and no (B, nh, T, rows) tables in memory. (B, T, H), or None where the
-        kernel does not apply. keys_scaled (B, nh, T, d): the keys divided by the scale. A call takes queries
-        enough that their (query, key) row numbers stay under `INDEX_PAIRS` (every query of a 1,448-token row)."""
-        K_r, Q_r = self.position_projections(rel_embeddings)
+        multiplies its queries and keys by the table rows the pass reaches (`reached_rows`) and adds the terms to
+        each score as it is made -- no (B, nh, T, T) scores and no (B, nh, T, rows) tables in memory. (B, T, H), or
+        None where the kernel does not apply. keys_scaled (B, nh, T, d): the keys divided by the scale. A call
+        takes queries enough that their (query, key) row numbers stay under `INDEX_PAIRS` (every query of a
+        1,448-token row)."""
         B, nh, T, d = q.shape
-        low, high = relative_extremes(T, self.buckets, self.max_distance)
-        c2p = p2c = None
-        if K_r is not None:
-            first, last = self.table_rows(self.span + low, self.span + high)
-            c2p = (K_r[0, :, first:last + 1], first)  # (nh, rows, d)
-        if Q_r is not None:
-            first, last = self.table_rows(self.span - high, self.span - low)
-            p2c = (Q_r[0, :, first:last + 1], first)  # (nh, rows, d)
+        c2p, p2c = (None if term is None else (term[0][0], term[1]) for term in reached)  # (nh, rows, d) each
         rows = max(1, INDEX_PAIRS // T)
         context = None
         for start in range(0, T, rows):
@@ -296,24 +289,32 @@ class DisentangledSelfAttention(nn.Module):
             scores.masked_fill_(~pair_mask[:, :, start:stop], torch.finfo(scores.dtype).min)
         return F.softmax(scores, dim=-1)
 
-    def relative_tables(self, q: torch.Tensor, k: torch.Tensor, rel_embeddings: torch.Tensor):
-        """Each token against the rows of the relative table a pass of T tokens reaches, (B, nh, T, rows) per term
-        (None where the term is off), with the first row's number: c2p[i, r - first] = Q_c,i · K_r,rᵀ,
-        p2c[j, r - first] = K_c,j · Q_r,rᵀ. c2p reads row k + δ(i, j), p2c row k - δ(j, i) (both clamped to the
-        table): rows k + δ_min .. k + δ_max and k - δ_max .. k - δ_min, not all 2k -- a 72-token input under
-        v3's 256 buckets reaches 143 of 512, and the products of the others were 3.6x the work of these."""
+    def reached_rows(self, rel_embeddings: torch.Tensor, T: int):
+        """The rows of the position projections (`position_projections`) a pass of T tokens reaches, per term
+        (K_r's for c2p, Q_r's for p2c): (rows (1, nh, n, d), the first row's number), or None where the term is off.
+        c2p reads row k + δ(i, j), p2c row k - δ(j, i) (both clamped to the table): rows k + δ_min .. k + δ_max and
+        k - δ_max .. k - δ_min, not all 2k -- a 72-token input under v3's 256 buckets reaches 143 of 512, and the
+        products with the others were 3.6x the work of these."""
         K_r, Q_r = self.position_projections(rel_embeddings)
         # (a trace -- an ONNX export -- keeps every row: the rows a length reaches would be constants in its graph)
         low, high = (-2 * self.span, 2 * self.span) if tracing() else \
-            relative_extremes(q.shape[2], self.buckets, self.max_distance)
+            relative_extremes(T, self.buckets, self.max_distance)
         c2p = p2c = None
         if K_r is not None:
             first, last = self.table_rows(self.span + low, self.span + high)
-            c2p = (q @ K_r[:, :, first:last + 1].transpose(-1, -2), first)  # (B, nh, T, rows)
+            c2p = (K_r[:, :, first:last + 1], first)
         if Q_r is not None:
             first, last = self.table_rows(self.span - high, self.span - low)
-            p2c = (k @ Q_r[:, :, first:last + 1].transpose(-1, -2), first)  # (B, nh, T, rows)
+            p2c = (Q_r[:, :, first:last + 1], first)
         return c2p, p2c
+
+    def relative_tables(self, q: torch.Tensor, k: torch.Tensor, reached):
+        """Each token against the rows of the relative table the pass reaches (`reached_rows`), (B, nh, T, rows)
+        per term (None where the term is off), with the first row's number: c2p[i, r - first] = Q_c,i · K_r,rᵀ,
+        p2c[j, r - first] = K_c,j · Q_r,rᵀ."""
+        c2p, p2c = reached
+        return (None if c2p is None else (q @ c2p[0].transpose(-1, -2), c2p[1]),  # (B, nh, T, rows)
+                None if p2c is None else (k @ p2c[0].transpose(-1, -2), p2c[1]))
 
     def table_rows(self, first: int, last: int) -> tuple[int, int]:
         """Rows first..last of the relative table, clamped to it as the indices are."""
