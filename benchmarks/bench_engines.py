@@ -7,7 +7,7 @@ vocabulary) with an `spm.model` of its form trained on WikiText-2 (CTranslate2 h
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
-        [--separate [--passes N]] [--model minilm|modernbert-base|deberta-v3-base] [--splits 0,10]
+        [--separate [--passes N]] [--model minilm|modernbert-base|deberta-v3-base [--layers N]] [--splits 0,10]
     python benchmarks/bench_engines.py --model modernbert-base --shapes 512,8192 --n 8 --latency-n 0 --rounds 2 \
         --n-long 1 --rounds-long 1 --threads 1
 
@@ -51,6 +51,8 @@ run's tuning has it.
 
 Prints a markdown table per thread count and writes all numbers to `--json`. `--quick` is a smoke run (64
 rows, 8 for latency, 1 round, short and long, 1 thread) that shows the script works; its numbers are noisy.
+`--layers N` builds the random-weight model with N of its layers: a quicker look (or, with `--quick`, a smoke
+run of a family's whole path through every engine); the docs' tables use all of them.
 """
 
 from __future__ import annotations
@@ -482,6 +484,8 @@ def separate_command(args: argparse.Namespace, engine: str, out: Path) -> list[s
            str(args.latency_n), "--rounds", str(args.rounds), "--n-long", str(args.n_long), "--rounds-long",
            str(args.rounds_long), "--threads", args.threads, "--shapes", args.shapes, "--dtypes", args.dtypes,
            "--model", args.model, "--json", str(out)]
+    if args.layers is not None:
+        cmd += ["--layers", str(args.layers)]
     if args.splits and engine == "bertlab":
         cmd += ["--splits", ",".join(map(str, args.splits))]
     return cmd
@@ -586,6 +590,8 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="a smoke run: 64 rows, 8 for latency, 1 round, 1 thread")
     p.add_argument("--model", choices=("minilm", "modernbert-base", "deberta-v3-base"), default="minilm",
                    help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's or DeBERTa-v3-base's shape")
+    p.add_argument("--layers", type=int, default=None,
+                   help="with a random-weight --model: this many of its layers (default all: 22, 12), for a quick look")
     p.add_argument("--separate", action="store_true",
                    help="each engine in a process of its own, beside HF fp32 (the ratios are to that process's HF)")
     p.add_argument("--passes", type=int, default=1,
@@ -595,15 +601,17 @@ def main() -> int:
     args = p.parse_args()
     if args.quick:
         args.n, args.latency_n, args.rounds, args.threads = 64, 8, 1, "1"
+    if args.layers is not None and (args.model == "minilm" or args.layers < 1):
+        p.error("--layers takes a positive count and a random-weight --model (modernbert-base, deberta-v3-base)")
     if args.separate:
         return run_separately(args)
     args.engines = args.engines.split(",")
     args.dtypes = args.dtypes.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-engines-model-") as model_root:
         if args.model == "modernbert-base":
-            model_dir = modernbert_folder(Path(model_root))
+            model_dir = modernbert_folder(Path(model_root), layers=args.layers or 22)
         elif args.model == "deberta-v3-base":
-            model_dir = deberta_folder(Path(model_root))
+            model_dir = deberta_folder(Path(model_root), layers=args.layers or 12)
         else:
             model_dir = installed_minilm()
             if model_dir is None:
