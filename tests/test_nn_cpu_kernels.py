@@ -783,6 +783,40 @@ def test_attention_short_on_avx2_gives_the_avx512_bits(isa):
                 assert narrow is not None and torch.equal(wide, narrow), (T_q, T_k, hs)
 
 
+def band_mask(T: int, window: int) -> torch.Tensor:
+    """(1, 1, T, T): 0 where |i - j| <= window, -inf elsewhere (a local window's keys)"""
+    i = torch.arange(T)
+    return torch.zeros(T, T).masked_fill((i[:, None] - i[None, :]).abs() > window, float("-inf"))[None, None]
+
+
+@needs_c
+@pytest.mark.parametrize("isa", ["avx2", "avx512"], indirect=True)
+@pytest.mark.parametrize("hs", [16, 32, 64])
+@pytest.mark.parametrize("T,window", [(5, 1), (40, 3), (70, 8), (130, 64), (300, 64), (300, 7)])
+def test_attention_short_with_a_window_is_the_banded_formula(isa, T, window, hs, threads):
+    """A local window: query i sees the keys |i - j| <= window and each tile of queries computes only the key
+    blocks its window reaches -- the formula with -inf outside the band to 2e-5 in float64, with every mask
+    (padding rows, a per-head bias), windows narrower and wider than a key block and than the row, at both
+    levels; and bit for bit the kernel's own result with no window and the band as its mask."""
+    B, nh = 4, 3
+    q, k, v, kk, vv, adds = attention_case(T, T, hs)
+    band = band_mask(T, window)
+    for add in adds:
+        full = band if add is None else add + band
+        want = torch.softmax((q.double() @ kk.double().transpose(-1, -2)) * 0.25 + full.double(), dim=-1) @ vv.double()
+        got = cpu_kernels.attention_short(q, k, v, add, 0.25, window=window)
+        assert got is not None and got.shape == (B, nh, T, hs)
+        assert (got.double() - want).abs().max() < 2e-5, (T, window, hs)
+        assert torch.equal(got, cpu_kernels.attention_short(q, k, v, full.expand(-1, -1, T, T), 0.25))
+
+
+@needs_c
+def test_attention_short_with_a_window_declines_cross_attention():
+    q, k = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 6, 16)
+    assert cpu_kernels.attention_short(q, k, k, None, 1.0, window=2) is None
+    assert cpu_kernels.attention_short(q, q, q, None, 1.0, window=-1) is None
+
+
 def test_attention_short_declines_what_it_does_not_take():
     q = torch.randn(2, 3, 4, 16)
     assert cpu_kernels.attention_short(q[..., :8], q[..., :8], q[..., :8], None, 1.0) is None  # hs 8

@@ -22,6 +22,9 @@
               bmm_bf16  for a model whose linear layers run in int8 on a CPU with native bf16: `bmm` in bf16
                       on long rows (q, k, v cast, the output cast back), `bmm`'s fp32 C loops up to 256 keys
             `register_attention_kernel` adds one.
+    window  a local window (ModernBERT's sliding layers): `window_attention` runs it in one call where the kernel
+            has a windowed form (the CPU inference kernels' fp32 C loops), each query tile computing only the
+            keys its window reaches; elsewhere the model runs blocks of queries with the band as a mask.
 """
 
 from __future__ import annotations
@@ -310,6 +313,23 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
         softmax_(scores)  # in place
         heads_out[rows, heads] = torch.bmm(scores, v[rows, heads].reshape(b * h, T_k, hs)).view(b, h, T_q, hs)
     return heads_out, None
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, window: int,
+                     keep: torch.Tensor | None, kernel: str) -> torch.Tensor | None:
+    """Local attention -- query i sees the keys j with |i - j| <= window, and of those the real tokens -- in one
+    call, where the model's kernel has a windowed form: the CPU inference kernels' fp32 C loops
+    (`cpu_kernels.attention_short` with `window`), whose query tiles each compute only the 16-key blocks their
+    window reaches, where blocks of queries through the padded kernel compute 2w x 4w scores with half of them
+    masked. q, k, v (B, T, H); keep (B, T) bool (None: no padding) -> (B, T, H), or None where it does not run."""
+    if kernel not in ("bmm", "bmm_bf16") or q.dtype != torch.float32:
+        return None
+    B, T, H = q.shape
+    hs = H // num_heads
+    add = None if keep is None else ((~keep).to(q.dtype) * torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, T)
+    q, k, v = (t.view(B, T, num_heads, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+    y = attention_short(q, k, v, add, 1.0 / math.sqrt(hs), window=window)
+    return None if y is None else y.transpose(1, 2).reshape(B, T, H)
 
 
 # Without AVX-512 BF16, up to this many keys an int8 model's attention stays in fp32 with bmm_attention's C

@@ -390,19 +390,24 @@ def loop_heads(hs: int) -> bool:
 
 
 def attention_short(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
-                    scale: float) -> torch.Tensor | None:
+                    scale: float, window: int | None = None) -> torch.Tensor | None:
     """softmax(scale · q kᵀ + add) v for q (B, nh, T_q, hs), k, v (B / G, nh, T_k, hs) (any strides, hs
     contiguous; G rows of q share a row of k and v) and `add` (B | 1, nh | 1, T_q | 1, T_k) or None, fp32, with
-    hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply."""
+    hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs), or None where the C kernel does not apply.
+
+    `window` (T_q == T_k): query i sees only the keys j with |i - j| <= window (local attention), as if the scores
+    outside were -inf; each tile of queries computes only the key blocks its window reaches."""
     B, nh, T_q, hs = q.shape
     # Not at the level `none`: its loops hold 16-float vectors in SSE's 16 registers of 4 and spill (AVX2 has tiles
     # of its own, csrc/attention.c)
     if (not loop_heads(hs) or q.dtype != torch.float32 or cpu_isa() == "none"
+            or (window is not None and (window < 0 or T_q != k.size(2)))
             or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands
     out = q.new_empty((B, T_q, nh, hs))  # (q's dtype, fp32: `new_empty` skips the keyword parsing, ~2 us a call)
-    _extension().attention_rows(*_rows_operands(q, k, v, add, add_strides, out, scale))
+    band = 0 if window is None else window + 1  # csrc: Rows.band, |i - j| < band
+    _extension().attention_rows(*_rows_operands(q, k, v, add, add_strides, out, scale), band)
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 

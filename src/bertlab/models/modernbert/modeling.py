@@ -20,7 +20,8 @@ The local window holds in every path: the padded rectangle (every CPU kernel of 
 queries against its keys and the window on either side, so it does the window's work in memory
 proportional to the tokens rather than a T x T score matrix (`local_attention`); a traced export (ONNX) records
 the same blocks as shapes computed from each input's length (`traced_local_attention`), so the exported graph
-keeps that memory too.
+keeps that memory too. CPU inference in fp32 (and an int8 model's fp32 attention) skips the blocks: the C loops
+take the window themselves, each tile of queries computing only the key blocks it reaches (`window_attention`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torch import nn
 from ..bert.modeling import BertPreTrainedModel
 from ..outputs import EncoderOutput
 from ...nn import AttentionMask, Dropout, TokenLayout, attention
-from ...nn.attention import get_kernel, takes_rows, varlen_flash, varlen_flash_runs
+from ...nn.attention import get_kernel, takes_rows, varlen_flash, varlen_flash_runs, window_attention
 from ...nn.elementwise import activate, add_residual
 from ...nn.cpu_kernels import rotate_qk_
 from .config import ModernBertConfig
@@ -82,11 +83,12 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads
     """Attention where query i sees only the keys j with |i - j| <= window, over q, k, v (B, T, H) -- or (N, H)
     rows of real tokens with `layout`. `keep` (B, T) marks the real tokens (None: no padding).
 
-    On a GPU with variable-length FlashAttention the rows go to it as they are, with its window. Elsewhere the
-    rows are padded and attention runs in blocks of 2·window queries, each against the keys from window before
-    its first query to window after its last, through the model's kernel (`nn.attention.attention`) with the
-    band as an additive mask: (2w x 4w) scores a block, not (T x T). Short rows (or the probabilities asked
-    for) are one call with the whole band."""
+    On a GPU with variable-length FlashAttention the rows go to it as they are, with its window. A CPU inference
+    kernel with a windowed form takes the padded rows in one call (`nn.attention.window_attention`: each tile of
+    queries computes only the key blocks its window reaches). Elsewhere the rows are padded and attention runs in
+    blocks of 2·window queries, each against the keys from window before its first query to window after its
+    last, through the model's kernel (`nn.attention.attention`) with the band as an additive mask: (2w x 4w)
+    scores a block, not (T x T). Short rows (or the probabilities asked for) are one call with the whole band."""
     p = dropout_p if training else 0.0
     if layout is not None:
         N, H = q.shape
@@ -105,6 +107,8 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads
         # a traced export: the loop below would be unrolled for the tracing example's length, so the blocks
         # are shapes the graph computes for each input instead
         return traced_local_attention(q, k, v, num_heads, window, keep), None
+    if not (need_weights or p > 0) and (y := window_attention(q, k, v, num_heads, window, keep, kernel)) is not None:
+        return y, None  # a CPU inference kernel with the window in its loops: the whole row in one call
     # one call with the whole band: short rows and the probabilities
     if need_weights or T <= block + 2 * window or torch.jit.is_tracing():
         return run(q, k, v, band_bias(T, T, 0, 0, window, keep, q.dtype, q.device))

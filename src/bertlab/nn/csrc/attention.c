@@ -148,11 +148,27 @@ HIDDEN void VARIANT(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff
  * Folding scale, mask and max into the Q Kᵀ loop and the normalisation into O (hs values, not T_k
  * probabilities) left the exponentials the only pass of their own: 1.15-1.25x at 72-384 keys (MiniLM's heads). */
 /* (operands: Rows, kernels.h) */
+/* The lanes of s (the keys j .. j + 15) outside row's visible keys [lo, hi) set to -inf: a local window's edges */
+INLINE f32x16 outside_window16(f32x16 s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
+    static const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const i32x16 at = lane + (int32_t)j;
+    const i32x16 in = (at >= (i32x16){0} + (int32_t)lo) & (at < (i32x16){0} + (int32_t)hi);
+    const f32x16 ninf = (f32x16){0} - INFINITY;
+    i32x16 bits, off;
+    memcpy(&bits, &s, sizeof bits);
+    memcpy(&off, &ninf, sizeof off);
+    bits = (bits & in) | (off & ~in);
+    memcpy(&s, &bits, sizeof s);
+    return s;
+}
+
 /* The scores S[r, j0 .. j0 + 16·NB) = scale · q[r]·k_j + add[r][j] of 4 query rows q[r] (hs each) against kt
- * (hs x n: K transposed), -inf at the padding keys j >= keys, and the rows' running maxima mk[r] (order keys):
- * the softmax's first pass done while the scores are still in registers */
+ * (hs x n: K transposed), -inf outside each row's visible keys [lo[r], hi[r]) (hi <= keys: the padding keys
+ * j >= keys, and a local window), and the rows' running maxima mk[r] (order keys): the softmax's first pass done
+ * while the scores are still in registers. `add` rows hold `keys` values. */
 INLINE void qk_tile(const int NB, const float *const q[4], const float *kt, ptrdiff_t n, ptrdiff_t j0,
-                    ptrdiff_t hs, float scale, const float *const add[4], ptrdiff_t keys, float *S, i32x16 mk[4]) {
+                    ptrdiff_t hs, float scale, const float *const add[4], ptrdiff_t keys, const ptrdiff_t lo[4],
+                    const ptrdiff_t hi[4], float *S, i32x16 mk[4]) {
     f32x16 acc[4][4];
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < NB; c++) acc[r][c] = (f32x16){0};
@@ -174,8 +190,10 @@ INLINE void qk_tile(const int NB, const float *const q[4], const float *kt, ptrd
                     memcpy(&a, add[r] + j, sizeof a);
                     s += a;
                 }
+                if (j < lo[r] || j + 16 > hi[r]) s = outside_window16(s, j, lo[r], hi[r]);
             } else  /* the last block: keys beyond `keys` are padding, and add has none of them */
-                for (int l = 0; l < 16; l++) s[l] = j + l < keys ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
+                for (int l = 0; l < 16; l++)
+                    s[l] = j + l >= lo[r] && j + l < hi[r] ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
             max_keys(&mk[r], &s);
             memcpy(S + r * n + j, &s, sizeof s);
         }
@@ -247,6 +265,21 @@ INLINE HeadRows head_rows(const Rows *a, ptrdiff_t task) {
                       .k = (const float *)a->k + b / a->group * a->ks[0] + h * a->ks[1],
                       .v = (const float *)a->v + b / a->group * a->vs[0] + h * a->vs[1],
                       .add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL};
+}
+
+/* The keys each of the R query rows i0 .. i0 + R - 1 sees, [lo[r], hi[r]) -- every key, or with a->band the
+ * local window |i - j| < band -- and the columns [from, to) the tile computes: the 16-key blocks its real rows'
+ * windows reach (every block without a band). Rows past the last query get the last one's window. */
+INLINE void visible_keys(const Rows *a, ptrdiff_t i0, int R, ptrdiff_t *lo, ptrdiff_t *hi, ptrdiff_t *from,
+                         ptrdiff_t *to) {
+    const ptrdiff_t keys = a->keys, w = a->band;
+    for (int r = 0; r < R; r++) {
+        const ptrdiff_t i = i0 + r < a->queries ? i0 + r : a->queries - 1;
+        lo[r] = w && i - w + 1 > 0 ? i - w + 1 : 0;
+        hi[r] = w && i + w < keys ? i + w : keys;
+    }
+    *from = lo[0] / BLOCK * BLOCK;
+    *to = padded(hi[R - 1]);
 }
 
 /* s[j] += c[ac[j]] + P[ap[j]] for the keys j of one query row (either table NULL: its term left out; their sum
@@ -349,9 +382,24 @@ INLINE void transpose8(const float *src, ptrdiff_t src_stride, ptrdiff_t rows, f
 
 /* query rows a tile: 6 x 16 scores or outputs in 12 accumulators (8 would leave no slack under the FMAs' latency) */
 #define R8 6
+/* outside_window16 for the 8 lanes of keys j .. j + 7 */
+INLINE f32x8 outside_window8(f32x8 s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
+    static const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i32x8 at = lane + (int32_t)j;
+    const i32x8 in = (at >= (i32x8){0} + (int32_t)lo) & (at < (i32x8){0} + (int32_t)hi);
+    const f32x8 ninf = (f32x8){0} - INFINITY;
+    i32x8 bits, off;
+    memcpy(&bits, &s, sizeof bits);
+    memcpy(&off, &ninf, sizeof off);
+    bits = (bits & in) | (off & ~in);
+    memcpy(&s, &bits, sizeof s);
+    return s;
+}
+
 /* qk_tile for R8 query rows x 16 keys j0 .. j0 + 16; mk[r] the rows' running maxima (order keys) in 8 lanes */
 INLINE void qk_tile8(const float *const q[R8], const float *kt, ptrdiff_t n, ptrdiff_t j0, ptrdiff_t hs, float scale,
-                     const float *const add[R8], ptrdiff_t keys, float *S, i32x8 mk[R8]) {
+                     const float *const add[R8], ptrdiff_t keys, const ptrdiff_t lo[R8], const ptrdiff_t hi[R8],
+                     float *S, i32x8 mk[R8]) {
     f32x8 acc[R8][2];
     for (int r = 0; r < R8; r++) acc[r][0] = acc[r][1] = (f32x8){0};
     for (ptrdiff_t d = 0; d < hs; d++) {
@@ -374,8 +422,10 @@ INLINE void qk_tile8(const float *const q[R8], const float *kt, ptrdiff_t n, ptr
                     memcpy(&a, add[r] + j, sizeof a);
                     s += a;
                 }
+                if (j < lo[r] || j + 8 > hi[r]) s = outside_window8(s, j, lo[r], hi[r]);
             } else
-                for (int l = 0; l < 8; l++) s[l] = j + l < keys ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
+                for (int l = 0; l < 8; l++)
+                    s[l] = j + l >= lo[r] && j + l < hi[r] ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
             i32x8 key;
             memcpy(&key, &s, sizeof key);
             key ^= (key >> 31) & 0x7fffffff;  /* order_key, lane by lane */
@@ -419,6 +469,8 @@ INLINE void transpose_rows(const float *src, ptrdiff_t stride, ptrdiff_t rows, p
 INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, const float *kt, ptrdiff_t n,
                          ptrdiff_t cols, ptrdiff_t hs, float scale, const float *zero, float *out) {
     const float *const none[R8] = {NULL};
+    ptrdiff_t lo[R8], hi[R8];
+    for (int r = 0; r < R8; r++) lo[r] = 0, hi[r] = cols;
     for (ptrdiff_t i0 = 0; i0 < rows; i0 += R8) {
         const float *xr[R8];
         i32x8 mk[R8];
@@ -426,7 +478,8 @@ INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, con
             xr[r] = i0 + r < rows ? x + (i0 + r) * x_stride : zero;
             for (int l = 0; l < 8; l++) mk[r][l] = INT32_MIN;
         }
-        for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(xr, kt, n, j0, hs, scale, none, cols, out + i0 * n, mk);
+        for (ptrdiff_t j0 = 0; j0 < n; j0 += 16)
+            qk_tile8(xr, kt, n, j0, hs, scale, none, cols, lo, hi, out + i0 * n, mk);
     }
 }
 
@@ -450,6 +503,8 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
             float inv[R8] = {0};
             const float *qr[R8], *ar[R8];
             i32x8 mk[R8];
+            ptrdiff_t lo[R8], hi[R8], from, to;
+            visible_keys(a, i0, R8, lo, hi, &from, &to);
             for (int r = 0; r < R8; r++) {
                 const ptrdiff_t i = i0 + r;
                 const int real = i < a->queries;
@@ -458,7 +513,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
                 ar[r] = add ? add + (real ? i : i0) * a->adds[2] : NULL;
                 for (int l = 0; l < 8; l++) mk[r][l] = INT32_MIN;
             }
-            for (ptrdiff_t j0 = 0; j0 < n; j0 += 16) qk_tile8(qr, kt, n, j0, hs, a->scale, ar, a->keys, S, mk);
+            for (ptrdiff_t j0 = from; j0 < to; j0 += 16) qk_tile8(qr, kt, n, j0, hs, a->scale, ar, a->keys, lo, hi, S, mk);
             if (rel) {  /* the relative terms change every maximum */
                 const int real = a->queries - i0 < R8 ? (int)(a->queries - i0) : R8;
                 add_relative_terms(rel, b, i0, real, a->keys, rel->c2p ? C : NULL, nc, rel->p2c ? P : NULL, S, n);
@@ -467,9 +522,11 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
                 for (int r = 0; r < R8 && orow[r]; r++) {
                     int32_t best = mk[r][0];
                     for (int l = 1; l < 8; l++) best = mk[r][l] > best ? mk[r][l] : best;
-                    inv[r] = 1.0f / exp_sum(S + r * n, n, from_order_key(best));
+                    inv[r] = 1.0f / exp_sum(S + r * n + from, to - from, from_order_key(best));
                 }
-            for (ptrdiff_t c = 0; c < hs; c += 16) pv_tile8(S, n, v + c, a->vs[2], a->keys, inv, orow, c);
+            /* the keys [from, min(to, keys)): P from column `from` on, V from key `from` on */
+            const ptrdiff_t m = (to < a->keys ? to : a->keys) - from;
+            for (ptrdiff_t c = 0; c < hs; c += 16) pv_tile8(S + from, n, v + from * a->vs[2] + c, a->vs[2], m, inv, orow, c);
         }
     }
 }
@@ -481,17 +538,19 @@ INLINE void transpose_rows(const float *src, ptrdiff_t stride, ptrdiff_t rows, p
             transpose16(src + j0 * stride + d0, stride, rows - j0, dst + d0 * n + j0, n);
 }
 
-/* qk_tile over all n columns of kt for 4 rows q[r] (the rows' running maxima in mk, from INT32_MIN) */
-INLINE void qk_tiles(const float *const q[4], const float *kt, ptrdiff_t n, ptrdiff_t hs, float scale,
-                     const float *const add[4], ptrdiff_t keys, float *S, i32x16 mk[4]) {
+/* qk_tile over the columns [from, to) of kt (multiples of 16) for 4 rows q[r] (the rows' running maxima in mk,
+ * from INT32_MIN) */
+INLINE void qk_tiles(const float *const q[4], const float *kt, ptrdiff_t n, ptrdiff_t from, ptrdiff_t to, ptrdiff_t hs,
+                     float scale, const float *const add[4], ptrdiff_t keys, const ptrdiff_t lo[4],
+                     const ptrdiff_t hi[4], float *S, i32x16 mk[4]) {
     for (int r = 0; r < 4; r++)
         for (int l = 0; l < BLOCK; l++) mk[r][l] = INT32_MIN;
-    ptrdiff_t j0 = 0;
-    for (; j0 + 64 <= n; j0 += 64) qk_tile(4, q, kt, n, j0, hs, scale, add, keys, S, mk);
-    switch ((n - j0) / 16) {
-        case 3: qk_tile(3, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
-        case 2: qk_tile(2, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
-        case 1: qk_tile(1, q, kt, n, j0, hs, scale, add, keys, S, mk); break;
+    ptrdiff_t j0 = from;
+    for (; j0 + 64 <= to; j0 += 64) qk_tile(4, q, kt, n, j0, hs, scale, add, keys, lo, hi, S, mk);
+    switch ((to - j0) / 16) {
+        case 3: qk_tile(3, q, kt, n, j0, hs, scale, add, keys, lo, hi, S, mk); break;
+        case 2: qk_tile(2, q, kt, n, j0, hs, scale, add, keys, lo, hi, S, mk); break;
+        case 1: qk_tile(1, q, kt, n, j0, hs, scale, add, keys, lo, hi, S, mk); break;
         default: break;
     }
 }
@@ -501,11 +560,12 @@ INLINE void qk_tiles(const float *const q[4], const float *kt, ptrdiff_t n, ptrd
 INLINE void row_products(const float *x, ptrdiff_t x_stride, ptrdiff_t rows, const float *kt, ptrdiff_t n,
                          ptrdiff_t cols, ptrdiff_t hs, float scale, const float *zero, float *out) {
     const float *const none[4] = {NULL, NULL, NULL, NULL};
+    const ptrdiff_t lo[4] = {0, 0, 0, 0}, hi[4] = {cols, cols, cols, cols};
     for (ptrdiff_t i0 = 0; i0 < rows; i0 += 4) {
         const float *xr[4];
         i32x16 mk[4];
         for (int r = 0; r < 4; r++) xr[r] = i0 + r < rows ? x + (i0 + r) * x_stride : zero;
-        qk_tiles(xr, kt, n, hs, scale, none, cols, out + i0 * n, mk);
+        qk_tiles(xr, kt, n, 0, n, hs, scale, none, cols, lo, hi, out + i0 * n, mk);
     }
 }
 
@@ -528,6 +588,8 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
         for (ptrdiff_t i0 = 0; i0 < a->queries; i0 += R) {
             float *orow[8];
             float inv[8] = {0};
+            ptrdiff_t lo[8], hi[8], from, to;
+            visible_keys(a, i0, R, lo, hi, &from, &to);
             for (ptrdiff_t g = 0; g < R && i0 + g < a->queries; g += 4) {  /* Q Kᵀ and the softmax, 4 rows at once */
                 const float *qr[4], *ar[4];
                 i32x16 mk[4];
@@ -539,7 +601,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
                     ar[r] = add ? add + (real ? i : i0) * a->adds[2] : NULL;
                 }
                 float *Sg = S + g * n;
-                qk_tiles(qr, kt, n, hs, a->scale, ar, a->keys, Sg, mk);
+                qk_tiles(qr, kt, n, from, to, hs, a->scale, ar, a->keys, lo + g, hi + g, Sg, mk);
                 if (rel) {  /* the relative terms change every maximum */
                     const int real = a->queries - (i0 + g) < 4 ? (int)(a->queries - (i0 + g)) : 4;
                     add_relative_terms(rel, b, i0 + g, real, a->keys, rel->c2p ? C : NULL, nc,
@@ -547,14 +609,17 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
                     for (int r = 0; r < real; r++) inv[g + r] = exp_normalizer(Sg + r * n, n);
                 } else
                     for (int r = 0; r < 4 && orow[g + r]; r++)
-                        inv[g + r] = 1.0f / exp_sum(Sg + r * n, n, from_order_key(fold_max_i32(mk[r])));
+                        inv[g + r] = 1.0f / exp_sum(Sg + r * n + from, to - from, from_order_key(fold_max_i32(mk[r])));
             }
             for (ptrdiff_t r = a->queries - i0; r < R; r++) orow[r] = NULL;  /* rows past the end */
+            /* the keys [from, min(to, keys)): P from column `from` on, V from key `from` on */
+            const float *P = S + from, *vf = v + from * a->vs[2];
+            const ptrdiff_t m = (to < a->keys ? to : a->keys) - from;
             switch (hs / 16) {
-                case 1: pv_tile(8, 1, S, n, v, a->vs[2], a->keys, inv, orow); break;
-                case 2: pv_tile(8, 2, S, n, v, a->vs[2], a->keys, inv, orow); break;
-                case 3: pv_tile(4, 3, S, n, v, a->vs[2], a->keys, inv, orow); break;
-                default: pv_tile(4, 4, S, n, v, a->vs[2], a->keys, inv, orow); break;
+                case 1: pv_tile(8, 1, P, n, vf, a->vs[2], m, inv, orow); break;
+                case 2: pv_tile(8, 2, P, n, vf, a->vs[2], m, inv, orow); break;
+                case 3: pv_tile(4, 3, P, n, vf, a->vs[2], m, inv, orow); break;
+                default: pv_tile(4, 4, P, n, vf, a->vs[2], m, inv, orow); break;
             }
         }
     }

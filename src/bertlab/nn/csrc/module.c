@@ -239,19 +239,22 @@ static int parse_rows(PyObject *const *args, int dtype, Rows *a, Py_ssize_t *row
     a->scale = (float)PyFloat_AsDouble(args[22]);
     *threads = PyLong_AsLong(args[23]);
     a->group = PyLong_AsSsize_t(args[24]);
+    a->band = 0;
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* attention_rows(the 25 operands of parse_rows): fp32; see Rows */
+/* attention_rows(the 25 operands of parse_rows, band): fp32; see Rows */
 static PyObject *py_attention_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 25, "attention_rows") < 0) return NULL;
+    if (parse(args, nargs, 26, "attention_rows") < 0) return NULL;
     Rows a;
     Py_ssize_t rows;
     long threads;
     if (parse_rows(args, F32, &a, &rows, &threads) < 0) return NULL;
+    a.band = PyLong_AsSsize_t(args[25]);
+    if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_attention_rows(k, &a, rows, (int)threads));
-    return result(rc, "attention_rows (group >= 1, hs a multiple of 16 up to 64)");
+    return result(rc, "attention_rows (group >= 1, hs a multiple of 16 up to 64; band: queries == keys)");
 }
 
 /* relative_attention_rows(the 25 operands of parse_rows, c2p, its 2 strides, rows and first row, p2c the same,
@@ -481,8 +484,8 @@ static PyMethodDef methods[] = {
     METHOD(attention_one_query, "attention_one_query(q, 2 strides, k, 3 strides, v, 3 strides, add, 2 strides, out, "
                                 "rows, heads, hs, keys, scale, threads, group)"),
     METHOD(attention_rows, "attention_rows(q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, rows, "
-                           "heads, hs, queries, keys, scale, threads, group)"),
-    METHOD(relative_attention_rows, "relative_attention_rows(the 25 operands of attention_rows, c2p, 2 strides, "
+                           "heads, hs, queries, keys, scale, threads, group, band)"),
+    METHOD(relative_attention_rows, "relative_attention_rows(attention_rows' first 25 operands, c2p, 2 strides, "
                                     "rows, first, p2c, 2 strides, rows, first, c2p_scale, relative, mask, "
                                     "query_start, span): DeBERTa's disentangled attention, fp32"),
     METHOD(attention_bf16, "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, "

@@ -169,7 +169,7 @@ static int rows_fit(const Rows *a) {
 }
 
 int bl_attention_rows(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
-    if (!rows_fit(a) || a->dtype != F32) return BL_UNSUPPORTED;
+    if (!rows_fit(a) || a->dtype != F32 || a->band < 0 || (a->band && a->queries != a->keys)) return BL_UNSUPPORTED;
     const ptrdiff_t tasks = rows * a->heads;
     if (tasks < 1 || a->keys < 1 || a->queries < 1) return BL_OK;
     int parts = thread_count(tasks, a->queries * a->keys * a->hs, threads);
@@ -189,7 +189,7 @@ static inline int32_t table_index(ptrdiff_t row, ptrdiff_t top, ptrdiff_t first,
 
 int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const RelativeTerms *t, const int64_t *relative,
                                ptrdiff_t span, ptrdiff_t c2p_first, ptrdiff_t p2c_first, ptrdiff_t rows, int threads) {
-    if (!rows_fit(a) || a->dtype != F32 || !k->relative_rows_heads) return BL_UNSUPPORTED;
+    if (!rows_fit(a) || a->dtype != F32 || a->band || !k->relative_rows_heads) return BL_UNSUPPORTED;
     const ptrdiff_t tasks = rows * a->heads, Tq = a->queries, T = a->keys, top = 2 * span - 1;
     if (tasks < 1 || T < 1 || Tq < 1) return BL_OK;
     int32_t *at = malloc(sizeof(int32_t) * 2 * (size_t)(Tq * T));
@@ -233,7 +233,7 @@ int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const Relativ
 #define AMX_MIN_QUERIES 8
 
 int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
-    if (!rows_fit(a) || !k->attention_bf16_heads) return BL_UNSUPPORTED;
+    if (!rows_fit(a) || a->band || !k->attention_bf16_heads) return BL_UNSUPPORTED;
     const ptrdiff_t tasks = rows * a->heads;
     if (tasks < 1 || a->keys < 1 || a->queries < 1) return BL_OK;
     int parts = thread_count(tasks, a->queries * a->keys * a->hs, threads);
