@@ -148,18 +148,17 @@ HIDDEN void VARIANT(one_query_heads)(const OneQuery *a, ptrdiff_t first, ptrdiff
  * Folding scale, mask and max into the Q Kᵀ loop and the normalisation into O (hs values, not T_k
  * probabilities) left the exponentials the only pass of their own: 1.15-1.25x at 72-384 keys (MiniLM's heads). */
 /* (operands: Rows, kernels.h) */
-/* The lanes of s (the keys j .. j + 15) outside row's visible keys [lo, hi) set to -inf: a local window's edges */
-INLINE f32x16 outside_window16(f32x16 s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
+/* The lanes of *s (the keys j .. j + 15) outside the row's visible keys [lo, hi) set to -inf: a local window's edges */
+INLINE void outside_window16(f32x16 *s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
     static const i32x16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     const i32x16 at = lane + (int32_t)j;
     const i32x16 in = (at >= (i32x16){0} + (int32_t)lo) & (at < (i32x16){0} + (int32_t)hi);
     const f32x16 ninf = (f32x16){0} - INFINITY;
     i32x16 bits, off;
-    memcpy(&bits, &s, sizeof bits);
+    memcpy(&bits, s, sizeof bits);
     memcpy(&off, &ninf, sizeof off);
     bits = (bits & in) | (off & ~in);
-    memcpy(&s, &bits, sizeof s);
-    return s;
+    memcpy(s, &bits, sizeof bits);
 }
 
 /* The scores S[r, j0 .. j0 + 16·NB) = scale · q[r]·k_j + add[r][j] of 4 query rows q[r] (hs each) against kt
@@ -190,7 +189,7 @@ INLINE void qk_tile(const int NB, const float *const q[4], const float *kt, ptrd
                     memcpy(&a, add[r] + j, sizeof a);
                     s += a;
                 }
-                if (j < lo[r] || j + 16 > hi[r]) s = outside_window16(s, j, lo[r], hi[r]);
+                if (j < lo[r] || j + 16 > hi[r]) outside_window16(&s, j, lo[r], hi[r]);
             } else  /* the last block: keys beyond `keys` are padding, and add has none of them */
                 for (int l = 0; l < 16; l++)
                     s[l] = j + l >= lo[r] && j + l < hi[r] ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
@@ -383,17 +382,16 @@ INLINE void transpose8(const float *src, ptrdiff_t src_stride, ptrdiff_t rows, f
 /* query rows a tile: 6 x 16 scores or outputs in 12 accumulators (8 would leave no slack under the FMAs' latency) */
 #define R8 6
 /* outside_window16 for the 8 lanes of keys j .. j + 7 */
-INLINE f32x8 outside_window8(f32x8 s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
+INLINE void outside_window8(f32x8 *s, ptrdiff_t j, ptrdiff_t lo, ptrdiff_t hi) {
     static const i32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     const i32x8 at = lane + (int32_t)j;
     const i32x8 in = (at >= (i32x8){0} + (int32_t)lo) & (at < (i32x8){0} + (int32_t)hi);
     const f32x8 ninf = (f32x8){0} - INFINITY;
     i32x8 bits, off;
-    memcpy(&bits, &s, sizeof bits);
+    memcpy(&bits, s, sizeof bits);
     memcpy(&off, &ninf, sizeof off);
     bits = (bits & in) | (off & ~in);
-    memcpy(&s, &bits, sizeof s);
-    return s;
+    memcpy(s, &bits, sizeof bits);
 }
 
 /* qk_tile for R8 query rows x 16 keys j0 .. j0 + 16; mk[r] the rows' running maxima (order keys) in 8 lanes */
@@ -422,7 +420,7 @@ INLINE void qk_tile8(const float *const q[R8], const float *kt, ptrdiff_t n, ptr
                     memcpy(&a, add[r] + j, sizeof a);
                     s += a;
                 }
-                if (j < lo[r] || j + 8 > hi[r]) s = outside_window8(s, j, lo[r], hi[r]);
+                if (j < lo[r] || j + 8 > hi[r]) outside_window8(&s, j, lo[r], hi[r]);
             } else
                 for (int l = 0; l < 8; l++)
                     s[l] = j + l >= lo[r] && j + l < hi[r] ? s[l] + (add[r] ? add[r][j + l] : 0.0f) : -INFINITY;
