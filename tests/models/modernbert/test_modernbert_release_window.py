@@ -78,3 +78,26 @@ def test_an_8192_token_row_at_the_release_window(models, monkeypatch):
                 assert len(local) == 2 * 8192 // (2 * W) and max(local) <= 4 * W
             else:
                 assert local == [] and windows == [(W, True), (W, True)]
+
+
+@pytest.mark.parametrize("T", [4 * W + 3, 11 * W + 7])
+def test_the_windowed_c_loops_give_the_blocks_bits(monkeypatch, T):
+    """A CPU inference pass's local layer in one call of the C loops with the window (`window_attention`) against
+    the same layer's blocks through the same loops with the band as a mask: equal bit for bit on the real tokens
+    (the blocks start 16-key aligned, so every row sums its exponentials in the same lanes), padded rows too. (A
+    last block of a single query -- T = 1 more than a multiple of 2W -- goes to the one-query loop instead, whose
+    sums run in another order: 3e-7 there.)"""
+    from bertlab.models.modernbert import modeling
+    from bertlab.nn import cpu_kernels
+
+    if cpu_kernels.cpu_isa() == "none" or cpu_kernels._extension() is None:
+        pytest.skip("no C attention loops at this level")
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(3, T, 128, generator=g) for _ in range(3))
+    keep = torch.ones(3, T, dtype=torch.bool)
+    keep[1, T // 2:] = False
+    with torch.inference_mode():
+        windowed, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel="bmm")
+        monkeypatch.setattr(modeling, "window_attention", lambda *args: None)
+        blocks, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel="bmm")
+    assert torch.equal(windowed[keep], blocks[keep])
