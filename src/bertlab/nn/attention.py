@@ -331,7 +331,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_head
         return None
     B, T, H = q.shape
     hs = H // num_heads
-    add = None if keep is None else ((~keep).to(q.dtype) * torch.finfo(q.dtype).min)[:, None, None, :]  # (B, 1, 1, T)
+    add = AttentionMask(keep=keep).additive(1, T, q.dtype, q.device)  # (B, 1, 1, T) at the padding keys, or None
     q, k, v = (t.view(B, T, num_heads, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
     y = attention_short(q, k, v, add, 1.0 / math.sqrt(hs), window=window)
     return None if y is None else y.transpose(1, 2).reshape(B, T, H)
