@@ -861,6 +861,44 @@ def test_attention_bf16_matches_the_formula_on_bf16_operands(dtype, T_q, T_k, hs
         assert (got.float() - want).abs().mean() < (1e-4 if dtype == torch.float32 else 2e-3)
 
 
+@needs_bf16_dot
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hs", [16, 48, 64])
+@pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
+def test_attention_bf16_with_a_window_is_the_banded_formula(dtype, hs, threads, isa):
+    """A local window on the AVX-512 BF16 loops (at the level amx too: the tiles take no window): each tile of 4
+    queries computes only the 32-key chunks its window reaches -- within attention_bf16's bound of the formula
+    on bf16 operands with -inf outside the band, with every mask (padding rows at the dtype's lowest finite
+    value, as a model's mask holds it; a causal one; a per-head bias), windows narrower and wider than a chunk
+    and than the row; and bit for bit the kernel's own result with no window and the band as its mask (the
+    keys outside a window add exact zeros there)."""
+    B, nh = 4, 3
+    for T, window in ((5, 1), (40, 3), (70, 8), (130, 64), (300, 64), (300, 7), (33, 40)):
+        q, k, v, kk, vv, adds = attention_case(T, T, hs, dtype)
+        band = band_mask(T, window)
+        for add in adds:
+            add = None if add is None else add.clamp(min=torch.finfo(dtype).min)
+            full = band if add is None else add.float() + band
+            want = _bf16_attention_reference(q, kk, vv, full, 0.25)
+            got = cpu_kernels.attention_bf16(q, k, v, add, 0.25, window=window)
+            assert got is not None and got.shape == (B, nh, T, hs) and got.dtype == dtype
+            assert (got.float() - want).abs().max() < 2e-2, (T, window, hs)
+            assert (got.float() - want).abs().mean() < (1e-4 if dtype == torch.float32 else 2e-3)
+            masked = full.to(dtype).expand(B, -1, T, T).contiguous()
+            cpu_kernels.force_cpu_isa("avx512")  # the loops without a window, not the AMX tiles
+            try:
+                assert torch.equal(got, cpu_kernels.attention_bf16(q, k, v, masked, 0.25)), (T, window, hs)
+            finally:
+                cpu_kernels.force_cpu_isa(isa)
+
+
+@needs_bf16_dot
+def test_attention_bf16_with_a_window_declines_cross_attention():
+    q, k = torch.randn(2, 3, 4, 16), torch.randn(2, 3, 6, 16)
+    assert cpu_kernels.attention_bf16(q, k, k, None, 1.0, window=2) is None
+    assert cpu_kernels.attention_bf16(q, q, q, None, 1.0, window=-1) is None
+
+
 def test_attention_bf16_declines_what_it_does_not_take():
     q = torch.randn(2, 3, 4, 16)
     assert cpu_kernels.attention_bf16(q[..., :8], q[..., :8], q[..., :8], None, 1.0) is None  # hs 8

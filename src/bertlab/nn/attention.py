@@ -318,22 +318,28 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_heads: int, window: int,
                      keep: torch.Tensor | None, kernel: str) -> torch.Tensor | None:
     """Local attention -- query i sees the keys j with |i - j| <= window, and of those the real tokens -- in one
-    call, where the model's kernel has a windowed form: the CPU inference kernels' fp32 C loops
-    (`cpu_kernels.attention_short` with `window`), whose query tiles each compute only the 16-key blocks their
-    window reaches, where blocks of queries through the padded kernel compute 2w x 4w scores with half of them
-    masked. q, k, v (B, T, H); keep (B, T) bool (None: no padding) -> (B, T, H), or None where it does not run.
+    call, where the model's kernel has a windowed form: the CPU inference kernels' C loops
+    (`cpu_kernels.attention_short` / `attention_bf16` with `window`), whose query tiles each compute only the
+    key blocks their window reaches, where blocks of queries through the padded kernel compute 2w x 4w scores
+    with half of them masked. q, k, v (B, T, H); keep (B, T) bool (None: no padding) -> (B, T, H), or None where
+    it does not run.
 
-    An int8 model's kernel (`bmm_bf16`) takes it too, in fp32 where its blocks ran on AVX-512 BF16 dot products:
-    a local layer of ModernBERT-base's shape on an AMD EPYC (Zen 4), one thread, 1.11-1.14x the blocks at 256 and
-    512 tokens, level at 2,048, 0.87x on one 8,192-token row, and closer to fp32 (the blocks' bf16 operands: 3.3e-3
-    relative). Not on an AMX CPU, whose blocks run on AMX tiles (not measured against the window there)."""
-    if (kernel != "bmm" and not (kernel == "bmm_bf16" and cpu_isa() != "amx")) or q.dtype != torch.float32:
+    Each model's kernel keeps its arithmetic: fp32 (`bmm` on fp32) the fp32 loops; bf16 (`bmm` on bf16) and int8
+    (`bmm_bf16`, fp32 in and out) the AVX-512 BF16 loops, where the CPU has them -- an int8 model without them
+    the fp32 loops, as its blocks ran. A local layer of ModernBERT-base's shape on an AMD EPYC (Zen 4), one
+    thread: the bf16 loops 1.6-2.2x the blocks at 256-8,192 tokens (bf16 and int8 models), the fp32 loops
+    1.7x at 256-2,048 (fp32 models). Not on an AMX CPU, whose bf16 and int8 blocks run on AMX tiles or bf16
+    SDPA (the windowed loops not measured against them there)."""
+    bf16 = (kernel == "bmm" and q.dtype == torch.bfloat16) or (kernel == "bmm_bf16" and q.dtype == torch.float32)
+    if not (bf16 or (kernel == "bmm" and q.dtype == torch.float32)) or (bf16 and cpu_isa() == "amx"):
         return None
     B, T, H = q.shape
     hs = H // num_heads
     add = AttentionMask(keep=keep).additive(1, T, q.dtype, q.device)  # (B, 1, 1, T) at the padding keys, or None
     q, k, v = (t.view(B, T, num_heads, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-    y = attention_short(q, k, v, add, 1.0 / math.sqrt(hs), window=window)
+    y = attention_bf16(q, k, v, add, 1.0 / math.sqrt(hs), window=window) if bf16 else None
+    if y is None and q.dtype == torch.float32:  # fp32, or an int8 model on a CPU without AVX-512 BF16
+        y = attention_short(q, k, v, add, 1.0 / math.sqrt(hs), window=window)
     return None if y is None else y.transpose(1, 2).reshape(B, T, H)
 
 

@@ -477,20 +477,25 @@ def attention_bf16_kernel() -> str | None:
 
 
 def attention_bf16(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, add: torch.Tensor | None,
-                   scale: float) -> torch.Tensor | None:
+                   scale: float, window: int | None = None) -> torch.Tensor | None:
     """softmax(scale · q kᵀ + add) v with bf16 products and fp32 sums: q, k, v rounded to bf16, scores and
     softmax in fp32, probabilities rounded to bf16 for P V; on AMX tiles at the level amx, else on AVX-512 BF16
     (`attention_bf16_kernel()`). Shapes as `attention_short`; q, k, v and add all
     fp32 or all bf16, hs a multiple of 16 up to 64. Returns (B, nh, T_q, hs) in q's dtype, or None where the
     C kernel does not apply (no AVX-512 BF16, other dtypes or shapes). The reference is the same formula in
-    torch on bf16-rounded operands (tests/test_nn_cpu_kernels.py)."""
+    torch on bf16-rounded operands (tests/test_nn_cpu_kernels.py).
+
+    `window` as `attention_short`'s: each tile of 4 queries computes only the 32-key chunks its window reaches,
+    on AVX-512 BF16 dot products at every level (the AMX tiles take no window)."""
     B, nh, T_q, hs = q.shape
     if (not loop_heads(hs) or q.dtype not in _DTYPE_CODES or not bf16_dot_available()
+            or (window is not None and (window < 0 or T_q != k.size(2)))
             or (operands := _attention_operands(q, k, v, add)) is None):
         return None
     add, add_strides = operands
     out = q.new_empty((B, T_q, nh, hs))
-    _extension().attention_bf16(_DTYPE_CODES[q.dtype], *_rows_operands(q, k, v, add, add_strides, out, scale))
+    band = 0 if window is None else window + 1  # csrc: Rows.band, |i - j| < band
+    _extension().attention_bf16(_DTYPE_CODES[q.dtype], *_rows_operands(q, k, v, add, add_strides, out, scale), band)
     return out.transpose(1, 2)  # (B, nh, T_q, hs)
 
 

@@ -41,9 +41,10 @@ def test_inference_runtime_matches_transformers(tmp_path, dtype, T):
 
 @pytest.mark.parametrize("isa", ["amx", "avx512"], indirect=True)
 def test_bf16_attention_on_amx_tiles_and_avx512_bf16_alike(tmp_path, monkeypatch, isa):
-    """bf16's global and local layers run the C bf16 attention -- on AMX tiles at the level amx (where the CPU
-    has AMX-BF16), on AVX-512 BF16 dot products at avx512 -- and either holds bf16's bound against transformers
-    past the window, padded batch and batch 1."""
+    """bf16's global and local layers run the C bf16 attention -- at the level amx its AMX tiles (where the CPU
+    has AMX-BF16), the local layers in blocks of 2w queries; at avx512 the AVX-512 BF16 loops, each local layer
+    the whole row in one call with the window -- and either holds bf16's bound against transformers past the
+    window, padded batch and batch 1."""
     import importlib
 
     from bertlab.nn import cpu_kernels
@@ -52,10 +53,39 @@ def test_bf16_attention_on_amx_tiles_and_avx512_bf16_alike(tmp_path, monkeypatch
         pytest.skip("no C bf16 attention on this CPU")
     attention_module = importlib.import_module("bertlab.nn.attention")
     calls = []
-    monkeypatch.setattr(attention_module, "attention_bf16",
-                        lambda *args: calls.append(args[0].shape) or cpu_kernels.attention_bf16(*args))
-    check_runtime(tmp_path, "bf16", 6 * WINDOW + 5)
-    assert {shape[-2] for shape in calls} >= {2 * WINDOW, 6 * WINDOW + 5}  # local blocks and global rows alike
+
+    def recorded(*args, window=None):
+        calls.append((args[0].shape[-2], window))
+        return cpu_kernels.attention_bf16(*args, window=window)
+
+    monkeypatch.setattr(attention_module, "attention_bf16", recorded)
+    T = 6 * WINDOW + 5
+    check_runtime(tmp_path, "bf16", T)
+    local = (2 * WINDOW, None) if isa == "amx" else (T, WINDOW)  # a block of queries, or the row with its window
+    assert {(T, None), local} <= set(calls)  # global rows and local layers alike
+
+
+@pytest.mark.parametrize("isa", ["avx512"], indirect=True)
+def test_int8_local_layers_take_the_bf16_loops_with_the_window(tmp_path, monkeypatch, isa):
+    """An int8 model's local layers (fp32 activations) run the AVX-512 BF16 loops, the whole row in one call
+    with the window, as its blocks ran on them -- within int8's bound of transformers, padded batch and batch 1."""
+    import importlib
+
+    from bertlab.nn import cpu_kernels
+
+    if not cpu_kernels.bf16_dot_available():
+        pytest.skip("no AVX-512 BF16 on this CPU")
+    attention_module = importlib.import_module("bertlab.nn.attention")
+    calls = []
+
+    def recorded(*args, window=None):
+        calls.append((args[0].dtype, args[0].shape[-2], window))
+        return cpu_kernels.attention_bf16(*args, window=window)
+
+    monkeypatch.setattr(attention_module, "attention_bf16", recorded)
+    T = 6 * WINDOW + 5
+    check_runtime(tmp_path, "int8", T)
+    assert (torch.float32, T, WINDOW) in set(calls)
 
 
 def check_runtime(tmp_path, dtype: str, T: int):

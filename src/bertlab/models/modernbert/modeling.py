@@ -20,8 +20,9 @@ The local window holds in every path: the padded rectangle (every CPU kernel of 
 queries against its keys and the window on either side, so it does the window's work in memory
 proportional to the tokens rather than a T x T score matrix (`local_attention`); a traced export (ONNX) records
 the same blocks as shapes computed from each input's length (`traced_local_attention`), so the exported graph
-keeps that memory too. CPU inference in fp32 (and an int8 model's local layers, in fp32, except on AMX) skips the blocks: the C loops
-take the window themselves, each tile of queries computing only the key blocks it reaches (`window_attention`).
+keeps that memory too. CPU inference (fp32; bf16 and int8 where the CPU has AVX-512 BF16 but no AMX) skips the
+blocks: the C loops take the window themselves, each tile of queries computing only the key blocks it reaches
+(`window_attention`).
 """
 
 from __future__ import annotations

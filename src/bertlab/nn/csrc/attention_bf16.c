@@ -37,13 +37,13 @@ static inline __attribute__((always_inline)) BF16DOT_TARGET void qk_tile_bf16(
         for (int c = 0; c < NB; c++) _mm512_storeu_ps(S + r * n + (jb0 + c) * 16, acc[r][c]);
 }
 
-/* O[r, 0 .. 16·HB) of 4 queries = Σ_jp p2[r][jp] · vp[jp] over the pairs of keys */
+/* O[r, 0 .. 16·HB) of 4 queries = Σ_jp p2[r][jp] · vp[jp] over the pairs of keys jp0 <= jp < jp1 */
 static inline __attribute__((always_inline)) BF16DOT_TARGET void pv_tile_bf16(
-    const int HB, const uint32_t *p2, ptrdiff_t n2, const uint32_t *vp, ptrdiff_t hs, ptrdiff_t pairs,
+    const int HB, const uint32_t *p2, ptrdiff_t n2, const uint32_t *vp, ptrdiff_t hs, ptrdiff_t jp0, ptrdiff_t jp1,
     __m512 acc[4][4]) {
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < HB; c++) acc[r][c] = _mm512_setzero_ps();
-    for (ptrdiff_t jp = 0; jp < pairs; jp++) {
+    for (ptrdiff_t jp = jp0; jp < jp1; jp++) {
         __m512bh vv[4];
         for (int c = 0; c < HB; c++) vv[c] = (__m512bh)_mm512_loadu_si512(vp + jp * hs + 16 * c);
         for (int r = 0; r < 4; r++) {
@@ -93,14 +93,17 @@ static inline __attribute__((always_inline)) BF16DOT_TARGET float exp_normalizer
     return 1.0f / _mm512_reduce_add_ps(sum);
 }
 
-/* row[0 .. keys) = scale · row + add[0 .. keys) (add NULL: none), row[keys .. n) = -inf */
+/* row[j] = scale · row[j] + add[j] (add NULL: none) for the keys lo <= j < hi, -inf for the other j in
+ * [from, to) (from and to multiples of 16): the keys a query sees, the columns its tile computed */
 static inline __attribute__((always_inline)) BF16DOT_TARGET void scale_add_row(float *row, const char *add, int dtype,
-                                                                               ptrdiff_t keys, ptrdiff_t n,
+                                                                               ptrdiff_t lo, ptrdiff_t hi,
+                                                                               ptrdiff_t from, ptrdiff_t to,
                                                                                float scale) {
     const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
-    for (ptrdiff_t j = 0; j < n; j += 16) {
-        const ptrdiff_t left = keys - j;
-        const __mmask16 live = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+    for (ptrdiff_t j = from; j < to; j += 16) {
+        /* the lanes l with lo <= j + l < hi */
+        const ptrdiff_t start = lo - j < 0 ? 0 : lo - j > 16 ? 16 : lo - j, end = hi - j < 0 ? 0 : hi - j > 16 ? 16 : hi - j;
+        const __mmask16 live = (__mmask16)((((1u << end) - 1) >> start) << start);
         __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + j), sc);
         if (add) {
             const __m512 a = dtype == BF16
@@ -197,9 +200,18 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
             const int real = a->queries - i0 < 4 ? (int)(a->queries - i0) : 4;
             for (int r = 0; r < 4; r++)  /* q2 row r: the query's bf16, read as pairs */
                 bf16_row(q + (i0 + (r < real ? r : 0)) * a->qs[2] * esize, dt, hs, (uint16_t *)(q2 + r * hp));
-            ptrdiff_t jb = 0;
-            for (; jb + 4 <= n / 16; jb += 4) qk_tile_bf16(4, q2, kp, jb, hp, S, n);
-            switch (n / 16 - jb) {
+            /* the keys [lo, hi) each query sees (with a band, |i - j| < band) and the 32-key chunks [from, to)
+             * the tile's windows reach: every key and chunk without a band */
+            ptrdiff_t lo[4], hi[4];
+            for (int r = 0; r < 4; r++) {
+                const ptrdiff_t i = i0 + (r < real ? r : real - 1), w = a->band;
+                lo[r] = w && i - w + 1 > 0 ? i - w + 1 : 0;
+                hi[r] = w && i + w < a->keys ? i + w : a->keys;
+            }
+            const ptrdiff_t from = lo[0] / 32 * 32, to = (hi[real - 1] + 31) / 32 * 32;
+            ptrdiff_t jb = from / 16;
+            for (; jb + 4 <= to / 16; jb += 4) qk_tile_bf16(4, q2, kp, jb, hp, S, n);
+            switch (to / 16 - jb) {
                 case 3: qk_tile_bf16(3, q2, kp, jb, hp, S, n); break;
                 case 2: qk_tile_bf16(2, q2, kp, jb, hp, S, n); break;
                 case 1: qk_tile_bf16(1, q2, kp, jb, hp, S, n); break;
@@ -208,15 +220,17 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
             for (int r = 0; r < real; r++) {
                 float *row = S + r * n;
                 const char *ar = add ? add + (i0 + r) * a->adds[2] * esize : NULL;
-                scale_add_row(row, ar, dt, a->keys, n, a->scale);
-                probabilities_bf16(row, n, p2 + r * n2);
+                scale_add_row(row, ar, dt, lo[r], hi[r], from, to, a->scale);
+                probabilities_bf16(row + from, to - from, p2 + r * n2 + from / 2);
             }
+            /* P V over the tile's chunks: the probabilities outside a row's window are 0 (the exp of -inf, flushed) */
+            const ptrdiff_t jp0 = from / 2, jp1 = to / 2 < pairs ? to / 2 : pairs;
             __m512 acc[4][4];
             switch (hs / 16) {
-                case 1: pv_tile_bf16(1, p2, n2, vp, hs, pairs, acc); break;
-                case 2: pv_tile_bf16(2, p2, n2, vp, hs, pairs, acc); break;
-                case 3: pv_tile_bf16(3, p2, n2, vp, hs, pairs, acc); break;
-                default: pv_tile_bf16(4, p2, n2, vp, hs, pairs, acc); break;
+                case 1: pv_tile_bf16(1, p2, n2, vp, hs, jp0, jp1, acc); break;
+                case 2: pv_tile_bf16(2, p2, n2, vp, hs, jp0, jp1, acc); break;
+                case 3: pv_tile_bf16(3, p2, n2, vp, hs, jp0, jp1, acc); break;
+                default: pv_tile_bf16(4, p2, n2, vp, hs, jp0, jp1, acc); break;
             }
             for (int r = 0; r < real; r++) {
                 const ptrdiff_t at = ((b * a->queries + i0 + r) * a->heads + h) * hs;
@@ -310,7 +324,8 @@ HIDDEN AMX_BF16_TARGET void attention_amx_heads(const Rows *a, ptrdiff_t first, 
             for (int r = 0; r < 16; r++) {
                 if (r < real) {
                     float *row = S + r * n;
-                    scale_add_row(row, add ? add + (i0 + r) * a->adds[2] * esize : NULL, dt, a->keys, n, a->scale);
+                    scale_add_row(row, add ? add + (i0 + r) * a->adds[2] * esize : NULL, dt, 0, a->keys, 0, n,
+                                  a->scale);
                     probabilities_bf16(row, n, pb + r * n2);
                 } else {
                     memset(pb + r * n2, 0, sizeof(uint32_t) * (size_t)n2);

@@ -51,9 +51,10 @@ typedef struct {
 
 /* Attention of many queries per (row, head). q, k, v, add and out of `dtype` (F32; F32 or BF16 for the bf16 dot
  * kernel); out (B, T_q, heads, hs) contiguous; strides row, head, position (0: broadcast); hs a multiple of 16
- * up to 64. `band` (fp32 only; 0: every key): query i sees only the keys j with |i - j| < band -- a local
- * window of band - 1 keys either side, as a mask of -inf outside it would, with queries == keys; each tile of
- * queries computes the key blocks its window reaches and no others. */
+ * up to 64. `band` (0: every key): query i sees only the keys j with |i - j| < band -- a local window of
+ * band - 1 keys either side, as a mask of -inf outside it would, with queries == keys; each tile of queries
+ * computes the key blocks its window reaches and no others (the fp32 loops and the AVX-512 BF16 ones; not the
+ * AMX tiles, nor DeBERTa's relative terms). */
 typedef struct {
     const void *q, *k, *v, *add;
     void *out;

@@ -286,17 +286,20 @@ static PyObject *py_relative_attention_rows(PyObject *self, PyObject *const *arg
     return result(rc, "relative_attention_rows");
 }
 
-/* attention_bf16(dtype, the 25 operands of parse_rows): AVX-512 BF16 dot products */
+/* attention_bf16(dtype, the 25 operands of parse_rows, band): AVX-512 BF16 dot products (or AMX tiles); see Rows */
 static PyObject *py_attention_bf16(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (parse(args, nargs, 26, "attention_bf16") < 0) return NULL;
+    if (parse(args, nargs, 27, "attention_bf16") < 0) return NULL;
     Rows a;
     Py_ssize_t rows;
     long threads;
     const long dtype = PyLong_AsLong(args[0]);
     if (PyErr_Occurred() || parse_rows(args + 1, (int)dtype, &a, &rows, &threads) < 0) return NULL;
+    a.band = PyLong_AsSsize_t(args[26]);
+    if (PyErr_Occurred()) return NULL;
     int rc;
     RUN(rc = bl_attention_bf16(k, &a, rows, (int)threads));
-    return result(rc, "attention_bf16 (AVX-512 BF16; fp32 or bf16, group >= 1, hs a multiple of 16 up to 64)");
+    return result(rc, "attention_bf16 (AVX-512 BF16; fp32 or bf16, group >= 1, hs a multiple of 16 up to 64; "
+                      "band: queries == keys)");
 }
 
 /* linear_few_rows(x_ptr, w_ptr, bias_ptr | None, y_ptr, M, K, N, dtype, threads): y (M, N) = x (M, K) · Wᵀ + b,
@@ -489,7 +492,7 @@ static PyMethodDef methods[] = {
                                     "rows, first, p2c, 2 strides, rows, first, c2p_scale, relative, mask, "
                                     "query_start, span): DeBERTa's disentangled attention, fp32"),
     METHOD(attention_bf16, "attention_bf16(dtype, q, 3 strides, k, 3 strides, v, 3 strides, add, 3 strides, out, "
-                           "rows, heads, hs, queries, keys, scale, threads, group): AVX-512 BF16 dot products"),
+                           "rows, heads, hs, queries, keys, scale, threads, group, band): AVX-512 BF16 dot products"),
     METHOD(beam_topk, "beam_topk(score, add, best, index, B, K, V, keep, log_softmax, threads): a beam step's best "
                       "candidates per input"),
     METHOD(add_layer_norm_rows, "add_layer_norm_rows(y, residual, w, b, out, dtype, rows, cols, eps, threads): "

@@ -233,12 +233,13 @@ int bl_relative_attention_rows(const bl_kernels *k, const Rows *a, const Relativ
 #define AMX_MIN_QUERIES 8
 
 int bl_attention_bf16(const bl_kernels *k, const Rows *a, ptrdiff_t rows, int threads) {
-    if (!rows_fit(a) || a->band || !k->attention_bf16_heads) return BL_UNSUPPORTED;
+    if (!rows_fit(a) || a->band < 0 || (a->band && a->queries != a->keys) || !k->attention_bf16_heads)
+        return BL_UNSUPPORTED;
     const ptrdiff_t tasks = rows * a->heads;
     if (tasks < 1 || a->keys < 1 || a->queries < 1) return BL_OK;
     int parts = thread_count(tasks, a->queries * a->keys * a->hs, threads);
     const ptrdiff_t n = (a->keys + 31) / 32 * 32;
-    if (k->attention_amx_heads && a->queries >= AMX_MIN_QUERIES) {
+    if (k->attention_amx_heads && a->queries >= AMX_MIN_QUERIES && !a->band) {  /* (the tiles take no band) */
         /* attention_amx_heads' scratch: kp, vp, qb, pb, S, O, and the bf16 rows of K and V */
         const ptrdiff_t hq = (a->hs / 2 + 15) / 16 * 16;
         const ptrdiff_t words = n * hq + n / 2 * a->hs + 16 * hq + 8 * n + 16 * n + 16 * a->hs + n * a->hs;
