@@ -17,11 +17,13 @@ modernbert-base`), each contender in a process of its own, one thread: the proce
 (VmHWM) after loading the model and a warm-up on 64 tokens, and after the long row, the row's seconds, and
 the cosine of its mean-pooled embedding to transformers' fp32 one. Contenders (`--contenders`):
   hf                     transformers' ModernBertModel (sdpa), fp32
-  bertlab[-bf16|-int8]   bertlab's inference runtime: local layers block by block (2·window queries against
-                         4·window keys); global layers as `nn/attention.py` picks by key count -- fp32 the C
-                         loops up to 2,047 keys and PyTorch's SDPA flash kernel from 2,048 (`LONG_KEYS`), bf16
-                         and int8 (attention in bf16) the AMX tile kernel up to 6,143 keys and SDPA in bf16
-                         from 6,144 (`AMX_SDPA_KEYS`) on a CPU with AMX
+  bertlab[-bf16|-int8]   bertlab's inference runtime: local layers in the C loops with the window (or, where
+                         the kernel has no windowed form, block by block: 2·window queries against 4·window
+                         keys); global layers as `nn/attention.py` picks by key count -- fp32 the C loops up
+                         to `long_keys()` keys (2,047, or every length on a CPU family measured to want them)
+                         and PyTorch's SDPA flash kernel from there, bf16 and int8 (attention in bf16) the AMX
+                         tile kernel up to 6,143 keys and SDPA in bf16 from 6,144 (`AMX_SDPA_KEYS`) on a CPU
+                         with AMX
   band                   bertlab fp32 with each local layer as one call over the whole (T x T) band mask: the
                          memory a window costs when it is only a mask
   onnxruntime[-int8], openvino[-bf16]   `bertlab export onnx --quantize int8` / `export openvino`, whose

@@ -1,6 +1,7 @@
-"""Attention over long rows on a CPU: from `LONG_KEYS` keys fp32 runs PyTorch's SDPA instead of the C loops,
-and from `AMX_SDPA_KEYS` keys an int8 or bf16 model's bf16 attention runs SDPA in bf16 on a CPU with AMX. Each against
-the formula in float64, with key padding (a whole padded row too) and keys shared by groups of query rows."""
+"""Attention over long rows on a CPU: from `long_keys()` keys fp32 runs PyTorch's SDPA instead of the C loops
+(`LONG_KEYS`, or the bound its CPU family was measured to want: on AMD Zen 4 the loops at every length), and from
+`AMX_SDPA_KEYS` keys an int8 or bf16 model's bf16 attention runs SDPA in bf16 on a CPU with AMX. Each against the
+formula in float64, with key padding (a whole padded row too) and keys shared by groups of query rows."""
 
 from __future__ import annotations
 
@@ -33,15 +34,39 @@ def inputs(T_k: int, shared: bool):
     return q, k, v, attention.AttentionMask("bidirectional", keep)
 
 
+@pytest.fixture
+def cpu_family(monkeypatch):
+    """Set the CPU family `long_keys()` reads: `cpu_family(("GenuineIntel", 6))`."""
+    def use(family):
+        monkeypatch.setattr(attention, "cpu_family", lambda: family)
+        attention.long_keys.cache_clear()
+
+    yield use
+    attention.long_keys.cache_clear()
+
+
+def test_long_keys_follow_the_cpu_family(cpu_family):
+    cpu_family(("GenuineIntel", 6))
+    assert attention.long_keys() == attention.LONG_KEYS
+    cpu_family(None)  # no /proc/cpuinfo
+    assert attention.long_keys() == attention.LONG_KEYS
+    cpu_family(("AuthenticAMD", 25))  # Zen 4: the loops at every length
+    assert attention.long_keys() > 1 << 40
+
+
 @pytest.mark.parametrize("shared", [False, True])
-def test_fp32_long_rows_take_sdpa_exactly(shared, monkeypatch):
+@pytest.mark.parametrize("family", [("GenuineIntel", 6), ("AuthenticAMD", 25)])
+def test_fp32_long_rows_take_the_cpus_kernel_exactly(shared, family, cpu_family, monkeypatch):
+    """At LONG_KEYS keys: SDPA where the CPU's bound says so, else the C loops (the matmuls where they are not
+    built); either exact."""
+    cpu_family(family)
     T_k = attention.LONG_KEYS
     q, k, v, mask = inputs(T_k, shared)
     called = []
     sdpa = attention.F.scaled_dot_product_attention
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **kw: called.append(1) or sdpa(*a, **kw))
     y, _ = attention.bmm_attention(q, k, v, mask, None, 0.0, None, False)
-    assert called  # the long path ran
+    assert called == ([] if family == ("AuthenticAMD", 25) else [1])
     expected = reference(q, k, v, mask)
     assert torch.isfinite(y).all()
     assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-6
@@ -73,9 +98,10 @@ def test_bf16_models_long_rows_take_sdpa_on_amx(shared, monkeypatch):
     assert ((y.double() - expected).norm() / expected.norm()).item() <= 1e-2  # bf16 operands and result
 
 
-def test_fp32_long_rows_from_strided_heads_are_sdpas_bit_for_bit(monkeypatch):
+def test_fp32_long_rows_from_strided_heads_are_sdpas_bit_for_bit(monkeypatch, cpu_family):
     # as `attention()` passes them: each head a strided view of the (B, T, H) projections; the long path copies
     # them contiguous before SDPA (faster there), which must not change a bit of the result
+    cpu_family(("GenuineIntel", 6))  # a CPU whose long rows take SDPA
     g = torch.Generator().manual_seed(1)
     B, T, nh, hs = 1, attention.LONG_KEYS, 2, 64
     q, k, v = (torch.randn(B, T, nh * hs, generator=g).view(B, T, nh, hs).transpose(1, 2) for _ in range(3))

@@ -29,6 +29,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from .cpu_kernels import attention_bf16, attention_one_query, attention_short, bf16_dot_available, cpu_isa, softmax_
+from .cpu_tuning import cpu_family
 from .elementwise import dropout
 from .token_layout import TokenLayout
 
@@ -210,6 +212,20 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # not the C loops, which are built for short rows: one head of 64, one query row per key, one thread, on the
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
+# Where a CPU family was measured to want another bound, by (vendor, family) (`cpu_tuning.cpu_family`; None: the C
+# loops at every length). AMD Zen 4 (family 25, its 512-bit vectors run as two 256-bit halves): the loops ahead of
+# SDPA at every length -- one row of 12 heads of 64, medians of 3 interleaved rounds, an AMD EPYC (family 25, model
+# 17), the machine quiet: one thread 1.02x at 1,024 keys, 1.12x at 2,048 and 4,096, 1.15x at 8,192 (2.22 against
+# 2.55 s); two threads 1.06-1.25x; heads of 32, one thread, 1.05-1.10x.
+LONG_KEYS_BY_CPU: dict[tuple[str, int], int | None] = {("AuthenticAMD", 25): None}
+
+
+@functools.cache
+def long_keys() -> int:
+    """From how many keys fp32 attention runs SDPA rather than the C loops on this CPU (`LONG_KEYS`, or
+    `LONG_KEYS_BY_CPU`'s bound for its family; a bound no row reaches where the loops take every length)."""
+    bound = LONG_KEYS_BY_CPU.get(cpu_family(), LONG_KEYS)
+    return 1 << 62 if bound is None else bound
 # There q, k, v go to SDPA as contiguous (B, nh, T, hs) copies, not strided views of the (B, T, H) projections (a
 # head's rows 9 KB apart in ModernBERT's fused qkv), copies included: one ModernBERT-base global layer at 8,192
 # tokens, fp32, one thread, the AMX Xeon at load ~1.1, 8 interleaved rounds -- 1.11x (medians 2.33 against 2.58 s;
@@ -270,7 +286,7 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     add, scale = _additive(mask, bias, q, T_k), _scale(scale, q)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
-    if T_k >= LONG_KEYS and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
+    if T_k >= long_keys() and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
         # each head's rows made contiguous first (see LONG_KEYS): the same arithmetic, bit for bit.
         q, k, v = (t.contiguous() for t in (q, *expand_shared_rows(k, v, B)))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None

@@ -205,8 +205,8 @@ def test_parameter_table_counts_the_built_model(tmp_path, capsys):
 @pytest.mark.slow  # 45 s on a busy 2-core machine, transformers' side included
 def test_an_8192_token_input_matches_transformers(tmp_path):
     """The release's full context: one row of 8,192 tokens (512 windows of the tiny model), fp32, in bertlab's
-    CPU inference runtime (packed GEMMs; the global layer through SDPA's flash kernel, from `LONG_KEYS` keys, on
-    contiguous copies of q, k, v; blocks on the local ones)."""
+    CPU inference runtime (packed GEMMs; the global layer through SDPA's flash kernel on contiguous copies of q, k,
+    v, or the C loops where the CPU's `long_keys()` bound keeps them; the window in the C loops on the local one)."""
     from bertlab.infer.runtime import InferenceOptions, prepare
 
     hf = hf_model(max_position_embeddings=8192, num_hidden_layers=2)  # one global layer, one local
