@@ -230,7 +230,11 @@ def long_keys() -> int:
 # head's rows 9 KB apart in ModernBERT's fused qkv), copies included: one ModernBERT-base global layer at 8,192
 # tokens, fp32, one thread, the AMX Xeon at load ~1.1, 8 interleaved rounds -- 1.11x (medians 2.33 against 2.58 s;
 # each round ahead, 1.01-1.36x); SDPA alone, load 5.7-7.7, 7 rounds: 1.23x. In bf16 the same copies measured
-# level (1.09x median, 0.97-1.62x, under load), so the bf16 paths keep the views.
+# level (1.09x median, 0.97-1.62x, under load), so the bf16 paths keep the views. The C loops on long rows take
+# contiguous keys and values too: they read a head's value rows one after another for each tile of queries, and
+# as views of the fused projections those rows lie 9 KB apart, 18 MB for 2,048 keys, past what the TLB maps --
+# 12 heads of 64 through the loops, one thread, an AMD EPYC (Zen 4): from views 1.53x slower on one row of 2,048
+# keys (244 against 159 ms) and of 8,192 (3.80 against 2.48 s); level on 4 rows of 128 to 1,024.
 # From this many keys, on a CPU with AMX, an int8 or bf16 model's bf16 attention goes to SDPA in bf16 (its flash
 # kernel's GEMMs on AMX tiles) and not `attention_bf16`'s AMX tile kernel: one row of 12 heads of 64, one thread, the
 # AMX Xeon (load ~1), medians of interleaved rounds -- the kernel 1.33x SDPA at 1,024 keys (11.6 vs 15.4 ms), 1.42x
@@ -286,10 +290,12 @@ def bmm_attention(q, k, v, mask: AttentionMask | None, bias: torch.Tensor | None
     add, scale = _additive(mask, bias, q, T_k), _scale(scale, q)
     if T_q == 1 and (y := attention_one_query(q, k, v, add, scale)) is not None:
         return y, None  # a decoding step, in one C call (nn/cpu_kernels.py)
-    if T_k >= long_keys() and q.dtype == torch.float32:  # long rows: PyTorch's blocked flash kernel, see LONG_KEYS
-        # each head's rows made contiguous first (see LONG_KEYS): the same arithmetic, bit for bit.
-        q, k, v = (t.contiguous() for t in (q, *expand_shared_rows(k, v, B)))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
+    if T_k >= LONG_KEYS and q.dtype == torch.float32:  # long rows: each head's rows made contiguous first (see
+        # LONG_KEYS), the same arithmetic bit for bit; then PyTorch's blocked flash kernel, or the C loops below
+        if T_k >= long_keys():
+            q, k, v = (t.contiguous() for t in (q, *expand_shared_rows(k, v, B)))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=add, scale=scale), None
+        k, v = k.contiguous(), v.contiguous()
     if bf16_sdpa(q.dtype, T_k):
         # a bf16 model's long rows: SDPA in bf16 (GEMMs on AMX tiles) over the tile kernel, as an int8 model's
         # (`AMX_SDPA_KEYS`; bf16 inputs, 12 heads of 64, 8,192 keys, one thread, load ~10: SDPA 1.36x the tiles)

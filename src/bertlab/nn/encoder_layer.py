@@ -28,7 +28,7 @@ import math
 import torch
 from torch import nn
 
-from .attention import AMX_SHORT_KEYS, SHORT_KEYS, AttentionMask, long_keys
+from .attention import AMX_SHORT_KEYS, LONG_KEYS, SHORT_KEYS, AttentionMask
 from .cpu_kernels import (bf16_dot_available, cpu_isa, linear_bf16, linear_f32, loop_heads,
                           post_ln_layer as _post_ln_layer)
 from .int8_linear import Int8Linear
@@ -84,8 +84,9 @@ def post_ln_layer(x: torch.Tensor, mask: AttentionMask | None, qkv: nn.Module, h
             or (dtype == torch.bfloat16 and (attention_kernel != "bmm" or not bf16_dot_available()))):
         return None
     B, T, H = x.shape
-    if not 2 <= T < long_keys() or H % heads or not loop_heads(H // heads):
-        return None  # (one query: the decoding step's kernel; long rows: SDPA; heads the C loops do not take)
+    if not 2 <= T < LONG_KEYS or H % heads or not loop_heads(H // heads):
+        return None  # (one query: the decoding step's kernel; long rows: the modules, whose attention reads each
+        # head's rows contiguous, see nn/attention.py LONG_KEYS; heads the C loops do not take)
     bf16_attention = False
     if attention_kernel == "bmm_bf16":  # what `attention.bmm_bf16_attention` runs for these fp32 rows
         bf16_attention = bf16_dot_available() and not (T <= AMX_SHORT_KEYS and cpu_isa() == "amx")
