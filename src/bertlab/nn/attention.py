@@ -212,20 +212,6 @@ def takes_rows(kernel: str, x: torch.Tensor, head_size: int) -> bool:
 # not the C loops, which are built for short rows: one head of 64, one query row per key, one thread, on the
 # AMX Xeon (load average ~1.5): level at 512-1,024 keys, SDPA 1.18x at 2,048, 2.6x at 8,192 (139 vs 368 ms).
 LONG_KEYS = 2048
-# Where a CPU family was measured to want another bound, by (vendor, family) (`cpu_tuning.cpu_family`; None: the C
-# loops at every length). AMD Zen 4 (family 25, its 512-bit vectors run as two 256-bit halves): the loops ahead of
-# SDPA at every length -- one row of 12 heads of 64, medians of 3 interleaved rounds, an AMD EPYC (family 25, model
-# 17), the machine quiet: one thread 1.02x at 1,024 keys, 1.12x at 2,048 and 4,096, 1.15x at 8,192 (2.22 against
-# 2.55 s); two threads 1.06-1.25x; heads of 32, one thread, 1.05-1.10x.
-LONG_KEYS_BY_CPU: dict[tuple[str, int], int | None] = {("AuthenticAMD", 25): None}
-
-
-@functools.cache
-def long_keys() -> int:
-    """From how many keys fp32 attention runs SDPA rather than the C loops on this CPU (`LONG_KEYS`, or
-    `LONG_KEYS_BY_CPU`'s bound for its family; a bound no row reaches where the loops take every length)."""
-    bound = LONG_KEYS_BY_CPU.get(cpu_family(), LONG_KEYS)
-    return 1 << 62 if bound is None else bound
 # There q, k, v go to SDPA as contiguous (B, nh, T, hs) copies, not strided views of the (B, T, H) projections (a
 # head's rows 9 KB apart in ModernBERT's fused qkv), copies included: one ModernBERT-base global layer at 8,192
 # tokens, fp32, one thread, the AMX Xeon at load ~1.1, 8 interleaved rounds -- 1.11x (medians 2.33 against 2.58 s;
@@ -241,6 +227,21 @@ def long_keys() -> int:
 # at 2,048, 1.26x at 4,096, SDPA 1.21x at 8,192 (857 vs 1,036 ms). (Against the AVX-512 BF16 loops alone, before
 # the tile kernel, SDPA led from 1,024 keys: 3.3-3.9x.)
 AMX_SDPA_KEYS = 6144
+
+# Where a CPU family was measured to want another bound than `LONG_KEYS`, by (vendor, family)
+# (`cpu_tuning.cpu_family`; None: the C loops at every length). AMD Zen 4 (family 25): the loops ahead of SDPA at
+# every length -- one row of 12 heads of 64, medians of 3 interleaved rounds, an AMD EPYC (family 25, model
+# 17), the machine quiet: one thread 1.02x at 1,024 keys, 1.12x at 2,048 and 4,096, 1.15x at 8,192 (2.22 against
+# 2.55 s); two threads 1.06-1.25x; heads of 32, one thread, 1.05-1.10x.
+LONG_KEYS_BY_CPU: dict[tuple[str, int], int | None] = {("AuthenticAMD", 25): None}
+
+
+@functools.cache
+def long_keys() -> int:
+    """From how many keys fp32 attention runs SDPA rather than the C loops on this CPU (`LONG_KEYS`, or
+    `LONG_KEYS_BY_CPU`'s bound for its family; a bound no row reaches where the loops take every length)."""
+    bound = LONG_KEYS_BY_CPU.get(cpu_family(), LONG_KEYS)
+    return 1 << 62 if bound is None else bound
 
 
 def bf16_sdpa(dtype: torch.dtype, keys: int) -> bool:
@@ -349,8 +350,8 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_head
     Each model's kernel keeps its arithmetic: fp32 (`bmm` on fp32) the fp32 loops; bf16 (`bmm` on bf16) and int8
     (`bmm_bf16`, fp32 in and out) the AVX-512 BF16 loops, where the CPU has them -- an int8 model without them
     the fp32 loops, as its blocks ran. A local layer of ModernBERT-base's shape on an AMD EPYC (Zen 4), one
-    thread: the bf16 loops 1.6-2.2x the blocks at 256-8,192 tokens (bf16 and int8 models), the fp32 loops
-    1.7x at 256-2,048 (fp32 models). Not on an AMX CPU, whose bf16 and int8 blocks run on AMX tiles or bf16
+    thread: the bf16 loops 1.6-2.2x the blocks at 256-8,192 tokens (bf16 models), 1.5-1.7x (int8), the fp32
+    loops 1.7x at 256-2,048 (fp32 models). Not on an AMX CPU, whose bf16 and int8 blocks run on AMX tiles or bf16
     SDPA (the windowed loops not measured against them there)."""
     bf16 = (kernel == "bmm" and q.dtype == torch.bfloat16) or (kernel == "bmm_bf16" and q.dtype == torch.float32)
     if not (bf16 or (kernel == "bmm" and q.dtype == torch.float32)) or (bf16 and cpu_isa() == "amx"):
