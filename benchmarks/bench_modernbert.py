@@ -1,6 +1,7 @@
 """ModernBERT on a CPU: what its own pieces cost, and the memory of an 8,192-token input.
 
     python benchmarks/bench_modernbert.py ops [--lengths 512,8192] [--repeat 20] [--dtype fp32|bf16]
+    python benchmarks/bench_modernbert.py local [--shapes 256x8,512x4,2048x1,8192x1] [--dtypes fp32,bf16,int8] [--threads 1]
     python benchmarks/bench_modernbert.py memory [--length 8192] [--layers 22] [--contenders hf,bertlab,band]
     python benchmarks/bench_modernbert.py memory --contenders hf,bertlab,bertlab-int8,onnxruntime,onnxruntime-int8,openvino
     python benchmarks/bench_modernbert.py memory --layers 2 --local-only --contenders onnxruntime-band,onnxruntime,openvino-band,openvino
@@ -10,6 +11,12 @@ ModernBERT-base's widths (12 heads of 64, GeGLU 1,152), each as the model runs i
 would replace it, fp32 (`--dtype bf16`: bf16 tensors, tables and model), one thread, median of `--repeat` calls; beside them one whole encoder layer through
 bertlab's inference runtime (packed GEMMs; attention as `nn/attention.py`'s `bmm` kernel picks it for the
 length, see `memory` below), so each piece's share of a layer is plain.
+
+`local`: one local layer's attention (ModernBERT-base's 12 heads of 64, a window of 64 either side) at each model
+precision's kernel -- fp32 (`bmm` on fp32), bf16 (`bmm` on bf16), int8 (`bmm_bf16`, fp32 in and out) -- as blocks
+of 2·window queries through the padded kernel against the C loops with the window in one call
+(`nn.attention.window_attention`), and for int8 the fp32 windowed loops too; TxB shapes (T tokens, B rows, the last
+row padded from 3/4 of T), medians of `--rounds` interleaved rounds, the largest difference from the blocks.
 
 `memory`: one row of `--length` tokens embedded by a random-weight ModernBERT of the base's shape (22 layers,
 H 768, window 128; `--layers` fewer for a quick look; the model and tokenizer of `bench_engines.py --model
@@ -37,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -115,6 +123,71 @@ def ops(args: argparse.Namespace) -> None:
             print(json.dumps(row, indent=1), flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+LOCAL_KERNELS = {"fp32": ("bmm", torch.float32), "bf16": ("bmm", torch.bfloat16), "int8": ("bmm_bf16", torch.float32)}
+
+
+def local(args: argparse.Namespace) -> None:
+    from bench_engines import provenance, provenance_line
+
+    from bertlab.models.modernbert import modeling
+    from bertlab.nn.attention import window_attention
+
+    torch.set_num_threads(args.threads)
+    nh, hs, w = 12, 64, 64
+    info, results = provenance(), []
+    print("| T x rows | precision | blocks ms | window ms | window / blocks | largest difference | fp32 window ms |")
+    print("|---|---|---|---|---|---|---|")
+    with torch.inference_mode():
+        for shape in args.shapes.split(","):
+            T, B = (int(x) for x in shape.split("x"))
+            g = torch.Generator().manual_seed(T)
+            x = [torch.randn(B, T, nh * hs, generator=g) for _ in range(3)]
+            keep = torch.ones(B, T, dtype=torch.bool)
+            keep[-1, T * 3 // 4:] = False
+            for dtype in args.dtypes.split(","):
+                kernel, torch_dtype = LOCAL_KERNELS[dtype]
+                q, k, v = (t.to(torch_dtype) for t in x)
+                model = lambda: modeling.local_attention(q, k, v, nh, w, keep, kernel=kernel)[0]  # noqa: E731
+                ways = {"blocks": model}  # (with window_attention declining: the model as it runs without one)
+                if window_attention(q, k, v, nh, w, keep, kernel) is not None:
+                    ways["window"] = model
+                if dtype == "int8":
+                    ways["fp32 window"] = lambda: window_attention(q, k, v, nh, w, keep, "bmm")
+
+                def run(name: str, calls: int = 1):
+                    real = modeling.window_attention
+                    if name == "blocks":
+                        modeling.window_attention = lambda *a: None
+                    try:
+                        for _ in range(calls):
+                            out = ways[name]()
+                        return out
+                    finally:
+                        modeling.window_attention = real
+
+                outs = {name: run(name) for name in ways}  # (each warmed once)
+                reps = max(1, int(args.work / (B * T * (4 * w) * nh * hs)))
+                timed, names = {name: [] for name in ways}, list(ways)
+                for r in range(args.rounds):  # interleaved, the order rotating
+                    for name in names[r % len(names):] + names[:r % len(names)]:
+                        start = time.perf_counter()
+                        run(name, reps)
+                        timed[name].append((time.perf_counter() - start) / reps * 1e3)
+                ms = {name: statistics.median(t) for name, t in timed.items()}
+                ref = outs["blocks"].float()[keep]
+                diff = {name: float((o.float()[keep] - ref).abs().max() / ref.abs().max()) for name, o in outs.items()}
+                row = {"T": T, "rows": B, "precision": dtype, "ms": ms, "relative_difference": diff}
+                results.append(row)
+                window = (f"{ms['window']:.2f} | {ms['blocks'] / ms['window']:.2f}x | {diff['window']:.1e}"
+                          if "window" in ms else "- | no windowed form here | -")
+                fp32 = f"{ms['fp32 window']:.2f}" if "fp32 window" in ms else "-"
+                print(f"| {T} x {B} | {dtype} | {ms['blocks']:.2f} | {window} | {fp32} |", flush=True)
+    info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    print("\n" + provenance_line(info))
+    if args.json:
+        args.json.write_text(json.dumps({"provenance": info, "rows": results}, indent=2) + "\n")
 
 
 def rope_addcmul(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -306,6 +379,13 @@ def main() -> int:
     o.add_argument("--repeat", type=int, default=20)
     o.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     o.add_argument("--json", type=Path)
+    lo = sub.add_parser("local", help="a local layer's attention: blocks against the windowed C loops")
+    lo.add_argument("--shapes", default="256x8,512x4,2048x1,8192x1", help="comma-separated T x rows")
+    lo.add_argument("--dtypes", default="fp32,bf16,int8", help="the model precisions whose kernels run")
+    lo.add_argument("--threads", type=int, default=1)
+    lo.add_argument("--rounds", type=int, default=3)
+    lo.add_argument("--work", type=float, default=2e9, help="about this many multiply-adds of the blocks a timing")
+    lo.add_argument("--json", type=Path)
     m = sub.add_parser("memory", help="peak RSS of one long row, a process per contender")
     m.add_argument("--length", type=int, default=8192)
     m.add_argument("--layers", type=int, default=22)
@@ -315,7 +395,14 @@ def main() -> int:
                    help=f"comma-separated, each a process of its own: {', '.join(CONTENDERS)}")
     m.add_argument("--json", type=Path)
     args = p.parse_args()
-    (ops if args.what == "ops" else memory)(args)
+    if args.what == "local":
+        for shape in args.shapes.split(","):
+            if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", shape):
+                p.error(f"--shapes: expected T x rows such as 512x4, got {shape!r}")
+        for dtype in args.dtypes.split(","):
+            if dtype not in LOCAL_KERNELS:
+                p.error(f"--dtypes: expected fp32, bf16 or int8, got {dtype!r}")
+    {"ops": ops, "local": local, "memory": memory}[args.what](args)
     return 0
 
 

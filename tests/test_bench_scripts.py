@@ -1,7 +1,8 @@
 """Benchmark scripts that run end to end on a tiny setting and refuse a bad argument in one line:
 benchmarks/bench_one_call.py (each precision's row a ratio -- the one-call path ran and gave the modules' output --
-or why it has none here) and benchmarks/bench_blocking.py (a row per precision and row count, the ids checked
-equal across the field's values)."""
+or why it has none here), benchmarks/bench_blocking.py (a row per precision and row count, the ids checked
+equal across the field's values) and benchmarks/bench_modernbert.py's `local` (a local layer's blocks against its
+windowed loops, per precision: where the window runs, its output the blocks')."""
 
 from __future__ import annotations
 
@@ -56,3 +57,23 @@ def test_blocking_times_each_value_of_a_field():
 def test_blocking_refuses_an_unknown_field():
     done = run("bench_blocking.py", "--field", "f32_cols")
     assert done.returncode == 2 and "--field: expected one of f32_rows" in done.stderr
+
+
+@needs_gemm
+def test_local_layers_time_the_blocks_against_the_window():
+    done = run("bench_modernbert.py", "local", "--shapes", "300x2", "--rounds", "1", "--work", "1e6")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r.split("|")[2].strip(): r.split("|") for r in done.stdout.splitlines() if r.startswith("| 300 x 2 |")}
+    assert list(rows) == ["fp32", "bf16", "int8"]
+    fp32 = rows["fp32"]
+    assert fp32[5].strip().endswith("x") and float(fp32[6]) < 1e-5  # the fp32 window: the blocks' numbers
+    for dtype in ("bf16", "int8"):  # the bf16 loops (where this CPU has them): bf16's rounding apart
+        cells = rows[dtype]
+        assert "no windowed form here" in cells[5] if cells[4].strip() == "-" else float(cells[6]) < 5e-2
+    assert float(rows["int8"][7]) > 0  # the fp32 windowed loops timed beside
+    assert "| commit " in done.stdout
+
+
+def test_local_layers_refuse_a_bad_shape():
+    done = run("bench_modernbert.py", "local", "--shapes", "512")
+    assert done.returncode == 2 and "--shapes: expected T x rows such as 512x4, got '512'" in done.stderr

@@ -350,8 +350,8 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_head
     Each model's kernel keeps its arithmetic: fp32 (`bmm` on fp32) the fp32 loops; bf16 (`bmm` on bf16) and int8
     (`bmm_bf16`, fp32 in and out) the AVX-512 BF16 loops, where the CPU has them -- an int8 model without them
     the fp32 loops, as its blocks ran. A local layer of ModernBERT-base's shape on an AMD EPYC (Zen 4), one
-    thread: the bf16 loops 1.6-2.2x the blocks at 256-8,192 tokens (bf16 models), 1.5-1.7x (int8), the fp32
-    loops 1.7x at 256-2,048 (fp32 models). Not on an AMX CPU, whose bf16 and int8 blocks run on AMX tiles or bf16
+    thread, 256-8,192 tokens (`benchmarks/bench_modernbert.py local`): 1.59-1.71x the blocks (fp32), 1.60-1.73x
+    (bf16), 1.37-1.84x (int8). Not on an AMX CPU, whose bf16 and int8 blocks run on AMX tiles or bf16
     SDPA (the windowed loops not measured against them there)."""
     bf16 = (kernel == "bmm" and q.dtype == torch.bfloat16) or (kernel == "bmm_bf16" and q.dtype == torch.float32)
     if not (bf16 or (kernel == "bmm" and q.dtype == torch.float32)) or (bf16 and cpu_isa() == "amx"):

@@ -80,24 +80,31 @@ def test_an_8192_token_row_at_the_release_window(models, monkeypatch):
                 assert local == [] and windows == [(W, True), (W, True)]
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "int8"])
 @pytest.mark.parametrize("T", [4 * W + 3, 11 * W + 7])
-def test_the_windowed_c_loops_give_the_blocks_bits(monkeypatch, T):
+def test_the_windowed_c_loops_give_the_blocks_bits(monkeypatch, T, precision):
     """A CPU inference pass's local layer in one call of the C loops with the window (`window_attention`) against
     the same layer's blocks through the same loops with the band as a mask: equal bit for bit on the real tokens
-    (the blocks start 16-key aligned, so every row sums its exponentials in the same lanes), padded rows too. (A
-    last block of a single query -- T = 1 more than a multiple of 2W -- goes to the one-query loop instead, whose
-    sums run in another order: 3e-7 there.)"""
+    (the blocks start 16-key aligned -- 32 for the bf16 loops -- so every row sums its exponentials in the same
+    lanes), padded rows too; at each precision's kernel: fp32's loops, bf16's and int8's AVX-512 BF16 ones (where
+    the CPU has them). (A last block of a single query -- T = 1 more than a multiple of 2W -- goes to fp32's
+    one-query loop instead, whose sums run in another order: 3e-7 there.)"""
     from bertlab.models.modernbert import modeling
     from bertlab.nn import cpu_kernels
 
     if cpu_kernels.cpu_isa() == "none" or cpu_kernels._extension() is None:
         pytest.skip("no C attention loops at this level")
+    kernel, dtype = {"fp32": ("bmm", torch.float32), "bf16": ("bmm", torch.bfloat16),
+                     "int8": ("bmm_bf16", torch.float32)}[precision]
+    if precision != "fp32" and (not cpu_kernels.bf16_dot_available() or cpu_kernels.cpu_isa() == "amx"):
+        pytest.skip("the bf16 loops take no window here (no AVX-512 BF16, or AMX tiles run the blocks)")
     g = torch.Generator().manual_seed(T)
-    q, k, v = (torch.randn(3, T, 128, generator=g) for _ in range(3))
+    q, k, v = (torch.randn(3, T, 128, generator=g).to(dtype) for _ in range(3))
     keep = torch.ones(3, T, dtype=torch.bool)
     keep[1, T // 2:] = False
     with torch.inference_mode():
-        windowed, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel="bmm")
+        assert modeling.window_attention(q, k, v, 2, W, keep, kernel) is not None
+        windowed, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel=kernel)
         monkeypatch.setattr(modeling, "window_attention", lambda *args: None)
-        blocks, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel="bmm")
+        blocks, _ = modeling.local_attention(q, k, v, 2, W, keep, kernel=kernel)
     assert torch.equal(windowed[keep], blocks[keep])
