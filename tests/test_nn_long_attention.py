@@ -36,22 +36,23 @@ def inputs(T_k: int, shared: bool):
 
 @pytest.fixture
 def cpu_family(monkeypatch):
-    """Set the CPU family `long_keys()` reads: `cpu_family(("GenuineIntel", 6))`."""
-    def use(family):
+    """Set the CPU family and dispatch level `long_keys()` reads: `cpu_family(("GenuineIntel", 6), "avx512")`."""
+    def use(family, level="avx512"):
         monkeypatch.setattr(attention, "cpu_family", lambda: family)
-        attention.long_keys.cache_clear()
+        monkeypatch.setattr(attention, "cpu_isa", lambda: level)
 
-    yield use
-    attention.long_keys.cache_clear()
+    return use
 
 
-def test_long_keys_follow_the_cpu_family(cpu_family):
+def test_long_keys_follow_the_cpu_family_and_level(cpu_family):
     cpu_family(("GenuineIntel", 6))
     assert attention.long_keys() == attention.LONG_KEYS
     cpu_family(None)  # no /proc/cpuinfo
     assert attention.long_keys() == attention.LONG_KEYS
-    cpu_family(("AuthenticAMD", 25))  # Zen 4: the loops at every length
+    cpu_family(("AuthenticAMD", 25))  # Zen 4 at avx512: the loops at every length
     assert attention.long_keys() > 1 << 40
+    cpu_family(("AuthenticAMD", 25), "avx2")  # Zen 3, or Zen 4 held to AVX2: SDPA from LONG_KEYS
+    assert attention.long_keys() == attention.LONG_KEYS
 
 
 @pytest.mark.parametrize("shared", [False, True])

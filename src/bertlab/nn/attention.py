@@ -29,7 +29,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,19 +227,21 @@ LONG_KEYS = 2048
 # the tile kernel, SDPA led from 1,024 keys: 3.3-3.9x.)
 AMX_SDPA_KEYS = 6144
 
-# Where a CPU family was measured to want another bound than `LONG_KEYS`, by (vendor, family)
-# (`cpu_tuning.cpu_family`; None: the C loops at every length). AMD Zen 4 (family 25): the loops ahead of SDPA at
-# every length -- one row of 12 heads of 64, medians of 3 interleaved rounds, an AMD EPYC (family 25, model
-# 17), the machine quiet: one thread 1.02x at 1,024 keys, 1.12x at 2,048 and 4,096, 1.15x at 8,192 (2.22 against
-# 2.55 s); two threads 1.06-1.25x; heads of 32, one thread, 1.05-1.10x.
-LONG_KEYS_BY_CPU: dict[tuple[str, int], int | None] = {("AuthenticAMD", 25): None}
+# Where a CPU family was measured to want another bound than `LONG_KEYS` at a dispatch level, by (vendor, family,
+# level) (`cpu_tuning.cpu_family`, `cpu_isa()`; None: the C loops at every length). AMD Zen 4 (family 25) at the
+# avx512 level: the loops ahead of SDPA at every length -- one row of 12 heads of 64, medians of 3 interleaved
+# rounds, an AMD EPYC (family 25, model 17), the machine quiet: one thread 1.02x at 1,024 keys, 1.12x at 2,048 and
+# 4,096, 1.15x at 8,192 (2.22 against 2.55 s); two threads 1.06-1.25x; heads of 32, one thread, 1.05-1.10x. Not at
+# the avx2 level (the same CPU held to AVX2, torch's kernels too: the loops 0.81-0.85x SDPA from 2,048 keys), which
+# family 25's Zen 3 CPUs (AVX2 only) run at.
+LONG_KEYS_BY_CPU: dict[tuple[str, int, str], int | None] = {("AuthenticAMD", 25, "avx512"): None}
 
 
-@functools.cache
 def long_keys() -> int:
-    """From how many keys fp32 attention runs SDPA rather than the C loops on this CPU (`LONG_KEYS`, or
-    `LONG_KEYS_BY_CPU`'s bound for its family; a bound no row reaches where the loops take every length)."""
-    bound = LONG_KEYS_BY_CPU.get(cpu_family(), LONG_KEYS)
+    """From how many keys fp32 attention runs SDPA rather than the C loops on this CPU at its dispatch level
+    (`LONG_KEYS`, or `LONG_KEYS_BY_CPU`'s bound; a bound no row reaches where the loops take every length)."""
+    family = cpu_family()
+    bound = LONG_KEYS if family is None else LONG_KEYS_BY_CPU.get((*family, cpu_isa()), LONG_KEYS)
     return 1 << 62 if bound is None else bound
 
 
