@@ -15,7 +15,8 @@ length, see `memory` below), so each piece's share of a layer is plain.
 `local`: one local layer's attention (ModernBERT-base's 12 heads of 64, a window of 64 either side) at each model
 precision's kernel -- fp32 (`bmm` on fp32), bf16 (`bmm` on bf16), int8 (`bmm_bf16`, fp32 in and out) -- as blocks
 of 2·window queries through the padded kernel against the C loops with the window in one call
-(`nn.attention.window_attention`), and for int8 the fp32 windowed loops too; TxB shapes (T tokens, B rows, the last
+(`nn.attention.window_attention`; on a CPU whose bf16 and int8 models keep the blocks, AMX, the bf16 loops' window
+beside them, marked "not taken here"), and for int8 the fp32 windowed loops too; TxB shapes (T tokens, B rows, the last
 row padded from 3/4 of T), medians of `--rounds` interleaved rounds, the largest difference from the blocks.
 
 `memory`: one row of `--length` tokens embedded by a random-weight ModernBERT of the base's shape (22 layers,
@@ -42,6 +43,7 @@ the cosine of its mean-pooled embedding to transformers' fp32 one. Contenders (`
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -132,7 +134,19 @@ def local(args: argparse.Namespace) -> None:
     from bench_engines import provenance, provenance_line
 
     from bertlab.models.modernbert import modeling
+    from bertlab.nn import cpu_kernels
     from bertlab.nn.attention import window_attention
+
+    attention_module = importlib.import_module("bertlab.nn.attention")  # (the package exports a function so named)
+
+    def unexcluded(fn):
+        """fn() with `window_attention`'s CPU check seeing no AMX"""
+        level = attention_module.cpu_isa
+        attention_module.cpu_isa = lambda: "avx512"
+        try:
+            return fn()
+        finally:
+            attention_module.cpu_isa = level
 
     torch.set_num_threads(args.threads)
     nh, hs, w = 12, 64, 64
@@ -151,8 +165,13 @@ def local(args: argparse.Namespace) -> None:
                 q, k, v = (t.to(torch_dtype) for t in x)
                 model = lambda: modeling.local_attention(q, k, v, nh, w, keep, kernel=kernel)[0]  # noqa: E731
                 ways = {"blocks": model}  # (with window_attention declining: the model as it runs without one)
-                if window_attention(q, k, v, nh, w, keep, kernel) is not None:
+                taken = window_attention(q, k, v, nh, w, keep, kernel) is not None
+                if taken:
                     ways["window"] = model
+                elif dtype != "fp32" and cpu_kernels.bf16_dot_available():
+                    # a CPU whose model keeps the blocks (AMX: its tiles run them): the bf16 loops' window beside
+                    # them all the same, what `window_attention` would run were the CPU not excluded
+                    ways["window"] = lambda: unexcluded(lambda: window_attention(q, k, v, nh, w, keep, kernel))
                 if dtype == "int8":
                     ways["fp32 window"] = lambda: window_attention(q, k, v, nh, w, keep, "bmm")
 
@@ -178,10 +197,11 @@ def local(args: argparse.Namespace) -> None:
                 ms = {name: statistics.median(t) for name, t in timed.items()}
                 ref = outs["blocks"].float()[keep]
                 diff = {name: float((o.float()[keep] - ref).abs().max() / ref.abs().max()) for name, o in outs.items()}
-                row = {"T": T, "rows": B, "precision": dtype, "ms": ms, "relative_difference": diff}
+                row = {"T": T, "rows": B, "precision": dtype, "ms": ms, "relative_difference": diff,
+                       "window_taken": taken}
                 results.append(row)
-                window = (f"{ms['window']:.2f} | {ms['blocks'] / ms['window']:.2f}x | {diff['window']:.1e}"
-                          if "window" in ms else "- | no windowed form here | -")
+                window = (f"{ms['window']:.2f} | {ms['blocks'] / ms['window']:.2f}x{'' if taken else ' (not taken here)'}"
+                          f" | {diff['window']:.1e}" if "window" in ms else "- | no windowed form here | -")
                 fp32 = f"{ms['fp32 window']:.2f}" if "fp32 window" in ms else "-"
                 print(f"| {T} x {B} | {dtype} | {ms['blocks']:.2f} | {window} | {fp32} |", flush=True)
     info["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
