@@ -361,9 +361,10 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, num_head
     hs = H // num_heads
     add = AttentionMask(keep=keep).additive(1, T, q.dtype, q.device)  # (B, 1, 1, T) at the padding keys, or None
     q, k, v = (t.view(B, T, num_heads, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-    y = attention_bf16(q, k, v, add, 1.0 / math.sqrt(hs), window=window) if bf16 else None
+    scale = 1.0 / math.sqrt(hs)
+    y = attention_bf16(q, k, v, add, scale, window=window) if bf16 else None
     if y is None and q.dtype == torch.float32:  # fp32, or an int8 model on a CPU without AVX-512 BF16
-        y = attention_short(q, k, v, add, 1.0 / math.sqrt(hs), window=window)
+        y = attention_short(q, k, v, add, scale, window=window)
     return None if y is None else y.transpose(1, 2).reshape(B, T, H)
 
 

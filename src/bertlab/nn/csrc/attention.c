@@ -266,21 +266,6 @@ INLINE HeadRows head_rows(const Rows *a, ptrdiff_t task) {
                       .add = a->add ? (const float *)a->add + b * a->adds[0] + h * a->adds[1] : NULL};
 }
 
-/* The keys each of the R query rows i0 .. i0 + R - 1 sees, [lo[r], hi[r]) -- every key, or with a->band the
- * local window |i - j| < band -- and the columns [from, to) the tile computes: the 16-key blocks its real rows'
- * windows reach (every block without a band). Rows past the last query get the last one's window. */
-INLINE void visible_keys(const Rows *a, ptrdiff_t i0, int R, ptrdiff_t *lo, ptrdiff_t *hi, ptrdiff_t *from,
-                         ptrdiff_t *to) {
-    const ptrdiff_t keys = a->keys, w = a->band;
-    for (int r = 0; r < R; r++) {
-        const ptrdiff_t i = i0 + r < a->queries ? i0 + r : a->queries - 1;
-        lo[r] = w && i - w + 1 > 0 ? i - w + 1 : 0;
-        hi[r] = w && i + w < keys ? i + w : keys;
-    }
-    *from = lo[0] / BLOCK * BLOCK;
-    *to = padded(hi[R - 1]);
-}
-
 /* s[j] += c[ac[j]] + P[ap[j]] for the keys j of one query row (either table NULL: its term left out; their sum
  * first, as torch adds them): the gathers in whole vectors where the level has them (each lane the scalar loop's
  * sum, so the same bits) */
@@ -502,7 +487,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
             const float *qr[R8], *ar[R8];
             i32x8 mk[R8];
             ptrdiff_t lo[R8], hi[R8], from, to;
-            visible_keys(a, i0, R8, lo, hi, &from, &to);
+            visible_keys(a, i0, R8, BLOCK, lo, hi, &from, &to);
             for (int r = 0; r < R8; r++) {
                 const ptrdiff_t i = i0 + r;
                 const int real = i < a->queries;
@@ -587,7 +572,7 @@ INLINE void rows_heads(const Rows *a, const RelativeTerms *rel, ptrdiff_t first,
             float *orow[8];
             float inv[8] = {0};
             ptrdiff_t lo[8], hi[8], from, to;
-            visible_keys(a, i0, R, lo, hi, &from, &to);
+            visible_keys(a, i0, R, BLOCK, lo, hi, &from, &to);
             for (ptrdiff_t g = 0; g < R && i0 + g < a->queries; g += 4) {  /* Q Kᵀ and the softmax, 4 rows at once */
                 const float *qr[4], *ar[4];
                 i32x16 mk[4];

@@ -102,7 +102,8 @@ static inline __attribute__((always_inline)) BF16DOT_TARGET void scale_add_row(f
     const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
     for (ptrdiff_t j = from; j < to; j += 16) {
         /* the lanes l with lo <= j + l < hi */
-        const ptrdiff_t start = lo - j < 0 ? 0 : lo - j > 16 ? 16 : lo - j, end = hi - j < 0 ? 0 : hi - j > 16 ? 16 : hi - j;
+        const ptrdiff_t start = lo - j < 0 ? 0 : lo - j > 16 ? 16 : lo - j;
+        const ptrdiff_t end = hi - j < 0 ? 0 : hi - j > 16 ? 16 : hi - j;
         const __mmask16 live = (__mmask16)((((1u << end) - 1) >> start) << start);
         __m512 x = _mm512_mul_ps(_mm512_loadu_ps(row + j), sc);
         if (add) {
@@ -200,15 +201,8 @@ HIDDEN BF16DOT_TARGET void attention_bf16_heads(const Rows *a, ptrdiff_t first, 
             const int real = a->queries - i0 < 4 ? (int)(a->queries - i0) : 4;
             for (int r = 0; r < 4; r++)  /* q2 row r: the query's bf16, read as pairs */
                 bf16_row(q + (i0 + (r < real ? r : 0)) * a->qs[2] * esize, dt, hs, (uint16_t *)(q2 + r * hp));
-            /* the keys [lo, hi) each query sees (with a band, |i - j| < band) and the 32-key chunks [from, to)
-             * the tile's windows reach: every key and chunk without a band */
-            ptrdiff_t lo[4], hi[4];
-            for (int r = 0; r < 4; r++) {
-                const ptrdiff_t i = i0 + (r < real ? r : real - 1), w = a->band;
-                lo[r] = w && i - w + 1 > 0 ? i - w + 1 : 0;
-                hi[r] = w && i + w < a->keys ? i + w : a->keys;
-            }
-            const ptrdiff_t from = lo[0] / 32 * 32, to = (hi[real - 1] + 31) / 32 * 32;
+            ptrdiff_t lo[4], hi[4], from, to;  /* each row's keys, the 32-key chunks the tile computes */
+            visible_keys(a, i0, 4, 32, lo, hi, &from, &to);
             ptrdiff_t jb = from / 16;
             for (; jb + 4 <= to / 16; jb += 4) qk_tile_bf16(4, q2, kp, jb, hp, S, n);
             switch (to / 16 - jb) {

@@ -155,6 +155,22 @@ INLINE float exp_nonpositive(float x) {
  * to scalar tail loops in each of four passes, and those cost as much as the vector part.) */
 INLINE ptrdiff_t padded(ptrdiff_t n) { return (n + BLOCK - 1) / BLOCK * BLOCK; }
 
+/* The keys each of the R query rows i0 .. i0 + R - 1 sees, [lo[r], hi[r]) -- every key, or with a->band the
+ * local window |i - j| < band -- and the columns [from, to) the tile computes: the `chunk`-key blocks (16 in the
+ * fp32 loops, 32 in the bf16 ones) its real rows' windows reach (every block without a band). Rows past the last
+ * query get the last one's window. */
+INLINE void visible_keys(const Rows *a, ptrdiff_t i0, int R, ptrdiff_t chunk, ptrdiff_t *lo, ptrdiff_t *hi,
+                         ptrdiff_t *from, ptrdiff_t *to) {
+    const ptrdiff_t keys = a->keys, w = a->band;
+    for (int r = 0; r < R; r++) {
+        const ptrdiff_t i = i0 + r < a->queries ? i0 + r : a->queries - 1;
+        lo[r] = w && i - w + 1 > 0 ? i - w + 1 : 0;
+        hi[r] = w && i + w < keys ? i + w : keys;
+    }
+    *from = lo[0] / chunk * chunk;
+    *to = (hi[R - 1] + chunk - 1) / chunk * chunk;
+}
+
 /* Lane folds in registers: each step combines lanes l and l + half (half = 8, 4, 2, 1) -- the tree the folds
  * through a stack array took, without its chain of stores and reloads (which was most of a short row's softmax) */
 typedef int32_t i32x16 __attribute__((vector_size(64)));
