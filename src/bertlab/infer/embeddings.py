@@ -89,12 +89,47 @@ def is_bge_m3_folder(model_dir: str | Path | None) -> bool:
     return all(have)
 
 
+# A sentence-transformers pipeline bertlab computes as a sentence vector: these modules, in this order
+SENTENCE_MODULES = ("Transformer", "Pooling", "Normalize")
+# Pipelines with a vector of another kind, each computed by its own path (`sparse.folder_pooling`,
+# `multivector.is_colbert_folder`): a module of theirs marks them, or (PyLate's) the similarity function
+OTHER_KIND_MODULES = ("SpladePooling", "MultiVectorMask")
+OTHER_KIND_SIMILARITY = "MaxSim"
+
+
+def _check_sentence_modules(model_dir: str | Path) -> None:
+    """Refuse, in one line, a sentence-transformers pipeline whose sentence vector bertlab would not compute as
+    that library does (a Dense or LayerNorm after the pooling, no pooling at all...): read as a plain encoder
+    it would give another vector without a word. Folders without modules.json, and those of the other kinds
+    above, pass (their own paths read them)."""
+    folder = Path(model_dir)
+    try:
+        modules = json.loads((folder / "modules.json").read_text())
+        names = tuple(str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return
+    if "Pooling" not in names:
+        try:
+            similarity = json.loads((folder / "config_sentence_transformers.json").read_text())["similarity_fn_name"]
+        except (OSError, ValueError, TypeError, KeyError):
+            similarity = None
+        if similarity == OTHER_KIND_SIMILARITY or any(n in OTHER_KIND_MODULES for n in names):
+            return
+    if names not in (SENTENCE_MODULES[:2], SENTENCE_MODULES):
+        raise BertlabError(f"{folder}/modules.json: {' -> '.join(names) or 'no modules'}; bertlab computes a "
+                           f"sentence vector as {' -> '.join(SENTENCE_MODULES[:2])} [-> Normalize] only (--pooling "
+                           "pools the encoder's last layer instead)")
+
+
 def model_pooling(model_dir: str | Path | None) -> str | None:
     """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
     None when the folder has none or declares one we do not have (e.g. mean-sqrt-len); "cls" for a BGE-M3
-    folder, whatever it declares (FlagEmbedding's dense vector)."""
+    folder, whatever it declares (FlagEmbedding's dense vector). A pipeline with other modules around its
+    pooling is refused (`_check_sentence_modules`)."""
     if is_bge_m3_folder(model_dir):
         return "cls"
+    if model_dir is not None:
+        _check_sentence_modules(model_dir)
     config = module_config(model_dir, "Pooling")
     if not config:
         return None

@@ -25,6 +25,14 @@ A ColBERT folder is PyLate's layout: the encoder in the Hugging Face layout, the
 settings above and `similarity_fn_name` "MaxSim" (`write_colbert_files`, `read_colbert_settings`). The tests
 read it with `transformers` as PyLate does and compare token ids, vectors and scores with PyLate's formulas.
 
+sentence-transformers 6's `MultiVectorEncoder` folders are read too (`model_type` "MultiVectorEncoder":
+Transformer -> Dense -> MultiVectorMask -> Normalize, `_read_st_settings`): the same computation with the
+settings kept elsewhere -- the query expansion and the lengths in `sentence_bert_config.json`, the markers as
+its `prompts` (text put before the text, each one of the tokenizer's added tokens, so the same ids land after
+[CLS]), the skiplist in the mask module's config, where a word missing from the vocabulary is dropped from the
+list instead of skipping [UNK]. What that layout can say and bertlab does not compute (a "min" expansion,
+another expansion token, skiplists on queries, allow-lists, MeanMaxSim, other modules) is refused in one line.
+
 Ragged output: the vectors of many texts are one (total tokens, dim) array and N + 1 offsets, text i's vectors
 being rows offsets[i]:offsets[i + 1] (`Ragged`): written as `.npz` (`vectors`, `offsets`[, `ids`]) or JSON Lines
 (one list of vectors per text).
@@ -51,6 +59,8 @@ PYLATE_CONFIG = "config_sentence_transformers.json"
 DENSE_DIR = "1_Dense"
 DENSE_TYPE = "pylate.models.Dense.Dense"
 SIMILARITY = "MaxSim"
+ST_MULTI_VECTOR = "MultiVectorEncoder"  # sentence-transformers 6's model_type for its ColBERT folders
+ST_MODULES = ("Transformer", "Dense", "MultiVectorMask", "Normalize")  # the pipeline of such a folder
 TEXT_KINDS = ("query", "document")
 MULTI_VECTOR_POOLINGS = ("colbert",)  # `embed --pooling` names beside the sentence poolings
 
@@ -67,6 +77,9 @@ class ColbertSettings:
     do_query_expansion: bool = True
     attend_to_expansion_tokens: bool = False
     skiplist_words: list[str] = field(default_factory=lambda: list(string.punctuation))
+    skip_unknown: bool = True
+    """a skiplist word missing from the vocabulary skips [UNK] (PyLate); False: it is left off the list
+    (sentence-transformers 6)"""
 
     def __post_init__(self) -> None:
         for name in ("dim", "query_length", "document_length"):
@@ -82,14 +95,24 @@ def _json(path: Path):
 
 
 def is_colbert_folder(model_dir: str | Path | None) -> bool:
-    """Whether the folder is a ColBERT (PyLate) folder: its sentence-transformers config says MaxSim."""
+    """Whether the folder is a ColBERT folder: PyLate's (its sentence-transformers config says MaxSim) or a
+    sentence-transformers `MultiVectorEncoder`."""
     if model_dir is None:
         return False
     config = _json(Path(model_dir) / PYLATE_CONFIG)
-    return isinstance(config, dict) and config.get("similarity_fn_name") == SIMILARITY
+    return isinstance(config, dict) and (config.get("similarity_fn_name") == SIMILARITY
+                                         or config.get("model_type") == ST_MULTI_VECTOR)
+
+
+def _st_multi_vector(folder: Path) -> bool:
+    config = _json(folder / PYLATE_CONFIG)
+    return isinstance(config, dict) and config.get("model_type") == ST_MULTI_VECTOR
 
 
 def _dense_dir(folder: Path) -> Path:
+    if _st_multi_vector(folder):
+        _read_st_settings(folder)  # its pipeline checked: Dense is its second module
+        return folder / str(_json(folder / "modules.json")[1].get("path", ""))
     modules = _json(folder / "modules.json")
     if not isinstance(modules, list):
         raise BertlabError(f"{folder}: a ColBERT folder needs modules.json (Transformer, then Dense)")
@@ -105,31 +128,119 @@ def marker_tokens(model_dir: str | Path | None) -> tuple[str, ...]:
     holds as tokens added after the vocabulary; () for any other folder."""
     if not is_colbert_folder(model_dir):
         return ()
-    config = _json(Path(model_dir) / PYLATE_CONFIG)
-    defaults = ColbertSettings()
-    return tuple(t for t in (config.get("query_prefix", defaults.query_prefix),
-                             config.get("document_prefix", defaults.document_prefix)) if isinstance(t, str) and t)
+    settings = read_colbert_settings(model_dir)
+    return tuple(t for t in (settings.query_prefix, settings.document_prefix) if t)
+
+
+def _projection_dim(folder: Path, dense_dir: Path) -> int:
+    dense = _json(dense_dir / "config.json")
+    if not isinstance(dense, dict) or not isinstance(dense.get("out_features"), int):
+        raise BertlabError(f"{dense_dir}/config.json: expected the projection's out_features")
+    if dense.get("bias") or dense.get("use_residual") or "Identity" not in str(dense.get("activation_function",
+                                                                                        "Identity")):
+        raise BertlabError(f"{dense_dir}/config.json: a projection with a bias, a residual or an activation "
+                           "is not ColBERT's linear map; bertlab does not run it")
+    return dense["out_features"]
 
 
 def read_colbert_settings(model_dir: str | Path) -> ColbertSettings:
-    """A ColBERT folder's settings (`config_sentence_transformers.json`, the Dense module's dimension)."""
+    """A ColBERT folder's settings (`config_sentence_transformers.json`, the Dense module's dimension; a
+    sentence-transformers `MultiVectorEncoder`'s from its modules, `_read_st_settings`)."""
     folder = Path(model_dir)
+    if _st_multi_vector(folder):
+        return _read_st_settings(folder)
     config = _json(folder / PYLATE_CONFIG)
     if not isinstance(config, dict) or config.get("similarity_fn_name") != SIMILARITY:
         raise BertlabError(f"{folder}: not a ColBERT folder ({PYLATE_CONFIG} does not say similarity_fn_name "
                            f"{SIMILARITY!r}); train one with finetune-embeddings --loss colbert")
-    dense = _json(_dense_dir(folder) / "config.json")
-    if not isinstance(dense, dict) or not isinstance(dense.get("out_features"), int):
-        raise BertlabError(f"{_dense_dir(folder)}/config.json: expected the projection's out_features")
-    if dense.get("bias") or dense.get("use_residual") or "Identity" not in str(dense.get("activation_function",
-                                                                                        "Identity")):
-        raise BertlabError(f"{_dense_dir(folder)}/config.json: a projection with a bias, a residual or an activation "
-                           "is not ColBERT's linear map; bertlab does not run it")
-    settings = ColbertSettings(dim=dense["out_features"])
+    settings = ColbertSettings(dim=_projection_dim(folder, _dense_dir(folder)))
     for name in ("query_prefix", "document_prefix", "query_length", "document_length", "do_query_expansion",
                  "attend_to_expansion_tokens", "skiplist_words"):
         if config.get(name) is not None:
             setattr(settings, name, config[name])
+    settings.__post_init__()
+    return settings
+
+
+def _added_tokens(folder: Path) -> set[str]:
+    """The tokens a folder's tokenizer files add to the vocabulary (tokenizer.json's `added_tokens`,
+    tokenizer_config.json's `added_tokens_decoder`)."""
+    out = set()
+    data = _json(folder / "tokenizer.json")
+    for entry in (data.get("added_tokens") or []) if isinstance(data, dict) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("content"), str):
+            out.add(entry["content"])
+    config = _json(folder / "tokenizer_config.json")
+    decoder = config.get("added_tokens_decoder") if isinstance(config, dict) else None
+    out.update(e["content"] for e in (decoder or {}).values()
+               if isinstance(e, dict) and isinstance(e.get("content"), str))
+    return out
+
+
+def _read_st_settings(folder: Path) -> ColbertSettings:
+    """A sentence-transformers 6 `MultiVectorEncoder` folder's settings, or a one-line refusal of what bertlab
+    does not compute (see the module docstring)."""
+    def refuse(where: str, what: str) -> BertlabError:
+        return BertlabError(f"{folder / where}: {what}; bertlab does not compute that ColBERT variant")
+
+    modules = _json(folder / "modules.json")
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise BertlabError(f"{folder}/modules.json: missing or not a list of modules")
+    names = tuple(str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules)
+    if names != ST_MODULES:
+        raise refuse("modules.json", f"modules {' -> '.join(names)}, not {' -> '.join(ST_MODULES)}")
+    paths = {name: folder / str(m.get("path", "")) for name, m in zip(names, modules)}
+    config = _json(folder / PYLATE_CONFIG)
+    if config.get("similarity_fn_name") not in (None, "maxsim"):
+        raise refuse(PYLATE_CONFIG, f"similarity_fn_name {config['similarity_fn_name']!r}, not maxsim")
+    dense = _json(paths["Dense"] / "config.json") or {}
+    if dense.get("module_input_name", "token_embeddings") != "token_embeddings":
+        raise refuse(f"{paths['Dense'].name}/config.json", "a projection of something else than the token embeddings")
+    normalize = _json(paths["Normalize"] / "config.json") or {}
+    if normalize.get("module_input_name", "token_embeddings") != "token_embeddings":
+        raise refuse(f"{paths['Normalize'].name}/config.json", "a Normalize of something else than the token vectors")
+    mask = _json(paths["MultiVectorMask"] / "config.json") or {}
+    if mask.get("keep_only_token_ids") is not None:
+        raise refuse(f"{paths['MultiVectorMask'].name}/config.json", "keep_only_token_ids (an allow-list)")
+    if list(mask.get("skiplist_tasks") or ["document"]) != ["document"]:
+        raise refuse(f"{paths['MultiVectorMask'].name}/config.json",
+                     f"skiplist_tasks {mask['skiplist_tasks']!r}, not documents alone")
+    transformer = _json(folder / "sentence_bert_config.json") or {}
+    if transformer.get("do_lower_case"):
+        raise refuse("sentence_bert_config.json", "do_lower_case (lower-casing before the tokenizer)")
+    expansion = transformer.get("query_expansion")
+    if expansion is not None:
+        if not isinstance(expansion, dict) or expansion.get("strategy") != "fixed" or expansion.get("token") \
+                is not None or not isinstance(expansion.get("length"), int):
+            raise refuse("sentence_bert_config.json", f"query_expansion {expansion!r}; bertlab pads queries to a "
+                         "fixed length with the mask token ({'strategy': 'fixed', 'token': null, 'length': N})")
+    tokenizer_config = _json(folder / "tokenizer_config.json") or {}
+    longest = transformer.get("max_seq_length") or tokenizer_config.get("model_max_length")
+
+    def length(value, name: str) -> int:
+        value = value or longest
+        if not isinstance(value, int) or not 3 <= value <= 1_000_000:
+            raise BertlabError(f"{folder}/sentence_bert_config.json: no {name} (nor max_seq_length, nor the "
+                               "tokenizer's model_max_length) to cut texts at")
+        return value
+
+    prompts = config.get("prompts") or {}
+    added = _added_tokens(folder)
+    prefixes = {}
+    for kind in TEXT_KINDS:
+        prompt = prompts.get(kind) or "" if isinstance(prompts, dict) else ""
+        if prompt and prompt not in added:
+            raise refuse(PYLATE_CONFIG, f"the {kind} prompt {prompt!r} is text, not one of the tokenizer's added "
+                         "tokens (a marker)")
+        prefixes[kind] = prompt
+    settings = ColbertSettings(
+        dim=_projection_dim(folder, paths["Dense"]), query_prefix=prefixes["query"],
+        document_prefix=prefixes["document"],
+        query_length=expansion["length"] if expansion else length(transformer.get("query_length"), "query_length"),
+        document_length=length(transformer.get("document_length"), "document_length"),
+        do_query_expansion=expansion is not None,
+        attend_to_expansion_tokens=bool(expansion and expansion.get("attend")),
+        skiplist_words=[str(w) for w in mask.get("skiplist_words") or []], skip_unknown=False)
     settings.__post_init__()
     return settings
 
@@ -172,6 +283,12 @@ def write_colbert_files(folder: Path, settings: ColbertSettings, weight: torch.T
                      "special": False} for t, i in markers_.items()}}
         write(folder / "tokenizer_config.json", config)
 
+    skiplist = list(settings.skiplist_words)
+    if not settings.skip_unknown:  # PyLate's layout skips [UNK] for a word missing from the vocabulary
+        if tokenizer is None:
+            raise BertlabError("writing a sentence-transformers ColBERT's skiplist in PyLate's layout needs its "
+                               "tokenizer")
+        skiplist = [w for w in skiplist if _vocab_id(tokenizer, w) is not None]
     write(folder / "modules.json",
           [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
            {"idx": 1, "name": "1", "path": DENSE_DIR, "type": DENSE_TYPE}])
@@ -190,7 +307,7 @@ def write_colbert_files(folder: Path, settings: ColbertSettings, weight: torch.T
            "document_prefix": settings.document_prefix, "query_length": settings.query_length,
            "document_length": settings.document_length,
            "attend_to_expansion_tokens": settings.attend_to_expansion_tokens,
-           "skiplist_words": list(settings.skiplist_words), "do_query_expansion": settings.do_query_expansion})
+           "skiplist_words": skiplist, "do_query_expansion": settings.do_query_expansion})
 
 
 # ---------------------------------------------------------------------------------------------- tokens
@@ -272,8 +389,11 @@ def markers(tokenizer, settings: ColbertSettings) -> Markers:
         ids.append(_vocab_id(tokenizer, token) if token else None)
     if tokenizer.mask_token_id is None:
         raise BertlabError("ColBERT's query augmentation pads with the mask token; this tokenizer has none")
-    return Markers(ids[0], ids[1], tokenizer.mask_token_id,
-                   [tokenizer.convert_tokens_to_ids(w) for w in settings.skiplist_words])
+    skiplist = [tokenizer.convert_tokens_to_ids(w) for w in settings.skiplist_words]
+    if not settings.skip_unknown:
+        skiplist = [i for i, w in zip(skiplist, settings.skiplist_words)
+                    if i != tokenizer.unk_token_id or w == tokenizer.unk_token]
+    return Markers(ids[0], ids[1], tokenizer.mask_token_id, skiplist)
 
 
 def _with_marker(ids: list[int], marker: int | None) -> list[int]:

@@ -16,8 +16,8 @@ never a tokenizer that silently gives other ids than the file's owner got:
   * decoder: `WordPiece` with prefix `##`, or none;
   * added tokens: special tokens of the vocabulary, matched as written (not normalised, no stripping), which
     the caller checks are the tokenizer's own special tokens; and the tokens a caller places by id itself
-    (`placed`: ColBERT's query and document markers, which PyLate adds after the vocabulary), never looked for in
-    text, accepted only at the ids right after the vocabulary's and appended to it.
+    (`placed`: ColBERT's query and document markers, which PyLate adds after the vocabulary; special or not),
+    never looked for in text, accepted only at the ids right after the vocabulary's and appended to it.
 `truncation` and `padding` are call-time settings (`transformers` overrides them on every call) and are not
 read. The file's size is checked before it is read: a BERT vocabulary's file is a few MB.
 """
@@ -180,7 +180,7 @@ def _read_added_tokens(path: Path, added: Any, out: TokenizerJson, placed: set[s
     vocab = {t: i for i, t in enumerate(out.tokens)}
     for entry in sorted((e for e in added if isinstance(e, dict)), key=lambda e: e["id"] if isinstance(e.get("id"), int) else -1):
         content = entry.get("content")
-        if content in placed and content not in vocab and not entry.get("special"):
+        if content in placed and content not in vocab:  # special or not: it is inserted by id, never matched
             if entry.get("id") != len(out.tokens):
                 raise VocabError(f"{path}: added token {content!r} has id {entry.get('id')!r}; it must follow the "
                                  f"vocabulary (id {len(out.tokens)})")

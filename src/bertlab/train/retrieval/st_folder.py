@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...infer.embeddings import DEFAULT_POOLING, model_pooling
+from ...infer.multivector import ST_MULTI_VECTOR, marker_tokens
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,12 @@ def read_settings(model_dir: str | Path) -> EmbeddingSettings:
     if isinstance(config, dict):
         prompts = config.get("prompts") or {}
         if isinstance(prompts, dict):
-            settings.query_prompt = next((prompts[k] for k in QUERY_PROMPT_NAMES if prompts.get(k)), "")
-            settings.passage_prompt = next((prompts[k] for k in PASSAGE_PROMPT_NAMES if prompts.get(k)), "")
+            # a sentence-transformers ColBERT's prompts are its markers, which ColBERT's tokens place by id
+            markers = set(marker_tokens(folder)) if config.get("model_type") == ST_MULTI_VECTOR else set()
+            settings.query_prompt = next((prompts[k] for k in QUERY_PROMPT_NAMES
+                                          if prompts.get(k) and prompts[k] not in markers), "")
+            settings.passage_prompt = next((prompts[k] for k in PASSAGE_PROMPT_NAMES
+                                            if prompts.get(k) and prompts[k] not in markers), "")
         if config.get("similarity_fn_name") in ("dot", "dot_product"):
             settings.similarity = "dot"
         own = config.get("bertlab") or {}
