@@ -2,7 +2,9 @@
 benchmarks/bench_one_call.py (each precision's row a ratio -- the one-call path ran and gave the modules' output --
 or why it has none here), benchmarks/bench_blocking.py (a row per precision and row count, the ids checked
 equal across the field's values) and benchmarks/bench_modernbert.py's `local` (a local layer's blocks against its
-windowed loops, per precision: where the window runs, its output the blocks')."""
+windowed loops, per precision: where the window runs, its output the blocks'), and benchmarks/bench_colbert.py
+(ColBERT fine-tuning by bertlab and sentence-transformers on SQuAD pairs, PyLate refused where it is not
+installed)."""
 
 from __future__ import annotations
 
@@ -77,3 +79,35 @@ def test_local_layers_time_the_blocks_against_the_window():
 def test_local_layers_refuse_a_bad_shape():
     done = run("bench_modernbert.py", "local", "--shapes", "512")
     assert done.returncode == 2 and "--shapes: expected T x rows such as 512x4, got '512'" in done.stderr
+
+
+SQUAD = Path(__file__).resolve().parents[2] / "shared" / "data" / "squad" / "dev-v1.1.json"
+needs_squad = pytest.mark.skipif(not SQUAD.is_file(), reason=f"{SQUAD}: SQuAD v1.1 dev (the shared data)")
+
+
+@needs_squad
+def test_colbert_trainers_run_side_by_side():
+    pytest.importorskip("sentence_transformers.multi_vector_encoder")
+    pytest.importorskip("datasets")
+    done = run("bench_colbert.py", "--contenders", "bertlab,sentence-transformers", "--train-pairs", "24",
+               "--heldout-queries", "8", "--heldout-articles", "1", "--max-steps", "2", "--batch-size", "4",
+               "--document-length", "32", "--query-length", "12", "--no-eval")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "pass 1, bertlab: 2 steps" in done.stdout and "pass 1, sentence-transformers: 2 steps" in done.stdout
+    assert "as fast as sentence-transformers" in done.stdout
+
+
+@needs_squad
+@pytest.mark.parametrize("args,message", [
+    (["--contenders", "PyLate"], "--contenders PyLate: bertlab and any of"),
+    (["--contenders", "bertlab,PyLate", "--pylate-python", sys.executable], "cannot import pylate there"),
+])
+def test_colbert_benchmark_refusals_are_one_line(args, message):
+    if "PyLate" in args[1] and "pylate-python" in " ".join(args):
+        try:
+            import pylate  # noqa: F401
+            pytest.skip("PyLate is installed here")
+        except ImportError:
+            pass
+    done = run("bench_colbert.py", *args)
+    assert done.returncode != 0 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
