@@ -191,3 +191,13 @@ def test_evaluate_retrieval_scores_with_sentence_transformers_maxsim(tmp_path):
         for j, d in enumerate(CORPUS):
             if d["_id"] in run[q["_id"]]:
                 assert run[q["_id"]][d["_id"]] == pytest.approx(float(theirs[i, j]), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["pylate", "sentence-transformers"])
+def test_exporting_a_colbert_folder_as_a_sentence_vector_model_needs_a_pooling(tmp_path, capsys, kind):
+    folder = colbert_folder(tmp_path, query_length=12)[0] if kind == "pylate" else st_folder(tmp_path)[0]
+    capsys.readouterr()
+    assert main(["export", "sentence-transformers", "--model", str(folder), "--out", str(tmp_path / "st")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "is a ColBERT folder" in err and "--pooling" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "st").exists()

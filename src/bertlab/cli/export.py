@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.quantize:
             raise BertlabError("--quantize is an option of the onnx export")
+        from ..infer.multivector import is_colbert_folder
+
+        if args.pooling is None and is_colbert_folder(args.model):
+            raise BertlabError(f"{args.model} is a ColBERT folder (vectors per token), already one that "
+                               "sentence-transformers reads; --pooling mean|cls|max exports its encoder pooled")
         report = EXPORTERS["sentence-transformers"](args.model, args.out, pooling=args.pooling,
                                                     normalize=args.normalize)
     for line in report.lines():

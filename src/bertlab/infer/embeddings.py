@@ -92,7 +92,8 @@ def is_bge_m3_folder(model_dir: str | Path | None) -> bool:
 # A sentence-transformers pipeline bertlab computes as a sentence vector: these modules, in this order
 SENTENCE_MODULES = ("Transformer", "Pooling", "Normalize")
 # Pipelines with a vector of another kind, each computed by its own path (`sparse.folder_pooling`,
-# `multivector.is_colbert_folder`): a module of theirs marks them, or (PyLate's) the similarity function
+# `multivector.is_colbert_folder`): a module of theirs marks them, or PyLate's similarity function (the value of
+# `multivector.SIMILARITY`, a sibling module this one may not import)
 OTHER_KIND_MODULES = ("SpladePooling", "MultiVectorMask")
 OTHER_KIND_SIMILARITY = "MaxSim"
 

@@ -224,11 +224,12 @@ def _read_st_settings(folder: Path) -> ColbertSettings:
                                "tokenizer's model_max_length) to cut texts at")
         return value
 
-    prompts = config.get("prompts") or {}
+    prompts = config.get("prompts")
+    prompts = prompts if isinstance(prompts, dict) else {}
     added = _added_tokens(folder)
     prefixes = {}
     for kind in TEXT_KINDS:
-        prompt = prompts.get(kind) or "" if isinstance(prompts, dict) else ""
+        prompt = prompts.get(kind) or ""
         if prompt and prompt not in added:
             raise refuse(PYLATE_CONFIG, f"the {kind} prompt {prompt!r} is text, not one of the tokenizer's added "
                          "tokens (a marker)")
