@@ -56,56 +56,42 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_retrieval import SQUAD, build_data, evaluate  # noqa: E402
+from bench_retrieval import SQUAD, ST_TIMED_RUN, ST_TRAINING_ARGS, build_data, evaluate  # noqa: E402
 
 CONTENDERS = ("bertlab", "PyLate", "sentence-transformers")
 
-PYLATE_SCRIPT = r"""
-import csv, json, sys, time
-import torch
-args = json.loads(sys.argv[1])
-torch.set_num_threads(args["threads"])
-from datasets import Dataset
-from pylate import losses, models, utils
-from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-from sentence_transformers.training_args import BatchSamplers
-rows = list(csv.DictReader(open(args["train"], encoding="utf-8")))
-data = Dataset.from_dict({"query": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
-torch.manual_seed(args["seed"])  # the new projection's draw
-model = models.ColBERT(model_name_or_path=args["model"], device="cpu", embedding_size=args["dim"],
-                       query_length=args["query_length"], document_length=args["document_length"])
-targs = SentenceTransformerTrainingArguments(
-    output_dir=args["out"] + "/trainer", num_train_epochs=1, per_device_train_batch_size=args["batch_size"],
-    learning_rate=args["lr"], warmup_ratio=args["warmup"], lr_scheduler_type="linear", weight_decay=0.0,
-    adam_epsilon=1e-8, max_grad_norm=1.0, seed=args["seed"], data_seed=args["seed"],
-    batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none", logging_steps=1,
-    dataloader_num_workers=0, use_cpu=True, max_steps=args["max_steps"] or -1)
-trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=data,
-                                     loss=losses.Contrastive(model=model),
-                                     data_collator=utils.ColBERTCollator(model.tokenize))
-start = time.perf_counter()
-trainer.train()
-seconds = time.perf_counter() - start
-model.save(args["out"] + "/final")
-losses_logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-print(json.dumps({"train_seconds": seconds, "steps": trainer.state.global_step, "losses": losses_logged}))
-"""
-
-
-ST_SCRIPT = r"""
+# Both trainers' scripts start alike: the settings (argv[1]), the threads, the pairs as a datasets.Dataset, the
+# seed of the new projection's draw
+PAIRS = r"""
 import csv, json, string, sys, time
 import torch
 args = json.loads(sys.argv[1])
 torch.set_num_threads(args["threads"])
 from datasets import Dataset
+rows = list(csv.DictReader(open(args["train"], encoding="utf-8")))
+data = Dataset.from_dict({"query": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
+torch.manual_seed(args["seed"])
+"""
+
+PYLATE_SCRIPT = PAIRS + r"""
+from pylate import losses, models, utils
+from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+from sentence_transformers.training_args import BatchSamplers
+model = models.ColBERT(model_name_or_path=args["model"], device="cpu", embedding_size=args["dim"],
+                       query_length=args["query_length"], document_length=args["document_length"])
+targs = SentenceTransformerTrainingArguments""" + ST_TRAINING_ARGS + r"""
+trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=data,
+                                     loss=losses.Contrastive(model=model),
+                                     data_collator=utils.ColBERTCollator(model.tokenize))
+""" + ST_TIMED_RUN
+
+
+ST_SCRIPT = PAIRS + r"""
 from transformers import AddedToken
 from sentence_transformers import MultiVectorEncoder, MultiVectorEncoderTrainer, MultiVectorEncoderTrainingArguments
 from sentence_transformers.base.sampler import BatchSamplers
 from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
 from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
-rows = list(csv.DictReader(open(args["train"], encoding="utf-8")))
-data = Dataset.from_dict({"query": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
-torch.manual_seed(args["seed"])  # the new projection's draw
 model = MultiVectorEncoder(args["model"], device="cpu")  # Transformer -> Dense (new) -> MultiVectorMask -> Normalize
 # classic ColBERT, as PyLate's and bertlab's: markers as special tokens put before the text, [MASK] expansion
 # of the queries, punctuation skipped in documents, documents cut at document_length
@@ -119,21 +105,10 @@ model[0].document_length = args["document_length"]
 mask = MultiVectorMask(skiplist_words=list(string.punctuation))
 mask.resolve_with_tokenizer(model.tokenizer)
 model[2] = mask
-targs = MultiVectorEncoderTrainingArguments(
-    output_dir=args["out"] + "/trainer", num_train_epochs=1, per_device_train_batch_size=args["batch_size"],
-    learning_rate=args["lr"], warmup_ratio=args["warmup"], lr_scheduler_type="linear", weight_decay=0.0,
-    adam_epsilon=1e-8, max_grad_norm=1.0, seed=args["seed"], data_seed=args["seed"],
-    batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none", logging_steps=1,
-    dataloader_num_workers=0, use_cpu=True, max_steps=args["max_steps"] or -1)
+targs = MultiVectorEncoderTrainingArguments""" + ST_TRAINING_ARGS + r"""
 trainer = MultiVectorEncoderTrainer(model=model, args=targs, train_dataset=data,
                                     loss=MultiVectorMultipleNegativesRankingLoss(model))
-start = time.perf_counter()
-trainer.train()
-seconds = time.perf_counter() - start
-model.save(args["out"] + "/final")
-losses_logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-print(json.dumps({"train_seconds": seconds, "steps": trainer.state.global_step, "losses": losses_logged}))
-"""
+""" + ST_TIMED_RUN
 
 
 def run_measured(cmd: list[str], env: dict, log: Path) -> tuple[str, float, float]:

@@ -91,6 +91,25 @@ def build_data(squad: Path, out: Path, train_pairs: int, heldout_queries: int, s
     return train, beir
 
 
+# The training arguments and the timed run of every script here that runs a sentence-transformers trainer (its
+# class name goes in front of the arguments): the settings bertlab's run is given, the trainer's own clock
+ST_TRAINING_ARGS = r"""(
+    output_dir=args["out"] + "/trainer", num_train_epochs=1, per_device_train_batch_size=args["batch_size"],
+    learning_rate=args["lr"], warmup_ratio=args["warmup"], lr_scheduler_type="linear", weight_decay=0.0,
+    adam_epsilon=1e-8, max_grad_norm=1.0, seed=args["seed"], data_seed=args["seed"],
+    batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none",
+    logging_steps=args.get("logging_steps", 1), dataloader_num_workers=0, use_cpu=True,
+    max_steps=args["max_steps"] or -1)
+"""
+ST_TIMED_RUN = r"""
+start = time.perf_counter()
+trainer.train()
+seconds = time.perf_counter() - start
+model.save(args["out"] + "/final")
+logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+print(json.dumps({"train_seconds": seconds, "steps": trainer.state.global_step, "losses": logged}))
+"""
+
 ST_SCRIPT = r"""
 import json, sys, time, torch
 args = json.loads(sys.argv[1])
@@ -104,26 +123,16 @@ rows = list(csv.DictReader(open(args["train"], encoding="utf-8")))
 data = Dataset.from_dict({"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
 model = SentenceTransformer(args["model"], device="cpu")
 model.max_seq_length = args["max_seq_length"]
-targs = SentenceTransformerTrainingArguments(
-    output_dir=args["out"] + "/trainer", num_train_epochs=1, per_device_train_batch_size=args["batch_size"],
-    learning_rate=args["lr"], warmup_ratio=args["warmup"], lr_scheduler_type="linear", weight_decay=0.0,
-    adam_epsilon=1e-8, max_grad_norm=1.0, seed=args["seed"], data_seed=args["seed"],
-    batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none", logging_steps=10,
-    dataloader_num_workers=0, use_cpu=True, max_steps=args["max_steps"] or -1)
+targs = SentenceTransformerTrainingArguments""" + ST_TRAINING_ARGS + r"""
 trainer = SentenceTransformerTrainer(model=model, args=targs, train_dataset=data,
                                      loss=MultipleNegativesRankingLoss(model))
-start = time.perf_counter()
-trainer.train()
-seconds = time.perf_counter() - start
-model.save(args["out"] + "/final")
-print(json.dumps({"train_seconds": seconds, "steps": trainer.state.global_step}))
-"""
+""" + ST_TIMED_RUN
 
 
 def run_st(model: str, train: Path, out: Path, a: argparse.Namespace) -> dict:
     payload = json.dumps({"model": model, "train": str(train), "out": str(out), "threads": a.threads,
                           "batch_size": a.batch_size, "lr": a.lr, "warmup": a.warmup, "seed": a.seed,
-                          "max_seq_length": a.max_seq_length, "max_steps": a.max_steps})
+                          "max_seq_length": a.max_seq_length, "max_steps": a.max_steps, "logging_steps": 10})
     env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
     run = subprocess.run([sys.executable, "-c", ST_SCRIPT, payload], capture_output=True, text=True, env=env)
     if run.returncode:
