@@ -201,3 +201,28 @@ def test_exporting_a_colbert_folder_as_a_sentence_vector_model_needs_a_pooling(t
     err = capsys.readouterr().err.strip()
     assert "is a ColBERT folder" in err and "--pooling" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "st").exists()
+
+
+def test_serve_answers_with_sentence_transformers_vectors(tmp_path):
+    pytest.importorskip("fastapi")
+    pytest.importorskip("uvicorn")
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    from test_infer_serve import LIMITS, call
+
+    folder, model = st_folder(tmp_path)
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions()), LIMITS))
+    try:
+        status, out = call(running, "POST", "/embed_multivector", {"inputs": TEXTS[:2], "kind": "query"})
+        assert status == 200
+        for got, theirs in zip(out, model.encode_query(TEXTS[:2], convert_to_numpy=True)):
+            np.testing.assert_allclose(got, theirs, atol=1e-5)
+        status, out = call(running, "POST", "/rerank", {"query": TEXTS[0], "texts": TEXTS[1:]})
+        theirs = model.similarity(model.encode_query(TEXTS[:1]), model.encode_document(TEXTS[1:]))[0]
+        assert status == 200 and [a["index"] for a in out] == theirs.argsort(descending=True).tolist()
+        assert [a["score"] for a in out] == pytest.approx(sorted(theirs.tolist(), reverse=True), rel=1e-5)
+        status, out = call(running, "POST", "/embed", {"inputs": "a dog"})
+        assert status == 424  # vectors per token: no pooled vector made up
+    finally:
+        running.stop()
