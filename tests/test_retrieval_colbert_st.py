@@ -226,3 +226,16 @@ def test_serve_answers_with_sentence_transformers_vectors(tmp_path):
         assert status == 424  # vectors per token: no pooled vector made up
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize("kind", ["pylate", "sentence-transformers"])
+def test_mining_negatives_with_a_colbert_folder_is_refused(tmp_path, capsys, kind):
+    folder = colbert_folder(tmp_path, query_length=12)[0] if kind == "pylate" else st_folder(tmp_path)[0]
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("anchor,positive\nwhat is a dog,a dog is good\nwho lives in paris,john lives in paris\n")
+    capsys.readouterr()
+    assert main(["mine-negatives", "--model", str(folder), "--train", str(pairs), "--output",
+                 str(tmp_path / "mined.csv"), "--no-progress"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert "is a ColBERT folder" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "mined.csv").exists()

@@ -86,6 +86,11 @@ def mine(cfg: MineConfig) -> dict:
 
     if not (cfg.model and cfg.train and cfg.output):
         raise ConfigError("give --model, --train and --output")
+    from ...infer.multivector import is_colbert_folder
+
+    if is_colbert_folder(cfg.model):
+        raise ConfigError(f"{cfg.model} is a ColBERT folder (vectors per token); mine-negatives ranks by one vector "
+                          "per text: mine with a dense model, such as the one it was trained from")
     rows = read_rows(cfg.train, "pairs", cfg.anchor_column, cfg.positive_column, negatives=[])
     anchors, positives = rows.texts["anchor"], rows.texts["positive"]
     candidates = list(dict.fromkeys(positives + (read_passages(cfg.corpus) if cfg.corpus else [])))
