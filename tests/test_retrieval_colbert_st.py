@@ -4,6 +4,7 @@ not compute refused in one line, by the ColBERT path and by the sentence-vector 
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -229,13 +230,24 @@ def test_serve_answers_with_sentence_transformers_vectors(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["pylate", "sentence-transformers"])
-def test_mining_negatives_with_a_colbert_folder_is_refused(tmp_path, capsys, kind):
+def test_negatives_mined_with_a_colbert_folder_are_its_maxsim_ranking(tmp_path, kind):
+    """Each anchor's negatives are the candidates of highest MaxSim that are not its positives, in that order,
+    and the margin compares MaxSim scores: checked against the embedder's vectors scored directly."""
     folder = colbert_folder(tmp_path, query_length=12)[0] if kind == "pylate" else st_folder(tmp_path)[0]
+    anchors = ["what is a dog", "who lives in paris", "the cat sat", "where is the big river"]
+    positives = ["a dog is good", "john lives in paris , the capital of france", "the cat sat on the mat",
+                 "the river is big"]
     pairs = tmp_path / "pairs.csv"
-    pairs.write_text("anchor,positive\nwhat is a dog,a dog is good\nwho lives in paris,john lives in paris\n")
-    capsys.readouterr()
-    assert main(["mine-negatives", "--model", str(folder), "--train", str(pairs), "--output",
-                 str(tmp_path / "mined.csv"), "--no-progress"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "is a ColBERT folder" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "mined.csv").exists()
+    pairs.write_text("anchor,positive\n" + "".join(f"{a},\"{p}\"\n" for a, p in zip(anchors, positives)))
+    out = tmp_path / "mined.csv"
+    assert main(["mine-negatives", "--model", str(folder), "--train", str(pairs), "--output", str(out),
+                 "--num-negatives", "2", "--range-min", "0", "--relative-margin", "0", "--no-progress"]) == 0
+    embedder = mv.ColbertEmbedder.from_pretrained(folder)
+    scores = mv.maxsim([torch.from_numpy(v) for v in embedder.embed(anchors, "query")],
+                       [torch.from_numpy(v) for v in embedder.embed(positives, "document")])
+    rows = {r["anchor"]: r for r in csv.DictReader(out.open())}
+    assert len(rows) == len(anchors)
+    for i, a in enumerate(anchors):
+        others = [j for j in scores[i].argsort(descending=True).tolist() if j != i]
+        expected = [positives[j] for j in others if scores[i, j] <= scores[i, i]][:2]
+        assert [rows[a]["negative_1"], rows[a]["negative_2"]] == expected

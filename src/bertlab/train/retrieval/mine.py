@@ -1,7 +1,8 @@
 """`mine-negatives`: hard negatives for each (anchor, positive) pair, found by an embedding model.
 
 The candidates are the distinct positives of the file (and the passages of `corpus`, when given). Every anchor
-(with the model's query prompt) is searched against them exactly (`search.exact_search`, vectors on disk); of
+(with the model's query prompt) is searched against them exactly (`search.exact_search`, vectors on disk; a
+ColBERT folder's token vectors by MaxSim, `maxsim_search`); of
 its ranked candidates, those that are one of the anchor's own positives (any row with the same anchor) are
 skipped, then those ranked before `range_min`, after `range_max`, or scoring above (1 − `relative_margin`) ×
 the positive's score (a near-duplicate of the positive is likely a false negative; sentence-transformers'
@@ -20,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ...core.errors import ConfigError
 from ...core.fsio import atomic_write_text
 from ...tasks.retrieval.data import CORPUS_TEXT_COLUMNS
 from ...tasks.retrieval.pairs import read_rows
 from ...tasks.tables import guess_column, read_table
-from . import search
+from . import maxsim_search, search
 from .st_folder import read_settings
 
 log = logging.getLogger(__name__)
@@ -79,18 +81,57 @@ def read_passages(path: str | Path) -> list[str]:
     return [table.text(row, column) for row in table.rows]
 
 
-def mine(cfg: MineConfig) -> dict:
-    """Write cfg.output (see the module docstring); returns counts."""
+def _ranked_dense(cfg: MineConfig, anchors: list[str], own: dict[str, set[int]], candidates: list[str], k: int,
+                  tmp: Path) -> tuple[np.ndarray, np.ndarray, list[dict[int, float]]]:
+    """(Q, k) best candidates and their scores for each distinct anchor, and each anchor's positives' own scores:
+    one vector a text, exact search (cosine or dot, as the folder says)."""
     from ...infer.embeddings import Embedder
     from ...infer.runtime import InferenceOptions
 
-    if not (cfg.model and cfg.train and cfg.output):
-        raise ConfigError("give --model, --train and --output")
+    settings = read_settings(cfg.model)
+    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize,
+                                        InferenceOptions(threads=cfg.threads))
+    qv = embedder.embed([settings.query_prompt + a for a in anchors])
+    store = search.encode_to_disk(lambda t: embedder.embed([settings.passage_prompt + x for x in t]), candidates,
+                                  embedder.dim, tmp / "candidates.npy")
+    idx, scores = search.exact_search(qv, store, k)
+    positive_scores = []
+    for q, a in enumerate(anchors):
+        vectors = np.stack([store.block(j, j + 1)[0].numpy() for j in sorted(own[a])])
+        positive_scores.append(dict(zip(sorted(own[a]), (vectors @ qv[q]).tolist())))
+    return idx, scores, positive_scores
+
+
+def _ranked_colbert(cfg: MineConfig, anchors: list[str], own: dict[str, set[int]], candidates: list[str], k: int,
+                    tmp: Path) -> tuple[np.ndarray, np.ndarray, list[dict[int, float]]]:
+    """The same for a ColBERT folder: its token vectors (float32 on disk), exact MaxSim search."""
+    from ...infer.multivector import ColbertEmbedder, maxsim
+    from ...infer.runtime import InferenceOptions
+
+    settings = read_settings(cfg.model)
+    embedder = ColbertEmbedder.from_pretrained(cfg.model, InferenceOptions(threads=cfg.threads))
+    qv = embedder.embed([settings.query_prompt + a for a in anchors], "query")
+    store = maxsim_search.encode_to_disk(
+        lambda t: embedder.embed([settings.passage_prompt + x for x in t], "document"), candidates, embedder.dim,
+        tmp / "candidates.tokens", "float32")
+    try:
+        idx, scores = maxsim_search.maxsim_search(qv, store, k)
+        positive_scores = []
+        for q, a in enumerate(anchors):
+            positives = sorted(own[a])
+            row = maxsim([torch.from_numpy(qv[q])], [store.block(j, j + 1) for j in positives])[0]
+            positive_scores.append(dict(zip(positives, row.tolist())))
+    finally:
+        store.close()
+    return idx, scores, positive_scores
+
+
+def mine(cfg: MineConfig) -> dict:
+    """Write cfg.output (see the module docstring); returns counts."""
     from ...infer.multivector import is_colbert_folder
 
-    if is_colbert_folder(cfg.model):
-        raise ConfigError(f"{cfg.model} is a ColBERT folder (vectors per token); mine-negatives ranks by one vector "
-                          "per text: mine with a dense model, such as the one it was trained from")
+    if not (cfg.model and cfg.train and cfg.output):
+        raise ConfigError("give --model, --train and --output")
     rows = read_rows(cfg.train, "pairs", cfg.anchor_column, cfg.positive_column, negatives=[])
     anchors, positives = rows.texts["anchor"], rows.texts["positive"]
     candidates = list(dict.fromkeys(positives + (read_passages(cfg.corpus) if cfg.corpus else [])))
@@ -98,20 +139,12 @@ def mine(cfg: MineConfig) -> dict:
     own: dict[str, set[int]] = {}
     for a, p in zip(anchors, positives):
         own.setdefault(a, set()).add(where[p])
-    settings = read_settings(cfg.model)
-    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize,
-                                        InferenceOptions(threads=cfg.threads))
     distinct = list(own)
-    qv = embedder.embed([settings.query_prompt + a for a in distinct])
     k = min(cfg.range_max + max(len(s) for s in own.values()), len(candidates))
+    ranked_by = _ranked_colbert if is_colbert_folder(cfg.model) else _ranked_dense
     with tempfile.TemporaryDirectory() as tmp:
-        store = search.encode_to_disk(lambda t: embedder.embed([settings.passage_prompt + x for x in t]), candidates,
-                                      embedder.dim, Path(tmp) / "candidates.npy")
-        idx, scores = search.exact_search(qv, store, k)
-        positive_scores = {}
-        for q, a in enumerate(distinct):  # each anchor's positives' own scores (for the margin)
-            vectors = np.stack([store.block(j, j + 1)[0].numpy() for j in sorted(own[a])])
-            positive_scores[a] = dict(zip(sorted(own[a]), (vectors @ qv[q]).tolist()))
+        idx, scores, own_scores = ranked_by(cfg, distinct, own, candidates, k, Path(tmp))
+    positive_scores = dict(zip(distinct, own_scores))  # each anchor's positives' own scores (for the margin)
     found: dict[str, list[tuple[int, float]]] = {}
     for q, a in enumerate(distinct):
         ranked = [(int(j), float(s)) for j, s in zip(idx[q], scores[q]) if int(j) not in own[a]]
