@@ -3,7 +3,7 @@
     python benchmarks/bench_colbert.py --pylate-python PYTHON [--contenders bertlab,PyLate,sentence-transformers]
         [--train-pairs 640] [--heldout-queries 300] [--heldout-articles 6] [--max-steps 40] [--batch-size 16]
         [--lr 5e-5] [--warmup 0.1] [--seed 42] [--document-length 128] [--query-length 32] [--threads 1]
-        [--passes 1] [--json out.json]
+        [--passes 1] [--encode-rounds 3] [--json out.json]
 
 PyLate is run by PYTHON, the interpreter of an environment where it is installed: PyLate 1.6 pins
 sentence-transformers 5.3 and transformers <= 5.3, which the test extra's newer ones do not meet, so it gets an
@@ -38,6 +38,11 @@ Times: each trainer's own clock around its training loop (bertlab: the loop's `e
 resident memory of each process. Medians over `--passes`. Every output (PyLate's folder layout, and
 sentence-transformers' own, both of which bertlab reads) is then scored by one evaluator, `bertlab
 evaluate-retrieval` (exact MaxSim, trec_eval's metrics).
+
+Indexing (`--encode-rounds`): each trained model then encodes the held-out corpus as documents with its own
+library -- bertlab's `ColbertEmbedder`, PyLate's `encode(is_query=False)`, sentence-transformers'
+`encode_document`, batches of 32 (the two libraries' default) -- each in its own process after one warm-up
+batch; the median of the rounds, documents per second, the peak resident memory.
 """
 
 from __future__ import annotations
@@ -109,6 +114,58 @@ targs = MultiVectorEncoderTrainingArguments""" + ST_TRAINING_ARGS + r"""
 trainer = MultiVectorEncoderTrainer(model=model, args=targs, train_dataset=data,
                                     loss=MultiVectorMultipleNegativesRankingLoss(model))
 """ + ST_TIMED_RUN
+
+
+# Indexing: each trainer's own model encodes the held-out corpus as documents with its own library (batches of
+# 32, as their encode defaults), timed after one warm-up batch; argv[1]: folder, corpus file, threads, rounds
+ENCODE_HEAD = r"""
+import json, statistics, sys, time
+import torch
+folder, corpus, threads, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+texts = [json.loads(line)["text"] for line in open(corpus, encoding="utf-8")]
+"""
+ENCODE_TAIL = r"""
+encode(texts[:32])
+times = []
+for _ in range(rounds):
+    start = time.perf_counter()
+    vectors = encode(texts)
+    times.append(time.perf_counter() - start)
+print(json.dumps({"seconds": statistics.median(times), "texts": len(texts),
+                  "vectors": int(sum(len(v) for v in vectors))}))
+"""
+ENCODE_SCRIPTS = {
+    "bertlab": ENCODE_HEAD + r"""
+from bertlab.infer.multivector import ColbertEmbedder
+from bertlab.infer.runtime import InferenceOptions
+embedder = ColbertEmbedder.from_pretrained(folder, InferenceOptions(threads=threads))
+encode = lambda t: embedder.embed(t, "document")
+""" + ENCODE_TAIL,
+    "PyLate": ENCODE_HEAD + r"""
+from pylate import models
+model = models.ColBERT(folder, device="cpu")
+encode = lambda t: model.encode(t, is_query=False, batch_size=32, show_progress_bar=False)
+""" + ENCODE_TAIL,
+    "sentence-transformers": ENCODE_HEAD + r"""
+from sentence_transformers import MultiVectorEncoder
+model = MultiVectorEncoder(folder, device="cpu")
+encode = lambda t: model.encode_document(t, batch_size=32, show_progress_bar=False)
+""" + ENCODE_TAIL,
+}
+
+
+def run_encode(name: str, python: str, folder: str, corpus: Path, a: argparse.Namespace, log: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(a.threads), "TOKENIZERS_PARALLELISM": "false"}
+    if name == "bertlab":
+        env["PYTHONPATH"] = str(ROOT / "src")
+    else:
+        env.pop("PYTHONPATH", None)
+    stdout, _, peak = run_measured([python, "-c", ENCODE_SCRIPTS[name], folder, str(corpus), str(a.threads),
+                                    str(a.encode_rounds)], env, log)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    return {"encode_seconds": result["seconds"], "encode_docs_per_s": result["texts"] / result["seconds"],
+            "encode_vectors": result["vectors"], "encode_peak_rss_mb": peak}
 
 
 def run_measured(cmd: list[str], env: dict, log: Path) -> tuple[str, float, float]:
@@ -205,6 +262,8 @@ def main() -> None:
     p.add_argument("--document-length", type=int, default=128)
     p.add_argument("--passes", type=int, default=1, help="train each side this many times, in alternating order")
     p.add_argument("--no-eval", action="store_true", help="timings only")
+    p.add_argument("--encode-rounds", type=int, default=3,
+                   help="indexing: each trained model encodes the held-out corpus this many times (0: not timed)")
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from bertlab.cli.demo import installed_minilm
@@ -243,6 +302,15 @@ def main() -> None:
             if not a.no_eval:  # the first pass's model: every pass trains the same way from the same seed
                 row.update(evaluate(done[0]["folder"], beir, tmp / f"eval-{name}", a.threads))
             rows[name] = row
+        if a.encode_rounds:  # one after the other, each in its own process, with its own library
+            for name in contenders:
+                python = a.pylate_python if name == "PyLate" else sys.executable
+                encoded = run_encode(name, python, runs[name][0]["folder"], beir / "corpus.jsonl", a,
+                                     tmp / f"encode-{name}")
+                rows[name].update({k: round(v, 2) if isinstance(v, float) else v for k, v in encoded.items()})
+                print(f"{name} encodes the {encoded['encode_vectors']:,} vectors of the held-out corpus in "
+                      f"{encoded['encode_seconds']:.2f} s ({encoded['encode_docs_per_s']:.1f} documents/s), peak "
+                      f"{encoded['encode_peak_rss_mb']:.0f} MB", flush=True)
     print(f"{'model':<40}{'nDCG@10':>9}{'MRR@10':>9}{'R@100':>8}{'loss':>20}{'train s':>9}{'command s':>11}"
           f"{'peak MB':>9}")
     for name, r in rows.items():
@@ -255,6 +323,9 @@ def main() -> None:
         whole = rows[name]["command_seconds"] / rows["bertlab"]["command_seconds"]
         version = f" {pylate_version}" if name == "PyLate" else ""
         print(f"bertlab trains {speedup:.2f}x as fast as {name}{version} ({whole:.2f}x the whole command)")
+        if "encode_seconds" in rows[name]:
+            print(f"bertlab encodes the corpus {rows[name]['encode_seconds'] / rows['bertlab']['encode_seconds']:.2f}x "
+                  f"as fast as {name}")
     if a.json:
         settings = {k: getattr(a, k) for k in ("train_pairs", "heldout_queries", "heldout_articles", "threads",
                                                "batch_size", "lr", "warmup", "seed", "max_steps", "colbert_dim",
