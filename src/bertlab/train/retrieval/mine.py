@@ -2,14 +2,13 @@
 
 The candidates are the distinct positives of the file (and the passages of `corpus`, when given). Every anchor
 (with the model's query prompt) is searched against them exactly (`search.exact_search`, vectors on disk; a
-ColBERT folder's token vectors by MaxSim, `maxsim_search`); of
-its ranked candidates, those that are one of the anchor's own positives (any row with the same anchor) are
-skipped, then those ranked before `range_min`, after `range_max`, or scoring above (1 − `relative_margin`) ×
-the positive's score (a near-duplicate of the positive is likely a false negative; sentence-transformers'
-`mine_hard_negatives` filters alike) -- and the first `num_negatives` left are kept. Out: `anchor, positive,
-negative_1, ..., negative_n` (the n-tuples mnrl reads; `triplets` writes one `anchor, positive, negative` row per
-negative instead, the rows a reranker's BCE reads); pairs that found fewer than `num_negatives` are dropped and
-counted.
+ColBERT folder's token vectors by MaxSim, `maxsim_search`); of its ranked candidates, those that are one of the
+anchor's own positives (any row with the same anchor) are skipped, then those ranked before `range_min`, after
+`range_max`, or scoring above (1 − `relative_margin`) × the positive's score (a near-duplicate of the positive is
+likely a false negative; sentence-transformers' `mine_hard_negatives` filters alike) -- and the first
+`num_negatives` left are kept. Out: `anchor, positive, negative_1, ..., negative_n` (the n-tuples mnrl reads;
+`triplets` writes one `anchor, positive, negative` row per negative instead, the rows a reranker's BCE reads);
+pairs that found fewer than `num_negatives` are dropped and counted.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import torch
 
 from ...core.errors import ConfigError
 from ...core.fsio import atomic_write_text
+from ...infer.multivector import is_colbert_folder
 from ...tasks.retrieval.data import CORPUS_TEXT_COLUMNS
 from ...tasks.retrieval.pairs import read_rows
 from ...tasks.tables import guess_column, read_table
@@ -128,8 +128,6 @@ def _ranked_colbert(cfg: MineConfig, anchors: list[str], own: dict[str, set[int]
 
 def mine(cfg: MineConfig) -> dict:
     """Write cfg.output (see the module docstring); returns counts."""
-    from ...infer.multivector import is_colbert_folder
-
     if not (cfg.model and cfg.train and cfg.output):
         raise ConfigError("give --model, --train and --output")
     rows = read_rows(cfg.train, "pairs", cfg.anchor_column, cfg.positive_column, negatives=[])
