@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -251,3 +252,50 @@ def test_negatives_mined_with_a_colbert_folder_are_its_maxsim_ranking(tmp_path, 
         others = [j for j in scores[i].argsort(descending=True).tolist() if j != i]
         expected = [positives[j] for j in others if scores[i, j] <= scores[i, i]][:2]
         assert [rows[a]["negative_1"], rows[a]["negative_2"]] == expected
+
+@pytest.mark.parametrize("change,message", [
+    ({"pooling_mode_mean_tokens": False, "pooling_mode_mean_sqrt_len_tokens": True}, "pools by mean_sqrt_len_tokens"),
+    ({"pooling_mode_cls_token": True}, "pools by cls + mean"),
+    ({"pooling_mode_mean_tokens": False, "pooling_mode_weightedmean_tokens": True}, "pools by weightedmean"),
+    ({"pooling_mode": "lasttoken"}, "pools by lasttoken"),  # sentence-transformers 6's form
+    ({"pooling_mode": ["cls", "max"]}, "pools by cls + max"),
+    ({"include_prompt": False}, "include_prompt"),
+])
+def test_a_pooling_bertlab_does_not_compute_is_refused(tmp_path, capsys, change, message):
+    """A sentence-transformers Pooling module whose vector bertlab would not compute as that library does (it
+    fell back to the mean before, without a word); --pooling still pools the encoder on request."""
+    from bertlab.infer.embeddings import model_pooling
+    from bertlab.train.retrieval.st_folder import EmbeddingSettings, write_settings
+
+    folder = tmp_path / "st"
+    shutil.copytree(tiny_model(tmp_path / "base", seed=1), folder)
+    write_settings(folder, EmbeddingSettings(query_prompt="query: "), 32, 64)
+    assert model_pooling(folder) == "mean"
+    edit(folder / "1_Pooling" / "config.json", lambda c: c.update(change))
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a dog\n")
+    assert main(["embed", "--model", str(folder), "--input", str(texts), "--output", str(tmp_path / "v.npy")]) != 0
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert main(["embed", "--model", str(folder), "--input", str(texts), "--pooling", "mean",
+                 "--output", str(tmp_path / "v.npy")]) == 0
+
+
+@pytest.mark.parametrize("mode", ["cls", "max", "mean"])
+def test_sentence_transformers_6_pooling_is_read(tmp_path, mode):
+    """sentence-transformers 6 saves `pooling_mode` as a name (no flags): each is read, and the vectors are its."""
+    try:
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.sentence_transformer.modules import Pooling
+    except ImportError:
+        pytest.skip("sentence-transformers 6's module layout")
+    from bertlab.infer.embeddings import Embedder, model_pooling
+
+    base = tiny_model(tmp_path / "base", seed=4)
+    plain = SentenceTransformer(str(base), device="cpu")
+    model = SentenceTransformer(modules=[plain[0], Pooling(32, pooling_mode=mode)], device="cpu")
+    model.save(str(tmp_path / "st"))
+    assert json.loads((tmp_path / "st" / "1_Pooling" / "config.json").read_text())["pooling_mode"] == mode
+    assert model_pooling(tmp_path / "st") == mode
+    ours = Embedder.from_pretrained(tmp_path / "st", None, normalize=False).embed(TEXTS)
+    np.testing.assert_allclose(ours, model.encode(TEXTS), rtol=1e-5, atol=1e-6)

@@ -50,8 +50,11 @@ def _max(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"cls": _cls, "mean": _mean, "max": _max}
 DEFAULT_POOLING = "mean"
 
-# sentence-transformers' Pooling config flag -> our pooling name
-ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+# sentence-transformers' Pooling config: before 6, a flag per mode (-> the mode's name, ours where we have it);
+# from 6, `pooling_mode`: one name or a list of them
+ST_POOLING_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                    "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                    "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 
 def module_config(model_dir: str | Path | None, type_suffix: str) -> dict | None:
@@ -124,19 +127,38 @@ def _check_sentence_modules(model_dir: str | Path) -> None:
 
 def model_pooling(model_dir: str | Path | None) -> str | None:
     """The pooling a sentence-transformers folder declares (`modules.json` -> its Pooling module's config), or
-    None when the folder has none or declares one we do not have (e.g. mean-sqrt-len); "cls" for a BGE-M3
-    folder, whatever it declares (FlagEmbedding's dense vector). A pipeline with other modules around its
-    pooling is refused (`_check_sentence_modules`)."""
+    None when the folder has none; "cls" for a BGE-M3 folder, whatever it declares (FlagEmbedding's dense
+    vector). Refused in one line, as bertlab would compute another vector: a pooling it does not have
+    (mean-sqrt-len, weighted mean, last token, several at once), a pooling that leaves the prompt out, a
+    pipeline with other modules around its pooling (`_check_sentence_modules`)."""
     if is_bge_m3_folder(model_dir):
         return "cls"
     if model_dir is not None:
         _check_sentence_modules(model_dir)
-    config = module_config(model_dir, "Pooling")
-    if not config:
+    config = module_config(model_dir, "Pooling") or {}
+    if "pooling_mode" in config:
+        mode = config["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else [str(m) for m in mode] if isinstance(mode, list) else [str(mode)]
+    else:
+        modes = [ST_POOLING_FLAGS.get(k, k) for k, v in sorted(config.items()) if k.startswith("pooling_mode") and v]
+    if not modes:  # no Pooling module, or SpladePooling's config (the sparse path reads it)
         return None
-    chosen = [name for flag, name in ST_POOLING_FLAGS.items() if config.get(flag)]
-    others = [k for k, v in config.items() if k.startswith("pooling_mode") and v and k not in ST_POOLING_FLAGS]
-    return chosen[0] if len(chosen) == 1 and not others else None
+    if len(modes) != 1 or modes[0] not in POOLINGS:
+        raise BertlabError(f"{model_dir}: its Pooling module pools by {' + '.join(modes)}; bertlab pools by one of "
+                           f"{', '.join(POOLINGS)} (--pooling picks one)")
+    if config.get("include_prompt") is False and _folder_prompts(Path(model_dir)):
+        raise BertlabError(f"{model_dir}: its Pooling module leaves the prompt's tokens out (include_prompt: "
+                           "false); bertlab pools every token")
+    return modes[0]
+
+
+def _folder_prompts(folder: Path) -> list[str]:
+    """The non-empty prompts of a sentence-transformers folder's config."""
+    try:
+        prompts = json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts")
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [p for p in prompts.values() if p] if isinstance(prompts, dict) else []
 
 
 def windows(ids: Sequence[int], max_length: int, overlap: int, cls_id: int, sep_id: int) -> list[list[int]]:
