@@ -30,6 +30,7 @@ import torch
 from ..core.errors import BertlabError
 from . import length_buckets
 from .inputs import encode
+from .multivector import is_colbert_folder
 from .runtime import InferenceOptions, length_limit, load_encoder, load_tokenizer
 
 
@@ -75,6 +76,15 @@ def module_config(model_dir: str | Path | None, type_suffix: str) -> dict | None
     return config if isinstance(config, dict) else {}
 
 
+def folder_prompts(model_dir: str | Path) -> dict[str, str]:
+    """The `prompts` of a sentence-transformers folder's config_sentence_transformers.json ({} when none)."""
+    try:
+        prompts = json.loads((Path(model_dir) / "config_sentence_transformers.json").read_text()).get("prompts")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in prompts.items()} if isinstance(prompts, dict) else {}
+
+
 # A BGE-M3 folder (`bge_m3.py`): an encoder with these two layers beside it; its dense vector is the [CLS] vector
 SPARSE_FILE = "sparse_linear.pt"
 COLBERT_FILE = "colbert_linear.pt"
@@ -94,11 +104,9 @@ def is_bge_m3_folder(model_dir: str | Path | None) -> bool:
 
 # A sentence-transformers pipeline bertlab computes as a sentence vector: these modules, in this order
 SENTENCE_MODULES = ("Transformer", "Pooling", "Normalize")
-# Pipelines with a vector of another kind, each computed by its own path (`sparse.folder_pooling`,
-# `multivector.is_colbert_folder`): a module of theirs marks them, or PyLate's similarity function (the value of
-# `multivector.SIMILARITY`, a sibling module this one may not import)
-OTHER_KIND_MODULES = ("SpladePooling", "MultiVectorMask")
-OTHER_KIND_SIMILARITY = "MaxSim"
+# Pipelines with a vector of another kind, each computed by its own path: SPLADE's (`sparse.folder_pooling`), marked
+# by this module; ColBERT's (`multivector.is_colbert_folder`)
+SPARSE_MODULE = "SpladePooling"
 
 
 def _check_sentence_modules(model_dir: str | Path) -> None:
@@ -112,13 +120,8 @@ def _check_sentence_modules(model_dir: str | Path) -> None:
         names = tuple(str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules)
     except (OSError, ValueError, TypeError, AttributeError):
         return
-    if "Pooling" not in names:
-        try:
-            similarity = json.loads((folder / "config_sentence_transformers.json").read_text())["similarity_fn_name"]
-        except (OSError, ValueError, TypeError, KeyError):
-            similarity = None
-        if similarity == OTHER_KIND_SIMILARITY or any(n in OTHER_KIND_MODULES for n in names):
-            return
+    if "Pooling" not in names and (SPARSE_MODULE in names or is_colbert_folder(folder)):
+        return
     if names not in (SENTENCE_MODULES[:2], SENTENCE_MODULES):
         raise BertlabError(f"{folder}/modules.json: {' -> '.join(names) or 'no modules'}; bertlab computes a "
                            f"sentence vector as {' -> '.join(SENTENCE_MODULES[:2])} [-> Normalize] only (--pooling "
@@ -146,19 +149,10 @@ def model_pooling(model_dir: str | Path | None) -> str | None:
     if len(modes) != 1 or modes[0] not in POOLINGS:
         raise BertlabError(f"{model_dir}: its Pooling module pools by {' + '.join(modes)}; bertlab pools by one of "
                            f"{', '.join(POOLINGS)} (--pooling picks one)")
-    if config.get("include_prompt") is False and _folder_prompts(Path(model_dir)):
+    if config.get("include_prompt") is False and any(folder_prompts(model_dir).values()):
         raise BertlabError(f"{model_dir}: its Pooling module leaves the prompt's tokens out (include_prompt: "
                            "false); bertlab pools every token")
     return modes[0]
-
-
-def _folder_prompts(folder: Path) -> list[str]:
-    """The non-empty prompts of a sentence-transformers folder's config."""
-    try:
-        prompts = json.loads((folder / "config_sentence_transformers.json").read_text()).get("prompts")
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [p for p in prompts.values() if p] if isinstance(prompts, dict) else []
 
 
 def windows(ids: Sequence[int], max_length: int, overlap: int, cls_id: int, sep_id: int) -> list[list[int]]:

@@ -383,7 +383,8 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
 def export_sparse_encoder(model_dir: Path, out: Path) -> ExportReport:
     """The sentence-transformers SparseEncoder folder of the model's masked-LM head (refused without its weights)."""
     from ..checkpoint.pretrained import save_pretrained
-    from .sparse import folder_prompts, write_sparse_encoder_files
+    from .embeddings import folder_prompts
+    from .sparse import write_sparse_encoder_files
 
     options = InferenceOptions(packed_linear=False, cpu_attention=False)
     model = load_head("masked-lm", model_dir, options, purpose="a SPLADE (SparseEncoder) export")

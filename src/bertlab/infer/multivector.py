@@ -81,6 +81,10 @@ class ColbertSettings:
     """a skiplist word missing from the vocabulary skips [UNK] (PyLate); False: it is left off the list
     (sentence-transformers 6)"""
 
+    def marker_tokens(self) -> tuple[str, ...]:
+        """The query and document prefixes that are tokens (an empty prefix: no marker)."""
+        return tuple(t for t in (self.query_prefix, self.document_prefix) if t)
+
     def __post_init__(self) -> None:
         for name in ("dim", "query_length", "document_length"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 3:
@@ -111,8 +115,7 @@ def _st_multi_vector(folder: Path) -> bool:
 
 def _dense_dir(folder: Path) -> Path:
     if _st_multi_vector(folder):
-        _read_st_settings(folder)  # its pipeline checked: Dense is its second module
-        return folder / str(_json(folder / "modules.json")[1].get("path", ""))
+        return _st_module_paths(folder)["Dense"]
     modules = _json(folder / "modules.json")
     if not isinstance(modules, list):
         raise BertlabError(f"{folder}: a ColBERT folder needs modules.json (Transformer, then Dense)")
@@ -128,8 +131,7 @@ def marker_tokens(model_dir: str | Path | None) -> tuple[str, ...]:
     holds as tokens added after the vocabulary; () for any other folder."""
     if not is_colbert_folder(model_dir):
         return ()
-    settings = read_colbert_settings(model_dir)
-    return tuple(t for t in (settings.query_prefix, settings.document_prefix) if t)
+    return read_colbert_settings(model_dir).marker_tokens()
 
 
 def _projection_dim(folder: Path, dense_dir: Path) -> int:
@@ -177,19 +179,28 @@ def _added_tokens(folder: Path) -> set[str]:
     return out
 
 
-def _read_st_settings(folder: Path) -> ColbertSettings:
-    """A sentence-transformers 6 `MultiVectorEncoder` folder's settings, or a one-line refusal of what bertlab
-    does not compute (see the module docstring)."""
-    def refuse(where: str, what: str) -> BertlabError:
-        return BertlabError(f"{folder / where}: {what}; bertlab does not compute that ColBERT variant")
+def _refusal(folder: Path, where: str, what: str) -> BertlabError:
+    return BertlabError(f"{folder / where}: {what}; bertlab does not compute that ColBERT variant")
 
+
+def _st_module_paths(folder: Path) -> dict[str, Path]:
+    """A `MultiVectorEncoder` folder's module folders by class name, its pipeline checked to be `ST_MODULES`."""
     modules = _json(folder / "modules.json")
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise BertlabError(f"{folder}/modules.json: missing or not a list of modules")
     names = tuple(str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules)
     if names != ST_MODULES:
-        raise refuse("modules.json", f"modules {' -> '.join(names)}, not {' -> '.join(ST_MODULES)}")
-    paths = {name: folder / str(m.get("path", "")) for name, m in zip(names, modules)}
+        raise _refusal(folder, "modules.json", f"modules {' -> '.join(names)}, not {' -> '.join(ST_MODULES)}")
+    return {name: folder / str(m.get("path", "")) for name, m in zip(names, modules)}
+
+
+def _read_st_settings(folder: Path) -> ColbertSettings:
+    """A sentence-transformers 6 `MultiVectorEncoder` folder's settings, or a one-line refusal of what bertlab
+    does not compute (see the module docstring)."""
+    def refuse(where: str, what: str) -> BertlabError:
+        return _refusal(folder, where, what)
+
+    paths = _st_module_paths(folder)
     config = _json(folder / PYLATE_CONFIG)
     if config.get("similarity_fn_name") not in (None, "maxsim"):
         raise refuse(PYLATE_CONFIG, f"similarity_fn_name {config['similarity_fn_name']!r}, not maxsim")
@@ -526,7 +537,7 @@ class ColbertEmbedder:
         model = ColbertModel(encoder, settings.dim, read_projection(model_dir))
         model = model.to(device=options.device, dtype=options.torch_dtype).eval()
         model.linear.weight.requires_grad_(False)
-        tokenizer = load_tokenizer(Path(model_dir), marker_tokens(model_dir))
+        tokenizer = load_tokenizer(Path(model_dir), settings.marker_tokens())
         if add_markers(tokenizer, settings, model_dir):
             raise BertlabError(f"{model_dir}: its tokenizer files lack the marker tokens "
                                f"{settings.query_prefix!r} / {settings.document_prefix!r}")

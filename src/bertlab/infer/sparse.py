@@ -258,15 +258,6 @@ def folder_pooling(model_dir: str | Path | None) -> str | None:
     return "splade"
 
 
-def folder_prompts(model_dir: str | Path) -> dict[str, str]:
-    """The `prompts` of a sentence-transformers folder's config_sentence_transformers.json ({} when none)."""
-    try:
-        prompts = json.loads((Path(model_dir) / "config_sentence_transformers.json").read_text()).get("prompts")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return {str(k): str(v) for k, v in prompts.items()} if isinstance(prompts, dict) else {}
-
-
 class SpladeEncoder:
     """Texts -> `SparseRows` of SPLADE weights with a loaded masked-LM model and its tokenizer."""
 
@@ -305,6 +296,8 @@ class SpladeEncoder:
         tokenizer = load_tokenizer(Path(model_dir))
         limit = length_limit(model_dir, model.config, tokenizer, options.max_seq_length)
         encoder = cls(model, tokenizer, limit, options)
+        from .embeddings import folder_prompts
+
         encoder.prompts = folder_prompts(model_dir)
         return encoder
 
