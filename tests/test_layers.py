@@ -85,7 +85,8 @@ RETIRED_MODULES = ["bertlab.objectives.rtd", "bertlab.config", "bertlab.model", 
                    "bertlab.progress", "bertlab.host_memory", "bertlab.threads", "bertlab.jsonconfig",
                    "bertlab.model_names", "bertlab.labels", "bertlab.nn.objective", "bertlab.nn.heads",
                    "bertlab.tokenizer.xlm_roberta", "bertlab.params", "bertlab.tf_names", "bertlab.tokenizer.tokenizer",
-                   "bertlab.infer.batcher", "bertlab.infer.batching"]
+                   "bertlab.infer.batcher", "bertlab.infer.batching",
+                   "bertlab.train.retrieval.st_folder"]
 
 
 @pytest.mark.parametrize("module", RETIRED_MODULES)

@@ -265,7 +265,7 @@ def test_a_pooling_bertlab_does_not_compute_is_refused(tmp_path, capsys, change,
     """A sentence-transformers Pooling module whose vector bertlab would not compute as that library does (it
     fell back to the mean before, without a word); --pooling still pools the encoder on request."""
     from bertlab.infer.embeddings import model_pooling
-    from bertlab.train.retrieval.st_folder import EmbeddingSettings, write_settings
+    from bertlab.infer.st_folder import EmbeddingSettings, write_settings
 
     folder = tmp_path / "st"
     shutil.copytree(tiny_model(tmp_path / "base", seed=1), folder)

@@ -305,7 +305,7 @@ def test_validation_metrics_are_evaluate_retrievals(bert_mlm, tmp_path):
     """Fine-tuning's SPLADE validation (`evaluate_sparse`) gives the metrics `evaluate-retrieval` writes."""
     from bertlab.tasks.retrieval.data import load_retrieval_set
     from bertlab.train.retrieval.evaluate import evaluate_sparse
-    from bertlab.train.retrieval.st_folder import EmbeddingSettings
+    from bertlab.infer.st_folder import EmbeddingSettings
 
     from test_retrieval_eval import CORPUS, QUERIES, write_beir
 

@@ -1,3 +1,3 @@
 """Retrieval recipes: evaluate an embedding model (and a reranker) on a retrieval set, fine-tune embedding
-models on pairs (`finetune-embeddings`); exact dense search over a corpus streamed to disk (`search.py`),
-contrastive losses (`losses.py`), the sentence-transformers folder they read and write (`st_folder.py`)."""
+models on pairs (`finetune-embeddings`); exact dense search over a corpus streamed to disk (`search.py`) and
+contrastive losses (`losses.py`)."""

@@ -38,7 +38,7 @@ from ...core.errors import BertlabError, ConfigError
 from ...tasks.retrieval.data import RetrievalSet, load_retrieval_set
 from ...tasks.retrieval.metrics import DEFAULT_CUTOFFS, evaluate_run
 from . import hybrid_search, maxsim_search, search, sparse_search
-from .st_folder import EmbeddingSettings, read_settings
+from ...infer.st_folder import EmbeddingSettings, read_settings
 
 log = logging.getLogger(__name__)
 

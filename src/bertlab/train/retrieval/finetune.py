@@ -53,7 +53,7 @@ from .losses import LOSS_ROWS, across_processes, build_objective, cached_loss, p
 from .recipe import PairTraining, loop_config, start_run
 from .splade import (DEFAULT_DOCUMENT_LAMBDA, DEFAULT_QUERY_LAMBDA, DEFAULT_WARMUP, SpladeModel, load_mlm,
                      save_sparse_folder, splade_loss)
-from .st_folder import EmbeddingSettings, read_settings, write_settings
+from ...infer.st_folder import EmbeddingSettings, read_settings, write_settings
 
 log = logging.getLogger(__name__)
 

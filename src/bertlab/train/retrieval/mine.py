@@ -29,7 +29,7 @@ from ...tasks.retrieval.data import CORPUS_TEXT_COLUMNS
 from ...tasks.retrieval.pairs import read_rows
 from ...tasks.tables import guess_column, read_table
 from . import maxsim_search, search
-from .st_folder import read_settings
+from ...infer.st_folder import read_settings
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from torch import nn
 from ...core.errors import BertlabError
 from ...core.fsio import atomic_directory
 from .losses import negative_columns, text_columns
-from .st_folder import EmbeddingSettings
+from ...infer.st_folder import EmbeddingSettings
 
 log = logging.getLogger(__name__)
 

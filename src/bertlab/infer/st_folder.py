@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...infer.embeddings import DEFAULT_POOLING, model_pooling
-from ...infer.multivector import ST_MULTI_VECTOR, marker_tokens
+from .embeddings import DEFAULT_POOLING, model_pooling
+from .multivector import ST_MULTI_VECTOR, marker_tokens
 
 log = logging.getLogger(__name__)
 
