@@ -9,8 +9,9 @@ float32 array when FILE ends in `.npy` or `.safetensors` (tensor "embeddings"; a
 embedded and written chunk by chunk, each chunk sorted by length into batches (see `bertlab.infer`).
 With `--ray`, the same over Ray Data (`bertlab.infer.ray_data`): --input a table, a folder or a glob of them,
 --output a folder of Parquet shards (`id`, `embedding`), finished shards kept on a re-run.
-Defaults are the service's (`bertlab serve`): the pooling the model folder declares (sentence-transformers'
-config; mean otherwise), L2-normalised.
+Defaults are the service's (`bertlab serve`) and sentence-transformers' `encode`: the pooling the model folder
+declares (its config; mean otherwise), L2-normalised when its pipeline has a Normalize module (a folder without
+modules.json: normalised).
 
 `--pooling splade` (a model with a masked-LM head; the default for a sentence-transformers SparseEncoder folder)
 writes sparse vectors instead (`infer/sparse.py`): per line a JSON object {"token id": weight} of every non-zero
@@ -73,9 +74,10 @@ def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
                         + ("; colbert: a ColBERT folder's vectors per token (default: colbert for a ColBERT folder, "
                            "else the " if "colbert" in poolings else " (default: the ")
                         + "model folder's sentence-transformers pooling, else mean)")
-    p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
-                   help="do not L2-normalise the embeddings (default: normalised, cosine = dot product)")
-    p.add_argument("--normalize", dest="normalize", action="store_true", help=argparse.SUPPRESS)  # the default
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="L2-normalise the embeddings or not (default: as the folder's sentence-transformers pipeline "
+                        "does -- normalised when it has a Normalize module, not for a model trained for dot "
+                        "products; normalised for a folder without modules.json, so cosine = dot product)")
     p.add_argument("--window-overlap", type=int, metavar="N",
                    help="embed a text over the length limit as overlapping windows (N tokens shared by "
                         "neighbours) averaged into one vector, instead of truncating it")
@@ -83,7 +85,7 @@ def add_embedding_arguments(p: argparse.ArgumentParser, poolings) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import BertlabError
-    from ..infer.embeddings import Embedder
+    from ..infer.embeddings import Embedder, resolve_normalize
     from ..infer.input_files import read_texts, write_ids
     from ..infer.outputs import NpyWriter, SafetensorsWriter, output_kind, text_output
     from ..infer.bge_m3 import is_bge_m3_folder
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                                "not --pooling")
         if args.vectors not in (None, "dense"):
             return embed_bge_m3(args)
-        args.pooling = "cls"  # BGE-M3's dense vector: the [CLS] vector, normalised unless --no-normalize
+        args.pooling = "cls"  # BGE-M3's dense vector: the [CLS] vector, normalised as its folder says
     elif args.vectors is not None:
         raise BertlabError(f"--vectors picks among a BGE-M3 folder's outputs; {args.model} has no sparse_linear.pt "
                            "and colbert_linear.pt (other folders: --pooling)")
@@ -119,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
     if colbert:
         return embed_colbert(args)
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
-    embedder = Embedder.from_pretrained(args.model, args.pooling, args.normalize, InferenceOptions.from_args(args),
-                                        args.window_overlap)
+    embedder = Embedder.from_pretrained(args.model, args.pooling, resolve_normalize(args.model, args.normalize),
+                                        InferenceOptions.from_args(args), args.window_overlap)
     chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, where=where))
     kind = output_kind(args.output)
     if kind == "jsonl":
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     if kind == "npy":
         writer.close()
     else:
-        writer.close(metadata={"pooling": embedder.pooling, "normalize": str(args.normalize), "model": str(args.model)})
+        writer.close(metadata={"pooling": embedder.pooling, "normalize": str(embedder.normalize), "model": str(args.model)})
     return 0
 
 
@@ -183,7 +185,7 @@ def embed_colbert(args: argparse.Namespace, embedder=None) -> int:
     from ..infer.outputs import json_line, text_output
     from ..infer.runtime import InferenceOptions
 
-    for flag, given in (("--no-normalize", not args.normalize), ("--window-overlap", args.window_overlap is not None),
+    for flag, given in (("--no-normalize", args.normalize is False), ("--window-overlap", args.window_overlap is not None),
                         ("--max-seq-length", args.max_seq_length is not None)):
         if given and (embedder is None or flag == "--window-overlap"):
             raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "
@@ -212,6 +214,7 @@ def embed_bge_m3(args: argparse.Namespace) -> int:
     """A BGE-M3 folder's `--vectors sparse | colbert | all` (dense goes the dense path)."""
     from ..core.errors import BertlabError
     from ..infer.bge_m3 import BgeM3Encoder, ColbertView, LexicalView, outputs_of
+    from ..infer.embeddings import resolve_normalize
     from ..infer.input_files import read_texts
     from ..infer.outputs import json_line, text_output
     from ..infer.runtime import InferenceOptions
@@ -224,7 +227,8 @@ def embed_bge_m3(args: argparse.Namespace) -> int:
     if args.ray is not None:
         raise BertlabError("--ray writes dense embeddings; a BGE-M3 folder's --vectors sparse / colbert / all run "
                            "without --ray")
-    m3 = BgeM3Encoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.normalize)
+    m3 = BgeM3Encoder.from_pretrained(args.model, InferenceOptions.from_args(args),
+                                      resolve_normalize(args.model, args.normalize))
     m3.top_k = args.top_k
     if args.vectors == "sparse":
         return run_sparse(args, LexicalView(m3), "--vectors sparse")

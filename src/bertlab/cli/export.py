@@ -11,9 +11,11 @@ elsewhere.
     The onnx, openvino and ctranslate2 folders also hold config.json and the tokenizer, so `--model DIR
     --engine ENGINE` runs them in `embed`, `predict` and `serve`.
     sentence-transformers  the folder `SentenceTransformer(DIR)` loads, with the pooling the model was used with
-                           (its sentence-transformers config; `--pooling` to choose) and L2 normalisation
-                           (`--no-normalize` to leave it out); `--pooling splade`: the `SparseEncoder(DIR)` folder
-                           of the masked-LM head (SPLADE; the default for a folder saved as one).
+                           (its sentence-transformers config; `--pooling` to choose), its prompts and
+                           similarity function, and L2 normalisation as the folder has it (normalised when it does
+                           not say; `--normalize` / `--no-normalize` to choose); `--pooling splade`: the
+                           `SparseEncoder(DIR)` folder of the masked-LM head (SPLADE; the default for a folder saved
+                           as one).
 See `bertlab.infer.export`.
 """
 
@@ -34,16 +36,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pooling", choices=[*POOLINGS, *SPARSE_POOLINGS],
                    help="sentence-transformers: the pooling (default: the model's own config, else mean); splade: "
                         "a SparseEncoder folder of the masked-LM head")
-    p.add_argument("--no-normalize", dest="normalize", action="store_false", default=True,
-                   help="sentence-transformers: no Normalize module (default: embeddings L2-normalised)")
+    p.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                   help="sentence-transformers: a Normalize module or not (default: as the folder's own pipeline; "
+                        "a folder without modules.json: normalised)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import BertlabError
     from ..infer.export import EXPORTERS
 
-    if args.format != "sentence-transformers" and (args.pooling is not None or not args.normalize):
-        raise BertlabError("--pooling and --no-normalize are options of the sentence-transformers export")
+    if args.format != "sentence-transformers" and (args.pooling is not None or args.normalize is not None):
+        raise BertlabError("--pooling and --normalize / --no-normalize are options of the sentence-transformers "
+                           "export")
     if args.format == "onnx":
         report = EXPORTERS["onnx"](args.model, args.out, quantize=args.quantize)
     elif args.format in ("openvino", "ctranslate2"):

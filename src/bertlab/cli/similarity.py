@@ -1,4 +1,8 @@
-"""`bertlab similarity --model DIR A B`: cosine similarity of two texts' sentence embeddings.
+"""`bertlab similarity --model DIR A B`: the similarity of two texts' sentence embeddings, as
+sentence-transformers' `similarity` scores them: with the folder's pooling and normalisation (`embed`'s
+defaults), by cosine, or by dot product for a model whose config_sentence_transformers.json says
+`similarity_fn_name: dot`. A SPLADE or ColBERT folder is refused without `--pooling` (their scores are
+`evaluate-retrieval`'s and `serve`'s /rerank).
 
 With `--pairs FILE` (one `A<TAB>B` pair per line) it prints one score per line instead; a table (.csv, .tsv,
 .jsonl, .json, .parquet) is read as `predict` reads one -- the first text from --text-column (else text,
@@ -19,7 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     add_inference_arguments(p)
     p.add_argument("texts", nargs="*", metavar="TEXT", help="the two texts to compare")
-    p.add_argument("--pooling", default="mean", choices=list(POOLINGS), help="as for `bertlab embed` (default mean)")
+    p.add_argument("--pooling", choices=list(POOLINGS),
+                   help="as for `bertlab embed` (default: the pooling the folder declares, else mean)")
     p.add_argument("--pairs", metavar="FILE", help="tab-separated pairs, one per line, one score per line out; or a "
                                                    "table (.csv, .jsonl, ...) of two text columns, JSON lines out")
     p.add_argument("--input-format", choices=INPUT_FORMATS,
@@ -32,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..core.errors import BertlabError
     from ..infer.embeddings import Embedder, cosine
+    from ..infer.multivector import is_colbert_folder
+    from ..infer.sparse import SPARSE_POOLINGS, folder_pooling
+    from ..infer.st_folder import read_settings
     from ..infer.input_files import TEXT_FORMAT, input_format, read_texts
     from ..infer.inputs import read_lines
     from ..infer.outputs import json_line
@@ -60,9 +68,16 @@ def run(args: argparse.Namespace) -> int:
         pairs = [args.texts]
     else:
         raise BertlabError(f"expected two texts (or --pairs FILE), got {len(args.texts)}")
-    embedder = Embedder.from_pretrained(args.model, args.pooling, True, InferenceOptions.from_args(args))
+    if args.pooling is None and (is_colbert_folder(args.model) or folder_pooling(args.model) in SPARSE_POOLINGS):
+        raise BertlabError(f"{args.model} scores texts by its own vectors (ColBERT's MaxSim, SPLADE's sparse dot "
+                           "product; `serve` /rerank, `evaluate-retrieval`); --pooling compares its encoder pooled")
+    settings = read_settings(args.model)
+    embedder = Embedder.from_pretrained(args.model, args.pooling or settings.pooling, settings.normalize,
+                                        InferenceOptions.from_args(args))
     vectors = embedder.embed([t for pair in pairs for t in pair])
-    for i, score in enumerate(cosine(vectors[0::2], vectors[1::2]).tolist()):
+    a, b = vectors[0::2], vectors[1::2]
+    scores = (a * b).sum(-1) if settings.similarity == "dot" else cosine(a, b)
+    for i, score in enumerate(scores.tolist()):
         if ids is None:
             print(f"{score:.6f}")
         else:

@@ -14,8 +14,9 @@ overlapping windows of the limit's length (neighbours share `window_overlap` tok
 embedded with its own [CLS]/[SEP], and the window vectors (pooled, not yet normalised) are averaged,
 weighted by their token counts, into one vector -- so a 5,000-word document gets one embedding of all of it.
 
-`model_pooling(dir)` reads the pooling a sentence-transformers folder was trained with (`1_Pooling/config.json`),
-so `embed` and `serve` use it unless told otherwise.
+`model_pooling(dir)` reads the pooling a sentence-transformers folder was trained with (`1_Pooling/config.json`)
+and `model_normalize(dir)` whether its pipeline normalises (a Normalize module), so `embed`, `similarity` and
+`serve` use them unless told otherwise.
 """
 
 from __future__ import annotations
@@ -83,6 +84,25 @@ def folder_prompts(model_dir: str | Path) -> dict[str, str]:
     except (OSError, ValueError, AttributeError):
         return {}
     return {str(k): str(v) for k, v in prompts.items()} if isinstance(prompts, dict) else {}
+
+
+def model_normalize(model_dir: str | Path | None) -> bool | None:
+    """Whether a sentence-transformers folder's pipeline L2-normalises its vectors (a Normalize module in
+    `modules.json`), or None for a folder without a readable modules.json."""
+    if model_dir is None:
+        return None
+    try:
+        modules = json.loads((Path(model_dir) / "modules.json").read_text())
+        return any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def resolve_normalize(model_dir: str | Path | None, asked: bool | None) -> bool:
+    """`asked` when the user said; else as the folder's pipeline does (`model_normalize`) -- a model trained
+    for dot products (no Normalize module) keeps its vectors' lengths, as sentence-transformers' `encode`
+    does -- and normalised for a folder that does not say (cosine = dot product)."""
+    return asked if asked is not None else model_normalize(model_dir) is not False
 
 
 # A BGE-M3 folder (`bge_m3.py`): an encoder with these two layers beside it; its dense vector is the [CLS] vector

@@ -10,11 +10,13 @@
     Checked before anything is written: ONNX Runtime's outputs on sample sentences of two batch shapes (one
     padded, one not) within 1e-4 of PyTorch's; the int8 copy's cosine to fp32 is measured and reported.
 
-    export_sentence_transformers(model_dir, out, pooling=None, normalize=True)
+    export_sentence_transformers(model_dir, out, pooling=None, normalize=None)
         the folder `SentenceTransformer(out)` loads: the encoder in the Hugging Face layout, modules.json
-        (Transformer -> Pooling -> Normalize), 1_Pooling/config.json with the pooling the model was used with
-        (its own sentence-transformers config, else the one given, else mean), sentence_bert_config.json with
-        its length limit. With pooling="splade" (or a folder saved as one): the `SparseEncoder(out)` folder instead
+        (Transformer -> Pooling [-> Normalize]), 1_Pooling/config.json with the pooling the model was used with
+        (the one given, else its own sentence-transformers config, else mean), sentence_bert_config.json with
+        its length limit, config_sentence_transformers.json with the folder's prompts and similarity function
+        (`st_folder.write_settings`). Normalize: as given, else as the folder's pipeline (a folder without
+        one: normalised). With pooling="splade" (or a folder saved as one): the `SparseEncoder(out)` folder instead
         -- the masked-LM model, MLMTransformer -> SpladePooling (max, ReLU), dot product (`sparse.py`).
 
 The ONNX graph is traced (torch.onnx's TorchScript exporter) from the plain fp32 model (no oneDNN packing) on
@@ -332,25 +334,26 @@ def _quantize_int8(fp32_path: Path, int8_path: Path, exportable: Exportable, out
 
 
 # ---------------------------------------------------------------------------------------------- sentence-transformers
-ST_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
-
-
 def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling: str | None = None,
-                                 normalize: bool = True) -> ExportReport:
+                                 normalize: bool | None = None) -> ExportReport:
     """The sentence-transformers folder of the model's encoder (see the module docstring)."""
     from ..checkpoint.pretrained import save_pretrained
 
     from .sparse import SPARSE_POOLINGS, folder_pooling
+    from .st_folder import read_settings, write_settings
 
     model_dir, out = check_model_dir(Path(model_dir)), Path(out)
     if (pooling or folder_pooling(model_dir)) in SPARSE_POOLINGS:
         return export_sparse_encoder(model_dir, out)
-    declared = model_pooling(model_dir)
     if pooling is not None and pooling not in POOLINGS:
         raise BertlabError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+    declared = model_pooling(model_dir)
     if pooling is not None and declared is not None and pooling != declared:
         log.warning("%s was used with %s pooling; exporting with %s as asked", model_dir, declared, pooling)
-    pooling = pooling or declared or DEFAULT_POOLING
+    # what the folder already says (prompts, similarity, Matryoshka dimensions, Normalize) is kept unless overridden
+    settings = read_settings(model_dir)
+    settings.pooling = pooling or settings.pooling
+    settings.normalize = settings.normalize if normalize is None else normalize
     encoder = load_encoder(model_dir, InferenceOptions(packed_linear=False, cpu_attention=False))
     tokenizer = load_tokenizer(model_dir)
     limit = length_limit(model_dir, encoder.config, tokenizer, None)
@@ -359,25 +362,13 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
         folder = tmp / "model"
         save_pretrained(encoder, folder)
         tokenizer.save_pretrained(folder)
-        modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-                   {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
-        if normalize:
-            modules.append({"idx": 2, "name": "2", "path": "2_Normalize",
-                            "type": "sentence_transformers.models.Normalize"})
-            (folder / "2_Normalize").mkdir()
-        (folder / "1_Pooling").mkdir()
-        pooling_config = {"word_embedding_dimension": encoder.config.hidden_size,
-                          **{flag: name == pooling for name, flag in ST_FLAGS.items()},
-                          "pooling_mode_mean_sqrt_len_tokens": False}
-        _write_json(folder / "1_Pooling" / "config.json", pooling_config)
-        _write_json(folder / "modules.json", modules)
-        _write_json(folder / "sentence_bert_config.json",
-                    {"max_seq_length": limit, "do_lower_case": False})  # the tokenizer lower-cases itself
+        write_settings(folder, settings, encoder.config.hidden_size, limit)
         files = _finish(folder, out)
         tmp.rmdir()
     except BaseException as e:
         failed_export(e, tmp, out)
-    return ExportReport(out, files, {"pooling": pooling, "normalize": normalize, "max_seq_length": limit})
+    return ExportReport(out, files, {"pooling": settings.pooling, "normalize": settings.normalize,
+                                     "max_seq_length": limit})
 
 
 def export_sparse_encoder(model_dir: Path, out: Path) -> ExportReport:

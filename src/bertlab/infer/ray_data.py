@@ -126,11 +126,11 @@ class EmbedSpec:
     window_overlap: int | None = None
 
     @classmethod
-    def resolve(cls, model: str | Path, pooling: str | None, normalize: bool, options: InferenceOptions,
+    def resolve(cls, model: str | Path, pooling: str | None, normalize: bool | None, options: InferenceOptions,
                 window_overlap: int | None) -> "EmbedSpec":
         """Checked here, before any task starts: the folder, its tokenizer, the pooling it declares, the length
-        limit, the window overlap (no weights are loaded)."""
-        from .embeddings import DEFAULT_POOLING, POOLINGS, model_pooling, windows
+        limit, the window overlap (no weights are loaded). `normalize=None`: as the folder's pipeline does."""
+        from .embeddings import DEFAULT_POOLING, POOLINGS, model_pooling, resolve_normalize, windows
         from .runtime import check_model_dir, length_limit, load_tokenizer, model_family
 
         folder = check_model_dir(Path(model))
@@ -142,7 +142,7 @@ class EmbedSpec:
         limit = length_limit(folder, config, tokenizer, options.max_seq_length)
         if window_overlap is not None:
             windows([], limit, window_overlap, 0, 0)
-        return cls(str(folder.resolve()), pooling, normalize, limit, config.hidden_size, options_fields(options),
+        return cls(str(folder.resolve()), pooling, resolve_normalize(folder, normalize), limit, config.hidden_size, options_fields(options),
                    window_overlap)
 
     def tokenize(self, texts: Sequence[str], where=None) -> list[list[int]]:
@@ -195,7 +195,7 @@ def _vectors_column(vectors: np.ndarray):
 
 # ---------------------------------------------------------------------------------------------- the Python API
 def embed(dataset, model: str | Path, *, id_column: str = "id", text_column: str = "text",
-          pooling: str | None = None, normalize: bool = True, options: InferenceOptions | None = None,
+          pooling: str | None = None, normalize: bool | None = None, options: InferenceOptions | None = None,
           window_overlap: int | None = None, actors: int = 1, batch_size: int = 1024):
     """Sentence embeddings of a Ray Dataset's `text_column`: a Ray Dataset of `id` (the `id_column`'s values)
     and `embedding` (float32 vectors), computed as `bertlab embed` computes them -- tokenized in CPU tasks, the
@@ -465,7 +465,7 @@ def _run(files: list[Path], output: Path, job: dict[str, Any], read: TableRead, 
 
 
 def run_embed(input: str | Path, output: str | Path, model: str | Path, *, options: InferenceOptions,
-              pooling: str | None = None, normalize: bool = True, window_overlap: int | None = None,
+              pooling: str | None = None, normalize: bool | None = None, window_overlap: int | None = None,
               read: TableRead = TableRead(), actors: int = 1, shard_rows: int = SHARD_ROWS) -> dict:
     """`bertlab embed --ray`: the tables of `input` embedded into Parquet shards (`id`, `embedding`) under
     `output`; the shards a previous run finished are kept, not computed again."""

@@ -17,7 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .embeddings import DEFAULT_POOLING, model_pooling
+from ..core.errors import BertlabError
+from .embeddings import DEFAULT_POOLING, model_normalize, model_pooling
 from .multivector import ST_MULTI_VECTOR, marker_tokens
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,8 @@ ST_CONFIG = "config_sentence_transformers.json"
 POOLING_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
 QUERY_PROMPT_NAMES = ("query",)
 PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus", "doc")
+# sentence-transformers' distance-based similarities (negative distances), which bertlab does not score by
+UNSCORED_SIMILARITIES = ("euclidean", "manhattan")
 
 
 @dataclass
@@ -52,10 +55,8 @@ def read_settings(model_dir: str | Path) -> EmbeddingSettings:
     """The folder's sentence-transformers settings; a plain Hugging Face folder: mean pooling, normalised,
     no prompts (sentence-transformers' own defaults for such a folder, except normalisation: cosine needs it)."""
     folder = Path(model_dir)
-    settings = EmbeddingSettings(pooling=model_pooling(folder) or DEFAULT_POOLING)
-    modules = _json(folder / "modules.json")
-    if isinstance(modules, list):
-        settings.normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules if isinstance(m, dict))
+    settings = EmbeddingSettings(pooling=model_pooling(folder) or DEFAULT_POOLING,
+                                 normalize=model_normalize(folder) is not False)
     config = _json(folder / ST_CONFIG)
     if isinstance(config, dict):
         prompts = config.get("prompts") or {}
@@ -66,8 +67,12 @@ def read_settings(model_dir: str | Path) -> EmbeddingSettings:
                                           if prompts.get(k) and prompts[k] not in markers), "")
             settings.passage_prompt = next((prompts[k] for k in PASSAGE_PROMPT_NAMES
                                             if prompts.get(k) and prompts[k] not in markers), "")
-        if config.get("similarity_fn_name") in ("dot", "dot_product"):
+        similarity = config.get("similarity_fn_name")
+        if similarity in ("dot", "dot_product"):
             settings.similarity = "dot"
+        elif similarity in UNSCORED_SIMILARITIES:
+            raise BertlabError(f"{folder / ST_CONFIG}: similarity_fn_name {similarity!r}; bertlab scores by cosine "
+                               "or dot product, which would rank this model's vectors otherwise")
         own = config.get("bertlab") or {}
         settings.matryoshka_dims = [int(d) for d in own.get("matryoshka_dims", [])] if isinstance(own, dict) else []
     st = _json(folder / "sentence_bert_config.json")

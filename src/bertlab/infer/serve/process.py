@@ -39,7 +39,7 @@ class ServeSpec:
     options: InferenceOptions
     limits: Limits = field(default_factory=Limits)
     pooling: str | None = None
-    normalize: bool = True
+    normalize: bool | None = None  # None: as the folder's pipeline does
     window_overlap: int | None = None
     classify_model: Path | None = None
     qa_model: Path | None = None

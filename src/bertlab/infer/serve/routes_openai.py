@@ -8,8 +8,8 @@
 
 Token-id inputs are ids of this model's vocabulary, without [CLS]/[SEP] (added here, as for text). base64 is
 the little-endian float32 bytes of each vector (what the `openai` client decodes). `dimensions` keeps the
-first N dimensions and re-normalises. Embeddings are normalised unless the service runs with
-`--no-normalize`. `model` must be the id /v1/models lists (else 404 `model_not_found`). Errors have OpenAI's
+first N dimensions and re-normalises. Embeddings are normalised as the service's are (`--normalize` /
+`--no-normalize`; by default as the folder's sentence-transformers pipeline, normalised when it does not say). `model` must be the id /v1/models lists (else 404 `model_not_found`). Errors have OpenAI's
 shape, `{"error": {"message", "type", "param", "code"}}`; a body that does not parse is 400.
 """
 

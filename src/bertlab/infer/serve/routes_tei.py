@@ -13,7 +13,8 @@
                                                                                    "start", "stop"}]]
     GET  /info      the model, its kind (embedding / classifier / reranker) and the service's limits
 
-`normalize` defaults to true, as in TEI and `bertlab embed`; `truncate` to the service's `--on-long` (TEI's
+`normalize` defaults to the service's: as the folder's sentence-transformers pipeline does (a Normalize
+module; true for a folder that does not say, as in TEI), the same as `bertlab embed`; `truncate` to the service's `--on-long` (TEI's
 `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
 with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
 text) pairs -- loaded as the model or with `--classify-model` -- or, without one, a ColBERT folder as the model:
@@ -40,7 +41,7 @@ class EmbedRequest(BaseModel):
     inputs: str | list[str] | None = Field(None, description="a text or texts (TEI)")
     texts: list[str] | None = Field(None, description="texts (bertlab's own shape; the answer is then "
                                                       "{embeddings, dim})")
-    normalize: bool | None = Field(None, description="L2-normalise (default: the service's, normalised)")
+    normalize: bool | None = Field(None, description="L2-normalise (default: the service's, as the folder's pipeline)")
     truncate: bool | None = Field(None, description="cut a text over the model's limit instead of answering 413")
     truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
     dimensions: int | None = Field(None, ge=1, description="keep the first N dimensions (re-normalised)")

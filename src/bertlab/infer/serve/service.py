@@ -60,14 +60,16 @@ GENERIC_NAMES = {"model", "final", "output", "out", "checkpoint"}
 TASK_ENDPOINTS = {"text-classification": "classifier", "question-answering": "qa"}
 
 
-def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str | None = None, normalize: bool = True,
+def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str | None = None,
+                normalize: bool | None = None,
                 classify_model: str | Path | None = None, qa_model: str | Path | None = None,
                 fill_mask_model: str | Path | None = None, window_overlap: int | None = None,
                 name: str | None = None, generate_model: str | Path | None = None) -> ServiceModels:
     """Load `model_dir` (and the optional per-endpoint folders); a task model's encoder also serves /embed.
-    `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
+    `pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean; `normalize=None`:
+    normalised as the folder's pipeline is (`embeddings.resolve_normalize`)."""
     from ..bge_m3 import BgeM3Encoder, ColbertView, LexicalView
-    from ..embeddings import DEFAULT_POOLING, Embedder, is_bge_m3_folder, model_pooling
+    from ..embeddings import DEFAULT_POOLING, Embedder, is_bge_m3_folder, model_pooling, resolve_normalize
     from ..fill_mask import FillMasker
     from ..multivector import (ColbertEmbedder, ColbertModel, add_markers, is_colbert_folder, marker_tokens,
                                read_colbert_settings, read_projection)
@@ -104,6 +106,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     encoder = getattr(own.model, own.model.base_model_prefix) if own is not None else \
         load_encoder(model_dir, options)
     bge_m3 = is_bge_m3_folder(model_dir)
+    normalize = resolve_normalize(model_dir, normalize)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_seq_length), options,
                                window_overlap)
