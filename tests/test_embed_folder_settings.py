@@ -1,7 +1,9 @@
 """A sentence-transformers folder's own settings are the commands' defaults, as sentence-transformers applies
 them: `embed`, `serve`, `embed --ray`'s spec and `similarity` pool and normalise as the folder's pipeline does (a
-model trained for dot products keeps its vectors' lengths), `similarity` scores with the folder's similarity
-function, and `export sentence-transformers` keeps the folder's Normalize choice, prompts and similarity."""
+model trained for dot products keeps its vectors' lengths) and put its prompts before the texts as `encode`,
+`encode_query` and `encode_document` do; `similarity`, `evaluate-retrieval` and `mine-negatives` rank by the
+folder's similarity function; `export sentence-transformers` keeps the folder's Normalize choice, prompts and
+similarity."""
 
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ TEXTS = ["what is the capital of france ?", "john lives in london , works for ac
 QUERY_PROMPT = "query: "
 
 
-def st_model(tmp_path, pooling: str, normalize: bool, similarity: str, name: str = "st"):
-    """A folder saved by sentence-transformers: Transformer -> Pooling(`pooling`) [-> Normalize], a query
-    prompt and `similarity` as its similarity function."""
+def st_model(tmp_path, pooling: str, normalize: bool, similarity: str, name: str = "st", prompts=None,
+             default_prompt_name=None):
+    """A folder saved by sentence-transformers: Transformer -> Pooling(`pooling`) [-> Normalize], `prompts`
+    (a query prompt when not given) and `similarity` as its similarity function."""
     st = pytest.importorskip("sentence_transformers")
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
@@ -33,8 +36,8 @@ def st_model(tmp_path, pooling: str, normalize: bool, similarity: str, name: str
     base = tiny_model(tmp_path / f"{name}-base", seed=5)
     plain = st.SentenceTransformer(str(base), device="cpu")
     modules = [plain[0], Pooling(32, pooling_mode=pooling)] + ([Normalize()] if normalize else [])
-    model = st.SentenceTransformer(modules=modules, device="cpu", prompts={"query": QUERY_PROMPT},
-                                   similarity_fn_name=similarity)
+    model = st.SentenceTransformer(modules=modules, device="cpu", prompts=prompts or {"query": QUERY_PROMPT},
+                                   default_prompt_name=default_prompt_name, similarity_fn_name=similarity)
     model.save(str(tmp_path / name))
     return tmp_path / name, model
 
@@ -91,6 +94,9 @@ def test_serve_and_the_ray_spec_take_the_folder_s_normalisation(tmp_path):
     assert load_models(folder, options, normalize=True).embedder.normalize is True
     assert EmbedSpec.resolve(folder, None, None, options, None).normalize is False
     assert EmbedSpec.resolve(tiny_model(tmp_path / "plain", seed=5), None, None, options, None).normalize is True
+    prompted = EmbedSpec.resolve(folder, None, None, options, None, prompt=QUERY_PROMPT)
+    plain = EmbedSpec.resolve(folder, None, None, options, None)
+    assert prompted.tokenize(["a dog"]) == plain.tokenize([QUERY_PROMPT + "a dog"]) != plain.tokenize(["a dog"])
 
 
 def test_the_export_keeps_what_the_folder_says(tmp_path):
@@ -119,11 +125,109 @@ def test_refusals_in_one_line(tmp_path, capsys):
     assert main(["similarity", "--model", str(folder), "a", "b"]) == 2
     err = capsys.readouterr().err.strip()
     assert "similarity_fn_name 'euclidean'" in err and len(err.splitlines()) == 1
-    assert main(["export", "sentence-transformers", "--model", str(folder), "--out", str(tmp_path / "x")]) == 2
-    assert "similarity_fn_name 'euclidean'" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    # its vectors are embedded and exported as they are; only ranking by a distance is refused
+    assert main(["export", "sentence-transformers", "--model", str(folder), "--out", str(tmp_path / "x")]) == 0
+    config = json.loads((tmp_path / "x" / "config_sentence_transformers.json").read_text())
+    assert config["similarity_fn_name"] == "euclidean"
+    assert main(["mine-negatives", "--model", str(folder), "--train", str(write_pairs(tmp_path)),
+                 "--output", str(tmp_path / "mined.jsonl"), "--no-progress"]) == 2
+    assert "similarity_fn_name 'euclidean'" in capsys.readouterr().err
+    assert not (tmp_path / "mined.jsonl").exists()
     colbert, _ = colbert_folder(tmp_path)
     assert main(["similarity", "--model", str(colbert), "a", "b"]) == 2
     err = capsys.readouterr().err.strip()
     assert "MaxSim" in err and len(err.splitlines()) == 1
     assert main(["export", "onnx", "--model", str(folder), "--out", str(tmp_path / "o"), "--normalize"]) == 2
     assert "options of the sentence-transformers export" in capsys.readouterr().err
+
+
+def write_pairs(tmp_path):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"anchor": a, "positive": p}) + "\n"
+                            for a, p in zip(TEXTS, TEXTS[1:] + TEXTS[:1])))
+    return path
+
+
+E5_PROMPTS = {"query": "query: ", "passage": "passage: ", "classification": "classify: "}
+
+
+def test_prompts_are_put_as_encode_encode_query_and_encode_document_put_them(tmp_path, capsys):
+    folder, model = st_model(tmp_path, "mean", normalize=True, similarity="cosine", prompts=E5_PROMPTS)
+    for flags, theirs in (((), model.encode(TEXTS)),
+                          (("--text-kind", "query"), model.encode_query(TEXTS)),
+                          (("--text-kind", "document"), model.encode_document(TEXTS)),
+                          (("--prompt-name", "classification"), model.encode(TEXTS, prompt_name="classification")),
+                          (("--prompt", "x: "), model.encode(TEXTS, prompt="x: "))):
+        np.testing.assert_allclose(embed_cli(folder, tmp_path, capsys, *flags), theirs, rtol=1e-5, atol=1e-6,
+                                   err_msg=str(flags))
+    assert not np.allclose(model.encode_query(TEXTS), model.encode(TEXTS), atol=1e-3)  # the prompts matter
+    for flags, words in ((("--prompt-name", "nope"), "no prompt named 'nope'"),
+                         (("--prompt-name", "query", "--prompt", "x"), "give one")):
+        assert main(["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt"), *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1
+
+
+def test_a_default_prompt_is_put_where_encode_puts_it(tmp_path, capsys):
+    pytest.importorskip("fastapi")
+    from bertlab.infer.runtime import InferenceOptions
+    from bertlab.infer.serve import create_app, load_models, start_in_thread
+
+    from test_infer_serve import LIMITS, call
+
+    folder, model = st_model(tmp_path, "cls", normalize=False, similarity="dot",
+                             prompts={"s2s": "Instruct: similar text\nQuery: ", "plain": ""}, default_prompt_name="s2s")
+    theirs = model.encode(TEXTS)
+    np.testing.assert_allclose(embed_cli(folder, tmp_path, capsys), theirs, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(embed_cli(folder, tmp_path, capsys, "--prompt-name", "plain"),
+                               model.encode(TEXTS, prompt_name="plain"), rtol=1e-5, atol=1e-5)
+    capsys.readouterr()
+    assert main(["similarity", "--model", str(folder), TEXTS[0], TEXTS[1]]) == 0
+    expected = float(model.similarity(theirs[:1], theirs[1:2])[0, 0])
+    assert float(capsys.readouterr().out) == pytest.approx(expected, rel=1e-5)
+    running = start_in_thread(create_app(load_models(folder, InferenceOptions()), LIMITS))
+    try:
+        status, out = call(running, "POST", "/embed", {"inputs": TEXTS})
+        assert status == 200
+        np.testing.assert_allclose(out, theirs, rtol=1e-4, atol=1e-5)  # the folder's lengths, its prompt
+        status, out = call(running, "POST", "/embed", {"inputs": TEXTS, "prompt_name": "plain", "normalize": True})
+        np.testing.assert_allclose(out, l2_normalize(model.encode(TEXTS, prompt_name="plain")), atol=1e-5)
+        status, out = call(running, "POST", "/v1/embeddings", {"input": TEXTS[:2]})
+        assert status == 200
+        np.testing.assert_allclose([d["embedding"] for d in out["data"]], theirs[:2], rtol=1e-4, atol=1e-5)
+        status, out = call(running, "POST", "/embed", {"inputs": "a dog", "prompt_name": "nope"})
+        assert status == 422 and "'nope' is not one of the model's prompts" in json.dumps(out)
+    finally:
+        running.stop()
+    config = json.loads((folder / "config_sentence_transformers.json").read_text())
+    config["default_prompt_name"] = "missing"
+    (folder / "config_sentence_transformers.json").write_text(json.dumps(config))
+    assert main(["embed", "--model", str(folder), "--input", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "default_prompt_name 'missing' names none of its prompts" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot"])
+def test_retrieval_ranks_by_the_folder_s_similarity(tmp_path, similarity):
+    """A model without a Normalize module is scored by cosine unless it declares dot, as sentence-transformers'
+    `similarity` (and its evaluators) score it; with its query and document prompts."""
+    from test_retrieval_eval import CORPUS, QUERIES, write_beir
+
+    folder, model = st_model(tmp_path, "mean", normalize=False, similarity=similarity, prompts=E5_PROMPTS)
+    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
+    out = tmp_path / "eval"
+    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--out", str(out),
+                 "--store", "float32", "--no-progress"]) == 0
+    passages = [(d.get("title", "") + " " + d["text"]).strip() if d.get("title") else d["text"] for d in CORPUS]
+    theirs = model.similarity(model.encode_query([q["text"] for q in QUERIES]), model.encode_document(passages))
+    run = {}
+    for line in (out / "run.trec").read_text().splitlines():
+        qid, _, doc, _, score, _ = line.split()
+        run.setdefault(qid, {})[doc] = float(score)
+    compared = 0
+    for i, q in enumerate(QUERIES):
+        for j, d in enumerate(CORPUS):
+            if d["_id"] in run[q["_id"]]:
+                assert run[q["_id"]][d["_id"]] == pytest.approx(float(theirs[i, j]), rel=1e-4, abs=1e-5)
+                compared += 1
+    assert compared >= len(QUERIES)

@@ -56,8 +56,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                     "(splade: FILE.jsonl or FILE.npz; colbert: FILE.npz); with --ray "
                                                     "a folder of Parquet shards (id, embedding)")
     add_ray_arguments(p)
-    p.add_argument("--text-kind", choices=["document", "query"], default="document",
-                   help="colbert: embed the texts as documents (default) or as queries")
+    p.add_argument("--text-kind", choices=["document", "query"],
+                   help="embed the texts as queries or documents: the folder's query or document prompt put before "
+                        "each (sentence-transformers' encode_query / encode_document); colbert: its [Q] or [D] "
+                        "marker and lengths (default: documents). Without it a dense or sparse text gets the "
+                        "folder's default prompt, if it names one (encode's)")
+    p.add_argument("--prompt-name", metavar="NAME",
+                   help="put the folder's prompt NAME (config_sentence_transformers.json) before each text")
+    p.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text (instead of the folder's prompts)")
     p.add_argument("--vector-dtype", choices=["float32", "float16"], default="float32",
                    help="colbert: the vectors' type in FILE.npz (default float32)")
     p.add_argument("--vectors", choices=list(VECTOR_CHOICES),
@@ -96,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     from ..infer.sparse import SPARSE_POOLINGS, folder_pooling
 
     ray_data.check_ray_arguments(args)
+    if args.prompt is not None and args.prompt_name is not None:
+        raise BertlabError("--prompt puts its own text before each input, --prompt-name one of the folder's: give one")
     if is_bge_m3_folder(args.model):
         if args.pooling is not None:
             raise BertlabError("a BGE-M3 folder's outputs are picked with --vectors (dense, sparse, colbert, all), "
@@ -113,14 +121,15 @@ def run(args: argparse.Namespace) -> int:
             raise BertlabError("--ray writes dense embeddings; sparse (--pooling splade) and per-token (--pooling "
                                "colbert) vectors run without --ray")
         return ray_data.run_command(args, ray_data.run_embed, pooling=args.pooling, normalize=args.normalize,
-                                    window_overlap=args.window_overlap)
+                                    window_overlap=args.window_overlap, prompt=text_prompt(args))
     if args.top_k is not None and not sparse:
         raise BertlabError("--top-k prunes sparse vectors; it needs --pooling splade")
     if sparse:
         return run_sparse(args)
     if colbert:
         return embed_colbert(args)
-    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
+    lines = with_prompt(read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column),
+                        text_prompt(args))
     embedder = Embedder.from_pretrained(args.model, args.pooling, resolve_normalize(args.model, args.normalize),
                                         InferenceOptions.from_args(args), args.window_overlap)
     chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, where=where))
@@ -146,6 +155,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def text_prompt(args: argparse.Namespace) -> str:
+    """The text put before each input: --prompt, else the folder's prompt as sentence-transformers picks it
+    (`st_folder.FolderPrompts.pick`)."""
+    from ..infer.st_folder import read_prompts
+
+    if args.prompt is not None:
+        return args.prompt
+    return read_prompts(args.model).pick(args.prompt_name, args.text_kind)
+
+
+def with_prompt(lines, prompt: str):
+    """`lines` with `prompt` before each text (the same object when there is none)."""
+    if prompt:
+        lines.items = [prompt + text for text in lines.items]
+    return lines
+
+
 def run_sparse(args: argparse.Namespace, encoder=None, what: str = "--pooling splade") -> int:
     """`--pooling splade` (or `encoder`, a BGE-M3 folder's lexical weights): sparse vectors (never normalised:
     their dot product is the score) to JSON Lines (streamed) or a CSR .npz (held until the end: 8 bytes a
@@ -159,7 +185,8 @@ def run_sparse(args: argparse.Namespace, encoder=None, what: str = "--pooling sp
     check_sparse_output(args.output, what)
     if args.window_overlap is not None:
         raise BertlabError(f"--window-overlap averages dense vectors; {what} truncates long texts instead")
-    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
+    lines = with_prompt(read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column),
+                        text_prompt(args))
     encoder = encoder or SpladeEncoder.from_pretrained(args.model, InferenceOptions.from_args(args), args.top_k)
     chunks = embedded_chunks(lines, lambda texts, where: encoder.encode(texts, where=where))
     if args.output is not None and str(args.output).lower().endswith(".npz"):
@@ -190,17 +217,21 @@ def embed_colbert(args: argparse.Namespace, embedder=None) -> int:
         if given and (embedder is None or flag == "--window-overlap"):
             raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "
                                "lengths are the folder's query_length / document_length")
+    if args.prompt is not None or args.prompt_name is not None:
+        raise BertlabError("--prompt and --prompt-name do not apply to --pooling colbert: --text-kind places its "
+                           "query or document marker")
+    text_kind = args.text_kind or "document"
     suffix = str(args.output or "").lower()
     if suffix.endswith((".npy", ".safetensors")):
         raise BertlabError(f"{args.output}: ColBERT's vectors are ragged (a number per text); write FILE.npz or "
                            "JSON Lines")
     lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
     embedder = embedder or ColbertEmbedder.from_pretrained(args.model, InferenceOptions.from_args(args))
-    chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, args.text_kind, where=where))
+    chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, text_kind, where=where))
     if suffix.endswith(".npz"):
         writer = RaggedNpzWriter(args.output, embedder.dim, args.vector_dtype)
         write_chunks(writer, chunks)
-        writer.close(lines.ids if lines.table else None, args.text_kind)
+        writer.close(lines.ids if lines.table else None, text_kind)
         return 0
     with text_output(args.output) as f:
         for start, vectors in chunks:
@@ -240,7 +271,8 @@ def embed_bge_m3(args: argparse.Namespace) -> int:
             (".jsonl", ".json")):
         raise BertlabError(f"--output {args.output}: --vectors all writes JSON Lines (FILE.jsonl or stdout), one "
                            "object per text; write arrays one output at a time (--vectors dense|sparse|colbert)")
-    lines = read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column)
+    lines = with_prompt(read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column),
+                        text_prompt(args))
     chunks = embedded_chunks(lines, lambda texts, where: m3.encode(texts, outputs, where=where))
     with text_output(args.output) as f:
         for start, out in chunks:

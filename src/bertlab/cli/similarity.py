@@ -72,9 +72,11 @@ def run(args: argparse.Namespace) -> int:
         raise BertlabError(f"{args.model} scores texts by its own vectors (ColBERT's MaxSim, SPLADE's sparse dot "
                            "product; `serve` /rerank, `evaluate-retrieval`); --pooling compares its encoder pooled")
     settings = read_settings(args.model)
+    settings.check_scored()
     embedder = Embedder.from_pretrained(args.model, args.pooling or settings.pooling, settings.normalize,
                                         InferenceOptions.from_args(args))
-    vectors = embedder.embed([t for pair in pairs for t in pair])
+    prompt = settings.named_prompts.pick()  # encode's: the folder's default prompt, if it names one
+    vectors = embedder.embed([prompt + t for pair in pairs for t in pair])
     a, b = vectors[0::2], vectors[1::2]
     scores = (a * b).sum(-1) if settings.similarity == "dot" else cosine(a, b)
     for i, score in enumerate(scores.tolist()):

@@ -9,8 +9,10 @@
 Token-id inputs are ids of this model's vocabulary, without [CLS]/[SEP] (added here, as for text). base64 is
 the little-endian float32 bytes of each vector (what the `openai` client decodes). `dimensions` keeps the
 first N dimensions and re-normalises. Embeddings are normalised as the service's are (`--normalize` /
-`--no-normalize`; by default as the folder's sentence-transformers pipeline, normalised when it does not say). `model` must be the id /v1/models lists (else 404 `model_not_found`). Errors have OpenAI's
-shape, `{"error": {"message", "type", "param", "code"}}`; a body that does not parse is 400.
+`--no-normalize`; by default as the folder's sentence-transformers pipeline, normalised when it does not
+say), and a text gets the folder's default prompt, if it names one. `model` must be the id /v1/models lists
+(else 404 `model_not_found`). Errors have OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`;
+a body that does not parse is 400.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def openai_routes(app: FastAPI, service: Service) -> None:
             inputs = [inputs]
         if isinstance(inputs[0], str):
             service.check_texts(inputs, "input")
-            return service.encode_texts(inputs, truncate, "input")
+            return service.encode_texts(service.prompted(inputs, None, "input"), truncate, "input")
         if len(inputs) > service.limits.max_items:
             raise ServiceError(413, f"{len(inputs)} inputs, over the limit of {service.limits.max_items} per request")
         vocab = embedder.tokenizer.vocab_size

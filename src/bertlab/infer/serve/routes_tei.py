@@ -1,7 +1,7 @@
 """Hugging Face text-embeddings-inference (TEI)'s routes, with its field names (registered as a route group).
 
     POST /embed     {"inputs": str | [str], "normalize": true, "truncate": bool?, "truncation_direction":
-                    "Right" | "Left", "dimensions": int?}                      -> [[float]]
+                    "Right" | "Left", "dimensions": int?, "prompt_name": str?}  -> [[float]]
                     (also bertlab's own {"texts": [str]}                       -> {"embeddings": [[float]], "dim"})
     POST /predict   {"inputs": str | [str, str] | [[str] | [str, str]], "raw_scores": false, "truncate"}
                                                                                -> [{"score", "label"}] best first
@@ -14,8 +14,9 @@
     GET  /info      the model, its kind (embedding / classifier / reranker) and the service's limits
 
 `normalize` defaults to the service's: as the folder's sentence-transformers pipeline does (a Normalize
-module; true for a folder that does not say, as in TEI), the same as `bertlab embed`; `truncate` to the service's `--on-long` (TEI's
-`--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
+module; true for a folder that does not say, as in TEI), the same as `bertlab embed`; `prompt_name` to the
+folder's default prompt, if it names one (sentence-transformers' `encode`); `truncate` to the service's
+`--on-long` (TEI's `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
 with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
 text) pairs -- loaded as the model or with `--classify-model` -- or, without one, a ColBERT folder as the model:
 then the scores are MaxSim's (`routes_multivector`), or a BGE-M3 folder: then they are its hybrid of dense, sparse
@@ -45,6 +46,8 @@ class EmbedRequest(BaseModel):
     truncate: bool | None = Field(None, description="cut a text over the model's limit instead of answering 413")
     truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
     dimensions: int | None = Field(None, ge=1, description="keep the first N dimensions (re-normalised)")
+    prompt_name: str | None = Field(None, description="a prompt of the model's sentence-transformers config, put "
+                                                      "before each text (default: its default prompt, if any)")
 
 
 class PredictRequest(BaseModel):
@@ -100,6 +103,7 @@ def tei_routes(app: FastAPI, service: Service) -> None:
         what = "inputs" if body.inputs is not None else "texts"
         texts = [body.inputs] if isinstance(body.inputs, str) else (body.inputs if body.inputs is not None else body.texts)
         service.check_texts(texts, what)
+        texts = service.prompted(texts, body.prompt_name, what)
         normalize = embedder.normalize if body.normalize is None else body.normalize
         enc = await service.off_loop(service.encode_texts, texts, service.truncating(body.truncate), what,
                                      body.truncation_direction.lower() == "left")

@@ -38,6 +38,7 @@ class ServiceModels:
     # False for a ColBERT folder served without --pooling: its vectors are per token, and a pooled vector of its
     # encoder is nothing it was trained for, so /embed and /v1/embeddings answer 424
     dense: bool = True
+    prompts: Any = None  # st_folder.FolderPrompts: the folder's sentence-transformers prompts
 
     @property
     def endpoints(self) -> list[str]:
@@ -76,6 +77,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
     from ..predict import Predictor, find_head
     from ..runtime import length_limit, load_encoder, load_tokenizer, model_family
     from ..sparse import SpladeEncoder
+    from ..st_folder import read_prompts
 
     model_dir = check_model_dir(Path(model_dir))
     models = ServiceModels(embedder=None, name=name or model_name(model_dir))
@@ -107,6 +109,7 @@ def load_models(model_dir: str | Path, options: InferenceOptions, pooling: str |
         load_encoder(model_dir, options)
     bge_m3 = is_bge_m3_folder(model_dir)
     normalize = resolve_normalize(model_dir, normalize)
+    models.prompts = read_prompts(model_dir)
     models.embedder = Embedder(encoder, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
                                length_limit(model_dir, encoder.config, tokenizer, options.max_seq_length), options,
                                window_overlap)
@@ -216,6 +219,18 @@ class Service:
             if len(t) > limits.max_text_chars:
                 raise ServiceError(413, f"{what}[{i}]: {len(t)} characters, over the limit of "
                                         f"{limits.max_text_chars}")
+
+    def prompted(self, texts: Sequence[str], prompt_name: str | None, what: str) -> list[str]:
+        """`texts` with the model's prompt before each, as sentence-transformers' `encode` puts it: the one named
+        (422 when the model has none of that name), else the folder's default prompt, if it names one."""
+        prompts = self.models.prompts
+        if prompts is None:
+            return list(texts)
+        if prompt_name is not None and prompt_name not in prompts.prompts:
+            raise ServiceError(422, f"prompt_name: {prompt_name!r} is not one of the model's prompts "
+                                    f"({', '.join(prompts.prompts) or 'it has none'})", param="prompt_name")
+        prompt = prompts.pick(prompt_name)
+        return [prompt + t for t in texts] if prompt else list(texts)
 
     @staticmethod
     def need(model: Any, endpoint: str, flag: str, head: str) -> None:

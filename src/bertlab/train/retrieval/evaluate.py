@@ -70,7 +70,9 @@ class RetrievalEvalConfig:
     """cls, mean, max, or splade (sparse vectors from the masked-LM head, exact sparse search) (default: the
     folder's sentence-transformers pooling, splade for a SparseEncoder folder, else mean)"""
     normalize: bool | None = None
-    """L2-normalise the vectors: cosine scores (default: as the folder's modules.json says; normalised when it has none)"""
+    """L2-normalise the vectors: cosine scores (default: by the folder's similarity function, as sentence-transformers
+    scores -- cosine unless its config_sentence_transformers.json says dot, then its vectors as its pipeline makes
+    them)"""
     query_prompt: str | None = None
     """text put before each query, e.g. 'query: ' (default: the folder's sentence-transformers prompt)"""
     passage_prompt: str | None = None
@@ -336,6 +338,9 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
                 run = retrieve_colbert(ColbertEmbedder.from_pretrained(cfg.model, options), settings, data, top_k,
                                        Path(tmp) / "corpus.tokens", cfg.store, cfg.progress)
             else:
+                settings.check_scored()
+                if cfg.normalize is None:
+                    settings.normalize = settings.scored_normalized
                 embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
                 run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
                                cfg.progress)

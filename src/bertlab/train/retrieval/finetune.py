@@ -434,7 +434,7 @@ def run_finetune(cfg: EmbeddingFinetuneConfig, given: set[str] | None = None) ->
             elif multi_vector:
                 metrics = evaluate_colbert(ColbertEmbedder(m, tokenizer, multi), settings, valset, cutoffs, out)
             else:
-                embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.normalize, max_length)
+                embedder = Embedder(m.encoder, tokenizer, settings.pooling, settings.scored_normalized, max_length)
                 metrics = evaluate_embedder(embedder, settings, valset, cutoffs, out)
             if cfg.metric not in metrics:
                 raise ConfigError(f"metric {cfg.metric!r} is not one of {', '.join(metrics)}")

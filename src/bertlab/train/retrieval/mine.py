@@ -89,7 +89,8 @@ def _ranked_dense(cfg: MineConfig, anchors: list[str], own: dict[str, set[int]],
     from ...infer.runtime import InferenceOptions
 
     settings = read_settings(cfg.model)
-    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize,
+    settings.check_scored()
+    embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.scored_normalized,
                                         InferenceOptions(threads=cfg.threads))
     qv = embedder.embed([settings.query_prompt + a for a in anchors])
     store = search.encode_to_disk(lambda t: embedder.embed([settings.passage_prompt + x for x in t]), candidates,
