@@ -139,7 +139,6 @@ class BgeM3Encoder:
         self.unused = torch.tensor(sorted({i for i in (getattr(tokenizer, f"{name}_token_id", None)
                                                        for name in ("cls", "eos", "pad", "unk")) if i is not None}),
                                    dtype=torch.long)
-        self.prompts: dict[str, str] = {}
         self.pooling = "cls"
         self.top_k: int | None = None  # keep each text's top_k largest lexical weights (None: all)
 
@@ -295,10 +294,6 @@ class LexicalView:
 
     def __init__(self, m3: BgeM3Encoder):
         self.m3, self.tokenizer, self.max_length, self.pooling = m3, m3.tokenizer, m3.max_length, "bge-m3 sparse"
-
-    @property
-    def prompts(self) -> dict[str, str]:
-        return self.m3.prompts
 
     @property
     def dim(self) -> int:

@@ -272,7 +272,6 @@ class SpladeEncoder:
         self.max_length = max_length or length_limit(None, model.config, tokenizer, None)
         self.device = next(model.parameters()).device
         self.pooling = "splade"
-        self.prompts: dict[str, str] = {}  # a served folder's, by name (TEI's prompt_name)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, options: InferenceOptions | None = None,
@@ -292,14 +291,9 @@ class SpladeEncoder:
     @classmethod
     def for_folder(cls, model, model_dir: str | Path, options: InferenceOptions) -> "SpladeEncoder":
         """An encoder on a masked-LM model already loaded from `model_dir` (the service's fill-mask model), with
-        the folder's tokenizer, length limit and sentence-transformers prompts."""
+        the folder's tokenizer and length limit."""
         tokenizer = load_tokenizer(Path(model_dir))
-        limit = length_limit(model_dir, model.config, tokenizer, options.max_seq_length)
-        encoder = cls(model, tokenizer, limit, options)
-        from .embeddings import folder_prompts
-
-        encoder.prompts = folder_prompts(model_dir)
-        return encoder
+        return cls(model, tokenizer, length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options)
 
     @property
     def dim(self) -> int:

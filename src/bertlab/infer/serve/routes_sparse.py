@@ -8,7 +8,8 @@ ascending token id, as TEI answers. Served when the model folder has a masked-LM
 SparseEncoder folder, or any masked-LM checkpoint) -- or a BGE-M3 folder: its lexical weights (`infer.bge_m3`);
 otherwise 424, TEI's status for a model that is not a
 SPLADE model. `truncate` defaults to the service's `--on-long`; `prompt_name` picks a prompt of the folder's
-sentence-transformers config and puts it before each input, as TEI does.
+sentence-transformers config and puts it before each input, as TEI does (without one: the folder's default
+prompt, if it names one, as `/embed`).
 """
 
 from __future__ import annotations
@@ -57,11 +58,7 @@ def sparse_routes(app: FastAPI, service: Service) -> None:
                                     "served folder has none", kind="Backend")
         texts = [body.inputs] if isinstance(body.inputs, str) else list(body.inputs)
         service.check_texts(texts, "inputs")
-        if body.prompt_name is not None:
-            if body.prompt_name not in encoder.prompts:
-                raise ServiceError(422, f"prompt_name: {body.prompt_name!r} is not one of the model's prompts "
-                                        f"({', '.join(encoder.prompts) or 'it has none'})")
-            texts = [encoder.prompts[body.prompt_name] + t for t in texts]
+        texts = service.prompted(texts, body.prompt_name, "inputs")
         enc = await service.off_loop(encoded, texts, service.truncating(body.truncate),
                                      body.truncation_direction.lower() == "left")
         service.batcher("sparse-rows", weights)
