@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-name", metavar="NAME",
                    help="put the folder's prompt NAME (config_sentence_transformers.json) before each text")
     p.add_argument("--prompt", metavar="TEXT", help="put TEXT before each text (instead of the folder's prompts)")
+    p.add_argument("--dimensions", type=int, metavar="N",
+                   help="keep each vector's first N dimensions, normalised again when the vectors are (a Matryoshka "
+                        "model's shorter vectors; sentence-transformers' truncate_dim)")
     p.add_argument("--vector-dtype", choices=["float32", "float16"], default="float32",
                    help="colbert: the vectors' type in FILE.npz (default float32)")
     p.add_argument("--vectors", choices=list(VECTOR_CHOICES),
@@ -116,12 +119,16 @@ def run(args: argparse.Namespace) -> int:
                            "and colbert_linear.pt (other folders: --pooling)")
     colbert = args.pooling == "colbert" or (args.pooling is None and is_colbert_folder(args.model))
     sparse = not colbert and (args.pooling or folder_pooling(args.model)) in SPARSE_POOLINGS
+    if args.dimensions is not None and (sparse or colbert):
+        raise BertlabError("--dimensions shortens dense vectors; sparse (splade) and per-token (colbert) vectors "
+                           "are written whole")
     if args.ray is not None:
         if sparse or colbert:
             raise BertlabError("--ray writes dense embeddings; sparse (--pooling splade) and per-token (--pooling "
                                "colbert) vectors run without --ray")
         return ray_data.run_command(args, ray_data.run_embed, pooling=args.pooling, normalize=args.normalize,
-                                    window_overlap=args.window_overlap, prompt=text_prompt(args))
+                                    window_overlap=args.window_overlap, prompt=text_prompt(args),
+                                    dimensions=args.dimensions)
     if args.top_k is not None and not sparse:
         raise BertlabError("--top-k prunes sparse vectors; it needs --pooling splade")
     if sparse:
@@ -131,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     lines = with_prompt(read_texts(args.input, args.text_column, args.input_format, id_column=args.id_column),
                         text_prompt(args))
     embedder = Embedder.from_pretrained(args.model, args.pooling, resolve_normalize(args.model, args.normalize),
-                                        InferenceOptions.from_args(args), args.window_overlap)
+                                        InferenceOptions.from_args(args), args.window_overlap, args.dimensions)
     chunks = embedded_chunks(lines, lambda texts, where: embedder.embed(texts, where=where))
     kind = output_kind(args.output)
     if kind == "jsonl":
@@ -251,6 +258,8 @@ def embed_bge_m3(args: argparse.Namespace) -> int:
     from ..infer.runtime import InferenceOptions
 
     outputs = outputs_of(args.vectors)
+    if args.dimensions is not None:
+        raise BertlabError("--dimensions shortens the dense vector; write it alone (--vectors dense)")
     if args.top_k is not None and "sparse" not in outputs:
         raise BertlabError("--top-k prunes sparse vectors; it needs --vectors sparse or all")
     if args.top_k is not None and args.top_k < 1:

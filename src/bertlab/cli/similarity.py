@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("texts", nargs="*", metavar="TEXT", help="the two texts to compare")
     p.add_argument("--pooling", choices=list(POOLINGS),
                    help="as for `bertlab embed` (default: the pooling the folder declares, else mean)")
+    p.add_argument("--dimensions", type=int, metavar="N",
+                   help="compare each vector's first N dimensions (a Matryoshka model's; sentence-transformers' "
+                        "truncate_dim)")
     p.add_argument("--pairs", metavar="FILE", help="tab-separated pairs, one per line, one score per line out; or a "
                                                    "table (.csv, .jsonl, ...) of two text columns, JSON lines out")
     p.add_argument("--input-format", choices=INPUT_FORMATS,
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     settings = read_settings(args.model)
     settings.check_scored()
     embedder = Embedder.from_pretrained(args.model, args.pooling or settings.pooling, settings.normalize,
-                                        InferenceOptions.from_args(args))
+                                        InferenceOptions.from_args(args), dimensions=args.dimensions)
     prompt = settings.named_prompts.pick()  # encode's: the folder's default prompt, if it names one
     vectors = embedder.embed([prompt + t for pair in pairs for t in pair])
     a, b = vectors[0::2], vectors[1::2]

@@ -9,6 +9,9 @@ Poolings (over real tokens only, padding excluded):
 `inference_mode`, pools in fp32 and returns an (N, H) float32 array in input order. With `mean` pooling
 and `normalize=True` on all-MiniLM-L6-v2 this is sentence-transformers' `encode` (tests check it).
 
+`dimensions=N` keeps each vector's first N dimensions (a Matryoshka model's shorter vectors; sentence-transformers'
+`truncate_dim`), cut before the normalisation, so a normalised vector is unit-length at its new size.
+
 Long documents: with `window_overlap` set, a text over the length limit is not truncated but cut into
 overlapping windows of the limit's length (neighbours share `window_overlap` tokens), each window is
 embedded with its own [CLS]/[SEP], and the window vectors (pooled, not yet normalised) are averaged,
@@ -202,9 +205,14 @@ class Embedder:
 
     def __init__(self, model, tokenizer, pooling: str = "mean", normalize: bool = False,
                  max_length: int | None = None, options: InferenceOptions | None = None,
-                 window_overlap: int | None = None):
+                 window_overlap: int | None = None, dimensions: int | None = None):
         if pooling not in POOLINGS:
             raise BertlabError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+        hidden = model.config.hidden_size
+        if dimensions is not None and not 1 <= dimensions <= hidden:
+            raise BertlabError(f"--dimensions keeps the first N of the model's {hidden} dimensions; got {dimensions}")
+        # Matryoshka: each vector's first `dimensions` (sentence-transformers' truncate_dim), normalised after
+        self.dimensions = dimensions
         self.model, self.tokenizer = model, tokenizer
         self.pooling, self.normalize = pooling, normalize
         self.options = options or InferenceOptions()
@@ -216,7 +224,8 @@ class Embedder:
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, pooling: str | None = "mean", normalize: bool = False,
-                        options: InferenceOptions | None = None, window_overlap: int | None = None) -> "Embedder":
+                        options: InferenceOptions | None = None, window_overlap: int | None = None,
+                        dimensions: int | None = None) -> "Embedder":
         """`pooling=None`: the pooling the folder declares (sentence-transformers' config), else mean."""
         options = options or InferenceOptions()
         model = load_encoder(Path(model_dir), options)
@@ -226,11 +235,12 @@ class Embedder:
             model.pooler = None
         tokenizer = load_tokenizer(Path(model_dir))
         return cls(model, tokenizer, pooling or model_pooling(model_dir) or DEFAULT_POOLING, normalize,
-                   length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options, window_overlap)
+                   length_limit(model_dir, model.config, tokenizer, options.max_seq_length), options, window_overlap,
+                   dimensions)
 
     @property
     def dim(self) -> int:
-        return self.model.config.hidden_size
+        return self.dimensions or self.model.config.hidden_size
 
     def embed(self, texts: Sequence[str], where=None) -> np.ndarray:
         """(len(texts), H) float32 embeddings, row i for texts[i]."""
@@ -274,7 +284,7 @@ class Embedder:
     def _forward(self, rows, types, normalize: bool) -> np.ndarray:
         inputs = length_buckets.model_inputs(rows, types, self.device)
         hidden = self.model(**inputs).last_hidden_state.float()  # (B, T, H)
-        pooled = POOLINGS[self.pooling](hidden, inputs["attention_mask"])
+        pooled = POOLINGS[self.pooling](hidden, inputs["attention_mask"])[:, :self.dim]  # (B, dim)
         if normalize:
             pooled = torch.nn.functional.normalize(pooled, dim=-1)
         return pooled.cpu().numpy()

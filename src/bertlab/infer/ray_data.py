@@ -125,10 +125,11 @@ class EmbedSpec:
     options: dict[str, Any]
     window_overlap: int | None = None
     prompt: str = ""  # put before each text (sentence-transformers' prompt)
+    dimensions: int | None = None  # each vector's first N (Matryoshka); `dim` is then N
 
     @classmethod
     def resolve(cls, model: str | Path, pooling: str | None, normalize: bool | None, options: InferenceOptions,
-                window_overlap: int | None, prompt: str = "") -> "EmbedSpec":
+                window_overlap: int | None, prompt: str = "", dimensions: int | None = None) -> "EmbedSpec":
         """Checked here, before any task starts: the folder, its tokenizer, the pooling it declares, the length
         limit, the window overlap (no weights are loaded). `normalize=None`: as the folder's pipeline does."""
         from .embeddings import DEFAULT_POOLING, POOLINGS, model_pooling, resolve_normalize, windows
@@ -143,8 +144,11 @@ class EmbedSpec:
         limit = length_limit(folder, config, tokenizer, options.max_seq_length)
         if window_overlap is not None:
             windows([], limit, window_overlap, 0, 0)
-        return cls(str(folder.resolve()), pooling, resolve_normalize(folder, normalize), limit, config.hidden_size,
-                   options_fields(options), window_overlap, prompt)
+        if dimensions is not None and not 1 <= dimensions <= config.hidden_size:
+            raise BertlabError(f"--dimensions keeps the first N of the model's {config.hidden_size} dimensions; got "
+                               f"{dimensions}")
+        return cls(str(folder.resolve()), pooling, resolve_normalize(folder, normalize), limit,
+                   dimensions or config.hidden_size, options_fields(options), window_overlap, prompt, dimensions)
 
     def tokenize(self, texts: Sequence[str], where=None) -> list[list[int]]:
         """Token ids as `Embedder.embed` makes them: rows under the limit (with_window_overlap: without special
@@ -167,7 +171,7 @@ class _Embedder:
 
         self.spec = spec
         self.embedder = Embedder.from_pretrained(spec.model, spec.pooling, spec.normalize,
-                                                 InferenceOptions(**spec.options), spec.window_overlap)
+                                                 InferenceOptions(**spec.options), spec.window_overlap, spec.dimensions)
 
     def vectors(self, input_ids: Sequence[Sequence[int]]) -> np.ndarray:
         if self.spec.window_overlap is not None:
@@ -199,17 +203,18 @@ def _vectors_column(vectors: np.ndarray):
 # ---------------------------------------------------------------------------------------------- the Python API
 def embed(dataset, model: str | Path, *, id_column: str = "id", text_column: str = "text",
           pooling: str | None = None, normalize: bool | None = None, options: InferenceOptions | None = None,
-          window_overlap: int | None = None, actors: int = 1, batch_size: int = 1024, prompt: str = ""):
+          window_overlap: int | None = None, actors: int = 1, batch_size: int = 1024, prompt: str = "",
+          dimensions: int | None = None):
     """Sentence embeddings of a Ray Dataset's `text_column`: a Ray Dataset of `id` (the `id_column`'s values)
     and `embedding` (float32 vectors), computed as `bertlab embed` computes them -- tokenized in CPU tasks, the
     model in a pool of `actors` actors, each one bertlab runtime with `options` (threads, dtype, engine, device:
-    a GPU per actor on CUDA), `prompt` put before each text. Lazy: nothing runs until the result is consumed or
-    written."""
+    a GPU per actor on CUDA), `prompt` put before each text, each vector's first `dimensions` kept. Lazy: nothing
+    runs until the result is consumed or written."""
     from ..core.model_names import resolve_model
 
     require_ray()
     options = options or InferenceOptions(threads=1)
-    spec = EmbedSpec.resolve(resolve_model(model), pooling, normalize, options, window_overlap, prompt)
+    spec = EmbedSpec.resolve(resolve_model(model), pooling, normalize, options, window_overlap, prompt, dimensions)
 
     def tokenize(batch: dict[str, Any]) -> dict[str, Any]:
         return {"id": batch[id_column], "input_ids": spec.tokenize([str(t) for t in batch[text_column]])}
@@ -470,13 +475,15 @@ def _run(files: list[Path], output: Path, job: dict[str, Any], read: TableRead, 
 
 def run_embed(input: str | Path, output: str | Path, model: str | Path, *, options: InferenceOptions,
               pooling: str | None = None, normalize: bool | None = None, window_overlap: int | None = None,
-              read: TableRead = TableRead(), actors: int = 1, shard_rows: int = SHARD_ROWS, prompt: str = "") -> dict:
+              read: TableRead = TableRead(), actors: int = 1, shard_rows: int = SHARD_ROWS, prompt: str = "",
+              dimensions: int | None = None) -> dict:
     """`bertlab embed --ray`: the tables of `input` embedded into Parquet shards (`id`, `embedding`) under
     `output`; the shards a previous run finished are kept, not computed again."""
     files = _input_files(input, read.format)
-    spec = EmbedSpec.resolve(model, pooling, normalize, options, window_overlap, prompt)
+    spec = EmbedSpec.resolve(model, pooling, normalize, options, window_overlap, prompt, dimensions)
     job = {"command": "embed", "model": spec.model, "pooling": spec.pooling, "normalize": spec.normalize,
-           **({"prompt": prompt} if prompt else {}),  # a folder written without one resumes as before
+           # a folder written without these resumes as before
+           **({"prompt": prompt} if prompt else {}), **({"dimensions": dimensions} if dimensions else {}),
            "max_seq_length": spec.max_seq_length, "window_overlap": window_overlap, "dtype": options.dtype,
            "engine": options.engine, "read": dataclasses.asdict(read), "shard_rows": shard_rows,
            "inputs": [str(f) for f in files], "fingerprint": fingerprint(files)}

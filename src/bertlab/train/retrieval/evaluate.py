@@ -79,6 +79,9 @@ class RetrievalEvalConfig:
     """text put before each passage, e.g. 'passage: ' (default: the folder's prompt)"""
     max_seq_length: int | None = None
     """tokens per text (default: the folder's max_seq_length, else the model's)"""
+    dimensions: int | None = None
+    """search with each vector's first N dimensions (a Matryoshka model's shorter vectors; sentence-transformers'
+    truncate_dim) (default: all)"""
     store: str = "float16"
     """the corpus vectors on disk: float16, float32 or int8"""
     keep_vectors: bool = False
@@ -110,7 +113,7 @@ class RetrievalEvalConfig:
             raise ConfigError(f"k-values must be positive integers, got {self.k_values!r}")
         if self.store not in search.STORE_DTYPES:
             raise ConfigError(f"store must be one of {', '.join(search.STORE_DTYPES)}, got {self.store!r}")
-        for name in ("top_k", "rerank_top"):
+        for name in ("top_k", "rerank_top", "dimensions"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {value}")
@@ -307,6 +310,10 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
     sparse = None
     modes = None
     bge_m3 = is_bge_m3_folder(cfg.model)
+    if cfg.dimensions is not None and (multi_vector or bge_m3 or
+                                       (cfg.pooling or folder_pooling(cfg.model)) in SPARSE_POOLINGS):
+        raise ConfigError(f"{cfg.model}: --dimensions shortens a dense model's vectors; sparse, per-token and BGE-M3 "
+                          "searches use them whole")
     if cfg.vectors is not None and not bge_m3:
         raise ConfigError(f"--vectors picks among a BGE-M3 folder's outputs; {cfg.model} has no sparse_linear.pt and "
                           "colbert_linear.pt (other folders: --pooling)")
@@ -341,13 +348,15 @@ def run_evaluation(cfg: RetrievalEvalConfig) -> dict:
                 settings.check_scored()
                 if cfg.normalize is None:
                     settings.normalize = settings.scored_normalized
-                embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options)
+                embedder = Embedder.from_pretrained(cfg.model, settings.pooling, settings.normalize, options,
+                                                    dimensions=cfg.dimensions)
                 run = retrieve(*embed_functions(embedder, settings), embedder.dim, data, top_k, vectors, cfg.store,
                                cfg.progress)
     retrieved_at = time.perf_counter()
     results = {"model": str(cfg.model), "data": data.name, "queries": len(data.queries),
                "passages": len(data.corpus_ids), "top_k": top_k, "store": None if sparse else cfg.store,
                "pooling": settings.pooling, "normalize": settings.normalize,
+               **({"dimensions": cfg.dimensions} if cfg.dimensions is not None else {}),
                "metrics": evaluate_run(run, data.qrels, cfg.cutoffs),
                "seconds": round(retrieved_at - started, 1)}
     if sparse:
