@@ -109,6 +109,9 @@ TINY_CONFIGS: dict[str, dict] = {
                        num_attention_heads=4, local_attention=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                        cls_token_id=1, sep_token_id=2, max_position_embeddings=512),
     "t5": dict(vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4),
+    # 32 buckets, the only number it sorts offsets into: a 13-token batch reaches the log-spaced ones (offsets >= 8)
+    "mpnet": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64),
 }
 # Heads bertlab has that `transformers` has no class for (pre-training only): checked by their family's tests
 OWN_HEADS = {"BertForSpanBoundary", "ElectraForReplacedTokenDetection"}

@@ -211,30 +211,14 @@ def test_a_default_prompt_is_put_where_encode_puts_it(tmp_path, capsys):
 def test_retrieval_ranks_by_the_folder_s_similarity(tmp_path, similarity):
     """A model without a Normalize module is scored by cosine unless it declares dot, as sentence-transformers'
     `similarity` (and its evaluators) score it; with its query and document prompts."""
-    from test_retrieval_eval import CORPUS, QUERIES, write_beir
+    from test_retrieval_eval import evaluated_with
 
     folder, model = st_model(tmp_path, "mean", normalize=False, similarity=similarity, prompts=E5_PROMPTS)
-    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
-    out = tmp_path / "eval"
-    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--out", str(out),
-                 "--store", "float32", "--no-progress"]) == 0
-    passages = [(d.get("title", "") + " " + d["text"]).strip() if d.get("title") else d["text"] for d in CORPUS]
-    theirs = model.similarity(model.encode_query([q["text"] for q in QUERIES]), model.encode_document(passages))
-    run = {}
-    for line in (out / "run.trec").read_text().splitlines():
-        qid, _, doc, _, score, _ = line.split()
-        run.setdefault(qid, {})[doc] = float(score)
-    compared = 0
-    for i, q in enumerate(QUERIES):
-        for j, d in enumerate(CORPUS):
-            if d["_id"] in run[q["_id"]]:
-                assert run[q["_id"]][d["_id"]] == pytest.approx(float(theirs[i, j]), rel=1e-4, abs=1e-5)
-                compared += 1
-    assert compared >= len(QUERIES)
+    evaluated_with(model, folder, tmp_path)
 
 
 def test_dimensions_keep_a_matryoshka_model_s_leading_dimensions(tmp_path, capsys):
-    from test_retrieval_eval import CORPUS, QUERIES, write_beir
+    from test_retrieval_eval import evaluated_with
 
     from bertlab.infer.ray_data import EmbedSpec
     from bertlab.infer.runtime import InferenceOptions
@@ -245,19 +229,8 @@ def test_dimensions_keep_a_matryoshka_model_s_leading_dimensions(tmp_path, capsy
     np.testing.assert_allclose(embed_cli(folder, tmp_path, capsys, "--dimensions", "16", "--normalize"),
                                l2_normalize(model.encode(TEXTS, truncate_dim=16)), rtol=1e-5, atol=1e-6)
     assert EmbedSpec.resolve(folder, None, None, InferenceOptions(threads=1), None, dimensions=16).dim == 16
-    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
-    out = tmp_path / "eval"
-    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--out", str(out),
-                 "--store", "float32", "--no-progress", "--dimensions", "16"]) == 0
-    assert json.loads((out / "results.json").read_text())["dimensions"] == 16
-    passages = [(d.get("title", "") + " " + d["text"]).strip() if d.get("title") else d["text"] for d in CORPUS]
-    theirs = model.similarity(model.encode_query([q["text"] for q in QUERIES], truncate_dim=16),
-                              model.encode_document(passages, truncate_dim=16))
-    for line in (out / "run.trec").read_text().splitlines():
-        qid, _, doc, _, score, _ = line.split()
-        i = [q["_id"] for q in QUERIES].index(qid)
-        j = [d["_id"] for d in CORPUS].index(doc)
-        assert float(score) == pytest.approx(float(theirs[i, j]), rel=1e-4, abs=1e-5)
+    evaluated_with(model, folder, tmp_path, "--dimensions", "16", truncate_dim=16)
+    assert json.loads((tmp_path / "eval" / "results.json").read_text())["dimensions"] == 16
     for flags, words in ((("--dimensions", "0"), "first N of the model's 32 dimensions; got 0"),
                          (("--dimensions", "33"), "got 33"),
                          (("--dimensions", "8", "--pooling", "splade"), "--dimensions shortens dense vectors")):

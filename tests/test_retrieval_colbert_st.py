@@ -176,23 +176,10 @@ def test_a_sentence_vector_is_refused_where_modules_follow_the_pooling(tmp_path,
 def test_evaluate_retrieval_scores_with_sentence_transformers_maxsim(tmp_path):
     """The run's scores are sentence-transformers' MaxSim: its markers placed once (its prompts are the markers,
     not text put before the text as well)."""
-    from test_retrieval_eval import CORPUS, QUERIES, write_beir
+    from test_retrieval_eval import evaluated_with
 
     folder, model = st_folder(tmp_path)
-    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
-    out = tmp_path / "eval"
-    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--out", str(out),
-                 "--store", "float32", "--no-progress"]) == 0
-    passages = [(d.get("title", "") + " " + d["text"]).strip() if d.get("title") else d["text"] for d in CORPUS]
-    theirs = model.similarity(model.encode_query([q["text"] for q in QUERIES]), model.encode_document(passages))
-    run = {}
-    for line in (out / "run.trec").read_text().splitlines():
-        qid, _, doc, _, score, _ = line.split()
-        run.setdefault(qid, {})[doc] = float(score)
-    for i, q in enumerate(QUERIES):
-        for j, d in enumerate(CORPUS):
-            if d["_id"] in run[q["_id"]]:
-                assert run[q["_id"]][d["_id"]] == pytest.approx(float(theirs[i, j]), rel=1e-5)
+    evaluated_with(model, folder, tmp_path)
 
 
 @pytest.mark.parametrize("kind", ["pylate", "sentence-transformers"])

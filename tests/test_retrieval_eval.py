@@ -90,6 +90,24 @@ QUERIES = [{"_id": "q1", "text": "what is the capital of france ?"}, {"_id": "q2
            {"_id": "q3", "text": "where is the cat ?"}]
 
 
+def evaluated_with(model, folder, tmp_path, *flags, **encode) -> None:
+    """`evaluate-retrieval` of `folder` on CORPUS and QUERIES: every score of its run (OUT/run.trec) is
+    sentence-transformers' `model.similarity` of the query and the passage (title and text joined as BEIR joins
+    them), each encoded by `encode_query` / `encode_document` with `encode`'s arguments."""
+    data = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t1", "q3\td2\t1"])
+    out = tmp_path / "eval"
+    assert main(["evaluate-retrieval", "--model", str(folder), "--data", str(data), "--out", str(out),
+                 "--store", "float32", "--no-progress", *flags]) == 0
+    passages = [(d.get("title", "") + " " + d["text"]).strip() if d.get("title") else d["text"] for d in CORPUS]
+    theirs = model.similarity(model.encode_query([q["text"] for q in QUERIES], **encode),
+                              model.encode_document(passages, **encode))
+    rows = [line.split() for line in (out / "run.trec").read_text().splitlines()]
+    assert {r[0] for r in rows} == {q["_id"] for q in QUERIES}
+    for qid, _, doc, _, score, _ in rows:
+        i, j = [q["_id"] for q in QUERIES].index(qid), [d["_id"] for d in CORPUS].index(doc)
+        assert float(score) == pytest.approx(float(theirs[i, j]), rel=1e-5, abs=1e-6), (qid, doc)
+
+
 def test_beir_folder_is_read(tmp_path):
     folder = write_beir(tmp_path / "set", CORPUS, QUERIES, ["q1\td1\t1", "q2\td3\t2", "q2\td4\t0"])
     data = load_retrieval_set(folder)

@@ -32,6 +32,7 @@ FAMILIES: dict[str, str] = {
     "electra": "bertlab.models.electra.family",
     "deberta-v2": "bertlab.models.deberta_v2.family",
     "modernbert": "bertlab.models.modernbert.family",
+    "mpnet": "bertlab.models.mpnet.family",
 }
 # The family of a config without a model_type (every config written before `transformers` added the field), and
 # the one `bertlab pretrain` builds when neither the config nor the data says otherwise

@@ -43,11 +43,13 @@ def relative_position_bucket(relative_position: torch.Tensor, bidirectional: boo
 
 
 def relative_position_bias(table: nn.Embedding, query_length: int, key_length: int, bidirectional: bool,
-                           max_distance: int, query_offset: int = 0) -> torch.Tensor:
+                           max_distance: int, query_offset: int = 0, num_buckets: int | None = None) -> torch.Tensor:
     """The additive attention bias (1, num_heads, query_length, key_length) from a (num_buckets, num_heads)
-    table. Query i sits at position `query_offset + i` (a decoder step with a cache of `query_offset` keys)."""
+    table. Query i sits at position `query_offset + i` (a decoder step with a cache of `query_offset` keys).
+    `num_buckets`: the buckets offsets are sorted into, when a model fixes them apart from its table's size."""
     device = table.weight.device
     query = torch.arange(query_offset, query_offset + query_length, dtype=torch.long, device=device)[:, None]
     key = torch.arange(key_length, dtype=torch.long, device=device)[None, :]
-    buckets = relative_position_bucket(key - query, bidirectional, table.num_embeddings, max_distance)  # (T_q, T_k)
+    buckets = relative_position_bucket(key - query, bidirectional, num_buckets or table.num_embeddings,
+                                       max_distance)  # (T_q, T_k)
     return table(buckets).permute(2, 0, 1).unsqueeze(0)  # (T_q, T_k, nh) -> (1, nh, T_q, T_k)

@@ -53,6 +53,8 @@ class BertTokenizer(TokenizerBase):
     `do_lower_case=False` is the cased models' setting (Google's `--do_lower_case=False`).
     """
 
+    TOKENIZER_CLASS = "BertTokenizer"  # the `transformers` class tokenizer_config.json names
+
     def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
                  *, vocab: Mapping[str, int] | None = None, unk_token: str = "[UNK]", sep_token: str = "[SEP]",
                  pad_token: str = "[PAD]", cls_token: str = "[CLS]", mask_token: str = "[MASK]",
@@ -138,7 +140,7 @@ class BertTokenizer(TokenizerBase):
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         if json_path is not None:
             kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME,
-                                                 placed_tokens)
+                                                 placed_tokens, cls.PAIR_SEPS)
             kwargs.update(overrides)
             tokenizer = cls(vocab=vocab, **kwargs)
             tokenizer.vocab_file = str(vocab_path or json_path)
@@ -155,7 +157,7 @@ class BertTokenizer(TokenizerBase):
         d.mkdir(parents=True, exist_ok=True)
         save_vocab(self.ids_to_tokens, d / VOCAB_NAME)
         cfg = {
-            "tokenizer_class": "BertTokenizer", "do_lower_case": self.do_lower_case,
+            "tokenizer_class": self.TOKENIZER_CLASS, "do_lower_case": self.do_lower_case,
             "tokenize_chinese_chars": self.tokenize_chinese_chars, "strip_accents": self.strip_accents,
             "model_max_length": self.model_max_length, "unk_token": self.unk_token, "sep_token": self.sep_token,
             "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
@@ -237,12 +239,12 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[str, Any], cfg_path: Path,
-                         placed: Sequence[str] = ()) -> tuple[dict[str, Any], dict[str, int]]:
+                         placed: Sequence[str] = (), pair_seps: int = 1) -> tuple[dict[str, Any], dict[str, int]]:
     """The constructor arguments and vocabulary of a tokenizer.json, checked against the folder's vocab.txt
     and tokenizer_config.json (`kwargs`, read from `cfg_path`): a disagreement is one line naming both files.
     (`transformers` 5.x takes normalisation from tokenizer_config.json, `tokenizers` and earlier versions
     from tokenizer.json: when they differ, the two libraries tokenize differently and no choice is right.)"""
-    tj = read_tokenizer_json(json_path, placed)
+    tj = read_tokenizer_json(json_path, placed, pair_seps)
     if vocab_path is not None:
         tokens = read_vocab(vocab_path)
         theirs = tj.tokens[:len(tj.tokens) - len(tj.placed)]  # vocab.txt holds no placed token

@@ -12,9 +12,12 @@ never a tokenizer that silently gives other ids than the file's owner got:
     `lowercase` become `tokenize_chinese_chars`, `strip_accents` and `do_lower_case`;
   * pre-tokenizer: `BertPreTokenizer` (whitespace and punctuation splitting);
   * post-processor: BERT's template (`[CLS] A [SEP]`, `[CLS] A [SEP] B [SEP]`, type ids 0 then 1), as
-    `TemplateProcessing` or `BertProcessing`; its tokens become `cls_token` and `sep_token`;
+    `TemplateProcessing` or `BertProcessing`; or, for a tokenizer laid out as RoBERTa's (`pair_seps=2`:
+    MPNet's), `<s> A </s>` / `<s> A </s></s> B </s>` as `TemplateProcessing` or `RobertaProcessing` (the type
+    ids there are not read: such a model has one token type); its tokens become `cls_token` and `sep_token`;
   * decoder: `WordPiece` with prefix `##`, or none;
-  * added tokens: special tokens of the vocabulary, matched as written (not normalised, no stripping), which
+  * added tokens: special tokens of the vocabulary, matched as written (not normalised, no stripping but
+    `lstrip`, whose whitespace BertPreTokenizer drops all the same: the ids and offsets do not change), which
     the caller checks are the tokenizer's own special tokens; and the tokens a caller places by id itself
     (`placed`: ColBERT's query and document markers, which PyLate adds after the vocabulary; special or not),
     never looked for in text, accepted only at the ids right after the vocabulary's and appended to it.
@@ -51,9 +54,10 @@ class TokenizerJson:
     placed: list[str] = field(default_factory=list)  # appended to `tokens`, in id order
 
 
-def read_tokenizer_json(path: str | os.PathLike, placed: Collection[str] = ()) -> TokenizerJson:
+def read_tokenizer_json(path: str | os.PathLike, placed: Collection[str] = (), pair_seps: int = 1) -> TokenizerJson:
     """Read a tokenizer.json under the rules in this module's docstring; `VocabError` (one line naming the
-    file and what it holds) for anything else. `placed`: added tokens the caller inserts by id."""
+    file and what it holds) for anything else. `placed`: added tokens the caller inserts by id; `pair_seps`: the
+    separators between a pair's texts in the caller's layout (BERT 1, MPNet 2)."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -77,7 +81,7 @@ def read_tokenizer_json(path: str | os.PathLike, placed: Collection[str] = ()) -
     kind = _kind(data.get("pre_tokenizer"))
     if kind != "BertPreTokenizer":
         raise VocabError(f"{path}: pre_tokenizer {kind}; bertlab reproduces only BertPreTokenizer (BERT's)")
-    _read_post_processor(path, data.get("post_processor"), out)
+    _read_post_processor(path, data.get("post_processor"), out, pair_seps)
     decoder = data.get("decoder")
     if decoder is not None and (_kind(decoder) != "WordPiece" or decoder.get("prefix", "##") != CONTINUING_PREFIX):
         raise VocabError(f"{path}: decoder {_kind(decoder)} (prefix {decoder.get('prefix')!r}); bertlab decodes "
@@ -147,11 +151,13 @@ def _special(item: Any, type_id: int) -> str:
     return piece["id"]
 
 
-def _read_post_processor(path: Path, post: Any, out: TokenizerJson) -> None:
+def _read_post_processor(path: Path, post: Any, out: TokenizerJson, pair_seps: int) -> None:
     kind = _kind(post)
     vocab = {t: i for i, t in enumerate(out.tokens)}
     try:
-        if kind == "TemplateProcessing":
+        if pair_seps == 2:
+            cls_, sep = _roberta_layout(post, kind, vocab)
+        elif kind == "TemplateProcessing":
             single, pair = post.get("single"), post.get("pair")
             cls_, sep = _special(single[0], 0), _special(single[2], 0)
             if (len(single) != 3 or single[1] != {"Sequence": {"id": "A", "type_id": 0}} or len(pair) != 5
@@ -168,10 +174,35 @@ def _read_post_processor(path: Path, post: Any, out: TokenizerJson) -> None:
         else:
             raise ValueError
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        if pair_seps == 2:
+            raise VocabError(f"{path}: post_processor {kind} is not <s> A </s> / <s> A </s></s> B </s> with tokens "
+                             "of this vocabulary; bertlab builds only that for this model") from None
         raise VocabError(f"{path}: post_processor {kind} is not BERT's template ([CLS] A [SEP] / [CLS] A [SEP] "
                          "B [SEP], type ids 0 then 1, with tokens of this vocabulary); bertlab builds only "
                          "that") from None
     out.settings.update(cls_token=cls_, sep_token=sep)
+
+
+def _roberta_layout(post: Any, kind: str | None, vocab: dict[str, int]) -> tuple[str, str]:
+    """The (cls, sep) tokens of `<s> A </s>` / `<s> A </s></s> B </s>`, or ValueError."""
+    if kind == "RobertaProcessing":
+        (sep, sep_id), (cls_, cls_id) = post["sep"], post["cls"]
+        if [sep_id, cls_id] != [vocab.get(sep), vocab.get(cls_)]:
+            raise ValueError
+        return cls_, sep
+    if kind != "TemplateProcessing":
+        raise ValueError
+    single, pair = post.get("single"), post.get("pair")
+    token = lambda item: (item.get("SpecialToken") or {})["id"]  # noqa: E731 (a KeyError when not one)
+    cls_, sep = token(single[0]), token(single[2])
+    text = lambda item: (item.get("Sequence") or {})["id"]  # noqa: E731
+    if (len(single) != 3 or text(single[1]) != "A" or len(pair) != 6 or token(pair[0]) != cls_
+            or text(pair[1]) != "A" or [token(pair[i]) for i in (2, 3, 5)] != [sep] * 3 or text(pair[4]) != "B"):
+        raise ValueError
+    for t in (cls_, sep):
+        if post["special_tokens"][t]["ids"] != [vocab.get(t)]:
+            raise ValueError
+    return cls_, sep
 
 
 def _read_added_tokens(path: Path, added: Any, out: TokenizerJson, placed: set[str]) -> None:
@@ -198,7 +229,7 @@ def _read_added_tokens(path: Path, added: Any, out: TokenizerJson, placed: set[s
         if not entry.get("special"):
             raise VocabError(f"{path}: added token {content!r} is not a special token; bertlab matches only its "
                              "special tokens ([CLS], [SEP], ...) in text")
-        flags = [k for k in ("normalized", "lstrip", "rstrip", "single_word") if entry.get(k)]
+        flags = [k for k in ("normalized", "rstrip", "single_word") if entry.get(k)]
         if flags:
             raise VocabError(f"{path}: added token {content!r} has {', '.join(flags)}; bertlab matches special "
                              "tokens exactly as written")

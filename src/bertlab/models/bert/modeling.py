@@ -76,8 +76,10 @@ class BertSelfAttention(nn.Module):
         self.attn_implementation = config.attn_implementation
 
     def forward(self, x: torch.Tensor, mask: AttentionMask | None, output_attentions: bool = False,
-                layout: TokenLayout | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x: (B, T, H); or (N, H), the real tokens only, when `layout` says where they sit in (B, T).
+                layout: TokenLayout | None = None, bias: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x: (B, T, H); or (N, H), the real tokens only, when `layout` says where they sit in (B, T). `bias`:
+        an additive (1 | B, nh, T, T) term of the scores (a relative position bias, MPNet's).
         Returns the heads' output in the same shape as x, and the probabilities if asked for."""
         projections = [getattr(self, name) for name in self.stacked_projections]
         if self.training:
@@ -91,7 +93,7 @@ class BertSelfAttention(nn.Module):
             q, k, v = self.stacked(x).chunk(3, dim=-1)
         else:  # inference: each projection may be a pre-packed layer (nn/packed_linear.py)
             q, k, v = (p(x) for p in projections)
-        return attention(q, k, v, self.num_heads, mask, layout=layout, kernel=self.attn_implementation,
+        return attention(q, k, v, self.num_heads, mask, bias, layout=layout, kernel=self.attn_implementation,
                          dropout_p=self.dropout_p, training=self.training, need_weights=output_attentions)
 
 
@@ -190,6 +192,11 @@ class BertEncoder(nn.Module):
         block may appear more than once (ALBERT shares one block across layers)."""
         return list(self.layer)
 
+    def block_arguments(self, x: torch.Tensor, mask: AttentionMask) -> dict[str, torch.Tensor]:
+        """What every block takes besides x and the mask, made once per forward from the (B, T, H) input: none
+        for BERT; MPNet's relative position bias."""
+        return {}
+
     def attention_takes_rows(self, x: torch.Tensor) -> bool:
         """Whether the blocks' attention kernel takes x's real tokens as they are (variable-length attention on
         a GPU): then inference unpads too, and no layer computes on padding or builds a (B, T) rectangle."""
@@ -205,12 +212,13 @@ class BertEncoder(nn.Module):
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         layout = None
+        extra = self.block_arguments(x, mask)  # before unpadding: from the (B, T) rectangle
         if (mask.keep is not None or mask.documents is not None) and not (output_hidden_states or output_attentions):
             if (self.training and self.unpad_in_training) or self.attention_takes_rows(x):
                 layout = TokenLayout.of(attention_mask, packed=mask.documents is not None)
                 x = layout.unpad(x)  # (N, H): the layers compute on real tokens only (see TokenLayout)
         for layer in self.blocks():
-            x, probs = layer(x, mask, output_attentions, layout)
+            x, probs = layer(x, mask, output_attentions, layout, **extra)
             if hidden_states is not None:
                 hidden_states.append(x)
             if attentions is not None:
@@ -303,13 +311,15 @@ class BertModel(BertPreTrainedModel):
     embeddings and every layer's output, `output_attentions=True` every layer's attention probabilities.
     """
 
-    # The one part a family on BERT's encoder changes (RoBERTa: positions counted from after the padding id)
+    # The parts a family on BERT's encoder changes (RoBERTa: positions counted from after the padding id; MPNet:
+    # a relative position bias in every block)
     embeddings_class: type[nn.Module] = BertEmbeddings
+    encoder_class: type[nn.Module] = BertEncoder
 
     def __init__(self, config: BertConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = self.embeddings_class(config)
-        self.encoder = BertEncoder(config)
+        self.encoder = self.encoder_class(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
         self.init_weights()
 

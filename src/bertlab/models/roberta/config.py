@@ -6,6 +6,7 @@ are never used by a token, so 514 positions hold 512 tokens (`max_sequence_lengt
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,15 +43,16 @@ class RobertaConfig(BertConfig):
 
     @classmethod
     def preset_lookup(cls):
-        return is_preset, roberta_preset, preset_names
+        return is_preset, functools.partial(roberta_preset, config_class=cls), preset_names
 
 
-def roberta_preset(name: str, **overrides: Any) -> RobertaConfig:
-    """RoBERTa's sizes by BERT's preset names (`base`, `L4-H256`, ...), with RoBERTa's vocabulary and positions."""
+def roberta_preset(name: str, config_class: type[RobertaConfig] | None = None, **overrides: Any) -> RobertaConfig:
+    """BERT's sizes by BERT's preset names (`base`, `L4-H256`, ...) in `config_class` (RoBERTa's, or a family's
+    on it: XLM-R, MPNet), with that class's vocabulary and positions."""
     from ..bert.config import preset
 
     bert = preset(name)
     fields = dict(num_hidden_layers=bert.num_hidden_layers, hidden_size=bert.hidden_size,
                   num_attention_heads=bert.num_attention_heads, intermediate_size=bert.intermediate_size)
     fields.update(overrides)
-    return RobertaConfig(**fields)
+    return (config_class or RobertaConfig)(**fields)

@@ -25,6 +25,22 @@ from .modeling import RobertaModel, RobertaPreTrainedModel
 HEADS = HeadRegistry()  # RoBERTa's heads by kind (`models/heads.py`)
 
 
+class RobertaHeadModel(RobertaPreTrainedModel):
+    """What every head here shares: its encoder (`encoder_class`), kept under `base_model_prefix` -- the name
+    its checkpoints give it, so a family with these heads on another encoder (MPNet) sets the two."""
+
+    encoder_class: type[nn.Module] = RobertaModel
+
+    def build_encoder(self, config: RobertaConfig, add_pooling_layer: bool = False) -> nn.Module:
+        setattr(self, self.base_model_prefix, self.encoder_class(config, add_pooling_layer=add_pooling_layer))
+        return self.base_model
+
+    @property
+    def base_model(self) -> nn.Module:
+        """The encoder (Hugging Face's name for it)."""
+        return getattr(self, self.base_model_prefix)
+
+
 def classifier_dropout(config: RobertaConfig) -> nn.Dropout:
     p = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
     return nn.Dropout(p)
@@ -65,7 +81,7 @@ class RobertaClassificationHead(nn.Module):
 
 
 @HEADS.register("masked-lm", output=PreTrainingOutput, prefix="lm_head.", logits=lambda out: out.prediction_logits)
-class RobertaForMaskedLM(RobertaPreTrainedModel):
+class RobertaForMaskedLM(RobertaHeadModel):
     """Masked LM (RoBERTa's only pre-training objective, and fill-mask)."""
 
     tied_weight_keys = ("lm_head.decoder.weight", "lm_head.decoder.bias")
@@ -73,21 +89,20 @@ class RobertaForMaskedLM(RobertaPreTrainedModel):
 
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
-        self.lm_head = RobertaLMHead(config, self.roberta.embeddings.word_embeddings)
+        self.lm_head = RobertaLMHead(config, self.build_encoder(config).embeddings.word_embeddings)
         self.init_weights(self.lm_head)
 
     def vocab_projection(self) -> VocabProjection:
         return VocabProjection(self.lm_head.transform, self.lm_head.decoder.weight, self.lm_head.bias)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> PreTrainingOutput:
-        out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.base_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits, loss = masked_lm(self.lm_head, out.last_hidden_state, labels)
         return PreTrainingOutput(logits, None, loss, loss, None)
 
 
 @HEADS.register("text-classification", output=HeadOutput, prefix="classifier.out_proj.", soft_target="classes")
-class RobertaForSequenceClassification(RobertaPreTrainedModel):
+class RobertaForSequenceClassification(RobertaHeadModel):
     """Classification (or regression, or multi-label: `nn.heads.sequence_loss`) on the <s> token."""
 
     expected_unused_keys = ("roberta.pooler.", "pooler.")
@@ -95,13 +110,13 @@ class RobertaForSequenceClassification(RobertaPreTrainedModel):
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.build_encoder(config)
         self.classifier = RobertaClassificationHead(config)
         self.init_weights(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False) -> HeadOutput:
-        out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+        out = self.base_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(out.last_hidden_state)  # (B, num_labels)
         loss = sequence_loss(self.config, logits, labels) if labels is not None else None
@@ -109,7 +124,7 @@ class RobertaForSequenceClassification(RobertaPreTrainedModel):
 
 
 @HEADS.register("token-classification", output=HeadOutput, prefix="classifier.", soft_target="tokens", detectable=False)
-class RobertaForTokenClassification(RobertaPreTrainedModel):
+class RobertaForTokenClassification(RobertaHeadModel):
     """logits_t = W · dropout(h_t) + b for every token."""
 
     expected_unused_keys = ("roberta.pooler.", "pooler.")
@@ -117,14 +132,14 @@ class RobertaForTokenClassification(RobertaPreTrainedModel):
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.build_encoder(config)
         self.dropout = classifier_dropout(config)
         self.classifier = TaskOutputLayer(config.hidden_size, config.num_labels)
         self.init_weights(self.classifier)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None,
                 output_hidden_states=False, output_attentions=False) -> HeadOutput:
-        out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+        out = self.base_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (B, T, num_labels)
         loss = token_loss(logits, labels) if labels is not None else None
@@ -133,20 +148,20 @@ class RobertaForTokenClassification(RobertaPreTrainedModel):
 
 @HEADS.register("question-answering", output=QuestionAnsweringOutput, prefix="qa_outputs.",
                 soft_target="spans", logits=lambda out: torch.stack([out.start_logits, out.end_logits], dim=-1))
-class RobertaForQuestionAnswering(RobertaPreTrainedModel):
+class RobertaForQuestionAnswering(RobertaHeadModel):
     """Span extraction: [start | end] = W · h_t + b."""
 
     expected_unused_keys = ("roberta.pooler.", "pooler.")
 
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
-        self.roberta = RobertaModel(config, add_pooling_layer=False)
+        self.build_encoder(config)
         self.qa_outputs = TaskOutputLayer(config.hidden_size, 2)
         self.init_weights(self.qa_outputs)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, start_positions=None,
                 end_positions=None) -> QuestionAnsweringOutput:
-        out = self.roberta(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        out = self.base_model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).unbind(dim=-1)  # 2 x (B, T)
         loss = None
         if start_positions is not None and end_positions is not None:
@@ -155,12 +170,12 @@ class RobertaForQuestionAnswering(RobertaPreTrainedModel):
 
 
 @HEADS.register("multiple-choice", output=HeadOutput, prefix="classifier.", soft_target="classes", detectable=False)
-class RobertaForMultipleChoice(RobertaPreTrainedModel):
+class RobertaForMultipleChoice(RobertaHeadModel):
     """(B, C, T) choices flattened to (B·C, T), each scored W · dropout(pooled <s>) + b, softmax over choices."""
 
     def __init__(self, config: RobertaConfig):
         super().__init__(config)
-        self.roberta = RobertaModel(config)
+        self.build_encoder(config, add_pooling_layer=True)
         self.dropout = classifier_dropout(config)
         self.classifier = TaskOutputLayer(config.hidden_size, 1)
         self.init_weights(self.classifier)
@@ -168,7 +183,7 @@ class RobertaForMultipleChoice(RobertaPreTrainedModel):
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None) -> HeadOutput:
         B, C, T = input_ids.shape
         flat = lambda t: t.reshape(B * C, T) if t is not None else None  # noqa: E731
-        out = self.roberta(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
+        out = self.base_model(flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids))
         logits = self.classifier(self.dropout(out.pooler_output)).view(B, C)  # (B, C)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
         return HeadOutput(logits, loss)
