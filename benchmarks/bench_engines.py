@@ -3,11 +3,14 @@ all-MiniLM-L6-v2, or (`--model modernbert-base`) a random-weight model of Modern
 H 768, GeGLU 1152, one global layer in three, a 128-token window) saved by `transformers`, or (`--model
 deberta-v3-base`) one of DeBERTa-v3-base's (12 layers, H 768, 256 relative-position buckets, a 128,100-row
 vocabulary) with an `spm.model` of its form trained on WikiText-2 (CTranslate2 has no DeBERTa converter;
-`transformers`' DeBERTa has no SDPA path, so HF runs its eager attention).
+`transformers`' DeBERTa has no SDPA path, so HF runs its eager attention), or (`--model mpnet-base`) one of
+MPNet-base's (all-mpnet-base-v2's encoder: 12 layers, H 768, a relative position bias) with Google's uncased
+WordPiece vocabulary laid out as MPNet's (CTranslate2 has no MPNet converter).
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
-        [--separate [--passes N]] [--model minilm|modernbert-base|deberta-v3-base [--layers N]] [--splits 0,10]
+        [--separate [--passes N]] [--model minilm|modernbert-base|deberta-v3-base|mpnet-base [--layers N]]
+        [--splits 0,10]
     python benchmarks/bench_engines.py --model modernbert-base --shapes 512,8192 --n 8 --latency-n 0 --rounds 2 \
         --n-long 1 --rounds-long 1 --threads 1
 
@@ -187,6 +190,24 @@ def deberta_folder(root: Path, layers: int = 12, tokenizer: bool = True) -> Path
             "tokenizer_class": "DebertaV2Tokenizer", "model_max_length": 512, "do_lower_case": False,
             "bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "[UNK]", "sep_token": "[SEP]",
             "pad_token": "[PAD]", "cls_token": "[CLS]", "mask_token": "[MASK]"}))
+    return folder
+
+
+def mpnet_folder(root: Path, layers: int = 12) -> Path:
+    """A random-weight MPNet of MPNet-base's shape (`layers` of its 12; 514 positions, as all-mpnet-base-v2) saved by
+    `transformers`, with `transformers`' MPNet tokenizer over Google's uncased vocabulary in MPNet's order (`<s>
+    <pad> </s> <unk>`, the 30,522 WordPiece tokens, `<mask>`: 30,527, MPNet's size)."""
+    import transformers
+
+    folder = root / f"mpnet-base-random-{layers}"
+    google = ROOT.parent / "shared" / "data" / "vocab" / "bert-base-uncased.txt"
+    words = google.read_text(encoding="utf-8").splitlines() if google.is_file() else \
+        ["[PAD]", "[UNK]", *(f"w{i}" for i in range(30520))]
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", *words, "<mask>"]
+    torch.manual_seed(0)
+    config = transformers.MPNetConfig(vocab_size=len(tokens), num_hidden_layers=layers, max_position_embeddings=514)
+    transformers.MPNetModel(config).eval().save_pretrained(folder)
+    transformers.MPNetTokenizer(vocab={t: i for i, t in enumerate(tokens)}).save_pretrained(folder)
     return folder
 
 
@@ -588,10 +609,12 @@ def main() -> int:
     p.add_argument("--sst2-model", type=Path, metavar="DIR", help="also SST-2 dev accuracy of this fine-tuned model")
     p.add_argument("--no-speed", dest="speed", action="store_false", help="only the task accuracy")
     p.add_argument("--quick", action="store_true", help="a smoke run: 64 rows, 8 for latency, 1 round, 1 thread")
-    p.add_argument("--model", choices=("minilm", "modernbert-base", "deberta-v3-base"), default="minilm",
-                   help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's or DeBERTa-v3-base's shape")
+    p.add_argument("--model", choices=("minilm", "modernbert-base", "deberta-v3-base", "mpnet-base"), default="minilm",
+                   help="all-MiniLM-L6-v2, or a random-weight model of ModernBERT-base's, DeBERTa-v3-base's or "
+                        "MPNet-base's shape")
     p.add_argument("--layers", type=int, default=None,
-                   help="with a random-weight --model: this many of its layers (default all: 22, 12), for a quick look")
+                   help="with a random-weight --model: this many of its layers (default all: 22, 12, 12), for a quick "
+                        "look")
     p.add_argument("--separate", action="store_true",
                    help="each engine in a process of its own, beside HF fp32 (the ratios are to that process's HF)")
     p.add_argument("--passes", type=int, default=1,
@@ -602,7 +625,8 @@ def main() -> int:
     if args.quick:
         args.n, args.latency_n, args.rounds, args.threads = 64, 8, 1, "1"
     if args.layers is not None and (args.model == "minilm" or args.layers < 1):
-        p.error("--layers takes a positive count and a random-weight --model (modernbert-base, deberta-v3-base)")
+        p.error("--layers takes a positive count and a random-weight --model (modernbert-base, deberta-v3-base, "
+                "mpnet-base)")
     if args.separate:
         return run_separately(args)
     args.engines = args.engines.split(",")
@@ -612,6 +636,8 @@ def main() -> int:
             model_dir = modernbert_folder(Path(model_root), layers=args.layers or 22)
         elif args.model == "deberta-v3-base":
             model_dir = deberta_folder(Path(model_root), layers=args.layers or 12)
+        elif args.model == "mpnet-base":
+            model_dir = mpnet_folder(Path(model_root), layers=args.layers or 12)
         else:
             model_dir = installed_minilm()
             if model_dir is None:

@@ -195,11 +195,27 @@ def _set(path: list, value):
      r"added token '<new>' \(id \d+\) is not that id"),
     (lambda d: d["added_tokens"].append({"id": 5, "content": "the", "special": True}),
      "added special token 'the' is none of the tokenizer's own"),
-    (lambda d: d["added_tokens"][0].update(lstrip=True), r"added token '\[PAD\]' has lstrip"),
+    (lambda d: d["added_tokens"][0].update(rstrip=True), r"added token '\[PAD\]' has rstrip"),
 ])
 def test_tokenizer_json_bertlab_cannot_reproduce_is_one_line(tok_folder, change, match):
     rewrite(tok_folder, "tokenizer.json", change)
     refused(tok_folder, match)
+
+
+def test_a_special_token_that_takes_the_whitespace_before_it_has_the_offsets_tokenizers_gives(tok_folder):
+    """`lstrip` (RoBERTa's and MPNet's <mask> has it): the same ids, and the token's span starts at the whitespace
+    before it -- back to the token before, never into it -- as the `tokenizers` library gives it."""
+    from tokenizers import Tokenizer
+
+    rewrite(tok_folder, "tokenizer.json",
+            lambda d: next(t for t in d["added_tokens"] if t["content"] == "[MASK]").update(lstrip=True))
+    ours, theirs = BertTokenizer.from_pretrained(tok_folder), Tokenizer.from_file(str(tok_folder / "tokenizer.json"))
+    for text, pair in (("the cat \t [MASK] sat", None), ("[MASK] the", "cat  [MASK][MASK]"), ("cat.[MASK]", None),
+                       (TEXTS[2], PAIRS[0])):
+        mine = ours(text, pair, return_offsets_mapping=True)
+        expected = theirs.encode(text, pair)
+        assert mine["input_ids"] == expected.ids, text
+        assert [tuple(o) for o in mine["offset_mapping"]] == expected.offsets, text
 
 
 def test_an_oversized_tokenizer_json_is_refused_before_it_is_read(tok_folder, monkeypatch):

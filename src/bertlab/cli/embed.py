@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     if kind == "npy":
         writer.close()
     else:
-        writer.close(metadata={"pooling": embedder.pooling, "normalize": str(embedder.normalize), "model": str(args.model)})
+        writer.close(metadata={"pooling": embedder.pooling, "normalize": str(embedder.normalize),
+                               "model": str(args.model)})
     return 0
 
 
@@ -219,7 +220,8 @@ def embed_colbert(args: argparse.Namespace, embedder=None) -> int:
     from ..infer.outputs import json_line, text_output
     from ..infer.runtime import InferenceOptions
 
-    for flag, given in (("--no-normalize", args.normalize is False), ("--window-overlap", args.window_overlap is not None),
+    for flag, given in (("--no-normalize", args.normalize is False),
+                        ("--window-overlap", args.window_overlap is not None),
                         ("--max-seq-length", args.max_seq_length is not None)):
         if given and (embedder is None or flag == "--window-overlap"):
             raise BertlabError(f"{flag} does not apply to --pooling colbert: its vectors are L2-normalised and its "

@@ -5,9 +5,9 @@ A sentence-transformers folder is a Hugging Face model folder plus `modules.json
 [-> Normalize]), `1_Pooling/config.json`, `sentence_bert_config.json` (the length limit) and
 `config_sentence_transformers.json` (`prompts`, `default_prompt_name`, `similarity_fn_name`). `read_settings`
 takes what an embedding, a fine-tuning or an evaluation starts from -- which prompt goes before a text is
-picked as sentence-transformers picks it (`EmbeddingSettings.prompt_for`), and vectors are ranked by the
-similarity it declares (`scored_normalized`); `write_settings` writes a trained encoder so that `SentenceTransformer(folder)`
-loads it and embeds as bertlab does (tests compare the two). Matryoshka dimensions, which sentence-transformers
+picked as sentence-transformers picks it (`FolderPrompts.pick`), and vectors are ranked by the similarity it
+declares (`EmbeddingSettings.scored_normalized`); `write_settings` writes a trained encoder so that
+`SentenceTransformer(folder)` loads it and embeds as bertlab does (tests compare the two). Matryoshka dimensions, which sentence-transformers
 does not record, are kept in `config_sentence_transformers.json` under `"bertlab": {"matryoshka_dims": [...]}`;
 `truncate_dim` is the user's choice at load time in both libraries.
 """
@@ -112,8 +112,9 @@ def read_settings(model_dir: str | Path) -> EmbeddingSettings:
     folder = Path(model_dir)
     prompts = read_prompts(folder)
     settings = EmbeddingSettings(pooling=model_pooling(folder) or DEFAULT_POOLING,
-                                 normalize=model_normalize(folder) is not False, query_prompt=prompts.pick(None, "query"),
-                                 passage_prompt=prompts.pick(None, "document"), named_prompts=prompts)
+                                 normalize=model_normalize(folder) is not False,
+                                 query_prompt=prompts.pick(None, "query"), passage_prompt=prompts.pick(None, "document"),
+                                 named_prompts=prompts)
     config = _json(folder / ST_CONFIG)
     if isinstance(config, dict):
         similarity = config.get("similarity_fn_name")

@@ -54,12 +54,17 @@ class BertTokenizer(TokenizerBase):
     """
 
     TOKENIZER_CLASS = "BertTokenizer"  # the `transformers` class tokenizer_config.json names
+    SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                      "mask_token": "[MASK]"}  # the defaults, where the folder's files name none
+    # a tokenizer.json's other special tokens kept whole in text (`additional_special_tokens`) rather than refused
+    KEEPS_OTHER_SPECIALS = False
 
     def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
                  *, vocab: Mapping[str, int] | None = None, unk_token: str = "[UNK]", sep_token: str = "[SEP]",
                  pad_token: str = "[PAD]", cls_token: str = "[CLS]", mask_token: str = "[MASK]",
                  tokenize_chinese_chars: bool = True, strip_accents: bool | None = None,
-                 model_max_length: int = 512, max_input_chars_per_word: int = 100, use_fast: bool | None = None):
+                 model_max_length: int = 512, max_input_chars_per_word: int = 100, use_fast: bool | None = None,
+                 additional_special_tokens: Sequence[str] = (), lstrip_tokens: Sequence[str] = ()):
         if isinstance(vocab_file, Mapping):
             vocab, vocab_file = vocab_file, None
         if vocab is None:
@@ -85,6 +90,14 @@ class BertTokenizer(TokenizerBase):
         self.unk_token, self.sep_token, self.pad_token = unk_token, sep_token, pad_token
         self.cls_token, self.mask_token = cls_token, mask_token
         self.all_special_tokens = [unk_token, sep_token, pad_token, cls_token, mask_token]
+        missing = [t for t in additional_special_tokens if t not in vocab]
+        if missing:
+            raise VocabError(f"{vocab_file or '<vocab mapping>'}: additional special token {missing[0]!r} is not in "
+                             "the vocabulary; bertlab does not add tokens")
+        self.additional_special_tokens = [t for t in additional_special_tokens if t not in self.all_special_tokens]
+        self.all_special_tokens += self.additional_special_tokens
+        # tokens whose offsets start at the whitespace before them (a tokenizer.json's lstrip: `_lstripped`)
+        self._lstrip_ids = frozenset(vocab[t] for t in lstrip_tokens if t in vocab)
         self.unk_token_id = vocab[unk_token]
         self.sep_token_id = vocab.get(sep_token)
         self.pad_token_id = vocab.get(pad_token)
@@ -134,13 +147,15 @@ class BertTokenizer(TokenizerBase):
             cfg_path = path / TOKENIZER_CONFIG_NAME
             if cfg_path.is_file():
                 kwargs.update(_read_config(cfg_path))
+            if not cls.KEEPS_OTHER_SPECIALS:
+                kwargs.pop("additional_special_tokens", None)  # (as before: text, not kept whole)
         elif path.is_file():
             json_path, vocab_path = (path, None) if path.suffix == ".json" else (None, path)
         else:
             raise TokenizerError(f"{path}: no such vocabulary file or tokenizer folder")
         if json_path is not None:
             kwargs, vocab = _with_tokenizer_json(json_path, vocab_path, kwargs, path / TOKENIZER_CONFIG_NAME,
-                                                 placed_tokens, cls.PAIR_SEPS)
+                                                 placed_tokens, cls)
             kwargs.update(overrides)
             tokenizer = cls(vocab=vocab, **kwargs)
             tokenizer.vocab_file = str(vocab_path or json_path)
@@ -162,6 +177,7 @@ class BertTokenizer(TokenizerBase):
             "model_max_length": self.model_max_length, "unk_token": self.unk_token, "sep_token": self.sep_token,
             "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
             "clean_up_tokenization_spaces": False,
+            **({"additional_special_tokens": self.additional_special_tokens} if self.additional_special_tokens else {}),
         }
         tmp = d / (TOKENIZER_CONFIG_NAME + ".tmp")
         tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
@@ -173,6 +189,29 @@ class BertTokenizer(TokenizerBase):
     def basic_tokenize_with_offsets(self, text: str) -> list[tuple[str, int, int]]:
         """Words before WordPiece, each with the (start, end) of the original text it came from."""
         return self.basic.tokenize_with_offsets(text)
+
+    def _encode_seq(self, text: str) -> Seq:
+        return self._lstripped(text, super()._encode_seq(text))
+
+    def _encode_many(self, texts: Sequence, enc) -> list[Seq]:
+        seqs = super()._encode_many(texts, enc)
+        return [self._lstripped(t, s) for t, s in zip(texts, seqs)] if self._lstrip_ids else seqs
+
+    def _lstripped(self, text: str, seq: Seq) -> Seq:
+        """`seq` with each lstrip token's span starting at the whitespace before it, back to the token before (as
+        `tokenizers` matches such a token: the whitespace included). Idempotent."""
+        if not self._lstrip_ids or not any(i in self._lstrip_ids for i in seq[0]):
+            return seq
+        ids, offsets, words = seq
+        offsets = list(offsets)
+        for k, i in enumerate(ids):
+            if i in self._lstrip_ids:
+                start, end = offsets[k]
+                floor = offsets[k - 1][1] if k else 0
+                while start > floor and text[start - 1].isspace():
+                    start -= 1
+                offsets[k] = (start, end)
+        return ids, offsets, words
 
     def _encode_seq_py(self, text: str) -> Seq:
         ids, offsets, words = new_seq(text)
@@ -239,12 +278,13 @@ def _effective(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[str, Any], cfg_path: Path,
-                         placed: Sequence[str] = (), pair_seps: int = 1) -> tuple[dict[str, Any], dict[str, int]]:
+                         placed: Sequence[str] = (), owner: type = BertTokenizer
+                         ) -> tuple[dict[str, Any], dict[str, int]]:
     """The constructor arguments and vocabulary of a tokenizer.json, checked against the folder's vocab.txt
     and tokenizer_config.json (`kwargs`, read from `cfg_path`): a disagreement is one line naming both files.
     (`transformers` 5.x takes normalisation from tokenizer_config.json, `tokenizers` and earlier versions
     from tokenizer.json: when they differ, the two libraries tokenize differently and no choice is right.)"""
-    tj = read_tokenizer_json(json_path, placed, pair_seps)
+    tj = read_tokenizer_json(json_path, placed, owner.PAIR_SEPS)
     if vocab_path is not None:
         tokens = read_vocab(vocab_path)
         theirs = tj.tokens[:len(tj.tokens) - len(tj.placed)]  # vocab.txt holds no placed token
@@ -259,8 +299,7 @@ def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[
             raise TokenizerError(f"{cfg_path}: {key} is {effective_cfg[key]!r} but {json_path} says {value!r}; "
                                  "libraries differ in which they follow, so neither is guessed")
     merged = {**kwargs, **tj.settings}
-    named = {k: merged.get(k, d) for k, d in (("unk_token", "[UNK]"), ("sep_token", "[SEP]"), ("pad_token", "[PAD]"),
-                                              ("cls_token", "[CLS]"), ("mask_token", "[MASK]"))}
+    named = {k: merged.get(k, d) for k, d in owner.SPECIAL_TOKENS.items()}
     specials = set(named.values())
     extra = [t for t in tj.special_tokens if t not in specials]
     if len(extra) == 1 and named["pad_token"] == named["mask_token"]:
@@ -268,9 +307,13 @@ def _with_tokenizer_json(json_path: Path, vocab_path: Path | None, kwargs: dict[
         # [MASK]) leaves the file's own pad token unnamed: it is the pad token again, kept whole in text as
         # `tokenizers` keeps it; padding itself is never text
         merged["pad_token"], extra = extra[0], []
-    if extra:
+    if extra and not owner.KEEPS_OTHER_SPECIALS:
         raise TokenizerError(f"{json_path}: added special token {extra[0]!r} is none of the tokenizer's own "
                              f"({', '.join(sorted(specials))}); bertlab keeps only those whole in text")
+    if extra:
+        merged["additional_special_tokens"] = extra
+    if tj.lstrip:
+        merged["lstrip_tokens"] = tj.lstrip
     return merged, {t: i for i, t in enumerate(tj.tokens)}
 
 
@@ -301,4 +344,9 @@ def _read_config(path: Path) -> dict[str, Any]:
             v = v.get("content")
         if isinstance(v, str) and v:
             out[key] = v
+    extra = cfg.get("additional_special_tokens")
+    if isinstance(extra, list):
+        out["additional_special_tokens"] = [t.get("content") if isinstance(t, dict) else t for t in extra]
+        if not all(isinstance(t, str) and t for t in out["additional_special_tokens"]):
+            raise TokenizerError(f"{path}: additional_special_tokens must be a list of tokens")
     return out

@@ -17,7 +17,8 @@ never a tokenizer that silently gives other ids than the file's owner got:
     ids there are not read: such a model has one token type); its tokens become `cls_token` and `sep_token`;
   * decoder: `WordPiece` with prefix `##`, or none;
   * added tokens: special tokens of the vocabulary, matched as written (not normalised, no stripping but
-    `lstrip`, whose whitespace BertPreTokenizer drops all the same: the ids and offsets do not change), which
+    `lstrip`: the same ids, the offsets starting at the whitespace before the token, as `tokenizers` gives them
+    unless its post-processor trims them), which
     the caller checks are the tokenizer's own special tokens; and the tokens a caller places by id itself
     (`placed`: ColBERT's query and document markers, which PyLate adds after the vocabulary; special or not),
     never looked for in text, accepted only at the ids right after the vocabulary's and appended to it.
@@ -52,6 +53,10 @@ class TokenizerJson:
     settings: dict[str, Any] = field(default_factory=dict)
     special_tokens: list[str] = field(default_factory=list)
     placed: list[str] = field(default_factory=list)  # appended to `tokens`, in id order
+    # special tokens whose span takes the whitespace before them (`lstrip`), where the post-processor does not trim
+    # it off again (RobertaProcessing's trim_offsets does): `BertTokenizer(lstrip_tokens=)` gives those offsets
+    lstrip: list[str] = field(default_factory=list)
+    trims_offsets: bool = False  # the post-processor trims whitespace off the offsets (RobertaProcessing's)
 
 
 def read_tokenizer_json(path: str | os.PathLike, placed: Collection[str] = (), pair_seps: int = 1) -> TokenizerJson:
@@ -156,7 +161,7 @@ def _read_post_processor(path: Path, post: Any, out: TokenizerJson, pair_seps: i
     vocab = {t: i for i, t in enumerate(out.tokens)}
     try:
         if pair_seps == 2:
-            cls_, sep = _roberta_layout(post, kind, vocab)
+            cls_, sep = _roberta_layout(post, kind, vocab, out)
         elif kind == "TemplateProcessing":
             single, pair = post.get("single"), post.get("pair")
             cls_, sep = _special(single[0], 0), _special(single[2], 0)
@@ -183,12 +188,13 @@ def _read_post_processor(path: Path, post: Any, out: TokenizerJson, pair_seps: i
     out.settings.update(cls_token=cls_, sep_token=sep)
 
 
-def _roberta_layout(post: Any, kind: str | None, vocab: dict[str, int]) -> tuple[str, str]:
+def _roberta_layout(post: Any, kind: str | None, vocab: dict[str, int], out: TokenizerJson) -> tuple[str, str]:
     """The (cls, sep) tokens of `<s> A </s>` / `<s> A </s></s> B </s>`, or ValueError."""
     if kind == "RobertaProcessing":
         (sep, sep_id), (cls_, cls_id) = post["sep"], post["cls"]
         if [sep_id, cls_id] != [vocab.get(sep), vocab.get(cls_)]:
             raise ValueError
+        out.trims_offsets = bool(post.get("trim_offsets", True))
         return cls_, sep
     if kind != "TemplateProcessing":
         raise ValueError
@@ -234,3 +240,5 @@ def _read_added_tokens(path: Path, added: Any, out: TokenizerJson, placed: set[s
             raise VocabError(f"{path}: added token {content!r} has {', '.join(flags)}; bertlab matches special "
                              "tokens exactly as written")
         out.special_tokens.append(content)
+        if entry.get("lstrip") and not out.trims_offsets:
+            out.lstrip.append(content)

@@ -63,11 +63,20 @@ def test_tokenizer_is_transformers_mpnet_tokenizer(mlm, tmp_path):
         "pair": [special("<s>", 0), seq("A", 0), special("</s>", 0), special("</s>", 0), seq("B", 1),
                  special("</s>", 1)],
         "special_tokens": {t: {"id": t, "ids": [ours.vocab[t]], "tokens": [t]} for t in ("<s>", "</s>")}}
+    # as the hub's MPNet files have it: <unk> an added special token too (beside [UNK]), kept whole in text
+    data["added_tokens"].append({"id": ours.vocab["<unk>"], "content": "<unk>", "single_word": False,
+                                 "lstrip": False, "rstrip": False, "normalized": False, "special": True})
     (old / "tokenizer.json").write_text(json.dumps(data))
     for name in ("tokenizer_config.json", "config.json"):
         (old / name).write_text((mlm / name).read_text())
-    assert AutoTokenizer.from_pretrained(old)(TEXTS[0], TEXTS[1])["input_ids"] == \
-        theirs(TEXTS[0], TEXTS[1])["input_ids"]
+    from tokenizers import Tokenizer
+
+    reference, read = Tokenizer.from_file(str(old / "tokenizer.json")), AutoTokenizer.from_pretrained(old)
+    for a, b in [(t, None) for t in TEXTS] + [(TEXTS[3], TEXTS[2]), ("x<unk>y  <mask>", "the <unk> team")]:
+        mine, expected = read(a, b, return_offsets_mapping=True), reference.encode(a, b)
+        assert mine["input_ids"] == expected.ids, (a, b)
+        # no trimming here: <mask>'s span starts at the whitespace before it
+        assert [tuple(o) for o in mine["offset_mapping"]] == expected.offsets, (a, b)
     data["post_processor"]["pair"] = data["post_processor"]["pair"][:3] + data["post_processor"]["pair"][4:]
     (old / "tokenizer.json").write_text(json.dumps(data))  # BERT's one separator: not MPNet's layout
     with pytest.raises(Exception, match="post_processor TemplateProcessing is not <s> A </s>"):

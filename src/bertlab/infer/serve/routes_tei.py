@@ -16,8 +16,8 @@
 `normalize` defaults to the service's: as the folder's sentence-transformers pipeline does (a Normalize
 module; true for a folder that does not say, as in TEI), the same as `bertlab embed`; `prompt_name` to the
 folder's default prompt, if it names one (sentence-transformers' `encode`); `truncate` to the service's
-`--on-long` (TEI's `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its sigmoid), raw logits
-with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
+`--on-long` (TEI's `--auto-truncate`). /predict scores are softmax probabilities (a one-output model: its
+sigmoid), raw logits with `raw_scores`; /rerank needs a cross-encoder -- a sequence classifier with one output, scored on (query,
 text) pairs -- loaded as the model or with `--classify-model` -- or, without one, a ColBERT folder as the model:
 then the scores are MaxSim's (`routes_multivector`), or a BGE-M3 folder: then they are its hybrid of dense, sparse
 and ColBERT scores (`infer.bge_m3`, weights 0.4, 0.2, 0.4). A ColBERT folder served without `--pooling` has no

@@ -19,11 +19,15 @@ MPNET_SPECIALS = {"unk_token": "[UNK]", "sep_token": "</s>", "pad_token": "<pad>
 
 
 class MPNetTokenizer(BertTokenizer):
-    """`BertTokenizer` with MPNet's layout and special tokens (which a folder's files may still rename)."""
+    """`BertTokenizer` with MPNet's layout and special tokens (which a folder's files may still rename); a
+    tokenizer.json's other special tokens (MPNet's vocabulary has `<unk>` besides `[UNK]`) are kept whole in text,
+    as `transformers` keeps them."""
 
     PAIR_SEPS = 2  # <s> A </s></s> B </s>
     TYPE_B = 0  # one token type
     TOKENIZER_CLASS = "MPNetTokenizer"
+    SPECIAL_TOKENS = MPNET_SPECIALS
+    KEEPS_OTHER_SPECIALS = True
     _pair_lengths = staticmethod(RobertaTokenizer._pair_lengths)
 
     def __init__(self, *args: Any, **kwargs: Any):
