@@ -58,6 +58,9 @@ class BertTokenizer(TokenizerBase):
                       "mask_token": "[MASK]"}  # the defaults, where the folder's files name none
     # a tokenizer.json's other special tokens kept whole in text (`additional_special_tokens`) rather than refused
     KEEPS_OTHER_SPECIALS = False
+    # (the defaults of what __init__ sets, for the SentencePiece bindings built on this class without it)
+    additional_special_tokens: list[str] = []
+    _lstrip_ids: frozenset[int] = frozenset()
 
     def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
                  *, vocab: Mapping[str, int] | None = None, unk_token: str = "[UNK]", sep_token: str = "[SEP]",
