@@ -5,7 +5,8 @@ deberta-v3-base`) one of DeBERTa-v3-base's (12 layers, H 768, 256 relative-posit
 vocabulary) with an `spm.model` of its form trained on WikiText-2 (CTranslate2 has no DeBERTa converter;
 `transformers`' DeBERTa has no SDPA path, so HF runs its eager attention), or (`--model mpnet-base`) one of
 MPNet-base's (all-mpnet-base-v2's encoder: 12 layers, H 768, a relative position bias) with Google's uncased
-WordPiece vocabulary laid out as MPNet's (CTranslate2 has no MPNet converter).
+WordPiece vocabulary laid out as MPNet's (CTranslate2 has no MPNet converter; `transformers`' MPNet has no SDPA
+path either).
 
     python benchmarks/bench_engines.py [--n 512] [--latency-n 64] [--rounds 3] [--threads 1,2]
         [--shapes short,long] [--engines bertlab,hf,onnxruntime,openvino,ctranslate2] [--json FILE] [--quick]
@@ -212,13 +213,14 @@ def mpnet_folder(root: Path, layers: int = 12) -> Path:
 
 
 class HF:
-    """transformers' encoder (`AutoModel`: BertModel, ModernBertModel, DebertaV2Model) on bertlab's bucket plan,
-    mean-pooled and L2-normalised as Embedder does; SDPA attention where the family has it (DeBERTa-v2: eager)."""
+    """transformers' encoder (`AutoModel`: BertModel, ModernBertModel, DebertaV2Model, MPNetModel) on bertlab's bucket
+    plan, mean-pooled and L2-normalised as Embedder does; SDPA attention where the family has it (DeBERTa-v2 and
+    MPNet: eager)."""
 
     def __init__(self, model_dir: Path, options: InferenceOptions):
         from transformers import AutoConfig, AutoModel
 
-        eager = AutoConfig.from_pretrained(model_dir).model_type == "deberta-v2"
+        eager = AutoConfig.from_pretrained(model_dir).model_type in ("deberta-v2", "mpnet")  # no SDPA path there
         self.model = AutoModel.from_pretrained(model_dir, attn_implementation="eager" if eager else "sdpa").eval()
         self.options = options
 
