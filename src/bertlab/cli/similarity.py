@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if args.pooling is None and (is_colbert_folder(args.model) or folder_pooling(args.model) in SPARSE_POOLINGS):
         raise BertlabError(f"{args.model} scores texts by its own vectors (ColBERT's MaxSim, SPLADE's sparse dot "
                            "product; `serve` /rerank, `evaluate-retrieval`); --pooling compares its encoder pooled")
-    settings = read_settings(args.model)
+    settings = read_settings(args.model, args.pooling)
     settings.check_scored()
-    embedder = Embedder.from_pretrained(args.model, args.pooling or settings.pooling, settings.normalize,
+    embedder = Embedder.from_pretrained(args.model, settings.pooling, settings.normalize,
                                         InferenceOptions.from_args(args), dimensions=args.dimensions)
     prompt = settings.named_prompts.pick()  # encode's: the folder's default prompt, if it names one
     vectors = embedder.embed([prompt + t for pair in pairs for t in pair])

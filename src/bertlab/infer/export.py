@@ -351,8 +351,7 @@ def export_sentence_transformers(model_dir: str | Path, out: str | Path, pooling
     if pooling is not None and declared is not None and pooling != declared:
         log.warning("%s was used with %s pooling; exporting with %s as asked", model_dir, declared, pooling)
     # what the folder already says (prompts, similarity, Matryoshka dimensions, Normalize) is kept unless overridden
-    settings = read_settings(model_dir)
-    settings.pooling = pooling or settings.pooling
+    settings = read_settings(model_dir, pooling)
     settings.normalize = settings.normalize if normalize is None else normalize
     encoder = load_encoder(model_dir, InferenceOptions(packed_linear=False, cpu_attention=False))
     tokenizer = load_tokenizer(model_dir)

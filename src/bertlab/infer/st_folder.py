@@ -7,9 +7,10 @@ A sentence-transformers folder is a Hugging Face model folder plus `modules.json
 takes what an embedding, a fine-tuning or an evaluation starts from -- which prompt goes before a text is
 picked as sentence-transformers picks it (`FolderPrompts.pick`), and vectors are ranked by the similarity it
 declares (`EmbeddingSettings.scored_normalized`); `write_settings` writes a trained encoder so that
-`SentenceTransformer(folder)` loads it and embeds as bertlab does (tests compare the two). Matryoshka dimensions, which sentence-transformers
-does not record, are kept in `config_sentence_transformers.json` under `"bertlab": {"matryoshka_dims": [...]}`;
-`truncate_dim` is the user's choice at load time in both libraries.
+`SentenceTransformer(folder)` loads it and embeds as bertlab does (tests compare the two). Matryoshka
+dimensions, which sentence-transformers does not record, are kept in `config_sentence_transformers.json` under
+`"bertlab": {"matryoshka_dims": [...]}`; `truncate_dim` is the user's choice at load time in both libraries
+(`--dimensions`).
 """
 
 from __future__ import annotations
@@ -106,12 +107,13 @@ def read_prompts(model_dir: str | Path) -> FolderPrompts:
     return FolderPrompts(prompts, default, str(folder / ST_CONFIG))
 
 
-def read_settings(model_dir: str | Path) -> EmbeddingSettings:
+def read_settings(model_dir: str | Path, pooling: str | None = None) -> EmbeddingSettings:
     """The folder's sentence-transformers settings; a plain Hugging Face folder: mean pooling, normalised,
-    no prompts (sentence-transformers' own defaults for such a folder, except normalisation: cosine needs it)."""
+    no prompts (sentence-transformers' own defaults for such a folder, except normalisation: cosine needs it).
+    `pooling`: the caller's own (`--pooling`), for which the folder's Pooling module is not read."""
     folder = Path(model_dir)
     prompts = read_prompts(folder)
-    settings = EmbeddingSettings(pooling=model_pooling(folder) or DEFAULT_POOLING,
+    settings = EmbeddingSettings(pooling=pooling or model_pooling(folder) or DEFAULT_POOLING,
                                  normalize=model_normalize(folder) is not False,
                                  query_prompt=prompts.pick(None, "query"), passage_prompt=prompts.pick(None, "document"),
                                  named_prompts=prompts)

@@ -248,7 +248,7 @@ def retrieve_bge_m3(encoder, settings: EmbeddingSettings, data: RetrievalSet, to
 
 
 def _settings(cfg: RetrievalEvalConfig) -> EmbeddingSettings:
-    settings = read_settings(cfg.model)
+    settings = read_settings(cfg.model, cfg.pooling)
     for name in ("pooling", "normalize", "query_prompt", "passage_prompt"):
         if getattr(cfg, name) is not None:
             setattr(settings, name, getattr(cfg, name))

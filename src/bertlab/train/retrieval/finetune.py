@@ -319,7 +319,7 @@ class EmbeddingFinetuneResult:
 
 
 def _settings(cfg: EmbeddingFinetuneConfig, model_dir: Path, start: EmbeddingSettings | None = None) -> EmbeddingSettings:
-    settings = start or read_settings(model_dir)
+    settings = start or read_settings(model_dir, cfg.pooling)
     for name in ("pooling", "normalize", "query_prompt", "passage_prompt"):
         if getattr(cfg, name) is not None:
             setattr(settings, name, getattr(cfg, name))
