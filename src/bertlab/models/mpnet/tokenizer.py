@@ -14,9 +14,6 @@ from typing import Any
 from ...tokenizer.bert import BertTokenizer
 from ...tokenizer.roberta import RobertaTokenizer
 
-MPNET_SPECIALS = {"unk_token": "[UNK]", "sep_token": "</s>", "pad_token": "<pad>", "cls_token": "<s>",
-                  "mask_token": "<mask>"}
-
 
 class MPNetTokenizer(BertTokenizer):
     """`BertTokenizer` with MPNet's layout and special tokens (which a folder's files may still rename); a
@@ -26,9 +23,10 @@ class MPNetTokenizer(BertTokenizer):
     PAIR_SEPS = 2  # <s> A </s></s> B </s>
     TYPE_B = 0  # one token type
     TOKENIZER_CLASS = "MPNetTokenizer"
-    SPECIAL_TOKENS = MPNET_SPECIALS
+    SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "</s>", "pad_token": "<pad>", "cls_token": "<s>",
+                      "mask_token": "<mask>"}
     KEEPS_OTHER_SPECIALS = True
     _pair_lengths = staticmethod(RobertaTokenizer._pair_lengths)
 
     def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **{**MPNET_SPECIALS, **kwargs})
+        super().__init__(*args, **{**self.SPECIAL_TOKENS, **kwargs})
