@@ -185,6 +185,27 @@ def test_sparse_encoder_export_encodes_as_bertlab(bert_mlm, tmp_path, capsys):
     np.testing.assert_allclose(SparseRows.load_npz(tmp_path / "o.npz").to_dense(), ours.numpy(), rtol=1e-6)
 
 
+def test_a_sparse_encoder_s_prompts_are_put_as_encode_query_puts_them(bert_mlm, tmp_path):
+    st = pytest.importorskip("sentence_transformers")
+    out = tmp_path / "st"
+    assert main(["export", "sentence-transformers", "--model", str(bert_mlm), "--out", str(out),
+                 "--pooling", "splade"]) == 0
+    config = json.loads((out / "config_sentence_transformers.json").read_text())
+    config["prompts"] = {"query": "who : ", "document": ""}
+    (out / "config_sentence_transformers.json").write_text(json.dumps(config))
+    model = st.SparseEncoder(str(out), device="cpu")
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    for kind, encode in (("query", model.encode_query), ("document", model.encode_document)):
+        theirs = encode(TEXTS, convert_to_tensor=True)
+        theirs = (theirs.to_dense() if theirs.is_sparse else theirs).numpy()
+        assert main(["embed", "--model", str(out), "--input", str(tmp_path / "in.txt"), "--text-kind", kind,
+                     "--output", str(tmp_path / f"{kind}.npz")]) == 0
+        ours = SparseRows.load_npz(tmp_path / f"{kind}.npz").to_dense()
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6, err_msg=kind)
+    assert not np.allclose(SparseRows.load_npz(tmp_path / "query.npz").to_dense(),
+                           SparseRows.load_npz(tmp_path / "document.npz").to_dense())  # the prompt counted
+
+
 # ---------------------------------------------------------------------------------------------- serve
 def test_embed_sparse_answers_in_tei_shape(bert_mlm):
     pytest.importorskip("fastapi")
