@@ -63,7 +63,7 @@ def test_tokenizer_is_transformers_mpnet_tokenizer(mlm, tmp_path):
         "pair": [special("<s>", 0), seq("A", 0), special("</s>", 0), special("</s>", 0), seq("B", 1),
                  special("</s>", 1)],
         "special_tokens": {t: {"id": t, "ids": [ours.vocab[t]], "tokens": [t]} for t in ("<s>", "</s>")}}
-    # as the hub's MPNet files have it: <unk> an added special token too (beside [UNK]), kept whole in text
+    # <unk> (beside [UNK] in MPNet's vocabulary) listed as a special token too: kept whole in text
     data["added_tokens"].append({"id": ours.vocab["<unk>"], "content": "<unk>", "single_word": False,
                                  "lstrip": False, "rstrip": False, "normalized": False, "special": True})
     (old / "tokenizer.json").write_text(json.dumps(data))
