@@ -47,7 +47,7 @@ import torch
 
 from ..core.errors import BertlabError, OutputError, is_write_failure, output_error
 from .length_buckets import model_inputs
-from .embeddings import DEFAULT_POOLING, POOLINGS, l2_normalize, model_pooling
+from .embeddings import POOLINGS, l2_normalize, model_pooling
 from .runtime import (InferenceOptions, check_model_dir, length_limit, load_encoder, load_head, load_model,
                       load_tokenizer)
 

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import BertlabError
-from .embeddings import DEFAULT_POOLING, folder_prompts, model_normalize, model_pooling
+from .embeddings import DEFAULT_POOLING, ST_POOLING_FLAGS, folder_prompts, model_pooling, resolve_normalize
 from .multivector import ST_MULTI_VECTOR, marker_tokens
 
 log = logging.getLogger(__name__)
 
 ST_CONFIG = "config_sentence_transformers.json"
-POOLING_FLAGS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
 QUERY_PROMPT_NAMES = ("query",)
 PASSAGE_PROMPT_NAMES = ("document", "passage", "corpus")  # in encode_document's order
 # sentence-transformers' distance-based similarities (negative distances), which bertlab does not score by
@@ -114,7 +113,7 @@ def read_settings(model_dir: str | Path, pooling: str | None = None) -> Embeddin
     folder = Path(model_dir)
     prompts = read_prompts(folder)
     settings = EmbeddingSettings(pooling=pooling or model_pooling(folder) or DEFAULT_POOLING,
-                                 normalize=model_normalize(folder) is not False,
+                                 normalize=resolve_normalize(folder, None),
                                  query_prompt=prompts.pick(None, "query"), passage_prompt=prompts.pick(None, "document"),
                                  named_prompts=prompts)
     config = _json(folder / ST_CONFIG)
@@ -144,9 +143,9 @@ def write_settings(folder: Path, settings: EmbeddingSettings, hidden_size: int, 
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
         (folder / "2_Normalize").mkdir(exist_ok=True)
     (folder / "1_Pooling").mkdir(exist_ok=True)
-    _write(folder / "1_Pooling" / "config.json",
-           {"word_embedding_dimension": hidden_size, **{flag: name == settings.pooling for name, flag in POOLING_FLAGS.items()},
-            "pooling_mode_mean_sqrt_len_tokens": False})
+    _write(folder / "1_Pooling" / "config.json",  # every flag sentence-transformers has, the pooling's alone true
+           {"word_embedding_dimension": hidden_size,
+            **{flag: name == settings.pooling for flag, name in ST_POOLING_FLAGS.items()}})
     _write(folder / "modules.json", modules)
     _write(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length, "do_lower_case": False})
     # the folder's other prompts kept; the query and document ones as the settings have them now

@@ -59,7 +59,7 @@ class BertTokenizer(TokenizerBase):
     # a tokenizer.json's other special tokens kept whole in text (`additional_special_tokens`) rather than refused
     KEEPS_OTHER_SPECIALS = False
     # (the defaults of what __init__ sets, for the SentencePiece bindings built on this class without it)
-    additional_special_tokens: list[str] = []
+    additional_special_tokens: Sequence[str] = ()
     _lstrip_ids: frozenset[int] = frozenset()
 
     def __init__(self, vocab_file: str | os.PathLike | Mapping[str, int] | None = None, do_lower_case: bool = True,
@@ -180,7 +180,8 @@ class BertTokenizer(TokenizerBase):
             "model_max_length": self.model_max_length, "unk_token": self.unk_token, "sep_token": self.sep_token,
             "pad_token": self.pad_token, "cls_token": self.cls_token, "mask_token": self.mask_token,
             "clean_up_tokenization_spaces": False,
-            **({"additional_special_tokens": self.additional_special_tokens} if self.additional_special_tokens else {}),
+            **({"additional_special_tokens": list(self.additional_special_tokens)}
+               if self.additional_special_tokens else {}),
         }
         tmp = d / (TOKENIZER_CONFIG_NAME + ".tmp")
         tmp.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
@@ -194,7 +195,8 @@ class BertTokenizer(TokenizerBase):
         return self.basic.tokenize_with_offsets(text)
 
     def _encode_seq(self, text: str) -> Seq:
-        return self._lstripped(text, super()._encode_seq(text))
+        seq = super()._encode_seq(text)
+        return self._lstripped(text, seq) if self._lstrip_ids else seq
 
     def _encode_many(self, texts: Sequence, enc) -> list[Seq]:
         seqs = super()._encode_many(texts, enc)
@@ -203,7 +205,7 @@ class BertTokenizer(TokenizerBase):
     def _lstripped(self, text: str, seq: Seq) -> Seq:
         """`seq` with each lstrip token's span starting at the whitespace before it, back to the token before (as
         `tokenizers` matches such a token: the whitespace included). Idempotent."""
-        if not self._lstrip_ids or not any(i in self._lstrip_ids for i in seq[0]):
+        if not any(i in self._lstrip_ids for i in seq[0]):
             return seq
         ids, offsets, words = seq
         offsets = list(offsets)

@@ -12,20 +12,19 @@ from __future__ import annotations
 
 from ..heads import HeadRegistry
 from ..roberta import heads as roberta
-from .config import MPNetConfig
 from .modeling import MPNetModel
 
 HEADS = HeadRegistry()  # MPNet's heads by kind: RoBERTa's, registered under MPNet's names
 
 
 class MPNetHeads:
-    """What the heads below set on RoBERTa's: the config, the encoder and the name it is kept under."""
+    """What the heads below set on RoBERTa's: the encoder, and its config, name and checkpoint rules."""
 
-    config_class = MPNetConfig
-    base_model_prefix = "mpnet"
     encoder_class = MPNetModel
-    ignored_checkpoint_keys = ("embeddings.position_ids",)
-    expected_unused_keys = ("mpnet.pooler.", "pooler.")
+    config_class = MPNetModel.config_class
+    base_model_prefix = MPNetModel.base_model_prefix
+    ignored_checkpoint_keys = MPNetModel.ignored_checkpoint_keys
+    expected_unused_keys = (f"{MPNetModel.base_model_prefix}.pooler.", "pooler.")
 
 
 @HEADS.like(roberta.HEADS["masked-lm"])

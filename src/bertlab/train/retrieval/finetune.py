@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
